@@ -1,0 +1,1 @@
+"""The runtime: runner (BatchPlan -> forward -> sampled tokens), sampler, LoRA, constraints, Python API."""

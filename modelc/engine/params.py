@@ -1,0 +1,75 @@
+"""SamplingParams: what one sequence asks of the sampler and the stop rules. Pure data, checked once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from modelc.errors import InvalidRequestError
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """Structured-output request, compiled by modelc.engine.constraint (llguidance).
+
+    kind: "json_schema" (source = schema JSON text), "json_object" (source ignored),
+    "regex", "lark" (a Lark grammar), "gbnf"; "tool_call" (source = JSON of the tools list).
+    """
+
+    kind: str
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    min_p: float = 0.0
+    typical_p: float = 1.0
+    repetition_penalty: float = 1.0  # HF-style, over prompt + output tokens
+    presence_penalty: float = 0.0  # OpenAI-style, over output tokens
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0  # 0..20, raw (pre-temperature) log-probabilities
+    stop_token_ids: tuple[int, ...] = ()  # besides the model's EOS/EOT
+    stop: tuple[str, ...] = ()  # stop strings: matched on text by the request side
+    ignore_eos: bool = False
+    min_tokens: int = 0
+    constraint: Constraint | None = None
+    adapter: str | None = None  # LoRA adapter name, None = base (or the global adapter)
+    priority: int = 0  # lower runs first; FCFS within a priority
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        def bad(name: str, why: str) -> None:
+            raise InvalidRequestError(f"{name} {why}", param=name)
+
+        if self.max_tokens < 0:
+            bad("max_tokens", "must be >= 0")
+        if not (self.temperature >= 0.0):
+            bad("temperature", "must be >= 0")
+        if not (0.0 < self.top_p <= 1.0):
+            bad("top_p", "must be in (0, 1]")
+        if self.top_k < 0:
+            bad("top_k", "must be >= 0")
+        if not (0.0 <= self.min_p <= 1.0):
+            bad("min_p", "must be in [0, 1]")
+        if not (0.0 < self.typical_p <= 1.0):
+            bad("typical_p", "must be in (0, 1]")
+        if not (self.repetition_penalty > 0.0):
+            bad("repetition_penalty", "must be > 0")
+        if not (-2.0 <= self.presence_penalty <= 2.0):
+            bad("presence_penalty", "must be in [-2, 2]")
+        if not (-2.0 <= self.frequency_penalty <= 2.0):
+            bad("frequency_penalty", "must be in [-2, 2]")
+        if not (0 <= self.top_logprobs <= 20):
+            bad("top_logprobs", "must be in [0, 20]")
+        if self.min_tokens < 0:
+            bad("min_tokens", "must be >= 0")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1

@@ -1,0 +1,1 @@
+"""modelc.formats"""

@@ -1,0 +1,5 @@
+import sys
+
+from modelc.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,105 @@
+"""The `modelc` command: builds the typer app from one module per area and maps errors to one line.
+
+No command logic here: each area module exposes `register(app)`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from modelc import __version__
+from modelc.errors import ModelcError
+
+AREAS = ("store_cmds", "run_cmds", "bench_cmds", "registry_cmds", "build_cmds")
+
+
+def git_sha() -> str:
+    """The git sha baked at build time (modelc/_build.py), else read from a checkout, else 'unknown'."""
+    try:
+        from modelc._build import GIT_SHA  # type: ignore[import-not-found]
+
+        return GIT_SHA
+    except ImportError:
+        pass
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(
+            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def version_line() -> str:
+    return f"modelc {__version__} (git {git_sha()})"
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="modelc",
+        help="Turn model weights into one .modelc file and serve it fast on CPUs.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+
+    @app.callback()
+    def _root(
+        version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                     help="Print the version and git sha."),
+    ) -> None:
+        """modelc: pack weights into one file, serve them with an OpenAI-compatible API."""
+
+    for area in AREAS:
+        try:
+            mod = importlib.import_module(f"modelc.cli.{area}")
+        except ModuleNotFoundError as e:
+            if e.name == f"modelc.cli.{area}":
+                continue
+            raise
+        mod.register(app)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    app = build_app()
+    try:
+        app(args=argv, standalone_mode=False)
+    except ModelcError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as e:  # typer.Exit / click usage errors
+        return int(e.code or 0) if isinstance(e.code, int) else 1
+    except Exception as e:  # click exceptions carry their own exit codes
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            e.show()
+            return e.exit_code
+        if isinstance(e, click.exceptions.Exit):
+            return e.exit_code
+        if isinstance(e, click.exceptions.Abort):
+            print("error: aborted", file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

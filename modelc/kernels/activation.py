@@ -1,0 +1,63 @@
+"""Elementwise activations: SwiGLU (silu(gate) * up), GELU (tanh approximation and exact erf), row softmax.
+
+All float32, C-contiguous; `out` may alias an input.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+
+
+@njit(cache=True, nogil=True)
+def silu_mul(out, gate, up):
+    """out (T, F) = silu(gate) * up.  gate, up: (T, F) f32."""
+    T, F = gate.shape
+    for t in range(T):
+        for f in range(F):
+            g = gate[t, f]
+            out[t, f] = g / (np.float32(1.0) + np.float32(math.exp(-g))) * up[t, f]
+
+
+@njit(cache=True, nogil=True)
+def gelu(out, x):
+    """out (T, F) = GELU(x), tanh approximation (GPT-2's gelu_new)."""
+    T, F = x.shape
+    for t in range(T):
+        for f in range(F):
+            v = np.float64(x[t, f])
+            out[t, f] = np.float32(0.5 * v * (1.0 + math.tanh(_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v))))
+
+
+@njit(cache=True, nogil=True)
+def gelu_erf(out, x):
+    """out (T, F) = exact GELU(x) = x * Phi(x)."""
+    T, F = x.shape
+    for t in range(T):
+        for f in range(F):
+            v = np.float64(x[t, f])
+            out[t, f] = np.float32(0.5 * v * (1.0 + math.erf(v * _INV_SQRT2)))
+
+
+@njit(cache=True, nogil=True)
+def softmax(out, x):
+    """out (T, N) = softmax over the last axis of x (T, N) f32."""
+    T, N = x.shape
+    for t in range(T):
+        m = -np.inf
+        for n in range(N):
+            if x[t, n] > m:
+                m = x[t, n]
+        s = 0.0
+        for n in range(N):
+            e = math.exp(np.float64(x[t, n]) - m)
+            out[t, n] = np.float32(e)
+            s += e
+        inv = np.float32(1.0 / s)
+        for n in range(N):
+            out[t, n] *= inv

@@ -1,0 +1,87 @@
+"""Paged causal attention for a flat batch of query rows from many sequences (prefill, chunked prefill, decode).
+
+One kernel serves all three: the K/V of every query row is written to the pages first
+(kv_write), then row t of sequence s attends positions [lo, pos] of s through its block table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.kernels.kv_dtype import load_f32
+
+
+# parallel=True: rows x KV heads are independent and attention over long contexts is
+# compute-bound (~2.7 GB/s of KV per core), so both cores help at decode and prefill.
+@njit(cache=True, nogil=True, parallel=True)
+def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
+    """Causal attention over paged KV.
+
+    out: (T, H, D) float32, fully written; must not alias q.
+    q: (T, H, D) float32 (rope already applied).
+    k_pages, v_pages: (P, Z, K, D) float32 | uint16 (fp16 bits); H % K == 0 (GQA group G = H // K).
+    block_tables: (S, B) int32; page of position p of sequence s = block_tables[s, p // Z].
+    q_start: (S + 1,) int32, rows [q_start[s], q_start[s+1]) belong to sequence s.
+    pos_start: (S,) int32, position of sequence s's first row.
+    scale: float (1/sqrt(D) usually).  window: int, > 0 limits attention to the last `window` positions.
+    """
+    T, H, D = q.shape
+    Z = k_pages.shape[1]
+    K = k_pages.shape[2]
+    G = H // K
+    S = block_tables.shape[0]
+    row_seq = np.empty(T, dtype=np.int64)
+    for s in range(S):
+        for t in range(q_start[s], q_start[s + 1]):
+            row_seq[t] = s
+    for item in prange(T * K):
+        # NOTE: rows are visited short/long alternately so the static split over threads
+        # gets a balanced share of causal work.
+        rr = item // K
+        t = rr // 2 if rr % 2 == 0 else T - 1 - rr // 2
+        kh = item % K
+        s = row_seq[t]
+        pos = pos_start[s] + t - q_start[s]
+        lo = 0
+        if window > 0 and pos - window + 1 > 0:
+            lo = pos - window + 1
+        n = pos + 1 - lo
+        h0 = kh * G
+        scores = np.empty((G, n), dtype=np.float32)
+        for j in range(n):
+            p = lo + j
+            page = block_tables[s, p // Z]
+            off = p % Z
+            for g in range(G):
+                acc = np.float32(0.0)
+                for d in range(D):
+                    acc += q[t, h0 + g, d] * load_f32(k_pages[page, off, kh, d])
+                scores[g, j] = acc * scale
+        denom = np.empty(G, dtype=np.float32)
+        for g in range(G):
+            m = scores[g, 0]
+            for j in range(1, n):
+                if scores[g, j] > m:
+                    m = scores[g, j]
+            tot = np.float32(0.0)
+            for j in range(n):
+                e = np.float32(math.exp(scores[g, j] - m))
+                scores[g, j] = e
+                tot += e
+            denom[g] = tot
+        acc_v = np.zeros((G, D), dtype=np.float32)
+        for j in range(n):
+            p = lo + j
+            page = block_tables[s, p // Z]
+            off = p % Z
+            for d in range(D):
+                vv = load_f32(v_pages[page, off, kh, d])
+                for g in range(G):
+                    acc_v[g, d] += scores[g, j] * vv
+        for g in range(G):
+            inv = np.float32(1.0) / denom[g]
+            for d in range(D):
+                out[t, h0 + g, d] = acc_v[g, d] * inv

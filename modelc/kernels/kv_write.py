@@ -1,0 +1,31 @@
+"""kv_write: scatter the K/V rows of T new tokens into paged KV storage by slot.
+
+Pages are (P, Z, K, D) float32 or uint16 (fp16 bits); slot = page * Z + offset.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from modelc.kernels.kv_dtype import store_like
+
+
+@njit(cache=True, nogil=True)
+def kv_write(k_pages, v_pages, k, v, slots):
+    """Write k[t], v[t] at slots[t].
+
+    k_pages, v_pages: (P, Z, K, D) float32 | uint16, C-contiguous, updated in place.
+    k, v: (T, K, D) float32.  slots: (T,) int64; a negative slot is skipped (padding).
+    """
+    T, K, D = k.shape
+    Z = k_pages.shape[1]
+    for t in range(T):
+        s = slots[t]
+        if s < 0:
+            continue
+        page = s // Z
+        off = s % Z
+        for h in range(K):
+            for d in range(D):
+                k_pages[page, off, h, d] = store_like(k[t, h, d], k_pages)
+                v_pages[page, off, h, d] = store_like(v[t, h, d], v_pages)

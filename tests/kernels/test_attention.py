@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelc.kernels import attention, kv_write, ref
+
+Z = 16
+
+
+def _dense_attention(q, keys, vals, pos0, scale):
+    """q (n, H, D) rows at positions pos0.., keys/vals (L, K, D) for positions 0..L-1: plain causal attention."""
+    n, H, D = q.shape
+    G = H // keys.shape[1]
+    out = np.zeros_like(q, dtype=np.float64)
+    for i in range(n):
+        p = pos0 + i
+        for h in range(H):
+            sc = keys[: p + 1, h // G].astype(np.float64) @ q[i, h] * scale
+            w = np.exp(sc - sc.max())
+            out[i, h] = (w / w.sum()) @ vals[: p + 1, h // G]
+    return out
+
+
+def _setup(seq_lens, q_lens, H, K, D, kv_dtype, seed):
+    """Random pages holding every sequence's KV; returns kernel inputs + the dense per-seq K/V."""
+    rng = np.random.default_rng(seed)
+    S = len(seq_lens)
+    blocks = [(L + Z - 1) // Z for L in seq_lens]
+    P = sum(blocks) + 3
+    page_ids = rng.permutation(P)
+    B = max(blocks, default=1)
+    bt = np.zeros((S, max(B, 1)), np.int32)
+    i = 0
+    for s, nb in enumerate(blocks):
+        bt[s, :nb] = page_ids[i : i + nb]
+        i += nb
+    store = np.uint16 if kv_dtype == "float16" else np.float32
+    kp = np.zeros((P, Z, K, D), store)
+    vp = np.zeros((P, Z, K, D), store)
+    dense = []
+    for s, L in enumerate(seq_lens):
+        k = rng.standard_normal((L, K, D)).astype(np.float32)
+        v = rng.standard_normal((L, K, D)).astype(np.float32)
+        p = np.arange(L)
+        slots = (bt[s, p // Z].astype(np.int64) * Z + p % Z).astype(np.int64)
+        kv_write.kv_write(kp, vp, k, v, slots)
+        if kv_dtype == "float16":
+            k, v = k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
+        dense.append((k, v))
+    q_start = np.zeros(S + 1, np.int32)
+    q_start[1:] = np.cumsum(q_lens)
+    pos_start = np.array([L - n for L, n in zip(seq_lens, q_lens, strict=True)], np.int32)
+    q = rng.standard_normal((int(q_start[-1]), H, D)).astype(np.float32)
+    return q, kp, vp, bt, q_start, pos_start, dense
+
+
+CASES = [
+    # (seq_lens, q_lens, H, K, D): prefill, chunk after cached prefix, decode batch, mixed, MHA, one head
+    ([17], [17], 4, 2, 16),
+    ([40], [9], 4, 2, 16),
+    ([5, 33, 16, 1], [1, 1, 1, 1], 8, 2, 32),
+    ([20, 3, 50], [20, 1, 7], 4, 4, 8),
+    ([1], [1], 1, 1, 4),
+    ([64], [64], 6, 3, 64),
+]
+
+
+@pytest.mark.parametrize("seq_lens,q_lens,H,K,D", CASES)
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_paged_attention_matches_ref_and_dense(seq_lens, q_lens, H, K, D, kv_dtype, tol):
+    q, kp, vp, bt, qs, ps, dense = _setup(seq_lens, q_lens, H, K, D, kv_dtype, seed=len(seq_lens) * 31 + D)
+    scale = 1.0 / np.sqrt(D)
+    out = np.full_like(q, np.nan)
+    want = np.full_like(q, np.nan)
+    attention.paged_attention(out, q, kp, vp, bt, qs, ps, scale, 0)
+    ref.paged_attention(want, q, kp, vp, bt, qs, ps, scale, 0)
+    assert not np.isnan(out).any()
+    np.testing.assert_allclose(out, want, **tol["float32"])
+    for s in range(len(seq_lens)):
+        rows = slice(qs[s], qs[s + 1])
+        k, v = dense[s]
+        np.testing.assert_allclose(want[rows], _dense_attention(q[rows], k, v, int(ps[s]), scale), rtol=1e-5, atol=1e-5)
+
+
+def test_paged_attention_window(tol):
+    q, kp, vp, bt, qs, ps, dense = _setup([37], [37], 4, 2, 8, "float32", seed=5)
+    out = np.full_like(q, np.nan)
+    want = np.full_like(q, np.nan)
+    attention.paged_attention(out, q, kp, vp, bt, qs, ps, 0.3, 8)
+    ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.3, 8)
+    np.testing.assert_allclose(out, want, **tol["float32"])
+    # row 36 sees positions 29..36 only
+    k, v = dense[0]
+    sub = _dense_attention(q[36:37], k[29:], v[29:], 7, 0.3)
+    np.testing.assert_allclose(out[36:37], sub, rtol=1e-5, atol=1e-5)
+
+
+def test_paged_attention_empty_batch():
+    q = np.zeros((0, 2, 8), np.float32)
+    out = np.zeros_like(q)
+    kp = np.zeros((1, Z, 1, 8), np.float32)
+    attention.paged_attention(
+        out, q, kp, kp.copy(), np.zeros((0, 1), np.int32), np.zeros(1, np.int32), np.zeros(0, np.int32), 1.0, 0
+    )
+    assert out.shape == (0, 2, 8)
+
+
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_kv_write_matches_ref(kv_dtype):
+    rng = np.random.default_rng(2)
+    store = np.uint16 if kv_dtype == "float16" else np.float32
+    P, K, D, T = 4, 2, 8, 11
+    k = rng.standard_normal((T, K, D)).astype(np.float32)
+    v = rng.standard_normal((T, K, D)).astype(np.float32)
+    slots = rng.permutation(P * Z)[:T].astype(np.int64)
+    slots[3] = -1  # padding rows are skipped
+    canary = np.array(np.nan, np.float32) if store is np.float32 else np.uint16(0x7E00)
+    a = [np.full((P, Z, K, D), canary, store) for _ in range(2)]
+    b = [np.full((P, Z, K, D), canary, store) for _ in range(2)]
+    kv_write.kv_write(a[0], a[1], k, v, slots)
+    ref.kv_write(b[0], b[1], k, v, slots)
+    np.testing.assert_array_equal(a[0].view(np.uint8), b[0].view(np.uint8))
+    np.testing.assert_array_equal(a[1].view(np.uint8), b[1].view(np.uint8))
+    for t in range(T):
+        if slots[t] < 0:
+            continue
+        got = a[0][slots[t] // Z, slots[t] % Z]
+        got = got.view(np.float16).astype(np.float32) if store is np.uint16 else got
+        np.testing.assert_allclose(got, k[t], rtol=1e-3 if store is np.uint16 else 0)
+    written = np.zeros(P * Z, bool)
+    written[slots[slots >= 0]] = True
+    untouched = a[0].reshape(P * Z, K * D)[~written]
+    assert (untouched.view(np.uint8) == np.full(K * D, canary, store).view(np.uint8)).all()

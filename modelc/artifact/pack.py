@@ -1,0 +1,187 @@
+"""pack: weights (any format, or a .modelc) -> transforms (arch, template, prune, quantize) -> a .modelc.
+
+The transforms themselves live in quantize.py and prune.py; this module only orders them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelc.artifact.format import MAGIC
+from modelc.artifact.writer import write_artifact
+from modelc.errors import FormatError, UnsupportedError
+from modelc.ir import Model
+
+ARCHITECTURES = ("llama", "qwen2", "phi3", "gpt2", "bert", "mlp", "onnx")
+QUANT_MODES = ("fp16", "int8", "int4", "q4_0", "q8_0", "q4_k", "q6_k")
+
+
+@dataclass(slots=True)
+class PackResult:
+    """What pack did: where it wrote, and how many weights pruning zeroed."""
+
+    path: Path
+    name: str
+    num_pruned: int = 0
+    num_params: int = 0
+    quantized: list[str] = field(default_factory=list)
+
+
+def pack(
+    source_path: str | os.PathLike[str],
+    *,
+    out: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    format: str | None = None,
+    arch: str | None = None,
+    compress: str | None = None,
+    level: int = 3,
+    quantize: str | None = None,
+    prune: float | None = None,
+    chat_template: str | os.PathLike[str] | None = None,
+    quantize_embeddings: bool = False,
+    quantize_output: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Pack `source_path` into a .modelc: to `out`, else into the store under `name`. Returns the path."""
+    return pack_model(**locals()).path
+
+
+def pack_model(
+    source_path: str | os.PathLike[str],
+    *,
+    out: str | os.PathLike[str] | None = None,
+    name: str | None = None,
+    format: str | None = None,
+    arch: str | None = None,
+    compress: str | None = None,
+    level: int = 3,
+    quantize: str | None = None,
+    prune: float | None = None,
+    chat_template: str | os.PathLike[str] | None = None,
+    quantize_embeddings: bool = False,
+    quantize_output: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> PackResult:
+    """pack(), returning a PackResult (the CLI prints the prune count from it)."""
+    src = Path(source_path)
+    model = load_source(src, format=format, name=name)
+    if name:
+        model.name = name
+    if arch:
+        if arch not in ARCHITECTURES:
+            raise UnsupportedError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
+        model.architecture = arch
+    if chat_template is not None:
+        model.chat_template = read_chat_template(Path(chat_template))
+    result = PackResult(Path(), model.name or src.stem, num_params=model.num_params)
+    if prune is not None:
+        result.num_pruned = _prune(model, prune)
+    if quantize is not None:
+        result.quantized = _quantize(model, quantize, quantize_embeddings, quantize_output)
+    provenance = {"source_sha256": _file_sha256(src)} if src.is_file() and not _is_artifact(src) else {}
+    kw: dict[str, Any] = dict(compress=compress, level=level, progress=progress, provenance=provenance)
+    if out is not None:
+        result.path = Path(write_artifact(model, out, **kw))
+    else:
+        from modelc import store
+
+        store_name = store.check_name(name or _default_name(model, src))
+        result.path = store.add(store_name, lambda tmp: write_artifact(model, tmp, **kw))
+    result.name = model.name
+    return result
+
+
+def load_source(src: Path, *, format: str | None = None, name: str | None = None) -> Any:
+    """A model source from a path: a .modelc is opened (zero-copy), anything else goes to the readers."""
+    if not src.exists():
+        raise FormatError(f"no such file or folder: {src}")
+    if (format in (None, "modelc")) and _is_artifact(src):
+        from modelc.artifact.reader import open_artifact
+
+        art = open_artifact(src)
+        return _as_model(art)
+    from modelc.formats.detect import read_model
+
+    return read_model(src, format=format, name=name)
+
+
+def _as_model(art: Any) -> Model:
+    """An Artifact's fields as a mutable Model (tensors stay zero-copy views of the map)."""
+    m = Model(
+        art.name, art.architecture, dict(art.tensors), config=dict(art.config), metadata=dict(art.metadata),
+        tokenizer_json=art.tokenizer_json, chat_template=art.chat_template, special_tokens=dict(art.special_tokens),
+        generation_config=dict(art.generation_config), source_format=art.source_format, naming=art.naming,
+    )  # fmt: skip
+    return m
+
+
+def read_chat_template(path: Path) -> str:
+    """Read a Jinja chat template and check that minijinja compiles it."""
+    import minijinja
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise FormatError(f"cannot read chat template {path}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        minijinja.Environment().add_template("chat", text)
+    except minijinja.TemplateError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else "syntax error"
+        raise FormatError(f"chat template {path} does not compile: {first}") from None
+    return text
+
+
+def _prune(model: Model, threshold: float) -> int:
+    from modelc.artifact.prune import prune_tensor
+
+    if threshold < 0:
+        raise UnsupportedError(f"--prune threshold must be >= 0, got {threshold}")
+    total = 0
+    for tname, t in list(model.tensors.items()):
+        pruned, n = prune_tensor(t, threshold)
+        model.tensors[tname] = pruned
+        total += n
+    return total
+
+
+def _quantize(model: Model, mode: str, embeddings: bool, output: bool) -> list[str]:
+    from modelc.artifact.quantize import quantize_tensor, should_quantize
+
+    mode = mode.lower()
+    if mode not in QUANT_MODES:
+        raise UnsupportedError(f"unknown --quantize mode {mode!r}; use one of {', '.join(QUANT_MODES)}")
+    done = []
+    for tname in sorted(model.tensors):
+        t = model.tensors[tname]
+        if not should_quantize(tname, t, mode, quantize_embeddings=embeddings, quantize_output=output):
+            continue
+        model.tensors.update(quantize_tensor(tname, t, mode))
+        done.append(tname)
+    return done
+
+
+def _default_name(model: Any, src: Path) -> str:
+    raw = model.name or (src.stem if src.is_file() else src.name)
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in raw).strip("-.") or "model"
+    return cleaned
+
+
+def _is_artifact(src: Path) -> bool:
+    if not src.is_file():
+        return False
+    with open(src, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC
+
+
+def _file_sha256(src: Path) -> str:
+    h = hashlib.sha256()
+    with open(src, "rb") as f:
+        while chunk := f.read(16 << 20):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,194 @@
+"""write_artifact: stream a model source into one .modelc file, atomically.
+
+NOTE: the layout puts the header (with every tensor's offset and sha256) before the data,
+but those are known only after the data is written (zstd sizes, hashes). So the writer
+reserves room for the header first: it serializes the header with placeholder numbers at
+least as wide as any real value (and a 64-hex sha256), starts the data after that region,
+writes the tensors one at a time, then writes the real (never longer) header into the
+reserved region. Extra memory: one compressed tensor at most; uncompressed tensors are
+copied in 16 MiB chunks. The file is a temp file in the destination directory, fsynced and
+renamed over the destination; on any failure it is removed and nothing partial remains.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from modelc import __version__
+from modelc.artifact.format import FORMAT_VERSION, PREAMBLE_SIZE, TensorEntry, align_up, pack_preamble
+from modelc.errors import ModelcError
+
+CHUNK_BYTES = 16 << 20
+Progress = Callable[[int, int], None]
+"""progress(done_bytes, total_bytes): called after each chunk written."""
+
+
+class ArtifactWriteError(ModelcError):
+    """The artifact could not be written (disk full, read-only directory, bad metadata)."""
+
+
+def write_artifact(
+    model: Any,
+    path: str | os.PathLike[str],
+    *,
+    compress: str | None = None,
+    level: int = 3,
+    progress: Progress | None = None,
+    provenance: dict[str, Any] | None = None,
+) -> str:
+    """Write `model` (an IR Model or an Artifact) to `path`; returns the path written.
+
+    compress: None/"none" or "zstd" (per tensor; a tensor that does not shrink is stored raw).
+    provenance: extra provenance fields (e.g. source_sha256) merged into the header's.
+    """
+    if compress not in (None, "none", "zstd"):
+        raise ArtifactWriteError(f"unknown compression {compress!r}; use zstd or none")
+    if compress == "zstd" and not 1 <= level <= 22:
+        raise ArtifactWriteError(f"zstd level must be between 1 and 22, got {level}")
+    path = os.fspath(path)
+    dest_dir = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    except OSError as e:
+        raise ArtifactWriteError(f"cannot write {path}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _write(f, model, compress == "zstd", level, progress, provenance or {})
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        _remove_quietly(tmp)
+        if isinstance(e, OSError):
+            raise ArtifactWriteError(f"cannot write {path}: {e.strerror or e}") from None
+        raise
+    _fsync_dir(dest_dir)
+    return path
+
+
+def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None, extra: dict[str, Any]) -> None:
+    names = sorted(model.tensors)
+    total = sum(model.tensors[n].nbytes for n in names)
+    header = header_fields(model, extra)
+    # Placeholders: a number wider than any offset/size this file can reach, a full-width sha.
+    wide = 10 ** len(str(2 * (total + 64 * len(names)) + len(_dumps(header)) * 2 + (1 << 20))) - 1
+    header["tensors"] = [_placeholder(n, model.tensors[n], wide) for n in names]
+    reserved = len(_dumps(header))
+    pos = align_up(PREAMBLE_SIZE + reserved)
+    compressor = _zstd(level) if use_zstd else None
+    entries, done = [], 0
+    for name in names:
+        t = model.tensors[name]
+        f.seek(pos)
+        entry = _write_tensor(f, name, t, pos, compressor)
+        entries.append(entry)
+        done += t.nbytes
+        if progress is not None:
+            progress(done, total)
+        pos = align_up(entry.offset + entry.stored_nbytes)
+    end = entries[-1].offset + entries[-1].stored_nbytes if entries else align_up(PREAMBLE_SIZE + reserved)
+    f.truncate(end)  # a trailing empty tensor's offset must still lie inside the file
+    header["tensors"] = [e.to_json() for e in entries]
+    raw = _dumps(header)
+    assert len(raw) <= reserved, "header grew past its reserved region"
+    f.seek(0)
+    f.write(pack_preamble(len(raw)))
+    f.write(raw)
+
+
+def _write_tensor(f, name: str, t: Any, offset: int, compressor: Any) -> TensorEntry:
+    data = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8)  # a view for mmap'd/owned buffers
+    if compressor is not None and t.nbytes:
+        packed = compressor.compress(memoryview(data))
+        if len(packed) < t.nbytes:
+            f.write(packed)
+            sha = hashlib.sha256(packed).hexdigest()
+            return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "zstd", len(packed), sha)
+    h = hashlib.sha256()
+    for i in range(0, t.nbytes, CHUNK_BYTES):
+        chunk = memoryview(data[i : i + CHUNK_BYTES])
+        h.update(chunk)
+        f.write(chunk)
+    return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "none", t.nbytes, h.hexdigest())
+
+
+def _placeholder(name: str, t: Any, wide: int) -> dict[str, Any]:
+    return TensorEntry(name, t.dtype, t.shape, wide, wide, "zstd", wide, "0" * 64).to_json()
+
+
+def header_fields(model: Any, extra: dict[str, Any]) -> dict[str, Any]:
+    """Every header field except the tensor table, from a Model or an Artifact."""
+    old = getattr(model, "header", None) or {}
+    provenance = dict(old.get("provenance") or {})
+    provenance.update(
+        source_format=provenance.get("source_format") or getattr(model, "source_format", "") or "",
+        modelc_version=__version__,
+        created=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+    provenance.update(extra)
+    return {
+        "format_version": FORMAT_VERSION,
+        "name": model.name,
+        "architecture": model.architecture,
+        "config": model.config,
+        "metadata": model.metadata,
+        "tokenizer": model.tokenizer_json,
+        "chat_template": model.chat_template,
+        "special_tokens": model.special_tokens,
+        "generation_config": model.generation_config,
+        "naming": model.naming,
+        "provenance": provenance,
+    }
+
+
+def _dumps(header: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(header, ensure_ascii=False, separators=(",", ":"), default=_json_default).encode("utf-8")
+    except (TypeError, ValueError) as e:
+        raise ArtifactWriteError(f"model metadata cannot be stored as JSON: {e}") from None
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, bytes):
+        return obj.decode("utf-8", errors="replace")
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def _zstd(level: int) -> Any:
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=level, write_content_size=True)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

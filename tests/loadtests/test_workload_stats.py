@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loadtests.client import metric_total, parse_prometheus
+from loadtests.stats import percentile, summarize
+from loadtests.workload import SCENARIOS, WorkloadConfig, build_workload
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_same_seed_same_workload(scenario):
+    a = build_workload(WorkloadConfig(scenario=scenario, num_requests=20, seed=7))
+    b = build_workload(WorkloadConfig(scenario=scenario, num_requests=20, seed=7))
+    c = build_workload(WorkloadConfig(scenario=scenario, num_requests=20, seed=8))
+    assert [s.to_json() for s in a] == [s.to_json() for s in b]
+    assert [s.to_json() for s in a] != [s.to_json() for s in c]
+    assert len(a) == 20
+
+
+def test_scenario_shapes():
+    pois = build_workload(WorkloadConfig(scenario="poisson", num_requests=200, seed=1, rate=10.0))
+    gaps = np.diff([0.0] + [s.arrival_s for s in pois])
+    assert all(g > 0 for g in gaps)
+    assert 0.07 < gaps.mean() < 0.13  # mean inter-arrival ~ 1/rate
+    shared = build_workload(WorkloadConfig(scenario="shared-prefix", num_requests=5, seed=1))
+    prefix = shared[0].prompt.split("\n\n")[0]
+    assert all(s.prompt.startswith(prefix + "\n\n") for s in shared)
+    storm = build_workload(WorkloadConfig(scenario="cancel-storm", num_requests=100, seed=3))
+    n_cancel = sum(s.cancel_after_tokens is not None for s in storm)
+    assert 30 < n_cancel < 70
+    mixed = build_workload(WorkloadConfig(scenario="mixed-sampling", num_requests=100, seed=3))
+    assert {s.kind for s in mixed} == {"greedy", "temperature", "json_schema", "tools"}
+    with pytest.raises(ValueError, match="unknown scenario"):
+        build_workload(WorkloadConfig(scenario="nope"))
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 100, 1001])
+def test_percentiles_match_numpy(n):
+    rng = np.random.default_rng(n)
+    xs = rng.exponential(size=n).tolist()
+    for q in (0, 1, 50, 90, 99, 100):
+        assert percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)), rel=1e-12)
+    s = summarize(xs)
+    assert s["count"] == n and s["p50"] == pytest.approx(float(np.median(xs)))
+
+
+def test_summarize_empty_and_prometheus_parse():
+    assert summarize([])["count"] == 0
+    text = '# HELP x\nmodelc_requests_total{endpoint="a"} 3.0\nmodelc_requests_total{endpoint="b"} 2\nother 1\n'
+    samples = parse_prometheus(text)
+    assert metric_total(samples, "modelc_requests_total") == 5.0
+    assert metric_total(samples, "missing") == 0.0

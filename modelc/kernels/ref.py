@@ -10,9 +10,15 @@ import math
 
 import numpy as np
 
+from modelc.kernels.ref_linear import dequantize, dequantize_rows, matmul, matmul_qact, quantize_act
 from modelc.kernels.rope import rope_inv_freq
 
 __all__ = [
+    "dequantize",
+    "dequantize_rows",
+    "matmul",
+    "matmul_qact",
+    "quantize_act",
     "rms_norm",
     "add_rms_norm",
     "layer_norm",

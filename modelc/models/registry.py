@@ -1,0 +1,26 @@
+"""build_model: the architecture class for a model source (IR Model or Artifact), by its `architecture`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelc.errors import UnsupportedError
+from modelc.kernels.select import KernelSet, kernel_set
+
+ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "phi3": "llama", "gpt2": "gpt2"}
+
+
+def build_model(source: Any, kernels: KernelSet | None = None):
+    """A LlamaModel or Gpt2Model with the source's weights; raises UnsupportedError for other architectures."""
+    arch = str(getattr(source, "architecture", "") or "")
+    family = ARCHITECTURES.get(arch)
+    if family is None:
+        raise UnsupportedError(f"architecture {arch!r} cannot generate text (supported: {', '.join(ARCHITECTURES)})")
+    ks = kernels or kernel_set()
+    if family == "gpt2":
+        from modelc.models.gpt2 import Gpt2Model
+
+        return Gpt2Model(source, ks)
+    from modelc.models.llama import LlamaModel
+
+    return LlamaModel(source, ks)

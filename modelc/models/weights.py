@@ -1,0 +1,94 @@
+"""Reading a model source's tensors by name for the architectures: lookups, f32 vectors, row splits.
+
+Weight-layout fixes (fused QKV splits, Conv1D transposes) are done here once, at load.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from modelc.errors import FormatError
+from modelc.ir import SCALE_SUFFIX, DataType, TensorData
+from modelc.kernels.linear import Weight, prepare_weight
+from modelc.kernels.select import KernelSet
+
+
+class WeightReader:
+    """Named access to a model source's tensors (an IR Model or an Artifact)."""
+
+    def __init__(self, source: Any, kernels: KernelSet):
+        self.tensors: dict[str, TensorData] = source.tensors
+        self.kernels = kernels
+        self.name = getattr(source, "name", "model")
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def tensor(self, name: str) -> TensorData:
+        t = self.tensors.get(name)
+        if t is None:
+            raise FormatError(f"model {self.name} has no tensor {name}")
+        return t
+
+    def vector(self, name: str, size: int | None = None) -> np.ndarray:
+        """A 1-D tensor (norm weight, bias) as a float32 copy."""
+        v = self.kernels.dequantize(self.tensor(name)).reshape(-1).astype(np.float32)
+        if size is not None and v.shape[0] != size:
+            raise FormatError(f"tensor {name} has {v.shape[0]} elements, expected {size}")
+        return v
+
+    def maybe_vector(self, name: str, size: int | None = None) -> np.ndarray | None:
+        return self.vector(name, size) if self.has(name) else None
+
+    def matrix(self, name: str, rows: int, cols: int) -> Weight:
+        """A (rows, cols) weight in its stored dtype, with its @scale sibling when it has one."""
+        t = self.tensor(name)
+        return weight_of(t, self.tensors.get(name + SCALE_SUFFIX), rows, cols, name)
+
+    def split_matrix(self, name: str, row_sizes: list[int], cols: int) -> list[Weight]:
+        """A fused weight (sum(row_sizes), cols) split by rows into zero-copy Weights."""
+        t = self.tensor(name)
+        scale = self.tensors.get(name + SCALE_SUFFIX)
+        parts = split_rows(t, row_sizes, name)
+        scales = split_rows(scale, row_sizes, name) if scale is not None else [None] * len(parts)
+        return [weight_of(p, s, r, cols, name) for p, s, r in zip(parts, scales, row_sizes, strict=True)]
+
+    def split_vector(self, name: str, sizes: list[int]) -> list[np.ndarray]:
+        v = self.vector(name, sum(sizes))
+        return np.split(v, np.cumsum(sizes)[:-1])
+
+    def transposed_matrix(self, name: str, rows: int, cols: int) -> TensorData:
+        """A weight stored (cols, rows) (HF GPT-2 Conv1D) as an f32 (rows, cols) tensor."""
+        t = self.tensor(name)
+        if t.shape != (cols, rows):
+            raise FormatError(f"tensor {name} has shape {t.shape}, expected ({cols}, {rows})")
+        return TensorData.from_array(np.ascontiguousarray(self.kernels.dequantize(t).T))
+
+
+def split_rows(t: TensorData, row_sizes: list[int], name: str) -> list[TensorData]:
+    """Row slices of a 2-D (or 1-D) tensor as zero-copy TensorData views (rows are whole blocks)."""
+    rows = t.shape[0]
+    if sum(row_sizes) != rows:
+        raise FormatError(f"tensor {name} has {rows} rows, expected {sum(row_sizes)}")
+    row_bytes = t.nbytes // rows if rows else 0
+    out, r0 = [], 0
+    for r in row_sizes:
+        out.append(TensorData((r, *t.shape[1:]), t.dtype, t.data[r0 * row_bytes : (r0 + r) * row_bytes]))
+        r0 += r
+    return out
+
+
+def weight_of(t: TensorData, scale: TensorData | None, rows: int, cols: int, name: str) -> Weight:
+    if t.shape != (rows, cols):
+        raise FormatError(f"tensor {name} has shape {t.shape}, expected ({rows}, {cols})")
+    return prepare_weight(t, scale)
+
+
+def f32_tensor(a: np.ndarray) -> TensorData:
+    return TensorData.from_array(np.ascontiguousarray(a, dtype=np.float32))
+
+
+def is_plain_float(t: TensorData) -> bool:
+    return t.dtype in (DataType.F32, DataType.F16, DataType.BF16)

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelc.cache.kv_pages import KVPages
+from modelc.errors import FormatError, UnsupportedError
+from modelc.kernels.select import kernel_set
+from modelc.models.batch import make_batch
+from modelc.models.registry import build_model
+from modelc.models.tiny import make_tiny_gpt2, make_tiny_llama, reference_hidden, reference_logits
+
+
+def _kv(model, blocks=32, dtype="float32"):
+    L, K, D = model.kv_shape()
+    return KVPages(L, blocks, K, D, dtype)
+
+
+def _tables(lens, start=0):
+    out, nxt = [], start
+    for n in lens:
+        nb = (n + 15) // 16
+        out.append(np.arange(nxt, nxt + nb, dtype=np.int32))
+        nxt += nb
+    return out
+
+
+def _prefill(model, kv, ids, table, start=0, logit_rows=None):
+    return model.forward(make_batch([(ids[start:], start, table)], logit_rows=logit_rows), kv)
+
+
+MODELS = {
+    "llama": lambda: make_tiny_llama(0),
+    "llama-mha-tied": lambda: make_tiny_llama(1, num_kv_heads=4, tie=True),
+    "qwen2-bias": lambda: make_tiny_llama(2, qkv_bias=True, architecture="qwen2"),
+    "llama3-scaled": lambda: make_tiny_llama(3, num_heads=2, num_kv_heads=1, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64}),
+    "gpt2": lambda: make_tiny_gpt2(0),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("ks", ["numba", "ref"])
+def test_prefill_logits_match_dense_reference(name, ks):
+    src = MODELS[name]()
+    model = build_model(src, kernel_set(ks))
+    ids = np.random.default_rng(5).integers(0, 96, 37).astype(np.int32)
+    got = _prefill(model, _kv(model), ids, _tables([37])[0])
+    want = reference_logits(src, ids)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_hidden_output_matches_reference(name):
+    src = MODELS[name]()
+    model = build_model(src)
+    ids = np.arange(1, 20, dtype=np.int32)
+    hid = model.forward(make_batch([(ids, 0, _tables([19])[0])]), _kv(model), output="hidden")
+    np.testing.assert_allclose(hid, reference_hidden(src, ids), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_batch_of_four_equals_each_alone(name, kv_dtype):
+    src = MODELS[name]()
+    model = build_model(src)
+    rng = np.random.default_rng(9)
+    lens = [1, 17, 5, 40]
+    seqs = [rng.integers(0, 96, n).astype(np.int32) for n in lens]
+    tables = _tables(lens, start=2)
+    alone = []
+    for ids, bt in zip(seqs, tables, strict=True):
+        alone.append(_prefill(model, _kv(model, dtype=kv_dtype), ids, bt)[-1])
+    last_rows = np.cumsum(lens) - 1
+    batch = make_batch(list(zip(seqs, [0] * 4, tables, strict=True)), logit_rows=last_rows)
+    together = model.forward(batch, _kv(model, dtype=kv_dtype))
+    np.testing.assert_allclose(together, np.stack(alone), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_chunked_prefill_and_decode_equal_one_pass(name):
+    src = MODELS[name]()
+    model = build_model(src)
+    ids = np.random.default_rng(3).integers(0, 96, 45).astype(np.int32)
+    bt = _tables([45], start=1)[0]
+    full = _prefill(model, _kv(model), ids, bt)  # (45, V)
+    kv = _kv(model)
+    parts = []
+    for a, b in ((0, 16), (16, 23), (23, 44)):
+        parts.append(model.forward(make_batch([(ids[a:b], a, bt)]), kv))
+    parts.append(model.forward(make_batch([(ids[44:45], 44, bt)]), kv))  # a decode step
+    np.testing.assert_allclose(np.concatenate(parts), full, rtol=1e-5, atol=1e-5)
+
+
+def test_fp16_kv_close_to_fp32():
+    src = make_tiny_llama(0)
+    model = build_model(src)
+    ids = np.arange(3, 40, dtype=np.int32)
+    bt = _tables([37])[0]
+    a = _prefill(model, _kv(model), ids, bt)
+    b = _prefill(model, _kv(model, dtype="float16"), ids, bt)
+    np.testing.assert_allclose(b, a, rtol=0, atol=5e-3 * np.abs(a).max())
+
+
+def test_logit_rows_select():
+    src = make_tiny_llama(0)
+    model = build_model(src)
+    ids = np.arange(10, dtype=np.int32)
+    full = _prefill(model, _kv(model), ids, _tables([10])[0])
+    some = _prefill(model, _kv(model), ids, _tables([10])[0], logit_rows=np.array([9, 2]))
+    np.testing.assert_allclose(some, full[[9, 2]], rtol=1e-6)
+
+
+def test_bad_models_raise_clear_errors():
+    src = make_tiny_llama(0)
+    del src.tensors["model.layers.1.mlp.down_proj.weight"]
+    with pytest.raises(FormatError, match="down_proj"):
+        build_model(src)
+    src = make_tiny_llama(0)
+    src.architecture = "mamba"
+    with pytest.raises(UnsupportedError, match="mamba"):
+        build_model(src)
+    src = make_tiny_llama(0)
+    del src.config["hidden_size"]
+    with pytest.raises(FormatError, match="hidden_size"):
+        build_model(src)

@@ -1,0 +1,145 @@
+"""Engine, scheduler and KV-cache settings: frozen dataclasses, checked once in __post_init__.
+
+Also the KV budget arithmetic (MiB or tokens -> number of 16-token blocks). No I/O except
+reading /proc/meminfo for the default budget.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelc.errors import InvalidRequestError
+
+KV_DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32}
+DEFAULT_KV_CAP_BYTES = 2 << 30  # the default budget never exceeds 2 GiB...
+DEFAULT_KV_FRACTION = 0.25  # ...nor 25% of MemAvailable
+
+
+def _bad(name: str, why: str) -> None:
+    raise InvalidRequestError(f"{name} {why}", param=name)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """KV budget: at most one of kv_cache_mb / kv_cache_tokens; neither = sized from free memory."""
+
+    block_size: int = 16
+    kv_cache_mb: float | None = None
+    kv_cache_tokens: int | None = None
+    kv_dtype: str = "f32"
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        if self.block_size != 16:
+            _bad("block_size", "must be 16 (the KV page size of the kernels)")
+        if self.kv_cache_mb is not None and self.kv_cache_tokens is not None:
+            _bad("kv_cache_mb", "and kv_cache_tokens are exclusive: give one")
+        if self.kv_cache_mb is not None and not self.kv_cache_mb > 0:
+            _bad("kv_cache_mb", "must be > 0")
+        if self.kv_cache_tokens is not None and self.kv_cache_tokens < self.block_size:
+            _bad("kv_cache_tokens", f"must be >= {self.block_size}")
+        if self.kv_dtype not in KV_DTYPE_BYTES:
+            _bad("kv_dtype", f"must be one of {sorted(KV_DTYPE_BYTES)}")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Per-step token budget, running-set cap, waiting-queue cap, and the model's stop ids.
+
+    eos_token_ids: the model's EOS/EOT ids (AsyncEngine fills them from the model's special tokens).
+    max_model_len: a sequence that reaches it ends with finish_reason "length" (None = no limit).
+    """
+
+    max_num_seqs: int = 64
+    max_batch_tokens: int = 512
+    max_queue: int = 256
+    eos_token_ids: tuple[int, ...] = ()
+    max_model_len: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            _bad("max_num_seqs", "must be >= 1")
+        if self.max_batch_tokens < 1:
+            _bad("max_batch_tokens", "must be >= 1")
+        if self.max_batch_tokens < self.max_num_seqs:
+            _bad("max_batch_tokens", f"must be >= max_num_seqs ({self.max_num_seqs}) so every decode fits")
+        if self.max_queue < 0:
+            _bad("max_queue", "must be >= 0")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            _bad("max_model_len", "must be >= 2")
+        if not isinstance(self.eos_token_ids, tuple):
+            object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How AsyncEngine serves one model: `engines` runners, each with `threads` numba threads.
+
+    engines x threads must not exceed the CPU cores (threads=None -> cores // engines).
+    request_timeout_s bounds admin round trips (adapters, stats, embed, abort acks), not generation.
+    The KV budget in `cache` is for all engines together; each engine gets an equal share.
+    """
+
+    engines: int = 1
+    threads: int | None = None
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    request_timeout_s: float = 600.0
+    max_engine_restarts: int = 5
+    cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.engines < 1:
+            _bad("engines", "must be >= 1")
+        if self.engines > self.cpu_count:
+            _bad("engines", f"must be <= the {self.cpu_count} CPU cores")
+        if self.threads is not None:
+            if self.threads < 1:
+                _bad("threads", "must be >= 1")
+            if self.engines * self.threads > self.cpu_count:
+                _bad("threads", f"x engines must be <= the {self.cpu_count} CPU cores")
+        if not self.request_timeout_s > 0:
+            _bad("request_timeout_s", "must be > 0")
+        if self.max_engine_restarts < 0:
+            _bad("max_engine_restarts", "must be >= 0")
+
+    @property
+    def threads_per_engine(self) -> int:
+        return self.threads if self.threads is not None else max(1, self.cpu_count // self.engines)
+
+
+def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dtype: str = "f32") -> int:
+    """Bytes of K and V for one block across all layers (2 * L * K * D * Z * itemsize)."""
+    num_layers = int(model_config.get("num_hidden_layers") or 0)
+    num_heads = int(model_config.get("num_attention_heads") or 1)
+    num_kv_heads = int(model_config.get("num_key_value_heads") or num_heads)
+    head_dim = model_config.get("head_dim") or int(model_config.get("hidden_size") or 0) // num_heads
+    per_block = 2 * num_layers * num_kv_heads * int(head_dim) * block_size * KV_DTYPE_BYTES[kv_dtype]
+    return max(1, int(per_block))
+
+
+def mem_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemAvailable from /proc/meminfo, or None where the file or the line is missing."""
+    try:
+        with open(meminfo, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def num_kv_blocks(cache: CacheConfig, model_config: dict[str, Any], *, available_bytes: int | None = None) -> int:
+    """KV blocks per engine from the budget: tokens, MiB, or min(25% of MemAvailable, 2 GiB)."""
+    if cache.kv_cache_tokens is not None:
+        return max(1, -(-cache.kv_cache_tokens // cache.block_size))
+    per_block = kv_bytes_per_block(model_config, cache.block_size, cache.kv_dtype)
+    if cache.kv_cache_mb is not None:
+        budget = int(cache.kv_cache_mb * (1 << 20))
+    else:
+        avail = available_bytes if available_bytes is not None else mem_available_bytes()
+        budget = DEFAULT_KV_CAP_BYTES if avail is None else min(int(avail * DEFAULT_KV_FRACTION), DEFAULT_KV_CAP_BYTES)
+    return max(1, budget // per_block)

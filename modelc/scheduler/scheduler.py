@@ -1,0 +1,295 @@
+"""Scheduler: continuous batching for one engine. add/abort sequences, schedule() a BatchPlan,
+update() it with the engine's BatchResult. Synchronous: no awaits, no threads, no numpy maths.
+
+NOTE: the one rule (vLLM v1). Every sequence has num_tokens and num_computed_tokens; a step gives
+each sequence some of the difference under a token budget. Running sequences go first (oldest
+first: a decode is one token, a chunked prefill gets what budget is left), then waiting sequences
+are admitted in (priority, arrival) order, their prompt discounted by the prefix-cache hit. When
+the pool runs out of blocks the newest running sequence is preempted: its blocks are freed and it
+goes back to the waiting queue to recompute prompt + generated tokens (the engine keeps its sampler
+state, so is_new stays False). A step that preempted admits nobody. One plan is in flight at a
+time: schedule() -> engine -> update(plan, result) -> schedule() ...
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+
+import numpy as np
+
+from modelc.cache.block_pool import BlockPool
+from modelc.config import SchedulerConfig
+from modelc.errors import InvalidRequestError, OverloadedError
+from modelc.scheduler.batch import BatchPlan, BatchResult, SampledToken, SeqChunk
+from modelc.scheduler.output import Finish, SeqEvent, SequenceFinished, TokenEmitted
+from modelc.scheduler.sequence import FINISH_REASONS, Sequence, SequenceStatus
+
+S = SequenceStatus
+
+
+def _frozen_i32(values: list[int]) -> np.ndarray:
+    arr = np.array(values, dtype=np.int32)
+    arr.flags.writeable = False
+    return arr
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, block_pool: BlockPool, *, debug: bool = False) -> None:
+        self.config = config
+        self.pool = block_pool
+        self.debug = debug  # also run the O(num_blocks) pool check after every schedule()
+        self.eos_ids = frozenset(config.eos_token_ids)
+        self.waiting: list[Sequence] = []  # sorted by sort_key
+        self.running: list[Sequence] = []  # sorted by sort_key; preemption victims come from the end
+        self._seqs: dict[int, Sequence] = {}
+        self._arrivals = itertools.count()
+        self._step_ids = itertools.count()
+        self._in_flight: BatchPlan | None = None
+        self._scheduled: dict[int, int] = {}  # seq id -> tokens in the plan in flight
+        self._freed: list[int] = []  # ended sequences the engine still holds state for
+        self._pending_events: list[SeqEvent] = []  # ends decided inside schedule()
+        self.num_preemptions = 0
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def add(self, seq: Sequence) -> list[SeqEvent]:
+        """Queue a sequence. OverloadedError when the waiting queue is full."""
+        if seq.seq_id in self._seqs:
+            raise InvalidRequestError(f"sequence id {seq.seq_id} is already scheduled")
+        if seq.num_tokens == 0:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        capacity = self.pool.num_blocks * self.pool.block_size
+        if seq.num_tokens >= capacity:
+            raise InvalidRequestError(f"the prompt has {seq.num_tokens} tokens; the KV cache holds {capacity}")
+        limit = self.config.max_model_len
+        if limit is not None and seq.num_tokens >= limit:
+            raise InvalidRequestError(f"the prompt has {seq.num_tokens} tokens; the context is {limit}")
+        if len(self.waiting) >= self.config.max_queue:
+            raise OverloadedError(f"the waiting queue is full ({self.config.max_queue} requests)")
+        seq.arrival = next(self._arrivals)
+        if seq.params.max_tokens == 0:
+            seq.status = S.FINISHED_LENGTH
+            return [SequenceFinished(seq.seq_id, self._finish_info(seq))]
+        seq.status = S.WAITING
+        self._seqs[seq.seq_id] = seq
+        bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
+        return []
+
+    def has(self, seq_id: int) -> bool:
+        return seq_id in self._seqs
+
+    def abort(self, seq_id: int) -> list[SeqEvent]:
+        """End a sequence now, or at update() when it is in the plan in flight (then [] now)."""
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            return []
+        if seq_id in self._scheduled:
+            seq.abort_requested = True
+            return []
+        return [SequenceFinished(seq_id, self._finish(seq, S.FINISHED_ABORTED))]
+
+    def abort_all(self) -> list[SeqEvent]:
+        """Shutdown: end every sequence not in the plan in flight (those end at its update)."""
+        return [ev for seq_id in list(self._seqs) for ev in self.abort(seq_id)]
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight is not None
+
+    def schedule(self) -> BatchPlan | None:
+        """The next step's plan, or None when there is nothing to compute."""
+        assert self._in_flight is None, "schedule() while a plan is in flight"
+        scheduled: dict[int, int] = {}
+        budget, preempted = self._schedule_running(scheduled, self.config.max_batch_tokens)
+        if not preempted:
+            self._schedule_waiting(scheduled, budget)
+        if not scheduled:
+            return None
+        plan = self._build_plan(scheduled)
+        self._check_invariants(plan, scheduled)
+        self._in_flight, self._scheduled = plan, scheduled
+        return plan
+
+    def _schedule_running(self, scheduled: dict[int, int], budget: int) -> tuple[int, bool]:
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            assert n > 0, f"running sequence {seq.seq_id} has nothing to compute"
+            need = seq.num_computed_tokens + n
+            if need > self.pool.num_blocks * self.pool.block_size:
+                finish = self._finish(seq, S.FINISHED_LENGTH)  # can never fit, even alone
+                self._pending_events.append(SequenceFinished(seq.seq_id, finish))
+                continue
+            while not self.pool.append(seq, need):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is seq:
+                    break
+            else:
+                scheduled[seq.seq_id] = n
+                budget -= n
+                i += 1
+        return budget, preempted
+
+    def _schedule_waiting(self, scheduled: dict[int, int], budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            seq = self.waiting[0]
+            computed, num_hit = self.pool.get_computed_blocks(seq)
+            n = min(seq.num_tokens - num_hit, budget)
+            if not self.pool.allocate(seq, num_hit + n, computed):
+                break  # FCFS: nobody overtakes the head of the queue
+            self.waiting.pop(0)
+            seq.num_computed_tokens = num_hit
+            if seq.num_preemptions == 0:
+                seq.num_cached_tokens = num_hit
+            seq.status = S.RUNNING
+            bisect.insort(self.running, seq, key=lambda s: s.sort_key)
+            scheduled[seq.seq_id] = n
+            budget -= n
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.pool.free(seq.seq_id)
+        seq.status = S.WAITING
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        bisect.insort(self.waiting, seq, key=lambda s: s.sort_key)
+
+    def _build_plan(self, scheduled: dict[int, int]) -> BatchPlan:
+        chunks = []
+        for seq_id, n in scheduled.items():
+            seq = self._seqs[seq_id]
+            start = seq.num_computed_tokens
+            chunks.append(
+                SeqChunk(
+                    seq_id=seq_id,
+                    token_ids=_frozen_i32(seq.token_ids[start : start + n]),  # (n,)
+                    start_pos=start,
+                    block_table=_frozen_i32(self.pool.block_table(seq_id)),  # (num_blocks,)
+                    sample=start + n == seq.num_tokens,
+                    params=seq.params,
+                    prompt_len=seq.num_prompt_tokens,
+                    num_output_tokens=seq.num_output_tokens,
+                    is_new=not seq.engine_has_state,
+                )
+            )
+            seq.engine_has_state = True
+        freed, self._freed = tuple(self._freed), []
+        return BatchPlan(step_id=next(self._step_ids), chunks=tuple(chunks), freed_seq_ids=freed)
+
+    def _check_invariants(self, plan: BatchPlan, scheduled: dict[int, int]) -> None:
+        assert plan.num_tokens <= self.config.max_batch_tokens, "token budget exceeded"
+        assert len(self.running) <= self.config.max_num_seqs, "too many running sequences"
+        assert self.pool.num_free_blocks + self.pool.num_used_blocks == self.pool.num_blocks
+        for seq in self.running:
+            assert seq.status is S.RUNNING
+            assert self.pool.has_blocks(seq.seq_id, seq.num_computed_tokens + scheduled.get(seq.seq_id, 0)), (
+                f"running sequence {seq.seq_id} lacks blocks"
+            )
+        for seq in self.waiting:
+            assert seq.status is S.WAITING and not self.pool.block_table(seq.seq_id)
+        if self.debug:
+            self.pool.check()
+
+    # -- results -------------------------------------------------------------------------------
+
+    def update(self, plan: BatchPlan, result: BatchResult) -> list[SeqEvent]:
+        """Apply the engine's result: advance, append tokens, apply stop rules, free finished."""
+        assert plan is self._in_flight and result.step_id == plan.step_id, "result for another plan"
+        self._in_flight, self._scheduled = None, {}
+        events, self._pending_events = self._pending_events, []
+        if result.error is not None:
+            for chunk in plan.chunks:
+                seq = self._seqs.get(chunk.seq_id)
+                if seq is not None:
+                    events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ERROR, result.error)))
+            return events
+        sampled = {t.seq_id: t for t in result.tokens}
+        for chunk in plan.chunks:
+            seq = self._seqs[chunk.seq_id]
+            seq.num_computed_tokens += len(chunk.token_ids)
+            self.pool.cache_blocks(seq, seq.num_computed_tokens)
+            if seq.abort_requested:
+                events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ABORTED)))
+            elif chunk.sample:
+                token = sampled.get(seq.seq_id)
+                if token is None:
+                    error = f"the engine returned no token for sequence {seq.seq_id}"
+                    events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ERROR, error)))
+                else:
+                    events.append(self._append_token(seq, token))
+        return events
+
+    def take_events(self) -> list[SeqEvent]:
+        """Events produced outside update() (a sequence that outgrew the pool in schedule())."""
+        events, self._pending_events = self._pending_events, []
+        return events
+
+    def _append_token(self, seq: Sequence, token: SampledToken) -> TokenEmitted:
+        p = seq.params
+        seq.token_ids.append(token.token_id)
+        num_out = seq.num_output_tokens
+        is_stop_id = (token.token_id in self.eos_ids and not p.ignore_eos) or token.token_id in p.stop_token_ids
+        stop_token = is_stop_id and num_out > p.min_tokens
+        limit = self.config.max_model_len
+        if stop_token or token.constraint_done:
+            status = S.FINISHED_STOPPED
+        elif num_out >= p.max_tokens or (limit is not None and seq.num_tokens >= limit):
+            status = S.FINISHED_LENGTH
+        else:
+            return TokenEmitted(seq.seq_id, token)
+        return TokenEmitted(seq.seq_id, token, stop_token, self._finish(seq, status))
+
+    def _finish(self, seq: Sequence, status: SequenceStatus, error: str | None = None) -> Finish:
+        assert status.is_finished
+        if seq.status is S.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is S.WAITING:
+            self.waiting.remove(seq)
+        seq.status = status
+        self.pool.free(seq.seq_id)
+        del self._seqs[seq.seq_id]
+        if seq.engine_has_state:
+            self._freed.append(seq.seq_id)
+        return self._finish_info(seq, error)
+
+    @staticmethod
+    def _finish_info(seq: Sequence, error: str | None = None) -> Finish:
+        return Finish(
+            FINISH_REASONS[seq.status], seq.num_prompt_tokens, seq.num_output_tokens, seq.num_cached_tokens, error
+        )
+
+    # -- engine restarts, stats ----------------------------------------------------------------
+
+    def reset_engine_state(self) -> None:
+        """The engine lost its KV pages and per-sequence state: recompute everything from scratch."""
+        assert self._in_flight is None
+        for seq in list(self.running):
+            self._preempt(seq)
+        for seq in self.waiting:
+            seq.engine_has_state = False
+        self._freed.clear()
+        self.pool.reset_prefix_cache()
+
+    def stats(self) -> dict[str, int]:
+        pool = self.pool.stats()
+        return {
+            "running": len(self.running),
+            "waiting": len(self.waiting),
+            "kv_blocks_used": pool.num_used_blocks,
+            "kv_blocks_total": pool.num_blocks,
+            "prefix_queries": pool.prefix_queries,
+            "prefix_hits": pool.prefix_hits,
+            "preemptions": self.num_preemptions,
+        }

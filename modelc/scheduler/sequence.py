@@ -1,0 +1,75 @@
+"""Sequence: one request's tokens and progress, as the scheduler sees it. Lives only in the scheduler.
+
+SequenceStatus is ordered so that "finished" is one comparison; FINISH_REASONS is the one map from
+a finished status to the API's finish_reason.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from modelc.engine.params import SamplingParams
+
+
+class SequenceStatus(enum.IntEnum):
+    WAITING = 0  # queued without blocks: new, or preempted and waiting to recompute
+    RUNNING = 1  # holds blocks; gets tokens every step until it finishes
+    FINISHED_STOPPED = 2  # EOS/EOT, a stop token id, a finished constraint, or a stop string
+    FINISHED_LENGTH = 3  # max_tokens, max_model_len, or more KV than the whole pool
+    FINISHED_ABORTED = 4  # client abort or shutdown
+    FINISHED_ERROR = 5  # the forward pass failed
+
+    @property
+    def is_finished(self) -> bool:
+        return self >= SequenceStatus.FINISHED_STOPPED
+
+
+FINISH_REASONS = {
+    SequenceStatus.FINISHED_STOPPED: "stop",
+    SequenceStatus.FINISHED_LENGTH: "length",
+    SequenceStatus.FINISHED_ABORTED: "abort",
+    SequenceStatus.FINISHED_ERROR: "error",
+}
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """token_ids = prompt + output so far. The rule: each step computes some of the
+    num_tokens - num_computed_tokens tokens not yet in the KV cache (prefill, chunk or decode)."""
+
+    seq_id: int
+    token_ids: list[int]
+    params: SamplingParams
+    num_prompt_tokens: int = -1
+    arrival: int = 0  # set by Scheduler.add; FCFS order within a priority
+    status: SequenceStatus = SequenceStatus.WAITING
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at first admission
+    num_preemptions: int = 0
+    engine_has_state: bool = False  # the engine created its per-sequence sampler state
+    abort_requested: bool = False  # abort arrived while the sequence was in a running batch
+    adapter: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.token_ids = list(self.token_ids)
+        if self.num_prompt_tokens < 0:
+            self.num_prompt_tokens = len(self.token_ids)
+        self.adapter = self.params.adapter
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def sort_key(self) -> tuple[int, int]:
+        """Lower runs first: priority, then arrival (FCFS)."""
+        return (self.params.priority, self.arrival)

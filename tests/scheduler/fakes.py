@@ -1,0 +1,118 @@
+"""Test factories for the scheduler and actors: make_scheduler, make_sequence, fake_result, FakeRunner.
+
+FakeRunner stands in for modelc.engine.runner.Runner. It keeps a paged "KV cache" of token ids,
+writes each chunk's tokens to the slots its block table names, and samples the next token from a
+hash of the context it READS BACK through the block table. So a wrong block table, a bad prefix
+hit or a lost page changes the output, and "equal to the run alone" tests mean something.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+
+from modelc.cache.block_pool import BlockPool
+from modelc.config import SchedulerConfig
+from modelc.engine.params import SamplingParams
+from modelc.scheduler.batch import BatchPlan, BatchResult, SampledToken
+from modelc.scheduler.scheduler import Scheduler
+from modelc.scheduler.sequence import Sequence
+
+BLOCK = 16
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
+
+
+def make_scheduler(num_blocks: int = 64, **cfg) -> Scheduler:
+    return Scheduler(SchedulerConfig(**cfg), BlockPool(num_blocks, BLOCK), debug=True)
+
+
+def make_sequence(seq_id: int, prompt_len: int = 20, *, start: int = 0, **params) -> Sequence:
+    p = SamplingParams(**{"temperature": 0.0, "max_tokens": 8, **params})
+    return Sequence(seq_id, [(start + i) % 997 + 3 for i in range(prompt_len)], p)
+
+
+def next_token(context: np.ndarray, vocab_size: int = 1000, salt: str = "") -> int:
+    """The fake model: a token from a hash of the whole context (and the adapter)."""
+    return zlib.crc32(np.asarray(context, dtype=np.int64).tobytes() + salt.encode()) % (vocab_size - 3) + 3
+
+
+def fake_result(plan: BatchPlan, token_fn: Callable[[int], int] | None = None, **token_kw) -> BatchResult:
+    """A result sampling token_fn(seq_id) (default seq_id + 100) for every chunk that samples."""
+    fn = token_fn or (lambda seq_id: seq_id + 100)
+    toks = tuple(SampledToken(c.seq_id, fn(c.seq_id), -0.5, **token_kw) for c in plan.chunks if c.sample)
+    return BatchResult(plan.step_id, toks)
+
+
+class FakeRunner:
+    """Deterministic runner over a checked paged token store. fail_steps: execute() call numbers
+    (0-based, counted per runner) that raise; gate: an Event each execute waits on (tests)."""
+
+    def __init__(
+        self,
+        num_kv_blocks: int = 256,
+        *,
+        vocab_size: int = 1000,
+        fail_calls: tuple[int, ...] = (),
+        gate: threading.Event | None = None,
+    ) -> None:
+        self.num_kv_blocks = num_kv_blocks
+        self.vocab_size = vocab_size
+        self.kv = np.full(num_kv_blocks * BLOCK, -1, dtype=np.int64)  # (P * Z,) token id per slot
+        self.states: set[int] = set()
+        self.adapters: dict[str, float] = {}
+        self.fail_calls = set(fail_calls)
+        self.gate = gate
+        self.num_calls = 0
+        self.max_batch_tokens_seen = 0
+
+    def _slots(self, block_table: np.ndarray, start: int, end: int) -> np.ndarray:
+        pos = np.arange(start, end)
+        assert len(block_table) * BLOCK >= end, "block table too short"
+        return block_table[pos // BLOCK].astype(np.int64) * BLOCK + pos % BLOCK
+
+    def execute(self, plan: BatchPlan) -> BatchResult:
+        call, self.num_calls = self.num_calls, self.num_calls + 1
+        if self.gate is not None:
+            self.gate.wait(10)
+        if call in self.fail_calls:
+            raise RuntimeError(f"injected fault in call {call}")
+        self.max_batch_tokens_seen = max(self.max_batch_tokens_seen, plan.num_tokens)
+        for seq_id in plan.freed_seq_ids:
+            self.states.remove(seq_id)
+        toks = []
+        for c in plan.chunks:
+            if c.is_new:
+                assert c.seq_id not in self.states, f"is_new twice for {c.seq_id}"
+                self.states.add(c.seq_id)
+            assert c.seq_id in self.states, f"no state for {c.seq_id}"
+            end = c.start_pos + len(c.token_ids)
+            self.kv[self._slots(c.block_table, c.start_pos, end)] = c.token_ids
+            if c.sample:
+                context = self.kv[self._slots(c.block_table, 0, end)]
+                assert (context >= 0).all(), "read an unwritten KV slot"
+                salt = c.params.adapter or ""
+                toks.append(SampledToken(c.seq_id, next_token(context, self.vocab_size, salt), -1.0))
+        return BatchResult(plan.step_id, tuple(toks))
+
+    def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
+        out = np.stack([np.sin(np.arange(8) + next_token(np.array(ids))) for ids in token_id_lists])  # (S, 8)
+        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+
+    def load_adapter(self, name: str, path: str, alpha: float = 1.0) -> None:
+        if path == "missing":
+            raise FileNotFoundError(path)
+        self.adapters[name] = alpha
+
+    def unload_adapter(self, name: str) -> None:
+        del self.adapters[name]
+
+
+def greedy_alone(prompt: list[int], max_tokens: int, vocab_size: int = 1000, salt: str = "") -> list[int]:
+    """What FakeRunner generates for one prompt with nothing else running (no EOS)."""
+    ctx = list(prompt)
+    for _ in range(max_tokens):
+        ctx.append(next_token(np.array(ctx), vocab_size, salt))
+    return ctx[len(prompt) :]

@@ -1,0 +1,83 @@
+"""create_app(state) -> the Quart app: blueprints, auth, rate limit, body limit, request records,
+error bodies, /openapi.json. Routes only validate and call the engine; this module wires them.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Any
+
+import structlog
+from quart import Quart, Response, g, request
+
+from modelc.errors import ModelcError, PayloadTooLargeError
+from modelc.server import native_routes, openai_chat, openai_completions, openai_routes
+from modelc.server.auth import EXEMPT_PATHS, check_bearer
+from modelc.server.errors import error_response, install_error_handlers
+from modelc.server.handling import STATE_KEY, RequestRecord, finish_record, new_id
+from modelc.server.openapi import openapi_spec
+from modelc.server.state import ServerState
+
+
+def make_logger(stream: IO[str] | None) -> Any:
+    """A structlog JSON logger of this app only (the global structlog config is left alone)."""
+    return structlog.wrap_logger(
+        structlog.PrintLogger(stream or sys.stderr),
+        processors=[structlog.processors.TimeStamper(fmt="iso", utc=True), structlog.processors.JSONRenderer()],
+    )
+
+
+def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quart:
+    app = Quart("modelc", static_folder=None)
+    app.config.update(
+        MAX_CONTENT_LENGTH=state.config.max_body_bytes,
+        RESPONSE_TIMEOUT=None,  # streams end on their own (or by --request-timeout), never mid-token
+        BODY_TIMEOUT=60,
+        JSON_SORT_KEYS=False,
+    )
+    app.json.sort_keys = False
+    app.json.ensure_ascii = False
+    app.extensions[STATE_KEY] = state
+    state.log = make_logger(log_stream)
+    state.metrics.watch_engine(lambda: state.engine.stats() if state.engine is not None else None)
+    for bp in (openai_chat.bp, openai_completions.bp, openai_routes.bp, native_routes.bp):
+        app.register_blueprint(bp)
+    install_error_handlers(app)
+
+    @app.get("/openapi.json")
+    async def openapi() -> Any:
+        return openapi_spec()
+
+    @app.before_request
+    async def _guard() -> Response | None:
+        rule = request.url_rule.rule if request.url_rule is not None else "unknown"
+        g.modelc_record = rec = RequestRecord(
+            new_id("chatcmpl" if rule == "/v1/chat/completions" else "cmpl"), request.method, rule
+        )
+        exempt = request.path in EXEMPT_PATHS
+        try:
+            if state.config.api_key is not None and not exempt:
+                check_bearer(request.headers.get("Authorization"), state.config.api_key)
+            if state.limiter is not None and not exempt:
+                state.limiter.check(request.remote_addr or "unknown")
+            length = request.content_length
+            if length is not None and length > state.config.max_body_bytes:
+                raise PayloadTooLargeError(
+                    f"request body of {length} bytes exceeds the limit of {state.config.max_body_bytes} bytes"
+                )
+        except ModelcError as e:
+            rec.error = e.message
+            return error_response(e)
+        return None
+
+    @app.after_request
+    async def _log(response: Response) -> Response:
+        rec: RequestRecord | None = g.get("modelc_record")
+        if rec is not None and not rec.streaming:
+            if response.status_code >= 400 and rec.error is None:
+                rec.error = f"HTTP {response.status_code}"
+            finish_record(state, rec, response.status_code)
+        response.headers.setdefault("X-Request-Id", rec.request_id if rec else "")
+        return response
+
+    return app

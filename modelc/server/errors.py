@@ -1,0 +1,71 @@
+"""ModelcError -> OpenAI-style error responses, and the HTTP errors Quart raises (404, 405, 413).
+
+Body: {"error": {"message", "type", "param", "code"}}; 503 carries Retry-After.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from quart import Quart, Response
+from werkzeug.exceptions import HTTPException
+
+from modelc.errors import EngineError, ModelcError, OverloadedError
+
+
+class ServiceUnavailableError(ModelcError):
+    """The model is still loading (or failed to load)."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "model_loading"
+
+
+def error_body(err: ModelcError) -> dict[str, Any]:
+    return {"error": {"message": err.message, "type": err.error_type, "param": err.param, "code": err.code}}
+
+
+def error_response(err: ModelcError) -> Response:
+    resp = Response(json.dumps(error_body(err)), status=err.http_status, content_type="application/json")
+    if isinstance(err, OverloadedError):
+        resp.headers["Retry-After"] = str(err.retry_after_s)
+    if isinstance(err, ServiceUnavailableError):
+        resp.headers["Retry-After"] = "1"
+    return resp
+
+
+_HTTP_TYPES = {
+    404: ("not_found_error", "not_found"),
+    405: ("invalid_request_error", "method_not_allowed"),
+    413: ("invalid_request_error", "payload_too_large"),
+}
+
+
+def http_error_response(exc: HTTPException) -> Response:
+    status = exc.code or 500
+    error_type, code = _HTTP_TYPES.get(status, ("invalid_request_error" if status < 500 else "server_error", None))
+    message = {404: "no such route", 405: "method not allowed for this route", 413: "request body too large"}.get(
+        status, exc.description or exc.name
+    )
+    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    resp = Response(json.dumps(body), status=status, content_type="application/json")
+    if status == 405 and getattr(exc, "valid_methods", None):
+        resp.headers["Allow"] = ", ".join(exc.valid_methods)
+    return resp
+
+
+def install_error_handlers(app: Quart) -> None:
+    @app.errorhandler(ModelcError)
+    async def _modelc_error(err: ModelcError) -> Response:
+        return error_response(err)
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(exc: HTTPException) -> Response:
+        return http_error_response(exc)
+
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        # A bug, not bad input: answer 500 with the error's class and message, never a traceback.
+        app.logger.exception("unhandled error")
+        return error_response(EngineError(f"internal error: {type(exc).__name__}: {exc}"))

@@ -1,0 +1,168 @@
+"""Runs the engine for one HTTP request: n choices as tasks merged into one queue, a deadline,
+and the bookkeeping every route needs (text, token ids, logprobs, finish reason, usage, timings).
+
+No HTTP here. Leaving a ChoiceStreams block (done, error, timeout or client disconnect) cancels
+each choice's task, which leaves its engine iterator and so aborts that sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelc.engine.params import SamplingParams
+from modelc.errors import EngineError, ModelcError, RequestTimeoutError
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One choice to generate: its prompt and its sampling parameters."""
+
+    prompt_token_ids: tuple[int, ...]
+    params: SamplingParams
+
+
+@dataclass(slots=True)
+class ChoiceResult:
+    """Everything one finished (or running) choice produced, in order."""
+
+    index: int
+    prompt_tokens: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    token_texts: list[str] = field(default_factory=list)  # the text each token added (may be "")
+    logprobs: list[float | None] = field(default_factory=list)
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    finish_reason: str | None = None
+    cached_tokens: int = 0
+
+    @property
+    def cumulative_logprob(self) -> float:
+        return float(sum(lp for lp in self.logprobs if lp is not None))
+
+    def add_token(self, ev: Any) -> None:
+        self.token_ids.append(int(ev.token_id))
+        self.token_texts.append(ev.text or "")
+        self.text += ev.text or ""
+        self.logprobs.append(None if ev.logprob is None else float(ev.logprob))
+        self.top_logprobs.append(normalize_top(getattr(ev, "top_logprobs", None)))
+
+
+def normalize_top(top: Any) -> list[tuple[int, float]]:
+    """TokenEvent.top_logprobs as [(token_id, logprob)] best first (accepts pairs or a {id: lp} map)."""
+    if not top:
+        return []
+    items = top.items() if isinstance(top, dict) else top
+    return sorted(((int(t), float(lp)) for t, lp in items), key=lambda p: -p[1])
+
+
+def is_finished(ev: Any) -> bool:
+    return getattr(ev, "finish_reason", None) is not None and not hasattr(ev, "token_id")
+
+
+class ChoiceStreams:
+    """`async with ChoiceStreams(engine, jobs, request_id, deadline) as cs: async for i, ev in cs: ...`
+
+    Yields (choice index, TokenEvent | Finished) as they come from any choice; raises the first
+    engine error, RequestTimeoutError past the deadline (a time.monotonic() value, or None).
+    """
+
+    def __init__(self, engine: Any, jobs: Sequence[Job], request_id: str, deadline: float | None) -> None:
+        self._engine = engine
+        self._jobs = list(jobs)
+        self._request_id = request_id
+        self._deadline = deadline
+        self._queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._num_open = len(self._jobs)
+
+    async def __aenter__(self) -> ChoiceStreams:
+        for i, job in enumerate(self._jobs):
+            rid = self._request_id if len(self._jobs) == 1 else f"{self._request_id}-{i}"
+            self._tasks.append(asyncio.create_task(self._pump(i, job, rid)))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        if self._tasks:
+            # Shielded so a cancelled caller still waits for every abort to be sent.
+            await asyncio.shield(asyncio.gather(*self._tasks, return_exceptions=True))
+        self._tasks = []
+
+    async def _pump(self, index: int, job: Job, request_id: str) -> None:
+        try:
+            async for ev in self._engine.generate(list(job.prompt_token_ids), job.params, request_id=request_id):
+                self._queue.put_nowait((index, ev))
+        except asyncio.CancelledError:
+            raise
+        except ModelcError as e:
+            self._queue.put_nowait((index, e))
+        except Exception as e:  # an engine bug: end this request with a clear error, keep serving
+            self._queue.put_nowait((index, EngineError(f"generation failed: {type(e).__name__}: {e}")))
+
+    def __aiter__(self) -> ChoiceStreams:
+        return self
+
+    async def __anext__(self) -> tuple[int, Any]:
+        if self._num_open == 0:
+            raise StopAsyncIteration
+        if self._deadline is None:
+            index, ev = await self._queue.get()
+        else:
+            remaining = self._deadline - time.monotonic()
+            try:
+                index, ev = await asyncio.wait_for(self._queue.get(), max(remaining, 0.0))
+            except TimeoutError:
+                raise RequestTimeoutError("request timed out; its generation was aborted") from None
+        if isinstance(ev, ModelcError):
+            raise ev
+        if is_finished(ev):
+            self._num_open -= 1
+            if ev.finish_reason == "error":
+                raise EngineError(getattr(ev, "error", None) or "generation failed in the engine")
+        return index, ev
+
+
+@dataclass(slots=True)
+class Timings:
+    """Per-request clock: arrival, first token, last token (time.monotonic)."""
+
+    start: float = field(default_factory=time.monotonic)
+    first_token: float | None = None
+    last_token: float | None = None
+    itl_s: list[float] = field(default_factory=list)
+
+    def on_token(self) -> None:
+        now = time.monotonic()
+        if self.first_token is None:
+            self.first_token = now
+        elif self.last_token is not None:
+            self.itl_s.append(now - self.last_token)
+        self.last_token = now
+
+
+def apply_finish(result: ChoiceResult, ev: Any) -> None:
+    result.finish_reason = ev.finish_reason
+    result.cached_tokens = int(getattr(ev, "cached_tokens", 0) or 0)
+
+
+async def collect(
+    engine: Any, jobs: Sequence[Job], request_id: str, deadline: float | None, timings: Timings
+) -> list[ChoiceResult]:
+    """Run every job to the end; results in job order."""
+    results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(jobs)]
+    async with ChoiceStreams(engine, jobs, request_id, deadline) as streams:
+        async for i, ev in streams:
+            if is_finished(ev):
+                apply_finish(results[i], ev)
+            else:
+                timings.on_token()
+                results[i].add_token(ev)
+    return results

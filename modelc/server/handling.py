@@ -1,0 +1,155 @@
+"""What every route does around the engine: the app's state, the JSON body, the model check,
+eager constraint compilation, the per-request record (id, timings, tokens) and its log line + metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from quart import current_app, g, request
+
+from modelc.engine.params import Constraint
+from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.server.errors import ServiceUnavailableError
+from modelc.server.generation import ChoiceResult, Timings
+from modelc.server.state import ServerState
+
+STATE_KEY = "modelc"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request's log line, filled in by the route and written once at the end."""
+
+    request_id: str
+    method: str
+    path: str
+    start: float = field(default_factory=time.monotonic)
+    inference: bool = False
+    streaming: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_s: float | None = None
+    error: str | None = None
+
+
+def get_state() -> ServerState:
+    return current_app.extensions[STATE_KEY]
+
+
+def current_engine(state: ServerState) -> Any:
+    if state.engine is None:
+        msg = f"model failed to load: {state.load_error}" if state.load_error else "model is loading; retry shortly"
+        raise ServiceUnavailableError(msg)
+    return state.engine
+
+
+def record() -> RequestRecord:
+    return g.modelc_record
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+async def read_json() -> dict[str, Any]:
+    raw = await request.get_data(as_text=False)
+    if not raw:
+        raise InvalidRequestError("request body is empty: send a JSON object")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InvalidRequestError(f"request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequestError("request body must be a JSON object")
+    return body
+
+
+def check_model(state: ServerState, engine: Any, body: dict[str, Any]) -> str:
+    """The `model` field, when given, must name the served model (or an alias). Returns the name to echo."""
+    model = body.get("model")
+    if model is None or model == "":
+        return engine.name
+    if not isinstance(model, str):
+        raise InvalidRequestError("'model' must be a string", param="model")
+    if model != engine.name and model not in state.config.model_aliases:
+        raise NotFoundError(f"model {model!r} not found; this server serves {engine.name!r}", param="model")
+    return model
+
+
+def precompile(engine: Any, constraint: Constraint | None) -> None:
+    """Compile a constraint now so a bad regex/schema is a 400 before any streaming starts."""
+    if constraint is None:
+        return
+    try:
+        from modelc.engine.constraint import compile_constraint
+    except ImportError:
+        raise InvalidRequestError(
+            "structured output is not available in this build (modelc.engine.constraint missing)",
+            param="response_format",
+        ) from None
+    try:
+        compile_constraint(constraint, engine.tokenizer)
+    except ModelcError as e:
+        raise InvalidRequestError(e.message, param=e.param or _constraint_param(constraint)) from None
+
+
+def _constraint_param(c: Constraint) -> str:
+    return {"regex": "grammar", "lark": "grammar", "gbnf": "grammar", "tool_call": "tools"}.get(
+        c.kind, "response_format"
+    )
+
+
+def deadline(state: ServerState) -> float | None:
+    t = state.config.request_timeout_s
+    return None if t is None else time.monotonic() + t
+
+
+def account(
+    state: ServerState, rec: RequestRecord, results: list[ChoiceResult], prompt_lens: list[int], timings: Timings
+) -> None:
+    """Fill the record and the token/latency metrics from finished choices."""
+    m = state.metrics
+    rec.prompt_tokens = sum(prompt_lens)
+    rec.completion_tokens = sum(len(r.token_ids) for r in results)
+    rec.cached_tokens = sum(r.cached_tokens for r in results)
+    m.prompt_tokens.inc(rec.prompt_tokens)
+    m.tokens.inc(rec.completion_tokens)
+    for n in prompt_lens:
+        m.prompt_hist.observe(n)
+    for r in results:
+        m.generation_hist.observe(len(r.token_ids))
+    if timings.first_token is not None:
+        rec.ttft_s = timings.first_token - timings.start
+        m.ttft.observe(rec.ttft_s)
+    for dt in timings.itl_s:
+        m.itl.observe(dt)
+
+
+def finish_record(state: ServerState, rec: RequestRecord, status: int) -> None:
+    """Write the one log line and count the request."""
+    elapsed = time.monotonic() - rec.start
+    state.metrics.requests.labels(route=rec.path if status != 404 else "unknown", status=str(status)).inc()
+    if rec.inference:
+        state.metrics.inference.observe(elapsed)
+    log = state.log
+    if log is not None and state.config.log_requests:
+        log.info(
+            "request",
+            id=rec.request_id,
+            method=rec.method,
+            path=rec.path,
+            status=status,
+            prompt_tokens=rec.prompt_tokens,
+            completion_tokens=rec.completion_tokens,
+            cached_tokens=rec.cached_tokens,
+            ttft_ms=None if rec.ttft_s is None else round(rec.ttft_s * 1e3, 2),
+            duration_ms=round(elapsed * 1e3, 2),
+            stream=rec.streaming,
+            error=rec.error,
+        )

@@ -1,0 +1,378 @@
+"""The native (seed spec) API: /health /info /props /v1/system /api/version /metrics /infer /chat
+/chat/stream /complete /embeddings /tokenize /detokenize /lora/load /lora/unload.
+
+Shapes follow ../shared/SEED-SPEC.md's HTTP API section; generation reuses the OpenAI machinery
+with the seed defaults (temperature 0 = greedy, top_p/min_p 0 = off).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import platform
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from quart import Blueprint, Response
+
+from modelc import __version__
+from modelc.errors import InvalidRequestError, ModelcError
+from modelc.server.embedding import embed_inputs, encode_vector
+from modelc.server.errors import error_body
+from modelc.server.generation import ChoiceStreams, Job, Timings, collect, is_finished
+from modelc.server.handling import (
+    account,
+    current_engine,
+    deadline,
+    finish_record,
+    get_state,
+    precompile,
+    read_json,
+    record,
+)
+from modelc.server.prompt import encode_chat, encode_prompt, render_chat
+from modelc.server.schema import (
+    check_token_ids,
+    get_float,
+    get_str,
+    parse_constraint,
+    parse_messages,
+    parse_sampling,
+    with_constraint,
+)
+from modelc.server.sse import SSE_HEADERS, sse_event
+from modelc.server.state import ServerState
+from modelc.server.streaming import events_from, finish_streams, open_streams
+
+bp = Blueprint("native", __name__)
+
+
+def model_source(engine: Any) -> Any:
+    return getattr(engine, "source", None) or getattr(engine, "model", None)
+
+
+def model_summary(engine: Any) -> dict[str, Any]:
+    src = model_source(engine)
+    tensors = getattr(src, "tensors", None) or {}
+    return {
+        "name": engine.name,
+        "architecture": engine.architecture,
+        "total_params": int(getattr(src, "num_params", sum(t.num_elements for t in tensors.values()))),
+        "total_bytes": int(getattr(src, "total_bytes", sum(t.nbytes for t in tensors.values()))),
+        "tensors": sorted(tensors),
+    }
+
+
+@bp.get("/health")
+async def health() -> Any:
+    state = get_state()
+    if state.engine is None:
+        status = "error" if state.load_error else "loading"
+        body = {"status": status, "model": None, "architecture": None, "error": state.load_error}
+        return body, 503, {"Retry-After": "1"}
+    return {"status": "ok", "model": state.engine.name, "architecture": state.engine.architecture}
+
+
+@bp.get("/info")
+async def info() -> Any:
+    return model_summary(current_engine(get_state()))
+
+
+def default_generation(state: ServerState) -> dict[str, Any]:
+    d = state.config.defaults
+    return {
+        "max_tokens": d.max_tokens if d.max_tokens is not None else 128,
+        "temperature": d.temperature if d.temperature is not None else 0.0,
+        "top_p": d.top_p if d.top_p is not None else 0.0,
+        "min_p": d.min_p if d.min_p is not None else 0.0,
+        "repetition_penalty": d.repetition_penalty if d.repetition_penalty is not None else 1.0,
+        "presence_penalty": d.presence_penalty if d.presence_penalty is not None else 0.0,
+        "frequency_penalty": d.frequency_penalty if d.frequency_penalty is not None else 0.0,
+        "gamma": 0,
+    }
+
+
+@bp.get("/props")
+async def props() -> Any:
+    state = get_state()
+    engine = current_engine(state)
+    summary = model_summary(engine)
+    template = engine.chat_template
+    return {
+        "model": engine.name,
+        "architecture": engine.architecture,
+        "total_params": summary["total_params"],
+        "total_bytes": summary["total_bytes"],
+        "chat_template": getattr(template, "source", None) if template is not None else None,
+        "default_generation": default_generation(state),
+    }
+
+
+def memory_total_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+@bp.get("/v1/system")
+async def system() -> Any:
+    summary = model_summary(current_engine(get_state()))
+    return {
+        "model": summary["name"],
+        "architecture": summary["architecture"],
+        "total_params": summary["total_params"],
+        "total_bytes": summary["total_bytes"],
+        "cpu_cores": os.cpu_count(),
+        "os": platform.system().lower(),
+        "cpu_arch": platform.machine(),
+        "pointer_width": 64 if platform.architecture()[0] == "64bit" else 32,
+        "metal_available": False,
+        "memory_total_bytes": memory_total_bytes(),
+    }
+
+
+@bp.get("/api/version")
+async def api_version() -> Any:
+    from modelc.cli.main import git_sha
+
+    return {"version": __version__, "git_sha": git_sha()}
+
+
+@bp.get("/metrics")
+async def metrics() -> Any:
+    state = get_state()
+    return Response(state.metrics.exposition(), content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@bp.post("/infer")
+async def infer() -> Any:
+    state = get_state()
+    engine = current_engine(state)
+    body = await read_json()
+    run = getattr(engine, "infer", None)
+    if run is None:
+        raise InvalidRequestError(
+            f"/infer needs an MLP or ONNX model; {engine.name!r} is a {engine.architecture} "
+            "model: use /v1/completions or /v1/chat/completions"
+        )
+    if "input" not in body and "inputs" not in body:
+        raise InvalidRequestError("/infer needs 'input' (one example) or 'inputs' (a batch)", param="input")
+    record().inference = True
+    state.acquire_slot()
+    try:
+        out = run(body) if inspect.iscoroutinefunction(run) else await anyio.to_thread.run_sync(run, body)
+        if inspect.isawaitable(out):
+            out = await out
+    finally:
+        state.release_slot()
+    return out
+
+
+def native_params(state: ServerState, engine: Any, body: dict[str, Any]) -> Any:
+    params = parse_sampling(
+        body, state.config.defaults, vocab_size=getattr(engine.tokenizer, "vocab_size", None), native=True
+    )
+    constraint = parse_constraint(body)
+    precompile(engine, constraint)
+    return with_constraint(params, constraint)
+
+
+def chat_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
+    text = render_chat(engine, parse_messages(body), None)
+    template = engine.chat_template
+    return encode_chat(engine.tokenizer, text, getattr(template, "bos_token", None) if template else None)
+
+
+async def run_one(state: ServerState, engine: Any, ids: list[int], params: Any) -> str:
+    rec = record()
+    rec.inference = True
+    timings = Timings(start=rec.start)
+    state.acquire_slot()
+    try:
+        results = await collect(engine, [Job(tuple(ids), params)], rec.request_id, deadline(state), timings)
+    finally:
+        state.release_slot()
+    account(state, rec, results, [len(ids)], timings)
+    return results[0].text
+
+
+@bp.post("/chat")
+async def chat() -> Any:
+    state = get_state()
+    engine = current_engine(state)
+    body = await read_json()
+    params = native_params(state, engine, body)
+    text = await run_one(state, engine, chat_prompt(engine, body), params)
+    return {"message": {"role": "assistant", "content": text}}
+
+
+@bp.post("/chat/stream")
+async def chat_stream() -> Any:
+    state = get_state()
+    engine = current_engine(state)
+    body = await read_json()
+    params = native_params(state, engine, body)
+    ids = chat_prompt(engine, body)
+    rec = record()
+    rec.inference = True
+    streams, first = await open_streams(state, engine, [Job(tuple(ids), params)], rec)
+    rec.streaming = True
+    return Response(native_sse(state, rec, streams, first, len(ids)), headers=SSE_HEADERS)
+
+
+async def native_sse(
+    state: ServerState, rec: Any, streams: ChoiceStreams, first: tuple[int, Any], num_prompt: int
+) -> AsyncIterator[bytes]:
+    status = 200
+    timings = Timings(start=rec.start)
+    try:
+        async for _, ev in events_from(first, streams):
+            if is_finished(ev):
+                rec.completion_tokens = int(getattr(ev, "completion_tokens", 0) or 0)
+                yield sse_event({"delta": "", "done": True, "finish_reason": ev.finish_reason})
+                continue
+            timings.on_token()
+            rec.completion_tokens += 1
+            if ev.text:
+                yield sse_event({"delta": ev.text, "done": False})
+        rec.prompt_tokens = num_prompt
+        state.metrics.tokens.inc(rec.completion_tokens)
+        state.metrics.prompt_tokens.inc(num_prompt)
+        if timings.first_token is not None:
+            rec.ttft_s = timings.first_token - timings.start
+            state.metrics.ttft.observe(rec.ttft_s)
+    except ModelcError as e:
+        status, rec.error = e.http_status, e.message
+        yield sse_event({**error_body(e), "done": True})
+    except BaseException:
+        rec.error = "stream closed before the end"
+        raise
+    finally:
+        await finish_streams(state, streams)
+        finish_record(state, rec, status)
+
+
+@bp.post("/complete")
+async def complete() -> Any:
+    state = get_state()
+    engine = current_engine(state)
+    body = await read_json()
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise InvalidRequestError("'prompt' must be a string", param="prompt")
+    params = native_params(state, engine, body)
+    ids = encode_prompt(engine.tokenizer, prompt, None)
+    return {"completion": await run_one(state, engine, ids, params)}
+
+
+def single_or_batch(body: dict[str, Any], kind: type) -> tuple[list[Any], bool]:
+    """The seed shapes: {"input": x} (single) or {"inputs": [x, ...]} (batch)."""
+    if "inputs" in body:
+        items = body["inputs"]
+        if not isinstance(items, list) or not items or not all(isinstance(x, kind) for x in items):
+            raise InvalidRequestError(f"'inputs' must be a non-empty list of {kind.__name__}s", param="inputs")
+        return items, True
+    item = body.get("input")
+    if not isinstance(item, kind):
+        raise InvalidRequestError(f"'input' must be a {kind.__name__} (or send 'inputs': [...])", param="input")
+    return [item], False
+
+
+@bp.post("/embeddings")
+async def native_embeddings() -> Any:
+    state = get_state()
+    engine = current_engine(state)
+    body = await read_json()
+    texts, batch = single_or_batch(body, str)
+    ids, num_tokens = embed_inputs(engine, texts, "inputs" if batch else "input")
+    rec = record()
+    rec.inference = True
+    rec.prompt_tokens = num_tokens
+    state.acquire_slot()
+    try:
+        vectors = await engine.embed(ids)  # (S, C)
+    finally:
+        state.release_slot()
+    if not batch:
+        return {"embedding": encode_vector(vectors[0], "float"), "model": engine.name}
+    return {
+        "embeddings": [{"embedding": encode_vector(v, "float"), "index": i} for i, v in enumerate(vectors)],
+        "model": engine.name,
+    }
+
+
+@bp.post("/tokenize")
+async def tokenize() -> Any:
+    engine = current_engine(get_state())
+    body = await read_json()
+    texts, batch = single_or_batch(body, str)
+    add_special = body.get("add_special", True)
+    if not isinstance(add_special, bool):
+        raise InvalidRequestError("'add_special' must be a boolean", param="add_special")
+    lists = [list(engine.tokenizer.encode(t, add_special=add_special)) for t in texts]
+    count = sum(len(t) for t in lists)
+    return {"tokens_batch": lists, "count": count} if batch else {"tokens": lists[0], "count": count}
+
+
+@bp.post("/detokenize")
+async def detokenize() -> Any:
+    engine = current_engine(get_state())
+    body = await read_json()
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise InvalidRequestError("'tokens' must be a list of token ids", param="tokens")
+    check_token_ids(tokens, "tokens", getattr(engine.tokenizer, "vocab_size", None))
+    return {"text": engine.tokenizer.decode(tokens)}
+
+
+@bp.post("/lora/load")
+async def lora_load() -> Any:
+    engine = current_engine(get_state())
+    body = await read_json()
+    path = get_str(body, "path")
+    if not path:
+        raise InvalidRequestError("'path' (a LoRA adapter .safetensors file) is required", param="path")
+    alpha = get_float(body, "alpha", 1.0)
+    name = get_str(body, "name") or os.path.splitext(os.path.basename(path))[0]
+    global_ = body.get("global", True)
+    if not isinstance(global_, bool):
+        raise InvalidRequestError("'global' must be a boolean", param="global")
+    started = time.monotonic()
+    out = await engine.load_adapter(name, path, alpha=alpha, global_=global_)
+    info = out if isinstance(out, dict) else {}
+    return {
+        "name": name,
+        "applied": int(info.get("applied", 0)),
+        "skipped": int(info.get("skipped", 0)),
+        "global": global_,
+        "message": f"LoRA adapter {name!r} loaded from {path} (alpha={alpha}) in {time.monotonic() - started:.3f}s",
+    }
+
+
+@bp.post("/lora/unload")
+async def lora_unload() -> Any:
+    engine = current_engine(get_state())
+    body = await read_json() if await _has_body() else {}
+    name = get_str(body, "name")
+    if name is None:
+        loaded = list(getattr(engine, "adapters", None) or [])
+        if len(loaded) != 1:
+            raise InvalidRequestError(
+                f"name the adapter to unload ('name'); loaded: {', '.join(loaded) if loaded else 'none'}", param="name"
+            )
+        name = loaded[0]
+    await engine.unload_adapter(name)
+    return {"message": f"LoRA adapter {name!r} unloaded; base model restored"}
+
+
+async def _has_body() -> bool:
+    from quart import request
+
+    return bool(await request.get_data())

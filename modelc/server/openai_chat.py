@@ -1,0 +1,237 @@
+"""POST /v1/chat/completions: messages -> chat template (+ tools) -> engine -> chat.completion or SSE chunks.
+
+With tools offered (tool_choice != none) the text is buffered and parsed for tool calls at the end
+(message.tool_calls, finish_reason "tool_calls"); otherwise content streams token by token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from quart import Blueprint, Response
+
+from modelc.engine.params import SamplingParams
+from modelc.errors import InvalidRequestError, ModelcError
+from modelc.server import openai_format as fmt
+from modelc.server.errors import error_body
+from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
+from modelc.server.handling import (
+    account,
+    check_model,
+    current_engine,
+    deadline,
+    finish_record,
+    get_state,
+    precompile,
+    read_json,
+    record,
+)
+from modelc.server.prompt import encode_chat, parse_tool_calls, render_chat, tool_constraint
+from modelc.server.schema import (
+    get_bool,
+    parse_constraint,
+    parse_messages,
+    parse_n,
+    parse_sampling,
+    parse_stream_options,
+    parse_tools,
+    with_constraint,
+)
+from modelc.server.sse import DONE, SSE_HEADERS, sse_event
+from modelc.server.state import ServerState
+from modelc.server.streaming import events_from, finish_streams, open_streams
+
+bp = Blueprint("openai_chat", __name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatPlan:
+    """A validated chat request."""
+
+    model: str
+    prompt_token_ids: tuple[int, ...]
+    jobs: tuple[Job, ...]
+    stream: bool
+    include_usage: bool
+    tools: tuple[dict[str, Any], ...] | None  # offered tools (None when tool_choice is none)
+    parallel_tool_calls: bool
+    logprobs: bool
+    num_top: int
+
+
+def make_jobs(prompt_ids: list[int], params: SamplingParams, n: int) -> list[Job]:
+    """n choices of one prompt; with a seed, choice j uses seed + j (reproducible yet distinct)."""
+    return [
+        Job(tuple(prompt_ids), params if params.seed is None or j == 0 else replace(params, seed=params.seed + j))
+        for j in range(n)
+    ]
+
+
+def parse_chat(state: ServerState, engine: Any, body: dict[str, Any]) -> ChatPlan:
+    model = check_model(state, engine, body)
+    stream = get_bool(body, "stream")
+    include_usage = parse_stream_options(body, stream)
+    n, _ = parse_n(body, stream=stream, allow_best_of=False)
+    tok = engine.tokenizer
+    params = parse_sampling(body, state.config.defaults, vocab_size=getattr(tok, "vocab_size", None))
+    messages = parse_messages(body)
+    tools, tool_choice = parse_tools(body)
+    offered = tools if tool_choice != "none" else None
+    constraint = parse_constraint(body)
+    if offered is not None:
+        tc = tool_constraint(offered, tool_choice)
+        if tc is not None and constraint is not None:
+            raise InvalidRequestError(
+                "tool_choice 'required' or a named function cannot be combined with response_format/grammar",
+                param="tool_choice",
+            )
+        constraint = tc or constraint
+    precompile(engine, constraint)
+    kwargs = body.get("chat_template_kwargs")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InvalidRequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
+    text = render_chat(engine, messages, offered, kwargs)
+    template = engine.chat_template
+    ids = encode_chat(tok, text, getattr(template, "bos_token", None) if template is not None else None)
+    params = with_constraint(params, constraint)
+    return ChatPlan(
+        model=model,
+        prompt_token_ids=tuple(ids),
+        jobs=tuple(make_jobs(ids, params, n)),
+        stream=stream,
+        include_usage=include_usage,
+        tools=tuple(offered) if offered else None,
+        parallel_tool_calls=get_bool(body, "parallel_tool_calls", True),
+        logprobs=params.logprobs,
+        num_top=params.top_logprobs,
+    )
+
+
+def split_tool_calls(plan: ChatPlan, r: ChoiceResult) -> tuple[str | None, list[dict[str, Any]]]:
+    if plan.tools is None:
+        return r.text, []
+    content, calls = parse_tool_calls(r.text, list(plan.tools))
+    if calls and not plan.parallel_tool_calls:
+        calls = calls[:1]
+    return (content or None) if calls else r.text, calls
+
+
+def chat_choice(tok: Any, plan: ChatPlan, r: ChoiceResult) -> dict[str, Any]:
+    content, calls = split_tool_calls(plan, r)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    finish = r.finish_reason
+    if calls:
+        message["tool_calls"] = calls
+        finish = "tool_calls"
+    logprobs = {"content": fmt.chat_logprob_entries(tok, r, num_top=plan.num_top)} if plan.logprobs else None
+    return {"index": r.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
+
+
+@bp.post("/v1/chat/completions")
+async def chat_completions() -> Any:
+    state = get_state()
+    engine = current_engine(state)
+    plan = parse_chat(state, engine, await read_json())
+    rec = record()
+    rec.inference = True
+    if plan.stream:
+        return await stream_chat(state, engine, plan)
+    timings = Timings(start=rec.start)
+    state.acquire_slot()
+    try:
+        results = await collect(engine, plan.jobs, rec.request_id, deadline(state), timings)
+    finally:
+        state.release_slot()
+    account(state, rec, results, [len(plan.prompt_token_ids)], timings)
+    choices = [chat_choice(engine.tokenizer, plan, r) for r in results]
+    return fmt.chat_completion(
+        rec.request_id,
+        int(time.time()),
+        plan.model,
+        choices,
+        fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
+    )
+
+
+async def stream_chat(state: ServerState, engine: Any, plan: ChatPlan) -> Response:
+    rec = record()
+    streams, first = await open_streams(state, engine, plan.jobs, rec)
+    rec.streaming = True
+    return Response(chat_sse(state, engine, plan, rec, streams, first), headers=SSE_HEADERS)
+
+
+async def chat_sse(
+    state: ServerState, engine: Any, plan: ChatPlan, rec: Any, streams: ChoiceStreams, first: tuple[int, Any]
+) -> AsyncIterator[bytes]:
+    tok = engine.tokenizer
+    created = int(time.time())
+    timings = Timings(start=rec.start)
+    results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(plan.jobs)]
+    status = 200
+
+    def chunk(i: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+        return sse_event(
+            fmt.chat_chunk(
+                rec.request_id, created, plan.model, [fmt.chunk_choice(i, delta, finish, logprobs)], plan.include_usage
+            )
+        )
+
+    try:
+        for i in range(len(results)):
+            yield chunk(i, {"role": "assistant", "content": ""})
+        async for i, ev in events_from(first, streams):
+            r = results[i]
+            if is_finished(ev):
+                apply_finish(r, ev)
+                for piece in final_chunks(tok, plan, r, chunk):
+                    yield piece
+                continue
+            timings.on_token()
+            r.add_token(ev)
+            if plan.tools is None and (ev.text or plan.logprobs):
+                k = len(r.token_ids) - 1
+                lp = {"content": fmt.chat_logprob_entries(tok, r, k, k + 1, plan.num_top)} if plan.logprobs else None
+                yield chunk(i, {"content": ev.text or ""}, None, lp)
+        account(state, rec, results, [len(plan.prompt_token_ids)], timings)
+        if plan.include_usage:
+            yield sse_event(
+                fmt.chat_chunk(
+                    rec.request_id,
+                    created,
+                    plan.model,
+                    [],
+                    True,
+                    fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
+                )
+            )
+        yield DONE
+    except ModelcError as e:
+        status, rec.error = e.http_status, e.message
+        yield sse_event(error_body(e))
+        yield DONE
+    except BaseException:  # client disconnect (CancelledError) or the server closing the stream
+        rec.error = "stream closed before the end"
+        raise
+    finally:
+        await finish_streams(state, streams)
+        finish_record(state, rec, status)
+
+
+def final_chunks(tok: Any, plan: ChatPlan, r: ChoiceResult, chunk: Any) -> list[bytes]:
+    """The end of one choice: buffered content or tool calls (tools offered), then finish_reason."""
+    if plan.tools is None:
+        return [chunk(r.index, {}, r.finish_reason)]
+    content, calls = split_tool_calls(plan, r)
+    lp = {"content": fmt.chat_logprob_entries(tok, r, num_top=plan.num_top)} if plan.logprobs else None
+    if calls:
+        out = []
+        if content:
+            out.append(chunk(r.index, {"content": content}, None, lp))
+            lp = None
+        out.append(chunk(r.index, {"tool_calls": fmt.tool_call_deltas(calls)}, None, lp))
+        out.append(chunk(r.index, {}, "tool_calls"))
+        return out
+    return [chunk(r.index, {"content": r.text}, None, lp), chunk(r.index, {}, r.finish_reason)]

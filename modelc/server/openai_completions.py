@@ -1,0 +1,202 @@
+"""POST /v1/completions: prompt(s) (text or token ids) -> engine -> text_completion or SSE chunks.
+
+Supports n, best_of (ranked by cumulative logprob), echo, suffix (fill-in-the-middle models only),
+legacy logprobs {tokens, token_logprobs, top_logprobs, text_offset}.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+from quart import Blueprint, Response
+
+from modelc.errors import InvalidRequestError, ModelcError
+from modelc.server import openai_format as fmt
+from modelc.server.errors import error_body
+from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
+from modelc.server.handling import (
+    account,
+    check_model,
+    current_engine,
+    deadline,
+    finish_record,
+    get_state,
+    precompile,
+    read_json,
+    record,
+)
+from modelc.server.openai_chat import make_jobs
+from modelc.server.prompt import encode_prompt, fim_prompt_ids
+from modelc.server.schema import (
+    get_bool,
+    get_str,
+    parse_constraint,
+    parse_n,
+    parse_prompts,
+    parse_sampling,
+    parse_stream_options,
+    with_constraint,
+)
+from modelc.server.sse import DONE, SSE_HEADERS, sse_event
+from modelc.server.state import ServerState
+from modelc.server.streaming import events_from, finish_streams, open_streams
+
+bp = Blueprint("openai_completions", __name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionPlan:
+    model: str
+    prompt_ids: tuple[tuple[int, ...], ...]  # one per prompt
+    prompt_texts: tuple[str, ...]  # for echo
+    jobs: tuple[Job, ...]  # best_of per prompt, prompt-major
+    n: int
+    best_of: int
+    stream: bool
+    include_usage: bool
+    echo: bool
+    logprobs: bool  # what the client asked (best_of > n forces them internally)
+    num_top: int
+
+
+def parse_completion(state: ServerState, engine: Any, body: dict[str, Any]) -> CompletionPlan:
+    model = check_model(state, engine, body)
+    stream = get_bool(body, "stream")
+    include_usage = parse_stream_options(body, stream)
+    n, best_of = parse_n(body, stream=stream, allow_best_of=True)
+    tok = engine.tokenizer
+    vocab = getattr(tok, "vocab_size", None)
+    params = parse_sampling(body, state.config.defaults, vocab_size=vocab)
+    echo = get_bool(body, "echo")
+    if echo and params.logprobs:
+        raise InvalidRequestError(
+            "echo with logprobs is not supported: modelc does not compute prompt logprobs", param="echo"
+        )
+    prompts = parse_prompts(body)
+    suffix = get_str(body, "suffix")
+    if suffix:
+        if any(not isinstance(p, str) for p in prompts):
+            raise InvalidRequestError("'suffix' needs text prompts", param="suffix")
+        ids = [fim_prompt_ids(tok, p, suffix) for p in prompts]
+    else:
+        ids = [encode_prompt(tok, p, vocab) for p in prompts]
+    texts = [p if isinstance(p, str) else tok.decode(p) for p in prompts] if echo else ["" for _ in prompts]
+    constraint = parse_constraint(body)
+    precompile(engine, constraint)
+    params = with_constraint(params, constraint)
+    job_params = replace(params, logprobs=True) if best_of > n else params
+    jobs = [job for p in ids for job in make_jobs(p, job_params, best_of)]
+    return CompletionPlan(
+        model=model,
+        prompt_ids=tuple(tuple(p) for p in ids),
+        prompt_texts=tuple(texts),
+        jobs=tuple(jobs),
+        n=n,
+        best_of=best_of,
+        stream=stream,
+        include_usage=include_usage,
+        echo=echo,
+        logprobs=params.logprobs,
+        num_top=params.top_logprobs,
+    )
+
+
+def pick_best(plan: CompletionPlan, results: list[ChoiceResult]) -> list[tuple[int, ChoiceResult]]:
+    """(prompt index, result) for the returned choices: the n best of each prompt's best_of by
+    cumulative logprob (ties keep generation order)."""
+    out = []
+    for p in range(len(plan.prompt_ids)):
+        group = results[p * plan.best_of : (p + 1) * plan.best_of]
+        if plan.best_of > plan.n:
+            group = sorted(group, key=lambda r: -r.cumulative_logprob)[: plan.n]
+        out.extend((p, r) for r in group)
+    return out
+
+
+@bp.post("/v1/completions")
+async def completions() -> Any:
+    state = get_state()
+    engine = current_engine(state)
+    plan = parse_completion(state, engine, await read_json())
+    rec = record()
+    rec.inference = True
+    if plan.stream:
+        streams, first = await open_streams(state, engine, plan.jobs, rec)
+        rec.streaming = True
+        return Response(completion_sse(state, engine, plan, rec, streams, first), headers=SSE_HEADERS)
+    timings = Timings(start=rec.start)
+    state.acquire_slot()
+    try:
+        results = await collect(engine, plan.jobs, rec.request_id, deadline(state), timings)
+    finally:
+        state.release_slot()
+    account(state, rec, results, [len(p) for p in plan.prompt_ids], timings)
+    tok = engine.tokenizer
+    choices = []
+    for k, (p, r) in enumerate(pick_best(plan, results)):
+        prefix = plan.prompt_texts[p]
+        lp = fmt.completion_logprobs(tok, r, num_top=plan.num_top) if plan.logprobs else None
+        choices.append({"index": k, "text": prefix + r.text, "logprobs": lp, "finish_reason": r.finish_reason})
+    return fmt.text_completion(
+        rec.request_id,
+        int(time.time()),
+        plan.model,
+        choices,
+        fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
+    )
+
+
+async def completion_sse(
+    state: ServerState, engine: Any, plan: CompletionPlan, rec: Any, streams: ChoiceStreams, first: tuple[int, Any]
+) -> AsyncIterator[bytes]:
+    tok = engine.tokenizer
+    created = int(time.time())
+    timings = Timings(start=rec.start)
+    results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(plan.jobs)]
+    status = 200
+
+    def chunk(i: int, text: str, finish: str | None = None, logprobs: Any = None) -> bytes:
+        choice = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        return sse_event(fmt.text_completion(rec.request_id, created, plan.model, [choice], None, plan.include_usage))
+
+    try:
+        if plan.echo:
+            for i in range(len(results)):
+                yield chunk(i, plan.prompt_texts[i // plan.n])
+        async for i, ev in events_from(first, streams):
+            r = results[i]
+            if is_finished(ev):
+                apply_finish(r, ev)
+                yield chunk(i, "", r.finish_reason)
+                continue
+            timings.on_token()
+            r.add_token(ev)
+            if ev.text or plan.logprobs:
+                k = len(r.token_ids) - 1
+                lp = fmt.completion_logprobs(tok, r, k, k + 1, plan.num_top) if plan.logprobs else None
+                yield chunk(i, ev.text or "", None, lp)
+        account(state, rec, results, [len(p) for p in plan.prompt_ids], timings)
+        if plan.include_usage:
+            yield sse_event(
+                fmt.text_completion(
+                    rec.request_id,
+                    created,
+                    plan.model,
+                    [],
+                    fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
+                )
+            )
+        yield DONE
+    except ModelcError as e:
+        status, rec.error = e.http_status, e.message
+        yield sse_event(error_body(e))
+        yield DONE
+    except BaseException:
+        rec.error = "stream closed before the end"
+        raise
+    finally:
+        await finish_streams(state, streams)
+        finish_record(state, rec, status)

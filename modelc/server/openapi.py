@@ -1,0 +1,407 @@
+"""The OpenAPI 3.1 description of every route the app serves (GET /openapi.json).
+
+Written by hand next to the routes; tests/server/test_openapi.py checks that every rule in the
+app's url_map appears here with the same methods, and nothing else does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelc import __version__
+
+
+def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+S = {"type": "string"}
+I = {"type": "integer"}
+N = {"type": "number"}
+B = {"type": "boolean"}
+ANY: dict[str, Any] = {}
+STR_OR_LIST = {"oneOf": [S, {"type": "array", "items": S}]}
+PROMPT = {
+    "oneOf": [
+        S,
+        {"type": "array", "items": S},
+        {"type": "array", "items": I},
+        {"type": "array", "items": {"type": "array", "items": I}},
+    ]
+}
+
+SAMPLING = {
+    "max_tokens": {**I, "minimum": 0},
+    "max_completion_tokens": {**I, "minimum": 0, "description": "wins over max_tokens"},
+    "temperature": {**N, "minimum": 0},
+    "top_p": {**N, "minimum": 0, "maximum": 1},
+    "top_k": I,
+    "min_p": {**N, "minimum": 0, "maximum": 1},
+    "typical_p": {**N, "minimum": 0, "maximum": 1},
+    "seed": I,
+    "stop": {**STR_OR_LIST, "description": "stop strings; the stop text is not returned"},
+    "stop_token_ids": {"type": "array", "items": I},
+    "presence_penalty": {**N, "minimum": -2, "maximum": 2},
+    "frequency_penalty": {**N, "minimum": -2, "maximum": 2},
+    "repetition_penalty": {**N, "exclusiveMinimum": 0},
+    "logit_bias": {"type": "object", "additionalProperties": {**N, "minimum": -100, "maximum": 100}},
+    "ignore_eos": B,
+    "min_tokens": {**I, "minimum": 0},
+    "response_format": _obj(
+        {
+            "type": {"enum": ["text", "json_object", "json_schema"]},
+            "json_schema": _obj({"name": S, "schema": {"type": "object"}, "strict": B}),
+        }
+    ),
+    "grammar": {
+        "oneOf": [
+            {**S, "description": "a regex"},
+            _obj({"type": {"enum": ["regex", "lark", "gbnf"]}, "grammar": S}, ("type", "grammar")),
+        ]
+    },
+    "json_schema": {"type": "object", "description": "native shorthand for response_format json_schema"},
+    "user": S,
+    "model": S,
+}
+OPENAI_GEN = {
+    **SAMPLING,
+    "n": {**I, "minimum": 1, "maximum": 20},
+    "stream": B,
+    "stream_options": _obj({"include_usage": B}),
+}
+MESSAGE = _obj(
+    {
+        "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+        "content": {"oneOf": [S, {"type": "null"}, {"type": "array", "items": _obj({"type": S, "text": S})}]},
+        "tool_calls": {"type": "array"},
+        "tool_call_id": S,
+        "name": S,
+    },
+    ("role",),
+)
+TOOL = _obj(
+    {
+        "type": {"const": "function"},
+        "function": _obj({"name": S, "description": S, "parameters": {"type": "object"}}, ("name",)),
+    },
+    ("function",),
+)
+ERROR = _obj(
+    {
+        "error": _obj(
+            {"message": S, "type": S, "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}
+        )
+    }
+)
+USAGE = _obj(
+    {"prompt_tokens": I, "completion_tokens": I, "total_tokens": I, "prompt_tokens_details": _obj({"cached_tokens": I})}
+)
+EMBED_REQ = _obj(
+    {
+        "model": S,
+        "input": PROMPT,
+        "encoding_format": {"enum": ["float", "base64"]},
+        "dimensions": {**I, "minimum": 1},
+        "user": S,
+    },
+    ("input",),
+)
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _op(
+    summary: str,
+    response: dict[str, Any],
+    body: dict[str, Any] | None = None,
+    *,
+    sse: bool = False,
+    errors: tuple[int, ...] = (400, 401, 429, 503),
+    text: bool = False,
+) -> dict[str, Any]:
+    ok: dict[str, Any] = {"description": "OK", **_json(response)}
+    if sse:
+        ok["content"]["text/event-stream"] = {"schema": {"type": "string", "description": "SSE `data:` lines"}}
+    if text:
+        ok = {"description": "OK", "content": {"text/plain": {"schema": S}}}
+    op: dict[str, Any] = {"summary": summary, "responses": {"200": ok}}
+    for code in errors:
+        op["responses"][str(code)] = {
+            "description": {
+                400: "invalid request",
+                401: "missing or bad API key",
+                404: "unknown model",
+                408: "request timeout",
+                413: "body too large",
+                429: "rate limited",
+                503: "loading or overloaded (Retry-After)",
+            }[code],
+            **_json(ERROR),
+        }
+    if body is not None:
+        op["requestBody"] = {"required": True, **_json(body)}
+    return op
+
+
+GEN_ERRORS = (400, 401, 404, 408, 413, 429, 503)
+CHAT_REQ = _obj(
+    {
+        **OPENAI_GEN,
+        "messages": {"type": "array", "items": MESSAGE},
+        "logprobs": B,
+        "top_logprobs": {**I, "minimum": 0, "maximum": 20},
+        "tools": {"type": "array", "items": TOOL},
+        "tool_choice": {
+            "oneOf": [
+                {"enum": ["auto", "none", "required"]},
+                _obj({"type": {"const": "function"}, "function": _obj({"name": S})}),
+            ]
+        },
+        "parallel_tool_calls": B,
+        "chat_template_kwargs": {"type": "object"},
+    },
+    ("messages",),
+)
+CHAT_RESP = _obj(
+    {
+        "id": S,
+        "object": {"const": "chat.completion"},
+        "created": I,
+        "model": S,
+        "system_fingerprint": S,
+        "usage": USAGE,
+        "choices": {
+            "type": "array",
+            "items": _obj(
+                {
+                    "index": I,
+                    "finish_reason": {"enum": ["stop", "length", "tool_calls", "abort"]},
+                    "message": _obj(
+                        {"role": S, "content": {"type": ["string", "null"]}, "tool_calls": {"type": "array"}}
+                    ),
+                    "logprobs": {"type": ["object", "null"]},
+                }
+            ),
+        },
+    }
+)
+COMPLETION_REQ = _obj(
+    {
+        **OPENAI_GEN,
+        "prompt": PROMPT,
+        "echo": B,
+        "suffix": S,
+        "best_of": {**I, "minimum": 1, "maximum": 20},
+        "logprobs": {**I, "minimum": 0, "maximum": 20},
+    },
+    ("prompt",),
+)
+COMPLETION_RESP = _obj(
+    {
+        "id": S,
+        "object": {"const": "text_completion"},
+        "created": I,
+        "model": S,
+        "usage": USAGE,
+        "choices": {
+            "type": "array",
+            "items": _obj(
+                {
+                    "index": I,
+                    "text": S,
+                    "finish_reason": S,
+                    "logprobs": {
+                        "type": ["object", "null"],
+                        "properties": {
+                            "tokens": {"type": "array"},
+                            "token_logprobs": {"type": "array"},
+                            "top_logprobs": {"type": "array"},
+                            "text_offset": {"type": "array"},
+                        },
+                    },
+                }
+            ),
+        },
+    }
+)
+MODEL = _obj({"id": S, "object": {"const": "model"}, "created": I, "owned_by": S})
+NATIVE_GEN = _obj(
+    {
+        k: SAMPLING[k]
+        for k in (
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "min_p",
+            "repetition_penalty",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+            "seed",
+            "stop",
+            "grammar",
+            "json_schema",
+            "response_format",
+        )
+    }
+)
+SUMMARY = _obj(
+    {"name": S, "architecture": S, "total_params": I, "total_bytes": I, "tensors": {"type": "array", "items": S}}
+)
+SINGLE_OR_BATCH = _obj({"input": S, "inputs": {"type": "array", "items": S}})
+
+
+def openapi_spec() -> dict[str, Any]:
+    with_messages = {
+        **NATIVE_GEN,
+        "properties": {**NATIVE_GEN["properties"], "messages": {"type": "array", "items": MESSAGE}},
+    }
+    with_prompt = {**NATIVE_GEN, "properties": {**NATIVE_GEN["properties"], "prompt": S}}
+    paths = {
+        "/v1/chat/completions": {
+            "post": _op(
+                "OpenAI chat completion (SSE when stream=true)", CHAT_RESP, CHAT_REQ, sse=True, errors=GEN_ERRORS
+            )
+        },
+        "/v1/completions": {
+            "post": _op(
+                "OpenAI text completion (SSE when stream=true)",
+                COMPLETION_RESP,
+                COMPLETION_REQ,
+                sse=True,
+                errors=GEN_ERRORS,
+            )
+        },
+        "/v1/embeddings": {
+            "post": _op(
+                "OpenAI embeddings: mean-pooled final hidden state, L2-normalized",
+                _obj({"object": S, "model": S, "usage": USAGE, "data": {"type": "array"}}),
+                EMBED_REQ,
+                errors=GEN_ERRORS,
+            )
+        },
+        "/v1/models": {
+            "get": _op(
+                "The served model",
+                _obj({"object": S, "data": {"type": "array", "items": MODEL}}),
+                errors=(401, 429, 503),
+            )
+        },
+        "/v1/models/{model_id}": {
+            "get": {
+                **_op("One model", MODEL, errors=(401, 404, 429, 503)),
+                "parameters": [{"name": "model_id", "in": "path", "required": True, "schema": S}],
+            }
+        },
+        "/health": {
+            "get": _op(
+                "Liveness: 200 ok, 503 while loading", _obj({"status": S, "model": S, "architecture": S}), errors=(503,)
+            )
+        },
+        "/info": {"get": _op("Model summary", SUMMARY, errors=(503,))},
+        "/props": {
+            "get": _op(
+                "llama.cpp-style server properties",
+                _obj(
+                    {
+                        "model": S,
+                        "architecture": S,
+                        "total_params": I,
+                        "total_bytes": I,
+                        "chat_template": {"type": ["string", "null"]},
+                        "default_generation": {"type": "object"},
+                    }
+                ),
+                errors=(503,),
+            )
+        },
+        "/v1/system": {
+            "get": _op(
+                "Host and model facts",
+                _obj(
+                    {
+                        "model": S,
+                        "architecture": S,
+                        "total_params": I,
+                        "total_bytes": I,
+                        "cpu_cores": I,
+                        "os": S,
+                        "cpu_arch": S,
+                        "pointer_width": I,
+                        "metal_available": B,
+                        "memory_total_bytes": {"type": ["integer", "null"]},
+                    }
+                ),
+                errors=(401, 429, 503),
+            )
+        },
+        "/api/version": {"get": _op("Version and git sha", _obj({"version": S, "git_sha": S}), errors=(401, 429))},
+        "/metrics": {"get": _op("Prometheus metrics", ANY, errors=(), text=True)},
+        "/openapi.json": {"get": _op("This document", {"type": "object"}, errors=(401, 429))},
+        "/infer": {
+            "post": _op(
+                "Run an MLP/ONNX model on numeric input",
+                _obj({"output": ANY, "outputs": ANY}),
+                _obj({"input": ANY, "inputs": ANY}),
+                errors=GEN_ERRORS,
+            )
+        },
+        "/chat": {
+            "post": _op(
+                "Native chat (greedy by default)",
+                _obj({"message": _obj({"role": S, "content": S})}),
+                with_messages,
+                errors=GEN_ERRORS,
+            )
+        },
+        "/chat/stream": {
+            "post": _op(
+                "Native chat as SSE {delta, done}",
+                _obj({"delta": S, "done": B}),
+                with_messages,
+                sse=True,
+                errors=GEN_ERRORS,
+            )
+        },
+        "/complete": {"post": _op("Native completion", _obj({"completion": S}), with_prompt, errors=GEN_ERRORS)},
+        "/embeddings": {
+            "post": _op(
+                "Native embeddings",
+                _obj({"embedding": {"type": "array"}, "embeddings": {"type": "array"}, "model": S}),
+                SINGLE_OR_BATCH,
+                errors=GEN_ERRORS,
+            )
+        },
+        "/tokenize": {
+            "post": _op(
+                "Text -> token ids",
+                _obj({"tokens": {"type": "array"}, "tokens_batch": {"type": "array"}, "count": I}),
+                {**SINGLE_OR_BATCH, "properties": {**SINGLE_OR_BATCH["properties"], "add_special": B}},
+            )
+        },
+        "/detokenize": {
+            "post": _op(
+                "Token ids -> text", _obj({"text": S}), _obj({"tokens": {"type": "array", "items": I}}, ("tokens",))
+            )
+        },
+        "/lora/load": {
+            "post": _op(
+                "Load a LoRA adapter",
+                _obj({"name": S, "applied": I, "skipped": I, "global": B, "message": S}),
+                _obj({"path": S, "alpha": N, "name": S, "global": B}, ("path",)),
+            )
+        },
+        "/lora/unload": {"post": _op("Unload a LoRA adapter", _obj({"message": S}), _obj({"name": S}))},
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "modelc", "version": __version__},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+        "paths": paths,
+    }

@@ -1,0 +1,109 @@
+"""Requests -> prompt token ids: chat templates (with tools), plain prompts, fill-in-the-middle.
+
+Pure: no awaits. Tool prompts come from the chat template when it takes `tools`, else from
+modelc.engine.tools.render_tools_system_prompt as a system message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelc.errors import InvalidRequestError, ModelcError
+from modelc.server.schema import bad, check_token_ids
+
+# Fill-in-the-middle token triples: (prefix, suffix, middle), as the models' vocabularies spell them.
+FIM_TOKENS = (
+    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
+    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder
+    ("<PRE>", "<SUF>", "<MID>"),  # CodeLlama
+    ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder
+)
+
+
+def template_takes_tools(template: Any) -> bool:
+    return template is not None and "tools" in (getattr(template, "source", "") or "")
+
+
+def _tools_module() -> Any:
+    try:
+        from modelc.engine import tools
+    except ImportError:
+        raise InvalidRequestError(
+            "tool calling is not available in this build (modelc.engine.tools missing)", param="tools"
+        ) from None
+    return tools
+
+
+def fallback_render(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    """The seed spec's format for models without a chat template: `role: content` lines."""
+    lines = [f"{m['role']}: {m.get('content') or ''}\n" for m in messages]
+    if add_generation_prompt:
+        lines.append("assistant:")
+    return "".join(lines)
+
+
+def render_chat(
+    engine: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> str:
+    template = engine.chat_template
+    kwargs = dict(template_kwargs or {})
+    if tools and not template_takes_tools(template):
+        system = _tools_module().render_tools_system_prompt(tools)
+        if messages[0]["role"] == "system":
+            messages = [{**messages[0], "content": f"{messages[0]['content']}\n\n{system}"}, *messages[1:]]
+        else:
+            messages = [{"role": "system", "content": system}, *messages]
+        tools = None
+    if template is None:
+        return fallback_render(messages)
+    try:
+        return template.render(messages, tools=tools, add_generation_prompt=True, **kwargs)
+    except ModelcError as e:
+        raise InvalidRequestError(f"chat template failed: {e.message}", param="messages") from None
+    except Exception as e:  # a template error on these messages is the request's problem, not a crash
+        raise InvalidRequestError(f"chat template failed: {type(e).__name__}: {e}", param="messages") from None
+
+
+def encode_chat(tokenizer: Any, text: str, bos_token: str | None) -> list[int]:
+    """Encode a rendered chat; templates usually write BOS themselves, so do not add a second one."""
+    add_special = not (bos_token and text.startswith(bos_token))
+    return list(tokenizer.encode(text, add_special=add_special))
+
+
+def encode_prompt(tokenizer: Any, prompt: str | list[int], vocab_size: int | None, param: str = "prompt") -> list[int]:
+    if isinstance(prompt, list):
+        check_token_ids(prompt, param, vocab_size)
+        return prompt
+    return list(tokenizer.encode(prompt, add_special=True))
+
+
+def _single_token_id(tokenizer: Any, text: str) -> int | None:
+    lookup = getattr(tokenizer, "token_to_id", None)
+    if callable(lookup):
+        tid = lookup(text)
+        return None if tid is None else int(tid)
+    ids = tokenizer.encode(text, add_special=False)
+    return int(ids[0]) if len(ids) == 1 else None
+
+
+def fim_prompt_ids(tokenizer: Any, prompt: str, suffix: str) -> list[int]:
+    """`prefix + suffix -> middle` for models whose vocabulary has FIM tokens; else a clear 400."""
+    for pre, suf, mid in FIM_TOKENS:
+        ids = [_single_token_id(tokenizer, t) for t in (pre, suf, mid)]
+        if all(i is not None for i in ids):
+            p = tokenizer.encode(prompt, add_special=False)
+            s = tokenizer.encode(suffix, add_special=False)
+            bos = [tokenizer.bos_id] if getattr(tokenizer, "bos_id", None) is not None else []
+            return [*bos, ids[0], *p, ids[1], *s, ids[2]]
+    raise bad("suffix", "is not supported by this model (its vocabulary has no fill-in-the-middle tokens)")
+
+
+def tool_constraint(tools: list[dict[str, Any]], tool_choice: Any) -> Any:
+    return _tools_module().tool_constraint(tools, tool_choice)
+
+
+def parse_tool_calls(text: str, tools: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    return _tools_module().parse_tool_calls(text, tools)

@@ -1,0 +1,87 @@
+"""ServerConfig (frozen, checked once) and ServerState: what one running app owns.
+
+The state holds the engine (None while it loads), the metrics registry, the rate
+limiter and the in-flight counter. Routes read it; nothing else mutates it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelc.errors import InvalidRequestError, OverloadedError
+from modelc.server.metrics import Metrics
+from modelc.server.ratelimit import RateLimiter
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationDefaults:
+    """Server-wide sampling defaults (`modelc run --temperature ...`); None = the endpoint's own default."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    api_key: str | None = None
+    rate_limit_per_min: int | None = None  # requests per minute per client IP
+    max_concurrent: int | None = None  # in-flight inference requests; more -> 503
+    request_timeout_s: float | None = None  # per inference request; then 408 and the sequence aborted
+    max_body_bytes: int = 16 * 1024 * 1024  # larger bodies -> 413
+    retry_after_s: int = 1  # Retry-After on 503
+    model_aliases: tuple[str, ...] = ()  # extra names accepted in the `model` field
+    defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
+    log_requests: bool = True
+
+    def __post_init__(self) -> None:
+        if self.api_key is not None and not self.api_key:
+            raise InvalidRequestError("--api-key must not be empty", param="api_key")
+        if self.rate_limit_per_min is not None and self.rate_limit_per_min < 1:
+            raise InvalidRequestError("--rate-limit must be >= 1", param="rate_limit")
+        if self.max_concurrent is not None and self.max_concurrent < 1:
+            raise InvalidRequestError("--max-concurrent must be >= 1", param="max_concurrent")
+        if self.request_timeout_s is not None and not self.request_timeout_s > 0:
+            raise InvalidRequestError("--request-timeout must be > 0", param="request_timeout")
+        if self.max_body_bytes < 1024:
+            raise InvalidRequestError("max_body_bytes must be >= 1024", param="max_body_bytes")
+
+
+class ServerState:
+    """Everything one app instance shares between requests (one event loop, no locks needed)."""
+
+    def __init__(self, engine: Any | None = None, config: ServerConfig | None = None) -> None:
+        self.config = config or ServerConfig()
+        self.engine = engine  # None while loading: /health answers 503
+        self.metrics = Metrics()
+        self.limiter = RateLimiter(self.config.rate_limit_per_min) if self.config.rate_limit_per_min else None
+        self.num_in_flight = 0
+        self.started_at = time.time()
+        self.load_error: str | None = None
+        self.log: Any = None  # the app's structlog logger (set by create_app)
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+    def acquire_slot(self) -> None:
+        """Count one inference request in; 503 at --max-concurrent (no queueing here: the engine queues)."""
+        limit = self.config.max_concurrent
+        if limit is not None and self.num_in_flight >= limit:
+            self.metrics.rejected.labels(reason="max_concurrent").inc()
+            raise OverloadedError(
+                f"server is at --max-concurrent={limit} in-flight requests; retry later",
+                retry_after_s=self.config.retry_after_s,
+            )
+        self.num_in_flight += 1
+        self.metrics.active.inc()
+
+    def release_slot(self) -> None:
+        self.num_in_flight -= 1
+        self.metrics.active.dec()

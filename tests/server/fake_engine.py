@@ -1,0 +1,183 @@
+"""FakeEngine: the AsyncEngine interface (docs/architecture.md), deterministic and instant, so the
+server tests run without a model. Byte-level tokenizer: token id = byte + 3 (0 bos, 1 eos, 2 pad).
+
+Output: greedy (temperature 0) continues a fixed text from an offset derived from the prompt; with
+temperature > 0 the offset comes from a numpy Generator seeded by params.seed. A constraint makes it
+emit `constraint_replies[kind]` instead. Stop strings are cut on text as the RequestActor does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import numpy as np
+
+from modelc.errors import OverloadedError
+
+TEXT = "The quick brown fox jumps over the lazy dog. "
+BOS, EOS, PAD, OFFSET = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    token_id: int
+    text: str
+    logprob: float | None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+
+class ByteTokenizer:
+    vocab_size = 256 + OFFSET
+    bos_id = BOS
+    eos_ids = frozenset({EOS})
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        ids = [b + OFFSET for b in text.encode()]
+        return [BOS, *ids] if add_special else ids
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        return bytes(i - OFFSET for i in ids if i >= OFFSET).decode("utf-8", errors="replace")
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return bytes([token_id - OFFSET]) if token_id >= OFFSET else {BOS: b"<s>", EOS: b"</s>"}.get(token_id, b"")
+
+
+@dataclass
+class FakeTemplate:
+    """A ChatML-like template; `takes_tools` decides whether `source` mentions `tools`."""
+
+    takes_tools: bool = False
+    bos_token: str = ""
+
+    @property
+    def source(self) -> str:
+        return "{% for m in messages %}...{% endfor %}" + (" {{ tools }}" if self.takes_tools else "")
+
+    def render(
+        self, messages: list[dict], tools: list | None = None, add_generation_prompt: bool = True, **kw: Any
+    ) -> str:
+        out = "".join(f"<|{m['role']}|>{m.get('content') or ''}\n" for m in messages)
+        if tools:
+            out = f"<|tools|>{[t['function']['name'] for t in tools]}\n" + out
+        return out + ("<|assistant|>" if add_generation_prompt else "")
+
+
+@dataclass
+class FakeEngine:
+    name: str = "fake-model"
+    architecture: str = "llama"
+    delay_s: float = 0.0  # per token
+    max_waiting: int | None = None  # more concurrent generate() calls -> OverloadedError
+    constraint_replies: dict[str, str] = field(
+        default_factory=lambda: {"json_object": '{"answer": 42}', "json_schema": '{"answer": 42}'}
+    )
+    reply: str | None = None  # fixed output text (unconstrained)
+    fail_after_tokens: int | None = None  # raise mid-generation (engine crash)
+    embed_dim: int = 8
+    chat_template: Any = field(default_factory=FakeTemplate)
+    tokenizer: ByteTokenizer = field(default_factory=ByteTokenizer)
+    config: dict = field(default_factory=dict)
+    # observations for tests
+    calls: list[tuple[list[int], Any]] = field(default_factory=list)
+    aborted: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    adapters: dict[str, tuple[str, float]] = field(default_factory=dict)
+    num_active: int = 0
+
+    def output_text(self, prompt: list[int], params: Any) -> str:
+        if params.constraint is not None and params.constraint.kind in self.constraint_replies:
+            return self.constraint_replies[params.constraint.kind]
+        if self.reply is not None:
+            return self.reply
+        if params.temperature == 0.0:
+            start = int(hashlib.sha256(bytes(str(prompt), "utf8")).hexdigest(), 16) % len(TEXT)
+        else:
+            start = int(np.random.default_rng(params.seed).integers(len(TEXT)))
+        return (TEXT[start:] + TEXT + TEXT) * 4
+
+    async def generate(self, prompt_token_ids: list[int], params: Any, request_id: str | None = None):
+        if self.max_waiting is not None and self.num_active >= self.max_waiting:
+            raise OverloadedError("engine queue is full", retry_after_s=2)
+        self.calls.append((list(prompt_token_ids), params))
+        self.num_active += 1
+        done = False
+        try:
+            text = self.output_text(prompt_token_ids, params)
+            ends = params.constraint is not None or self.reply is not None  # EOS after the text
+            n_max = params.max_tokens if not ends or params.ignore_eos else min(params.max_tokens, len(text))
+            n_max = max(n_max, min(params.min_tokens, params.max_tokens))
+            out = (text * (n_max // len(text) + 1))[:n_max]
+            reason = "length" if n_max == params.max_tokens else "stop"
+            cut = _first_stop(out, params.stop)  # as the RequestActor: stop text never shown
+            if cut is not None:
+                out, reason = out[:cut], "stop"
+            for n, ch in enumerate(out, start=1):
+                await anyio.sleep(self.delay_s)
+                if self.fail_after_tokens is not None and n > self.fail_after_tokens:
+                    raise RuntimeError("injected engine failure")
+                lp = -0.25 * (n % 4) - 0.01 * n
+                tops = tuple((ord(ch) + OFFSET + j, lp - j) for j in range(params.top_logprobs))
+                yield TokenEvent(ord(ch) + OFFSET, ch, lp if params.logprobs else None, tops if params.logprobs else ())
+            await anyio.sleep(0)
+            done = True
+            self.finished.append(request_id or "")
+            yield Finished(reason, len(prompt_token_ids), len(out))
+        finally:
+            self.num_active -= 1
+            if not done:
+                self.aborted.append(request_id or "")
+
+    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
+        out = np.zeros((len(token_id_lists), self.embed_dim), np.float32)
+        for i, ids in enumerate(token_id_lists):
+            rng = np.random.default_rng(sum(ids) + len(ids))
+            v = rng.standard_normal(self.embed_dim).astype(np.float32)
+            out[i] = v / np.linalg.norm(v)
+        return out
+
+    async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> dict:
+        self.adapters[name] = (path, alpha)
+        return {"applied": 4, "skipped": 0}
+
+    async def unload_adapter(self, name: str) -> None:
+        from modelc.errors import NotFoundError
+
+        if name not in self.adapters:
+            raise NotFoundError(f"no LoRA adapter named {name!r} is loaded")
+        del self.adapters[name]
+
+    def stats(self) -> dict:
+        return {
+            "running": self.num_active,
+            "waiting": 0,
+            "kv_blocks_used": 3,
+            "kv_blocks_total": 64,
+            "prefix_queries": 10,
+            "prefix_hits": 4,
+            "preemptions": 0,
+        }
+
+
+def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    hits = [text.find(s) for s in stops if s in text]
+    return min(hits) if hits else None
+
+
+class InferEngine(FakeEngine):
+    """A fake MLP engine with the `infer` capability (doubles its input)."""
+
+    def infer(self, payload: dict) -> dict:
+        if "inputs" in payload:
+            return {"outputs": [[2 * x for x in row] for row in payload["inputs"]]}
+        return {"output": [2 * x for x in payload["input"]]}

@@ -1,0 +1,308 @@
+"""GGUF tokenizer metadata (tokenizer.ggml.*) -> a `tokenizers` tokenizer.json string, built once.
+
+Three models, as llama.cpp names them:
+- "gpt2": byte-level BPE with the GGUF merges; the pre-tokenizer regexes are llama.cpp's
+  (src/llama-vocab.cpp) chosen by tokenizer.ggml.pre.
+- "llama": SentencePiece-style BPE with byte fallback; merges derived from the scores;
+  "▁" prepended by a normalizer plus space -> "▁" (NOT Metaspace: see shared/LIBRARIES.md).
+- "bert": WordPiece.
+Control (3) and user-defined (4) tokens become added tokens (control ones special). The
+post-processor adds BOS/EOS (or CLS/SEP) the way the GGUF's add_bos/add_eos flags say, so
+`encode(text, add_special_tokens=True)` behaves like llama.cpp with add_special.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from modelc.errors import FormatError, UnsupportedError
+
+_CONTRACTIONS = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+_GPT2 = ["'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"]
+_LLAMA3 = [
+    _CONTRACTIONS
+    + "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+]
+_QWEN2 = [
+    _CONTRACTIONS
+    + "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+]
+_STARCODER = ["\\p{N}", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"]
+_DEEPSEEK_CODER = ["[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"]
+_DEEPSEEK3 = [
+    "\\p{N}{1,3}",
+    "[一-龥぀-ゟ゠-ヿ]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+    "| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+]
+_FALCON = [
+    "[\\p{P}\\$\\+<=>\\^~\\|`]+",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    "[0-9][0-9][0-9]",
+]
+_BLOOM = [" ?[^(\\s|.,!?…。，、।۔،)]+"]
+_CHATGLM4 = _LLAMA3
+_DEFAULT = [
+    "[\\p{P}\\$\\+<=>\\^~\\|]+",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    "\\p{N}+",
+    "[0-9][0-9][0-9]",
+]
+
+# tokenizer.ggml.pre -> (regexes applied in sequence, ignore_merges). Mirrors llama.cpp's table.
+PRE_TOKENIZERS: dict[str, tuple[list[str], bool]] = {
+    **{k: (_LLAMA3, True) for k in ("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral")},
+    **{k: (_LLAMA3, False) for k in ("dbrx", "smaug-bpe")},
+    **{k: (_QWEN2, False) for k in ("qwen2", "stablelm2", "hunyuan", "megrez")},
+    **{k: (_STARCODER, False) for k in ("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone")},
+    **{
+        k: (_GPT2, False)
+        for k in ("gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "mpt", "olmo", "jais")
+    },
+    **{k: (_BLOOM, False) for k in ("poro-chat", "bloom", "gpt3-finnish")},
+    "deepseek-coder": (_DEEPSEEK_CODER, False),
+    "deepseek-v3": (_DEEPSEEK3, False),
+    "falcon": (_FALCON, False),
+    "chatglm-bpe": (_CHATGLM4, False),
+    "default": (_DEFAULT, False),
+}
+
+TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+
+
+def _added_token(tid: int, content: str, special: bool) -> dict[str, Any]:
+    return {
+        "id": tid,
+        "content": content,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": special,
+    }
+
+
+def _added_tokens(tokens: list[str], types: list[int]) -> list[dict[str, Any]]:
+    out = []
+    for tid, (tok, ty) in enumerate(zip(tokens, types, strict=True)):
+        if ty in (TOKEN_CONTROL, TOKEN_UNKNOWN) or (ty == TOKEN_USER_DEFINED and tok):
+            out.append(_added_token(tid, tok, ty != TOKEN_USER_DEFINED))
+    return out
+
+
+def _token_id(fields: dict[str, Any], key: str, n: int) -> int | None:
+    v = fields.get(f"tokenizer.ggml.{key}")
+    if v is None or isinstance(v, bool | str | list):
+        return None
+    v = int(v)
+    return v if 0 <= v < n else None
+
+
+def _post_processor(tokens: list[str], bos: int | None, eos: int | None, add_bos: bool, add_eos: bool) -> Any:
+    if not (add_bos and bos is not None) and not (add_eos and eos is not None):
+        return None
+    single: list[dict[str, Any]] = []
+    pair: list[dict[str, Any]] = []
+    specials: dict[str, Any] = {}
+    for use, tid in ((add_bos, bos), (add_eos, eos)):
+        if use and tid is not None:
+            specials[tokens[tid]] = {"id": tokens[tid], "ids": [tid], "tokens": [tokens[tid]]}
+    if add_bos and bos is not None:
+        single.append({"SpecialToken": {"id": tokens[bos], "type_id": 0}})
+        pair.append({"SpecialToken": {"id": tokens[bos], "type_id": 0}})
+    single.append({"Sequence": {"id": "A", "type_id": 0}})
+    pair.append({"Sequence": {"id": "A", "type_id": 0}})
+    if add_eos and eos is not None:
+        single.append({"SpecialToken": {"id": tokens[eos], "type_id": 0}})
+        pair.append({"SpecialToken": {"id": tokens[eos], "type_id": 0}})
+    pair.append({"Sequence": {"id": "B", "type_id": 1}})
+    if add_eos and eos is not None:
+        pair.append({"SpecialToken": {"id": tokens[eos], "type_id": 1}})
+    return {"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials}
+
+
+def _bpe_model(vocab: dict[str, int], merges: list[list[str]], **kw: Any) -> dict[str, Any]:
+    model = {
+        "type": "BPE",
+        "dropout": None,
+        "unk_token": None,
+        "continuing_subword_prefix": None,
+        "end_of_word_suffix": None,
+        "fuse_unk": False,
+        "byte_fallback": False,
+        "ignore_merges": False,
+        "vocab": vocab,
+        "merges": merges,
+    }
+    model.update(kw)
+    return model
+
+
+def _vocab(tokens: list[str]) -> dict[str, int]:
+    vocab: dict[str, int] = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)  # a duplicated piece keeps its first id, as llama.cpp's token_to_id does
+    return vocab
+
+
+def _gpt2(fields: dict[str, Any], tokens: list[str]) -> dict[str, Any]:
+    pre = str(fields.get("tokenizer.ggml.pre") or "default")
+    if pre not in PRE_TOKENIZERS:
+        raise UnsupportedError(f"unsupported GGUF pre-tokenizer {pre!r} (tokenizer.ggml.pre)")
+    regexes, ignore_merges = PRE_TOKENIZERS[pre]
+    raw_merges = fields.get("tokenizer.ggml.merges")
+    if not isinstance(raw_merges, list):
+        raise FormatError("GGUF BPE tokenizer has no tokenizer.ggml.merges")
+    vocab = _vocab(tokens)
+    merges = []
+    for m in raw_merges:
+        a, sep, b = m.partition(" ")
+        if not sep or a not in vocab or b not in vocab:
+            continue  # llama.cpp also ignores merges it cannot use
+        merges.append([a, b])
+    splits = [{"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": False} for r in regexes]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    return {
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [*splits, byte_level]},
+        "model": _bpe_model(vocab, merges, ignore_merges=ignore_merges),
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+    }
+
+
+def _spm_merges(tokens: list[str], scores: list[float], types: list[int], vocab: dict[str, int]) -> list[list[str]]:
+    """SentencePiece merges: every split of a normal piece into two pieces, best-scored piece first.
+
+    NOTE: llama.cpp's SPM tokenizer repeatedly merges the adjacent pair whose concatenation
+    is the highest-scoring piece (leftmost on ties). A BPE merge list ranked by the merged
+    piece's score (then by the ids of the halves) reproduces it.
+    """
+    cands = []
+    for tid, piece in enumerate(tokens):
+        if types[tid] not in (TOKEN_NORMAL, TOKEN_USER_DEFINED) or len(piece) < 2:
+            continue
+        for i in range(1, len(piece)):
+            left, right = piece[:i], piece[i:]
+            lid, rid = vocab.get(left), vocab.get(right)
+            if lid is not None and rid is not None:
+                cands.append((-scores[tid], tid, lid, rid, left, right))
+    cands.sort()
+    return [[c[4], c[5]] for c in cands]
+
+
+def _spm(fields: dict[str, Any], tokens: list[str], types: list[int]) -> dict[str, Any]:
+    scores = fields.get("tokenizer.ggml.scores")
+    if scores is None or len(scores) != len(tokens):
+        raise FormatError("GGUF SentencePiece tokenizer needs tokenizer.ggml.scores, one per token")
+    scores = [float(s) for s in scores]
+    vocab = _vocab(tokens)
+    unk = _token_id(fields, "unknown_token_id", len(tokens))
+    add_space_prefix = fields.get("tokenizer.ggml.add_space_prefix", True)
+    norm = [{"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]
+    if add_space_prefix:
+        norm.insert(0, {"type": "Prepend", "prepend": "▁"})
+    decoders: list[dict[str, Any]] = [
+        {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+        {"type": "ByteFallback"},
+        {"type": "Fuse"},
+    ]
+    if add_space_prefix:
+        decoders.append({"type": "Strip", "content": " ", "start": 1, "stop": 0})
+    return {
+        "normalizer": {"type": "Sequence", "normalizers": norm},
+        "pre_tokenizer": None,
+        "model": _bpe_model(
+            vocab,
+            _spm_merges(tokens, scores, types, vocab),
+            unk_token=tokens[unk] if unk is not None else None,
+            fuse_unk=True,
+            byte_fallback=True,
+        ),
+        "decoder": {"type": "Sequence", "decoders": decoders},
+    }
+
+
+def _wordpiece_pieces(tokens: list[str], types: list[int]) -> list[str]:
+    """llama.cpp's converter writes word-initial pieces as "▁x" and continuations bare; WordPiece wants "x"/"##x"."""
+    out = []
+    for tok, ty in zip(tokens, types, strict=True):
+        if ty != TOKEN_NORMAL:
+            out.append(tok)
+        elif tok.startswith("▁"):
+            out.append(tok[1:])
+        else:
+            out.append("##" + tok)
+    return out
+
+
+def _wordpiece(fields: dict[str, Any], tokens: list[str], types: list[int]) -> dict[str, Any]:
+    unk = _token_id(fields, "unknown_token_id", len(tokens))
+    unk_token = tokens[unk] if unk is not None else "[UNK]"
+    pieces = _wordpiece_pieces(tokens, types)
+    return {
+        "normalizer": {
+            "type": "BertNormalizer",
+            "clean_text": True,
+            "handle_chinese_chars": True,
+            "strip_accents": None,
+            "lowercase": True,
+        },
+        "pre_tokenizer": {"type": "BertPreTokenizer"},
+        "model": {
+            "type": "WordPiece",
+            "unk_token": unk_token,
+            "continuing_subword_prefix": "##",
+            "max_input_chars_per_word": 100,
+            "vocab": _vocab(pieces),
+        },
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+    }
+
+
+def build_tokenizer_json(fields: dict[str, Any]) -> str:
+    """tokenizer.json text for the tokenizer described by a GGUF file's key/values."""
+    tokens = fields.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, list) or not tokens:
+        raise FormatError("GGUF file has no tokenizer.ggml.tokens")
+    raw_types = fields.get("tokenizer.ggml.token_type")
+    types = [int(t) for t in raw_types] if raw_types is not None else [TOKEN_NORMAL] * len(tokens)
+    if len(types) != len(tokens):
+        raise FormatError("GGUF tokenizer.ggml.token_type has a different length than tokenizer.ggml.tokens")
+    kind = fields.get("tokenizer.ggml.model")
+    if kind == "gpt2":
+        body = _gpt2(fields, tokens)
+        default_bos, bos_key, eos_key = False, "bos_token_id", "eos_token_id"
+    elif kind == "llama":
+        body = _spm(fields, tokens, types)
+        default_bos, bos_key, eos_key = True, "bos_token_id", "eos_token_id"
+    elif kind == "bert":
+        body = _wordpiece(fields, tokens, types)
+        default_bos, bos_key, eos_key = True, "cls_token_id", "seperator_token_id"
+    else:
+        raise UnsupportedError(f"unsupported GGUF tokenizer model {kind!r} (tokenizer.ggml.model)")
+    n = len(tokens)
+    bos = (
+        _token_id(fields, bos_key, n)
+        if kind != "bert"
+        else (_token_id(fields, bos_key, n) or _token_id(fields, "bos_token_id", n))
+    )
+    eos = (
+        _token_id(fields, eos_key, n)
+        if kind != "bert"
+        else (_token_id(fields, eos_key, n) or _token_id(fields, "eos_token_id", n))
+    )
+    add_bos = fields.get("tokenizer.ggml.add_bos_token", default_bos)
+    add_eos = fields.get("tokenizer.ggml.add_eos_token", kind == "bert")
+    doc = {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": _added_tokens(tokens, types),
+        "normalizer": body["normalizer"],
+        "pre_tokenizer": body["pre_tokenizer"],
+        "post_processor": _post_processor(tokens, bos, eos, bool(add_bos), bool(add_eos)),
+        "decoder": body["decoder"],
+        "model": body["model"],
+    }
+    return json.dumps(doc, ensure_ascii=False)

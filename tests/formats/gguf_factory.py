@@ -1,0 +1,52 @@
+"""Builds tiny GGUF files for tests with the `gguf` package's writer (no shared fixtures needed)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import gguf
+import numpy as np
+
+SPM_TOKENS = ["<unk>", "<s>", "</s>", *[f"<0x{i:02X}>" for i in range(256)], "▁", "h", "i", "▁h", "▁hi", "hi"]
+
+
+def write_tiny_llama(path: pathlib.Path, *, qtype: str = "F32", with_output: bool = True) -> dict[str, np.ndarray]:
+    """A 1-layer llama-shaped GGUF with an SPM tokenizer; returns the float tensors written (row-major)."""
+    rng = np.random.default_rng(0)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(32)
+    w.add_feed_forward_length(64)
+    w.add_head_count(4)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(SPM_TOKENS)
+    scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-1.0, -2.0, -3.0, -1.5, -0.5, -2.5]
+    w.add_token_scores(scores)
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 6)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_add_bos_token(True)
+    w.add_chat_template("{{ messages }}")
+    vocab = len(SPM_TOKENS)
+    arrays = {
+        "token_embd.weight": rng.standard_normal((vocab, 32)).astype(np.float32),
+        "blk.0.attn_q.weight": rng.standard_normal((32, 32)).astype(np.float32),
+        "blk.0.attn_norm.weight": rng.standard_normal(32).astype(np.float32),
+    }
+    if with_output:
+        arrays["output.weight"] = rng.standard_normal((vocab, 32)).astype(np.float32)
+    for name, a in arrays.items():
+        if qtype != "F32" and a.ndim == 2:
+            q = gguf.GGMLQuantizationType[qtype]
+            w.add_tensor(name, gguf.quants.quantize(a, q), raw_dtype=q)
+        else:
+            w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return arrays

@@ -3,10 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from artifact.helpers import make_model
 
 from modelc import store
 from modelc.artifact import open_artifact, write_artifact
+from modelc.artifact.tiny import make_model
 from modelc.errors import ArtifactError, NotFoundError, StoreError
 
 

@@ -71,6 +71,8 @@ def pack_model(
     """pack(), returning a PackResult (the CLI prints the prune count from it)."""
     src = Path(source_path)
     model = load_source(src, format=format, name=name)
+    if not isinstance(model, Model):
+        model = _as_model(model)
     if name:
         model.name = name
     if arch:
@@ -98,14 +100,13 @@ def pack_model(
 
 
 def load_source(src: Path, *, format: str | None = None, name: str | None = None) -> Any:
-    """A model source from a path: a .modelc is opened (zero-copy), anything else goes to the readers."""
+    """A model source from a path: a .modelc is opened as an Artifact (zero-copy), anything else is read."""
     if not src.exists():
         raise FormatError(f"no such file or folder: {src}")
     if (format in (None, "modelc")) and _is_artifact(src):
         from modelc.artifact.reader import open_artifact
 
-        art = open_artifact(src)
-        return _as_model(art)
+        return open_artifact(src)
     from modelc.formats.detect import read_model
 
     return read_model(src, format=format, name=name)
@@ -113,12 +114,11 @@ def load_source(src: Path, *, format: str | None = None, name: str | None = None
 
 def _as_model(art: Any) -> Model:
     """An Artifact's fields as a mutable Model (tensors stay zero-copy views of the map)."""
-    m = Model(
+    return Model(
         art.name, art.architecture, dict(art.tensors), config=dict(art.config), metadata=dict(art.metadata),
         tokenizer_json=art.tokenizer_json, chat_template=art.chat_template, special_tokens=dict(art.special_tokens),
         generation_config=dict(art.generation_config), source_format=art.source_format, naming=art.naming,
     )  # fmt: skip
-    return m
 
 
 def read_chat_template(path: Path) -> str:

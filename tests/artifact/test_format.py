@@ -7,9 +7,11 @@ import zipfile
 import numpy as np
 import pytest
 
-from artifact.helpers import make_model, read_raw, rewrite_header
 from modelc.artifact import ArtifactWriteError, open_artifact, verify_artifact, write_artifact
+from modelc.artifact.tiny import make_model
 from modelc.errors import ArtifactError, ChecksumError, ModelcError
+
+from .helpers import read_raw, rewrite_header
 
 
 @pytest.mark.parametrize("compress", [None, "zstd"])

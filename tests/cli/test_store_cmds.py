@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from modelc import store
+from modelc.artifact import open_artifact, write_artifact
+from modelc.artifact.tiny import make_model
+from modelc.cli.main import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def src(tmp_path):
+    return write_artifact(make_model(), tmp_path / "src.modelc")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_pack_list_switch_rm_cycle(home, src, capsys):
+    assert run(capsys, "pack", src, "--name", "team/tiny")[0] == 0
+    code, out, _ = run(capsys, "pack", src, "--name", "team/tiny", "--compress", "zstd", "--compress-level", "9")
+    assert code == 0 and "team/tiny.modelc" in out
+    code, out, _ = run(capsys, "list", "--json")
+    rows = json.loads(out)
+    assert [(r["name"], r["version"], r["active"]) for r in rows] == [("team/tiny", 1, False), ("team/tiny", 2, True)]
+    assert rows[0]["architecture"] == "llama" and rows[0]["num_params"] == make_model().num_params
+    code, out, _ = run(capsys, "list")
+    assert code == 0 and "team/tiny" in out and "v2*" in out
+    assert run(capsys, "switch", "team/tiny", "1")[0] == 0
+    assert store.active_version("team/tiny") == 1
+    code, _, err = run(capsys, "rm", "team/tiny")
+    assert code == 1 and err.startswith("error: ") and "--all" in err and err.count("\n") == 1
+    code, out, _ = run(capsys, "rm", "team/tiny", "--all")
+    assert code == 0 and out.count("removed") == 2 and not store.exists("team/tiny")
+
+
+def test_cp_and_errors(home, src, capsys):
+    assert run(capsys, "cp", src, "a")[0] == 0
+    code, _, err = run(capsys, "cp", "a", "a")
+    assert code == 1 and "already exists" in err
+    code, _, err = run(capsys, "switch", "a", "5")
+    assert code == 1 and "no version 5" in err
+    code, _, err = run(capsys, "rm", "ghost")
+    assert code == 1 and "not in the store" in err
+
+
+def test_inspect_text_json_and_quant_sizes(home, src, capsys):
+    code, out, _ = run(capsys, "inspect", src)
+    assert code == 0 and "llama" in out and "modelc (from safetensors)" in out
+    names = [line.split()[0] for line in out.splitlines() if line.startswith(("empty", "model."))]
+    assert names == sorted(make_model().tensors)
+    code, out, _ = run(capsys, "inspect", src, "--json")
+    info = json.loads(out)
+    assert info["num_params"] == make_model().num_params and info["tensors"][1]["dtype"] == "F32"
+    code, out, _ = run(capsys, "inspect", src, "--quant-sizes", "--json")
+    sizes = json.loads(out)["sizes_bytes"]
+    n = make_model().num_params
+    assert sizes["fp32"] == 4 * n and sizes["fp16"] == 2 * n
+    assert sizes["q4_0"] < sizes["q8_0"] < sizes["fp16"]
+    code, out, _ = run(capsys, "inspect", src, "--quant-sizes")
+    assert code == 0 and "q4_0" in out and "%" in out
+
+
+def test_verify_ok_and_corrupt(home, src, capsys):
+    code, out, _ = run(capsys, "verify", src)
+    assert code == 0 and out.startswith("ok:")
+    entry = open_artifact(src).entries["model.embed_tokens.weight"]
+    buf = bytearray(open(src, "rb").read())
+    buf[entry.offset + 7] ^= 1
+    open(src, "wb").write(bytes(buf))
+    code, _, err = run(capsys, "verify", src)
+    assert code == 1 and "model.embed_tokens.weight" in err and err.count("\n") == 1
+
+
+def test_pack_chat_template_override(home, src, tmp_path, capsys):
+    good = tmp_path / "t.jinja"
+    good.write_text("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    code, out, _ = run(capsys, "pack", src, "-o", str(tmp_path / "o.modelc"), "--chat-template", str(good))
+    assert code == 0 and open_artifact(tmp_path / "o.modelc").chat_template == good.read_text()
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}")
+    code, _, err = run(capsys, "pack", src, "-o", str(tmp_path / "p.modelc"), "--chat-template", str(bad))
+    assert code == 1 and "does not compile" in err and not (tmp_path / "p.modelc").exists()
+
+
+def test_pack_arch_override_and_unknown(home, src, tmp_path, capsys):
+    assert run(capsys, "pack", src, "-o", str(tmp_path / "o.modelc"), "--arch", "qwen2")[0] == 0
+    assert open_artifact(tmp_path / "o.modelc").architecture == "qwen2"
+    code, _, err = run(capsys, "pack", src, "-o", str(tmp_path / "x.modelc"), "--arch", "nope")
+    assert code == 1 and "unknown architecture" in err
+
+
+def test_export_both_formats(home, src, tmp_path, capsys):
+    for fmt in ("safetensors", "gguf"):
+        code, out, _ = run(capsys, "export", src, "--to", fmt, "-o", str(tmp_path / f"m.{fmt}"))
+        assert code == 0 and (tmp_path / f"m.{fmt}").stat().st_size > 0
+    code, _, err = run(capsys, "export", src, "--to", "onnx", "-o", str(tmp_path / "m.onnx"))
+    assert code == 1 and "cannot export" in err
+
+
+def test_every_command_has_help_with_example(capsys):
+    for cmd in ("inspect", "pack", "list", "rm", "cp", "switch", "verify", "export"):
+        code, out, _ = run(capsys, cmd, "--help")
+        assert code == 0 and "Example: modelc " + cmd in " ".join(out.split())
+
+
+@pytest.mark.parametrize("argv", [["verify", "/nonexistent/x.modelc"], ["inspect", "no-such-model"]])
+def test_subprocess_one_line_error(home, argv):
+    env = {**os.environ, "MODELC_HOME": str(home)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelc", *argv], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

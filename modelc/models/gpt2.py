@@ -32,7 +32,7 @@ class Gpt2Args:
     exact_gelu: bool
 
     @classmethod
-    def from_config(cls, cfg: dict[str, Any]) -> Gpt2Args:
+    def from_config(cls, cfg: dict[str, Any], naming: str) -> Gpt2Args:
         try:
             C = int(cfg["hidden_size"])
             return cls(
@@ -43,7 +43,9 @@ class Gpt2Args:
                 num_heads=int(cfg["num_attention_heads"]),
                 max_positions=int(cfg.get("max_position_embeddings") or 1024),
                 layer_norm_eps=float(cfg.get("layer_norm_eps") or 1e-5),
-                exact_gelu=cfg.get("hidden_act") == "gelu",
+                # GPT-2 uses the tanh GELU ("gelu_new"); GGUF files say "gelu" for it, so only an
+                # HF config asking for plain "gelu" gets the exact erf form.
+                exact_gelu=naming == "hf" and cfg.get("hidden_act") == "gelu",
             )
         except KeyError as e:
             raise FormatError(f"model config lacks {e.args[0]}") from None
@@ -111,7 +113,7 @@ class Gpt2Model:
         naming = getattr(source, "naming", "hf") or "hf"
         if naming not in ("hf", "gguf"):
             raise UnsupportedError(f"unknown tensor naming {naming!r}")
-        self.args = a = Gpt2Args.from_config(dict(source.config))
+        self.args = a = Gpt2Args.from_config(dict(source.config), naming)
         self.kernels = kernels
         self.names = names = _hf_names(source) if naming == "hf" else _GGUF
         w = WeightReader(source, kernels)

@@ -1,0 +1,172 @@
+"""ONNX shape and data-movement ops: Reshape, Transpose, Concat, Split, Slice, Gather, (Un)Squeeze,
+Shape, Constant, ConstantOfShape, Expand, Flatten, Range.
+
+Opset 13+ forms: axes/split/shape arrive as inputs; the older attribute forms are accepted too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from modelc.errors import InvalidRequestError, UnsupportedError
+from modelc.onnx.ops_elementwise import Op
+
+
+def _ints(x: Any) -> list[int]:
+    return [int(v) for v in np.asarray(x).reshape(-1)]
+
+
+def _axes(inputs: list[Any], attrs: dict[str, Any], index: int) -> list[int] | None:
+    """axes from input `index` (opset 13+/18+) or the `axes` attribute; None when neither is given."""
+    if len(inputs) > index and inputs[index] is not None:
+        return _ints(inputs[index])
+    if "axes" in attrs:
+        return [int(a) for a in attrs["axes"]]
+    return None
+
+
+def reshape(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x, shape = inputs[0], _ints(inputs[1])
+    if not attrs.get("allowzero", 0):
+        shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    try:
+        return (x.reshape(shape),)
+    except ValueError:
+        raise InvalidRequestError(f"cannot reshape a tensor of shape {x.shape} to {shape}") from None
+
+
+def transpose(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    perm = attrs.get("perm")
+    return (np.transpose(inputs[0], perm),)
+
+
+def concat(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    parts = [x for x in inputs if x is not None]
+    return (np.concatenate(parts, axis=int(attrs["axis"])),)
+
+
+def split(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    axis = int(attrs.get("axis", 0)) % max(x.ndim, 1)
+    dim = x.shape[axis]
+    sizes = _ints(inputs[1]) if len(inputs) > 1 and inputs[1] is not None else attrs.get("split")
+    if sizes is None:
+        n = int(attrs.get("num_outputs", attrs["_num_outputs"]))  # _num_outputs: set by the interpreter
+        chunk = -(-dim // n)
+        sizes = [min(chunk, dim - i * chunk) for i in range(n)]
+    if sum(sizes) != dim:
+        raise InvalidRequestError(f"Split sizes {list(sizes)} do not add up to dimension {dim}")
+    cuts = np.cumsum(sizes)[:-1]
+    return tuple(np.split(x, cuts, axis=axis))
+
+
+def slice_(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    starts, ends = _ints(inputs[1]), _ints(inputs[2])
+    axes = _ints(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else list(range(len(starts)))
+    steps = _ints(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+    index: list[slice] = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps, strict=True):
+        if st == 0:
+            raise InvalidRequestError("Slice step must not be 0")
+        index[a % x.ndim] = slice(s, e, st)  # Python slices clamp exactly like ONNX Slice
+    return (x[tuple(index)],)
+
+
+def gather(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x, idx = inputs[0], inputs[1]
+    axis = int(attrs.get("axis", 0))
+    try:
+        return (np.take(x, idx.astype(np.int64, copy=False), axis=axis),)
+    except IndexError:
+        n = x.shape[axis]
+        raise InvalidRequestError(f"Gather index out of range [{-n}, {n - 1}]") from None
+
+
+def unsqueeze(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    axes = _axes(inputs, attrs, 1) or []
+    rank = x.ndim + len(axes)
+    shape = list(x.shape)
+    for a in sorted(a % rank for a in axes):
+        shape.insert(a, 1)
+    return (x.reshape(shape),)
+
+
+def squeeze(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    axes = _axes(inputs, attrs, 1)
+    if axes is None:
+        return (np.squeeze(x),)
+    try:
+        return (np.squeeze(x, axis=tuple(a % x.ndim for a in axes)),)
+    except ValueError:
+        raise InvalidRequestError(f"cannot squeeze axes {axes} of shape {x.shape}") from None
+
+
+def shape(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    dims = inputs[0].shape
+    start = int(attrs.get("start", 0))
+    end = attrs.get("end")
+    return (np.array(dims[start : None if end is None else int(end)], dtype=np.int64),)
+
+
+def constant(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    if "value" in attrs:
+        return (attrs["value"],)
+    for key, dtype in (("value_float", np.float32), ("value_floats", np.float32)):
+        if key in attrs:
+            return (np.array(attrs[key], dtype=dtype),)
+    for key in ("value_int", "value_ints"):
+        if key in attrs:
+            return (np.array(attrs[key], dtype=np.int64),)
+    raise UnsupportedError(f"Constant with attributes {sorted(attrs)} is not supported")
+
+
+def constant_of_shape(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    value = attrs.get("value")
+    fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    return (np.full(_ints(inputs[0]), fill[0], dtype=fill.dtype),)
+
+
+def expand(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    try:
+        target = np.broadcast_shapes(x.shape, tuple(_ints(inputs[1])))
+    except ValueError:
+        raise InvalidRequestError(f"cannot expand shape {x.shape} to {_ints(inputs[1])}") from None
+    return (np.broadcast_to(x, target),)
+
+
+def flatten(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    axis = int(attrs.get("axis", 1))
+    if axis < 0:
+        axis += x.ndim
+    outer = int(np.prod(x.shape[:axis], dtype=np.int64))
+    return (x.reshape(outer, -1) if x.size else x.reshape(outer, int(np.prod(x.shape[axis:]))),)
+
+
+def range_(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    start, limit, delta = (np.asarray(v).reshape(()) for v in inputs[:3])
+    return (np.arange(start, limit, delta, dtype=start.dtype),)
+
+
+OPS: dict[str, Op] = {
+    "Reshape": reshape,
+    "Transpose": transpose,
+    "Concat": concat,
+    "Slice": slice_,
+    "Gather": gather,
+    "Unsqueeze": unsqueeze,
+    "Squeeze": squeeze,
+    "Shape": shape,
+    "Constant": constant,
+    "ConstantOfShape": constant_of_shape,
+    "Expand": expand,
+    "Flatten": flatten,
+    "Range": range_,
+    "Split": split,
+}

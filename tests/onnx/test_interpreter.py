@@ -1,0 +1,248 @@
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import onnx
+import onnx_graphs as g
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from modelc.errors import InvalidRequestError
+from modelc.formats.onnx import read_onnx
+from modelc.onnx import OnnxProgram
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+def both(model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: pathlib.Path) -> tuple[list, list]:
+    path = g.save(
+        model, tmp_path / "m.onnx", check=all(o.type.tensor_type.HasField("shape") for o in model.graph.output)
+    )
+    prog = OnnxProgram(read_onnx(path))
+    got = prog.run(feeds)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+    return [got[o.name] for o in model.graph.output], want
+
+
+def assert_same(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], tmp_path: pathlib.Path, atol: float = 1e-4
+) -> None:
+    got, want = both(model, feeds, tmp_path)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        assert a.dtype == b.dtype, (a.dtype, b.dtype)
+        np.testing.assert_allclose(a, b, atol=atol, rtol=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_mlp_matches_onnxruntime(batch: int, tmp_path: pathlib.Path) -> None:
+    rng = np.random.default_rng(batch)
+    model = g.mlp(rng, sizes=(8, 16, 12, 4))
+    assert_same(model, {"x": rng.standard_normal((batch, 8)).astype(np.float32)}, tmp_path)
+
+
+@pytest.mark.parametrize("B,T", [(1, 1), (2, 7), (3, 16)])
+def test_transformer_block_matches_onnxruntime(B: int, T: int, tmp_path: pathlib.Path) -> None:
+    rng = np.random.default_rng(T)
+    model = g.transformer_block(rng)
+    mask = np.ones((B, T), np.int64)
+    mask[-1, T // 2 + 1 :] = 0
+    assert_same(model, {"x": rng.standard_normal((B, T, 32)).astype(np.float32), "mask": mask}, tmp_path)
+
+
+@pytest.mark.parametrize("N", [1, 3])
+def test_cnn_matches_onnxruntime(N: int, tmp_path: pathlib.Path) -> None:
+    rng = np.random.default_rng(N)
+    assert_same(g.cnn(rng), {"x": rng.standard_normal((N, 3, 12, 12)).astype(np.float32)}, tmp_path)
+
+
+def one_node(
+    op: str, ins: list[tuple[str, int, list]], outs: list[tuple[str, int, list | None]], inits=(), opset=17, **attrs
+):
+    node = helper.make_node(op, [n for n, _, _ in ins] + [i.name for i in inits], [n for n, _, _ in outs], **attrs)
+    vi = [helper.make_tensor_value_info(n, t, s) for n, t, s in ins]
+    vo = [helper.make_tensor_value_info(n, t, s) for n, t, s in outs]
+    return g.make([node], vi, vo, list(inits), opset=opset)
+
+
+def c(name: str, values, dtype=np.int64):
+    return g.init(name, np.array(values, dtype))
+
+
+RNG = np.random.default_rng(7)
+X = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+X4 = RNG.standard_normal((1, 2, 7, 9)).astype(np.float32)
+
+CASES = [
+    (
+        "Split-input",
+        one_node("Split", [("x", F, [2, 3, 4])], [("a", F, None), ("b", F, None)], [c("s", [1, 3])], axis=2),
+    ),
+    ("Split-even", one_node("Split", [("x", F, [2, 3, 4])], [("a", F, None), ("b", F, None)], axis=2)),
+    (
+        "Split-num_outputs",
+        one_node("Split", [("x", F, [2, 3, 4])], [("a", F, None), ("b", F, None)], opset=18, axis=1, num_outputs=2),
+    ),
+    (
+        "Slice",
+        one_node(
+            "Slice",
+            [("x", F, [2, 3, 4])],
+            [("y", F, None)],
+            [c("st", [0, -1]), c("en", [2, -100]), c("ax", [0, 2]), c("sp", [1, -2])],
+        ),
+    ),
+    (
+        "Slice-clamp",
+        one_node("Slice", [("x", F, [2, 3, 4])], [("y", F, None)], [c("st", [1]), c("en", [2**62]), c("ax", [-1])]),
+    ),
+    ("Gather", one_node("Gather", [("x", F, [2, 3, 4])], [("y", F, None)], [c("i", [[0, -1], [2, 1]])], axis=1)),
+    ("Unsqueeze", one_node("Unsqueeze", [("x", F, [2, 3, 4])], [("y", F, None)], [c("a", [0, -1])])),
+    (
+        "Squeeze",
+        g.make(
+            [
+                helper.make_node("Unsqueeze", ["x", "a"], ["u"]),
+                helper.make_node("Squeeze", ["u", "b"], ["v"]),
+                helper.make_node("Squeeze", ["v"], ["y"]),
+            ],
+            [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+            [helper.make_tensor_value_info("y", F, None)],
+            [c("a", [0, 2]), c("b", [2])],
+            opset=13,
+        ),
+    ),
+    ("Shape", one_node("Shape", [("x", F, [2, 3, 4])], [("y", I64, None)], start=1)),
+    ("Transpose", one_node("Transpose", [("x", F, [2, 3, 4])], [("y", F, None)], perm=[2, 0, 1])),
+    ("Flatten", one_node("Flatten", [("x", F, [2, 3, 4])], [("y", F, None)], axis=-1)),
+    ("Expand", one_node("Expand", [("x", F, [2, 3, 4])], [("y", F, None)], [c("s", [3, 1, 1, 1])])),
+    ("Reshape", one_node("Reshape", [("x", F, [2, 3, 4])], [("y", F, None)], [c("s", [0, -1])])),
+    ("Concat", one_node("Concat", [("x", F, [2, 3, 4])], [("y", F, None)], [g.init("k", X[:, :1])], axis=1)),
+    (
+        "ReduceMean-attr",
+        one_node("ReduceMean", [("x", F, [2, 3, 4])], [("y", F, None)], opset=17, axes=[-1], keepdims=1),
+    ),
+    (
+        "ReduceMean-input",
+        one_node("ReduceMean", [("x", F, [2, 3, 4])], [("y", F, None)], [c("a", [0, 2])], opset=18, keepdims=0),
+    ),
+    ("ReduceSum", one_node("ReduceSum", [("x", F, [2, 3, 4])], [("y", F, None)], [c("a", [1])], opset=13)),
+    ("Softmax-axis1", one_node("Softmax", [("x", F, [2, 3, 4])], [("y", F, None)], axis=1)),
+    (
+        "LayerNorm-axis",
+        one_node(
+            "LayerNormalization",
+            [("x", F, [2, 3, 4])],
+            [("y", F, None)],
+            [g.init("w", X[0]), g.init("b", X[1])],
+            axis=1,
+        ),
+    ),
+    ("Gelu", one_node("Gelu", [("x", F, [2, 3, 4])], [("y", F, None)], opset=20)),
+    ("Gelu-tanh", one_node("Gelu", [("x", F, [2, 3, 4])], [("y", F, None)], opset=20, approximate="tanh")),
+    ("Pow", one_node("Pow", [("x", F, [2, 3, 4])], [("y", F, None)], [g.init("e", np.array(2.0, np.float32))])),
+    ("Tanh", one_node("Tanh", [("x", F, [2, 3, 4])], [("y", F, None)])),
+    ("Sigmoid", one_node("Sigmoid", [("x", F, [2, 3, 4])], [("y", F, None)])),
+    (
+        "Equal-Where",
+        g.make(
+            [helper.make_node("Greater", ["x", "z"], ["m"]), helper.make_node("Where", ["m", "x", "z"], ["y"])],
+            [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+            [helper.make_tensor_value_info("y", F, None)],
+            [g.init("z", np.zeros(4, np.float32))],
+        ),
+    ),
+    ("Cast", one_node("Cast", [("x", F, [2, 3, 4])], [("y", I64, None)], to=I64)),
+    (
+        "ConstantOfShape",
+        g.make(
+            [
+                helper.make_node("Shape", ["x"], ["s"]),
+                helper.make_node("ConstantOfShape", ["s"], ["y"], value=helper.make_tensor("v", I64, [1], [3])),
+            ],
+            [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+            [helper.make_tensor_value_info("y", I64, None)],
+            [],
+        ),
+    ),
+    (
+        "Constant",
+        g.make(
+            [
+                helper.make_node("Constant", [], ["k"], value=helper.make_tensor("v", F, [4], [1, 2, 3, 4])),
+                helper.make_node("Sub", ["x", "k"], ["y"]),
+            ],
+            [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+            [helper.make_tensor_value_info("y", F, None)],
+            [],
+        ),
+    ),
+]
+CASES4 = [
+    ("MaxPool-pads", one_node("MaxPool", [("x", F, [1, 2, 7, 9])], [("y", F, None)], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2])),
+    ("MaxPool-ceil", one_node("MaxPool", [("x", F, [1, 2, 7, 9])], [("y", F, None)], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)),
+    ("AveragePool", one_node("AveragePool", [("x", F, [1, 2, 7, 9])], [("y", F, None)], kernel_shape=[3, 3], pads=[1, 1, 1, 1])),
+    ("AveragePool-incl", one_node("AveragePool", [("x", F, [1, 2, 7, 9])], [("y", F, None)], kernel_shape=[3, 2], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("Conv-same", one_node("Conv", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("w", RNG.standard_normal((4, 2, 3, 3)).astype(np.float32))], auto_pad="SAME_UPPER", strides=[2, 2])),
+    ("Conv-depthwise", one_node("Conv", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("w", RNG.standard_normal((2, 1, 3, 3)).astype(np.float32))], group=2)),
+    ("GlobalAveragePool", one_node("GlobalAveragePool", [("x", F, [1, 2, 7, 9])], [("y", F, None)])),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("model", [m for _, m in CASES], ids=[n for n, _ in CASES])
+def test_op_matches_onnxruntime(model: onnx.ModelProto, tmp_path: pathlib.Path) -> None:
+    assert_same(model, {"x": X}, tmp_path)
+
+
+@pytest.mark.parametrize("model", [m for _, m in CASES4], ids=[n for n, _ in CASES4])
+def test_spatial_op_matches_onnxruntime(model: onnx.ModelProto, tmp_path: pathlib.Path) -> None:
+    assert_same(model, {"x": X4}, tmp_path)
+
+
+@pytest.fixture
+def block(tmp_path: pathlib.Path) -> OnnxProgram:
+    return OnnxProgram(read_onnx(g.save(g.transformer_block(np.random.default_rng(0)), tmp_path / "b.onnx")))
+
+
+def test_bad_inputs_are_invalid_requests(block: OnnxProgram) -> None:
+    x = np.zeros((2, 3, 32), np.float32)
+    mask = np.ones((2, 3), np.int64)
+    with pytest.raises(InvalidRequestError, match="missing input 'mask'"):
+        block.run({"x": x})
+    with pytest.raises(InvalidRequestError, match="unknown input 'z'"):
+        block.run({"x": x, "mask": mask, "z": 1})
+    with pytest.raises(InvalidRequestError, match=r"must have shape \[B, T, 32\]"):
+        block.run({"x": np.zeros((2, 3, 31), np.float32), "mask": mask})
+    with pytest.raises(InvalidRequestError, match="must have shape"):
+        block.run({"x": np.zeros((2, 32), np.float32), "mask": mask})
+    with pytest.raises(InvalidRequestError, match="dimension 'T' is 3"):
+        block.run({"x": x, "mask": np.ones((2, 4), np.int64)})
+    bad = x.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(InvalidRequestError, match="NaN or infinity"):
+        block.run({"x": bad, "mask": mask})
+    with pytest.raises(InvalidRequestError, match="ragged"):
+        block.run({"x": [[[0.0] * 32], [[0.0] * 32, [1.0]]], "mask": mask})
+    with pytest.raises(InvalidRequestError, match="must hold integers"):
+        block.run({"x": x, "mask": np.full((2, 3), 0.5)})
+
+
+def test_nested_lists_are_accepted(block: OnnxProgram) -> None:
+    x = np.random.default_rng(1).standard_normal((1, 2, 32)).astype(np.float32)
+    got = block.run({"x": x.tolist(), "mask": [[1, 1]]})["y"]
+    want = block.run({"x": x, "mask": np.ones((1, 2), np.int64)})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_gather_out_of_range_is_invalid_request(tmp_path: pathlib.Path) -> None:
+    model = one_node("Gather", [("i", I64, ["N"])], [("y", F, None)], [g.init("table", np.eye(4, dtype=np.float32))])
+    # Gather(data=table, indices=i): reorder the node's inputs so the table comes first.
+    model.graph.node[0].input[:] = ["table", "i"]
+    prog = OnnxProgram(read_onnx(g.save(model, tmp_path / "g.onnx", check=False)))
+    np.testing.assert_array_equal(prog.run({"i": [3, 0]})["y"], np.eye(4, dtype=np.float32)[[3, 0]])
+    with pytest.raises(InvalidRequestError, match="Gather index out of range"):
+        prog.run({"i": [4]})

@@ -74,7 +74,8 @@ def plain_tensors(source: Any, *, dequantize: bool) -> dict[str, TensorData]:
             out[name] = t
             continue
         if not dequantize:
-            raise UnsupportedError(f"tensor {name} is {t.dtype.value}, which safetensors cannot hold; dequantize it")
+            what = t.dtype.value + (" with per-row scales" if scale is not None else "")
+            raise UnsupportedError(f"tensor {name} is {what}, which safetensors cannot hold; dequantize it")
         out[name] = TensorData.from_array(dequantized(t, scale))
     return out
 

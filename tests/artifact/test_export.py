@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from modelc.artifact import open_artifact, write_artifact
+from modelc.artifact.tiny import make_model
+from modelc.errors import UnsupportedError
+from modelc.formats.export_gguf import export_gguf
+from modelc.formats.export_safetensors import export_safetensors
+from modelc.formats.gguf import read_gguf
+from modelc.formats.safetensors import read_tensors
+from modelc.ir import SCALE_SUFFIX, DataType, TensorData
+from modelc.kernels.linear import dequantize
+
+GGUF_FIXTURES = [
+    "tiny-llama/gguf/tiny-llama-F32.gguf",
+    "tiny-llama/gguf/tiny-llama-Q4_0.gguf",
+    "tiny-llama/gguf/tiny-llama-Q8_0.gguf",
+    "tiny-gpt2/gguf/tiny-gpt2-Q8_0.gguf",
+]
+
+
+def same_bytes(a, b) -> bool:
+    return a.shape == b.shape and a.dtype is b.dtype and bytes(a.data) == bytes(b.data)
+
+
+def test_safetensors_export_plain_bytes_and_dequantized(tmp_path):
+    model = make_model()
+    art = open_artifact(write_artifact(model, tmp_path / "m.modelc"))
+    path = export_safetensors(art, tmp_path / "m.safetensors")
+    tensors, meta = read_tensors(path)
+    assert sorted(tensors) == sorted(n for n in model.tensors if not n.endswith(SCALE_SUFFIX))
+    for name in ("model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight", "model.norm.weight", "empty"):
+        assert same_bytes(tensors[name], model.tensors[name])
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert tensors[q].dtype is DataType.F32
+    np.testing.assert_array_equal(tensors[q].array(), dequantize(model.tensors[q]))
+    d = "model.layers.0.mlp.down_proj.weight"  # I8 with per-row scale -> F32 values
+    np.testing.assert_array_equal(tensors[d].array(), model.tensors[d].array().astype(np.float32))
+    assert meta["modelc.architecture"] == "llama" and json.loads(meta["modelc.config"]) == model.config
+    assert meta["modelc.tokenizer_json"] == model.tokenizer_json
+    with pytest.raises(UnsupportedError, match="cannot hold"):
+        export_safetensors(art, tmp_path / "n.safetensors", dequantize=False)
+    assert not (tmp_path / "n.safetensors").exists()
+
+
+def test_gguf_export_keeps_block_bytes(tmp_path):
+    model = make_model()
+    art = open_artifact(write_artifact(model, tmp_path / "m.modelc", compress="zstd"))
+    back = read_gguf(export_gguf(art, tmp_path / "m.gguf"))
+    for name, t in model.tensors.items():
+        if name.endswith(SCALE_SUFFIX):
+            assert name not in back.tensors
+        elif t.dtype is DataType.I8:
+            assert back.tensors[name].dtype is DataType.F32
+        else:
+            assert same_bytes(back.tensors[name], t), name
+    assert back.chat_template == model.chat_template
+
+
+def test_gguf_export_refuses_types_gguf_lacks(tmp_path):
+    model = make_model()
+    model.tensors["mask"] = TensorData.from_array(np.zeros(4, np.bool_))
+    with pytest.raises(UnsupportedError, match="mask"):
+        export_gguf(model, tmp_path / "m.gguf")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("rel", GGUF_FIXTURES)
+def test_gguf_fixture_roundtrip(shared_fixtures, tmp_path, rel):
+    src = read_gguf(shared_fixtures / "models" / rel)
+    art = open_artifact(write_artifact(src, tmp_path / "m.modelc"), verify=True)
+    assert sorted(art.tensors) == sorted(src.tensors)
+    assert all(same_bytes(art.tensors[n], src.tensors[n]) for n in src.tensors)
+    assert art.tokenizer_json == src.tokenizer_json and art.config == json.loads(json.dumps(src.config))
+    back = read_gguf(export_gguf(art, tmp_path / "m.gguf"))
+    assert all(same_bytes(back.tensors[n], src.tensors[n]) for n in src.tensors)
+    assert back.architecture == src.architecture and back.config == src.config
+    for key in ("general.architecture", f"{src.metadata['general.architecture']}.block_count"):
+        assert back.metadata[key] == src.metadata[key]
+
+
+def test_hf_safetensors_fixture_roundtrip(shared_fixtures, tmp_path):
+    tensors, _ = read_tensors(shared_fixtures / "models/tiny-llama/hf/model.safetensors")
+    from modelc.ir import Model
+
+    src = Model("tiny-llama", "llama", tensors, source_format="safetensors")
+    art = open_artifact(write_artifact(src, tmp_path / "m.modelc"))
+    again, _ = read_tensors(export_safetensors(art, tmp_path / "m.safetensors"))
+    assert sorted(again) == sorted(tensors) and all(same_bytes(again[n], tensors[n]) for n in tensors)

@@ -160,6 +160,12 @@ class Gpt2Model:
     def vocab_size(self) -> int:
         return self.args.vocab_size
 
+    def projection_shapes(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """{(layer, proj): (out, in)} of every projection a LoRA adapter may target."""
+        return {
+            (i, p): getattr(L, p).shape for i, L in enumerate(self.layers) for p in ("q", "k", "v", "o", "up", "down")
+        }
+
     def kv_shape(self) -> tuple[int, int, int]:
         return self.args.num_layers, self.args.num_heads, self.args.head_dim
 

@@ -192,6 +192,10 @@ class LlamaModel:
     def vocab_size(self) -> int:
         return self.args.vocab_size
 
+    def projection_shapes(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """{(layer, proj): (out, in)} of every projection a LoRA adapter may target."""
+        return {(i, p): getattr(L, p).shape for i, L in enumerate(self.layers) for p in PROJECTIONS}
+
     def kv_shape(self) -> tuple[int, int, int]:
         """(num_layers, num_kv_heads, head_dim) for sizing KVPages."""
         return self.args.num_layers, self.args.num_kv_heads, self.args.head_dim

@@ -1,0 +1,116 @@
+"""LoRA adapters (PEFT): parse lora_A/lora_B pairs into a LoraAdapter applied as a low-rank side path.
+
+y = W x + scale * B (A x), scale = alpha_multiplier * lora_alpha / r (lora_alpha from
+adapter_config.json; without a config, scale = alpha / r). Base weights are never modified,
+so unloading restores the base model exactly. No numba here.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from modelc.errors import FormatError, InvalidRequestError
+from modelc.ir import TensorData
+
+# base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight (and .default. variants, and GGUF-style blk.N.attn_q)
+_KEY = re.compile(
+    r"(?:^|\.)layers\.(\d+)\.(?:self_attn|mlp)\.(q|k|v|o|gate|up|down)_proj\.lora_([AB])(?:\.default)?\.weight$"
+)
+_GGUF_KEY = re.compile(
+    r"(?:^|\.)blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.(?:weight\.)?lora_([ab])$"
+)
+_GGUF_PROJ = {"attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o", "ffn_gate": "gate", "ffn_up": "up",
+              "ffn_down": "down"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class LoraAdapter:
+    name: str
+    rank: int
+    scale: float
+    pairs: dict[
+        tuple[int, str], tuple[np.ndarray, np.ndarray, float]
+    ]  # (layer, proj) -> (A (r, in), B (out, r), scale)
+
+
+def _as_f32(v: Any) -> np.ndarray:
+    if isinstance(v, TensorData):
+        from modelc.kernels.ref_linear import dequantize
+
+        return dequantize(v).reshape(v.shape).astype(np.float32)
+    return np.ascontiguousarray(np.asarray(v, dtype=np.float32))
+
+
+def _read(path_or_tensors: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tensors by name, adapter_config dict) from a PEFT folder, one .safetensors file, or a mapping."""
+    if isinstance(path_or_tensors, Mapping):
+        return dict(path_or_tensors), {}
+    from modelc.formats.safetensors import read_tensors
+
+    p = pathlib.Path(path_or_tensors)
+    config: dict[str, Any] = {}
+    if p.is_dir():
+        cfg = p / "adapter_config.json"
+        if cfg.is_file():
+            try:
+                config = json.loads(cfg.read_text())
+            except (OSError, ValueError) as e:
+                raise FormatError(f"{cfg}: not valid JSON ({e})") from None
+        p = p / "adapter_model.safetensors"
+    if not p.is_file():
+        raise FormatError(f"no LoRA adapter at {p}")
+    tensors, _ = read_tensors(p)
+    return tensors, config
+
+
+def load_lora(
+    name: str,
+    path_or_tensors: Any,
+    alpha: float = 1.0,
+    *,
+    shapes: Mapping[tuple[int, str], tuple[int, int]],
+) -> LoraAdapter:
+    """Parse an adapter and check every pair against the model's projection shapes {(layer, proj): (out, in)}."""
+    tensors, config = _read(path_or_tensors)
+    found: dict[tuple[int, str], dict[str, np.ndarray]] = {}
+    for key, val in tensors.items():
+        m = _KEY.search(key)
+        if m:
+            layer, proj, ab = int(m.group(1)), m.group(2), m.group(3)
+        else:
+            g = _GGUF_KEY.search(key)
+            if not g:
+                continue
+            layer, proj, ab = int(g.group(1)), _GGUF_PROJ[g.group(2)], g.group(3).upper()
+        found.setdefault((layer, proj), {})[ab] = _as_f32(val)
+    if not found:
+        raise FormatError(f"adapter {name}: no lora_A/lora_B weights for q/k/v/o/gate/up/down projections found")
+    pairs: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, float]] = {}
+    rank = 0
+    for key, ab in sorted(found.items()):
+        if "A" not in ab or "B" not in ab:
+            raise FormatError(f"adapter {name}: layer {key[0]} {key[1]}_proj has only lora_{next(iter(ab))}")
+        a_mat, b_mat = ab["A"], ab["B"]
+        if key not in shapes:
+            raise FormatError(f"adapter {name}: the model has no layer {key[0]} {key[1]}_proj")
+        out_dim, in_dim = shapes[key]
+        r = a_mat.shape[0]
+        if a_mat.shape != (r, in_dim) or b_mat.shape != (out_dim, r):
+            raise FormatError(
+                f"adapter {name}: layer {key[0]} {key[1]}_proj has A {a_mat.shape}, B {b_mat.shape}; "
+                f"expected ({r}, {in_dim}) and ({out_dim}, {r})"
+            )
+        lora_alpha = config.get("lora_alpha")
+        scale = float(alpha) * float(lora_alpha) / r if lora_alpha is not None else float(alpha) / r
+        pairs[key] = (a_mat, b_mat, scale)
+        rank = max(rank, r)
+    if not np.isfinite(alpha):
+        raise InvalidRequestError(f"adapter {name}: alpha must be finite", param="alpha")
+    return LoraAdapter(name, rank, next(iter(pairs.values()))[2], pairs)

@@ -1,0 +1,261 @@
+"""Runner: owns one model's weights, KV pages, LoRA adapters and per-sequence sampler state.
+
+`execute(plan)` runs one batched forward over every chunk of a BatchPlan and samples a
+token for each chunk with `sample=True`. Synchronous; no awaits, no scheduling decisions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
+from modelc.engine.lora import LoraAdapter, load_lora
+from modelc.engine.params import SamplingParams
+from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, UnsupportedError
+from modelc.kernels.select import KernelSet
+from modelc.models.batch import LoraRows, make_batch
+from modelc.models.registry import build_model
+from modelc.scheduler.batch import BatchPlan, BatchResult, SampledToken, SeqChunk
+
+
+@dataclass(slots=True)
+class SeqState:
+    """What the runner keeps per live sequence between steps."""
+
+    seq_id: int
+    params: SamplingParams
+    prompt_len: int
+    rng: np.random.Generator
+    tokens: list[int] = field(default_factory=list)  # token at each position computed so far
+    sampler_state: Any = None  # modelc.engine.sampler's per-sequence state, when that sampler is used
+
+
+class Runner:
+    block_size = BLOCK_SIZE
+
+    def __init__(self, source: Any, *, num_kv_blocks: int, kv_dtype: str = "float32", threads: int | None = None,
+                 kernels: KernelSet | None = None):  # fmt: skip
+        self.source = source
+        self.model = build_model(source, kernels)
+        L, K, D = self.model.kv_shape()
+        self.kv = KVPages(L, num_kv_blocks, K, D, kv_dtype)
+        self.threads = threads
+        self.states: dict[int, SeqState] = {}
+        self.adapters: dict[str, LoraAdapter] = {}
+        self.global_adapter: str | None = None
+        sp = dict(getattr(source, "special_tokens", None) or {})
+        self.eos_ids = tuple(int(i) for i in (sp.get("eos_token_ids") or []))
+        self.sampler = BasicSampler(self.eos_ids)
+
+    @property
+    def num_kv_blocks(self) -> int:
+        return self.kv.num_blocks
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.vocab_size
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.hidden_size
+
+    def _set_threads(self) -> None:
+        if self.threads:
+            import numba
+
+            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+
+    # -- the step ----------------------------------------------------------------------------------
+
+    def execute(self, plan: BatchPlan) -> BatchResult:
+        """Forward every chunk, sample where asked. A failing forward returns BatchResult(error=...)."""
+        for sid in plan.freed_seq_ids:
+            self.states.pop(sid, None)
+        if not plan.chunks:
+            return BatchResult(plan.step_id, ())
+        t0 = time.perf_counter()
+        try:
+            tokens = self._step(plan.chunks)
+        except ModelcError as e:
+            return BatchResult(plan.step_id, (), time.perf_counter() - t0, error=str(e))
+        except Exception as e:  # a kernel bug must fail the batch's requests, not the engine
+            return BatchResult(plan.step_id, (), time.perf_counter() - t0, error=f"{type(e).__name__}: {e}")
+        return BatchResult(plan.step_id, tokens, time.perf_counter() - t0)
+
+    def _state(self, c: SeqChunk) -> SeqState:
+        st = self.states.get(c.seq_id)
+        if st is None or c.is_new:
+            seed = c.params.seed
+            rng = np.random.default_rng(seed if seed is not None else None)
+            st = SeqState(c.seq_id, c.params, c.prompt_len, rng)
+            self.states[c.seq_id] = st
+        # positions are rewritten on recompute (preemption), so history stays exact
+        del st.tokens[c.start_pos :]
+        st.tokens.extend(int(t) for t in c.token_ids)
+        return st
+
+    def _adapter(self, params: SamplingParams) -> LoraAdapter | None:
+        name = params.adapter if params.adapter is not None else self.global_adapter
+        if name is None:
+            return None
+        ad = self.adapters.get(name)
+        if ad is None:
+            raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
+        return ad
+
+    def _step(self, chunks: tuple[SeqChunk, ...]) -> tuple[SampledToken, ...]:
+        seqs, rows, sample_idx, groups = [], [], [], {}
+        row = 0
+        states = []
+        for i, c in enumerate(chunks):
+            n = len(c.token_ids)
+            if n == 0:
+                raise EngineError(f"sequence {c.seq_id}: empty chunk")
+            if (c.start_pos + n + BLOCK_SIZE - 1) // BLOCK_SIZE > len(c.block_table):
+                raise EngineError(f"sequence {c.seq_id}: block table too short for {c.start_pos + n} tokens")
+            if int(np.max(c.token_ids)) >= self.vocab_size or int(np.min(c.token_ids)) < 0:
+                raise InvalidRequestError(f"sequence {c.seq_id}: token id out of range [0, {self.vocab_size})")
+            states.append(self._state(c))
+            seqs.append((c.token_ids, c.start_pos, c.block_table))
+            ad = self._adapter(c.params)
+            if ad is not None:
+                groups.setdefault(ad.name, (ad, []))[1].append(np.arange(row, row + n))
+            if c.sample:
+                rows.append(row + n - 1)
+                sample_idx.append(i)
+            row += n
+        lora = tuple(LoraRows(ad, np.concatenate(r)) for ad, r in groups.values())
+        batch = make_batch(seqs, logit_rows=np.array(rows, np.int64), lora=lora)
+        self._set_threads()
+        logits = self.model.forward(batch, self.kv)  # (R, V)
+        if not sample_idx:
+            return ()
+        return self.sampler.sample(logits, [chunks[i] for i in sample_idx], [states[i] for i in sample_idx])
+
+    # -- whole-sequence helpers (own scratch KV, never the scheduler's pages) ------------------------
+
+    def _scratch_forward(self, token_id_lists: list[Any], output: str, lora: LoraAdapter | None = None):
+        lists = [np.asarray(t, np.int32).reshape(-1) for t in token_id_lists]
+        if not lists or any(len(t) == 0 for t in lists):
+            raise InvalidRequestError("every input needs at least one token")
+        for t in lists:
+            if int(t.max()) >= self.vocab_size or int(t.min()) < 0:
+                raise InvalidRequestError(f"token id out of range [0, {self.vocab_size})")
+        nblocks = [(len(t) + BLOCK_SIZE - 1) // BLOCK_SIZE for t in lists]
+        L, K, D = self.model.kv_shape()
+        kv = KVPages(L, sum(nblocks), K, D, self.kv.kv_dtype)
+        starts = np.concatenate([[0], np.cumsum(nblocks)])
+        seqs = [(t, 0, np.arange(starts[i], starts[i + 1], dtype=np.int32)) for i, t in enumerate(lists)]
+        rows = () if lora is None else (LoraRows(lora, np.arange(sum(len(t) for t in lists))),)
+        self._set_threads()
+        return lists, self.model.forward(make_batch(seqs, lora=rows), kv, output=output)
+
+    def logits(self, token_ids: Any, *, adapter: str | None = None) -> np.ndarray:
+        """Logits (T, V) at every position of one sequence (tests, perplexity)."""
+        ad = self._adapter(SamplingParams(adapter=adapter))
+        return self._scratch_forward([token_ids], "logits", ad)[1]
+
+    def embed(self, token_id_lists: list[Any]) -> np.ndarray:
+        """(S, C) float32: final hidden state after the last norm, mean-pooled per input, L2-normalized."""
+        lists, hid = self._scratch_forward(token_id_lists, "hidden")
+        out = np.empty((len(lists), hid.shape[1]), np.float32)  # (S, C)
+        row = 0
+        for s, t in enumerate(lists):
+            v = hid[row : row + len(t)].astype(np.float64).mean(axis=0)
+            out[s] = v / max(float(np.linalg.norm(v)), 1e-12)
+            row += len(t)
+        return out
+
+    # -- adapters ------------------------------------------------------------------------------------
+
+    def load_adapter(self, name: str, path_or_tensors: Any, alpha: float = 1.0, *, global_: bool = False) -> None:
+        """Load (or replace) adapter `name`; with global_=True it also applies to requests naming no adapter."""
+        if not name:
+            raise InvalidRequestError("adapter name must not be empty", param="name")
+        self.adapters[name] = load_lora(name, path_or_tensors, alpha, shapes=self.model.projection_shapes())
+        if global_:
+            self.global_adapter = name
+
+    def unload_adapter(self, name: str) -> None:
+        if self.adapters.pop(name, None) is None:
+            raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
+        if self.global_adapter == name:
+            self.global_adapter = None
+
+    def set_global_adapter(self, name: str | None) -> None:
+        if name is not None and name not in self.adapters:
+            raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
+        self.global_adapter = name
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - m - np.log(np.exp(x - m).sum())
+
+
+class BasicSampler:
+    """Per-row sampling: penalties, logit bias, min_tokens EOS mask, temperature, top-k/top-p/min-p, logprobs.
+
+    Used until modelc.engine.sampler (vectorized, with llguidance constraints) is wired in.
+    """
+
+    def __init__(self, eos_ids: tuple[int, ...]):
+        self.eos_ids = np.array(eos_ids, np.int64)
+
+    def sample(self, logits: np.ndarray, chunks: list[SeqChunk], states: list[SeqState]) -> tuple[SampledToken, ...]:
+        return tuple(self._one(logits[i], c, st) for i, (c, st) in enumerate(zip(chunks, states, strict=True)))
+
+    def _one(self, raw: np.ndarray, c: SeqChunk, st: SeqState) -> SampledToken:
+        p = c.params
+        if p.constraint is not None:
+            raise UnsupportedError("structured output needs modelc.engine.sampler, which this runner lacks")
+        if p.typical_p < 1.0:
+            raise UnsupportedError("typical_p is not supported by this runner's sampler")
+        x = raw.astype(np.float64)  # (V,)
+        hist = np.asarray(st.tokens, np.int64)
+        out_toks = hist[st.prompt_len :]
+        if p.repetition_penalty != 1.0 and hist.size:
+            u = np.unique(hist)
+            x[u] = np.where(x[u] > 0, x[u] / p.repetition_penalty, x[u] * p.repetition_penalty)
+        if (p.presence_penalty or p.frequency_penalty) and out_toks.size:
+            u, n = np.unique(out_toks, return_counts=True)
+            x[u] -= p.presence_penalty + p.frequency_penalty * n
+        for tok, bias in p.logit_bias:
+            if 0 <= tok < x.shape[0]:
+                x[tok] += bias
+        if c.num_output_tokens < p.min_tokens and not p.ignore_eos:
+            x[self.eos_ids] = -np.inf
+            x[list(p.stop_token_ids)] = -np.inf
+        if p.greedy:
+            tok = int(np.argmax(x))
+        else:
+            tok = self._draw(x, p, st.rng)
+        lp = _log_softmax(raw)
+        top: tuple[tuple[int, float], ...] = ()
+        if p.top_logprobs:
+            idx = np.argsort(-lp, kind="stable")[: p.top_logprobs]
+            top = tuple((int(i), float(lp[i])) for i in idx)
+        return SampledToken(c.seq_id, tok, float(lp[tok]), top)
+
+    @staticmethod
+    def _draw(x: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
+        x = x / p.temperature
+        order = np.argsort(-x, kind="stable")
+        if p.top_k:
+            order = order[: p.top_k]
+        xs = x[order]
+        probs = np.exp(xs - xs[0])
+        probs /= probs.sum()
+        keep = np.ones(len(order), bool)
+        if p.top_p < 1.0:
+            keep &= (np.cumsum(probs) - probs) < p.top_p
+        if p.min_p > 0.0:
+            keep &= probs >= p.min_p * probs[0]
+        probs = np.where(keep, probs, 0.0)
+        probs /= probs.sum()
+        return int(order[rng.choice(len(order), p=probs)])

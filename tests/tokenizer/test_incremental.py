@@ -76,12 +76,12 @@ def test_random_token_ids_stream(shared_fixtures):
 
 def test_multibyte_held_back_until_complete():
     tok = Tokenizer.from_json(spm_json(), SPM_SPECIAL)
-    ids = tok.encode("🦙", add_special=False)
+    ids = tok.encode("🐫", add_special=False)  # not in the training corpus
     byte_ids = [i for i in ids if len(tok.token_bytes(i)) == 1 and tok.token_bytes(i)[0] >= 0x80]
-    assert len(byte_ids) == 4  # the llama emoji goes through four <0xNN> tokens
+    assert len(byte_ids) == 4  # it goes through four <0xNN> tokens
     dec = IncrementalDecoder(tok)
     pieces = [dec.add(i) for i in ids]
-    assert pieces[-1].endswith("🦙")
+    assert pieces[-1].endswith("🐫")
     assert all(p == "" for p in pieces[ids.index(byte_ids[0]) : -1])
     assert dec.flush() == ""
 

@@ -29,6 +29,8 @@ class Client:
         self.http = self.app.test_client()
 
     async def post(self, path: str, body: Any = None, **kw: Any) -> Any:
+        if body is None:
+            return await self.http.post(path, **kw)
         return await self.http.post(path, json=body, **kw)
 
     async def get(self, path: str, **kw: Any) -> Any:

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from modelc.server.app import create_app
+from modelc.server.openapi import openapi_spec
+from modelc.server.state import ServerState
+
+pytestmark = pytest.mark.anyio
+
+
+def app_routes() -> dict[str, set[str]]:
+    app = create_app(ServerState())
+    routes: dict[str, set[str]] = {}
+    for rule in app.url_map.iter_rules():
+        path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", r"{\1}", rule.rule)
+        routes.setdefault(path, set()).update(m.lower() for m in rule.methods - {"HEAD", "OPTIONS"})
+    return routes
+
+
+def test_every_route_is_described_and_nothing_else() -> None:
+    spec = openapi_spec()
+    described = {path: set(ops) for path, ops in spec["paths"].items()}
+    assert described == app_routes()
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            assert op["summary"] and "200" in op["responses"], (path, method)
+            if method == "post":
+                assert "requestBody" in op, path
+
+
+async def test_served_spec_matches(client) -> None:
+    body = await (await client.get("/openapi.json")).get_json()
+    assert body["openapi"].startswith("3.") and body["paths"].keys() == openapi_spec()["paths"].keys()

@@ -34,14 +34,20 @@ _DTYPES: dict[str, DataType] = {
 }
 
 
-def read_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], int, int]:
-    """Parse and sanity-check the header: returns (header dict, data start offset, file size)."""
+def read_header(
+    path: str | os.PathLike[str], *, base: int = 0, length: int | None = None
+) -> tuple[dict[str, Any], int, int]:
+    """Parse and sanity-check the header of the safetensors blob at file bytes [base, base+length).
+
+    Returns (header dict, data start offset relative to base, blob size).
+    """
     p = pathlib.Path(path)
     try:
-        size = p.stat().st_size
+        size = p.stat().st_size - base if length is None else length
         with open(p, "rb") as f:
+            f.seek(base)
             head = f.read(8)
-            if len(head) < 8:
+            if len(head) < 8 or size < 8:
                 raise FormatError(f"{p.name}: not a safetensors file (shorter than 8 bytes)")
             (n,) = struct.unpack("<Q", head)
             if n > MAX_HEADER_BYTES or n + 8 > size:
@@ -102,19 +108,22 @@ def _entry(name: str, spec: Any, data_len: int, fname: str) -> tuple[DataType, t
     return dtype, tuple(shape), begin, end
 
 
-def read_tensors(path: str | os.PathLike[str]) -> tuple[dict[str, TensorData], dict[str, str]]:
-    """All tensors of one .safetensors file as memmap views, plus its `__metadata__` (string map)."""
+def read_tensors(
+    path: str | os.PathLike[str], *, base: int = 0, length: int | None = None
+) -> tuple[dict[str, TensorData], dict[str, str]]:
+    """All tensors of one safetensors blob (a whole file by default) as memmap views, plus `__metadata__`."""
     p = pathlib.Path(path)
-    header, start, size = read_header(p)
+    header, start, size = read_header(p, base=base, length=length)
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict):
         raise FormatError(f"{p.name}: __metadata__ is not an object")
     data_len = size - start
     entries = {name: _entry(name, spec, data_len, p.name) for name, spec in header.items()}
     _check_overlap(entries, p.name)
-    mm = np.memmap(p, dtype=np.uint8, mode="r") if size > 0 else np.zeros(0, np.uint8)
+    mm = np.memmap(p, dtype=np.uint8, mode="r") if base + size > 0 else np.zeros(0, np.uint8)
+    first = base + start
     tensors = {
-        name: TensorData(shape, dtype, mm[start + begin : start + end])
+        name: TensorData(shape, dtype, mm[first + begin : first + end])
         for name, (dtype, shape, begin, end) in entries.items()
     }
     return tensors, {str(k): str(v) for k, v in meta.items()}

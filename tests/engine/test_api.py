@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from modelc.engine.api import Engine
+from modelc.errors import InvalidRequestError
+from modelc.models.tiny import make_tiny_llama, reference_hidden, reference_logits
+
+WORDS = [f"w{i}" for i in range(3, 96)]
+
+
+def _tokenizer_json() -> str:
+    """A word-level tokenizer over the tiny model's 96 ids: <unk>=0, <s>=1, </s>=2, w3..w95."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i for i, w in enumerate(WORDS, start=3)}}
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for t, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]  # fmt: skip
+    return json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+    })  # fmt: skip
+
+
+def _model(seed=0):
+    m = make_tiny_llama(seed)
+    m.tokenizer_json = _tokenizer_json()
+    m.special_tokens.update({"bos_token": "<s>", "eos_token": "</s>"})
+    return m
+
+
+def _text(eng, ids, new):
+    """The continuation text as decode(prompt + new) renders it past the prompt (leading space included)."""
+    return eng.detokenize(list(ids) + list(new))[len(eng.detokenize(ids)) :]
+
+
+def _greedy_ref(src, ids, n):
+    ids = list(ids)
+    start = len(ids)
+    for _ in range(n):
+        ids.append(int(np.argmax(reference_logits(src, ids)[-1])))
+    return ids[start:]
+
+
+def test_generate_matches_reference_greedy():
+    src = _model()
+    eng = Engine(src, kv_cache_tokens=256)
+    prompt = "w5 w17 w33 w8"
+    ids = eng.tokenize(prompt)
+    assert ids == [1, 5, 17, 33, 8]
+    want_ids = _greedy_ref(src, ids, 8)
+    out = eng.generate(prompt, temperature=0.0, max_tokens=8, ignore_eos=True)
+    assert out == _text(eng, ids, want_ids)
+    assert "".join(eng.stream(prompt, temperature=0.0, max_tokens=8, ignore_eos=True)) == out
+    assert (
+        list(eng.generate_ids(ids, eng._params({"temperature": 0.0, "max_tokens": 8, "ignore_eos": True}))) == want_ids
+    )
+
+
+def test_stop_rules():
+    src = _model()
+    eng = Engine(src, kv_cache_tokens=256)
+    ids = [1, 5, 17, 33, 8]
+    want = _greedy_ref(src, ids, 6)
+    full = _text(eng, ids, want)
+    words = full.split()
+    # a stop string cuts the text before it (and generation ends)
+    stop = words[2]
+    cut = eng.generate(ids, temperature=0.0, max_tokens=6, ignore_eos=True, stop=[stop])
+    assert cut == full[: full.find(stop)]
+    # a stop token id ends generation without being emitted
+    assert (
+        list(eng.generate_ids(ids, eng._params({"temperature": 0.0, "max_tokens": 6, "stop_token_ids": [want[3]]})))
+        == want[: want.index(want[3])]
+    )
+    # EOS ends generation; ignore_eos keeps going; min_tokens masks EOS
+    src.special_tokens["eos_token_ids"] = [want[0]]
+    eng = Engine(src, kv_cache_tokens=256)
+    assert eng.generate(ids, temperature=0.0, max_tokens=6) == ""
+    assert eng.generate(ids, temperature=0.0, max_tokens=3, ignore_eos=True) == _text(eng, ids, want[:3])
+    got = list(eng.generate_ids(ids, eng._params({"temperature": 0.0, "max_tokens": 3, "min_tokens": 2})))
+    assert len(got) >= 2 and want[0] not in got[:2]
+
+
+def test_chat_uses_template_and_kv_limit():
+    src = _model(1)
+    src.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}w9"
+    eng = Engine(src, kv_cache_tokens=32)
+    out = eng.chat([{"role": "user", "content": "w4 w5"}], temperature=0.0, max_tokens=4, ignore_eos=True)
+    assert out == eng.generate("w4 w5 w9", temperature=0.0, max_tokens=4, ignore_eos=True)
+    # generation stops when the KV cache is full instead of overflowing it
+    assert (
+        len(list(eng.generate_ids([1] * 30, eng._params({"temperature": 0.0, "max_tokens": 10, "ignore_eos": True}))))
+        == 2
+    )
+    with pytest.raises(InvalidRequestError):
+        list(eng.generate_ids([1] * 40))
+    with pytest.raises(InvalidRequestError):
+        eng.generate("w4", temperature=-1.0)
+    with pytest.raises(InvalidRequestError):
+        eng.generate("w4", bogus=1)
+
+
+def test_logits_and_embed():
+    src = _model(2)
+    eng = Engine(src)
+    np.testing.assert_allclose(eng.logits([1, 4, 5, 6]), reference_logits(src, [1, 4, 5, 6]), rtol=1e-4, atol=1e-4)
+    emb = eng.embed(["w4 w5", "w6"])
+    want = reference_hidden(src, [1, 4, 5]).mean(0)
+    np.testing.assert_allclose(emb[0], want / np.linalg.norm(want), rtol=1e-4, atol=1e-5)
+    assert emb.shape == (2, 64)
+
+
+def test_load_artifact(tmp_path):
+    from modelc.artifact.writer import write_artifact
+
+    src = _model(3)
+    path = tmp_path / "tiny.modelc"
+    write_artifact(src, path)
+    eng = Engine.load(path)
+    assert eng.generate("w7 w8", temperature=0.0, max_tokens=5, ignore_eos=True) == Engine(src).generate(
+        "w7 w8", temperature=0.0, max_tokens=5, ignore_eos=True
+    )
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_load_gguf_greedy_matches_transformers(shared_fixtures, name):
+    d = shared_fixtures / "models" / name
+    eng = Engine.load(d / "gguf" / f"{name}-F32.gguf", kv_cache_tokens=64)
+    prompt = (d / "ref" / "prompt.txt").read_text()
+    ids = eng.tokenize(prompt)
+    assert ids == np.load(d / "ref" / "prompt_ids.npy").tolist()
+    greedy = np.load(d / "ref" / "greedy_ids.npy").tolist()
+    got = list(eng.generate_ids(ids, eng._params({"temperature": 0.0, "max_tokens": 16, "ignore_eos": True})))
+    assert got == greedy

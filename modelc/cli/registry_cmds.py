@@ -1,0 +1,93 @@
+"""Registry commands: pull, search, registry add, registry serve (work in modelc.registry)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from modelc.cli.store_cmds import err, human_bytes, out, progress_bar
+
+REGISTRY_HELP = "Registry URL (http/https) or folder; default $MODELC_REGISTRY."
+
+
+def pull_cmd(
+    model: str = typer.Argument(..., help="NAME or NAME:VERSION, e.g. user/tiny:2."),
+    version: int | None = typer.Option(None, "--version", help="Version to pull (default: the latest)."),
+    registry: str | None = typer.Option(None, "--registry", help=REGISTRY_HELP),
+) -> None:
+    """Download a model from a registry into the local store (resumable, sha256-checked).
+
+    Example: modelc pull user/tiny --registry http://127.0.0.1:8090
+    """
+    from modelc import registry as reg
+
+    with progress_bar(f"pulling {model}") as update:
+        path = reg.pull(model, loc=registry, version=version, progress=update)
+    out.print(f"pulled {model} -> {path} ({human_bytes(path.stat().st_size)})")
+
+
+def search_cmd(
+    query: str = typer.Argument("", help="Part of a model name (empty: everything)."),
+    arch: str | None = typer.Option(None, "--arch", help="Only this architecture."),
+    registry: str | None = typer.Option(None, "--registry", help=REGISTRY_HELP),
+) -> None:
+    """Search a registry's models by name and architecture.
+
+    Example: modelc search llama --arch llama
+    """
+    from modelc import registry as reg
+
+    found = reg.search(query, arch=arch, loc=registry)
+    if not found:
+        out.print("no matching models")
+        return
+    table = Table("name", "latest", "arch", "params", "quant", "size", box=None, pad_edge=False)
+    for m in found:
+        table.add_row(m.name, f"v{m.version}", m.architecture, f"{m.params:,}", m.quant, human_bytes(m.size))
+    out.print(table)
+
+
+registry_app = typer.Typer(help="Manage and serve a model registry folder.", no_args_is_help=True)
+
+
+@registry_app.command("add")
+def add_cmd(
+    folder: Path = typer.Argument(..., help="Registry folder (created if missing)."),
+    artifact: str = typer.Argument(..., help=".modelc path or store name."),
+    name: str | None = typer.Option(None, "--name", help="Name in the registry (default: the artifact's)."),
+) -> None:
+    """Add an artifact to a registry folder as the next version of its name.
+
+    Example: modelc registry add ./reg tiny --name user/tiny
+    """
+    from modelc import registry as reg
+
+    e = reg.add(folder, artifact, name=name)
+    out.print(f"added {e.name} v{e.version} -> {folder / e.path}")
+
+
+@registry_app.command("serve")
+def serve_cmd(
+    folder: Path = typer.Argument(..., help="Registry folder to serve."),
+    port: int = typer.Option(8090, "--port", help="TCP port."),
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on."),
+) -> None:
+    """Serve a registry folder over HTTP (with Range support, so pulls resume).
+
+    Example: modelc registry serve ./reg --port 8090
+    """
+    from modelc.build.static_server import serve
+    from modelc.registry import INDEX, RegistryError
+
+    if not (folder / INDEX).is_file():
+        raise RegistryError(f"{folder} has no {INDEX}; add a model with `modelc registry add {folder} MODEL`")
+    err.print(f"serving {folder} on http://{bind}:{port}")
+    serve(folder, host=bind, port=port)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("pull")(pull_cmd)
+    app.command("search")(search_cmd)
+    app.add_typer(registry_app, name="registry")

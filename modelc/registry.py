@@ -1,0 +1,300 @@
+"""Model registries: an index.json plus .modelc files, at an http(s) URL or in a local folder.
+
+    index.json = {"models": [{"name", "versions": [{"version", "architecture", "quant", "params",
+                                                    "size", "sha256", "path"}]}]}   (path: relative)
+
+pull downloads into $MODELC_HOME/downloads/*.part (resumed with HTTP Range after an interruption,
+retried with backoff), checks size and sha256, and only then moves the file into the store as the
+new active version; on failure the store is unchanged. `registry serve` uses the static
+file server in modelc/build/static_server.py. No numba here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelc import store
+from modelc.errors import ChecksumError, ModelcError, NotFoundError
+
+INDEX = "index.json"
+CHUNK_BYTES = 1 << 20
+Progress = Callable[[int, int], None]
+
+
+class RegistryError(ModelcError):
+    """The registry is missing, unreachable, or its index is malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegistryModel:
+    """One version of one model in a registry index."""
+
+    name: str
+    version: int
+    architecture: str
+    quant: str
+    params: int
+    size: int
+    sha256: str
+    path: str
+
+
+def location(explicit: str | None = None) -> str:
+    """--registry, else $MODELC_REGISTRY; a clear error when neither is set."""
+    loc = explicit or os.environ.get("MODELC_REGISTRY")
+    if not loc:
+        raise RegistryError("no registry configured: pass --registry URL|DIR or set MODELC_REGISTRY")
+    return loc
+
+
+def is_remote(loc: str) -> bool:
+    return loc.startswith(("http://", "https://"))
+
+
+def load_index(loc: str) -> list[RegistryModel]:
+    """Every version of every model listed by the registry at `loc`."""
+    if is_remote(loc):
+        import httpx
+
+        try:
+            resp = httpx.get(_join(loc, INDEX), timeout=30, follow_redirects=True)
+        except httpx.HTTPError as e:
+            raise RegistryError(f"cannot reach registry {loc}: {e}") from None
+        if resp.status_code != 200:
+            raise RegistryError(f"registry {loc} answered {resp.status_code} for {INDEX}")
+        raw = resp.content
+    else:
+        try:
+            raw = (Path(loc) / INDEX).read_bytes()
+        except OSError as e:
+            raise RegistryError(f"cannot read registry index {Path(loc) / INDEX}: {e.strerror or e}") from None
+    try:
+        return parse_index(json.loads(raw))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RegistryError(f"registry {loc}: {INDEX} is not valid JSON ({e})") from None
+
+
+def parse_index(data: Any) -> list[RegistryModel]:
+    if not isinstance(data, dict) or not isinstance(data.get("models"), list):
+        raise RegistryError(f"{INDEX} has no models list")
+    out = []
+    for m in data["models"]:
+        try:
+            name = str(m["name"])
+            for v in m["versions"]:
+                out.append(
+                    RegistryModel(
+                        name,
+                        int(v["version"]),
+                        str(v.get("architecture") or ""),
+                        str(v.get("quant") or ""),
+                        int(v.get("params") or 0),
+                        int(v["size"]),
+                        str(v["sha256"]),
+                        str(v["path"]),
+                    )  # fmt: skip
+                )
+        except (KeyError, TypeError, ValueError) as e:
+            raise RegistryError(f"{INDEX}: malformed entry {str(m)[:80]} ({e})") from None
+    return out
+
+
+def search(query: str, *, arch: str | None = None, loc: str | None = None) -> list[RegistryModel]:
+    """Latest version of each model whose name contains `query` (case-insensitive), optionally of one architecture."""
+    q = query.lower()
+    latest: dict[str, RegistryModel] = {}
+    for m in load_index(location(loc)):
+        if q in m.name.lower() and (arch is None or m.architecture.lower() == arch.lower()):
+            if m.name not in latest or m.version > latest[m.name].version:
+                latest[m.name] = m
+    return sorted(latest.values(), key=lambda m: m.name)
+
+
+def find(spec: str, loc: str, version: int | None = None) -> RegistryModel:
+    """NAME[:VERSION] -> its index entry (the highest version when none is given)."""
+    m = re.fullmatch(r"(?P<name>[^:]+)(?::(?P<v>[0-9]+))?", spec)
+    if not m:
+        raise RegistryError(f"invalid model identifier {spec!r}; use NAME or NAME:VERSION")
+    name = store.check_name(m["name"])
+    want = int(m["v"]) if m["v"] else version
+    found = [e for e in load_index(loc) if e.name == name]
+    if not found:
+        raise NotFoundError(f"model {name} is not in registry {loc}")
+    if want is None:
+        return max(found, key=lambda e: e.version)
+    for e in found:
+        if e.version == want:
+            return e
+    have = ", ".join(str(e.version) for e in sorted(found, key=lambda e: e.version))
+    raise NotFoundError(f"model {name} has no version {want} in registry {loc} (versions: {have})")
+
+
+def pull(
+    spec: str, *, loc: str | None = None, version: int | None = None, progress: Progress | None = None,
+    retries: int = 5, backoff_s: float = 0.5,
+) -> Path:  # fmt: skip
+    """Download NAME[:VERSION] into the store (new active version); returns the store path."""
+    loc = location(loc)
+    entry = find(spec, loc, version)
+    part = _part_path(entry)
+    part.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(retries + 1):
+        try:
+            _fetch(loc, entry, part, progress)
+            break
+        except (OSError, _Interrupted) as e:
+            if attempt == retries:
+                raise RegistryError(f"download of {entry.name} failed after {retries + 1} tries: {e}") from None
+            time.sleep(min(backoff_s * 2**attempt, 30.0))
+    _check(entry, part)
+    return _install(entry, part)
+
+
+class _Interrupted(Exception):
+    """The transfer stopped early (dropped connection, short body); resumable."""
+
+
+def _fetch(loc: str, entry: RegistryModel, part: Path, progress: Progress | None) -> None:
+    have = part.stat().st_size if part.exists() else 0
+    if have > entry.size:
+        part.unlink()
+        have = 0
+    if have == entry.size:
+        return
+    if is_remote(loc):
+        _fetch_http(_join(loc, entry.path), entry, part, have, progress)
+    else:
+        _fetch_file(Path(loc) / entry.path, entry, part, have, progress)
+    if part.stat().st_size < entry.size:
+        raise _Interrupted(f"got {part.stat().st_size} of {entry.size} bytes")
+
+
+def _fetch_http(url: str, entry: RegistryModel, part: Path, have: int, progress: Progress | None) -> None:
+    import httpx
+
+    headers = {"Range": f"bytes={have}-"} if have else {}
+    try:
+        with httpx.stream("GET", url, headers=headers, timeout=30, follow_redirects=True) as resp:
+            if resp.status_code == 416 and have:
+                part.unlink()  # our partial file does not fit the server's: start over
+                raise _Interrupted("server refused the resume range")
+            if resp.status_code not in (200, 206):
+                raise RegistryError(f"registry answered {resp.status_code} for {url}")
+            if resp.status_code == 200:
+                have = 0  # the server ignored Range: rewrite from the start
+            with open(part, "r+b" if have else "wb") as f:
+                f.seek(have)
+                for chunk in resp.iter_bytes():  # unbuffered: every byte received is kept for a resume
+                    f.write(chunk)
+                    have += len(chunk)
+                    if progress is not None:
+                        progress(have, entry.size)
+    except httpx.HTTPError as e:
+        raise _Interrupted(str(e) or type(e).__name__) from None
+
+
+def _fetch_file(src: Path, entry: RegistryModel, part: Path, have: int, progress: Progress | None) -> None:
+    try:
+        with open(src, "rb") as r, open(part, "r+b" if have else "wb") as f:
+            r.seek(have)
+            f.seek(have)
+            while chunk := r.read(CHUNK_BYTES):
+                f.write(chunk)
+                have += len(chunk)
+                if progress is not None:
+                    progress(have, entry.size)
+    except FileNotFoundError:
+        raise RegistryError(f"registry file {src} is missing") from None
+
+
+def _check(entry: RegistryModel, part: Path) -> None:
+    h = hashlib.sha256()
+    with open(part, "rb") as f:
+        while chunk := f.read(CHUNK_BYTES * 16):
+            h.update(chunk)
+    if h.hexdigest() != entry.sha256 or part.stat().st_size != entry.size:
+        part.unlink()
+        raise ChecksumError(
+            f"download of {entry.name} v{entry.version} does not match the registry's sha256; discarded"
+        )
+
+
+def _install(entry: RegistryModel, part: Path) -> Path:
+    from modelc.artifact.reader import read_header_only
+
+    try:
+        read_header_only(part)
+    except ModelcError:
+        part.unlink()
+        raise
+    dest = store.active_path(entry.name)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        shutil.move(part, tmp)  # a rename when downloads/ and models/ share a filesystem
+        store.install(entry.name, Path(tmp))
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def _part_path(entry: RegistryModel) -> Path:
+    safe = entry.name.replace("/", "--")
+    return store.home() / "downloads" / f"{safe}.v{entry.version}.{entry.sha256[:16]}.part"
+
+
+def _join(base: str, rel: str) -> str:
+    from urllib.parse import quote
+
+    return base.rstrip("/") + "/" + quote(rel.lstrip("/"))
+
+
+def add(folder: str | os.PathLike[str], artifact: str | os.PathLike[str], *, name: str | None = None) -> RegistryModel:
+    """Copy an artifact into a registry folder as the next version of its name; rewrite index.json atomically."""
+    from modelc.artifact.reader import read_header_only
+
+    root = Path(folder)
+    src = store.resolve(artifact)
+    art = read_header_only(src)
+    name = store.check_name(name or art.name or src.stem)
+    root.mkdir(parents=True, exist_ok=True)
+    index_path = root / INDEX
+    data = json.loads(index_path.read_text()) if index_path.exists() else {"models": []}
+    parse_index(data)  # refuse to extend a malformed index
+    model = next((m for m in data["models"] if m["name"] == name), None)
+    if model is None:
+        model = {"name": name, "versions": []}
+        data["models"].append(model)
+    version = max((int(v["version"]) for v in model["versions"]), default=0) + 1
+    rel = f"{name}/{name.rsplit('/', 1)[-1]}-v{version}.modelc"
+    dest = root / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    with open(src, "rb") as r, open(dest, "wb") as w:
+        while chunk := r.read(CHUNK_BYTES * 16):
+            h.update(chunk)
+            w.write(chunk)
+    entry = RegistryModel(
+        name, version, art.architecture, store.dtype_summary(art.entries.values()), art.num_params,
+        dest.stat().st_size, h.hexdigest(), rel,
+    )  # fmt: skip
+    model["versions"].append(
+        {k: getattr(entry, k) for k in ("version", "architecture", "quant", "params", "size", "sha256", "path")}
+    )
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=".index.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, index_path)
+    return entry

@@ -1,0 +1,98 @@
+"""Hugging Face config.json -> (modelc architecture, normalized config dict). Pure data mapping.
+
+Handles both the transformers 4 spelling (rope_theta, rope_scaling{type|rope_type}) and the
+transformers 5 one (rope_parameters{rope_theta, rope_type, ...}), and GPT-2's n_* names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelc.errors import UnsupportedError
+
+ARCHITECTURES = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "qwen2",
+    "phi3": "phi3",
+    "gpt2": "gpt2",
+    "bert": "bert",
+    "roberta": "bert",
+    "xlm-roberta": "bert",
+}
+
+# normalized key -> config.json spellings, first found wins
+_KEYS: dict[str, tuple[str, ...]] = {
+    "vocab_size": ("vocab_size",),
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "intermediate_size": ("intermediate_size", "n_inner"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_key_value_heads": ("num_key_value_heads",),
+    "head_dim": ("head_dim",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "n_ctx"),
+    "rms_norm_eps": ("rms_norm_eps",),
+    "layer_norm_eps": ("layer_norm_eps", "layer_norm_epsilon"),
+    "tie_word_embeddings": ("tie_word_embeddings",),
+    "attention_bias": ("attention_bias",),
+    "hidden_act": ("hidden_act", "activation_function"),
+    "partial_rotary_factor": ("partial_rotary_factor",),
+    "sliding_window": ("sliding_window",),
+    "type_vocab_size": ("type_vocab_size",),
+    "pad_token_id": ("pad_token_id",),
+}
+
+_DEFAULT_TIE = {"gpt2": True, "bert": True}
+
+
+def _rope(cfg: dict[str, Any], out: dict[str, Any]) -> None:
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params:
+        out["rope_theta"] = float(params["rope_theta"])
+        rtype = params.get("rope_type") or params.get("type") or "default"
+        if rtype != "default":
+            out["rope_scaling"] = {
+                "rope_type": rtype,
+                **{k: v for k, v in params.items() if k not in ("rope_theta", "type", "rope_type")},
+            }
+    if "rope_theta" in cfg and cfg["rope_theta"] is not None:
+        out["rope_theta"] = float(cfg["rope_theta"])
+    scaling = cfg.get("rope_scaling")
+    if isinstance(scaling, dict):
+        rtype = scaling.get("rope_type") or scaling.get("type") or "default"
+        if rtype != "default":
+            out["rope_scaling"] = {
+                "rope_type": rtype,
+                **{k: v for k, v in scaling.items() if k not in ("type", "rope_type")},
+            }
+
+
+def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """(architecture, normalized config) for a config.json dict; UnsupportedError for unknown model_type."""
+    model_type = str(cfg.get("model_type") or "")
+    arch = ARCHITECTURES.get(model_type)
+    if arch is None:
+        raise UnsupportedError(
+            f"unsupported model_type {model_type!r} in config.json (supported: {', '.join(ARCHITECTURES)})"
+        )
+    out: dict[str, Any] = {}
+    for norm, names in _KEYS.items():
+        for n in names:
+            if cfg.get(n) is not None:
+                out[norm] = cfg[n]
+                break
+    if arch == "gpt2" and "intermediate_size" not in out and "hidden_size" in out:
+        out["intermediate_size"] = 4 * out["hidden_size"]
+    if arch in ("llama", "qwen2", "phi3"):
+        out.setdefault("num_key_value_heads", out.get("num_attention_heads"))
+        out.setdefault("rope_theta", 10000.0)
+        out["rope_neox"] = True  # HF checkpoints keep Q/K unpermuted: rotate-half RoPE
+        _rope(cfg, out)
+        out.setdefault("hidden_act", "silu")
+    if arch == "qwen2":
+        out.setdefault("attention_bias", True)  # Qwen2 always has q/k/v biases
+    if out.get("num_attention_heads") and out.get("hidden_size") and "head_dim" not in out:
+        out["head_dim"] = out["hidden_size"] // out["num_attention_heads"]
+    out.setdefault("tie_word_embeddings", _DEFAULT_TIE.get(arch, False))
+    out.setdefault("attention_bias", False)
+    return arch, out

@@ -12,7 +12,7 @@ from typing import Any
 
 from modelc.errors import InvalidRequestError
 
-KV_DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 34 / 32}
+KV_DTYPE_BYTES = {"float32": 4, "float16": 2}  # the dtypes cache/kv_pages.py stores
 DEFAULT_KV_CAP_BYTES = 2 << 30  # the default budget never exceeds 2 GiB...
 DEFAULT_KV_FRACTION = 0.25  # ...nor 25% of MemAvailable
 
@@ -28,7 +28,7 @@ class CacheConfig:
     block_size: int = 16
     kv_cache_mb: float | None = None
     kv_cache_tokens: int | None = None
-    kv_dtype: str = "f32"
+    kv_dtype: str = "float32"
     enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
@@ -110,7 +110,7 @@ class EngineConfig:
         return self.threads if self.threads is not None else max(1, self.cpu_count // self.engines)
 
 
-def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dtype: str = "f32") -> int:
+def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dtype: str = "float32") -> int:
     """Bytes of K and V for one block across all layers (2 * L * K * D * Z * itemsize)."""
     num_layers = int(model_config.get("num_hidden_layers") or 0)
     num_heads = int(model_config.get("num_attention_heads") or 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -101,7 +102,7 @@ class FakeRunner:
         out = np.stack([np.sin(np.arange(8) + next_token(np.array(ids))) for ids in token_id_lists])  # (S, 8)
         return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
 
-    def load_adapter(self, name: str, path: str, alpha: float = 1.0) -> None:
+    def load_adapter(self, name: str, path: str, alpha: float = 1.0, *, global_: bool = False) -> None:
         if path == "missing":
             raise FileNotFoundError(path)
         self.adapters[name] = alpha
@@ -116,3 +117,45 @@ def greedy_alone(prompt: list[int], max_tokens: int, vocab_size: int = 1000, sal
     for _ in range(max_tokens):
         ctx.append(next_token(np.array(ctx), vocab_size, salt))
     return ctx[len(prompt) :]
+
+
+def byte_tokenizer_json() -> str:
+    """tokenizer.json of a byte-level BPE with no merges: ids 0-2 are <s> </s> <pad>, id b + 3 is byte b."""
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    alphabet = ByteLevel.alphabet()  # the 256 printable stand-ins, one per byte
+    byte_char = {b: c for b, c in enumerate(sorted(alphabet, key=_byte_of))}
+    vocab = {"<s>": 0, "</s>": 1, "<pad>": 2} | {byte_char[b]: b + 3 for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<s>", "</s>", "<pad>"])
+    return json.dumps(json.loads(tok.to_str()))
+
+
+def _byte_of(ch: str) -> int:
+    """GPT-2's bytes_to_unicode inverse for one character."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(cs, bs, strict=True))[ord(ch)]
+
+
+@dataclass
+class FakeSource:
+    """The model-source attributes AsyncEngine reads (no tensors: the FakeRunner needs none)."""
+
+    name: str = "fake"
+    architecture: str = "llama"
+    config: dict = field(default_factory=lambda: {"max_position_embeddings": 4096})
+    tokenizer_json: str | None = None
+    chat_template: str | None = None
+    special_tokens: dict = field(default_factory=lambda: {"bos_token_id": 0, "eos_token_ids": [1]})

@@ -1,0 +1,178 @@
+"""Every message between actors: frozen, slotted dataclasses, conversation id first.
+
+Commands are verbs (AddSequence, RunBatch...), events past tense (BatchDone, AbortAcked...).
+A message that expects answers carries its reply address. Per-sequence events (TokenEmitted,
+SequenceFinished) are the scheduler's own output types, re-exported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from modelc.actors.mailbox import Address
+from modelc.engine.params import SamplingParams
+from modelc.errors import ModelcError
+from modelc.scheduler.batch import BatchPlan, BatchResult
+from modelc.scheduler.output import Finish, SequenceFinished, TokenEmitted
+
+__all__ = [
+    "AbortAcked",
+    "AbortSequence",
+    "AddSequence",
+    "AdapterLoaded",
+    "AdapterUnloaded",
+    "BatchDone",
+    "Embed",
+    "Embedded",
+    "Finish",
+    "GetStats",
+    "LoadAdapter",
+    "RunBatch",
+    "SequenceAccepted",
+    "SequenceFinished",
+    "SequenceRejected",
+    "Shutdown",
+    "StatsReported",
+    "TokenEmitted",
+    "UnloadAdapter",
+]
+
+# -- request side -> scheduler ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddSequence:
+    """Queue a sequence; the scheduler answers SequenceAccepted or SequenceRejected, then streams
+    TokenEmitted / SequenceFinished to reply_to (whose mailbox must hold max_tokens + 4)."""
+
+    seq_id: int
+    token_ids: tuple[int, ...]
+    params: SamplingParams
+    reply_to: Address
+
+
+@dataclass(frozen=True, slots=True)
+class AbortSequence:
+    """End a sequence at the next step boundary; AbortAcked goes to reply_to (None: no ack)."""
+
+    seq_id: int
+    reply_to: Address | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceAccepted:
+    seq_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceRejected:
+    seq_id: int
+    error: ModelcError  # OverloadedError (queue full), InvalidRequestError (too long, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class AbortAcked:
+    """The sequence is gone and its blocks are free. finish is None when it had already ended."""
+
+    seq_id: int
+    finish: Finish | None
+
+
+# -- admin (AsyncEngine) -> scheduler -> engines --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadAdapter:
+    """Applied on every engine between steps; the scheduler answers AdapterLoaded to reply_to."""
+
+    request_id: int
+    name: str
+    path: str
+    alpha: float
+    global_: bool
+    reply_to: Address
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadAdapter:
+    request_id: int
+    name: str
+    reply_to: Address
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterLoaded:
+    """From an engine (engine_id >= 0) or, merged over all engines, from the scheduler (-1)."""
+
+    request_id: int
+    engine_id: int
+    info: Any = None  # what Runner.load_adapter returned (the first engine's)
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterUnloaded:
+    request_id: int
+    engine_id: int
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Embed:
+    """Pooled embeddings on one idle engine; the scheduler relays Embedded to reply_to."""
+
+    request_id: int
+    token_id_lists: tuple[tuple[int, ...], ...]
+    reply_to: Address
+
+
+@dataclass(frozen=True, slots=True)
+class Embedded:
+    request_id: int
+    engine_id: int
+    vectors: np.ndarray | None  # (S, C) float32, read-only
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GetStats:
+    reply_to: Address
+
+
+@dataclass(frozen=True, slots=True)
+class StatsReported:
+    stats: MappingProxyType  # read-only {running, waiting, kv_blocks_used, ...}
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Scheduler: abort every sequence, wait for the engines to go idle, stop them, stop.
+    Engine: stop after the current message."""
+
+    reason: str = "shutdown"
+
+
+# -- scheduler <-> engine -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunBatch:
+    """Sent only to an idle engine (no RunBatch, Embed or adapter job outstanding)."""
+
+    engine_id: int
+    plan: BatchPlan
+
+
+@dataclass(frozen=True, slots=True)
+class BatchDone:
+    """The engine finished a plan. engine_reset: the forward raised, the runner is being rebuilt
+    (KV pages and per-sequence state are gone)."""
+
+    engine_id: int
+    plan: BatchPlan
+    result: BatchResult
+    engine_reset: bool = False

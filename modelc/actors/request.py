@@ -1,0 +1,173 @@
+"""RequestActor: one per generate() call. Sends AddSequence, turns the scheduler's events into
+TokenEvent/Finished: incremental detokenization, stop strings matched on text (the stop text is
+never returned), logprobs only when asked. Runs in the caller's task; leaving early aborts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from modelc.actors.mailbox import Address, open_mailbox
+from modelc.actors.messages import (
+    AbortAcked,
+    AbortSequence,
+    AddSequence,
+    SequenceAccepted,
+    SequenceFinished,
+    SequenceRejected,
+    TokenEmitted,
+)
+from modelc.engine.events import Finished, TokenEvent
+from modelc.engine.params import SamplingParams
+from modelc.errors import EngineError
+from modelc.scheduler.output import Finish
+
+
+class TextStream:
+    """Token ids -> released text. Holds back an incomplete character (IncrementalDecoder) and any
+    tail that could still grow into a stop string; stops at the first stop string."""
+
+    def __init__(self, tokenizer: Any, prompt_ids: list[int], stop: tuple[str, ...]) -> None:
+        self.stop = tuple(s for s in stop if s)
+        self.decoder = None
+        if tokenizer is not None:
+            from modelc.tokenizer.incremental import IncrementalDecoder
+
+            self.decoder = IncrementalDecoder(tokenizer, prompt_ids[-8:])
+        self.pending = ""  # decoded, not yet released
+        self.stopped = False
+
+    def add(self, token_id: int) -> str:
+        """Text released by this token; sets `stopped` when a stop string completes."""
+        if self.decoder is None:
+            return ""
+        self.pending += self.decoder.add(token_id)
+        if not self.stop:
+            out, self.pending = self.pending, ""
+            return out
+        hits = [i for i in (self.pending.find(s) for s in self.stop) if i >= 0]
+        if hits:
+            self.stopped = True
+            out, self.pending = self.pending[: min(hits)], ""
+            return out
+        keep = max((k for s in self.stop for k in range(1, len(s)) if self.pending.endswith(s[:k])), default=0)
+        cut = len(self.pending) - keep
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out
+
+    def flush(self) -> str:
+        """At a natural end: whatever is still held back."""
+        if self.decoder is None or self.stopped:
+            return ""
+        out, self.pending = self.pending + self.decoder.flush(), ""
+        return out
+
+
+class RequestActor:
+    def __init__(
+        self,
+        seq_id: int,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        scheduler: Address,
+        *,
+        tokenizer: Any = None,
+        abort_timeout_s: float = 10.0,
+    ) -> None:
+        self.seq_id = seq_id
+        self.prompt = [int(t) for t in prompt_token_ids]
+        self.params = params
+        self.scheduler = scheduler
+        self.abort_timeout_s = abort_timeout_s
+        # Room for every event one sequence can get: accepted, max_tokens tokens, finished, abort ack.
+        self.address, self.inbox = open_mailbox(params.max_tokens + 4)
+        self.text = TextStream(tokenizer, self.prompt, params.stop)
+        self.num_tokens = 0
+        self.live = False  # the scheduler knows the sequence and has not ended it
+        self.end: Finish | None = None  # the scheduler's account of the end
+        self.finished: Finished | None = None
+
+    async def events(self) -> AsyncIterator[TokenEvent | Finished]:
+        """Yield TokenEvents then one Finished. Raises the rejection (OverloadedError...) at once."""
+        try:
+            try:
+                await self.scheduler.send(AddSequence(self.seq_id, tuple(self.prompt), self.params, self.address))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                raise EngineError("the engine is not running") from None
+            self.live = True
+            async for msg in self.inbox:
+                for ev in self.handle(msg):
+                    yield ev
+                if self.text.stopped and self.finished is None:
+                    finish = await self._abort() if self.live else self.end
+                    cached = finish.cached_tokens if finish is not None else 0
+                    self.finished = Finished("stop", len(self.prompt), self.num_tokens, cached)
+                if self.finished is not None:
+                    yield self.finished
+                    return
+            raise EngineError("the engine stopped before the request finished")
+        finally:
+            if self.live:
+                with anyio.CancelScope(shield=True):
+                    await self._abort()
+            self.inbox.close()
+            self.address.close()
+
+    def handle(self, msg: object) -> list[TokenEvent]:
+        """One scheduler event -> the TokenEvents to yield now (self.finished set at the end)."""
+        match msg:
+            case SequenceAccepted():
+                return []
+            case SequenceRejected(error=error):
+                self.live = False
+                raise error
+            case TokenEmitted(token=tok, stop_token=stop_token, finish=finish):
+                return self._token(tok, stop_token, finish)
+            case SequenceFinished(finish=finish):
+                self._end(finish)
+                return []
+            case AbortAcked():
+                return []
+        raise TypeError(f"RequestActor got an unknown message {type(msg).__name__}")
+
+    def _token(self, tok: Any, stop_token: bool, finish: Finish | None) -> list[TokenEvent]:
+        if self.text.stopped:
+            return []  # tokens computed after the stop string, before the abort landed
+        self.num_tokens += 1
+        # A final EOS/stop token is counted but not shown; it carries only held-back text, if any.
+        text = "" if stop_token else self.text.add(tok.token_id)
+        if finish is not None:
+            text += self.text.flush()
+            self._end(finish)
+        if stop_token and not text:
+            return []
+        lp = tok.logprob if self.params.logprobs else None
+        top = tuple(tok.top_logprobs) if self.params.logprobs and self.params.top_logprobs else ()
+        return [TokenEvent(tok.token_id, text, lp, top)]
+
+    def _end(self, finish: Finish) -> None:
+        self.live = False
+        self.end = finish
+        if self.finished is None and not self.text.stopped:
+            self.finished = Finished(
+                finish.reason, finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens, finish.error
+            )
+
+    async def _abort(self) -> Finish | None:
+        """Ask the scheduler to end the sequence; wait (bounded) for the ack. Returns its Finish."""
+        finish = None
+        with anyio.move_on_after(self.abort_timeout_s):
+            try:
+                await self.scheduler.send(AbortSequence(self.seq_id, self.address))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self.live = False
+                return None
+            async for msg in self.inbox:
+                if isinstance(msg, AbortAcked):
+                    finish = msg.finish
+                    break
+        self.live = False
+        return finish

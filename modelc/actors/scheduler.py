@@ -1,0 +1,292 @@
+"""SchedulerActor: owns one Scheduler (and so one BlockPool) per engine and the step loop.
+
+Whenever an engine is idle and work exists it builds that engine's next plan and sends RunBatch;
+BatchDone is applied with Scheduler.update and the events go to the request side. Aborts, adapter
+swaps, embeddings and shutdown are messages handled between steps. `handle` is synchronous and
+returns what to send; `run` only receives and delivers.
+
+NOTE: this actor never waits on anyone but its own inbox, so its loop always drains it:
+- engines get a message only while idle (nothing outstanding), and their mailbox holds one;
+- request mailboxes hold max_tokens + 4, more than a sequence's events (accepted, tokens,
+  finished, abort ack), and admin replies go to one-shot mailboxes that hold one;
+so every delivery here is a tell() that cannot block. See docs/architecture.md, "Actor graph (H6)".
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from modelc.actors.mailbox import Address
+from modelc.actors.messages import (
+    AbortAcked,
+    AbortSequence,
+    AdapterLoaded,
+    AdapterUnloaded,
+    AddSequence,
+    BatchDone,
+    Embed,
+    Embedded,
+    GetStats,
+    LoadAdapter,
+    RunBatch,
+    SequenceAccepted,
+    SequenceFinished,
+    SequenceRejected,
+    Shutdown,
+    StatsReported,
+    UnloadAdapter,
+)
+from modelc.errors import EngineError, ModelcError, OverloadedError
+from modelc.scheduler.batch import BatchPlan
+from modelc.scheduler.output import SeqEvent
+from modelc.scheduler.scheduler import Scheduler
+from modelc.scheduler.sequence import Sequence
+
+Out = tuple[Address, Any]
+
+
+@dataclass(slots=True)
+class _AdminJob:
+    """A LoadAdapter/UnloadAdapter on its way through every engine."""
+
+    msg: LoadAdapter | UnloadAdapter
+    pending: set[int]
+    info: Any = None
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class _Engine:
+    address: Address
+    scheduler: Scheduler
+    busy: bool = False  # a RunBatch, Embed or adapter job is outstanding
+    plan: BatchPlan | None = None
+    embeds: dict[int, Embed] = field(default_factory=dict)
+
+
+class SchedulerActor:
+    def __init__(self, schedulers: list[Scheduler], engines: list[Address], inbox: MemoryObjectReceiveStream) -> None:
+        assert len(schedulers) == len(engines) >= 1
+        self.engines = [_Engine(a, s) for a, s in zip(engines, schedulers, strict=True)]
+        self.inbox = inbox
+        self.routes: dict[int, tuple[int, Address]] = {}  # seq id -> (engine index, reply_to)
+        self.abort_waiters: dict[int, list[Address]] = {}
+        self.embeds: deque[Embed] = deque()
+        self.admin: deque[LoadAdapter | UnloadAdapter] = deque()
+        self.admin_job: _AdminJob | None = None
+        self.stopping = False
+        self.stopped = False  # Shutdown has been sent to the engines
+        self.engine_restarts = 0
+        self.snapshot: MappingProxyType = MappingProxyType(self._stats())
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        with self.inbox:
+            while not self.stopped:
+                try:
+                    msg = await self.inbox.receive()
+                except anyio.EndOfStream:
+                    msg = Shutdown("every sender is gone")
+                self._deliver(self.handle(msg))
+            # Late arrivals get an answer, then the closed inbox turns further sends into errors.
+            while True:
+                try:
+                    msg = self.inbox.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+                self._deliver(self.handle(msg))
+
+    def _deliver(self, outs: list[Out]) -> None:
+        for address, msg in outs:
+            address.tell(msg)
+        self.snapshot = MappingProxyType(self._stats())
+
+    # -- dispatch ------------------------------------------------------------------------------
+
+    def handle(self, msg: object) -> list[Out]:
+        """React to one message; return what to send. No awaits: atomic with respect to the inbox."""
+        outs: list[Out] = []
+        match msg:
+            case AddSequence():
+                self._add(msg, outs)
+            case AbortSequence():
+                self._abort(msg, outs)
+            case BatchDone():
+                self._batch_done(msg, outs)
+            case Embed():
+                if self.stopping:
+                    outs.append((msg.reply_to, Embedded(msg.request_id, -1, None, _stopping())))
+                else:
+                    self.embeds.append(msg)
+            case Embedded():
+                eng = self.engines[msg.engine_id]
+                eng.busy = False
+                outs.append((eng.embeds.pop(msg.request_id).reply_to, msg))
+            case LoadAdapter() | UnloadAdapter():
+                if self.stopping:
+                    outs.append((msg.reply_to, _admin_reply(msg, None, _stopping())))
+                else:
+                    self.admin.append(msg)
+            case AdapterLoaded() | AdapterUnloaded():
+                self._admin_done(msg, outs)
+            case GetStats(reply_to=reply_to):
+                outs.append((reply_to, StatsReported(MappingProxyType(self._stats()))))
+            case Shutdown():
+                self._shutdown(outs)
+            case _:
+                raise TypeError(f"SchedulerActor got an unknown message {type(msg).__name__}")
+        self._dispatch(outs)
+        return outs
+
+    def _dispatch(self, outs: list[Out]) -> None:
+        """Give every idle engine its next job: an adapter swap (all engines at once, when all are
+        idle), an embedding, or the next step's plan."""
+        if self.stopped:
+            return
+        if self.stopping:
+            if not any(e.busy for e in self.engines):
+                outs.extend((e.address, Shutdown()) for e in self.engines)
+                self.stopped = True
+            return
+        if self.admin_job is None and self.admin:
+            if any(e.busy for e in self.engines):
+                return  # let every engine drain; start no new step meanwhile
+            msg = self.admin.popleft()
+            self.admin_job = _AdminJob(msg, set(range(len(self.engines))))
+            for eng in self.engines:
+                eng.busy = True
+                outs.append((eng.address, msg))
+        if self.admin_job is not None:
+            return
+        for i, eng in enumerate(self.engines):
+            if eng.busy:
+                continue
+            if self.embeds:
+                job = self.embeds.popleft()
+                eng.embeds[job.request_id] = job
+                eng.busy = True
+                outs.append((eng.address, job))
+                continue
+            plan = eng.scheduler.schedule()
+            self._route(eng.scheduler.take_events(), outs)
+            if plan is not None:
+                eng.busy, eng.plan = True, plan
+                outs.append((eng.address, RunBatch(i, plan)))
+
+    # -- sequences -----------------------------------------------------------------------------
+
+    def _add(self, msg: AddSequence, outs: list[Out]) -> None:
+        seq = Sequence(msg.seq_id, list(msg.token_ids), msg.params)
+        if self.stopping:
+            outs.append((msg.reply_to, SequenceRejected(msg.seq_id, _stopping())))
+            return
+        if msg.seq_id in self.routes:
+            outs.append((msg.reply_to, SequenceRejected(msg.seq_id, EngineError(f"duplicate seq id {msg.seq_id}"))))
+            return
+        i = self._pick_engine(seq)
+        try:
+            events = self.engines[i].scheduler.add(seq)
+        except ModelcError as exc:
+            outs.append((msg.reply_to, SequenceRejected(msg.seq_id, exc)))
+            return
+        self.routes[msg.seq_id] = (i, msg.reply_to)
+        outs.append((msg.reply_to, SequenceAccepted(msg.seq_id)))
+        self._route(events, outs)
+
+    def _pick_engine(self, seq: Sequence) -> int:
+        """Prefix affinity: the engine with the longest cached prefix, then the least loaded one."""
+        if len(self.engines) == 1:
+            return 0
+
+        def score(i: int) -> tuple[int, int, int]:
+            sched = self.engines[i].scheduler
+            full = len(sched.waiting) >= sched.config.max_queue
+            return (full, -sched.pool.get_computed_blocks(seq)[1], len(sched.waiting) + len(sched.running))
+
+        return min(range(len(self.engines)), key=score)
+
+    def _abort(self, msg: AbortSequence, outs: list[Out]) -> None:
+        route = self.routes.get(msg.seq_id)
+        if route is None:
+            if msg.reply_to is not None:
+                outs.append((msg.reply_to, AbortAcked(msg.seq_id, None)))
+            return
+        if msg.reply_to is not None:
+            self.abort_waiters.setdefault(msg.seq_id, []).append(msg.reply_to)
+        self._route(self.engines[route[0]].scheduler.abort(msg.seq_id), outs)
+
+    def _route(self, events: list[SeqEvent], outs: list[Out]) -> None:
+        for ev in events:
+            route = self.routes.get(ev.seq_id)
+            if route is None:
+                continue
+            outs.append((route[1], ev))
+            if isinstance(ev, SequenceFinished) or ev.finish is not None:
+                del self.routes[ev.seq_id]
+                for waiter in self.abort_waiters.pop(ev.seq_id, ()):
+                    outs.append((waiter, AbortAcked(ev.seq_id, ev.finish)))
+
+    def _batch_done(self, msg: BatchDone, outs: list[Out]) -> None:
+        eng = self.engines[msg.engine_id]
+        assert eng.plan is msg.plan, "BatchDone for a plan this engine was not running"
+        eng.busy, eng.plan = False, None
+        self._route(eng.scheduler.update(msg.plan, msg.result), outs)
+        if msg.engine_reset:
+            eng.scheduler.reset_engine_state()
+            self.engine_restarts += 1
+
+    # -- adapters, shutdown, stats -------------------------------------------------------------
+
+    def _admin_done(self, msg: AdapterLoaded | AdapterUnloaded, outs: list[Out]) -> None:
+        job = self.admin_job
+        assert job is not None and job.msg.request_id == msg.request_id
+        self.engines[msg.engine_id].busy = False
+        job.pending.discard(msg.engine_id)
+        if msg.engine_id == 0 and isinstance(msg, AdapterLoaded):
+            job.info = msg.info
+        job.error = job.error or msg.error
+        if job.pending:
+            return
+        self.admin_job = None
+        # The weights behind some cached pages may have changed (a reloaded or global adapter).
+        for eng in self.engines:
+            eng.scheduler.pool.reset_prefix_cache()
+        outs.append((job.msg.reply_to, _admin_reply(job.msg, job.info, job.error)))
+
+    def _shutdown(self, outs: list[Out]) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        for eng in self.engines:
+            self._route(eng.scheduler.abort_all(), outs)
+        for job in self.embeds:
+            outs.append((job.reply_to, Embedded(job.request_id, -1, None, _stopping())))
+        for msg in self.admin:
+            outs.append((msg.reply_to, _admin_reply(msg, None, _stopping())))
+        self.embeds.clear()
+        self.admin.clear()
+
+    def _stats(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for eng in self.engines:
+            for key, value in eng.scheduler.stats().items():
+                total[key] = total.get(key, 0) + value
+        total["engines"] = len(self.engines)
+        total["engine_restarts"] = self.engine_restarts
+        return total
+
+
+def _stopping() -> ModelcError:
+    return OverloadedError("the engine is shutting down")
+
+
+def _admin_reply(msg: LoadAdapter | UnloadAdapter, info: Any, error: BaseException | None) -> Any:
+    if isinstance(msg, LoadAdapter):
+        return AdapterLoaded(msg.request_id, -1, info=info, error=error)
+    return AdapterUnloaded(msg.request_id, -1, error=error)

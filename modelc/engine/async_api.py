@@ -1,0 +1,235 @@
+"""AsyncEngine: the Python API the server and load tests use to serve one model.
+
+    async with AsyncEngine.open(source_or_path, config) as eng:
+        async for ev in eng.generate(prompt_token_ids, params): ...
+
+It starts the actor tree (supervisor -> engines, scheduler) in its own task group and talks to it
+only by messages. No scheduling or model maths here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import numpy as np
+
+from modelc.actors.engine import RunnerLike
+from modelc.actors.mailbox import Address
+from modelc.actors.messages import (
+    AbortSequence,
+    AdapterLoaded,
+    AdapterUnloaded,
+    Embed,
+    Embedded,
+    LoadAdapter,
+    Shutdown,
+    UnloadAdapter,
+)
+from modelc.actors.request import RequestActor
+from modelc.actors.supervisor import Supervisor
+from modelc.config import EngineConfig, num_kv_blocks
+from modelc.engine.events import Finished, TokenEvent
+from modelc.engine.params import SamplingParams
+from modelc.errors import EngineError, InvalidRequestError, ModelcError
+
+__all__ = ["AsyncEngine", "Finished", "TokenEvent"]
+
+
+def _load_source(source_or_path: Any) -> Any:
+    if isinstance(source_or_path, str | os.PathLike):
+        from modelc.artifact.reader import open_artifact
+
+        return open_artifact(source_or_path)
+    return source_or_path
+
+
+def _tokenizer(source: Any) -> Any:
+    text = getattr(source, "tokenizer_json", None)
+    if not text:
+        return None
+    from modelc.tokenizer.tokenizer import Tokenizer
+
+    return Tokenizer.from_json(text, getattr(source, "special_tokens", None) or {})
+
+
+def _chat_template(source: Any, tokenizer: Any) -> Any:
+    text = getattr(source, "chat_template", None)
+    if not text:
+        return None
+    from modelc.tokenizer.chat_template import ChatTemplate
+
+    st = getattr(source, "special_tokens", None) or {}
+    return ChatTemplate(text, bos_token=st.get("bos_token") or "", eos_token=st.get("eos_token") or "")
+
+
+def _eos_ids(source: Any, tokenizer: Any) -> tuple[int, ...]:
+    if tokenizer is not None and tokenizer.eos_ids:
+        return tuple(sorted(tokenizer.eos_ids))
+    st = getattr(source, "special_tokens", None) or {}
+    ids = list(st.get("eos_token_ids") or [])
+    if st.get("eot_token_id") is not None:
+        ids.append(st["eot_token_id"])
+    return tuple(sorted({int(i) for i in ids}))
+
+
+def _effective_config(config: EngineConfig, source: Any, tokenizer: Any) -> EngineConfig:
+    """Fill what the model knows: EOS ids and the context length."""
+    sched = config.scheduler
+    if not sched.eos_token_ids:
+        sched = replace(sched, eos_token_ids=_eos_ids(source, tokenizer))
+    max_pos = (getattr(source, "config", None) or {}).get("max_position_embeddings")
+    if sched.max_model_len is None and max_pos:
+        sched = replace(sched, max_model_len=int(max_pos))
+    return replace(config, scheduler=sched)
+
+
+class AsyncEngine:
+    """Serve one model. Build it with `AsyncEngine.open(...)`; every method talks to the actors."""
+
+    def __init__(
+        self, source: Any, config: EngineConfig, tokenizer: Any, supervisor: Supervisor, scheduler: Address
+    ) -> None:
+        self.source = source
+        self.config = config
+        self.name: str = getattr(source, "name", "") or ""
+        self.architecture: str = getattr(source, "architecture", "") or ""
+        self.tokenizer = tokenizer
+        self.chat_template = _chat_template(source, self.tokenizer)
+        self._supervisor = supervisor
+        self._scheduler = scheduler
+        self._seq_ids = itertools.count(1)
+        self._request_ids = itertools.count(1)
+        self._live: dict[str, int] = {}  # request id -> seq id, for abort()
+        self._closed = False
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        source_or_path: Any,
+        config: EngineConfig | None = None,
+        *,
+        runner_factory: Callable[[int], RunnerLike] | None = None,
+    ) -> AsyncIterator[AsyncEngine]:
+        """Load the model (a .modelc path or any model source), start the actors, yield the engine;
+        on exit abort what is running and stop every actor. runner_factory(engine_id) replaces
+        the default modelc.engine.runner.Runner (tests)."""
+        source = _load_source(source_or_path)
+        tokenizer = _tokenizer(source)
+        config = _effective_config(config or EngineConfig(), source, tokenizer)
+        make_runner = runner_factory or _default_runner_factory(source, config)
+        async with anyio.create_task_group() as tg:
+            supervisor = Supervisor(config, make_runner)
+            scheduler = await tg.start(supervisor.run)
+            engine = cls(source, config, tokenizer, supervisor, scheduler)
+            try:
+                yield engine
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await engine._shutdown()
+
+    async def _shutdown(self) -> None:
+        if not self._closed:
+            self._closed = True
+            try:
+                await self._scheduler.send(Shutdown())
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass
+
+    # -- generation ----------------------------------------------------------------------------
+
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams | None = None, request_id: str | None = None
+    ) -> AsyncIterator[TokenEvent | Finished]:
+        """TokenEvents then one Finished. The first step raises OverloadedError when the queue is
+        full. Leaving early (break + aclose, cancellation, disconnect) aborts the sequence."""
+        params = params or SamplingParams()
+        if not prompt_token_ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        seq_id = next(self._seq_ids)
+        key = request_id or f"seq-{seq_id}"
+        actor = RequestActor(
+            seq_id,
+            list(prompt_token_ids),
+            params,
+            self._scheduler,
+            tokenizer=self.tokenizer,
+            abort_timeout_s=self.config.request_timeout_s,
+        )
+        self._live[key] = seq_id
+        try:
+            async for ev in actor.events():
+                yield ev
+        finally:
+            if self._live.get(key) == seq_id:
+                del self._live[key]
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort a running generate() by its request_id; its iterator ends with Finished("abort")."""
+        seq_id = self._live.get(request_id)
+        if seq_id is None:
+            return False
+        await self._scheduler.send(AbortSequence(seq_id))
+        return True
+
+    # -- embeddings, adapters, stats -----------------------------------------------------------
+
+    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
+        """(S, C) float32 pooled, L2-normalized embeddings, computed on an idle engine between steps."""
+        lists = tuple(tuple(int(t) for t in ids) for ids in token_id_lists)
+        if not lists or any(not ids for ids in lists):
+            raise InvalidRequestError("every input needs at least one token", param="input")
+        rid = next(self._request_ids)
+        reply: Embedded = await self._scheduler.request(
+            lambda r: Embed(rid, lists, r), timeout_s=self.config.request_timeout_s
+        )
+        _raise(reply.error, "embedding failed")
+        return reply.vectors
+
+    async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> Any:
+        """Load a LoRA adapter on every engine between steps (no request sees half a swap)."""
+        rid = next(self._request_ids)
+        reply: AdapterLoaded = await self._scheduler.request(
+            lambda r: LoadAdapter(rid, name, str(path), float(alpha), bool(global_), r),
+            timeout_s=self.config.request_timeout_s,
+        )
+        _raise(reply.error, f"loading adapter {name!r} failed")
+        return reply.info
+
+    async def unload_adapter(self, name: str) -> None:
+        rid = next(self._request_ids)
+        reply: AdapterUnloaded = await self._scheduler.request(
+            lambda r: UnloadAdapter(rid, name, r), timeout_s=self.config.request_timeout_s
+        )
+        _raise(reply.error, f"unloading adapter {name!r} failed")
+
+    def stats(self) -> dict[str, int]:
+        """running, waiting, kv_blocks_used, kv_blocks_total, prefix_queries, prefix_hits,
+        preemptions (summed over engines), engines, engine_restarts. As of the last message handled."""
+        actor = self._supervisor.scheduler_actor
+        return dict(actor.snapshot) if actor is not None else {}
+
+
+def _raise(error: BaseException | None, what: str) -> None:
+    if error is None:
+        return
+    if isinstance(error, ModelcError):
+        raise error
+    raise EngineError(f"{what}: {type(error).__name__}: {error}") from error
+
+
+def _default_runner_factory(source: Any, config: EngineConfig) -> Callable[[int], RunnerLike]:
+    from modelc.engine.runner import Runner
+
+    blocks = max(1, num_kv_blocks(config.cache, getattr(source, "config", {}) or {}) // config.engines)
+
+    def make(engine_id: int) -> RunnerLike:
+        return Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine)
+
+    return make

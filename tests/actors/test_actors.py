@@ -1,0 +1,313 @@
+"""The actor core (supervisor -> engines, scheduler; request actors) on asyncio and trio, FakeRunner."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+from anyio import wait_all_tasks_blocked
+from anyio.lowlevel import checkpoint
+
+from modelc.actors.mailbox import MailboxFull, open_mailbox
+from modelc.actors.messages import GetStats, Shutdown, StatsReported
+from modelc.actors.request import RequestActor, TextStream
+from modelc.actors.supervisor import Supervisor
+from modelc.config import EngineConfig, SchedulerConfig
+from modelc.engine.events import Finished, TokenEvent
+from modelc.engine.params import SamplingParams
+from modelc.errors import OverloadedError, RequestTimeoutError
+from tests.scheduler.fakes import FakeRunner, greedy_alone
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def greedy(max_tokens: int = 8, **kw) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
+
+
+class Tree:
+    """A started supervisor with FakeRunners; runners[i] is engine i's latest runner."""
+
+    def __init__(self, config: EngineConfig, **runner_kw) -> None:
+        self.config = config
+        self.runner_kw = runner_kw
+        self.runners: dict[int, FakeRunner] = {}
+        self.builds = 0
+        self.supervisor = Supervisor(config, self.make)
+        self.seq_ids = iter(range(1, 1 << 30))
+
+    def make(self, engine_id: int) -> FakeRunner:
+        kw = dict(self.runner_kw)
+        if self.builds > 0:
+            kw.pop("fail_calls", None)  # the rebuilt runner is healthy
+        self.builds += 1
+        self.runners[engine_id] = FakeRunner(**kw)
+        return self.runners[engine_id]
+
+    async def collect(self, prompt: list[int], params: SamplingParams) -> tuple[list[int], Finished]:
+        actor = RequestActor(next(self.seq_ids), prompt, params, self.address)
+        toks, fin = [], None
+        async for ev in actor.events():
+            if isinstance(ev, TokenEvent):
+                toks.append(ev.token_id)
+            else:
+                fin = ev
+        return toks, fin
+
+    def stats(self) -> dict:
+        return dict(self.supervisor.scheduler_actor.snapshot)
+
+
+async def run_tree(config: EngineConfig, body, **runner_kw) -> Tree:
+    tree = Tree(config, **runner_kw)
+    async with anyio.create_task_group() as tg:
+        tree.address = await tg.start(tree.supervisor.run)
+        try:
+            await body(tree)
+        finally:
+            await tree.address.send(Shutdown())
+    return tree
+
+
+def cfg(num_blocks: int = 64, **sched) -> tuple[EngineConfig, dict]:
+    return EngineConfig(engines=1, threads=1, cpu_count=2, scheduler=SchedulerConfig(**sched)), {
+        "num_kv_blocks": num_blocks
+    }
+
+
+async def test_one_request_streams_then_finishes(anyio_backend) -> None:
+    config, kw = cfg()
+
+    async def body(tree: Tree) -> None:
+        toks, fin = await tree.collect(list(range(3, 23)), greedy(5))
+        assert toks == greedy_alone(list(range(3, 23)), 5)
+        assert fin == Finished("length", 20, 5, 0)
+        assert tree.stats()["kv_blocks_used"] == 0
+
+    with anyio.fail_after(20):
+        await run_tree(config, body, **kw)
+
+
+@pytest.mark.parametrize("num_blocks,budget", [(64, 512), (64, 16), (6, 64)], ids=["plain", "chunked", "preempt"])
+async def test_concurrent_greedy_equals_alone(anyio_backend, num_blocks, budget) -> None:
+    config, kw = cfg(num_blocks, max_batch_tokens=budget, max_num_seqs=16)
+    prompts = [[7] * 16 + [i + 10] * (i + 3) for i in range(16)]
+    results: dict[int, list[int]] = {}
+
+    async def body(tree: Tree) -> None:
+        async def one(i: int) -> None:
+            results[i] = (await tree.collect(prompts[i], greedy(10)))[0]
+
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(one, i)
+        stats = tree.stats()
+        assert stats["kv_blocks_used"] == 0 and stats["running"] == 0
+        if num_blocks == 6:
+            assert stats["preemptions"] > 0
+        else:
+            assert stats["prefix_hits"] > 0
+
+    with anyio.fail_after(60):
+        await run_tree(config, body, **kw)
+    assert results == {i: greedy_alone(p, 10) for i, p in enumerate(prompts)}
+
+
+async def test_prefix_hit_gives_the_same_tokens(anyio_backend) -> None:
+    config, kw = cfg()
+    prompt = list(range(3, 43))
+
+    async def body(tree: Tree) -> None:
+        first, fin1 = await tree.collect(prompt, greedy(6))
+        second, fin2 = await tree.collect(prompt, greedy(6))
+        assert first == second == greedy_alone(prompt, 6)
+        assert fin1.cached_tokens == 0 and fin2.cached_tokens == 32
+
+    with anyio.fail_after(20):
+        await run_tree(config, body, **kw)
+
+
+async def test_disconnect_aborts_and_frees_blocks(anyio_backend) -> None:
+    config, kw = cfg()
+
+    async def body(tree: Tree) -> None:
+        got: list[int] = []
+        with anyio.CancelScope() as scope:
+            actor = RequestActor(1, list(range(3, 40)), greedy(1000), tree.address)
+            async for ev in actor.events():
+                got.append(ev.token_id)
+                if len(got) == 3:
+                    scope.cancel()  # the client went away
+        assert len(got) == 3
+        await wait_all_tasks_blocked()
+        stats = tree.stats()
+        assert stats["running"] == 0 and stats["waiting"] == 0 and stats["kv_blocks_used"] == 0
+
+    with anyio.fail_after(20):
+        await run_tree(config, body, **kw)
+
+
+async def test_abort_half_of_64_streams(anyio_backend) -> None:
+    config, kw = cfg(48, max_num_seqs=64, max_queue=64)
+    reasons: dict[int, str] = {}
+
+    async def body(tree: Tree) -> None:
+        async def one(i: int) -> None:
+            actor = RequestActor(i + 1, [3 + i % 5] * 20 + [i + 3], greedy(30), tree.address)
+            n = 0
+            async for ev in actor.events():
+                if isinstance(ev, Finished):
+                    reasons[i] = ev.finish_reason
+                    return
+                n += 1
+                if i % 2 and n == 1 + i % 4:
+                    reasons[i] = "left"
+                    return  # leaves the iterator early: its finally aborts
+
+        async with anyio.create_task_group() as tg:
+            for i in range(64):
+                tg.start_soon(one, i)
+        await wait_all_tasks_blocked()
+        stats = tree.stats()
+        assert stats["kv_blocks_used"] == 0 and stats["running"] == 0 and stats["waiting"] == 0
+        assert tree.runners[0].states == set() or all(s > 0 for s in tree.runners[0].states)
+
+    with anyio.fail_after(60):
+        await run_tree(config, body, **kw)
+    assert sorted(reasons) == list(range(64))
+    assert {reasons[i] for i in range(0, 64, 2)} == {"length"}
+    assert {reasons[i] for i in range(1, 64, 2)} == {"left"}
+
+
+async def test_engine_crash_fails_that_batch_only(anyio_backend) -> None:
+    config, kw = cfg()
+    kw["fail_calls"] = (3,)  # the 4th forward of the first runner raises
+
+    async def body(tree: Tree) -> None:
+        toks, fin = await tree.collect(list(range(3, 23)), greedy(10))
+        assert fin.finish_reason == "error" and "injected fault" in fin.error and "engine 0" in fin.error
+        assert len(toks) == 3
+        toks, fin = await tree.collect(list(range(3, 23)), greedy(4))  # the rebuilt engine serves
+        assert fin.finish_reason == "length" and toks == greedy_alone(list(range(3, 23)), 4)
+        assert tree.stats()["engine_restarts"] == 1 and tree.builds == 2
+
+    with anyio.fail_after(20):
+        await run_tree(config, body, **kw)
+
+
+async def test_engine_crash_recomputes_the_other_sequences(anyio_backend) -> None:
+    """b (priority 0) takes the whole budget in call 2, which crashes: b fails; a, running but not
+    in that batch, lost its KV with the runner and is recomputed on the rebuilt one."""
+    config, kw = cfg(max_batch_tokens=20, max_num_seqs=4)
+    gate = threading.Event()
+    kw.update(fail_calls=(2,), gate=gate)
+    out: dict[str, tuple[list[int], Finished]] = {}
+    prompt_a, prompt_b = list(range(3, 13)), list(range(50, 110))
+
+    async def body(tree: Tree) -> None:
+        async def run(name: str, prompt: list[int], priority: int) -> None:
+            out[name] = await tree.collect(prompt, greedy(6, priority=priority))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, "a", prompt_a, 1)
+            await wait_all_tasks_blocked()  # call 0 (a's prefill) waits on the gate
+            tg.start_soon(run, "b", prompt_b, 0)
+            await wait_all_tasks_blocked()
+            gate.set()
+
+    with anyio.fail_after(20):
+        tree = await run_tree(config, body, **kw)
+    assert tree.builds == 2
+    assert out["b"][1].finish_reason == "error" and out["b"][0] == []
+    assert out["a"][1].finish_reason == "length" and out["a"][0] == greedy_alone(prompt_a, 6)
+    assert tree.stats()["engine_restarts"] == 1
+
+
+async def test_queue_full_is_rejected_at_once(anyio_backend) -> None:
+    config, kw = cfg(max_num_seqs=1, max_queue=1, max_batch_tokens=64)
+    gate = threading.Event()
+    kw["gate"] = gate
+
+    async def body(tree: Tree) -> None:
+        async with anyio.create_task_group() as tg:
+            for i in range(2):
+                tg.start_soon(tree.collect, [3 + i] * 5, greedy(2))
+            await wait_all_tasks_blocked()  # one running (engine blocked), one waiting
+            with pytest.raises(OverloadedError):
+                await tree.collect([9] * 5, greedy(2))
+            gate.set()
+
+    with anyio.fail_after(20):
+        await run_tree(config, body, **kw)
+
+
+async def test_shutdown_aborts_live_requests(anyio_backend) -> None:
+    config, kw = cfg()
+    got: list = []
+
+    async def consume(tree: Tree) -> None:
+        async for ev in RequestActor(1, [5] * 10, greedy(100000), tree.address).events():
+            got.append(ev)
+
+    tree = Tree(config, **kw)
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as outer:
+            async with anyio.create_task_group() as tg:
+                tree.address = await tg.start(tree.supervisor.run)
+                outer.start_soon(consume, tree)
+                while len(got) < 3:
+                    await checkpoint()
+                await tree.address.send(Shutdown())
+    assert isinstance(got[-1], Finished) and got[-1].finish_reason == "abort"
+    with pytest.raises(Exception, match="not running"):
+        await tree.collect([5] * 3, greedy(2))
+
+
+async def test_get_stats_message(anyio_backend) -> None:
+    config, kw = cfg()
+
+    async def body(tree: Tree) -> None:
+        reply = await tree.address.request(GetStats, timeout_s=5)
+        assert isinstance(reply, StatsReported) and reply.stats["kv_blocks_total"] == 64
+
+    with anyio.fail_after(20):
+        await run_tree(config, body, **kw)
+
+
+async def test_mailbox_tell_and_request_timeout(anyio_backend) -> None:
+    address, inbox = open_mailbox(1)
+    with inbox:
+        assert address.tell("a")
+        with pytest.raises(MailboxFull):
+            address.tell("b")
+        assert inbox.receive_nowait() == "a"
+        with pytest.raises(RequestTimeoutError):
+            await address.request(GetStats, timeout_s=0.05)  # nobody answers
+    assert not address.tell("c")  # receiver gone
+    with pytest.raises(ValueError):
+        open_mailbox(0)
+
+
+def test_text_stream_holds_back_possible_stop_strings() -> None:
+    class Tok:  # one character per token id
+        def decode(self, ids, skip_special=True):
+            return "".join(chr(i) for i in ids)
+
+        def token_bytes(self, i):
+            return chr(i).encode()
+
+    ts = TextStream(Tok(), [], ("END",))
+    out = [ts.add(ord(c)) for c in "abEN"]
+    assert out == ["a", "b", "", ""] and not ts.stopped
+    assert ts.add(ord("x")) == "ENx"
+    assert [ts.add(ord(c)) for c in "yEND"] == ["y", "", "", ""] and ts.stopped
+    assert ts.flush() == ""
+    ts = TextStream(Tok(), [], ("END",))
+    ts.add(ord("E"))
+    assert ts.flush() == "E"  # a natural end releases what was held

@@ -1,0 +1,151 @@
+"""serve(): hypercorn running the app inside one anyio task group with the AsyncEngine.
+
+Order: bind and answer /health (503 "loading") at once, open the engine, then mark ready.
+SIGINT/SIGTERM (or `shutdown`): stop accepting, let in-flight requests finish (bounded by
+drain_timeout_s), close the engine, return. Binds 127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+from hypercorn.asyncio import serve as hypercorn_serve
+from hypercorn.config import Config as HypercornConfig
+
+from modelc.errors import ModelcError
+from modelc.server.app import create_app
+from modelc.server.state import ServerConfig, ServerState
+
+
+class _BoundConfig(HypercornConfig):
+    """Remembers the sockets hypercorn binds, so port 0 can be resolved for ready_cb."""
+
+    bound: list[tuple[str, int]] | None = None
+
+    def create_sockets(self) -> Any:
+        sockets = super().create_sockets()
+        self.bound = [s.getsockname()[:2] for s in sockets.insecure_sockets]
+        return sockets
+
+
+def is_engine(obj: Any) -> bool:
+    return hasattr(obj, "generate") and hasattr(obj, "tokenizer")
+
+
+@contextlib.asynccontextmanager
+async def open_engine(source: Any, engine_config: Any = None):
+    """An engine object as is; anything else through AsyncEngine.open (a path, an IR Model, an Artifact)."""
+    if is_engine(source):
+        yield source
+        return
+    from modelc.engine.async_api import AsyncEngine
+
+    if engine_config is None:
+        from modelc.config import EngineConfig
+
+        engine_config = EngineConfig()
+    async with AsyncEngine.open(source, engine_config) as engine:
+        yield engine
+
+
+async def serve(
+    engine_or_source: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    server_config: ServerConfig | None = None,
+    engine_config: Any = None,
+    ready_cb: Callable[[str, int], Any] | None = None,
+    shutdown: anyio.Event | asyncio.Event | None = None,
+    drain_timeout_s: float = 30.0,
+    log_stream: IO[str] | None = None,
+    install_signal_handlers: bool = True,
+) -> None:
+    """Serve until SIGINT/SIGTERM or `shutdown` is set. Raises ModelcError if the model fails to load."""
+    state = ServerState(None, server_config or ServerConfig())
+    app = create_app(state, log_stream=log_stream)
+    cfg = _BoundConfig()
+    cfg.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    cfg.graceful_timeout = drain_timeout_s
+    cfg.accesslog = None  # one structlog line per request instead
+    cfg.errorlog = None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    handled: list[int] = []
+    if install_signal_handlers:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, stop.set)
+                handled.append(sig)
+    errors: list[ModelcError] = []
+    server_done = anyio.Event()
+
+    async def _run_server() -> None:
+        try:
+            await hypercorn_serve(app, cfg, shutdown_trigger=stop.wait)
+        except OSError as e:
+            errors.append(ModelcError(f"cannot listen on {host}:{port}: {e.strerror or e}"))
+        finally:
+            server_done.set()
+
+    async def _relay(event: Any) -> None:
+        await event.wait()
+        stop.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            if shutdown is not None:
+                tg.start_soon(_relay, shutdown)
+            tg.start_soon(_run_server)
+            try:
+                async with open_engine(engine_or_source, engine_config) as engine:
+                    state.engine = engine
+                    while cfg.bound is None and not server_done.is_set():
+                        await anyio.sleep(0.005)
+                    if ready_cb is not None and cfg.bound and not server_done.is_set():
+                        ready_cb(*cfg.bound[0])
+                    await server_done.wait()  # draining happens inside hypercorn; the engine stays up
+            except ModelcError as e:
+                state.load_error = e.message
+                errors.append(e)
+                stop.set()
+                await server_done.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+    if errors:
+        raise errors[0]
+
+
+def resolve_source(artifact: str) -> Any:
+    """ARTIFACT of `modelc run`: a .modelc path or store name -> its path; raw weights (file or HF folder)
+    -> an IR Model read in memory."""
+    from modelc import store
+
+    p = Path(artifact).expanduser()
+    if p.is_dir():
+        return _read_weights(p)
+    path = store.resolve(artifact)
+    with open(path, "rb") as f:
+        magic = f.read(8)
+    if magic == b"MODELC\0\0":
+        return path
+    return _read_weights(path)
+
+
+def _read_weights(path: Path) -> Any:
+    try:
+        from modelc.formats.detect import read_model
+    except ImportError:
+        raise ModelcError(
+            f"{path} is not a .modelc artifact and raw-weight reading is not available "
+            "in this build; run `modelc pack` first"
+        ) from None
+    return read_model(path)

@@ -1,0 +1,45 @@
+"""Run the real daemon (hypercorn) on a FakeEngine in this process: `python -m tests.server.serve_fake`.
+
+Prints `READY <port>` on stdout once listening; exits 0 after SIGTERM/SIGINT and a drain.
+Used by the subprocess tests and loadtests/http_overhead.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import anyio
+
+from modelc.server.daemon import serve
+from modelc.server.state import ServerConfig
+from tests.server.fake_engine import FakeEngine
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--delay", type=float, default=0.0, help="seconds per token")
+    ap.add_argument("--api-key", default=None)
+    ap.add_argument("--drain", type=float, default=30.0)
+    args = ap.parse_args()
+
+    def ready(host: str, port: int) -> None:
+        print(f"READY {port}", flush=True)
+
+    engine = FakeEngine(delay_s=args.delay)
+    anyio.run(
+        lambda: serve(
+            engine,
+            port=args.port,
+            server_config=ServerConfig(api_key=args.api_key, log_requests=False),
+            ready_cb=ready,
+            drain_timeout_s=args.drain,
+        )
+    )
+    print("STOPPED", flush=True)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from modelc.errors import FormatError, UnsupportedError
+from modelc.errors import FormatError, InvalidRequestError, UnsupportedError
 from modelc.ir import DataType, TensorData
 
 # Types a matmul can read. I8/I4 need a per-output-channel F32 scale (NAME@scale).
@@ -39,6 +39,10 @@ SCALED_TYPES = frozenset({DataType.I8, DataType.I4})
 
 class ShapeError(FormatError):
     """A matmul operand has the wrong shape, dtype or layout."""
+
+
+class RowIdError(InvalidRequestError):
+    """An embedding lookup asked for a row (token id) the table does not have."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +86,16 @@ def row_blocks(t: TensorData) -> np.ndarray:
     return t.data.reshape(rows, row_bytes)
 
 
-def make_weight(t: TensorData, scale: TensorData | None = None) -> Weight:
-    """Validate `t` (+ its @scale for I8/I4) and wrap it as a Weight (no copies)."""
+def make_weight(t: TensorData, scale: TensorData | None = None, *, table: bool = False) -> Weight:
+    """Validate `t` (+ its @scale for I8/I4) and wrap it as a Weight (no copies).
+
+    table=True accepts any rank (leading dims flattened into rows), for dequantizing.
+    """
     if t.dtype not in MATMUL_TYPES:
-        raise UnsupportedError(f"matmul does not support weights of type {t.dtype.value}")
-    if len(t.shape) != 2:
+        raise UnsupportedError(f"kernels do not support tensors of type {t.dtype.value}")
+    if len(t.shape) != 2 and not table:
         raise ShapeError(f"a matmul weight must be 2-D (N, C), got shape {t.shape}")
-    rows, cols = t.shape
+    rows, cols = rows_cols(t)
     scale_arr: np.ndarray | None = None
     if t.dtype in SCALED_TYPES:
         if scale is None:
@@ -101,6 +108,15 @@ def make_weight(t: TensorData, scale: TensorData | None = None) -> Weight:
     elif scale is not None:
         raise ShapeError(f"a {t.dtype.value} weight takes no scale tensor")
     return Weight(t.dtype, rows, cols, row_blocks(t), scale_arr)
+
+
+def check_row_ids(row_ids: np.ndarray, rows: int) -> np.ndarray:
+    """row_ids as a flat int64 array, every id in [0, rows)."""
+    ids = np.ascontiguousarray(row_ids, dtype=np.int64).reshape(-1)
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= rows):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise RowIdError(f"row id {bad} is out of range for a table of {rows} rows")
+    return ids
 
 
 def check_matmul_args(out: np.ndarray, x: np.ndarray, w: Weight) -> None:

@@ -1,8 +1,10 @@
 """Public matmul API: prepare a stored weight once, then out = x @ W.T on its stored dtype.
 
-Dispatches to the numba kernels (gemm*.py, quant.py, qdot.py) or, with
-MODELC_KERNELS=ref, to the numpy twins in ref_linear.py. No fp32 copy of a
-whole weight is ever kept.
+Dispatches by T: few tokens (decode, small batches) run the int8-activation
+kernels (gemm_int) or the fp16/bf16 kernels (gemm_float); T >= PREFILL_MIN_T
+dequantizes W panel by panel into per-thread scratch and calls BLAS (gemm_blas).
+MODELC_KERNELS=ref runs the numpy twins (ref_linear). No fp32 copy of a whole
+weight is ever kept. Threads: numba.set_num_threads, set by the caller.
 """
 
 from __future__ import annotations
@@ -11,11 +13,16 @@ import os
 
 import numpy as np
 
-from modelc.ir import TensorData
-from modelc.kernels import ref_linear
-from modelc.kernels.gemm_weight import Weight, check_matmul_args, make_weight
+from modelc.ir import DataType, TensorData
+from modelc.kernels import gemm_blas, gemm_float, gemm_int, quant, ref_linear
+from modelc.kernels.gemm_weight import Weight, check_matmul_args, check_row_ids, make_weight, rows_cols
 
-__all__ = ["Weight", "prepare_weight", "matmul", "dequantize", "dequantize_rows", "use_reference"]
+__all__ = ["Weight", "prepare_weight", "matmul", "dequantize", "dequantize_rows", "use_reference", "PREFILL_MIN_T"]
+
+PREFILL_MIN_T = int(os.environ.get("MODELC_PREFILL_T", "32"))
+"""From this many tokens on, matmul dequantizes into scratch and uses BLAS."""
+
+_ONE = np.ones(1, np.float32)
 
 
 def use_reference() -> bool:
@@ -24,21 +31,54 @@ def use_reference() -> bool:
 
 
 def prepare_weight(t: TensorData, scale: TensorData | None = None) -> Weight:
-    """Wrap a stored (N, C) weight (and its per-row F32 scale for I8/I4) for matmul."""
+    """Wrap a stored (N, C) weight (and its per-row F32 scale for I8/I4) for matmul (zero-copy)."""
     return make_weight(t, scale)
 
 
+def _int_path_ok(w: Weight) -> bool:
+    return w.dtype in quant.KIND and w.cols % 32 == 0
+
+
 def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
-    """out (T, N) f32 = x (T, C) f32 C-contiguous @ W.T, W (N, C) as stored in `w`."""
+    """out (T, N) f32 = x (T, C) f32 C-contiguous @ W.T, W (N, C) as stored in `w`.
+
+    Quantized W: x is quantized to int8 blocks (error ~5e-3 relative, as in
+    llama.cpp) below PREFILL_MIN_T tokens; at or above it the result is fp32 BLAS.
+    """
     check_matmul_args(out, x, w)
-    ref_linear.matmul(out, x, w)
+    t, c = x.shape
+    if t == 0 or w.rows == 0:
+        return
+    if use_reference():
+        ref_linear.matmul(out, x, w)
+    elif w.dtype is DataType.F32 or t >= PREFILL_MIN_T:
+        gemm_blas.blas_matmul(out, x, w)
+    elif w.dtype in (DataType.F16, DataType.BF16):
+        gemm_float.hmatmul(out, x, w.blocks, w.dtype is DataType.BF16)
+    elif _int_path_ok(w):
+        xq = np.empty((t, c), np.int8)  # (T, C)
+        xd = np.empty((t, c // 32), np.float32)  # (T, C/32)
+        xs = np.empty((t, c // 16), np.float32)  # (T, C/16)
+        quant.quantize_act(xq, xd, xs, x)
+        rscale = _ONE if w.scale is None else w.scale
+        gemm_int.qmatmul(out, xq, xd, xs, w.blocks, quant.KIND[w.dtype], rscale, w.dtype in quant.HAS_MIN)
+    else:  # I8/I4 rows that are not whole 32-blocks
+        gemm_blas.blas_matmul(out, x, w)
 
 
 def dequantize(t: TensorData, scale: TensorData | None = None) -> np.ndarray:
     """Any stored tensor -> (rows, cols) f32 (leading dims flattened into rows)."""
-    return ref_linear.dequantize(t, scale)
+    rows, _ = rows_cols(t)
+    return dequantize_rows(t, np.arange(rows, dtype=np.int64), scale)
 
 
 def dequantize_rows(t: TensorData, row_ids: np.ndarray, scale: TensorData | None = None) -> np.ndarray:
     """Rows `row_ids` of a (V, C) table -> (len(row_ids), C) f32, touching only those rows."""
-    return ref_linear.dequantize_rows(t, row_ids, scale)
+    w = make_weight(t, scale, table=True)
+    if use_reference() or (w.dtype in quant.KIND and not _int_path_ok(w)):
+        return ref_linear.dequantize_rows(t, row_ids, scale)
+    ids = check_row_ids(row_ids, w.rows)
+    out = np.empty((ids.shape[0], w.cols), np.float32)  # (R, C)
+    if ids.size:
+        gemm_blas.dequantize_into(out, w, ids)
+    return out

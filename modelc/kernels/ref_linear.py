@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelc.ir import DataType, TensorData
-from modelc.kernels.gemm_weight import Weight, check_matmul_args, make_weight, row_blocks, rows_cols
+from modelc.kernels.gemm_weight import Weight, check_matmul_args, check_row_ids, make_weight
 
 QK = 32  # elements per activation block (Q8_0-style)
 
@@ -169,28 +169,22 @@ def _dequantize_rows(dtype: DataType, rb: np.ndarray, cols: int, scale: np.ndarr
     return fn(blocks).astype(np.float32).reshape(r, cols)
 
 
-def _scale_of(t: TensorData, scale: TensorData | None) -> np.ndarray | None:
-    if scale is None:
-        return None
-    return scale.data.view(np.float32).reshape(-1)
-
-
 def dequantize(t: TensorData | Weight, scale: TensorData | None = None) -> np.ndarray:
     """Any tensor (or Weight) -> (rows, cols) f32, rows = product of the leading dims."""
-    if isinstance(t, Weight):
-        return _dequantize_rows(t.dtype, t.blocks, t.cols, t.scale)
-    if t.dtype in (DataType.I8, DataType.I4) and scale is None:
-        make_weight(t, scale)  # raises the one-line error about the missing scale
-    rows, cols = rows_cols(t)
-    return _dequantize_rows(t.dtype, row_blocks(t), cols, _scale_of(t, scale))
+    w = t if isinstance(t, Weight) else make_weight(t, scale, table=True)
+    return _dequantize_rows(w.dtype, w.blocks, w.cols, w.scale)
 
 
 def dequantize_rows(t: TensorData, row_ids: np.ndarray, scale: TensorData | None = None) -> np.ndarray:
     """Rows `row_ids` of table t (V, C) -> (len(row_ids), C) f32 (embedding lookup)."""
-    rows, cols = rows_cols(t)
-    ids = np.asarray(row_ids, dtype=np.int64).reshape(-1)
-    s = _scale_of(t, scale)
-    return _dequantize_rows(t.dtype, row_blocks(t)[ids], cols, None if s is None else s[ids])
+    w = make_weight(t, scale, table=True)
+    ids = check_row_ids(row_ids, w.rows)
+    return _dequantize_rows(w.dtype, w.blocks[ids], w.cols, None if w.scale is None else w.scale[ids])
+
+
+def dequantize_weight_rows(w: Weight, row_ids: np.ndarray) -> np.ndarray:
+    """Rows row_ids (int64, in range) of a prepared Weight -> (R, C) f32."""
+    return _dequantize_rows(w.dtype, w.blocks[row_ids], w.cols, None if w.scale is None else w.scale[row_ids])
 
 
 def matmul(out: np.ndarray, x: np.ndarray, w: Weight | TensorData) -> None:

@@ -1,0 +1,63 @@
+"""The prefill path: dequantize a weight into a reused per-thread float32 panel, then BLAS.
+
+For many tokens (T >= linear.PREFILL_MIN_T) OpenBLAS sgemm on a float32 copy of
+one matrix beats the int8 kernels; the copy lives in a per-thread scratch
+buffer (never kept per weight), in row panels of at most PANEL_BYTES.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from modelc.ir import DataType
+from modelc.kernels import gemm_float, quant, ref_linear
+from modelc.kernels.gemm_weight import Weight
+
+PANEL_BYTES = 64 << 20
+"""Largest float32 panel dequantized at once (a 32000 x 2048 lm_head goes in 2 panels)."""
+
+_local = threading.local()
+_ONE = np.ones(1, np.float32)
+
+
+def scratch(num_floats: int) -> np.ndarray:
+    """This thread's reusable float32 buffer of at least num_floats (grown, never shrunk)."""
+    buf = getattr(_local, "buf", None)
+    if buf is None or buf.shape[0] < num_floats:
+        buf = np.empty(num_floats, np.float32)
+        _local.buf = buf
+    return buf[:num_floats]
+
+
+def dequantize_into(out: np.ndarray, w: Weight, row_ids: np.ndarray) -> None:
+    """out (R, C) f32 = dequantized rows row_ids of w (numba kernels)."""
+    ids = np.ascontiguousarray(row_ids, dtype=np.int64)
+    if w.dtype is DataType.F32:
+        out[...] = w.blocks.view("<f4")[ids]
+    elif w.dtype in (DataType.F16, DataType.BF16):
+        gemm_float.convert_rows(out, w.blocks, ids, w.dtype is DataType.BF16)
+    elif w.cols % 32:  # I8/I4 rows that are not whole 32-blocks: numpy
+        out[...] = ref_linear.dequantize_weight_rows(w, ids)
+    else:
+        rscale = _ONE if w.scale is None else np.ascontiguousarray(w.scale, dtype=np.float32)
+        quant.dequantize_rows_q(out, w.blocks, ids, quant.KIND[w.dtype], rscale)
+
+
+def blas_matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
+    """out (T, N) = x (T, C) @ W.T via float32 panels of W and np.matmul (BLAS)."""
+    n, c = w.rows, w.cols
+    if w.dtype is DataType.F32:
+        np.matmul(x, w.blocks.view("<f4").T, out=out)
+        return
+    rows = max(1, min(n, PANEL_BYTES // (4 * max(c, 1))))
+    buf = scratch(rows * c)
+    for n0 in range(0, n, rows):
+        n1 = min(n, n0 + rows)
+        panel = buf[: (n1 - n0) * c].reshape(n1 - n0, c)  # (rows, C)
+        dequantize_into(panel, w, np.arange(n0, n1, dtype=np.int64))
+        if n0 == 0 and n1 == n:
+            np.matmul(x, panel.T, out=out)
+        else:
+            out[:, n0:n1] = x @ panel.T

@@ -1,0 +1,104 @@
+"""F16 / BF16 weights: matmul for small T and row conversion to float32 for the BLAS path.
+
+fp16 is converted in registers (vcvtph2ps via qdot.load_f16x8), bf16 by a shift;
+the weights stay in their stored layout. numpy twin: ref_linear.matmul.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.kernels.qdot import (
+    bf16_at,
+    f16_at,
+    fma_f32x8,
+    hsum_f32x8,
+    load_bf16x8,
+    load_f16x8,
+    load_f32x8,
+    store_f32x8,
+    zeros_f32x8,
+)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def convert_row(buf, bo, w, base, c, bf16):
+    """buf[bo:bo+c] = float32 of the c fp16 (bf16 if bf16) values at bytes w[base:base+2c]."""
+    c8 = c - c % 8
+    for k in range(0, c8, 8):
+        v = load_bf16x8(w, base + 2 * k) if bf16 else load_f16x8(w, base + 2 * k)
+        store_f32x8(buf, bo + k, v)
+    for k in range(c8, c):
+        buf[bo + k] = bf16_at(w, base + 2 * k) if bf16 else f16_at(w, base + 2 * k)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot_f32(buf, x, xo, c):
+    """sum_k buf[k] * x[xo + k], buf and x flat float32."""
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    c16 = c - c % 16
+    for k in range(0, c16, 16):
+        acc0 = fma_f32x8(acc0, load_f32x8(buf, k), load_f32x8(x, xo + k))
+        acc1 = fma_f32x8(acc1, load_f32x8(buf, k + 8), load_f32x8(x, xo + k + 8))
+    s = hsum_f32x8(acc0) + hsum_f32x8(acc1)
+    for k in range(c16, c):
+        s += buf[k] * x[xo + k]
+    return s
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot_half(w, base, x, c, bf16):
+    """sum_k half(w at base)[k] * x[k] for T=1: convert in registers, no buffer."""
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    c16 = c - c % 16
+    for k in range(0, c16, 16):
+        if bf16:
+            w0 = load_bf16x8(w, base + 2 * k)
+            w1 = load_bf16x8(w, base + 2 * k + 16)
+        else:
+            w0 = load_f16x8(w, base + 2 * k)
+            w1 = load_f16x8(w, base + 2 * k + 16)
+        acc0 = fma_f32x8(acc0, w0, load_f32x8(x, k))
+        acc1 = fma_f32x8(acc1, w1, load_f32x8(x, k + 8))
+    s = hsum_f32x8(acc0) + hsum_f32x8(acc1)
+    for k in range(c16, c):
+        s += (bf16_at(w, base + 2 * k) if bf16 else f16_at(w, base + 2 * k)) * x[k]
+    return s
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def hmatmul(out, x, w, bf16):
+    """out (T, N) f32 = x (T, C) f32 @ W.T for W (N, 2C bytes) uint8 holding fp16 (or bf16) rows.
+
+    parallel=True: output rows are independent; the caller sets the thread count.
+    T == 1 converts in registers; T > 1 converts each row once into an L1
+    buffer and reuses it for all T rows. out, x C-contig; no aliasing.
+    """
+    t, c = x.shape
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xf = x.reshape(-1)
+    nchunk = max(1, min(n, n // 16))
+    for ch in prange(nchunk):
+        buf = np.empty(c, np.float32)
+        for r in range(ch * n // nchunk, (ch + 1) * n // nchunk):
+            if t == 1:
+                out[0, r] = _dot_half(wf, r * nbytes, xf, c, bf16)
+            else:
+                convert_row(buf, 0, wf, r * nbytes, c, bf16)
+                for i in range(t):
+                    out[i, r] = _dot_f32(buf, xf, i * c, c)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def convert_rows(out, w, row_ids, bf16):
+    """out (R, C) f32 = fp16 (or bf16) rows w[row_ids] of (N, 2C bytes) uint8. parallel: rows independent."""
+    r, c = out.shape
+    nbytes = w.shape[1]
+    wf = w.reshape(-1)
+    of = out.reshape(-1)
+    for i in prange(r):
+        convert_row(of, i * c, wf, row_ids[i] * nbytes, c, bf16)

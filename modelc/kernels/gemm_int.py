@@ -1,0 +1,93 @@
+"""Quantized matmul with int8 activations: out (T, N) = x (T, C) @ W.T, W stored in blocks.
+
+NOTE: each weight row is unpacked ONCE (quant.unpack_row: int8 + per-16 scales,
+L1-resident) and then dotted with all T activation rows, which were quantized
+once per call to Q8_0-style blocks (quant.quantize_act). So a batch of 16 costs
+far less than 16 single-token calls. The block dot is qdot.dot_i8x32. The
+numpy twin is ref_linear.matmul_qact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.kernels.qdot import (
+    dot_i8x32,
+    fma_i32x8,
+    halves_f32x8,
+    hsum_f32x8,
+    load_i8x32,
+    zeros_f32x8,
+)
+from modelc.kernels.quant import unpack_row
+
+
+@njit(cache=True, nogil=True, inline="always")
+def dot_row(q, sc, xq, xd, i):
+    """sum_k sc[k//16] * q[k] * xd[i, k//32] * xq[i, k]: one unpacked weight row . activation row i.
+
+    q (C,) int8, sc (C/16,) f32; xq (T*C,) int8 and xd (T*C/32,) f32 flat; C % 32 == 0.
+    """
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    nb = q.shape[0] // 32
+    xo = i * nb * 32
+    do = i * nb
+    b = 0
+    # two accumulators: the fma latency chain is the limit at T=1
+    while b + 1 < nb:
+        d0 = xd[do + b]
+        p0 = dot_i8x32(load_i8x32(q, b * 32), load_i8x32(xq, xo + b * 32))
+        acc0 = fma_i32x8(acc0, p0, halves_f32x8(sc[2 * b] * d0, sc[2 * b + 1] * d0))
+        d1 = xd[do + b + 1]
+        p1 = dot_i8x32(load_i8x32(q, b * 32 + 32), load_i8x32(xq, xo + b * 32 + 32))
+        acc1 = fma_i32x8(acc1, p1, halves_f32x8(sc[2 * b + 2] * d1, sc[2 * b + 3] * d1))
+        b += 2
+    if b < nb:
+        d0 = xd[do + b]
+        p0 = dot_i8x32(load_i8x32(q, b * 32), load_i8x32(xq, xo + b * 32))
+        acc0 = fma_i32x8(acc0, p0, halves_f32x8(sc[2 * b] * d0, sc[2 * b + 1] * d0))
+    return hsum_f32x8(acc0) + hsum_f32x8(acc1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _min_term(mn, xs, i):
+    """sum_g mn[g] * xs[i, g] with xs flat (T*C/16,)."""
+    ng = mn.shape[0]
+    s = np.float32(0.0)
+    for g in range(ng):
+        s += mn[g] * xs[i * ng + g]
+    return s
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def qmatmul(out, xq, xd, xs, w, kind, rscale, has_min):
+    """out (T, N) f32 = dequant(w) @ x.T in int8-activation form.
+
+    parallel=True: rows of W are independent and decode is bandwidth/compute
+    bound on every core; the caller sets numba.set_num_threads.
+    out (T, N) f32 C-contig, written fully; xq (T, C) int8, xd (T, C/32) f32,
+    xs (T, C/16) f32 from quant.quantize_act; w (N, row_bytes) uint8 C-contig;
+    kind: quant.KIND code; rscale (N,) f32 for I8/I4 else (1,); has_min: w has
+    min terms (Q4_1/Q5_1/Q2_K/Q4_K/Q5_K). No aliasing between out and inputs.
+    """
+    t, c = xq.shape
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xqf = xq.reshape(-1)
+    xdf = xd.reshape(-1)
+    xsf = xs.reshape(-1)
+    nchunk = max(1, min(n, n // 16))
+    for ch in prange(nchunk):
+        q = np.empty(c, np.int8)
+        sc = np.empty(c // 16, np.float32)
+        mn = np.empty(c // 16, np.float32)
+        for r in range(ch * n // nchunk, (ch + 1) * n // nchunk):
+            rs = rscale[r] if rscale.shape[0] > 1 else rscale[0]
+            unpack_row(kind, q, sc, mn, wf, r * nbytes, rs)
+            for i in range(t):
+                v = dot_row(q, sc, xqf, xdf, i)
+                if has_min:
+                    v -= _min_term(mn, xsf, i)
+                out[i, r] = v

@@ -1,0 +1,440 @@
+"""SIMD building blocks for the matmul kernels: numba vector types and llvmlite intrinsics.
+
+Owns the int8 block dot (AVX2 `vpmaddubsw`/`vpmaddwd` with the sign trick, or
+portable LLVM vector IR, chosen once at import from the host CPU features),
+fp16/bf16 loads (`vcvtph2ps`) and a few float vector ops. No kernels here:
+gemm_*.py builds them from these pieces. Values of the vector types live in
+registers; they never cross a prange boundary or reach Python.
+
+Lane layout of a 32-element int8 block dot: lane k of the I32x8 result is the
+sum over elements 4k..4k+3, so lanes 0-3 cover elements 0-15 and lanes 4-7
+cover 16-31 (what lets 16-element K-quant sub-blocks keep their own scale).
+"""
+
+from __future__ import annotations
+
+import os
+
+import llvmlite.binding as llb
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, models, register_model
+
+
+def _host_has_avx2() -> bool:
+    if os.environ.get("MODELC_NO_AVX2"):
+        return False
+    try:
+        feats = llb.get_host_cpu_features()
+    except RuntimeError:  # features not reported on this host
+        return False
+    return bool(feats.get("avx2")) and bool(feats.get("fma"))
+
+
+HAS_AVX2 = _host_has_avx2()
+"""True when the int8 dot compiles to vpmaddubsw/vpmaddwd (x86 AVX2)."""
+
+
+class VecType(types.Type):
+    """An LLVM SIMD vector held in registers: `n` lanes of `elem`."""
+
+    def __init__(self, elem: types.Type, n: int) -> None:
+        self.elem = elem
+        self.n = n
+        super().__init__(name=f"vec{n}x{elem}")
+
+
+I8x32 = VecType(types.int8, 32)
+I32x8 = VecType(types.int32, 8)
+F32x8 = VecType(types.float32, 8)
+
+_LLVM_ELEM = {types.int8: ir.IntType(8), types.int32: ir.IntType(32), types.float32: ir.FloatType()}
+
+
+@register_model(VecType)
+class _VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type: VecType) -> None:
+        super().__init__(dmm, fe_type, ir.VectorType(_LLVM_ELEM[fe_type.elem], fe_type.n))
+
+
+_i8, _i16, _i32, _f32, _half = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType(), ir.HalfType()
+_v32i8, _v16i16, _v8i32, _v8f32 = (
+    ir.VectorType(_i8, 32),
+    ir.VectorType(_i16, 16),
+    ir.VectorType(_i32, 8),
+    ir.VectorType(_f32, 8),
+)
+
+
+def _ptr_at(context, builder, aryty, ary, idx, elem_llty):
+    """Pointer to ary[idx] (1-D C-contiguous array) cast to elem_llty*."""
+    arr = context.make_array(aryty)(context, builder, ary)
+    base = builder.gep(arr.data, [idx])
+    return builder.bitcast(base, elem_llty.as_pointer())
+
+
+def _call(builder, name, ret, args):
+    fnty = ir.FunctionType(ret, [a.type for a in args])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+    return builder.call(fn, args)
+
+
+def _check_1d(ary) -> bool:
+    return isinstance(ary, types.Array) and ary.ndim == 1 and ary.layout == "C"
+
+
+# ---- scalar fp16 / bf16 -------------------------------------------------------
+
+
+@intrinsic
+def f16_at(typingctx, ary, idx):
+    """float32 from the little-endian fp16 at byte ary[idx] (uint8 1-D C array, any alignment)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _i16)
+        h = builder.load(p, align=1)
+        return builder.fpext(builder.bitcast(h, _half), _f32)
+
+    return types.float32(ary, idx), codegen
+
+
+@intrinsic
+def bf16_at(typingctx, ary, idx):
+    """float32 from the little-endian bf16 at byte ary[idx] (uint8 1-D C array)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _i16)
+        w = builder.shl(builder.zext(builder.load(p, align=1), _i32), ir.Constant(_i32, 16))
+        return builder.bitcast(w, _f32)
+
+    return types.float32(ary, idx), codegen
+
+
+@intrinsic
+def f32_at(typingctx, ary, idx):
+    """float32 at byte ary[idx] of a uint8 1-D C array (any alignment)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _f32)
+        return builder.load(p, align=1)
+
+    return types.float32(ary, idx), codegen
+
+
+# ---- vector loads ---------------------------------------------------------------
+
+
+@intrinsic
+def load_i8x32(typingctx, ary, idx):
+    """32 int8 starting at element idx of a 1-D C int8/uint8 array (unaligned load)."""
+    if not (_check_1d(ary) and ary.dtype in (types.int8, types.uint8) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _v32i8)
+        return builder.load(p, align=1)
+
+    return I8x32(ary, idx), codegen
+
+
+@intrinsic
+def load_f32x8(typingctx, ary, idx):
+    """8 float32 starting at element idx of a 1-D C float32 array."""
+    if not (_check_1d(ary) and ary.dtype == types.float32 and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _v8f32)
+        return builder.load(p, align=4)
+
+    return F32x8(ary, idx), codegen
+
+
+@intrinsic
+def load_f16x8(typingctx, ary, idx):
+    """8 fp16 -> float32 at ary[idx] (1-D C array; idx in its element units, bytes for uint8)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_half, 8))
+        return builder.fpext(builder.load(p, align=1), _v8f32)
+
+    return F32x8(ary, idx), codegen
+
+
+@intrinsic
+def load_bf16x8(typingctx, ary, idx):
+    """8 bf16 -> float32 at ary[idx] (1-D C array; idx in its element units, bytes for uint8)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_i16, 8))
+        w = builder.zext(builder.load(p, align=1), _v8i32)
+        w = builder.shl(w, ir.Constant(_v8i32, [16] * 8))
+        return builder.bitcast(w, _v8f32)
+
+    return F32x8(ary, idx), codegen
+
+
+@intrinsic
+def store_f32x8(typingctx, ary, idx, v):
+    """ary[idx:idx+8] = v for a 1-D C float32 array."""
+    if not (_check_1d(ary) and ary.dtype == types.float32 and v == F32x8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _v8f32)
+        builder.store(args[2], p, align=4)
+        return context.get_dummy_value()
+
+    return types.none(ary, idx, v), codegen
+
+
+# ---- the int8 block dot -----------------------------------------------------------
+
+
+def _dot_avx2(builder, w, a):
+    # vpmaddubsw wants unsigned x signed: |w| x (a * sign(w)); |w| <= 128, |a| <= 127 so
+    # the i16 pair sums (<= 32512) never saturate.
+    aw = _call(builder, "llvm.abs.v32i8", _v32i8, [w, ir.Constant(ir.IntType(1), 0)])
+    sa = _call(builder, "llvm.x86.avx2.psign.b", _v32i8, [a, w])
+    p16 = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _v16i16, [aw, sa])
+    ones = ir.Constant(_v16i16, [1] * 16)
+    return _call(builder, "llvm.x86.avx2.pmadd.wd", _v8i32, [p16, ones])
+
+
+def _dot_generic(builder, w, a):
+    v32i32 = ir.VectorType(_i32, 32)
+    p = builder.mul(builder.sext(w, v32i32), builder.sext(a, v32i32))
+    v16i32 = ir.VectorType(_i32, 16)
+    even = builder.shuffle_vector(p, p, ir.Constant(v16i32, list(range(0, 32, 2))))
+    odd = builder.shuffle_vector(p, p, ir.Constant(v16i32, list(range(1, 32, 2))))
+    s = builder.add(even, odd)
+    even = builder.shuffle_vector(s, s, ir.Constant(_v8i32, list(range(0, 16, 2))))
+    odd = builder.shuffle_vector(s, s, ir.Constant(_v8i32, list(range(1, 16, 2))))
+    return builder.add(even, odd)
+
+
+@intrinsic
+def dot_i8x32(typingctx, w, a):
+    """Signed int8 x int8 block dot -> I32x8 partial sums (lane k = elements 4k..4k+3)."""
+    if not (w == I8x32 and a == I8x32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        if HAS_AVX2:
+            return _dot_avx2(builder, args[0], args[1])
+        return _dot_generic(builder, args[0], args[1])
+
+    return I32x8(w, a), codegen
+
+
+# ---- float vector ops ---------------------------------------------------------------
+
+
+@intrinsic
+def zeros_f32x8(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_v8f32, [0.0] * 8)
+
+    return F32x8(), codegen
+
+
+@intrinsic
+def splat_f32x8(typingctx, s):
+    """8 copies of a float32."""
+    if s != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = builder.insert_element(ir.Constant(_v8f32, ir.Undefined), args[0], ir.Constant(_i32, 0))
+        return builder.shuffle_vector(v, v, ir.Constant(_v8i32, [0] * 8))
+
+    return F32x8(s), codegen
+
+
+@intrinsic
+def halves_f32x8(typingctx, lo, hi):
+    """[lo]*4 + [hi]*4: one scale per 16-element half of a block dot."""
+    if lo != types.float32 or hi != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = ir.Constant(_v8f32, ir.Undefined)
+        v = builder.insert_element(v, args[0], ir.Constant(_i32, 0))
+        v = builder.insert_element(v, args[1], ir.Constant(_i32, 1))
+        return builder.shuffle_vector(v, v, ir.Constant(_v8i32, [0, 0, 0, 0, 1, 1, 1, 1]))
+
+    return F32x8(lo, hi), codegen
+
+
+@intrinsic
+def fma_i32x8(typingctx, acc, p, s):
+    """acc + float(p) * s, with p the I32x8 of a block dot and s an F32x8 of scales."""
+    if not (acc == F32x8 and p == I32x8 and s == F32x8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        pf = builder.sitofp(args[1], _v8f32)
+        return _call(builder, "llvm.fma.v8f32", _v8f32, [pf, args[2], args[0]])
+
+    return F32x8(acc, p, s), codegen
+
+
+@intrinsic
+def fma_f32x8(typingctx, acc, a, b):
+    """acc + a * b on F32x8."""
+    if not (acc == F32x8 and a == F32x8 and b == F32x8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.fma.v8f32", _v8f32, [args[1], args[2], args[0]])
+
+    return F32x8(acc, a, b), codegen
+
+
+@intrinsic
+def mul_f32x8(typingctx, a, b):
+    if not (a == F32x8 and b == F32x8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fmul(args[0], args[1])
+
+    return F32x8(a, b), codegen
+
+
+@intrinsic
+def hsum_f32x8(typingctx, v):
+    """Sum of the 8 lanes as float32."""
+    if v != F32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, 4), [0, 1, 2, 3]))
+        hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, 4), [4, 5, 6, 7]))
+        s = builder.fadd(lo, hi)
+        s2 = builder.shuffle_vector(s, s, ir.Constant(ir.VectorType(_i32, 4), [2, 3, 0, 1]))
+        s = builder.fadd(s, s2)
+        s3 = builder.shuffle_vector(s, s, ir.Constant(ir.VectorType(_i32, 4), [1, 0, 3, 2]))
+        s = builder.fadd(s, s3)
+        return builder.extract_element(s, ir.Constant(_i32, 0))
+
+    return types.float32(v), codegen
+
+
+# ---- int8 block unpacking (weights -> 32 signed int8 per block) ---------------------
+
+
+@intrinsic
+def store_i8x32(typingctx, ary, idx, v):
+    """ary[idx:idx+32] = v for a 1-D C int8 array."""
+    if not (_check_1d(ary) and ary.dtype == types.int8 and v == I8x32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _v32i8)
+        builder.store(args[2], p, align=1)
+        return context.get_dummy_value()
+
+    return types.none(ary, idx, v), codegen
+
+
+def _splat_i8(builder, k):
+    k8 = builder.trunc(k, _i8) if k.type.width > 8 else k
+    v = builder.insert_element(ir.Constant(_v32i8, ir.Undefined), k8, ir.Constant(_i32, 0))
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 32), [0] * 32))
+
+
+@intrinsic
+def bits_i8x32(typingctx, ary, idx, shift, mask):
+    """(ary[idx:idx+32] >> shift) & mask as unsigned bytes (uint8 1-D C array)."""
+    if not (_check_1d(ary) and isinstance(shift, types.Integer) and isinstance(mask, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _v32i8)
+        v = builder.lshr(builder.load(p, align=1), _splat_i8(builder, args[2]))
+        return builder.and_(v, _splat_i8(builder, args[3]))
+
+    return I8x32(ary, idx, shift, mask), codegen
+
+
+@intrinsic
+def nib16_i8x32(typingctx, ary, idx):
+    """The 32 nibbles of 16 bytes ary[idx:idx+16]: low nibbles are lanes 0-15, high 16-31 (Q4_0 order)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v16 = ir.VectorType(_i8, 16)
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], v16)
+        v = builder.load(p, align=1)
+        lo = builder.and_(v, ir.Constant(v16, [15] * 16))
+        hi = builder.lshr(v, ir.Constant(v16, [4] * 16))
+        return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 32), list(range(32))))
+
+    return I8x32(ary, idx), codegen
+
+
+@intrinsic
+def bits32_i8x32(typingctx, ary, idx, shift):
+    """Lane j = ((u32 at byte idx) >> j & 1) << shift: Q5_0/Q5_1's fifth bits."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer) and isinstance(shift, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v32i32 = ir.VectorType(_i32, 32)
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _i32)
+        w = builder.load(p, align=1)
+        v = builder.insert_element(ir.Constant(v32i32, ir.Undefined), w, ir.Constant(_i32, 0))
+        v = builder.shuffle_vector(v, v, ir.Constant(v32i32, [0] * 32))
+        v = builder.and_(builder.lshr(v, ir.Constant(v32i32, list(range(32)))), ir.Constant(v32i32, [1] * 32))
+        return builder.shl(builder.trunc(v, _v32i8), _splat_i8(builder, args[2]))
+
+    return I8x32(ary, idx, shift), codegen
+
+
+@intrinsic
+def or_i8x32(typingctx, a, b):
+    if not (a == I8x32 and b == I8x32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.or_(args[0], args[1])
+
+    return I8x32(a, b), codegen
+
+
+@intrinsic
+def shl_i8x32(typingctx, a, k):
+    """a << k per byte."""
+    if not (a == I8x32 and isinstance(k, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.shl(args[0], _splat_i8(builder, args[1]))
+
+    return I8x32(a, k), codegen
+
+
+@intrinsic
+def addk_i8x32(typingctx, a, k):
+    """a + k per byte (wrapping), k an integer (e.g. -8 to centre Q4_0's nibbles)."""
+    if not (a == I8x32 and isinstance(k, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], _splat_i8(builder, args[1]))
+
+    return I8x32(a, k), codegen

@@ -1,0 +1,273 @@
+"""Unpack stored weight rows to int8 + scales, dequantize them, and quantize activations.
+
+Every quantized row unpacks to one normalized form the integer dot reads:
+    w[i] = sc[i // 16] * q[i] - mn[i // 16]
+with q int8 (C,), sc and mn float32 (C // 16,). The dequantizers expand that
+form to float32. No matmul here (gemm_int.py); numpy twins are in ref_linear.py.
+Block layouts are GGML's (ggml-common.h); see ref_linear.py for the readable form.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.ir import DataType
+from modelc.kernels.qdot import (
+    addk_i8x32,
+    bits32_i8x32,
+    bits_i8x32,
+    f16_at,
+    f32_at,
+    load_i8x32,
+    nib16_i8x32,
+    or_i8x32,
+    shl_i8x32,
+    store_i8x32,
+)
+
+# kind codes the kernels branch on (one per stored type they unpack)
+KIND: dict[DataType, int] = {
+    DataType.Q4_0: 0,
+    DataType.Q4_1: 1,
+    DataType.Q5_0: 2,
+    DataType.Q5_1: 3,
+    DataType.Q8_0: 4,
+    DataType.Q2_K: 5,
+    DataType.Q3_K: 6,
+    DataType.Q4_K: 7,
+    DataType.Q5_K: 8,
+    DataType.Q6_K: 9,
+    DataType.Q8_K: 10,
+    DataType.I8: 11,
+    DataType.I4: 12,
+}
+HAS_MIN = frozenset({DataType.Q4_1, DataType.Q5_1, DataType.Q2_K, DataType.Q4_K, DataType.Q5_K})
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fill2(sc, mn, g, s, m):
+    sc[g] = s
+    sc[g + 1] = s
+    mn[g] = m
+    mn[g + 1] = m
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unpack_32(kind, q, sc, mn, row, base):
+    """Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0: 32-element blocks."""
+    nb = q.shape[0] // 32
+    tsize = 18 if kind == 0 else (20 if kind == 1 else (22 if kind == 2 else (24 if kind == 3 else 34)))
+    for b in range(nb):
+        o = base + b * tsize
+        d = f16_at(row, o)
+        m = np.float32(0.0)
+        if kind == 0:
+            v = addk_i8x32(nib16_i8x32(row, o + 2), -8)
+        elif kind == 1:
+            m = -f16_at(row, o + 2)
+            v = nib16_i8x32(row, o + 4)
+        elif kind == 2:
+            v = addk_i8x32(or_i8x32(nib16_i8x32(row, o + 6), bits32_i8x32(row, o + 2, 4)), -16)
+        elif kind == 3:
+            m = -f16_at(row, o + 2)
+            v = or_i8x32(nib16_i8x32(row, o + 8), bits32_i8x32(row, o + 4, 4))
+        else:
+            v = load_i8x32(row, o + 2)
+        store_i8x32(q, b * 32, v)
+        _fill2(sc, mn, 2 * b, d, m)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _k_scale_min(row, o, j):
+    """Q4_K/Q5_K: the j-th (0..7) 6-bit scale and min from the 12 packed bytes at row[o:]."""
+    if j < 4:
+        return np.int32(row[o + j]) & 63, np.int32(row[o + j + 4]) & 63
+    a = np.int32(row[o + j - 4])
+    m = np.int32(row[o + j])
+    md = np.int32(row[o + j + 4])
+    return (md & 15) | ((a >> 6) << 4), (md >> 4) | ((m >> 6) << 4)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unpack_q4_q5_k(kind, q, sc, mn, row, base):
+    nb = q.shape[0] // 256
+    tsize = 144 if kind == 7 else 176
+    qs_off = 16 if kind == 7 else 48
+    for b in range(nb):
+        o = base + b * tsize
+        d = f16_at(row, o)
+        dmin = f16_at(row, o + 2)
+        for c in range(8):
+            v = bits_i8x32(row, o + qs_off + (c // 2) * 32, 4 * (c % 2), 15)
+            if kind == 8:
+                v = or_i8x32(v, shl_i8x32(bits_i8x32(row, o + 16, c, 1), 4))
+            store_i8x32(q, b * 256 + c * 32, v)
+            ls, lm = _k_scale_min(row, o + 4, c)
+            _fill2(sc, mn, b * 16 + 2 * c, d * np.float32(ls), dmin * np.float32(lm))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unpack_q2_q3_k(kind, q, sc, mn, row, base):
+    nb = q.shape[0] // 256
+    tsize = 84 if kind == 5 else 110
+    for b in range(nb):
+        o = base + b * tsize
+        if kind == 5:
+            d = f16_at(row, o + 80)
+            dmin = f16_at(row, o + 82)
+            for g in range(16):
+                s = np.int32(row[o + g])
+                sc[b * 16 + g] = d * np.float32(s & 15)
+                mn[b * 16 + g] = dmin * np.float32(s >> 4)
+            for c in range(8):
+                v = bits_i8x32(row, o + 16 + (c // 4) * 32, 2 * (c % 4), 3)
+                store_i8x32(q, b * 256 + c * 32, v)
+        else:
+            d = f16_at(row, o + 108)
+            s = o + 96
+            for g in range(16):
+                lo = (np.int32(row[s + g]) & 15) if g < 8 else (np.int32(row[s + g - 8]) >> 4)
+                hi = (np.int32(row[s + 8 + g % 4]) >> (2 * (g // 4))) & 3
+                sc[b * 16 + g] = d * np.float32((lo | (hi << 4)) - 32)
+                mn[b * 16 + g] = 0.0
+            for c in range(8):
+                v = bits_i8x32(row, o + 32 + (c // 4) * 32, 2 * (c % 4), 3)
+                v = addk_i8x32(or_i8x32(v, shl_i8x32(bits_i8x32(row, o, c, 1), 2)), -4)
+                store_i8x32(q, b * 256 + c * 32, v)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unpack_q6_k(q, sc, mn, row, base):
+    nb = q.shape[0] // 256
+    for b in range(nb):
+        o = base + b * 210
+        d = f16_at(row, o + 208)
+        for g in range(16):
+            s = np.int8(row[o + 192 + g])
+            sc[b * 16 + g] = d * np.float32(s)
+            mn[b * 16 + g] = 0.0
+        for c in range(8):
+            h, s4 = c // 4, c % 4
+            lo = bits_i8x32(row, o + h * 64 + (s4 % 2) * 32, 4 * (s4 // 2), 15)
+            hi = bits_i8x32(row, o + 128 + h * 32, 2 * s4, 3)
+            store_i8x32(q, b * 256 + c * 32, addk_i8x32(or_i8x32(lo, shl_i8x32(hi, 4)), -32))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unpack_plain(kind, q, sc, mn, row, base, rscale):
+    """Q8_K (per 256 f32 scale), I8 and I4 (per-row scale)."""
+    c = q.shape[0]
+    if kind == 10:
+        for b in range(c // 256):
+            d = f32_at(row, base + b * 292)
+            for j in range(8):
+                store_i8x32(q, b * 256 + j * 32, load_i8x32(row, base + b * 292 + 4 + j * 32))
+            for g in range(16):
+                sc[b * 16 + g] = d
+                mn[b * 16 + g] = 0.0
+        return
+    if kind == 11:
+        for j in range(c // 32):
+            store_i8x32(q, j * 32, load_i8x32(row, base + j * 32))
+    else:
+        for k in range(c // 2):
+            v = row[base + k]
+            lo = np.int32(v & 15)
+            hi = np.int32(v >> 4)
+            q[2 * k] = lo - 16 if lo >= 8 else lo
+            q[2 * k + 1] = hi - 16 if hi >= 8 else hi
+    for g in range(c // 16):
+        sc[g] = rscale
+        mn[g] = 0.0
+
+
+@njit(cache=True, nogil=True)
+def unpack_row(kind, q, sc, mn, w, base, rscale):
+    """One stored row -> q (C,) int8, sc (C/16,) f32, mn (C/16,) f32 with w = sc*q - mn.
+
+    kind: KIND code; w: all rows' bytes as a flat uint8 array, the row starting at
+    byte `base` (flat + offset so no per-row view is made: numba refcounts views
+    with atomics, which two threads fight over); rscale: the I8/I4 row scale.
+    C must be a multiple of 32. Writes every element of q, sc, mn.
+    """
+    if kind <= 4:
+        _unpack_32(kind, q, sc, mn, w, base)
+    elif kind == 7 or kind == 8:
+        _unpack_q4_q5_k(kind, q, sc, mn, w, base)
+    elif kind == 5 or kind == 6:
+        _unpack_q2_q3_k(kind, q, sc, mn, w, base)
+    elif kind == 9:
+        _unpack_q6_k(q, sc, mn, w, base)
+    else:
+        _unpack_plain(kind, q, sc, mn, w, base, rscale)
+
+
+@njit(cache=True, nogil=True)
+def expand_row(out, i, q, sc, mn):
+    """out[i] (C,) f32 = sc[k//16] * q[k] - mn[k//16] (the dequantized row); out 2-D C-contig."""
+    for g in range(sc.shape[0]):
+        s = sc[g]
+        m = mn[g]
+        for j in range(16):
+            out[i, g * 16 + j] = s * np.float32(q[g * 16 + j]) - m
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def dequantize_rows_q(out, w, row_ids, kind, rscale):
+    """out (R, C) f32 = dequantized rows w[row_ids] of a (N, row_bytes) uint8 table.
+
+    parallel=True: prefill dequantizes whole matrices (N up to 32000) into the
+    BLAS scratch; rows are independent. rscale: (N,) f32 for I8/I4, else (1,).
+    C (= out.shape[1]) must be a multiple of 32.
+    """
+    r, c = out.shape
+    nbytes = w.shape[1]
+    wf = w.reshape(-1)
+    nchunk = max(1, min(r, r // 8))
+    for ch in prange(nchunk):
+        q = np.empty(c, np.int8)
+        sc = np.empty(c // 16, np.float32)
+        mn = np.empty(c // 16, np.float32)
+        for i in range(ch * r // nchunk, (ch + 1) * r // nchunk):
+            n = row_ids[i]
+            rs = rscale[n] if rscale.shape[0] > 1 else rscale[0]
+            unpack_row(kind, q, sc, mn, wf, n * nbytes, rs)
+            expand_row(out, i, q, sc, mn)
+
+
+@njit(cache=True, nogil=True)
+def quantize_act(xq, xd, xs, x):
+    """Quantize activations to Q8_0-style blocks; the twin is ref_linear.quantize_act.
+
+    x (T, C) f32 C-contig; xq (T, C) int8 = round-half-away(x * 127/amax) per 32-block;
+    xd (T, C/32) f32 = amax/127; xs (T, C/16) f32 = xd * sum of the 16 xq in each half
+    (for the min terms of Q4_1/Q5_1/K-quants). C % 32 == 0. No aliasing.
+    """
+    t, c = x.shape
+    half = np.float32(0.5)
+    for i in range(t):
+        xr = x[i]
+        qr = xq[i]
+        for b in range(c // 32):
+            blk = xr[b * 32 : b * 32 + 32]
+            qb = qr[b * 32 : b * 32 + 32]
+            amax = np.float32(0.0)
+            for j in range(32):
+                amax = max(amax, abs(blk[j]))
+            d = amax / np.float32(127.0)
+            inv = np.float32(127.0) / amax if amax > 0 else np.float32(0.0)
+            s0 = 0
+            s1 = 0
+            for j in range(32):
+                v = blk[j] * inv
+                r = v + half if v >= 0 else v - half
+                qv = np.int32(r)
+                qb[j] = qv
+                if j < 16:
+                    s0 += qv
+                else:
+                    s1 += qv
+            xd[i, b] = d
+            xs[i, 2 * b] = d * np.float32(s0)
+            xs[i, 2 * b + 1] = d * np.float32(s1)

@@ -1,0 +1,156 @@
+"""linear.matmul (numba paths) against the numpy twins in ref_linear, for every stored type."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelc.errors import ModelcError
+from modelc.ir import DataType, TensorData
+from modelc.kernels import linear, qdot, ref_linear
+from modelc.kernels.gemm_random import random_scale, random_tensor
+
+QUANT = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "I8", "I4"]
+FLOAT = ["F32", "F16", "BF16"]
+# T=100 >= PREFILL_MIN_T: the dequantize + BLAS path; the others the int8 / half kernels.
+TOKENS = [1, 3, 17, 100]
+
+# Tolerances, in one place. Relative to max |ref|.
+EXACT_QACT = 2e-5  # int8-activation kernel vs a reference that quantizes activations the same way
+VS_FP32_QACT = 3e-2  # int8-activation kernel vs plain fp32 (activation rounding, ~5e-3 typical)
+FLOAT_TOL = 2e-5  # fp32 accumulation order
+
+
+def _weight(name: str, n: int, c: int, seed: int) -> linear.Weight:
+    rng = np.random.default_rng(seed)
+    dt = DataType[name]
+    t = random_tensor(dt, n, c, rng)
+    s = random_scale(n, rng) if dt in (DataType.I8, DataType.I4) else None
+    return linear.prepare_weight(t, s)
+
+
+def _relerr(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+def _run(w: linear.Weight, t: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    x = np.random.default_rng(seed).standard_normal((t, w.cols)).astype(np.float32)
+    out = np.full((t, w.rows), np.nan, np.float32)  # canary: every element must be written
+    linear.matmul(out, x, w)
+    assert not np.isnan(out).any()
+    return out, x
+
+
+@pytest.mark.parametrize("t", TOKENS)
+@pytest.mark.parametrize("name", QUANT)
+def test_quantized_matmul(name: str, t: int) -> None:
+    c = 512 if name not in ("I8", "I4") else 96
+    w = _weight(name, 37, c, seed=t)
+    out, x = _run(w, t, seed=100 + t)
+    fp32 = np.empty_like(out)
+    ref_linear.matmul(fp32, x, w)
+    if t < linear.PREFILL_MIN_T:
+        qact = np.empty_like(out)
+        ref_linear.matmul_qact(qact, x, w)
+        assert _relerr(out, qact) < EXACT_QACT
+        assert _relerr(out, fp32) < VS_FP32_QACT
+    else:
+        assert _relerr(out, fp32) < FLOAT_TOL
+
+
+@pytest.mark.parametrize("t", TOKENS)
+@pytest.mark.parametrize("name", FLOAT)
+def test_float_matmul(name: str, t: int) -> None:
+    w = _weight(name, 29, 200, seed=t)  # C=200: not a multiple of 16, exercises the tails
+    out, x = _run(w, t, seed=7)
+    want = np.empty_like(out)
+    ref_linear.matmul(want, x, w)
+    assert _relerr(out, want) < FLOAT_TOL
+
+
+@pytest.mark.parametrize("name", ["I8", "I4"])
+def test_scaled_int_with_ragged_rows(name: str) -> None:
+    w = _weight(name, 5, 70, seed=3)  # 70 % 32 != 0: dequantize + BLAS path
+    out, x = _run(w, 2, seed=4)
+    want = np.empty_like(out)
+    ref_linear.matmul(want, x, w)
+    assert _relerr(out, want) < FLOAT_TOL
+
+
+def test_large_rows_and_single_row() -> None:
+    for n, c in [(1, 256), (333, 2048)]:
+        w = _weight("Q4_K", n, c, seed=n)
+        out, x = _run(w, 2, seed=n)
+        want = np.empty_like(out)
+        ref_linear.matmul_qact(want, x, w)
+        assert _relerr(out, want) < EXACT_QACT
+
+
+def test_zero_activation_block_and_zero_tokens() -> None:
+    w = _weight("Q5_1", 8, 128, seed=1)
+    x = np.zeros((2, 128), np.float32)
+    x[1, :32] = 1.0
+    out = np.full((2, 8), np.nan, np.float32)
+    linear.matmul(out, x, w)
+    want = np.empty_like(out)
+    ref_linear.matmul_qact(want, x, w)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    empty = np.empty((0, 8), np.float32)
+    linear.matmul(empty, np.empty((0, 128), np.float32), w)
+
+
+def test_reference_env_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    w = _weight("Q8_0", 16, 64, seed=2)
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    monkeypatch.setenv("MODELC_KERNELS", "ref")
+    got = np.empty((1, 16), np.float32)
+    linear.matmul(got, x, w)
+    want = np.empty_like(got)
+    ref_linear.matmul(want, x, w)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_bad_arguments_raise_modelc_errors() -> None:
+    w = _weight("Q4_0", 4, 64, seed=0)
+    with pytest.raises(ModelcError, match="x must be float32"):
+        linear.matmul(np.empty((1, 4), np.float32), np.empty((1, 32), np.float32), w)
+    with pytest.raises(ModelcError, match="out must be float32"):
+        linear.matmul(np.empty((1, 5), np.float32), np.empty((1, 64), np.float32), w)
+    with pytest.raises(ModelcError, match="C-contiguous"):
+        linear.matmul(np.empty((2, 4), np.float32), np.empty((64, 2), np.float32).T, w)
+    with pytest.raises(ModelcError, match="2-D"):
+        linear.prepare_weight(TensorData.from_array(np.zeros((2, 2, 2), np.float32)))
+    with pytest.raises(ModelcError, match="type I32"):
+        linear.prepare_weight(TensorData.from_array(np.zeros((2, 2), np.int32)))
+    with pytest.raises(ModelcError, match="scale"):
+        linear.prepare_weight(TensorData.from_array(np.zeros((2, 32), np.int8)))
+    with pytest.raises(ModelcError, match="out of range"):
+        linear.dequantize_rows(random_tensor(DataType.Q4_0, 3, 32, np.random.default_rng(0)), np.array([3]))
+
+
+def test_dequantize_flattens_leading_dims() -> None:
+    t = random_tensor(DataType.Q6_K, 6, 256, np.random.default_rng(9))
+    t3 = TensorData((2, 3, 256), t.dtype, t.data)
+    np.testing.assert_array_equal(linear.dequantize(t3), ref_linear.dequantize(t))
+
+
+def test_int8_dot_intrinsic_matches_numpy() -> None:
+    from numba import njit
+
+    @njit(cache=False)
+    def lanes(w, a):
+        acc = qdot.fma_i32x8(
+            qdot.zeros_f32x8(),
+            qdot.dot_i8x32(qdot.load_i8x32(w, 0), qdot.load_i8x32(a, 0)),
+            qdot.splat_f32x8(np.float32(1)),
+        )
+        buf = np.empty(8, np.float32)
+        qdot.store_f32x8(buf, 0, acc)
+        return buf
+
+    rng = np.random.default_rng(0)
+    w = rng.integers(-128, 128, 32).astype(np.int8)
+    w[0] = -128
+    a = rng.integers(-127, 128, 32).astype(np.int8)
+    want = (w.astype(np.int64) * a).reshape(8, 4).sum(axis=1)
+    np.testing.assert_array_equal(lanes(w, a), want.astype(np.float32))

@@ -16,7 +16,9 @@ from modelc.kernels.kv_dtype import load_f32
 
 # parallel=True: rows x KV heads are independent and attention over long contexts is
 # compute-bound (~2.7 GB/s of KV per core), so both cores help at decode and prefill.
-@njit(cache=True, nogil=True, parallel=True)
+# fastmath=True: lets LLVM vectorize the D-long dot-product reductions (reassociation only;
+# scores stay within ~1e-6 relative of the ordered sum, checked against ref in tests).
+@njit(cache=True, nogil=True, parallel=True, fastmath=True)
 def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
     """Causal attention over paged KV.
 
@@ -53,12 +55,12 @@ def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, 
         scores = np.empty((G, n), dtype=np.float32)
         for j in range(n):
             p = lo + j
-            page = block_tables[s, p // Z]
-            off = p % Z
+            krow = k_pages[block_tables[s, p // Z], p % Z, kh]  # (D,) contiguous view
             for g in range(G):
+                qrow = q[t, h0 + g]
                 acc = np.float32(0.0)
                 for d in range(D):
-                    acc += q[t, h0 + g, d] * load_f32(k_pages[page, off, kh, d])
+                    acc += qrow[d] * load_f32(krow[d])
                 scores[g, j] = acc * scale
         denom = np.empty(G, dtype=np.float32)
         for g in range(G):
@@ -73,14 +75,17 @@ def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, 
                 tot += e
             denom[g] = tot
         acc_v = np.zeros((G, D), dtype=np.float32)
+        vbuf = np.empty(D, dtype=np.float32)
         for j in range(n):
             p = lo + j
-            page = block_tables[s, p // Z]
-            off = p % Z
+            vrow = v_pages[block_tables[s, p // Z], p % Z, kh]  # (D,)
             for d in range(D):
-                vv = load_f32(v_pages[page, off, kh, d])
-                for g in range(G):
-                    acc_v[g, d] += scores[g, j] * vv
+                vbuf[d] = load_f32(vrow[d])
+            for g in range(G):
+                w = scores[g, j]
+                arow = acc_v[g]
+                for d in range(D):
+                    arow[d] += w * vbuf[d]
         for g in range(G):
             inv = np.float32(1.0) / denom[g]
             for d in range(D):

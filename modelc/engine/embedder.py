@@ -1,0 +1,134 @@
+"""Embedder: texts or token ids -> sentence vectors with a BERT-family encoder, batched by length.
+
+Owns tokenization for embeddings (truncation to the model's max_seq_length, as
+sentence-transformers does), length-sorted batching under a token budget, and token counts for
+usage. Synchronous; callers run it in a worker thread. The maths is modelc.models.bert.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from modelc.errors import InvalidRequestError, UnsupportedError
+from modelc.kernels.select import KernelSet
+from modelc.models.bert import BertModel
+
+ENCODER_ARCHITECTURES = ("bert",)
+
+
+def supports_embeddings(source: Any) -> bool:
+    """True when `source` (model source) is an encoder this module embeds with."""
+    return str(getattr(source, "architecture", "")) in ENCODER_ARCHITECTURES
+
+
+def open_source(source: Any) -> Any:
+    """A model source from a path (a .modelc artifact or any readable format), or `source` itself."""
+    if isinstance(source, str | os.PathLike):
+        import pathlib
+
+        from modelc.artifact.pack import load_source
+
+        return load_source(pathlib.Path(source))
+    return source
+
+
+@dataclass(frozen=True, slots=True)
+class Embeddings:
+    vectors: np.ndarray  # (S, C) float32
+    token_counts: tuple[int, ...]  # tokens per input (special tokens included), for usage
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.token_counts)
+
+
+class Embedder:
+    """`Embedder(source).embed(texts) -> (S, C)`; `embed_token_ids(lists) -> (S, C)`; `run(texts) -> Embeddings`."""
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        max_batch_size: int = 32,
+        max_batch_tokens: int = 8192,
+        kernels: KernelSet | None = None,
+    ) -> None:
+        source = open_source(source)
+        if not supports_embeddings(source):
+            raise UnsupportedError(f"architecture {getattr(source, 'architecture', '?')!r} is not an embedding encoder")
+        self.model = BertModel(source, kernels)
+        self.name = self.model.name
+        self.dim = self.model.cfg.hidden_size
+        self.max_seq_length = self.model.cfg.max_seq_length
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self._tok = _tokenizer(source.tokenizer_json, self.max_seq_length)
+
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text, with the tokenizer's special tokens, truncated to max_seq_length."""
+        if self._tok is None:
+            raise UnsupportedError(f"model {self.name} has no tokenizer; send token ids")
+        for t in texts:
+            if not isinstance(t, str):
+                raise InvalidRequestError("embedding inputs must be strings or lists of token ids", param="input")
+        return [e.ids for e in self._tok.encode_batch(list(texts))]
+
+    def run(self, texts: Sequence[str]) -> Embeddings:
+        ids = self.encode(texts)
+        return Embeddings(self.embed_token_ids(ids), tuple(len(i) for i in ids))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """(S, C) float32 sentence vectors (pooled and normalized as the model is configured)."""
+        return self.run(texts).vectors
+
+    def embed_token_ids(self, token_id_lists: Sequence[Sequence[int]]) -> np.ndarray:
+        """(S, C) vectors for token id lists used as given (no special tokens added)."""
+        lists = [np.asarray(ids, dtype=np.int64).reshape(-1) for ids in token_id_lists]
+        for i, ids in enumerate(lists):
+            if ids.size == 0:
+                raise InvalidRequestError(f"input {i} is empty", param="input")
+            if ids.size > self.max_seq_length:
+                raise InvalidRequestError(
+                    f"input {i} has {ids.size} tokens; the model takes at most {self.max_seq_length}", param="input"
+                )
+        out = np.empty((len(lists), self.dim), np.float32)  # (S, C)
+        for batch in self._batches([len(x) for x in lists]):
+            T = max(len(lists[i]) for i in batch)
+            ids = np.full((len(batch), T), self.model.cfg.pad_token_id, np.int64)  # (S, T)
+            mask = np.zeros((len(batch), T), np.int64)
+            for row, i in enumerate(batch):
+                ids[row, : len(lists[i])] = lists[i]
+                mask[row, : len(lists[i])] = 1
+            out[batch] = self.model.embed(ids, mask)
+        return out
+
+    def _batches(self, lengths: list[int]) -> list[list[int]]:
+        """Indices grouped longest-first so each padded batch wastes little and fits the token budget."""
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            longest = lengths[cur[0]] if cur else lengths[i]
+            if cur and (len(cur) >= self.max_batch_size or (len(cur) + 1) * longest > self.max_batch_tokens):
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            batches.append(cur)
+        return batches
+
+
+def _tokenizer(tokenizer_json: str | None, max_len: int) -> Any:
+    if not tokenizer_json:
+        return None
+    import tokenizers
+
+    tok = tokenizers.Tokenizer.from_str(tokenizer_json)
+    tok.no_padding()
+    tok.enable_truncation(max_length=max_len)
+    return tok

@@ -1,0 +1,276 @@
+"""BERT-family encoders (BERT, RoBERTa/XLM-R position ids, MiniLM / sentence-transformers) for embeddings.
+
+Owns the config read, the HF weight-name map (with or without a `bert.`/`roberta.` prefix),
+the padded, batched encoder forward with an attention mask, and pooling (mean / cls / max,
+optional L2 normalization). Weights are laid out once at load: fused QKV, transposed f32 for
+BLAS, or a kernels.linear Weight for quantized tensors. Batching policy lives in engine/embedder.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from modelc.errors import FormatError, InvalidRequestError, UnsupportedError
+from modelc.ir import SCALE_SUFFIX, DataType, TensorData
+from modelc.kernels.linear import prepare_weight
+from modelc.kernels.select import KernelSet, kernel_set
+
+PREFIXES = ("", "bert.", "roberta.", "xlm_roberta.", "model.", "encoder_model.")
+ROBERTA_TYPES = ("roberta", "xlm-roberta", "xlm_roberta", "camembert")
+POOLINGS = ("mean", "cls", "max")
+
+
+@dataclass(frozen=True, slots=True)
+class BertConfig:
+    vocab_size: int
+    hidden_size: int  # C
+    num_hidden_layers: int
+    num_attention_heads: int  # H
+    intermediate_size: int  # F
+    layer_norm_eps: float
+    max_position_embeddings: int
+    pad_token_id: int
+    position_offset: int  # RoBERTa: positions start at padding_idx + 1; BERT: 0
+    pooling: str  # "mean" | "cls" | "max"
+    normalize: bool
+    max_seq_length: int  # longest input in tokens (special tokens included)
+    hidden_act: str
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+def pooling_of(config: dict[str, Any], metadata: dict[str, Any]) -> tuple[str, bool]:
+    """(mode, normalize) from config["pooling"] (a string or a dict), else mean + normalize.
+
+    The dict may be sentence-transformers' 1_Pooling/config.json (pooling_mode_*_tokens keys)
+    or {"mode": ..., "normalize": ...}. Missing => mean + normalize, sentence-transformers' usual
+    stack, and what the Runner's embed() does for decoders.
+    """
+    p = config.get("pooling", metadata.get("pooling"))
+    if p is None:
+        return "mean", True
+    if isinstance(p, str):
+        mode, normalize = p, bool(config.get("normalize", True))
+    elif isinstance(p, dict):
+        mode = p.get("mode") or p.get("pooling_mode")
+        if mode is None:
+            for name in ("cls", "mean", "max"):
+                if p.get(f"pooling_mode_{name}_token") or p.get(f"pooling_mode_{name}_tokens"):
+                    mode = name
+                    break
+        normalize = bool(p.get("normalize", config.get("normalize", True)))
+    else:
+        raise FormatError(f"config pooling must be a string or an object, got {type(p).__name__}")
+    mode = {"mean_tokens": "mean", "cls_token": "cls", "max_tokens": "max"}.get(mode or "mean", mode or "mean")
+    if mode not in POOLINGS:
+        raise UnsupportedError(f"pooling mode {mode!r} is not supported (supported: {', '.join(POOLINGS)})")
+    return mode, normalize
+
+
+def _weight_prefix(tensors: dict[str, TensorData]) -> str:
+    for p in PREFIXES:
+        if f"{p}embeddings.word_embeddings.weight" in tensors:
+            return p
+    raise FormatError("no BERT word embeddings found (expected embeddings.word_embeddings.weight, maybe under bert.)")
+
+
+def read_config(source: Any) -> BertConfig:
+    cfg = dict(source.config)
+    tensors = source.tensors
+    prefix = _weight_prefix(tensors)
+    V, C = tensors[f"{prefix}embeddings.word_embeddings.weight"].shape
+    pos = tensors.get(f"{prefix}embeddings.position_embeddings.weight")
+    if pos is None:
+        raise UnsupportedError("BERT model without absolute position embeddings is not supported")
+    num_layers = cfg.get("num_hidden_layers")
+    if num_layers is None:
+        num_layers = sum(1 for n in tensors if n.startswith(f"{prefix}encoder.layer.") and n.endswith(".output.dense.weight") and ".attention." not in n)  # fmt: skip
+    heads = cfg.get("num_attention_heads")
+    if not heads:
+        raise FormatError("BERT config has no num_attention_heads")
+    if cfg.get("position_embedding_type", "absolute") != "absolute":
+        raise UnsupportedError(f"position_embedding_type {cfg['position_embedding_type']!r} is not supported")
+    roberta = str(cfg.get("model_type", "")).lower() in ROBERTA_TYPES or prefix in ("roberta.", "xlm_roberta.")
+    pad = int(cfg.get("pad_token_id", 1 if roberta else 0) or 0)
+    offset = pad + 1 if roberta else 0
+    max_pos = int(pos.shape[0])
+    mode, normalize = pooling_of(cfg, dict(source.metadata))
+    max_seq = int(cfg.get("max_seq_length") or source.metadata.get("max_seq_length") or max_pos - offset)
+    act = str(cfg.get("hidden_act", "gelu"))
+    if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"):
+        raise UnsupportedError(f"BERT hidden_act {act!r} is not supported")
+    return BertConfig(
+        vocab_size=int(V), hidden_size=int(C), num_hidden_layers=int(num_layers), num_attention_heads=int(heads),
+        intermediate_size=int(tensors[f"{prefix}encoder.layer.0.intermediate.dense.weight"].shape[0]),
+        layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)), max_position_embeddings=max_pos,
+        pad_token_id=pad, position_offset=offset, pooling=mode, normalize=normalize,
+        max_seq_length=min(max_seq, max_pos - offset), hidden_act=act,
+    )  # fmt: skip
+
+
+class Linear:
+    """y = x @ W.T + b for a stored (N, C) weight: f32 transposed copy for BLAS, or a quantized Weight."""
+
+    def __init__(self, ks: KernelSet, ts: list[TensorData], scales: list[TensorData | None], bias: np.ndarray | None):
+        self.ks = ks
+        self.bias = bias
+        plain = all(t.dtype in (DataType.F32, DataType.F16, DataType.BF16) for t in ts)
+        if plain or len(ts) > 1:
+            w = np.concatenate([ks.dequantize(t) for t in ts], axis=0)  # (N, C)
+            self.wt: np.ndarray | None = np.ascontiguousarray(w.T, dtype=np.float32)  # (C, N)
+            self.weight = None
+            self.out_features = w.shape[0]
+        else:
+            self.wt = None
+            self.weight = prepare_weight(ts[0], scales[0])
+            self.out_features = ts[0].shape[0]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        if self.wt is not None:
+            y = x @ self.wt  # (T, N)
+        else:
+            y = np.empty((x.shape[0], self.out_features), np.float32)
+            self.ks.matmul(y, np.ascontiguousarray(x), self.weight)
+        if self.bias is not None:
+            y += self.bias
+        return y
+
+
+@dataclass(slots=True)
+class Layer:
+    qkv: Linear
+    out: Linear
+    ln1: tuple[np.ndarray, np.ndarray]
+    up: Linear
+    down: Linear
+    ln2: tuple[np.ndarray, np.ndarray]
+
+
+class BertModel:
+    """Encoder forward over padded batches: `encode(ids (S, T), mask (S, T)) -> (S, T, C)`, `embed(...) -> (S, C)`."""
+
+    def __init__(self, source: Any, kernels: KernelSet | None = None) -> None:
+        self.ks = kernels or kernel_set()
+        self.cfg = read_config(source)
+        self.name = getattr(source, "name", "bert")
+        self._tensors = source.tensors
+        p = _weight_prefix(source.tensors)
+        self.word = self._t(f"{p}embeddings.word_embeddings.weight")
+        self.pos = self.ks.dequantize(self._t(f"{p}embeddings.position_embeddings.weight"))  # (max_pos, C)
+        tt = source.tensors.get(f"{p}embeddings.token_type_embeddings.weight")
+        C = self.cfg.hidden_size
+        self.type0 = self.ks.dequantize(tt)[0] if tt is not None else np.zeros(C, np.float32)  # (C,)
+        self.emb_ln = self._ln(f"{p}embeddings.LayerNorm")
+        self.layers = [self._layer(f"{p}encoder.layer.{i}.") for i in range(self.cfg.num_hidden_layers)]
+        del self._tensors
+
+    def _t(self, name: str) -> TensorData:
+        t = self._tensors.get(name)
+        if t is None:
+            raise FormatError(f"model {self.name} has no tensor {name}")
+        return t
+
+    def _vec(self, name: str) -> np.ndarray:
+        return self.ks.dequantize(self._t(name)).reshape(-1).astype(np.float32)
+
+    def _ln(self, base: str) -> tuple[np.ndarray, np.ndarray]:
+        if f"{base}.weight" in self._tensors:
+            return self._vec(f"{base}.weight"), self._vec(f"{base}.bias")
+        return self._vec(f"{base}.gamma"), self._vec(f"{base}.beta")  # old TF-converted checkpoints
+
+    def _linear(self, names: list[str]) -> Linear:
+        ts = [self._t(f"{n}.weight") for n in names]
+        scales = [self._tensors.get(f"{n}.weight{SCALE_SUFFIX}") for n in names]
+        biases = [self._vec(f"{n}.bias") if f"{n}.bias" in self._tensors else None for n in names]
+        bias = None if all(b is None for b in biases) else np.concatenate(
+            [b if b is not None else np.zeros(t.shape[0], np.float32) for b, t in zip(biases, ts, strict=True)])  # fmt: skip
+        return Linear(self.ks, ts, scales, bias)
+
+    def _layer(self, p: str) -> Layer:
+        a = f"{p}attention."
+        return Layer(
+            qkv=self._linear([f"{a}self.query", f"{a}self.key", f"{a}self.value"]),
+            out=self._linear([f"{a}output.dense"]),
+            ln1=self._ln(f"{a}output.LayerNorm"),
+            up=self._linear([f"{p}intermediate.dense"]),
+            down=self._linear([f"{p}output.dense"]),
+            ln2=self._ln(f"{p}output.LayerNorm"),
+        )
+
+    def _layer_norm(self, x: np.ndarray, wb: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        out = np.empty_like(x)
+        self.ks.layer_norm(out, x, wb[0], wb[1], self.cfg.layer_norm_eps)
+        return out
+
+    def _act(self, x: np.ndarray) -> np.ndarray:
+        act = self.cfg.hidden_act
+        if act == "relu":
+            return np.maximum(x, 0.0, out=x)
+        out = np.empty_like(x)
+        (self.ks.gelu_erf if act == "gelu" else self.ks.gelu)(out, x)
+        return out
+
+    def embeddings(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """(S, T) ids and 0/1 mask -> (S*T, C) normalized input embeddings."""
+        cfg = self.cfg
+        S, T = ids.shape
+        if T > cfg.max_position_embeddings - cfg.position_offset:
+            raise InvalidRequestError(f"input of {T} tokens is longer than the model's {cfg.max_seq_length}")
+        if ids.size and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
+            raise InvalidRequestError(f"token id out of range [0, {cfg.vocab_size})")
+        if cfg.position_offset:
+            # RoBERTa: real tokens count from padding_idx + 1, padding sits at padding_idx.
+            pos = np.cumsum(mask, axis=1) * mask + cfg.pad_token_id  # (S, T)
+        else:
+            pos = np.broadcast_to(np.arange(T), (S, T))
+        flat = ids.reshape(-1)
+        x = self.ks.dequantize_rows(self.word, flat).astype(np.float32, copy=False)  # (S*T, C)
+        x = x + self.pos[pos.reshape(-1)] + self.type0
+        return self._layer_norm(np.ascontiguousarray(x, dtype=np.float32), self.emb_ln)
+
+    def encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Last hidden state (S, T, C) of right-padded `ids` (S, T) with 0/1 `mask` (S, T)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        mask = np.asarray(mask, dtype=np.int64)
+        S, T = ids.shape
+        cfg = self.cfg
+        H, D, C = cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size
+        x = self.embeddings(ids, mask)  # (S*T, C)
+        bias = ((1 - mask) * np.float32(-1e30)).astype(np.float32)[:, None, None, :]  # (S, 1, 1, T)
+        scale = np.float32(1.0 / math.sqrt(D))
+        for layer in self.layers:
+            qkv = layer.qkv(x).reshape(S, T, 3, H, D)
+            q = qkv[:, :, 0].transpose(0, 2, 1, 3)  # (S, H, T, D)
+            k = qkv[:, :, 1].transpose(0, 2, 3, 1)  # (S, H, D, T)
+            v = qkv[:, :, 2].transpose(0, 2, 1, 3)  # (S, H, T, D)
+            scores = np.matmul(q, k) * scale + bias  # (S, H, T, T)
+            probs = np.empty_like(scores)
+            self.ks.softmax(probs.reshape(-1, T), np.ascontiguousarray(scores).reshape(-1, T))
+            ctx = np.matmul(probs, v).transpose(0, 2, 1, 3).reshape(S * T, C)  # (S*T, C)
+            x = self._layer_norm(layer.out(ctx) + x, layer.ln1)
+            h = self._act(layer.up(x))  # (S*T, F)
+            x = self._layer_norm(layer.down(h) + x, layer.ln2)
+        return x.reshape(S, T, C)
+
+    def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """(S, T, C) hidden states -> (S, C) sentence vectors by the configured pooling."""
+        m = np.asarray(mask, dtype=np.float32)[:, :, None]  # (S, T, 1)
+        if self.cfg.pooling == "cls":
+            out = hidden[:, 0, :]
+        elif self.cfg.pooling == "max":
+            out = np.where(m > 0, hidden, -np.inf).max(axis=1)
+        else:
+            out = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
+        out = np.ascontiguousarray(out, dtype=np.float32)
+        if self.cfg.normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+    def embed(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return self.pool(self.encode(ids, mask), mask)

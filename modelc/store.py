@@ -207,6 +207,9 @@ def copy(src: str, dst: str) -> Path:
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
     os.close(fd)
     try:
+        from modelc.artifact.writer import default_file_mode
+
+        os.chmod(tmp, default_file_mode())
         shutil.copyfile(source, tmp)
         _fsync(Path(tmp))
         install(dst, Path(tmp))

@@ -60,6 +60,7 @@ def write_artifact(
     except OSError as e:
         raise ArtifactWriteError(f"cannot write {path}: {e.strerror or e}") from None
     try:
+        os.fchmod(fd, default_file_mode())  # mkstemp makes 0600; artifacts are shared like any file
         with os.fdopen(fd, "wb") as f:
             _write(f, model, compress == "zstd", level, progress, provenance or {})
             f.flush()
@@ -172,6 +173,13 @@ def _zstd(level: int) -> Any:
     import zstandard
 
     return zstandard.ZstdCompressor(level=level, write_content_size=True)
+
+
+def default_file_mode() -> int:
+    """0o666 minus the process umask: the mode open() would give a new file."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def _remove_quietly(path: str) -> None:

@@ -1,0 +1,55 @@
+"""Build commands: containerize (a Docker build context) and compile (one executable zipapp)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from modelc.cli.store_cmds import human_bytes, out
+
+
+def containerize_cmd(
+    artifact: str = typer.Argument(..., help=".modelc path or store name."),
+    output: Path = typer.Option(..., "-o", "--output", help="Folder for the build context (new or empty)."),
+    base_image: str = typer.Option("python:3.11-slim", "--base-image", help="Base image with Python >= 3.11."),
+    pip_spec: str | None = typer.Option(
+        None, "--pip", help="Install modelc with this pip spec instead of vendoring it."
+    ),
+) -> None:
+    """Write Dockerfile, entrypoint.sh and .dockerignore that install modelc and serve the model.
+
+    Example: modelc containerize tiny -o ./tiny-image && docker build -t tiny ./tiny-image
+    """
+    from modelc.build.containerize import containerize
+
+    folder = containerize(artifact, output, base_image=base_image, pip_spec=pip_spec)
+    out.print(f"wrote {folder}/Dockerfile; build it with: docker build -t modelc-model {folder}")
+    out.print(
+        "runtime settings: MODELC_PORT, MODELC_BIND, MODELC_API_KEY, MODELC_MAX_CONCURRENT, ... (see entrypoint.sh)"
+    )
+
+
+def compile_cmd(
+    artifact: str = typer.Argument(..., help=".modelc path or store name."),
+    output: Path = typer.Option(..., "-o", "--output", help="The executable file to write."),
+    listen: str | None = typer.Option(None, "--listen", help="ADDR:PORT to serve on (overrides --bind/--port)."),
+    bind: str = typer.Option("127.0.0.1", "--bind", help="Address to serve on."),
+    port: int = typer.Option(8080, "--port", help="Port to serve on."),
+) -> None:
+    """Build one executable file (a Python zipapp) holding modelc's code and the model, mapped in place.
+
+    Example: modelc compile tiny -o tiny.pyz --listen 127.0.0.1:9000 && ./tiny.pyz
+    """
+    from modelc.build.zipapp import compile_app
+    from modelc.cli.main import version_line
+
+    print(version_line(), file=sys.stderr)
+    path = compile_app(artifact, output, bind=bind, port=port, listen=listen)
+    out.print(f"compiled {path} ({human_bytes(path.stat().st_size)}); run it with: python3 {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("containerize")(containerize_cmd)
+    app.command("compile")(compile_cmd)

@@ -1,0 +1,162 @@
+"""`modelc bench`: cold start (with and without the numba cache), load time, prefill and decode speed, latency, RSS.
+
+Runs the model in-process through the Runner with single-sequence BatchPlans (the
+sync Engine's path); cold starts are measured in fresh subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import typer
+
+from modelc.errors import InvalidRequestError
+
+_PROBE = (
+    "import sys; from modelc.cli.bench_cmds import ready_probe; "
+    "ready_probe(sys.argv[1], int(sys.argv[2]) if sys.argv[2] != '0' else None)"
+)
+
+
+def ready_probe(path: str, threads: int | None) -> None:
+    """Load the model and run one prefill + one decode step (compiles or loads every kernel used)."""
+    from modelc.engine.api import Engine
+
+    eng = Engine.load(path, threads=threads, kv_cache_tokens=64)
+    list(eng.generate_ids([1, 2, 3], eng._params({"temperature": 0.0, "max_tokens": 2, "ignore_eos": True})))
+
+
+def cold_start_s(path: str, threads: int | None, *, fresh_cache: bool) -> float:
+    """Seconds from process start to a model that has generated (fresh_cache: empty NUMBA_CACHE_DIR)."""
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="modelc-numba-") as tmp:
+        if fresh_cache:
+            env["NUMBA_CACHE_DIR"] = tmp
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", _PROBE, path, str(threads or 0)], env=env,
+                              capture_output=True, text=True, timeout=1800)  # fmt: skip
+        dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InvalidRequestError(f"cold-start probe failed: {last}")
+    return dt
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
+
+
+def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int, threads: int | None,
+              cold: bool = True) -> dict[str, Any]:  # fmt: skip
+    """Every measurement as a dict (what --json prints)."""
+    from modelc.engine.api import Engine
+    from modelc.engine.params import SamplingParams
+    from modelc.scheduler.batch import BatchPlan, SeqChunk
+
+    result: dict[str, Any] = {"model": path, "threads": threads, "load_avg_before": list(os.getloadavg())}
+    if cold:
+        cold_start_s(path, threads, fresh_cache=False)  # populate the cache for the warm measurement
+        result["cold_start_no_cache_s"] = cold_start_s(path, threads, fresh_cache=True)
+        result["cold_start_cached_s"] = cold_start_s(path, threads, fresh_cache=False)
+    t0 = time.perf_counter()
+    need = max(prompt_tokens) + gen_tokens + 16
+    eng = Engine.load(path, threads=threads, kv_cache_tokens=need)
+    result["load_s"] = time.perf_counter() - t0
+    runner = eng.runner
+    result.update(name=eng.name, architecture=eng.architecture, vocab_size=runner.vocab_size)
+    rng = np.random.default_rng(0)
+    table = np.arange(runner.num_kv_blocks, dtype=np.int32)
+    greedy = SamplingParams(temperature=0.0, max_tokens=gen_tokens, ignore_eos=True)
+    seq = iter(range(1 << 30))
+
+    def step(sid: int, ids: np.ndarray, start: int, new: bool) -> tuple[int, float]:
+        c = SeqChunk(sid, ids, start, table, True, greedy, start + len(ids), 0, is_new=new)
+        t = time.perf_counter()
+        res = runner.execute(BatchPlan(0, (c,), ()))
+        dt = time.perf_counter() - t
+        if res.error:
+            raise InvalidRequestError(f"benchmark forward failed: {res.error}")
+        return res.tokens[0].token_id, dt
+
+    step(next(seq), rng.integers(0, runner.vocab_size, 8).astype(np.int32), 0, True)  # warm-up
+    step(0, np.array([1], np.int32), 8, False)
+    prefill: dict[str, float] = {}
+    for n in prompt_tokens:
+        times = [step(next(seq), rng.integers(0, runner.vocab_size, n).astype(np.int32), 0, True)[1]
+                 for _ in range(runs)]  # fmt: skip
+        prefill[str(n)] = n / float(np.median(times))
+    result["prefill_tok_s"] = prefill
+    lat: list[float] = []
+    decode_rates = []
+    p0 = prompt_tokens[0]
+    for _ in range(runs):
+        sid = next(seq)
+        tok, _ = step(sid, rng.integers(0, runner.vocab_size, p0).astype(np.int32), 0, True)
+        run_lat = []
+        for i in range(gen_tokens):
+            tok, dt = step(sid, np.array([tok], np.int32), p0 + i, False)
+            run_lat.append(dt)
+        lat += run_lat
+        decode_rates.append(len(run_lat) / sum(run_lat) if run_lat else float("nan"))
+        runner.execute(BatchPlan(0, (), (sid,)))
+    result["decode_tok_s"] = float(np.median(decode_rates))
+    result["decode_context_tokens"] = p0
+    result["token_latency_ms"] = {"p50": _percentile(lat, 50) * 1e3, "p99": _percentile(lat, 99) * 1e3}
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["load_avg_after"] = list(os.getloadavg())
+    return result
+
+
+def _parse_counts(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InvalidRequestError(f"--prompt-tokens must be comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise InvalidRequestError("--prompt-tokens needs positive token counts")
+    return vals
+
+
+def bench_cmd(
+    artifact: str = typer.Argument(..., help="A .modelc file, raw weights (GGUF, HF folder) or a store name."),
+    prompt_tokens: str = typer.Option(
+        "128,512", "--prompt-tokens", help="Prompt lengths for prefill, comma-separated."
+    ),
+    gen_tokens: int = typer.Option(128, "--gen-tokens", help="Tokens to decode per run."),
+    runs: int = typer.Option(5, "--runs", help="Repetitions of each measurement (medians reported)."),
+    threads: int | None = typer.Option(None, "--threads", help="Compute threads (default: numba's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    no_cold: bool = typer.Option(False, "--no-cold-start", help="Skip the cold-start subprocess measurements."),
+) -> None:
+    """Measure cold start, load time, prefill/decode speed, per-token latency and peak RSS."""
+    if runs < 1 or gen_tokens < 1:
+        raise InvalidRequestError("--runs and --gen-tokens must be >= 1")
+    res = run_bench(artifact, prompt_tokens=_parse_counts(prompt_tokens), gen_tokens=gen_tokens, runs=runs,
+                    threads=threads, cold=not no_cold)  # fmt: skip
+    if as_json:
+        typer.echo(json.dumps(res))
+        return
+    lines = [f"model            {res['name']} ({res['architecture']})"]
+    if "cold_start_no_cache_s" in res:
+        lines.append(f"cold start       {res['cold_start_no_cache_s']:.2f} s without numba cache, "
+                     f"{res['cold_start_cached_s']:.2f} s with")  # fmt: skip
+    lines.append(f"load             {res['load_s'] * 1e3:.0f} ms")
+    for n, v in res["prefill_tok_s"].items():
+        lines.append(f"prefill {n:>6}   {v:.1f} tok/s")
+    lat = res["token_latency_ms"]
+    lines.append(f"decode           {res['decode_tok_s']:.2f} tok/s (p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms)")
+    lines.append(f"peak RSS         {res['peak_rss_mb']:.0f} MB")
+    lines.append(f"load average     {res['load_avg_before'][0]:.2f} before, {res['load_avg_after'][0]:.2f} after")
+    typer.echo("\n".join(lines))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench_cmd)

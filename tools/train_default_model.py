@@ -159,6 +159,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--resume", default=None, help="continue from a folder this script wrote (same tokenizer)")
+    ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--pack", default=None, help="also pack into this .modelc path (needs modelc importable)")
     args = ap.parse_args()
 
@@ -175,7 +177,10 @@ def main() -> None:
     train_texts, held_texts = read_texts(train), read_texts(held)
     print(f"{len(train_texts)} training files, {len(held_texts)} held-out files")
 
-    tok = train_tokenizer(train_texts, args.vocab)
+    if args.resume:
+        tok = Tokenizer.from_file(str(pathlib.Path(args.resume) / "tokenizer.json"))
+    else:
+        tok = train_tokenizer(train_texts, args.vocab)
     eos_id = tok.token_to_id(EOS)
     enc = lambda texts: np.concatenate(  # noqa: E731
         [np.array(e.ids + [eos_id], dtype=np.int64) for e in tok.encode_batch(texts)]
@@ -196,6 +201,15 @@ def main() -> None:
         "rope_theta": 10000.0,
     }
     model = TinyLlama(cfg)
+    if args.resume:
+        from safetensors.torch import load_file
+
+        state = {
+            k.removeprefix("model."): v
+            for k, v in load_file(str(pathlib.Path(args.resume) / "model.safetensors")).items()
+        }
+        model.load_state_dict(state)
+        print(f"resumed from {args.resume}")
     nparams = sum(p.numel() for p in model.parameters())
     print(f"{nparams:,} parameters")
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05, betas=(0.9, 0.95))
@@ -209,7 +223,7 @@ def main() -> None:
             per = (time.monotonic() - t0) / 5
             est_steps = max(10, int(args.minutes * 60 / per))
         total = est_steps or 10_000
-        lr = 3e-3 * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
+        lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
         for g in opt.param_groups:
             g["lr"] = lr
         logits = model(batch[:, :-1])
@@ -265,13 +279,13 @@ def main() -> None:
         "held_out_perplexity": ppl,
         "held_out_tokens": n * args.seq,
         "steps": step,
+        "resumed_from": args.resume,
         "params": nparams,
         "train_tokens_seen": step * args.batch * args.seq,
         "seconds": time.monotonic() - t0,
         "torch": torch.__version__,
-        "command": "python tools/train_default_model.py " + " ".join(
-            f"--{k} {v}" for k, v in vars(args).items() if v is not None
-        ),
+        "command": "python tools/train_default_model.py "
+        + " ".join(f"--{k} {v}" for k, v in vars(args).items() if v is not None),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
     with torch.no_grad():

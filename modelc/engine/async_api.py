@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -124,15 +124,18 @@ class AsyncEngine:
         tokenizer = _tokenizer(source)
         config = _effective_config(config or EngineConfig(), source, tokenizer)
         make_runner = runner_factory or _default_runner_factory(source, config)
-        async with anyio.create_task_group() as tg:
-            supervisor = Supervisor(config, make_runner)
-            scheduler = await tg.start(supervisor.run)
-            engine = cls(source, config, tokenizer, supervisor, scheduler)
-            try:
-                yield engine
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await engine._shutdown()
+        try:
+            async with anyio.create_task_group() as tg:
+                supervisor = Supervisor(config, make_runner)
+                scheduler = await tg.start(supervisor.run)
+                engine = cls(source, config, tokenizer, supervisor, scheduler)
+                try:
+                    yield engine
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await engine._shutdown()
+        except BaseExceptionGroup as group:
+            raise _single(group) from None
 
     async def _shutdown(self) -> None:
         if not self._closed:
@@ -164,11 +167,17 @@ class AsyncEngine:
         )
         self._live[key] = seq_id
         try:
-            async for ev in actor.events():
-                yield ev
+            async with aclosing(actor.events()) as events:  # closing this closes the actor's too
+                async for ev in events:
+                    if isinstance(ev, Finished):
+                        self._forget(key, seq_id)
+                    yield ev
         finally:
-            if self._live.get(key) == seq_id:
-                del self._live[key]
+            self._forget(key, seq_id)
+
+    def _forget(self, key: str, seq_id: int) -> None:
+        if self._live.get(key) == seq_id:
+            del self._live[key]
 
     async def abort(self, request_id: str) -> bool:
         """Abort a running generate() by its request_id; its iterator ends with Finished("abort")."""
@@ -214,6 +223,15 @@ class AsyncEngine:
         preemptions (summed over engines), engines, engine_restarts. As of the last message handled."""
         actor = self._supervisor.scheduler_actor
         return dict(actor.snapshot) if actor is not None else {}
+
+
+def _single(group: BaseExceptionGroup) -> BaseException:
+    """The one exception of a group of one (nested groups included), else the group itself: the
+    caller's own exception leaves `async with AsyncEngine.open(...)` unwrapped."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _raise(error: BaseException | None, what: str) -> None:

@@ -18,7 +18,6 @@ from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import Model
 
 ARCHITECTURES = ("llama", "qwen2", "phi3", "gpt2", "bert", "mlp", "onnx")
-QUANT_MODES = ("fp16", "int8", "int4", "q4_0", "q8_0", "q4_k", "q6_k")
 
 
 @dataclass(slots=True)
@@ -140,8 +139,6 @@ def read_chat_template(path: Path) -> str:
 def _prune(model: Model, threshold: float) -> int:
     from modelc.artifact.prune import prune_tensor
 
-    if threshold < 0:
-        raise UnsupportedError(f"--prune threshold must be >= 0, got {threshold}")
     total = 0
     for tname, t in list(model.tensors.items()):
         pruned, n = prune_tensor(t, threshold)
@@ -151,11 +148,9 @@ def _prune(model: Model, threshold: float) -> int:
 
 
 def _quantize(model: Model, mode: str, embeddings: bool, output: bool) -> list[str]:
-    from modelc.artifact.quantize import quantize_tensor, should_quantize
+    from modelc.artifact.quantize import normalize_kind, quantize_tensor, should_quantize
 
-    mode = mode.lower()
-    if mode not in QUANT_MODES:
-        raise UnsupportedError(f"unknown --quantize mode {mode!r}; use one of {', '.join(QUANT_MODES)}")
+    mode = normalize_kind(mode)
     done = []
     for tname in sorted(model.tensors):
         t = model.tensors[tname]

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from modelc import store
+from modelc.artifact import open_artifact
+from modelc.artifact.pack import pack, pack_model
+from modelc.artifact.prune import prune_tensor
+from modelc.artifact.quantize import quantize_tensor
+from modelc.artifact.tiny import make_model
+from modelc.errors import FormatError, ModelcError
+from modelc.formats.detect import read_model
+from modelc.formats.export_safetensors import export_safetensors
+from modelc.ir import DataType, Model, TensorData
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def float_model() -> Model:
+    rng = np.random.default_rng(3)
+    tensors = {
+        "model.layers.0.mlp.up_proj.weight": TensorData.from_array(rng.standard_normal((64, 64)).astype(np.float32)),
+        "model.layers.0.mlp.down_proj.weight": TensorData.from_array(rng.standard_normal((64, 64)).astype(np.float16)),
+        "model.norm.weight": TensorData.from_array(np.ones(64, np.float32)),
+    }
+    return Model("gen", "llama", tensors, config={"hidden_size": 64})
+
+
+def same(a: TensorData, b: TensorData) -> bool:
+    return a.shape == b.shape and a.dtype is b.dtype and bytes(a.data) == bytes(b.data)
+
+
+def test_pack_generated_safetensors_bytes_identical(home, tmp_path):
+    src = export_safetensors(float_model(), tmp_path / "gen.safetensors")
+    out = pack(src, out=tmp_path / "gen.modelc")
+    art = open_artifact(out, verify=True)
+    again = read_model(src)
+    assert sorted(art.tensors) == sorted(again.tensors)
+    assert all(same(art.tensors[n], again.tensors[n]) for n in again.tensors)
+    want = hashlib.sha256(open(src, "rb").read()).hexdigest()
+    assert art.provenance["source_sha256"] == want and art.provenance["source_format"] == "safetensors"
+
+
+def test_pack_into_store_and_versions(home, tmp_path):
+    src = export_safetensors(float_model(), tmp_path / "gen.safetensors")
+    first = pack(src, name="me/gen")
+    second = pack(src, name="me/gen", compress="zstd")
+    assert first == second == store.active_path("me/gen")
+    assert store.versions("me/gen") == [1] and store.active_version("me/gen") == 2
+    assert open_artifact(store.resolve("me/gen:1"), verify=True).name == "me/gen"
+
+
+def test_pack_quantize_and_prune(home, tmp_path):
+    model = float_model()
+    src = export_safetensors(model, tmp_path / "gen.safetensors")
+    result = pack_model(src, out=tmp_path / "q.modelc", quantize="q8_0", prune=0.5)
+    art = open_artifact(result.path, verify=True)
+    up = "model.layers.0.mlp.up_proj.weight"
+    pruned, n_up = prune_tensor(model.tensors[up], 0.5)
+    _, n_down = prune_tensor(model.tensors["model.layers.0.mlp.down_proj.weight"], 0.5)
+    assert result.num_pruned == n_up + n_down > 0
+    assert sorted(result.quantized) == ["model.layers.0.mlp.down_proj.weight", up]
+    assert art.tensors[up].dtype is DataType.Q8_0
+    assert same(art.tensors[up], quantize_tensor(up, pruned, "q8_0")[up])
+    assert art.tensors["model.norm.weight"].dtype is DataType.F32
+
+
+def test_pack_int8_writes_scales(home, tmp_path):
+    src = export_safetensors(float_model(), tmp_path / "gen.safetensors")
+    art = open_artifact(pack(src, out=tmp_path / "i.modelc", quantize="int8"))
+    assert art.tensors["model.layers.0.mlp.up_proj.weight"].dtype is DataType.I8
+    assert art.tensors["model.layers.0.mlp.up_proj.weight@scale"].shape == (64,)
+
+
+def test_repack_an_artifact(home, tmp_path):
+    from modelc.artifact import write_artifact
+
+    first = write_artifact(make_model(), tmp_path / "a.modelc")
+    second = pack(first, out=tmp_path / "b.modelc", compress="zstd")
+    a, b = open_artifact(first), open_artifact(second, verify=True)
+    assert all(same(a.tensors[n], b.tensors[n]) for n in a.tensors)
+    assert b.entries["model.norm.weight"].compression == "zstd"
+
+
+def test_pack_errors(home, tmp_path):
+    with pytest.raises(FormatError, match="no such file"):
+        pack(tmp_path / "missing.safetensors")
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\0" * 64)
+    with pytest.raises(ModelcError):
+        pack(junk, out=tmp_path / "x.modelc")
+    assert not (tmp_path / "x.modelc").exists() and not store.models_dir().exists()
+
+
+@pytest.mark.parametrize(
+    "rel", ["tiny-llama/hf", "tiny-llama/gguf/tiny-llama-Q4_0.gguf", "tiny-gpt2/gguf/tiny-gpt2-F32.gguf"]
+)
+def test_pack_fixture_roundtrip(home, shared_fixtures, tmp_path, rel):
+    src = shared_fixtures / "models" / rel
+    model = read_model(src)
+    art = open_artifact(pack(src, out=tmp_path / "m.modelc"), verify=True)
+    assert sorted(art.tensors) == sorted(model.tensors)
+    assert all(same(art.tensors[n], model.tensors[n]) for n in model.tensors)
+    assert art.architecture == model.architecture and art.tokenizer_json == model.tokenizer_json
+    assert art.chat_template == model.chat_template and art.naming == model.naming

@@ -21,7 +21,11 @@ FIM_TOKENS = (
 
 
 def template_takes_tools(template: Any) -> bool:
-    return template is not None and "tools" in (getattr(template, "source", "") or "")
+    """ChatTemplate.takes_tools (the template reads `tools`); else look for `tools` in its source."""
+    if template is None:
+        return False
+    takes = getattr(template, "takes_tools", None)
+    return bool(takes) if takes is not None else "tools" in (getattr(template, "source", "") or "")
 
 
 def _tools_module() -> Any:

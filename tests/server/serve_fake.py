@@ -1,4 +1,5 @@
-"""Run the real daemon (hypercorn) on a FakeEngine in this process: `python -m tests.server.serve_fake`.
+"""Run the real daemon (hypercorn) on a FakeEngine (or `--tiny`: the real AsyncEngine on the tiny
+random llama of tests/server/tiny_model.py) in this process: `python -m tests.server.serve_fake`.
 
 Prints `READY <port>` on stdout once listening; exits 0 after SIGTERM/SIGINT and a drain.
 Used by the subprocess tests and loadtests/http_overhead.py.
@@ -22,16 +23,25 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.0, help="seconds per token")
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--drain", type=float, default=30.0)
+    ap.add_argument("--tiny", action="store_true", help="serve the tiny real model instead of the FakeEngine")
     args = ap.parse_args()
 
     def ready(host: str, port: int) -> None:
         print(f"READY {port}", flush=True)
 
-    engine = FakeEngine(delay_s=args.delay)
+    engine_config = None
+    if args.tiny:
+        from modelc.config import CacheConfig, EngineConfig
+        from tests.server.tiny_model import make_served_model
+
+        engine, engine_config = make_served_model(), EngineConfig(cache=CacheConfig(kv_cache_tokens=8192))
+    else:
+        engine = FakeEngine(delay_s=args.delay)
     anyio.run(
         lambda: serve(
             engine,
             port=args.port,
+            engine_config=engine_config,
             server_config=ServerConfig(api_key=args.api_key, log_requests=False),
             ready_cb=ready,
             drain_timeout_s=args.drain,

@@ -1,0 +1,120 @@
+"""The real server on the real AsyncEngine (tiny random llama, byte tokenizer) driven by the
+official openai client. Random weights: the text is gibberish, the protocol and the numbers are real."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from tests.server.live import LiveServer
+
+MSGS = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = LiveServer("--tiny", timeout_s=120)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def oai(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def test_chat_greedy_stream_matches_non_stream(oai) -> None:
+    kw = {"model": "tiny-llama", "messages": MSGS, "max_tokens": 8, "temperature": 0}
+    full = oai.chat.completions.create(**kw)
+    chunks = list(oai.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert streamed == full.choices[0].message.content
+    assert full.usage.completion_tokens == chunks[-1].usage.completion_tokens
+    assert full.choices[0].finish_reason in ("stop", "length")
+
+
+def test_completions_n_logprobs_stop(oai) -> None:
+    r = oai.completions.create(model="tiny-llama", prompt="abc", max_tokens=6, n=2, temperature=1.0, seed=5, logprobs=3)
+    assert len(r.choices) == 2
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) > 0
+    assert all(v <= 0 for v in lp.token_logprobs)
+    assert all(max(t.values()) >= lp.token_logprobs[i] - 1e-4 for i, t in enumerate(lp.top_logprobs))
+
+
+def test_logit_bias_and_stop(oai, server) -> None:
+    (x,) = httpx.post(server.url + "/tokenize", json={"input": "x", "add_special": False}).json()["tokens"]
+    kw = {"model": "tiny-llama", "prompt": "abc", "max_tokens": 8, "temperature": 0, "logit_bias": {str(x): 100}}
+    r = oai.completions.create(**kw)
+    assert r.choices[0].text == "x" * 8 and r.choices[0].finish_reason == "length"
+    r = oai.completions.create(**kw, stop=["xxx"])
+    assert r.choices[0].text == "" and r.choices[0].finish_reason == "stop"
+    r = oai.completions.create(**kw, echo=True)
+    assert r.choices[0].text == "abc" + "x" * 8
+
+
+def test_embeddings(oai) -> None:
+    e = oai.embeddings.create(model="tiny-llama", input=["hello", "world"])
+    v = e.data[0].embedding
+    assert len(v) == 64 and abs(sum(x * x for x in v) - 1) < 1e-3
+    assert e.usage.prompt_tokens > 0
+
+
+needs_constraints = pytest.mark.skipif(
+    importlib.util.find_spec("modelc.engine.constraint") is None
+    or importlib.util.find_spec("modelc.engine.tools") is None,
+    reason="modelc.engine.constraint/tools not in this checkout yet",
+)
+
+
+@needs_constraints
+def test_json_schema(oai) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"],
+        "additionalProperties": False,
+    }
+    r = oai.chat.completions.create(
+        model="tiny-llama",
+        messages=MSGS,
+        max_tokens=40,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+    )
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+
+
+@needs_constraints
+def test_bad_regex_is_400(oai) -> None:
+    with pytest.raises(openai.BadRequestError):
+        oai.completions.create(model="tiny-llama", prompt="x", extra_body={"grammar": "([a-z"})
+
+
+@needs_constraints
+def test_tool_choice_required_gives_valid_call(oai) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string", "maxLength": 8}},
+                    "required": ["city"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ]
+    r = oai.chat.completions.create(
+        model="tiny-llama", messages=MSGS, tools=tools, tool_choice="required", max_tokens=80, temperature=0
+    )
+    (call,) = r.choices[0].message.tool_calls[:1]
+    assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), tools[0]["function"]["parameters"])

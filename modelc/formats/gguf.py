@@ -55,6 +55,7 @@ _HPARAMS = {
     "rope.dimension_count": "rotary_dim",
     "vocab_size": "vocab_size",
     "attention.causal": "causal",
+    "attention.sliding_window": "sliding_window",
 }
 
 

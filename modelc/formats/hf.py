@@ -187,6 +187,9 @@ def read_folder_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
     pooling = _pooling(f)
     if pooling:
         config["pooling"] = pooling
+    st_cfg = _json_if(f / "sentence_bert_config.json")
+    if isinstance(st_cfg, dict) and isinstance(st_cfg.get("max_seq_length"), int):
+        config["max_seq_length"] = st_cfg["max_seq_length"]
     if "vocab_size" not in config and tok_json:
         config["vocab_size"] = len(_token_ids(tok_json))
     return {

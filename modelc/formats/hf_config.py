@@ -40,6 +40,8 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "sliding_window": ("sliding_window",),
     "type_vocab_size": ("type_vocab_size",),
     "pad_token_id": ("pad_token_id",),
+    "position_embedding_type": ("position_embedding_type",),
+    "model_type": ("model_type",),
 }
 
 _DEFAULT_TIE = {"gpt2": True, "bert": True}
@@ -91,6 +93,8 @@ def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         out.setdefault("hidden_act", "silu")
     if arch == "qwen2":
         out.setdefault("attention_bias", True)  # Qwen2 always has q/k/v biases
+        if not cfg.get("use_sliding_window"):
+            out.pop("sliding_window", None)  # Qwen2 configs carry a window they do not use
     if out.get("num_attention_heads") and out.get("hidden_size") and "head_dim" not in out:
         out["head_dim"] = out["hidden_size"] // out["num_attention_heads"]
     out.setdefault("tie_word_embeddings", _DEFAULT_TIE.get(arch, False))

@@ -119,8 +119,10 @@ def test_sentence_transformers_pooling(tmp_path):
         {"idx": 2, "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
     ]
     (d / "modules.json").write_text(json.dumps(modules))
+    (d / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128, "do_lower_case": False}))
     m = read_hf(d)
     assert m.architecture == "bert" and m.config["pooling"] == {"mode": "cls", "normalize": True}
+    assert m.config["max_seq_length"] == 128 and m.config["model_type"] == "bert"
     assert m.config["layer_norm_eps"] == 1e-12
 
 
@@ -149,6 +151,9 @@ def test_architectures(cfg, arch):
     assert got == arch
     if arch == "qwen2":
         assert out["attention_bias"] is True and out["rope_neox"] is True
+        assert normalize_config({"model_type": "qwen2", "sliding_window": 4096})[1].get("sliding_window") is None
+    if arch == "llama":
+        assert normalize_config({"model_type": "mistral", "sliding_window": 4096})[1]["sliding_window"] == 4096
     if arch == "gpt2":
         assert out["hidden_size"] == 64 and out["intermediate_size"] == 256 and out["layer_norm_eps"] == 1e-5
         assert out["max_position_embeddings"] == 512 and out["tie_word_embeddings"] is True

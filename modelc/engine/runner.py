@@ -7,7 +7,7 @@ token for each chunk with `sample=True`. Synchronous; no awaits, no scheduling d
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,7 @@ import numpy as np
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.engine.lora import LoraAdapter, load_lora
 from modelc.engine.params import SamplingParams
+from modelc.engine.sampler import SeqSamplerState, sample
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, UnsupportedError
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import LoraRows, make_batch
@@ -29,9 +30,7 @@ class SeqState:
     seq_id: int
     params: SamplingParams
     prompt_len: int
-    rng: np.random.Generator
-    tokens: list[int] = field(default_factory=list)  # token at each position computed so far
-    sampler_state: Any = None  # modelc.engine.sampler's per-sequence state, when that sampler is used
+    sampler: SeqSamplerState  # RNG, penalty counts, constraint matcher
 
 
 class Runner:
@@ -48,8 +47,9 @@ class Runner:
         self.adapters: dict[str, LoraAdapter] = {}
         self.global_adapter: str | None = None
         sp = dict(getattr(source, "special_tokens", None) or {})
-        self.eos_ids = tuple(int(i) for i in (sp.get("eos_token_ids") or []))
-        self.sampler = BasicSampler(self.eos_ids)
+        eos = [*(sp.get("eos_token_ids") or []), sp.get("eot_token_id"), sp.get("eom_token_id")]
+        self.eos_ids = frozenset(int(i) for i in eos if i is not None)
+        self._tokenizer: Any = None  # built on the first constrained request
 
     @property
     def num_kv_blocks(self) -> int:
@@ -86,16 +86,32 @@ class Runner:
             return BatchResult(plan.step_id, (), time.perf_counter() - t0, error=f"{type(e).__name__}: {e}")
         return BatchResult(plan.step_id, tokens, time.perf_counter() - t0)
 
+    def _matcher(self, params: SamplingParams) -> Any:
+        if params.constraint is None:
+            return None
+        from modelc.engine.constraint import compile_constraint
+
+        if self._tokenizer is None:
+            text = getattr(self.source, "tokenizer_json", None)
+            if not text:
+                raise UnsupportedError("structured output needs the model's tokenizer, and this model has none")
+            from modelc.tokenizer import Tokenizer
+
+            self._tokenizer = Tokenizer.from_json(text, dict(getattr(self.source, "special_tokens", None) or {}))
+        return compile_constraint(params.constraint, self._tokenizer).matcher()
+
     def _state(self, c: SeqChunk) -> SeqState:
         st = self.states.get(c.seq_id)
         if st is None or c.is_new:
-            seed = c.params.seed
-            rng = np.random.default_rng(seed if seed is not None else None)
-            st = SeqState(c.seq_id, c.params, c.prompt_len, rng)
+            st = SeqState(
+                c.seq_id, c.params, c.prompt_len, SeqSamplerState.create(c.params, (), self._matcher(c.params))
+            )
             self.states[c.seq_id] = st
-        # positions are rewritten on recompute (preemption), so history stays exact
-        del st.tokens[c.start_pos :]
-        st.tokens.extend(int(t) for t in c.token_ids)
+        # prompt tokens feed repetition_penalty; output tokens were recorded when sampled
+        # (a recompute after preemption sends them again: they must not count twice)
+        n_prompt = max(0, min(len(c.token_ids), c.prompt_len - c.start_pos))
+        if n_prompt:
+            st.sampler.add_prompt_tokens(c.token_ids[:n_prompt].tolist())
         return st
 
     def _adapter(self, params: SamplingParams) -> LoraAdapter | None:
@@ -134,7 +150,19 @@ class Runner:
         logits = self.model.forward(batch, self.kv)  # (R, V)
         if not sample_idx:
             return ()
-        return self.sampler.sample(logits, [chunks[i] for i in sample_idx], [states[i] for i in sample_idx])
+        return self._sample(logits, [chunks[i] for i in sample_idx], [states[i] for i in sample_idx])
+
+    def _sample(self, logits: np.ndarray, chunks: list[SeqChunk], states: list[SeqState]) -> tuple[SampledToken, ...]:
+        out = sample(logits, [st.sampler for st in states], [c.params for c in chunks],
+                     [c.num_output_tokens for c in chunks], self.eos_ids)  # fmt: skip
+        tokens = []
+        for i, (c, st) in enumerate(zip(chunks, states, strict=True)):
+            tok = int(out.token_ids[i])
+            st.sampler.append(tok)
+            m = st.sampler.matcher
+            done = m is not None and m.is_stopped()
+            tokens.append(SampledToken(c.seq_id, tok, float(out.logprobs[i]), out.top_logprobs[i], done))
+        return tuple(tokens)
 
     # -- whole-sequence helpers (own scratch KV, never the scheduler's pages) ------------------------
 
@@ -190,72 +218,3 @@ class Runner:
         if name is not None and name not in self.adapters:
             raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
         self.global_adapter = name
-
-
-def _log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - m - np.log(np.exp(x - m).sum())
-
-
-class BasicSampler:
-    """Per-row sampling: penalties, logit bias, min_tokens EOS mask, temperature, top-k/top-p/min-p, logprobs.
-
-    Used until modelc.engine.sampler (vectorized, with llguidance constraints) is wired in.
-    """
-
-    def __init__(self, eos_ids: tuple[int, ...]):
-        self.eos_ids = np.array(eos_ids, np.int64)
-
-    def sample(self, logits: np.ndarray, chunks: list[SeqChunk], states: list[SeqState]) -> tuple[SampledToken, ...]:
-        return tuple(self._one(logits[i], c, st) for i, (c, st) in enumerate(zip(chunks, states, strict=True)))
-
-    def _one(self, raw: np.ndarray, c: SeqChunk, st: SeqState) -> SampledToken:
-        p = c.params
-        if p.constraint is not None:
-            raise UnsupportedError("structured output needs modelc.engine.sampler, which this runner lacks")
-        if p.typical_p < 1.0:
-            raise UnsupportedError("typical_p is not supported by this runner's sampler")
-        x = raw.astype(np.float64)  # (V,)
-        hist = np.asarray(st.tokens, np.int64)
-        out_toks = hist[st.prompt_len :]
-        if p.repetition_penalty != 1.0 and hist.size:
-            u = np.unique(hist)
-            x[u] = np.where(x[u] > 0, x[u] / p.repetition_penalty, x[u] * p.repetition_penalty)
-        if (p.presence_penalty or p.frequency_penalty) and out_toks.size:
-            u, n = np.unique(out_toks, return_counts=True)
-            x[u] -= p.presence_penalty + p.frequency_penalty * n
-        for tok, bias in p.logit_bias:
-            if 0 <= tok < x.shape[0]:
-                x[tok] += bias
-        if c.num_output_tokens < p.min_tokens and not p.ignore_eos:
-            x[self.eos_ids] = -np.inf
-            x[list(p.stop_token_ids)] = -np.inf
-        if p.greedy:
-            tok = int(np.argmax(x))
-        else:
-            tok = self._draw(x, p, st.rng)
-        lp = _log_softmax(raw)
-        top: tuple[tuple[int, float], ...] = ()
-        if p.top_logprobs:
-            idx = np.argsort(-lp, kind="stable")[: p.top_logprobs]
-            top = tuple((int(i), float(lp[i])) for i in idx)
-        return SampledToken(c.seq_id, tok, float(lp[tok]), top)
-
-    @staticmethod
-    def _draw(x: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
-        x = x / p.temperature
-        order = np.argsort(-x, kind="stable")
-        if p.top_k:
-            order = order[: p.top_k]
-        xs = x[order]
-        probs = np.exp(xs - xs[0])
-        probs /= probs.sum()
-        keep = np.ones(len(order), bool)
-        if p.top_p < 1.0:
-            keep &= (np.cumsum(probs) - probs) < p.top_p
-        if p.min_p > 0.0:
-            keep &= probs >= p.min_p * probs[0]
-        probs = np.where(keep, probs, 0.0)
-        probs /= probs.sum()
-        return int(order[rng.choice(len(order), p=probs)])

@@ -15,6 +15,29 @@ import numpy as np
 from modelc.ir import Model, TensorData
 
 
+def tiny_tokenizer_json(vocab_size: int = 96) -> str:
+    """A word-level tokenizer.json for the tiny models: <unk>=0, <s>=1, </s>=2, then "w3".."w{V-1}"."""
+    import json
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab_size)}}
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+              "special": True} for t, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]  # fmt: skip
+    return json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+    })  # fmt: skip
+
+
+def with_tokenizer(model: Model) -> Model:
+    """Give a tiny model the word-level tokenizer (BOS <s> = 1, EOS </s> = 2)."""
+    model.tokenizer_json = tiny_tokenizer_json(model.config["vocab_size"])
+    model.special_tokens.update({"bos_token_id": 1, "eos_token_ids": [2], "bos_token": "<s>", "eos_token": "</s>",
+                                 "add_bos_token": True})  # fmt: skip
+    return model
+
+
 def _rand(rng: np.random.Generator, *shape: int, sigma: float = 0.1) -> TensorData:
     return TensorData.from_array((rng.standard_normal(shape) * sigma).astype(np.float32))
 

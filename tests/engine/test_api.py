@@ -1,35 +1,15 @@
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from modelc.engine.api import Engine
 from modelc.errors import InvalidRequestError
-from modelc.models.tiny import make_tiny_llama, reference_hidden, reference_logits
-
-WORDS = [f"w{i}" for i in range(3, 96)]
-
-
-def _tokenizer_json() -> str:
-    """A word-level tokenizer over the tiny model's 96 ids: <unk>=0, <s>=1, </s>=2, w3..w95."""
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: i for i, w in enumerate(WORDS, start=3)}}
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-              "special": True} for t, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]  # fmt: skip
-    return json.dumps({
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-        "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
-        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
-    })  # fmt: skip
+from modelc.models.tiny import make_tiny_llama, reference_hidden, reference_logits, with_tokenizer
 
 
 def _model(seed=0):
-    m = make_tiny_llama(seed)
-    m.tokenizer_json = _tokenizer_json()
-    m.special_tokens.update({"bos_token": "<s>", "eos_token": "</s>"})
-    return m
+    return with_tokenizer(make_tiny_llama(seed))
 
 
 def _text(eng, ids, new):

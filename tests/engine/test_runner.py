@@ -137,3 +137,17 @@ def test_logits_and_embed_match_reference(make):
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-5)
     with pytest.raises(InvalidRequestError):
         runner.embed([[]])
+
+
+def test_constrained_sampling_follows_the_grammar():
+    from modelc.engine.params import Constraint
+    from modelc.models.tiny import with_tokenizer
+
+    runner = Runner(with_tokenizer(make_tiny_llama(0)), num_kv_blocks=4)
+    p = SamplingParams(temperature=0.0, constraint=Constraint("regex", " w4 w5"))
+    toks = _generate(runner, 1, [1, 9, 9], 2, [0], params=p)
+    assert toks == [4, 5]
+    res = runner.execute(BatchPlan(9, (_chunk(2, [1, 9, 9], 0, [1], params=p, is_new=True),)))
+    assert res.tokens[0].token_id == 4 and not res.tokens[0].constraint_done
+    res = runner.execute(BatchPlan(10, (_chunk(2, [4], 3, [1], params=p, prompt_len=3, num_out=1),)))
+    assert res.tokens[0].token_id == 5 and res.tokens[0].constraint_done

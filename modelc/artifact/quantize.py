@@ -245,26 +245,24 @@ def _seq_sum(terms: np.ndarray) -> np.ndarray:
 
 
 def make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
-    """x, w: (n, G) f32 -> (L (n, G) uint8, scale (G,), the_min (G,)); llama.cpp make_qkx2_quants, use_mad=False."""
-    n, g = x.shape
-    mn, mx = x.min(axis=0), x.max(axis=0)
+    """x, w: (n, G) f32 -> (L (n, G) uint8, scale (G,), the_min (G,)); llama.cpp make_qkx2_quants, use_mad=False.
+
+    Levels are kept as float32 (rint of a float32 is the same integer nearest_int gives).
+    """
+    mn, mx = np.minimum(x.min(axis=0), F32(0)), x.max(axis=0)  # (G,)
     sum_w = _seq_sum(w)
     sum_x = _seq_sum(w * x)
-    mn = np.minimum(mn, F32(0))
     flat = mx == mn
-    rng_ = np.where(flat, F32(1), mx - mn)
-    iscale = F32(nmax) / rng_
+    span = np.where(flat, F32(1), mx - mn)
+    iscale = F32(nmax) / span
     scale = F32(1) / iscale
-    L = np.clip(_nearest_int(iscale * (x - mn)), 0, nmax)
-    lf0 = L.astype(F32)
-    best = _seq_sum(w * np.square((scale * lf0 + mn) - x))
+    lf = np.clip(np.rint(iscale * (x - mn)), F32(0), F32(nmax))  # (n, G)
+    best = _seq_sum(w * np.square((scale * lf + mn) - x))
     for step in range(nstep + 1):
         iscale = (F32(rmin) + F32(rdelta) * F32(step) + F32(nmax)) / np.where(flat, F32(1), mx - mn)
-        la = np.clip(_nearest_int(iscale * (x - mn)), 0, nmax)
-        laf = la.astype(F32)
-        sum_l = _seq_sum(w * laf)
-        sum_l2 = _seq_sum(w * laf * laf)
-        sum_xl = _seq_sum(w * laf * x)
+        la = np.clip(np.rint(iscale * (x - mn)), F32(0), F32(nmax))
+        wl = w * la
+        sum_l, sum_l2, sum_xl = _seq_sum(wl), _seq_sum(wl * la), _seq_sum(wl * x)
         det = sum_w * sum_l2 - sum_l * sum_l
         ok = det > 0
         safe = np.where(ok, det, F32(1))
@@ -274,15 +272,16 @@ def make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelt
         this_min = np.where(pos, F32(0), this_min)
         with np.errstate(divide="ignore", invalid="ignore"):
             this_scale = np.where(pos, sum_xl / sum_l2, this_scale)
-        err = _seq_sum(w * np.square((this_scale * laf + this_min) - x))
+        err = _seq_sum(w * np.square((this_scale * la + this_min) - x))
         better = ok & (err < best) & ~flat
-        L = np.where(better, la, L)
-        best = np.where(better, err, best)
-        scale = np.where(better, this_scale, scale)
-        mn = np.where(better, this_min, mn)
-    L = np.where(flat, 0, L)
+        if better.any():
+            lf = np.where(better, la, lf)
+            best = np.where(better, err, best)
+            scale = np.where(better, this_scale, scale)
+            mn = np.where(better, this_min, mn)
+    lf = np.where(flat, F32(0), lf)
     scale = np.where(flat, F32(0), scale)
-    return L.astype(np.uint8), scale.astype(F32), (-mn).astype(F32)
+    return lf.astype(np.uint8), scale.astype(F32), (-mn).astype(F32)
 
 
 def _q4_k(blocks: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from modelc.errors import RequestTimeoutError
+from modelc.errors import EngineError, RequestTimeoutError
 
 T = TypeVar("T")
 
@@ -48,6 +48,8 @@ class Address(Generic[T]):
                 with anyio.fail_after(timeout_s):
                     await self.send(msg)
                     return await replies.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                raise EngineError(f"the engine stopped before answering {type(msg).__name__}") from None
             except TimeoutError:
                 raise RequestTimeoutError(f"no reply to {type(msg).__name__} within {timeout_s:g} s") from None
 

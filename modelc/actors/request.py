@@ -40,12 +40,13 @@ class TextStream:
         self.pending = ""  # decoded, not yet released
         self.stopped = False
 
-    def add(self, token_id: int) -> str:
-        """Text released by this token; sets `stopped` when a stop string completes."""
+    def add(self, token_id: int, *, check_stop: bool = True) -> str:
+        """Text released by this token; sets `stopped` when a stop string completes.
+        check_stop=False (before min_tokens): release everything, match nothing."""
         if self.decoder is None:
             return ""
         self.pending += self.decoder.add(token_id)
-        if not self.stop:
+        if not self.stop or not check_stop:
             out, self.pending = self.pending, ""
             return out
         hits = [i for i in (self.pending.find(s) for s in self.stop) if i >= 0]
@@ -138,7 +139,7 @@ class RequestActor:
             return []  # tokens computed after the stop string, before the abort landed
         self.num_tokens += 1
         # A final EOS/stop token is counted but not shown; it carries only held-back text, if any.
-        text = "" if stop_token else self.text.add(tok.token_id)
+        text = "" if stop_token else self.text.add(tok.token_id, check_stop=self.num_tokens > self.params.min_tokens)
         if finish is not None:
             text += self.text.flush()
             self._end(finish)

@@ -87,20 +87,35 @@ class SchedulerActor:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        with self.inbox:
-            while not self.stopped:
-                try:
-                    msg = await self.inbox.receive()
-                except anyio.EndOfStream:
-                    msg = Shutdown("every sender is gone")
-                self._deliver(self.handle(msg))
-            # Late arrivals get an answer, then the closed inbox turns further sends into errors.
-            while True:
-                try:
-                    msg = self.inbox.receive_nowait()
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
-                self._deliver(self.handle(msg))
+        try:
+            with self.inbox:
+                while not self.stopped:
+                    try:
+                        msg = await self.inbox.receive()
+                    except anyio.EndOfStream:
+                        msg = Shutdown("every sender is gone")
+                    self._deliver(self.handle(msg))
+                # Late arrivals get an answer, then the closed inbox turns further sends into errors.
+                while True:
+                    try:
+                        msg = self.inbox.receive_nowait()
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                    self._deliver(self.handle(msg))
+        finally:
+            self._hang_up()
+
+    def _hang_up(self) -> None:
+        """Leaving for good (shutdown, or the tree is going down): close every reply address still
+        waiting, so no request or admin call waits for an answer that cannot come."""
+        waiting = [route[1] for route in self.routes.values()]
+        waiting += [w for ws in self.abort_waiters.values() for w in ws]
+        waiting += [job.reply_to for job in self.embeds] + [msg.reply_to for msg in self.admin]
+        waiting += [job.reply_to for eng in self.engines for job in eng.embeds.values()]
+        if self.admin_job is not None:
+            waiting.append(self.admin_job.msg.reply_to)
+        for address in waiting:
+            address.close()
 
     def _deliver(self, outs: list[Out]) -> None:
         for address, msg in outs:

@@ -44,8 +44,9 @@ __all__ = ["AsyncEngine", "Finished", "TokenEvent"]
 def _load_source(source_or_path: Any) -> Any:
     if isinstance(source_or_path, str | os.PathLike):
         from modelc.artifact.reader import open_artifact
+        from modelc.store import resolve
 
-        return open_artifact(source_or_path)
+        return open_artifact(resolve(source_or_path))  # a .modelc path or a store name[:version]
     return source_or_path
 
 

@@ -311,3 +311,47 @@ def test_text_stream_holds_back_possible_stop_strings() -> None:
     ts = TextStream(Tok(), [], ("END",))
     ts.add(ord("E"))
     assert ts.flush() == "E"  # a natural end releases what was held
+
+
+async def test_tree_going_down_hangs_up_on_waiting_requests(anyio_backend) -> None:
+    """More crashes than max_engine_restarts take the tree down loudly; no request is left hanging."""
+    config = EngineConfig(
+        engines=1, threads=1, cpu_count=2, max_engine_restarts=0, scheduler=SchedulerConfig(max_num_seqs=1)
+    )
+    gate = threading.Event()
+    tree = Tree(config, num_kv_blocks=64, fail_calls=(1,), gate=gate)
+    results: dict[str, object] = {}
+
+    async def run(name: str, prompt: list[int]) -> None:
+        try:
+            results[name] = (await tree.collect(prompt, greedy(5)))[1]
+        except Exception as exc:
+            results[name] = exc
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as outer:
+            with pytest.raises(Exception) as info:
+                async with anyio.create_task_group() as tg:
+                    tree.address = await tg.start(tree.supervisor.run)
+                    outer.start_soon(run, "a", [3] * 5)
+                    await wait_all_tasks_blocked()
+                    outer.start_soon(run, "b", [4] * 5)  # waits behind a (max_num_seqs=1)
+                    await wait_all_tasks_blocked()
+                    gate.set()
+                    await anyio.sleep_forever()
+    assert "EngineCrashed" in repr(info.value)
+    assert isinstance(results["a"], Finished) and results["a"].finish_reason == "error"
+    assert type(results["b"]).__name__ == "EngineError"
+
+
+def test_text_stream_skips_stop_strings_before_min_tokens() -> None:
+    class Tok:
+        def decode(self, ids, skip_special=True):
+            return "".join(chr(i) for i in ids)
+
+        def token_bytes(self, i):
+            return chr(i).encode()
+
+    ts = TextStream(Tok(), [], ("E",))
+    assert ts.add(ord("E"), check_stop=False) == "E" and not ts.stopped
+    assert ts.add(ord("E")) == "" and ts.stopped

@@ -139,6 +139,29 @@ def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str,
     return cfg
 
 
+# llama.cpp's vocab loader treats these control tokens as end-of-generation even when the GGUF
+# names no eot/eom id (e.g. Qwen's <|im_end|> next to eos <|endoftext|>).
+EOT_TEXTS = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<EOT>",
+    "_<EOT>",
+    "<｜end▁of▁sentence｜>",
+)
+EOG_TEXTS = (*EOT_TEXTS, "<|eom_id|>", "<EOS_TOKEN>", "<|return|>", "<|call|>")
+_CONTROL = 3
+
+
+def _end_of_generation_ids(tokens: list[str], types: Any) -> list[int]:
+    if types is None or len(types) != len(tokens):
+        return []
+    wanted = set(EOG_TEXTS)
+    return [i for i, (t, ty) in enumerate(zip(tokens, types, strict=True)) if ty == _CONTROL and t in wanted]
+
+
 def _special_tokens(g: GGUFFile) -> dict[str, Any]:
     f = g.fields
     tokens = f.get("tokenizer.ggml.tokens") or []
@@ -146,7 +169,8 @@ def _special_tokens(g: GGUFFile) -> dict[str, Any]:
 
     def tid(key: str) -> int | None:
         v = f.get(f"tokenizer.ggml.{key}")
-        if isinstance(v, int | np.integer) and not isinstance(v, bool) and 0 <= int(v) < max(len(tokens), 1 << 31):
+        limit = len(tokens) if tokens else 1 << 31
+        if isinstance(v, int | np.integer) and not isinstance(v, bool) and 0 <= int(v) < limit:
             return int(v)
         return None
 
@@ -158,8 +182,12 @@ def _special_tokens(g: GGUFFile) -> dict[str, Any]:
     if eos is None and model == "bert":
         eos = tid("seperator_token_id")
     eot, eom, pad = tid("eot_token_id"), tid("eom_token_id"), tid("padding_token_id")
+    eog = _end_of_generation_ids(tokens, f.get("tokenizer.ggml.token_type"))
+    if eot is None:  # the most specific turn-end text wins, in EOT_TEXTS order
+        by_text = {tokens[i]: i for i in eog}
+        eot = next((by_text[t] for t in EOT_TEXTS if t in by_text and by_text[t] != eos), None)
     sp["bos_token_id"] = bos
-    sp["eos_token_ids"] = list(dict.fromkeys(i for i in (eos, eot, eom) if i is not None))
+    sp["eos_token_ids"] = list(dict.fromkeys(i for i in (eos, eot, eom, *eog) if i is not None))
     sp["eot_token_id"] = eot
     sp["pad_token_id"] = pad
     if bos is not None and bos < len(tokens):

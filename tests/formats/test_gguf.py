@@ -97,7 +97,11 @@ def test_real_llama_gguf(shared_fixtures):
 
 
 def test_qwen2_and_gpt2_rope_style(shared_fixtures):
-    assert read_gguf(shared_fixtures / "tokenizer/ggml-vocab-qwen2.gguf").config["rope_neox"] is True
+    qwen = read_gguf(shared_fixtures / "tokenizer/ggml-vocab-qwen2.gguf")
+    assert qwen.config["rope_neox"] is True
+    # eos is <|endoftext|>; the chat turn end <|im_end|> must stop generation too (as in llama.cpp)
+    assert qwen.special_tokens["eos_token_ids"][:1] == [151643] and 151645 in qwen.special_tokens["eos_token_ids"]
+    assert qwen.special_tokens["eot_token_id"] == 151645
     m = read_gguf(shared_fixtures / "models/tiny-gpt2/gguf/tiny-gpt2-Q8_0.gguf")
     assert m.architecture == "gpt2" and m.config["hidden_act"] == "gelu"
 

@@ -203,6 +203,19 @@ def read_folder_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
     }
 
 
+_GENERIC_FOLDER_NAMES = {"hf", "model", "models", "weights", "checkpoint", "original"}
+
+
+def folder_model_name(folder: pathlib.Path) -> str:
+    """A readable default name: the folder's, or the repo's for a Hugging Face cache snapshot."""
+    f = folder.resolve()
+    if f.parent.name == "snapshots" and f.parent.parent.name.startswith("models--"):
+        return f.parent.parent.name.removeprefix("models--").split("--")[-1]
+    if f.name.lower() in _GENERIC_FOLDER_NAMES and f.parent.name:
+        return f.parent.name
+    return f.name
+
+
 def read_hf(folder: str | os.PathLike[str], name: str | None = None) -> Model:
     """A Model from a Hugging Face model folder (naming "hf")."""
     f = pathlib.Path(folder)
@@ -212,4 +225,4 @@ def read_hf(folder: str | os.PathLike[str], name: str | None = None) -> Model:
     # The stored tensors are the truth: no lm_head means the output reuses the embeddings.
     config["tie_word_embeddings"] = bool(config.get("tie_word_embeddings")) or "lm_head.weight" not in tensors
     meta["metadata"].update(weight_notes)
-    return Model(name=name or f.resolve().name, tensors=tensors, source_format="hf", naming="hf", **meta)
+    return Model(name=name or folder_model_name(f), tensors=tensors, source_format="hf", naming="hf", **meta)

@@ -112,6 +112,8 @@ class _RefusingUnpickler(pickle.Unpickler):
             return _StorageType(None)
         if module == "torch" and name in _TORCH_DTYPES:
             return _TORCH_DTYPES[name]
+        if module == "torch" and name.endswith("Storage") and name.isidentifier():
+            raise UnsupportedError(f"unsupported tensor storage type torch.{name}")
         raise FormatError(f"refused pickle global {module}.{name}")
 
     def persistent_load(self, pid: Any) -> Any:

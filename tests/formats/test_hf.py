@@ -181,9 +181,33 @@ def test_bad_folders(tmp_path):
         read_hf(d)
 
 
+def test_sharded_pytorch_bins_and_folder_names(tmp_path):
+    d = make_folder(tmp_path, weights="none")
+    write_checkpoint(
+        d / "pytorch_model-00001-of-00002.bin", {"model.embed_tokens.weight": np.ones((8, 16), np.float32)}
+    )
+    write_checkpoint(d / "pytorch_model-00002-of-00002.bin", {"model.norm.weight": np.ones(16, np.float32)})
+    wm = {
+        "model.embed_tokens.weight": "pytorch_model-00001-of-00002.bin",
+        "model.norm.weight": "pytorch_model-00002-of-00002.bin",
+    }
+    (d / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": wm}))
+    m = read_hf(d)
+    assert set(m.tensors) == set(wm) and m.name == "my-model"
+    snap = tmp_path / "models--org--cool-model" / "snapshots" / "abc123"
+    snap.parent.mkdir(parents=True)
+    d.rename(snap)
+    assert read_hf(snap).name == "cool-model"
+
+
 def test_real_tiny_llama_folder(shared_fixtures):
     m = read_hf(shared_fixtures / "models" / "tiny-llama" / "hf")
-    assert m.architecture == "llama" and m.config["num_key_value_heads"] == 2 and m.config["head_dim"] == 16
+    assert (
+        m.name == "tiny-llama"
+        and m.architecture == "llama"
+        and m.config["num_key_value_heads"] == 2
+        and m.config["head_dim"] == 16
+    )
     assert m.config["rope_theta"] == 10000.0 and m.config["tie_word_embeddings"] is False
     assert m.special_tokens["bos_token_id"] == 1 and m.special_tokens["eos_token_ids"] == [2]
     assert m.special_tokens["add_bos_token"] is True

@@ -152,3 +152,29 @@ def test_not_a_checkpoint(tmp_path):
     write_zip(p, buf.getvalue(), {})
     with pytest.raises(FormatError, match="no state dict"):
         read_pytorch(p)
+
+
+def test_huge_claims_and_bad_geometry(tmp_path):
+    from .torch_factory import _Pickler, _Storage, _Tensor, fake_torch
+
+    p = tmp_path / "m.pt"
+    for numel, size, stride, match in [
+        (1 << 60, (1 << 30, 1 << 30), (1 << 30, 1), "storage 0 has 16 bytes"),
+        (4, (4, 4), (4, 1), "runs past its storage"),
+        (4, (-1,), (1,), "bad tensor geometry"),
+    ]:
+        with fake_torch() as (torch, utils):
+            st = _Storage("0", np.zeros(4, np.float32))
+            st.arr = np.lib.stride_tricks.as_strided(st.arr, (numel,), (0,)) if numel > 4 else st.arr
+            buf = io.BytesIO()
+            _Pickler(buf, torch).dump({"w": _Tensor(st, 0, size, stride, utils._rebuild_tensor_v2)})
+        write_zip(p, buf.getvalue(), {"0": b"\0" * 16})
+        with pytest.raises(FormatError, match=match):
+            read_pytorch(p)
+
+
+def test_unknown_storage_type_is_unsupported(tmp_path):
+    p = tmp_path / "m.pt"
+    write_zip(p, b"ctorch\nFloat8_e4m3fnStorage\n.", {})
+    with pytest.raises(UnsupportedError, match="Float8_e4m3fnStorage"):
+        read_pytorch(p)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,17 +86,52 @@ def pack_model(
         result.num_pruned = _prune(model, prune)
     if quantize is not None:
         result.quantized = _quantize(model, quantize, quantize_embeddings, quantize_output)
-    provenance = {"source_sha256": _file_sha256(src)} if src.is_file() and not _is_artifact(src) else {}
-    kw: dict[str, Any] = dict(compress=compress, level=level, progress=progress, provenance=provenance)
-    if out is not None:
-        result.path = Path(write_artifact(model, out, **kw))
-    else:
-        from modelc import store
+    with _SourceHash(src if src.is_file() and not _is_artifact(src) else None) as source_sha:
+        provenance = {"source_sha256": source_sha.result} if source_sha.active else {}
+        kw: dict[str, Any] = dict(compress=compress, level=level, progress=progress, provenance=provenance)
+        if out is not None:
+            result.path = Path(write_artifact(model, out, **kw))
+        else:
+            from modelc import store
 
-        store_name = store.check_name(name or _default_name(model, src))
-        result.path = store.add(store_name, lambda tmp: write_artifact(model, tmp, **kw))
+            store_name = store.check_name(name or _default_name(model, src))
+            result.path = store.add(store_name, lambda tmp: write_artifact(model, tmp, **kw))
     result.name = model.name
     return result
+
+
+class _SourceHash:
+    """sha256 of the source file, computed in a thread while the artifact is written (hashlib drops the GIL)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path, self.active = path, path is not None
+        self._value: str | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _SourceHash:
+        if self.path is not None:
+            self._thread = threading.Thread(target=self._run, name="source-sha256", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self._value = _file_sha256(self.path)
+        except BaseException as e:  # re-raised in result()
+            self._error = e
+
+    def result(self) -> str:
+        assert self._thread is not None
+        self._thread.join()
+        if self._error is not None:
+            raise FormatError(f"cannot read {self.path}: {self._error}")
+        assert self._value is not None
+        return self._value
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is not None:
+            self._thread.join()
 
 
 def load_source(src: Path, *, format: str | None = None, name: str | None = None) -> Any:

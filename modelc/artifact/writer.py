@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import mmap
 import os
 import tempfile
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from modelc.artifact.format import FORMAT_VERSION, PREAMBLE_SIZE, TensorEntry, a
 from modelc.errors import ModelcError
 
 CHUNK_BYTES = 16 << 20
+LATE_FIELD_BYTES = 128
 Progress = Callable[[int, int], None]
 """progress(done_bytes, total_bytes): called after each chunk written."""
 
@@ -47,7 +49,9 @@ def write_artifact(
     """Write `model` (an IR Model or an Artifact) to `path`; returns the path written.
 
     compress: None/"none" or "zstd" (per tensor; a tensor that does not shrink is stored raw).
-    provenance: extra provenance fields (e.g. source_sha256) merged into the header's.
+    provenance: extra provenance fields (e.g. source_sha256) merged into the header's. A value may be
+    a zero-argument callable returning a short string (<= LATE_FIELD_BYTES): it is called after the
+    tensors are written, so a caller can hash the source in another thread meanwhile.
     """
     if compress not in (None, "none", "zstd"):
         raise ArtifactWriteError(f"unknown compression {compress!r}; use zstd or none")
@@ -62,7 +66,7 @@ def write_artifact(
     try:
         os.fchmod(fd, default_file_mode())  # mkstemp makes 0600; artifacts are shared like any file
         with os.fdopen(fd, "wb") as f:
-            _write(f, model, compress == "zstd", level, progress, provenance or {})
+            _write(f, model, compress == "zstd", level, progress, provenance)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -75,10 +79,11 @@ def write_artifact(
     return path
 
 
-def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None, extra: dict[str, Any]) -> None:
+def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None, extra: Any) -> None:
     names = sorted(model.tensors)
     total = sum(model.tensors[n].nbytes for n in names)
-    header = header_fields(model, extra)
+    late = {k: v for k, v in (extra or {}).items() if callable(v)}
+    header = header_fields(model, {k: "0" * LATE_FIELD_BYTES if k in late else v for k, v in (extra or {}).items()})
     # Placeholders: a number wider than any offset/size this file can reach, a full-width sha.
     wide = 10 ** len(str(2 * (total + 64 * len(names)) + len(_dumps(header)) * 2 + (1 << 20))) - 1
     header["tensors"] = [_placeholder(n, model.tensors[n], wide) for n in names]
@@ -98,6 +103,11 @@ def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None,
     end = entries[-1].offset + entries[-1].stored_nbytes if entries else align_up(PREAMBLE_SIZE + reserved)
     f.truncate(end)  # a trailing empty tensor's offset must still lie inside the file
     header["tensors"] = [e.to_json() for e in entries]
+    for key, fn in late.items():
+        value = fn()
+        if not isinstance(value, str) or len(value.encode()) > LATE_FIELD_BYTES:
+            raise ArtifactWriteError(f"provenance field {key} must be a string of at most {LATE_FIELD_BYTES} bytes")
+        header["provenance"][key] = value
     raw = _dumps(header)
     assert len(raw) <= reserved, "header grew past its reserved region"
     f.seek(0)
@@ -109,15 +119,18 @@ def _write_tensor(f, name: str, t: Any, offset: int, compressor: Any) -> TensorE
     data = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8)  # a view for mmap'd/owned buffers
     if compressor is not None and t.nbytes:
         packed = compressor.compress(memoryview(data))
+        release_pages(data)
         if len(packed) < t.nbytes:
             f.write(packed)
             sha = hashlib.sha256(packed).hexdigest()
             return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "zstd", len(packed), sha)
     h = hashlib.sha256()
     for i in range(0, t.nbytes, CHUNK_BYTES):
-        chunk = memoryview(data[i : i + CHUNK_BYTES])
+        view = data[i : i + CHUNK_BYTES]
+        chunk = memoryview(view)
         h.update(chunk)
         f.write(chunk)
+        release_pages(view)
     return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "none", t.nbytes, h.hexdigest())
 
 
@@ -173,6 +186,31 @@ def _zstd(level: int) -> Any:
     import zstandard
 
     return zstandard.ZstdCompressor(level=level, write_content_size=True)
+
+
+def release_pages(view: np.ndarray) -> None:
+    """Drop a read-only file-mapped view's pages from this process (best effort; no-op for owned memory).
+
+    NOTE: pages of a mmap'd source count in RSS once touched; without this, packing a 10 GB
+    file would grow RSS to 10 GB even though each byte is needed once. The page cache keeps
+    the data, so nothing is re-read if the pages are touched again.
+    """
+    base = view.base
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is None or not hasattr(base, "madvise") or view.nbytes == 0:
+        return
+    try:
+        start = view.ctypes.data - np.frombuffer(base, dtype=np.uint8).ctypes.data
+    except (ValueError, TypeError):  # a closed map
+        return
+    lo = start // mmap.PAGESIZE * mmap.PAGESIZE
+    hi = (start + view.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE  # whole pages only: neighbours stay
+    if hi > lo:
+        try:
+            base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        except (OSError, ValueError):
+            pass
 
 
 def default_file_mode() -> int:

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import FormatError, InvalidRequestError, UnsupportedError
-from modelc.ir import SCALE_SUFFIX, DataType, TensorData
-from modelc.kernels.linear import prepare_weight
+from modelc.ir import SCALE_SUFFIX, TensorData
 from modelc.kernels.select import KernelSet, kernel_set
+from modelc.models.mlp import Linear
 
 PREFIXES = ("", "bert.", "roberta.", "xlm_roberta.", "model.", "encoder_model.")
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "xlm_roberta", "camembert")
@@ -112,34 +112,6 @@ def read_config(source: Any) -> BertConfig:
         pad_token_id=pad, position_offset=offset, pooling=mode, normalize=normalize,
         max_seq_length=min(max_seq, max_pos - offset), hidden_act=act,
     )  # fmt: skip
-
-
-class Linear:
-    """y = x @ W.T + b for a stored (N, C) weight: f32 transposed copy for BLAS, or a quantized Weight."""
-
-    def __init__(self, ks: KernelSet, ts: list[TensorData], scales: list[TensorData | None], bias: np.ndarray | None):
-        self.ks = ks
-        self.bias = bias
-        plain = all(t.dtype in (DataType.F32, DataType.F16, DataType.BF16) for t in ts)
-        if plain or len(ts) > 1:
-            w = np.concatenate([ks.dequantize(t) for t in ts], axis=0)  # (N, C)
-            self.wt: np.ndarray | None = np.ascontiguousarray(w.T, dtype=np.float32)  # (C, N)
-            self.weight = None
-            self.out_features = w.shape[0]
-        else:
-            self.wt = None
-            self.weight = prepare_weight(ts[0], scales[0])
-            self.out_features = ts[0].shape[0]
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        if self.wt is not None:
-            y = x @ self.wt  # (T, N)
-        else:
-            y = np.empty((x.shape[0], self.out_features), np.float32)
-            self.ks.matmul(y, np.ascontiguousarray(x), self.weight)
-        if self.bias is not None:
-            y += self.bias
-        return y
 
 
 @dataclass(slots=True)

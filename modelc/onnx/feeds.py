@@ -51,11 +51,14 @@ def check_shapes(arrays: dict[str, np.ndarray], specs: list[dict[str, Any]]) -> 
             continue
         x = arrays[name]
         if x.ndim != len(shape):
-            raise InvalidRequestError(f"input {name!r} must have shape {_show(shape)}, got {list(x.shape)}", param=name)
+            raise InvalidRequestError(
+                f"input {name!r} must have shape {_show(shape)}, got shape {list(x.shape)}", param=name
+            )
         for i, (d, n) in enumerate(zip(shape, x.shape, strict=True)):
             if isinstance(d, int) and d > 0 and n != d:
                 raise InvalidRequestError(
-                    f"input {name!r} must have shape {_show(shape)}, got {list(x.shape)} (dimension {i})", param=name
+                    f"input {name!r} must have shape {_show(shape)}, got shape {list(x.shape)} (dimension {i})",
+                    param=name,
                 )
             if isinstance(d, str) and d:
                 seen = bound.setdefault(d, (n, name))

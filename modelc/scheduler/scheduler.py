@@ -161,6 +161,7 @@ class Scheduler:
         self.running.remove(seq)
         self.pool.free(seq.seq_id)
         seq.status = S.WAITING
+        seq.table_array = None
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
         self.num_preemptions += 1
@@ -176,7 +177,7 @@ class Scheduler:
                     seq_id=seq_id,
                     token_ids=_frozen_i32(seq.token_ids[start : start + n]),  # (n,)
                     start_pos=start,
-                    block_table=_frozen_i32(self.pool.block_table(seq_id)),  # (num_blocks,)
+                    block_table=self._table_array(seq),  # (num_blocks,)
                     sample=start + n == seq.num_tokens,
                     params=seq.params,
                     prompt_len=seq.num_prompt_tokens,
@@ -187,6 +188,14 @@ class Scheduler:
             seq.engine_has_state = True
         freed, self._freed = tuple(self._freed), []
         return BatchPlan(step_id=next(self._step_ids), chunks=tuple(chunks), freed_seq_ids=freed)
+
+    def _table_array(self, seq: Sequence) -> np.ndarray:
+        """The block table as a read-only int32 array, rebuilt only when it grew (tables only
+        grow between preemptions, and _preempt drops the cached array)."""
+        table = self.pool.block_table(seq.seq_id)
+        if seq.table_array is None or len(seq.table_array) != len(table):
+            seq.table_array = _frozen_i32(table)
+        return seq.table_array
 
     def _check_invariants(self, plan: BatchPlan, scheduled: dict[int, int]) -> None:
         assert plan.num_tokens <= self.config.max_batch_tokens, "token budget exceeded"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from modelc.engine.params import SamplingParams
 
 
@@ -50,6 +52,7 @@ class Sequence:
     engine_has_state: bool = False  # the engine created its per-sequence sampler state
     abort_requested: bool = False  # abort arrived while the sequence was in a running batch
     adapter: str | None = field(init=False)
+    table_array: np.ndarray | None = field(default=None, init=False, repr=False)  # scheduler's cache
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.token_ids)

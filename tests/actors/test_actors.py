@@ -7,7 +7,6 @@ import threading
 import anyio
 import pytest
 from anyio import wait_all_tasks_blocked
-from anyio.lowlevel import checkpoint
 
 from modelc.actors.mailbox import MailboxFull, open_mailbox
 from modelc.actors.messages import GetStats, Shutdown, StatsReported
@@ -250,10 +249,13 @@ async def test_queue_full_is_rejected_at_once(anyio_backend) -> None:
 async def test_shutdown_aborts_live_requests(anyio_backend) -> None:
     config, kw = cfg()
     got: list = []
+    three = anyio.Event()
 
     async def consume(tree: Tree) -> None:
         async for ev in RequestActor(1, [5] * 10, greedy(100000), tree.address).events():
             got.append(ev)
+            if len(got) == 3:
+                three.set()
 
     tree = Tree(config, **kw)
     with anyio.fail_after(20):
@@ -261,8 +263,7 @@ async def test_shutdown_aborts_live_requests(anyio_backend) -> None:
             async with anyio.create_task_group() as tg:
                 tree.address = await tg.start(tree.supervisor.run)
                 outer.start_soon(consume, tree)
-                while len(got) < 3:
-                    await checkpoint()
+                await three.wait()
                 await tree.address.send(Shutdown())
     assert isinstance(got[-1], Finished) and got[-1].finish_reason == "abort"
     with pytest.raises(Exception, match="not running"):

@@ -213,10 +213,10 @@ def reference_greedy(model, prompt: list[int], n: int) -> list[int]:
     return ids[len(prompt) :]
 
 
-@pytest.mark.parametrize("kv_tokens,budget", [(1024, 512), (1024, 16), (96, 64)], ids=["plain", "chunked", "preempt"])
+@pytest.mark.parametrize("kv_tokens,budget", [(1024, 512), (1024, 16), (160, 64)], ids=["plain", "chunked", "preempt"])
 async def test_tiny_llama_concurrent_greedy_equals_reference(anyio_backend, kv_tokens, budget) -> None:
     model = make_tiny_llama(3)
-    prompts = [[5, 9, 11, 40] * 5 + [20 + i] * (i + 1) for i in range(6)]
+    prompts = [[5, 9, 11, 40] * 5 + [20 + i] * (i % 6 + 1) for i in range(16)]
     expected = {i: reference_greedy(model, p, 16) for i, p in enumerate(prompts)}
     got: dict[int, list[int]] = {}
     cfg = config(kv_tokens=kv_tokens, max_batch_tokens=budget, max_num_seqs=8)
@@ -229,7 +229,7 @@ async def test_tiny_llama_concurrent_greedy_equals_reference(anyio_backend, kv_t
                 assert fin.finish_reason == "length"
 
             async with anyio.create_task_group() as tg:
-                for i in range(6):
+                for i in range(16):
                     tg.start_soon(one, i)
             # again, one by one: served from the prefix cache, same tokens
             for i in (0, 3):
@@ -237,6 +237,6 @@ async def test_tiny_llama_concurrent_greedy_equals_reference(anyio_backend, kv_t
                 assert [t.token_id for t in toks] == expected[i] and fin.cached_tokens >= 16
             stats = eng.stats()
             assert stats["kv_blocks_used"] == 0 and stats["prefix_hits"] > 0
-            if kv_tokens == 96:
+            if kv_tokens == 160:
                 assert stats["preemptions"] > 0
     assert got == expected

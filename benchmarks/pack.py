@@ -1,0 +1,113 @@
+"""Packing benchmark: pack a ~1 GB safetensors file vs `cp`, open+map time, peak RSS while packing.
+
+    .venv/bin/python benchmarks/pack.py [--size-mb 1024] [--tensor-mb 64] [--dir /tmp]
+
+Each measurement runs in a fresh subprocess (peak RSS from resource.getrusage in that process).
+Files are warm in the page cache for both cp and pack (nothing is dropped: the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+CHILD_PACK = """
+import json, resource, sys, time
+t0 = time.perf_counter()
+from modelc.artifact.pack import pack
+t1 = time.perf_counter()
+pack(sys.argv[1], out=sys.argv[2], compress=None if sys.argv[3] == "none" else sys.argv[3])
+t2 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "pack_s": t2 - t1,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+CHILD_OPEN = """
+import json, sys, time
+from modelc.artifact.reader import open_artifact
+times = []
+for _ in range(20):
+    t0 = time.perf_counter()
+    art = open_artifact(sys.argv[1])
+    times.append(time.perf_counter() - t0)
+    del art
+t0 = time.perf_counter()
+from modelc.artifact.verify import verify_artifact
+ok = verify_artifact(sys.argv[1]).ok
+print(json.dumps({"open_ms_min": min(times) * 1e3, "open_ms_median": sorted(times)[10] * 1e3,
+                  "verify_s": time.perf_counter() - t0, "ok": ok}))
+"""
+
+CHILD_BASE = """
+import json, resource
+import modelc.artifact.pack, modelc.formats.detect
+print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def make_safetensors(path: str, size_mb: int, tensor_mb: int) -> int:
+    """A safetensors file of F32 (rows, 1024) tensors with random values; returns the largest tensor's bytes."""
+    rows = tensor_mb * (1 << 20) // 4096
+    n = max(1, size_mb // tensor_mb)
+    header = {f"layers.{i}.weight": {"dtype": "F32", "shape": [rows, 1024],
+                                     "data_offsets": [i * rows * 4096, (i + 1) * rows * 4096]} for i in range(n)}
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    block = np.random.default_rng(0).standard_normal(rows * 1024).astype(np.float32)
+    with open(path, "wb") as f:
+        f.write(len(raw).to_bytes(8, "little") + raw)
+        for _ in range(n):
+            f.write(block.tobytes())
+    return rows * 4096
+
+
+def child(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-mb", type=int, default=1024)
+    ap.add_argument("--tensor-mb", type=int, default=64)
+    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--zstd", action="store_true", help="also pack with zstd level 3")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="modelc-bench-", dir=a.dir)
+    try:
+        src = os.path.join(work, "src.safetensors")
+        largest = make_safetensors(src, a.size_mb, a.tensor_mb)
+        size = os.path.getsize(src)
+        subprocess.run(["cat", src], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+        t0 = time.perf_counter()
+        subprocess.run(["cp", src, os.path.join(work, "copy.bin")], check=True)
+        cp_s = time.perf_counter() - t0
+        os.unlink(os.path.join(work, "copy.bin"))
+        base = child(CHILD_BASE)
+        art = os.path.join(work, "out.modelc")
+        packed = child(CHILD_PACK, src, art, "none")
+        opened = child(CHILD_OPEN, art)
+        result = {
+            "source_mb": size / 2**20, "largest_tensor_mb": largest / 2**20, "cp_s": cp_s, **packed,
+            "pack_over_cp": packed["pack_s"] / cp_s, "baseline_rss_mb": base["peak_rss_mb"],
+            "rss_over_baseline_mb": packed["peak_rss_mb"] - base["peak_rss_mb"], **opened,
+        }  # fmt: skip
+        if a.zstd:
+            z = child(CHILD_PACK, src, os.path.join(work, "z.modelc"), "zstd")
+            result.update(zstd_pack_s=z["pack_s"], zstd_peak_rss_mb=z["peak_rss_mb"],
+                          zstd_size_mb=os.path.getsize(os.path.join(work, "z.modelc")) / 2**20)  # fmt: skip
+        print(json.dumps(result, indent=1))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

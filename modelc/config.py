@@ -88,7 +88,7 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     request_timeout_s: float = 600.0
     max_engine_restarts: int = 5
-    cpu_count: int = field(default_factory=lambda: os.cpu_count() or 1, compare=False)
+    cpu_count: int = field(default_factory=lambda: usable_cpus(), compare=False)
 
     def __post_init__(self) -> None:
         if self.engines < 1:
@@ -108,6 +108,14 @@ class EngineConfig:
     @property
     def threads_per_engine(self) -> int:
         return self.threads if self.threads is not None else max(1, self.cpu_count // self.engines)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dtype: str = "float32") -> int:

@@ -240,3 +240,21 @@ async def test_tiny_llama_concurrent_greedy_equals_reference(anyio_backend, kv_t
             if kv_tokens == 160:
                 assert stats["preemptions"] > 0
     assert got == expected
+
+
+async def test_a_runner_that_cannot_start_raises_its_own_error(anyio_backend) -> None:
+    def broken(engine_id: int):
+        raise InvalidRequestError("kv_dtype must be one of ...")
+
+    with anyio.fail_after(20):
+        with pytest.raises(InvalidRequestError, match="kv_dtype"):
+            async with AsyncEngine.open(FakeSource(), config(), runner_factory=broken):
+                pass
+
+
+async def test_caller_errors_leave_open_unwrapped(anyio_backend) -> None:
+    opener, _ = fake_engine(config())
+    with anyio.fail_after(20):
+        with pytest.raises(KeyError):
+            async with opener:
+                raise KeyError("mine")

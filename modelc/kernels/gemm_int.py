@@ -14,9 +14,12 @@ from numba import njit, prange
 
 from modelc.kernels.qdot import (
     dot_i8x32,
+    dotu_i8x32,
+    fma_f32x8,
     fma_i32x8,
     halves_f32x8,
     hsum_f32x8,
+    load_f32x8,
     load_i8x32,
     zeros_f32x8,
 )
@@ -24,27 +27,18 @@ from modelc.kernels.quant import unpack_row
 
 
 @njit(cache=True, nogil=True, inline="always")
-def dot_row(q, sc, xq, xd, i):
-    """sum_k sc[k//16] * q[k] * xd[i, k//32] * xq[i, k]: one unpacked weight row . activation row i.
-
-    q (C,) int8, sc (C/16,) f32; xq (T*C,) int8 and xd (T*C/32,) f32 flat; C % 32 == 0.
-    """
+def _dot_signed(q, sc, xq, xd, xo, do, nb):
     acc0 = zeros_f32x8()
     acc1 = zeros_f32x8()
-    nb = q.shape[0] // 32
-    xo = i * nb * 32
-    do = i * nb
-    b = 0
-    # two accumulators: the fma latency chain is the limit at T=1
-    while b + 1 < nb:
+    for b in range(0, nb - 1, 2):  # two accumulators: the fma latency chain limits T=1
         d0 = xd[do + b]
-        p0 = dot_i8x32(load_i8x32(q, b * 32), load_i8x32(xq, xo + b * 32))
-        acc0 = fma_i32x8(acc0, p0, halves_f32x8(sc[2 * b] * d0, sc[2 * b + 1] * d0))
         d1 = xd[do + b + 1]
+        p0 = dot_i8x32(load_i8x32(q, b * 32), load_i8x32(xq, xo + b * 32))
         p1 = dot_i8x32(load_i8x32(q, b * 32 + 32), load_i8x32(xq, xo + b * 32 + 32))
+        acc0 = fma_i32x8(acc0, p0, halves_f32x8(sc[2 * b] * d0, sc[2 * b + 1] * d0))
         acc1 = fma_i32x8(acc1, p1, halves_f32x8(sc[2 * b + 2] * d1, sc[2 * b + 3] * d1))
-        b += 2
-    if b < nb:
+    if nb % 2:
+        b = nb - 1
         d0 = xd[do + b]
         p0 = dot_i8x32(load_i8x32(q, b * 32), load_i8x32(xq, xo + b * 32))
         acc0 = fma_i32x8(acc0, p0, halves_f32x8(sc[2 * b] * d0, sc[2 * b + 1] * d0))
@@ -52,25 +46,63 @@ def dot_row(q, sc, xq, xd, i):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _dot_unsigned(q, sc, xq, xd, xo, do, nb):
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    for b in range(0, nb - 1, 2):
+        d0 = xd[do + b]
+        d1 = xd[do + b + 1]
+        p0 = dotu_i8x32(load_i8x32(q, b * 32), load_i8x32(xq, xo + b * 32))
+        p1 = dotu_i8x32(load_i8x32(q, b * 32 + 32), load_i8x32(xq, xo + b * 32 + 32))
+        acc0 = fma_i32x8(acc0, p0, halves_f32x8(sc[2 * b] * d0, sc[2 * b + 1] * d0))
+        acc1 = fma_i32x8(acc1, p1, halves_f32x8(sc[2 * b + 2] * d1, sc[2 * b + 3] * d1))
+    if nb % 2:
+        b = nb - 1
+        d0 = xd[do + b]
+        p0 = dotu_i8x32(load_i8x32(q, b * 32), load_i8x32(xq, xo + b * 32))
+        acc0 = fma_i32x8(acc0, p0, halves_f32x8(sc[2 * b] * d0, sc[2 * b + 1] * d0))
+    return hsum_f32x8(acc0) + hsum_f32x8(acc1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def dot_row(q, sc, mn, xq, xd, xs, i, signed):
+    """Unpacked weight row (q, sc, mn) . activation row i, in float32.
+
+    = sum_k (sc[k//16] * q[k] - mn[k//16]) * xd[i, k//32] * xq[i, k].
+    q (C,) int8 (unsigned 0..63 unless signed), sc, mn (C/16,) f32; xq (T*C,)
+    int8, xd (T*C/32,), xs (T*C/16,) f32 flat (quant.quantize_act); C % 32 == 0.
+    """
+    nb = q.shape[0] // 32
+    if signed:
+        return _dot_signed(q, sc, xq, xd, i * nb * 32, i * nb, nb)
+    return _dot_unsigned(q, sc, xq, xd, i * nb * 32, i * nb, nb) - _min_term(mn, xs, i)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _min_term(mn, xs, i):
     """sum_g mn[g] * xs[i, g] with xs flat (T*C/16,)."""
     ng = mn.shape[0]
-    s = np.float32(0.0)
-    for g in range(ng):
-        s += mn[g] * xs[i * ng + g]
+    o = i * ng
+    ng8 = ng - ng % 8
+    acc = zeros_f32x8()
+    for g in range(0, ng8, 8):
+        acc = fma_f32x8(acc, load_f32x8(mn, g), load_f32x8(xs, o + g))
+    s = hsum_f32x8(acc)
+    for g in range(ng8, ng):
+        s += mn[g] * xs[o + g]
     return s
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def qmatmul(out, xq, xd, xs, w, kind, rscale, has_min):
+def qmatmul(out, xq, xd, xs, w, kind, rscale, signed):
     """out (T, N) f32 = dequant(w) @ x.T in int8-activation form.
 
     parallel=True: rows of W are independent and decode is bandwidth/compute
     bound on every core; the caller sets numba.set_num_threads.
     out (T, N) f32 C-contig, written fully; xq (T, C) int8, xd (T, C/32) f32,
     xs (T, C/16) f32 from quant.quantize_act; w (N, row_bytes) uint8 C-contig;
-    kind: quant.KIND code; rscale (N,) f32 for I8/I4 else (1,); has_min: w has
-    min terms (Q4_1/Q5_1/Q2_K/Q4_K/Q5_K). No aliasing between out and inputs.
+    kind: quant.KIND code; rscale (N,) f32 for I8/I4 else (1,); signed: the type
+    is in quant.SIGNED. No aliasing between out and inputs.
     """
     t, c = xq.shape
     n, nbytes = w.shape
@@ -87,7 +119,4 @@ def qmatmul(out, xq, xd, xs, w, kind, rscale, has_min):
             rs = rscale[r] if rscale.shape[0] > 1 else rscale[0]
             unpack_row(kind, q, sc, mn, wf, r * nbytes, rs)
             for i in range(t):
-                v = dot_row(q, sc, xqf, xdf, i)
-                if has_min:
-                    v -= _min_term(mn, xsf, i)
-                out[i, r] = v
+                out[i, r] = dot_row(q, sc, mn, xqf, xdf, xsf, i, signed)

@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from modelc.ir import DataType, TensorData
-from modelc.kernels import gemm_blas, gemm_float, gemm_int, quant, ref_linear
+from modelc.kernels import gemm_blas, gemm_float, gemm_fused, gemm_int, quant, ref_linear
 from modelc.kernels.gemm_weight import Weight, check_matmul_args, check_row_ids, make_weight, rows_cols
 
 __all__ = ["Weight", "prepare_weight", "matmul", "dequantize", "dequantize_rows", "use_reference", "PREFILL_MIN_T"]
@@ -60,8 +60,12 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         xd = np.empty((t, c // 32), np.float32)  # (T, C/32)
         xs = np.empty((t, c // 16), np.float32)  # (T, C/16)
         quant.quantize_act(xq, xd, xs, x)
+        kind = quant.KIND[w.dtype]
+        if t == 1 and kind in gemm_fused.FUSED_KINDS:
+            gemm_fused.qmatvec(out, xq, xd, xs, w.blocks, kind)
+            return
         rscale = _ONE if w.scale is None else w.scale
-        gemm_int.qmatmul(out, xq, xd, xs, w.blocks, quant.KIND[w.dtype], rscale, w.dtype in quant.HAS_MIN)
+        gemm_int.qmatmul(out, xq, xd, xs, w.blocks, quant.KIND[w.dtype], rscale, w.dtype in quant.SIGNED)
     else:  # I8/I4 rows that are not whole 32-blocks
         gemm_blas.blas_matmul(out, x, w)
 

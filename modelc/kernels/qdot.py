@@ -238,6 +238,52 @@ def dot_i8x32(typingctx, w, a):
     return I32x8(w, a), codegen
 
 
+def _dot_u_avx2(builder, u, a):
+    # u in 0..63 (<= 6-bit weights), so the i16 pair sums (<= 16002) never saturate.
+    p16 = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _v16i16, [u, a])
+    ones = ir.Constant(_v16i16, [1] * 16)
+    return _call(builder, "llvm.x86.avx2.pmadd.wd", _v8i32, [p16, ones])
+
+
+def _dot_u_generic(builder, u, a):
+    v32i32 = ir.VectorType(_i32, 32)
+    p = builder.mul(builder.zext(u, v32i32), builder.sext(a, v32i32))
+    v16i32 = ir.VectorType(_i32, 16)
+    even = builder.shuffle_vector(p, p, ir.Constant(v16i32, list(range(0, 32, 2))))
+    odd = builder.shuffle_vector(p, p, ir.Constant(v16i32, list(range(1, 32, 2))))
+    s = builder.add(even, odd)
+    even = builder.shuffle_vector(s, s, ir.Constant(_v8i32, list(range(0, 16, 2))))
+    odd = builder.shuffle_vector(s, s, ir.Constant(_v8i32, list(range(1, 16, 2))))
+    return builder.add(even, odd)
+
+
+@intrinsic
+def dotu_i8x32(typingctx, u, a):
+    """Unsigned (0..63) x signed int8 block dot -> I32x8 (lane k = elements 4k..4k+3)."""
+    if not (u == I8x32 and a == I8x32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        if HAS_AVX2:
+            return _dot_u_avx2(builder, args[0], args[1])
+        return _dot_u_generic(builder, args[0], args[1])
+
+    return I32x8(u, a), codegen
+
+
+@intrinsic
+def load_i8_f32x8(typingctx, ary, idx):
+    """8 int8 at ary[idx] (1-D C int8 array) converted to float32."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_i8, 8))
+        return builder.sitofp(builder.load(p, align=1), _v8f32)
+
+    return F32x8(ary, idx), codegen
+
+
 # ---- float vector ops ---------------------------------------------------------------
 
 

@@ -2,8 +2,10 @@
 
 Every quantized row unpacks to one normalized form the integer dot reads:
     w[i] = sc[i // 16] * q[i] - mn[i // 16]
-with q int8 (C,), sc and mn float32 (C // 16,). The dequantizers expand that
-form to float32. No matmul here (gemm_int.py); numpy twins are in ref_linear.py.
+with q int8 (C,), sc and mn float32 (C // 16,). For every type of at most 6
+bits q is UNSIGNED (0..63; a signed code's offset is folded into mn), so the dot
+needs no sign fix-up; Q8_0, Q8_K and I8 (SIGNED_KINDS) keep signed q and mn = 0.
+The dequantizers expand that form to float32. No matmul here (gemm_int.py); numpy twins are in ref_linear.py.
 Block layouts are GGML's (ggml-common.h); see ref_linear.py for the readable form.
 """
 
@@ -14,15 +16,18 @@ from numba import njit, prange
 
 from modelc.ir import DataType
 from modelc.kernels.qdot import (
-    addk_i8x32,
     bits32_i8x32,
     bits_i8x32,
     f16_at,
     f32_at,
+    fma_f32x8,
+    load_i8_f32x8,
     load_i8x32,
     nib16_i8x32,
     or_i8x32,
     shl_i8x32,
+    splat_f32x8,
+    store_f32x8,
     store_i8x32,
 )
 
@@ -42,7 +47,8 @@ KIND: dict[DataType, int] = {
     DataType.I8: 11,
     DataType.I4: 12,
 }
-HAS_MIN = frozenset({DataType.Q4_1, DataType.Q5_1, DataType.Q2_K, DataType.Q4_K, DataType.Q5_K})
+SIGNED = frozenset({DataType.Q8_0, DataType.Q8_K, DataType.I8})
+"""Types whose unpacked q is signed int8 (full range); all others are unsigned 0..63 with an mn term."""
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -63,12 +69,14 @@ def _unpack_32(kind, q, sc, mn, row, base):
         d = f16_at(row, o)
         m = np.float32(0.0)
         if kind == 0:
-            v = addk_i8x32(nib16_i8x32(row, o + 2), -8)
+            m = np.float32(8.0) * d
+            v = nib16_i8x32(row, o + 2)
         elif kind == 1:
             m = -f16_at(row, o + 2)
             v = nib16_i8x32(row, o + 4)
         elif kind == 2:
-            v = addk_i8x32(or_i8x32(nib16_i8x32(row, o + 6), bits32_i8x32(row, o + 2, 4)), -16)
+            m = np.float32(16.0) * d
+            v = or_i8x32(nib16_i8x32(row, o + 6), bits32_i8x32(row, o + 2, 4))
         elif kind == 3:
             m = -f16_at(row, o + 2)
             v = or_i8x32(nib16_i8x32(row, o + 8), bits32_i8x32(row, o + 4, 4))
@@ -129,11 +137,12 @@ def _unpack_q2_q3_k(kind, q, sc, mn, row, base):
             for g in range(16):
                 lo = (np.int32(row[s + g]) & 15) if g < 8 else (np.int32(row[s + g - 8]) >> 4)
                 hi = (np.int32(row[s + 8 + g % 4]) >> (2 * (g // 4))) & 3
-                sc[b * 16 + g] = d * np.float32((lo | (hi << 4)) - 32)
-                mn[b * 16 + g] = 0.0
+                f = d * np.float32((lo | (hi << 4)) - 32)
+                sc[b * 16 + g] = f
+                mn[b * 16 + g] = np.float32(4.0) * f  # q = crumb + 4*hbit - 4
             for c in range(8):
                 v = bits_i8x32(row, o + 32 + (c // 4) * 32, 2 * (c % 4), 3)
-                v = addk_i8x32(or_i8x32(v, shl_i8x32(bits_i8x32(row, o, c, 1), 2)), -4)
+                v = or_i8x32(v, shl_i8x32(bits_i8x32(row, o, c, 1), 2))
                 store_i8x32(q, b * 256 + c * 32, v)
 
 
@@ -144,14 +153,14 @@ def _unpack_q6_k(q, sc, mn, row, base):
         o = base + b * 210
         d = f16_at(row, o + 208)
         for g in range(16):
-            s = np.int8(row[o + 192 + g])
-            sc[b * 16 + g] = d * np.float32(s)
-            mn[b * 16 + g] = 0.0
+            f = d * np.float32(np.int8(row[o + 192 + g]))
+            sc[b * 16 + g] = f
+            mn[b * 16 + g] = np.float32(32.0) * f
         for c in range(8):
             h, s4 = c // 4, c % 4
             lo = bits_i8x32(row, o + h * 64 + (s4 % 2) * 32, 4 * (s4 // 2), 15)
             hi = bits_i8x32(row, o + 128 + h * 32, 2 * s4, 3)
-            store_i8x32(q, b * 256 + c * 32, addk_i8x32(or_i8x32(lo, shl_i8x32(hi, 4)), -32))
+            store_i8x32(q, b * 256 + c * 32, or_i8x32(lo, shl_i8x32(hi, 4)))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -167,19 +176,19 @@ def _unpack_plain(kind, q, sc, mn, row, base, rscale):
                 sc[b * 16 + g] = d
                 mn[b * 16 + g] = 0.0
         return
+    m = np.float32(0.0)
     if kind == 11:
         for j in range(c // 32):
             store_i8x32(q, j * 32, load_i8x32(row, base + j * 32))
-    else:
+    else:  # I4: two's-complement nibbles, low first; nibble ^ 8 = value + 8
+        m = np.float32(8.0) * rscale
         for k in range(c // 2):
-            v = row[base + k]
-            lo = np.int32(v & 15)
-            hi = np.int32(v >> 4)
-            q[2 * k] = lo - 16 if lo >= 8 else lo
-            q[2 * k + 1] = hi - 16 if hi >= 8 else hi
+            v = np.int32(row[base + k])
+            q[2 * k] = (v & 15) ^ 8
+            q[2 * k + 1] = (v >> 4) ^ 8
     for g in range(c // 16):
         sc[g] = rscale
-        mn[g] = 0.0
+        mn[g] = m
 
 
 @njit(cache=True, nogil=True)
@@ -203,14 +212,14 @@ def unpack_row(kind, q, sc, mn, w, base, rscale):
         _unpack_plain(kind, q, sc, mn, w, base, rscale)
 
 
-@njit(cache=True, nogil=True)
-def expand_row(out, i, q, sc, mn):
-    """out[i] (C,) f32 = sc[k//16] * q[k] - mn[k//16] (the dequantized row); out 2-D C-contig."""
+@njit(cache=True, nogil=True, inline="always")
+def expand_row(out, o, q, sc, mn):
+    """out[o:o+C] f32 = sc[k//16] * q[k] - mn[k//16] (the dequantized row); out flat f32."""
     for g in range(sc.shape[0]):
-        s = sc[g]
-        m = mn[g]
-        for j in range(16):
-            out[i, g * 16 + j] = s * np.float32(q[g * 16 + j]) - m
+        s = splat_f32x8(sc[g])
+        m = splat_f32x8(-mn[g])
+        store_f32x8(out, o + g * 16, fma_f32x8(m, load_i8_f32x8(q, g * 16), s))
+        store_f32x8(out, o + g * 16 + 8, fma_f32x8(m, load_i8_f32x8(q, g * 16 + 8), s))
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -224,6 +233,7 @@ def dequantize_rows_q(out, w, row_ids, kind, rscale):
     r, c = out.shape
     nbytes = w.shape[1]
     wf = w.reshape(-1)
+    of = out.reshape(-1)
     nchunk = max(1, min(r, r // 8))
     for ch in prange(nchunk):
         q = np.empty(c, np.int8)
@@ -233,7 +243,7 @@ def dequantize_rows_q(out, w, row_ids, kind, rscale):
             n = row_ids[i]
             rs = rscale[n] if rscale.shape[0] > 1 else rscale[0]
             unpack_row(kind, q, sc, mn, wf, n * nbytes, rs)
-            expand_row(out, i, q, sc, mn)
+            expand_row(of, i * c, q, sc, mn)
 
 
 @njit(cache=True, nogil=True)

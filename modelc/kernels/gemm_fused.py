@@ -1,0 +1,153 @@
+"""Single-token (T=1) matvec for the commonest types, unpacking each block in registers.
+
+At T=1 nothing amortizes gemm_int's unpack-to-L1 pass, so these kernels read
+Q4_0 / Q8_0 / Q4_K / Q6_K blocks straight from the stored bytes and feed the
+int8 dot directly. Same numbers as gemm_int up to float summation order; the
+numpy twin is ref_linear.matmul_qact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.ir import DataType
+from modelc.kernels.qdot import (
+    bits_i8x32,
+    dot_i8x32,
+    dotu_i8x32,
+    f16_at,
+    fma_i32x8,
+    halves_f32x8,
+    hsum_f32x8,
+    load_i8x32,
+    nib16_i8x32,
+    or_i8x32,
+    shl_i8x32,
+    splat_f32x8,
+    zeros_f32x8,
+)
+from modelc.kernels.quant import KIND, _k_scale_min
+
+FUSED_KINDS = frozenset({KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K], KIND[DataType.Q6_K]})
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_q4_0(w, base, xq, xd, xs, nb):
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    m = np.float32(0.0)
+    for b in range(0, nb - 1, 2):
+        o = base + b * 18
+        d0 = f16_at(w, o)
+        d1 = f16_at(w, o + 18)
+        p0 = dotu_i8x32(nib16_i8x32(w, o + 2), load_i8x32(xq, b * 32))
+        p1 = dotu_i8x32(nib16_i8x32(w, o + 20), load_i8x32(xq, b * 32 + 32))
+        acc0 = fma_i32x8(acc0, p0, splat_f32x8(d0 * xd[b]))
+        acc1 = fma_i32x8(acc1, p1, splat_f32x8(d1 * xd[b + 1]))
+        m += d0 * (xs[2 * b] + xs[2 * b + 1]) + d1 * (xs[2 * b + 2] + xs[2 * b + 3])
+    if nb % 2:
+        b = nb - 1
+        o = base + b * 18
+        d0 = f16_at(w, o)
+        p0 = dotu_i8x32(nib16_i8x32(w, o + 2), load_i8x32(xq, b * 32))
+        acc0 = fma_i32x8(acc0, p0, splat_f32x8(d0 * xd[b]))
+        m += d0 * (xs[2 * b] + xs[2 * b + 1])
+    return hsum_f32x8(acc0) + hsum_f32x8(acc1) - np.float32(8.0) * m
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_q8_0(w, base, xq, xd, nb):
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    for b in range(0, nb - 1, 2):
+        o = base + b * 34
+        p0 = dot_i8x32(load_i8x32(w, o + 2), load_i8x32(xq, b * 32))
+        p1 = dot_i8x32(load_i8x32(w, o + 36), load_i8x32(xq, b * 32 + 32))
+        acc0 = fma_i32x8(acc0, p0, splat_f32x8(f16_at(w, o) * xd[b]))
+        acc1 = fma_i32x8(acc1, p1, splat_f32x8(f16_at(w, o + 34) * xd[b + 1]))
+    if nb % 2:
+        b = nb - 1
+        o = base + b * 34
+        p0 = dot_i8x32(load_i8x32(w, o + 2), load_i8x32(xq, b * 32))
+        acc0 = fma_i32x8(acc0, p0, splat_f32x8(f16_at(w, o) * xd[b]))
+    return hsum_f32x8(acc0) + hsum_f32x8(acc1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_q4_k(w, base, xq, xd, xs, nsb):
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    m = np.float32(0.0)
+    for b in range(nsb):
+        o = base + b * 144
+        d = f16_at(w, o)
+        dmin = f16_at(w, o + 2)
+        for g in range(4):  # chunk pair 2g, 2g+1 share 32 bytes: low and high nibbles
+            c = b * 8 + 2 * g
+            s0, m0 = _k_scale_min(w, o + 4, 2 * g)
+            s1, m1 = _k_scale_min(w, o + 4, 2 * g + 1)
+            p0 = dotu_i8x32(bits_i8x32(w, o + 16 + g * 32, 0, 15), load_i8x32(xq, c * 32))
+            p1 = dotu_i8x32(bits_i8x32(w, o + 16 + g * 32, 4, 15), load_i8x32(xq, c * 32 + 32))
+            acc0 = fma_i32x8(acc0, p0, splat_f32x8(d * np.float32(s0) * xd[c]))
+            acc1 = fma_i32x8(acc1, p1, splat_f32x8(d * np.float32(s1) * xd[c + 1]))
+            m += dmin * (
+                np.float32(m0) * (xs[2 * c] + xs[2 * c + 1]) + np.float32(m1) * (xs[2 * c + 2] + xs[2 * c + 3])
+            )
+    return hsum_f32x8(acc0) + hsum_f32x8(acc1) - m
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _row_q6_k(w, base, xq, xd, xs, nsb):
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    m = np.float32(0.0)
+    for b in range(nsb):
+        o = base + b * 210
+        d = f16_at(w, o + 208)
+        for c in range(0, 8, 2):
+            k = b * 8 + c
+            h, s4 = c // 4, c % 4
+            sh = 4 * (s4 // 2)  # chunks 0,1 of a half: low nibbles; 2,3: high nibbles
+            hi0 = shl_i8x32(bits_i8x32(w, o + 128 + h * 32, 2 * s4, 3), 4)
+            hi1 = shl_i8x32(bits_i8x32(w, o + 128 + h * 32, 2 * s4 + 2, 3), 4)
+            u0 = or_i8x32(bits_i8x32(w, o + h * 64, sh, 15), hi0)
+            u1 = or_i8x32(bits_i8x32(w, o + h * 64 + 32, sh, 15), hi1)
+            f0 = d * np.float32(np.int8(w[o + 192 + 2 * c]))
+            f1 = d * np.float32(np.int8(w[o + 193 + 2 * c]))
+            f2 = d * np.float32(np.int8(w[o + 194 + 2 * c]))
+            f3 = d * np.float32(np.int8(w[o + 195 + 2 * c]))
+            p0 = dotu_i8x32(u0, load_i8x32(xq, k * 32))
+            p1 = dotu_i8x32(u1, load_i8x32(xq, k * 32 + 32))
+            acc0 = fma_i32x8(acc0, p0, halves_f32x8(f0 * xd[k], f1 * xd[k]))
+            acc1 = fma_i32x8(acc1, p1, halves_f32x8(f2 * xd[k + 1], f3 * xd[k + 1]))
+            m += f0 * xs[2 * k] + f1 * xs[2 * k + 1] + f2 * xs[2 * k + 2] + f3 * xs[2 * k + 3]
+    return hsum_f32x8(acc0) + hsum_f32x8(acc1) - np.float32(32.0) * m
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def qmatvec(out, xq, xd, xs, w, kind):
+    """out (1, N) f32 = one activation row (quant.quantize_act form) @ W.T, W of a FUSED_KINDS type.
+
+    parallel=True: output rows are independent; the caller sets the thread count.
+    xq (1, C) int8, xd (1, C/32), xs (1, C/16) f32; w (N, row_bytes) uint8 C-contig.
+    """
+    c = xq.shape[1]
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xqf = xq.reshape(-1)
+    xdf = xd.reshape(-1)
+    xsf = xs.reshape(-1)
+    nchunk = max(1, min(n, n // 16))
+    for ch in prange(nchunk):
+        for r in range(ch * n // nchunk, (ch + 1) * n // nchunk):
+            base = r * nbytes
+            if kind == 0:
+                v = _row_q4_0(wf, base, xqf, xdf, xsf, c // 32)
+            elif kind == 4:
+                v = _row_q8_0(wf, base, xqf, xdf, c // 32)
+            elif kind == 7:
+                v = _row_q4_k(wf, base, xqf, xdf, xsf, c // 256)
+            else:
+                v = _row_q6_k(wf, base, xqf, xdf, xsf, c // 256)
+            out[0, r] = v

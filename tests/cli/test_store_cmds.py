@@ -128,3 +128,19 @@ def test_subprocess_one_line_error(home, argv):
     )
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_pack_safetensors_with_prune_and_quantize(home, tmp_path, capsys):
+    from modelc.formats.export_safetensors import export_safetensors
+    from modelc.models.tiny import make_tiny_llama
+
+    src = export_safetensors(make_tiny_llama(), tmp_path / "llama.safetensors")
+    code, out, _ = run(capsys, "pack", src, "--name", "tl", "--prune", "0.05", "--quantize", "q8_0")
+    assert code == 0
+    pruned = int(out.split("pruned ")[1].split(" of ")[0].replace(",", ""))
+    assert pruned > 0 and "quantized 14 tensors to q8_0" in out
+    art = open_artifact(store.resolve("tl"), verify=True)
+    assert art.tensors["model.layers.0.mlp.up_proj.weight"].dtype.value == "Q8_0"
+    assert art.provenance["source_format"] == "safetensors" and len(art.provenance["source_sha256"]) == 64
+    code, _, err = run(capsys, "pack", src, "--name", "tl", "--quantize", "q9")
+    assert code == 1 and "unknown quantization" in err and store.versions("tl") == []

@@ -175,7 +175,11 @@ def read_sharded(index_path: str | os.PathLike[str]) -> tuple[dict[str, TensorDa
 
 
 def read_safetensors(path: str | os.PathLike[str], name: str | None = None) -> Model:
-    """A Model from one .safetensors file or a `.safetensors.index.json` (architecture unknown: "")."""
+    """A Model from one .safetensors file or a `.safetensors.index.json`.
+
+    The architecture is `__metadata__["architecture"]` when present, else "" (pack --arch sets it);
+    a file beside a config.json gets the folder's config through detect.read_model.
+    """
     p = pathlib.Path(path)
     if p.name.endswith(".index.json"):
         tensors, meta = read_sharded(p)
@@ -185,7 +189,7 @@ def read_safetensors(path: str | os.PathLike[str], name: str | None = None) -> M
         stem = p.stem
     return Model(
         name=name or stem,
-        architecture="",
+        architecture=meta.get("architecture", ""),  # a raw file knows its architecture only if it says so
         tensors=tensors,
         metadata=dict(meta),
         source_format="safetensors",

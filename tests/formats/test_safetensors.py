@@ -26,9 +26,10 @@ def test_roundtrip_with_the_safetensors_library(tmp_path):
         "empty": np.zeros((0, 4), np.float32),
     }
     p = tmp_path / "m.safetensors"
-    save_file(arrays, str(p), metadata={"format": "pt", "note": "x"})
+    save_file(arrays, str(p), metadata={"format": "pt", "note": "x", "architecture": "mlp"})
     m = read_safetensors(p)
-    assert m.metadata == {"format": "pt", "note": "x"} and m.source_format == "safetensors"
+    assert m.metadata == {"format": "pt", "note": "x", "architecture": "mlp"} and m.source_format == "safetensors"
+    assert m.architecture == "mlp" and m.naming == "hf"
     for name, a in arrays.items():
         t = m.tensors[name]
         assert t.shape == a.shape

@@ -195,7 +195,13 @@ def test_prune():
         prune_tensor(vec, -1.0)
 
 
-def test_gguf_package_has_no_k_quantizer():
-    # If gguf.quants ever gains Q4_K/Q6_K quantizers, compare against them here instead.
-    with pytest.raises(NotImplementedError):
-        gguf.quants.quantize(np.zeros((1, 256), np.float32), G.Q4_K)
+@pytest.mark.parametrize(("kind", "qtype"), [("q4_k", G.Q4_K), ("q6_k", G.Q6_K)])
+def test_k_quants_match_gguf_quants_when_it_has_them(kind, qtype):
+    a = _weights(rows=8, cols=256)
+    try:
+        want = gguf.quants.quantize(a, qtype)
+    except NotImplementedError:
+        pytest.skip(
+            f"gguf {getattr(gguf, '__version__', '')} has no {kind} quantizer (compared to a literal port above)"
+        )
+    np.testing.assert_array_equal(quantize_tensor("w", TensorData.from_array(a), kind)["w"].blocks(), want)

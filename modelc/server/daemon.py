@@ -35,14 +35,26 @@ class _BoundConfig(HypercornConfig):
 
 
 def is_engine(obj: Any) -> bool:
-    return hasattr(obj, "generate") and hasattr(obj, "tokenizer")
+    """A served engine (AsyncEngine or an adapter), not a model source: engines have stats()."""
+    return callable(getattr(obj, "stats", None))
 
 
 @contextlib.asynccontextmanager
 async def open_engine(source: Any, engine_config: Any = None):
-    """An engine object as is; anything else through AsyncEngine.open (a path, an IR Model, an Artifact)."""
+    """An engine object as is; encoder/MLP/ONNX sources through their adapters (server/engines.py);
+    causal LMs through AsyncEngine.open. Paths are opened as .modelc artifacts."""
     if is_engine(source):
         yield source
+        return
+    if isinstance(source, str | Path):
+        from modelc.artifact.reader import open_artifact
+
+        source = open_artifact(source)
+    from modelc.server.engines import adapter_for
+
+    adapter = adapter_for(source)
+    if adapter is not None:
+        yield adapter
         return
     from modelc.engine.async_api import AsyncEngine
 

@@ -17,6 +17,8 @@ def embed_inputs(engine: Any, inputs: list[str | list[int]], param: str) -> tupl
     if getattr(engine, "embed", None) is None:
         raise InvalidRequestError(f"model {engine.name!r} does not produce embeddings", param=param)
     tok = engine.tokenizer
+    if tok is None and any(isinstance(x, str) for x in inputs):
+        raise InvalidRequestError(f"model {engine.name!r} has no tokenizer: send token ids", param=param)
     ids = [encode_prompt(tok, x, getattr(tok, "vocab_size", None), param) for x in inputs]
     if any(len(t) == 0 for t in ids):
         raise InvalidRequestError(f"'{param}' must not contain empty inputs", param=param)

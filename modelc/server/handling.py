@@ -49,6 +49,19 @@ def current_engine(state: ServerState) -> Any:
     return state.engine
 
 
+def require_generation(engine: Any) -> None:
+    """Embedding and MLP/ONNX models serve their own routes only."""
+    if not getattr(engine, "can_generate", True):
+        use = "/infer" if hasattr(engine, "infer") else "/v1/embeddings"
+        raise InvalidRequestError(f"model {engine.name!r} ({engine.architecture}) does not generate text; use {use}")
+
+
+def require_tokenizer(engine: Any) -> Any:
+    if getattr(engine, "tokenizer", None) is None:
+        raise InvalidRequestError(f"model {engine.name!r} ({engine.architecture}) has no tokenizer")
+    return engine.tokenizer
+
+
 def record() -> RequestRecord:
     return g.modelc_record
 

@@ -31,6 +31,8 @@ from modelc.server.handling import (
     precompile,
     read_json,
     record,
+    require_generation,
+    require_tokenizer,
 )
 from modelc.server.prompt import encode_chat, encode_prompt, render_chat
 from modelc.server.schema import (
@@ -176,6 +178,7 @@ async def infer() -> Any:
 
 
 def native_params(state: ServerState, engine: Any, body: dict[str, Any]) -> Any:
+    require_generation(engine)
     params = parse_sampling(
         body, state.config.defaults, vocab_size=getattr(engine.tokenizer, "vocab_size", None), native=True
     )
@@ -316,7 +319,8 @@ async def tokenize() -> Any:
     add_special = body.get("add_special", True)
     if not isinstance(add_special, bool):
         raise InvalidRequestError("'add_special' must be a boolean", param="add_special")
-    lists = [list(engine.tokenizer.encode(t, add_special=add_special)) for t in texts]
+    tok = require_tokenizer(engine)
+    lists = [list(tok.encode(t, add_special=add_special)) for t in texts]
     count = sum(len(t) for t in lists)
     return {"tokens_batch": lists, "count": count} if batch else {"tokens": lists[0], "count": count}
 
@@ -328,8 +332,9 @@ async def detokenize() -> Any:
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise InvalidRequestError("'tokens' must be a list of token ids", param="tokens")
-    check_token_ids(tokens, "tokens", getattr(engine.tokenizer, "vocab_size", None))
-    return {"text": engine.tokenizer.decode(tokens)}
+    tok = require_tokenizer(engine)
+    check_token_ids(tokens, "tokens", getattr(tok, "vocab_size", None))
+    return {"text": tok.decode(tokens)}
 
 
 @bp.post("/lora/load")

@@ -28,6 +28,7 @@ from modelc.server.handling import (
     precompile,
     read_json,
     record,
+    require_generation,
 )
 from modelc.server.prompt import encode_chat, parse_tool_calls, render_chat, tool_constraint
 from modelc.server.schema import (
@@ -72,6 +73,7 @@ def make_jobs(prompt_ids: list[int], params: SamplingParams, n: int) -> list[Job
 
 def parse_chat(state: ServerState, engine: Any, body: dict[str, Any]) -> ChatPlan:
     model = check_model(state, engine, body)
+    require_generation(engine)
     stream = get_bool(body, "stream")
     include_usage = parse_stream_options(body, stream)
     n, _ = parse_n(body, stream=stream, allow_best_of=False)

@@ -27,6 +27,7 @@ from modelc.server.handling import (
     precompile,
     read_json,
     record,
+    require_generation,
 )
 from modelc.server.openai_chat import make_jobs
 from modelc.server.prompt import encode_prompt, fim_prompt_ids
@@ -64,6 +65,7 @@ class CompletionPlan:
 
 def parse_completion(state: ServerState, engine: Any, body: dict[str, Any]) -> CompletionPlan:
     model = check_model(state, engine, body)
+    require_generation(engine)
     stream = get_bool(body, "stream")
     include_usage = parse_stream_options(body, stream)
     n, best_of = parse_n(body, stream=stream, allow_best_of=True)

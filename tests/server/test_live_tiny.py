@@ -65,28 +65,30 @@ def test_embeddings(oai) -> None:
     assert e.usage.prompt_tokens > 0
 
 
-needs_constraints = pytest.mark.skipif(
-    importlib.util.find_spec("modelc.engine.constraint") is None
-    or importlib.util.find_spec("modelc.engine.tools") is None,
-    reason="modelc.engine.constraint/tools not in this checkout yet",
-)
+def _missing(module: str) -> bool:
+    return importlib.util.find_spec(module) is None
+
+
+needs_constraints = pytest.mark.skipif(_missing("modelc.engine.constraint"), reason="no modelc.engine.constraint yet")
+needs_tools = pytest.mark.skipif(_missing("modelc.engine.tools"), reason="no modelc.engine.tools yet")
 
 
 @needs_constraints
 def test_json_schema(oai) -> None:
     schema = {
         "type": "object",
-        "properties": {"n": {"type": "integer"}},
-        "required": ["n"],
+        "properties": {"color": {"enum": ["red", "green"]}, "ok": {"type": "boolean"}},
+        "required": ["color", "ok"],
         "additionalProperties": False,
     }
     r = oai.chat.completions.create(
         model="tiny-llama",
         messages=MSGS,
-        max_tokens=40,
+        max_tokens=60,
         temperature=0,
         response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
     )
+    assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
 
 
@@ -97,6 +99,7 @@ def test_bad_regex_is_400(oai) -> None:
 
 
 @needs_constraints
+@needs_tools
 def test_tool_choice_required_gives_valid_call(oai) -> None:
     tools = [
         {

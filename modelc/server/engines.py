@@ -1,0 +1,93 @@
+"""Engine-like adapters so one server serves every kind of model through the same routes:
+EncoderEngine (BERT-family embeddings: /v1/embeddings, /embeddings, /tokenize) and InferEngine
+(MLP/ONNX: /infer). Generation routes answer 400 for them (`can_generate = False`).
+
+The heavy work runs in a worker thread (anyio.to_thread), one request at a time per model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import numpy as np
+
+
+class _EncoderTokenizer:
+    """The Tokenizer subset the routes use, over the embedder's truncating `tokenizers` object."""
+
+    def __init__(self, tok: Any) -> None:
+        self._tok = tok
+        self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
+        self.bos_id = None
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=add_special).ids)
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special)
+
+
+class EncoderEngine:
+    can_generate = False
+
+    def __init__(self, source: Any) -> None:
+        from modelc.engine.embedder import Embedder
+
+        self.source = source
+        self._embedder = Embedder(source)
+        self.name = getattr(source, "name", "") or self._embedder.name
+        self.architecture = getattr(source, "architecture", "bert")
+        tok = getattr(self._embedder, "_tok", None)  # the truncating tokenizer the embedder itself uses
+        self.tokenizer = _EncoderTokenizer(tok) if tok is not None else None
+        self.chat_template = None
+        self._limiter = anyio.CapacityLimiter(1)
+        self._num_running = 0
+
+    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
+        self._num_running += 1
+        try:
+            return await anyio.to_thread.run_sync(self._embedder.embed_token_ids, token_id_lists, limiter=self._limiter)
+        finally:
+            self._num_running -= 1
+
+    def stats(self) -> dict[str, int]:
+        return {"running": self._num_running}
+
+
+class InferEngine:
+    can_generate = False
+
+    def __init__(self, source: Any) -> None:
+        from modelc.engine.infer import Inferencer
+
+        self.source = source
+        self._inferencer = Inferencer(source)
+        self.name = getattr(source, "name", "") or self._inferencer.name
+        self.architecture = self._inferencer.architecture
+        self.tokenizer = None
+        self.chat_template = None
+        self._limiter = anyio.CapacityLimiter(1)
+        self._num_running = 0
+
+    async def infer(self, payload: dict[str, Any]) -> dict[str, Any]:
+        self._num_running += 1
+        try:
+            return await anyio.to_thread.run_sync(self._inferencer.infer, payload, limiter=self._limiter)
+        finally:
+            self._num_running -= 1
+
+    def stats(self) -> dict[str, int]:
+        return {"running": self._num_running}
+
+
+def adapter_for(source: Any) -> Any | None:
+    """An adapter engine for encoder / MLP / ONNX sources, None for causal LMs (AsyncEngine)."""
+    from modelc.engine.embedder import supports_embeddings
+    from modelc.engine.infer import supports_infer
+
+    if supports_infer(source):
+        return InferEngine(source)
+    if supports_embeddings(source):
+        return EncoderEngine(source)
+    return None

@@ -46,17 +46,15 @@ def test_bos_added_as_llama_cpp_does(shared_fixtures):
     assert gpt2.encode("Hello world").ids == [15496, 995]
 
 
-def test_tiny_llama_gguf_matches_llama_cpp_prompt(shared_fixtures):
+@pytest.mark.parametrize(("model", "gguf_type"), [("tiny-llama", "Q8_0"), ("tiny-gpt2", "F32")])
+def test_fixture_gguf_prompt_matches_llama_cpp(shared_fixtures, model, gguf_type):
     import json
 
-    import numpy as np
-
-    base = shared_fixtures / "models" / "tiny-llama"
-    m = read_gguf(base / "gguf" / "tiny-llama-Q8_0.gguf")
+    base = shared_fixtures / "models" / model
+    m = read_gguf(base / "gguf" / f"{model}-{gguf_type}.gguf")
     tok = Tokenizer.from_str(m.tokenizer_json)
     prompt = (base / "ref" / "prompt.txt").read_text(encoding="utf-8")
-    want = json.loads((base / "ref" / "llamacpp_Q8_0.json").read_text())["llamacpp_tokenize"]
-    assert want == np.load(base / "ref" / "prompt_ids.npy").tolist()
+    want = json.loads((base / "ref" / f"llamacpp_{gguf_type}.json").read_text())["llamacpp_tokenize"]
     assert tok.encode(prompt).ids == want
 
 

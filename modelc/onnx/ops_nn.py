@@ -81,6 +81,19 @@ def _reduce(f: Any, axes_input_from: int) -> Op:
     return op
 
 
+def arg_max(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    axis = int(attrs.get("axis", 0))
+    if attrs.get("select_last_index", 0):
+        flipped = np.flip(x, axis=axis)
+        idx = x.shape[axis] - 1 - np.argmax(flipped, axis=axis)
+    else:
+        idx = np.argmax(x, axis=axis)
+    if attrs.get("keepdims", 1):
+        idx = np.expand_dims(idx, axis)
+    return (idx.astype(np.int64),)
+
+
 def _pads_2d(attrs: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int], strides: tuple[int, int],
              dilations: tuple[int, int]) -> tuple[int, int, int, int]:  # fmt: skip
     """(top, left, bottom, right) from `pads` or `auto_pad`."""
@@ -220,6 +233,7 @@ OPS: dict[str, Op] = {
     "ReduceSum": _reduce(np.sum, 13),
     "ReduceMax": _reduce(np.max, 18),
     "ReduceMin": _reduce(np.min, 18),
+    "ArgMax": arg_max,
     "Conv": conv,
     "MaxPool": max_pool,
     "AveragePool": average_pool,

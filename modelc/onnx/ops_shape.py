@@ -85,6 +85,44 @@ def gather(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.nda
         raise InvalidRequestError(f"Gather index out of range [{-n}, {n - 1}]") from None
 
 
+def gather_elements(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x, idx = inputs[0], inputs[1].astype(np.int64)
+    axis = int(attrs.get("axis", 0)) % x.ndim
+    n = x.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise InvalidRequestError(f"GatherElements index out of range [{-n}, {n - 1}]")
+    return (np.take_along_axis(x, np.where(idx < 0, idx + n, idx), axis=axis),)
+
+
+def tile(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    return (np.tile(inputs[0], _ints(inputs[1])),)
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+def pad(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x, pads = inputs[0], _ints(inputs[1])
+    value = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+    axes = _axes(inputs, attrs, 3)
+    axes = list(range(x.ndim)) if axes is None else [a % x.ndim for a in axes]
+    k = len(axes)
+    if len(pads) != 2 * k:
+        raise InvalidRequestError(f"Pad needs {2 * k} pads, got {len(pads)}")
+    if min(pads, default=0) < 0:
+        raise UnsupportedError("Pad with negative pads (cropping) is not supported")
+    width = [(0, 0)] * x.ndim
+    for i, a in enumerate(axes):
+        width[a] = (pads[i], pads[i + k])
+    mode = _PAD_MODES.get(attrs.get("mode", "constant"))
+    if mode is None:
+        raise UnsupportedError(f"Pad mode {attrs.get('mode')!r} is not supported")
+    if mode == "constant":
+        fill = 0 if value is None else np.asarray(value).reshape(-1)[0]
+        return (np.pad(x, width, mode="constant", constant_values=fill),)
+    return (np.pad(x, width, mode=mode),)
+
+
 def unsqueeze(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
     x = inputs[0]
     axes = _axes(inputs, attrs, 1) or []
@@ -160,6 +198,9 @@ OPS: dict[str, Op] = {
     "Concat": concat,
     "Slice": slice_,
     "Gather": gather,
+    "GatherElements": gather_elements,
+    "Tile": tile,
+    "Pad": pad,
     "Unsqueeze": unsqueeze,
     "Squeeze": squeeze,
     "Shape": shape,

@@ -156,6 +156,31 @@ CASES = [
             [g.init("z", np.zeros(4, np.float32))],
         ),
     ),
+    (
+        "GatherElements",
+        one_node(
+            "GatherElements",
+            [("x", F, [2, 3, 4])],
+            [("y", F, None)],
+            [c("i", np.array([[[0, -1], [2, 1], [1, 1]]] * 2))],
+            axis=2,
+        ),
+    ),
+    ("Tile", one_node("Tile", [("x", F, [2, 3, 4])], [("y", F, None)], [c("r", [2, 1, 3])])),
+    (
+        "Pad",
+        one_node(
+            "Pad",
+            [("x", F, [2, 3, 4])],
+            [("y", F, None)],
+            [c("p", [0, 1, 2, 1, 0, 3]), g.init("v", np.array(1.5, np.float32))],
+        ),
+    ),
+    (
+        "Pad-reflect",
+        one_node("Pad", [("x", F, [2, 3, 4])], [("y", F, None)], [c("p", [0, 1, 2, 0, 1, 1])], mode="reflect"),
+    ),
+    ("ArgMax", one_node("ArgMax", [("x", F, [2, 3, 4])], [("y", I64, None)], axis=1, keepdims=0)),
     ("Cast", one_node("Cast", [("x", F, [2, 3, 4])], [("y", I64, None)], to=I64)),
     (
         "ConstantOfShape",
@@ -201,6 +226,33 @@ def test_op_matches_onnxruntime(model: onnx.ModelProto, tmp_path: pathlib.Path) 
 @pytest.mark.parametrize("model", [m for _, m in CASES4], ids=[n for n, _ in CASES4])
 def test_spatial_op_matches_onnxruntime(model: onnx.ModelProto, tmp_path: pathlib.Path) -> None:
     assert_same(model, {"x": X4}, tmp_path)
+
+
+def test_exported_tiny_bert_matches_onnxruntime(fixtures_dir: pathlib.Path) -> None:
+    """A graph from torch's ONNX exporter (see tests/fixtures/onnx/make_tiny_bert.py), padded batch."""
+    path = fixtures_dir / "onnx" / "tiny_bert.onnx"
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 100, (3, 9))
+    mask = np.ones((3, 9), np.int64)
+    mask[1, 5:] = 0
+    mask[2, 2:] = 0
+    feeds = {"input_ids": ids, "attention_mask": mask}
+    got = OnnxProgram(read_onnx(path)).run(feeds)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for name, w in zip(["last_hidden_state", "pooled"], want, strict=True):
+        np.testing.assert_allclose(got[name], w, atol=1e-4, rtol=1e-4)
+
+
+def test_plan_survives_the_artifact(tmp_path: pathlib.Path, fixtures_dir: pathlib.Path) -> None:
+    from modelc.artifact.reader import open_artifact
+    from modelc.artifact.writer import write_artifact
+
+    model = read_onnx(fixtures_dir / "onnx" / "tiny_bert.onnx")
+    write_artifact(model, tmp_path / "b.modelc")
+    art = open_artifact(tmp_path / "b.modelc")
+    assert art.architecture == "onnx"
+    feeds = {"input_ids": [[1, 2, 3]], "attention_mask": [[1, 1, 1]]}
+    np.testing.assert_array_equal(OnnxProgram(art).run(feeds)["pooled"], OnnxProgram(model).run(feeds)["pooled"])
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ class ChoiceResult:
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
     finish_reason: str | None = None
     cached_tokens: int = 0
+    queue_time_s: float | None = None  # when the engine reports it (Finished.queue_time_s)
 
     @property
     def cumulative_logprob(self) -> float:
@@ -151,6 +152,8 @@ class Timings:
 def apply_finish(result: ChoiceResult, ev: Any) -> None:
     result.finish_reason = ev.finish_reason
     result.cached_tokens = int(getattr(ev, "cached_tokens", 0) or 0)
+    q = getattr(ev, "queue_time_s", None)
+    result.queue_time_s = None if q is None else float(q)
 
 
 async def collect(

@@ -137,6 +137,8 @@ def account(
         m.prompt_hist.observe(n)
     for r in results:
         m.generation_hist.observe(len(r.token_ids))
+        if r.queue_time_s is not None:
+            m.queue_time.observe(r.queue_time_s)
     if timings.first_token is not None:
         rec.ttft_s = timings.first_token - timings.start
         m.ttft.observe(rec.ttft_s)

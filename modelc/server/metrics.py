@@ -68,7 +68,7 @@ class Metrics:
         )
         self.queue_time = Histogram(
             "modelc_request_queue_time_seconds",
-            "Time from request arrival to the first engine event.",
+            "Time a sequence waited before its first scheduling (as the engine reports it).",
             buckets=TTFT_BUCKETS,
             registry=r,
         )

@@ -35,6 +35,7 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    queue_time_s: float | None = None  # not in modelc.engine.events yet: the server reads it when present
 
 
 class ByteTokenizer:
@@ -132,7 +133,7 @@ class FakeEngine:
             await anyio.sleep(0)
             done = True
             self.finished.append(request_id or "")
-            yield Finished(reason, len(prompt_token_ids), len(out))
+            yield Finished(reason, len(prompt_token_ids), len(out), queue_time_s=0.002)
         finally:
             self.num_active -= 1
             if not done:

@@ -5,6 +5,7 @@ import pytest
 
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import FormatError, UnsupportedError
+from modelc.ir import Model, TensorData
 from modelc.kernels.select import kernel_set
 from modelc.models.batch import make_batch
 from modelc.models.registry import build_model
@@ -125,3 +126,45 @@ def test_bad_models_raise_clear_errors():
     del src.config["hidden_size"]
     with pytest.raises(FormatError, match="hidden_size"):
         build_model(src)
+
+
+def test_phi3_fused_qkv_and_gate_up_split_at_load():
+    src = make_tiny_llama(7)
+    fused = make_tiny_llama(7, architecture="phi3")
+    t = fused.tensors
+    for i in range(2):
+        p = f"model.layers.{i}."
+        parts = [t.pop(p + f"self_attn.{n}_proj.weight").array() for n in ("q", "k", "v")]
+        t[p + "self_attn.qkv_proj.weight"] = TensorData.from_array(np.concatenate(parts))
+        gu = [t.pop(p + f"mlp.{n}_proj.weight").array() for n in ("gate", "up")]
+        t[p + "mlp.gate_up_proj.weight"] = TensorData.from_array(np.concatenate(gu))
+    ids = np.arange(2, 30, dtype=np.int32)
+    got = _prefill(build_model(fused), _kv(build_model(fused)), ids, _tables([28])[0])
+    np.testing.assert_allclose(got, reference_logits(src, ids), rtol=1e-4, atol=1e-4)
+
+
+def test_gguf_naming_with_interleaved_rope():
+    """GGUF llama: Q/K rows permuted for interleaved rope (as convert_hf_to_gguf does), rope_neox=False."""
+    src = make_tiny_llama(8)
+    H, K, D = 4, 2, 16
+
+    def permute(w, n_head):  # llama.cpp's convert_hf_to_gguf LlamaModel.permute
+        return w.reshape(n_head, 2, D // 2, -1).swapaxes(1, 2).reshape(w.shape)
+
+    g = {"token_embd.weight": src.tensors["model.embed_tokens.weight"], "output_norm.weight": src.tensors["model.norm.weight"],
+         "output.weight": src.tensors["lm_head.weight"]}  # fmt: skip
+    names = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}  # fmt: skip
+    for i in range(2):
+        for hf, gg in names.items():
+            w = src.tensors[f"model.layers.{i}.{hf}.weight"]
+            if gg in ("attn_q", "attn_k"):
+                w = TensorData.from_array(np.ascontiguousarray(permute(w.array(), H if gg == "attn_q" else K)))
+            g[f"blk.{i}.{gg}.weight"] = w
+    cfg = dict(src.config, rope_neox=False)
+    gguf_model = Model("g", "llama", g, cfg, naming="gguf")
+    model = build_model(gguf_model)
+    ids = np.arange(1, 40, dtype=np.int32)
+    got = _prefill(model, _kv(model), ids, _tables([39])[0])
+    np.testing.assert_allclose(got, reference_logits(src, ids), rtol=1e-4, atol=1e-4)

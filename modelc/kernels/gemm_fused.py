@@ -27,7 +27,7 @@ from modelc.kernels.qdot import (
     splat_f32x8,
     zeros_f32x8,
 )
-from modelc.kernels.quant import KIND, _k_scale_min
+from modelc.kernels.quant import KIND
 
 FUSED_KINDS = frozenset({KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K], KIND[DataType.Q6_K]})
 
@@ -83,17 +83,23 @@ def _row_q4_k(w, base, xq, xd, xs, nsb):
         o = base + b * 144
         d = f16_at(w, o)
         dmin = f16_at(w, o + 2)
-        for g in range(4):  # chunk pair 2g, 2g+1 share 32 bytes: low and high nibbles
-            c = b * 8 + 2 * g
-            s0, m0 = _k_scale_min(w, o + 4, 2 * g)
-            s1, m1 = _k_scale_min(w, o + 4, 2 * g + 1)
-            p0 = dotu_i8x32(bits_i8x32(w, o + 16 + g * 32, 0, 15), load_i8x32(xq, c * 32))
-            p1 = dotu_i8x32(bits_i8x32(w, o + 16 + g * 32, 4, 15), load_i8x32(xq, c * 32 + 32))
-            acc0 = fma_i32x8(acc0, p0, splat_f32x8(d * np.float32(s0) * xd[c]))
-            acc1 = fma_i32x8(acc1, p1, splat_f32x8(d * np.float32(s1) * xd[c + 1]))
-            m += dmin * (
-                np.float32(m0) * (xs[2 * c] + xs[2 * c + 1]) + np.float32(m1) * (xs[2 * c + 2] + xs[2 * c + 3])
-            )
+        for j in range(4):
+            # chunk j (scale/min from bytes a_j, m_j) and chunk j+4 (from md_j plus the
+            # top bits of a_j, m_j) read the low/high nibbles of the same 32 bytes
+            aj = np.int32(w[o + 4 + j])
+            mj = np.int32(w[o + 8 + j])
+            mdj = np.int32(w[o + 12 + j])
+            c0 = b * 8 + j
+            c1 = c0 + 4
+            qo = o + 16 + (j // 2) * 32
+            sh = 4 * (j % 2)
+            p0 = dotu_i8x32(bits_i8x32(w, qo, sh, 15), load_i8x32(xq, c0 * 32))
+            p1 = dotu_i8x32(bits_i8x32(w, qo + 64, sh, 15), load_i8x32(xq, c1 * 32))
+            acc0 = fma_i32x8(acc0, p0, splat_f32x8(d * np.float32(aj & 63) * xd[c0]))
+            acc1 = fma_i32x8(acc1, p1, splat_f32x8(d * np.float32((mdj & 15) | ((aj >> 6) << 4)) * xd[c1]))
+            m0 = np.float32(mj & 63)
+            m1 = np.float32((mdj >> 4) | ((mj >> 6) << 4))
+            m += dmin * (m0 * (xs[2 * c0] + xs[2 * c0 + 1]) + m1 * (xs[2 * c1] + xs[2 * c1 + 1]))
     return hsum_f32x8(acc0) + hsum_f32x8(acc1) - m
 
 

@@ -246,7 +246,7 @@ def _wordpiece(fields: dict[str, Any], tokens: list[str], types: list[int]) -> d
             "clean_text": True,
             "handle_chinese_chars": True,
             "strip_accents": None,
-            "lowercase": True,
+            "lowercase": bool(fields.get("tokenizer.ggml.lowercase", True)),  # set by hf_tokenizer for vocab.txt
         },
         "pre_tokenizer": {"type": "BertPreTokenizer"},
         "model": {

@@ -15,6 +15,7 @@ from typing import Any
 from modelc.errors import FormatError, UnsupportedError
 from modelc.formats import pytorch, safetensors
 from modelc.formats.hf_config import normalize_config
+from modelc.formats.hf_tokenizer import tokenizer_json_for_folder
 from modelc.ir import Model, TensorData
 
 
@@ -177,6 +178,8 @@ def read_folder_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
     tok_cfg = _json_if(f / "tokenizer_config.json") or {}
     gen = _json_if(f / "generation_config.json") or {}
     tok_text = (f / "tokenizer.json").read_text(encoding="utf-8") if (f / "tokenizer.json").is_file() else None
+    if tok_text is None:
+        tok_text = tokenizer_json_for_folder(f, tok_cfg if isinstance(tok_cfg, dict) else {})
     tok_json = None
     if tok_text is not None:
         try:

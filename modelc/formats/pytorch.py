@@ -114,7 +114,10 @@ class _RefusingUnpickler(pickle.Unpickler):
             return _TORCH_DTYPES[name]
         if module == "torch" and name.endswith("Storage") and name.isidentifier():
             raise UnsupportedError(f"unsupported tensor storage type torch.{name}")
-        raise FormatError(f"refused pickle global {module}.{name}")
+        raise FormatError(
+            f"refused pickle global {module}.{name} (only plain state dicts of tensors are read;"
+            " save model.state_dict() or convert to safetensors)"
+        )
 
     def persistent_load(self, pid: Any) -> Any:
         if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):

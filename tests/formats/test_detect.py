@@ -73,3 +73,16 @@ def test_read_model_dispatch(tmp_path):
     m = read_model(plain / "w.safetensors")
     assert m.architecture == "" and m.config == {}
     assert json.dumps(m.metadata)
+
+
+def test_onnx_dispatch(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "W")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g", [x], [y], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    m = read_model(tmp_path / "m.onnx", name="tiny")
+    assert m.source_format == "onnx" and m.name == "tiny" and "W" in m.tensors

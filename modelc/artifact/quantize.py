@@ -87,7 +87,8 @@ def should_quantize(
 
 
 def _is_embedding(low: str) -> bool:
-    return any(k in low for k in ("embed_tokens", "token_embd", "wte", "word_embeddings", "embeddings.", "wpe"))
+    keys = ("embed_tokens", "tok_embeddings", "token_embd", "position_embd", "token_types", "wte", "wpe", "embeddings.")
+    return any(k in low for k in keys)
 
 
 def _is_output(low: str) -> bool:

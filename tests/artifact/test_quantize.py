@@ -154,6 +154,9 @@ def test_should_quantize():
     assert not should_quantize("blk.0.attn_norm.weight", v)
     assert not should_quantize("model.layers.0.self_attn.q_proj.bias", v)
     assert not should_quantize("model.embed_tokens.weight", m)
+    assert not should_quantize("position_embd.weight", m) and not should_quantize(
+        "bert.embeddings.position_embeddings.weight", m
+    )
     assert should_quantize("model.embed_tokens.weight", m, quantize_embeddings=True)
     assert not should_quantize("lm_head.weight", m)
     assert should_quantize("output.weight", m, quantize_output=True)

@@ -21,8 +21,23 @@ CORPUS = [
 ] * 4
 
 
+FROZEN = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "tokenizer"
+
+
 @functools.cache
-def byte_level_json(vocab_size: int = 600) -> str:
+def byte_level_json() -> str:
+    """The frozen copy (BPE training is not deterministic across runs), else train one now."""
+    frozen = FROZEN / "tiny-byte-level.json"
+    return frozen.read_text() if frozen.is_file() else train_byte_level_json()
+
+
+@functools.cache
+def spm_json() -> str:
+    frozen = FROZEN / "tiny-spm.json"
+    return frozen.read_text() if frozen.is_file() else train_spm_json()
+
+
+def train_byte_level_json(vocab_size: int = 600) -> str:
     tok = tokenizers.Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -39,8 +54,7 @@ def byte_level_json(vocab_size: int = 600) -> str:
 BYTE_LEVEL_SPECIAL = {"bos_token_id": None, "eos_token_ids": [0, 2], "add_bos_token": False}
 
 
-@functools.cache
-def spm_json(vocab_size: int = 500) -> str:
+def train_spm_json(vocab_size: int = 500) -> str:
     """llama-style: "▁" prepended by the normalizer, BPE with byte fallback, ids 0/1/2 = <unk>/<s>/</s>."""
     tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
     tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])

@@ -356,3 +356,55 @@ def test_text_stream_skips_stop_strings_before_min_tokens() -> None:
     ts = TextStream(Tok(), [], ("E",))
     assert ts.add(ord("E"), check_stop=False) == "E" and not ts.stopped
     assert ts.add(ord("E")) == "" and ts.stopped
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+async def test_random_mix_of_requests_aborts_and_priorities(anyio_backend, seed) -> None:
+    """Many requests, random lengths/priorities/early exits, a pool small enough to preempt: every
+    request ends exactly once, finished ones equal their run alone, and every block comes back."""
+    import random
+
+    rng = random.Random(seed)
+    config, kw = cfg(10, max_batch_tokens=24, max_num_seqs=6, max_queue=100)
+    specs = [
+        (rng.choice([3, 5, 7]), rng.randint(1, 40), rng.randint(1, 20), rng.randint(0, 2), rng.random() < 0.3)
+        for _ in range(40)
+    ]
+    ends: dict[int, list] = {i: [] for i in range(len(specs))}
+
+    async def body(tree: Tree) -> None:
+        async def one(i: int) -> None:
+            fam, n, m, prio, leave = specs[i]
+            prompt = [fam] * 16 + [fam + i] * n
+            actor = RequestActor(i + 1, prompt, greedy(m, priority=prio), tree.address)
+            toks = []
+            async for ev in actor.events():
+                if isinstance(ev, Finished):
+                    ends[i].append((ev.finish_reason, toks))
+                    return
+                toks.append(ev.token_id)
+                if leave and len(toks) == 2:
+                    ends[i].append(("left", toks))
+                    return
+            ends[i].append(("no-finish", toks))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(len(specs)):
+                tg.start_soon(one, i)
+                if rng.random() < 0.3:
+                    await wait_all_tasks_blocked()
+        await wait_all_tasks_blocked()
+        stats = tree.stats()
+        assert stats["kv_blocks_used"] == 0 and stats["running"] == 0 and stats["waiting"] == 0
+        assert stats["preemptions"] > 0 and stats["prefix_hits"] > 0
+
+    with anyio.fail_after(60):
+        await run_tree(config, body, **kw)
+    for i, (fam, n, m, _, _) in enumerate(specs):
+        assert len(ends[i]) == 1, ends[i]
+        reason, toks = ends[i][0]
+        expected = greedy_alone([fam] * 16 + [fam + i] * n, m)
+        if reason == "length":
+            assert toks == expected
+        else:
+            assert reason == "left" and toks == expected[:2]

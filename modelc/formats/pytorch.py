@@ -26,7 +26,8 @@ from modelc.errors import FormatError, ModelcError, UnsupportedError
 from modelc.formats import safetensors as st
 from modelc.ir import DataType, Model, TensorData
 
-MAX_PICKLE_BYTES = 256 * 1024 * 1024
+MAX_PICKLE_BYTES = 32 * 1024 * 1024  # a state dict's pickle is ~200 bytes per tensor
+MAX_INFLATE_RATIO = 20  # a deflated entry may not claim more than this x its stored size (zip bombs)
 
 # torch.<Name>Storage -> stored element type
 STORAGE_TYPES: dict[str, DataType] = {
@@ -153,6 +154,10 @@ def _entry_view(path: pathlib.Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, 
     span = _stored_span(path, info, mm)
     if span is not None:
         return mm[span[0] : span[0] + span[1]]
+    if info.file_size > max(1 << 20, MAX_INFLATE_RATIO * info.compress_size):
+        raise FormatError(
+            f"{path.name}: zip entry {info.filename} claims {info.file_size} bytes from {info.compress_size}"
+        )
     try:
         return np.frombuffer(zf.read(info), dtype=np.uint8)
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
@@ -216,7 +221,7 @@ def _read_zip(path: pathlib.Path) -> tuple[dict[str, TensorData], dict[str, Any]
             raise FormatError(f"{path.name}: zip archive has no data.pkl (not a torch.save checkpoint)")
         prefix = pkl[0][: -len("data.pkl")]
         byteorder = infos.get(prefix + "byteorder")
-        if byteorder is not None and zf.read(byteorder).strip() not in (b"little", b""):
+        if byteorder is not None and byteorder.file_size < 64 and zf.read(byteorder).strip() not in (b"little", b""):
             raise UnsupportedError(f"{path.name}: big-endian torch checkpoints are not supported")
         if infos[pkl[0]].file_size > MAX_PICKLE_BYTES:
             raise FormatError(f"{path.name}: data.pkl is larger than {MAX_PICKLE_BYTES} bytes")

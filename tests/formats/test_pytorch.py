@@ -178,3 +178,10 @@ def test_unknown_storage_type_is_unsupported(tmp_path):
     write_zip(p, b"ctorch\nFloat8_e4m3fnStorage\n.", {})
     with pytest.raises(UnsupportedError, match="Float8_e4m3fnStorage"):
         read_pytorch(p)
+
+
+def test_zip_bomb_entry_is_refused(tmp_path):
+    p = tmp_path / "m.pt"
+    write_checkpoint(p, {"w": np.zeros(1 << 20, np.float32)}, compress=True)  # 4 MiB of zeros deflate ~1000x
+    with pytest.raises(FormatError, match="claims"):
+        read_pytorch(p)

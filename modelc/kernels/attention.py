@@ -9,18 +9,86 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
 from modelc.kernels.kv_dtype import load_f32
 
 
-# parallel=True: rows x KV heads are independent and attention over long contexts is
-# compute-bound (~2.7 GB/s of KV per core), so both cores help at decode and prefill.
+@njit(cache=True, nogil=True, fastmath=True, inline="always")
+def _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq, scale, window, item):
+    """One (query row, KV head) work item: the G query heads of that KV head's group."""
+    T, H, D = q.shape
+    Z = k_pages.shape[1]
+    K = k_pages.shape[2]
+    G = H // K
+    # NOTE: rows are visited short/long alternately so a static split of the items over
+    # threads gets a balanced share of causal work.
+    rr = item // K
+    t = rr // 2 if rr % 2 == 0 else T - 1 - rr // 2
+    kh = item % K
+    s = row_seq[t]
+    pos = pos_start[s] + t - q_start[s]
+    lo = 0
+    if window > 0 and pos - window + 1 > 0:
+        lo = pos - window + 1
+    n = pos + 1 - lo
+    h0 = kh * G
+    scores = np.empty((G, n), dtype=np.float32)
+    for j in range(n):
+        p = lo + j
+        krow = k_pages[block_tables[s, p // Z], p % Z, kh]  # (D,) contiguous view
+        for g in range(G):
+            qrow = q[t, h0 + g]
+            acc = np.float32(0.0)
+            for d in range(D):
+                acc += qrow[d] * load_f32(krow[d])
+            scores[g, j] = acc * scale
+    denom = np.empty(G, dtype=np.float32)
+    for g in range(G):
+        m = scores[g, 0]
+        for j in range(1, n):
+            if scores[g, j] > m:
+                m = scores[g, j]
+        tot = np.float32(0.0)
+        for j in range(n):
+            e = np.float32(math.exp(scores[g, j] - m))
+            scores[g, j] = e
+            tot += e
+        denom[g] = tot
+    acc_v = np.zeros((G, D), dtype=np.float32)
+    vbuf = np.empty(D, dtype=np.float32)
+    for j in range(n):
+        p = lo + j
+        vrow = v_pages[block_tables[s, p // Z], p % Z, kh]  # (D,)
+        for d in range(D):
+            vbuf[d] = load_f32(vrow[d])
+        for g in range(G):
+            w = scores[g, j]
+            arow = acc_v[g]
+            for d in range(D):
+                arow[d] += w * vbuf[d]
+    for g in range(G):
+        inv = np.float32(1.0) / denom[g]
+        for d in range(D):
+            out[t, h0 + g, d] = acc_v[g, d] * inv
+
+
+@njit(cache=True, nogil=True)
+def _row_seq(T, q_start):
+    """(T,) sequence index of each query row."""
+    S = q_start.shape[0] - 1
+    row_seq = np.empty(T, dtype=np.int64)
+    for s in range(S):
+        for t in range(q_start[s], q_start[s + 1]):
+            row_seq[t] = s
+    return row_seq
+
+
 # fastmath=True: lets LLVM vectorize the D-long dot-product reductions (reassociation only;
-# scores stay within ~1e-6 relative of the ordered sum, checked against ref in tests).
-@njit(cache=True, nogil=True, parallel=True, fastmath=True)
+# results stay within ~1e-6 relative of the ordered sum, checked against ref in tests).
+@njit(cache=True, nogil=True, fastmath=True)
 def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
-    """Causal attention over paged KV.
+    """Causal attention over paged KV, on the calling thread.
 
     out: (T, H, D) float32, fully written; must not alias q.
     q: (T, H, D) float32 (rope already applied).
@@ -30,63 +98,31 @@ def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, 
     pos_start: (S,) int32, position of sequence s's first row.
     scale: float (1/sqrt(D) usually).  window: int, > 0 limits attention to the last `window` positions.
     """
-    T, H, D = q.shape
-    Z = k_pages.shape[1]
+    T = q.shape[0]
     K = k_pages.shape[2]
-    G = H // K
-    S = block_tables.shape[0]
-    row_seq = np.empty(T, dtype=np.int64)
-    for s in range(S):
-        for t in range(q_start[s], q_start[s + 1]):
-            row_seq[t] = s
+    row_seq = _row_seq(T, q_start)
+    for item in range(T * K):
+        _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq, scale, window, item)
+
+
+# parallel=True: rows x KV heads are independent and attention over long contexts is
+# compute-bound (~2.7 GB/s of KV per core), so more cores help once there is enough work.
+@njit(cache=True, nogil=True, fastmath=True, parallel=True)
+def paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
+    """paged_attention with the (row, KV head) items spread over numba's threads. Same contract."""
+    T = q.shape[0]
+    K = k_pages.shape[2]
+    row_seq = _row_seq(T, q_start)
     for item in prange(T * K):
-        # NOTE: rows are visited short/long alternately so the static split over threads
-        # gets a balanced share of causal work.
-        rr = item // K
-        t = rr // 2 if rr % 2 == 0 else T - 1 - rr // 2
-        kh = item % K
-        s = row_seq[t]
-        pos = pos_start[s] + t - q_start[s]
-        lo = 0
-        if window > 0 and pos - window + 1 > 0:
-            lo = pos - window + 1
-        n = pos + 1 - lo
-        h0 = kh * G
-        scores = np.empty((G, n), dtype=np.float32)
-        for j in range(n):
-            p = lo + j
-            krow = k_pages[block_tables[s, p // Z], p % Z, kh]  # (D,) contiguous view
-            for g in range(G):
-                qrow = q[t, h0 + g]
-                acc = np.float32(0.0)
-                for d in range(D):
-                    acc += qrow[d] * load_f32(krow[d])
-                scores[g, j] = acc * scale
-        denom = np.empty(G, dtype=np.float32)
-        for g in range(G):
-            m = scores[g, 0]
-            for j in range(1, n):
-                if scores[g, j] > m:
-                    m = scores[g, j]
-            tot = np.float32(0.0)
-            for j in range(n):
-                e = np.float32(math.exp(scores[g, j] - m))
-                scores[g, j] = e
-                tot += e
-            denom[g] = tot
-        acc_v = np.zeros((G, D), dtype=np.float32)
-        vbuf = np.empty(D, dtype=np.float32)
-        for j in range(n):
-            p = lo + j
-            vrow = v_pages[block_tables[s, p // Z], p % Z, kh]  # (D,)
-            for d in range(D):
-                vbuf[d] = load_f32(vrow[d])
-            for g in range(G):
-                w = scores[g, j]
-                arow = acc_v[g]
-                for d in range(D):
-                    arow[d] += w * vbuf[d]
-        for g in range(G):
-            inv = np.float32(1.0) / denom[g]
-            for d in range(D):
-                out[t, h0 + g, d] = acc_v[g, d] * inv
+        _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq, scale, window, item)
+
+
+PARALLEL_MIN_ITEMS = 16  # below this many (row, KV head) items a thread launch costs more than it saves
+
+
+def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
+    """paged_attention, on numba's threads when there are enough (row, KV head) items to share."""
+    if get_num_threads() > 1 and q.shape[0] * k_pages.shape[2] >= PARALLEL_MIN_ITEMS:
+        paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+    else:
+        paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)

@@ -69,7 +69,7 @@ def kernel_set(name: str | None = None) -> KernelSet:
         activation.gelu_erf,
         activation.softmax,
         kv_write.kv_write,
-        attention.paged_attention,
+        attention.paged_attention_auto,
         linear.matmul,
         linear.dequantize,
         linear.dequantize_rows,

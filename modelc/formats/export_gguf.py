@@ -42,6 +42,7 @@ def export_gguf(
             _add_kv(w, gguf, key, val)
         for key, val in _modelc_kvs(source).items():
             w.add_key_value(key, val, gguf.GGUFValueType.STRING)
+        _add_tokenizer(w, gguf, source)
         for name, (arr, raw_dtype) in tensors.items():
             w.add_tensor(name, arr, raw_dtype=raw_dtype)
         w.write_header_to_file()
@@ -91,6 +92,19 @@ def _modelc_kvs(source: Any) -> dict[str, str]:
     if source.tokenizer_json:
         kv["modelc.tokenizer_json"] = source.tokenizer_json
     return {k: v for k, v in kv.items() if v}
+
+
+def _add_tokenizer(w: Any, gguf: Any, source: Any) -> None:
+    """tokenizer.ggml.tokens/token_type/merges|scores rebuilt from tokenizer.json (GGUF-born models)."""
+    from modelc.formats.export_gguf_tokenizer import tokenizer_arrays
+
+    meta = source.metadata or {}
+    if not source.tokenizer_json or "tokenizer.ggml.tokens" in meta:
+        return
+    T = gguf.GGUFValueType
+    subtypes = {"tokens": T.STRING, "token_type": T.INT32, "merges": T.STRING, "scores": T.FLOAT32}
+    for key, values in tokenizer_arrays(source.tokenizer_json, meta).items():
+        w.add_key_value(key, values, T.ARRAY, sub_type=subtypes[key.rsplit(".", 1)[1]])
 
 
 def _add_kv(w: Any, gguf: Any, key: str, val: Any) -> None:

@@ -91,3 +91,37 @@ def test_hf_safetensors_fixture_roundtrip(shared_fixtures, tmp_path):
     art = open_artifact(write_artifact(src, tmp_path / "m.modelc"))
     again, _ = read_tensors(export_safetensors(art, tmp_path / "m.safetensors"))
     assert sorted(again) == sorted(tensors) and all(same_bytes(again[n], tensors[n]) for n in tensors)
+
+
+# the 128k/150k-token vocabularies take 20-30 s each here
+VOCABS = [
+    "bert-bge",
+    "gpt-2",
+    "llama-spm",
+    pytest.param("llama-bpe", marks=pytest.mark.slow),
+    pytest.param("qwen2", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_gguf_export_rebuilds_tokenizer_arrays(shared_fixtures, tmp_path, vocab):
+    src = read_gguf(shared_fixtures / "tokenizer" / f"ggml-vocab-{vocab}.gguf")
+    art = open_artifact(write_artifact(src, tmp_path / "v.modelc"))
+    back = read_gguf(export_gguf(art, tmp_path / "v.gguf"))
+    assert json.loads(back.tokenizer_json) == json.loads(src.tokenizer_json)
+    assert back.special_tokens == src.special_tokens
+
+
+def test_gguf_tokenizer_arrays_types_and_scores():
+    from modelc.formats.export_gguf_tokenizer import tokenizer_arrays
+
+    doc = {
+        "added_tokens": [{"id": 0, "content": "<unk>", "special": True}, {"id": 1, "content": "<s>", "special": True}],
+        "model": {"type": "BPE", "vocab": {"<unk>": 0, "<s>": 1, "<0x0A>": 2, "a": 3, "b": 4, "ab": 5, "abb": 6},
+                  "merges": [["a", "b"], ["ab", "b"]]},
+    }  # fmt: skip
+    out = tokenizer_arrays(json.dumps(doc), {"tokenizer.ggml.model": "llama", "tokenizer.ggml.unknown_token_id": 0})
+    assert out["tokenizer.ggml.tokens"] == ["<unk>", "<s>", "<0x0A>", "a", "b", "ab", "abb"]
+    assert out["tokenizer.ggml.token_type"] == [2, 3, 6, 1, 1, 1, 1]
+    assert out["tokenizer.ggml.scores"] == [-3.0, -3.0, -3.0, -3.0, -3.0, 0.0, -1.0]
+    assert tokenizer_arrays(json.dumps(doc), {"tokenizer.ggml.model": "rwkv"}) == {}

@@ -40,17 +40,9 @@ def open_source(path_or_name: str | os.PathLike[str]) -> Any:
 
         return open_artifact(p)
     if p.exists():
-        try:
-            from modelc.formats.detect import read_model
-        except ModuleNotFoundError:  # the format detector is optional in a partial install
-            read_model = None
-        if read_model is not None:
-            return read_model(p)
-        if p.suffix.lower() == ".gguf":
-            from modelc.formats.gguf import read_gguf
+        from modelc.formats.detect import read_model
 
-            return read_gguf(p)
-        raise UnsupportedError(f"cannot read {p}: no format reader available")
+        return read_model(p)
     from modelc.store import resolve
 
     art = resolve(os.fspath(path_or_name))

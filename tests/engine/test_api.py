@@ -107,10 +107,11 @@ def test_load_artifact(tmp_path):
 
 
 @pytest.mark.shared
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
-def test_load_gguf_greedy_matches_transformers(shared_fixtures, name):
+@pytest.mark.parametrize("name,weights", [("tiny-llama", "gguf/tiny-llama-F32.gguf"), ("tiny-gpt2", "gguf/tiny-gpt2-F32.gguf"),
+                                          ("tiny-llama", "hf")])  # fmt: skip
+def test_load_raw_weights_greedy_matches_transformers(shared_fixtures, name, weights):
     d = shared_fixtures / "models" / name
-    eng = Engine.load(d / "gguf" / f"{name}-F32.gguf", kv_cache_tokens=64)
+    eng = Engine.load(d / weights, kv_cache_tokens=64)
     prompt = (d / "ref" / "prompt.txt").read_text()
     ids = eng.tokenize(prompt)
     assert ids == np.load(d / "ref" / "prompt_ids.npy").tolist()

@@ -39,6 +39,19 @@ def test_f32_gguf_matches_transformers(shared_fixtures, name):
     assert new == greedy
 
 
+def test_hf_folder_matches_transformers(shared_fixtures):
+    from modelc.formats.detect import read_model
+
+    d = shared_fixtures / "models" / "tiny-llama"
+    model = build_model(read_model(d / "hf"))
+    ids = np.load(d / "ref" / "prompt_ids.npy").astype(np.int32)
+    want = np.load(d / "ref" / "logits_hf_fp32.npy")
+    greedy = np.load(d / "ref" / "greedy_ids.npy").tolist()
+    logits, new = _run(model, ids, len(greedy))
+    assert np.abs(logits - want).max() / np.abs(want).max() <= 1e-4
+    assert new == greedy
+
+
 @pytest.mark.parametrize(
     "name,qtype",
     [("tiny-llama", "Q8_0"), ("tiny-llama", "Q4_0"), ("tiny-llama256", "Q4_K_M"), ("tiny-llama256", "Q6_K"),

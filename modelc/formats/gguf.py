@@ -15,7 +15,7 @@ import numpy as np
 
 from modelc.errors import FormatError
 from modelc.formats.gguf_file import GGUFFile, parse_gguf
-from modelc.formats.gguf_tokenizer import build_tokenizer_json
+from modelc.formats.gguf_tokenizer import build_tokenizer_json, default_add_bos
 from modelc.ir import DataType, Model, TensorData
 
 # Big arrays that live in the tokenizer, not in metadata.
@@ -195,8 +195,8 @@ def _special_tokens(g: GGUFFile) -> dict[str, Any]:
     if eos is not None and eos < len(tokens):
         sp["eos_token"] = tokens[eos]
     add_bos = f.get("tokenizer.ggml.add_bos_token")
-    # llama.cpp's defaults when the key is absent: SentencePiece and WordPiece add BOS/CLS, BPE does not.
-    sp["add_bos_token"] = bool(add_bos) if add_bos is not None else model in ("llama", "bert")
+    # llama.cpp's defaults when the key is absent: SPM/WordPiece and the llama3/tekken BPE families add BOS.
+    sp["add_bos_token"] = bool(add_bos) if add_bos is not None else default_add_bos(f)
     add_eos = f.get("tokenizer.ggml.add_eos_token")
     if add_eos is not None:
         sp["add_eos_token"] = bool(add_eos)

@@ -42,7 +42,30 @@ _FALCON = [
     "[0-9][0-9][0-9]",
 ]
 _BLOOM = [" ?[^(\\s|.,!?…。，、।۔،)]+"]
+_VIKING = [*_BLOOM, "\\p{N}"]
 _CHATGLM4 = _LLAMA3
+_SEED_CODER = [
+    _CONTRACTIONS
+    + "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+]
+_BAILINGMOE = [
+    "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"
+]
+_QWEN35 = [
+    _CONTRACTIONS
+    + "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+]
+_UPPER = "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
+_LOWER = "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
+_TEKKEN = [
+    f"[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPER}*{_LOWER}+|[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPER}+{_LOWER}*"
+    "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+]
+_GPT4O = [
+    f"[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}?|[^\\r\\n\\p{{L}}\\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTIONS}?"
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+]
 _DEFAULT = [
     "[\\p{P}\\$\\+<=>\\^~\\|]+",
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
@@ -50,23 +73,47 @@ _DEFAULT = [
     "[0-9][0-9][0-9]",
 ]
 
-# tokenizer.ggml.pre -> (regexes applied in sequence, ignore_merges). Mirrors llama.cpp's table.
-PRE_TOKENIZERS: dict[str, tuple[list[str], bool]] = {
-    **{k: (_LLAMA3, True) for k in ("llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral")},
-    **{k: (_LLAMA3, False) for k in ("dbrx", "smaug-bpe")},
-    **{k: (_QWEN2, False) for k in ("qwen2", "stablelm2", "hunyuan", "megrez")},
-    **{k: (_STARCODER, False) for k in ("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone")},
-    **{
-        k: (_GPT2, False)
-        for k in ("gpt-2", "gpt2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v1-en", "mpt", "olmo", "jais")
-    },
-    **{k: (_BLOOM, False) for k in ("poro-chat", "bloom", "gpt3-finnish")},
-    "deepseek-coder": (_DEEPSEEK_CODER, False),
-    "deepseek-v3": (_DEEPSEEK3, False),
-    "falcon": (_FALCON, False),
-    "chatglm-bpe": (_CHATGLM4, False),
-    "default": (_DEFAULT, False),
+
+def _names(names: str, regexes: list[str], ignore_merges: bool = False, add_bos: bool = False):
+    return {n: (regexes, ignore_merges, add_bos) for n in names.split()}
+
+
+# tokenizer.ggml.pre -> (regexes applied in sequence, ignore_merges, add_bos when the GGUF does not say).
+# Mirrors llama.cpp's llama_vocab::load table (src/llama-vocab.cpp); regexes are the models' own
+# tokenizer.json ones where llama.cpp only rewrote them for its regex engine.
+PRE_TOKENIZERS: dict[str, tuple[list[str], bool, bool]] = {
+    **_names("llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2", _LLAMA3, True, True),
+    **_names("dbrx smaug-bpe", _LLAMA3),
+    **_names("qwen2 stablelm2 hunyuan megrez grok-2", _QWEN2),
+    **_names("starcoder refact command-r smollm codeshell exaone minerva-7b", _STARCODER),
+    **_names(
+        "gpt-2 gpt2 phi-2 jina-es jina-de gigachat jina-v1-en jina-v2-es jina-v2-de jina-v2-code roberta-bpe"
+        " exaone4 mpt olmo jais trillion granite-docling",
+        _GPT2,
+    ),
+    **_names("poro-chat bloom gpt3-finnish", _BLOOM),
+    **_names("deepseek-v3 hunyuan-dense", _DEEPSEEK3),
+    **_names("chatglm-bpe glm4", _CHATGLM4),
+    **_names("gpt-4o minimax-m2", _GPT4O),
+    "tekken": (_TEKKEN, True, True),
+    "viking": (_VIKING, False, False),
+    "seed-coder": (_SEED_CODER, False, False),
+    "bailingmoe": (_BAILINGMOE, False, False),
+    "qwen35": (_QWEN35, False, False),
+    "deepseek-coder": (_DEEPSEEK_CODER, False, False),
+    "falcon": (_FALCON, False, False),
+    "default": (_DEFAULT, False, False),
 }
+
+
+def default_add_bos(fields: dict[str, Any]) -> bool:
+    """llama.cpp's add_bos when tokenizer.ggml.add_bos_token is absent."""
+    kind = fields.get("tokenizer.ggml.model")
+    if kind == "gpt2":
+        entry = PRE_TOKENIZERS.get(str(fields.get("tokenizer.ggml.pre") or "default"))
+        return bool(entry and entry[2])
+    return kind in ("llama", "bert")
+
 
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 
@@ -150,7 +197,7 @@ def _gpt2(fields: dict[str, Any], tokens: list[str]) -> dict[str, Any]:
     pre = str(fields.get("tokenizer.ggml.pre") or "default")
     if pre not in PRE_TOKENIZERS:
         raise UnsupportedError(f"unsupported GGUF pre-tokenizer {pre!r} (tokenizer.ggml.pre)")
-    regexes, ignore_merges = PRE_TOKENIZERS[pre]
+    regexes, ignore_merges, _ = PRE_TOKENIZERS[pre]
     raw_merges = fields.get("tokenizer.ggml.merges")
     if not isinstance(raw_merges, list):
         raise FormatError("GGUF BPE tokenizer has no tokenizer.ggml.merges")
@@ -272,13 +319,13 @@ def build_tokenizer_json(fields: dict[str, Any]) -> str:
     kind = fields.get("tokenizer.ggml.model")
     if kind == "gpt2":
         body = _gpt2(fields, tokens)
-        default_bos, bos_key, eos_key = False, "bos_token_id", "eos_token_id"
+        bos_key, eos_key = "bos_token_id", "eos_token_id"
     elif kind == "llama":
         body = _spm(fields, tokens, types)
-        default_bos, bos_key, eos_key = True, "bos_token_id", "eos_token_id"
+        bos_key, eos_key = "bos_token_id", "eos_token_id"
     elif kind == "bert":
         body = _wordpiece(fields, tokens, types)
-        default_bos, bos_key, eos_key = True, "cls_token_id", "seperator_token_id"
+        bos_key, eos_key = "cls_token_id", "seperator_token_id"
     else:
         raise UnsupportedError(f"unsupported GGUF tokenizer model {kind!r} (tokenizer.ggml.model)")
     n = len(tokens)
@@ -292,7 +339,7 @@ def build_tokenizer_json(fields: dict[str, Any]) -> str:
         if kind != "bert"
         else (_token_id(fields, eos_key, n) or _token_id(fields, "eos_token_id", n))
     )
-    add_bos = fields.get("tokenizer.ggml.add_bos_token", default_bos)
+    add_bos = fields.get("tokenizer.ggml.add_bos_token", default_add_bos(fields))
     add_eos = fields.get("tokenizer.ggml.add_eos_token", kind == "bert")
     doc = {
         "version": "1.0",

@@ -44,6 +44,10 @@ def test_bos_added_as_llama_cpp_does(shared_fixtures):
         build_tokenizer_json(parse_gguf(shared_fixtures / "tokenizer/ggml-vocab-gpt-2.gguf").fields)
     )
     assert gpt2.encode("Hello world").ids == [15496, 995]
+    # llama-bpe's GGUF has no add_bos_token key: llama.cpp's llama3 default adds BOS
+    llama3 = read_gguf(shared_fixtures / "tokenizer/ggml-vocab-llama-bpe.gguf")
+    assert llama3.special_tokens["add_bos_token"] is True
+    assert Tokenizer.from_str(llama3.tokenizer_json).encode("Hello world").ids == [128000, 9906, 1917]
 
 
 @pytest.mark.parametrize(("model", "gguf_type"), [("tiny-llama", "Q8_0"), ("tiny-gpt2", "F32")])

@@ -42,7 +42,7 @@ from modelc.actors.messages import (
     StatsReported,
     UnloadAdapter,
 )
-from modelc.errors import EngineError, ModelcError, OverloadedError
+from modelc.errors import EngineError, ModelcError, NotFoundError, OverloadedError
 from modelc.scheduler.batch import BatchPlan
 from modelc.scheduler.output import SeqEvent
 from modelc.scheduler.scheduler import Scheduler
@@ -80,6 +80,7 @@ class SchedulerActor:
         self.embeds: deque[Embed] = deque()
         self.admin: deque[LoadAdapter | UnloadAdapter] = deque()
         self.admin_job: _AdminJob | None = None
+        self.adapters: set[str] = set()  # loaded on every engine
         self.stopping = False
         self.stopped = False  # Shutdown has been sent to the engines
         self.engine_restarts = 0
@@ -173,6 +174,11 @@ class SchedulerActor:
             if any(e.busy for e in self.engines):
                 return  # let every engine drain; start no new step meanwhile
             msg = self.admin.popleft()
+            if isinstance(msg, UnloadAdapter):
+                # Every engine is idle: end the adapter's sequences before its weights go away.
+                error = f"LoRA adapter {msg.name!r} was unloaded"
+                for eng in self.engines:
+                    self._route(eng.scheduler.fail_adapter(msg.name, error), outs)
             self.admin_job = _AdminJob(msg, set(range(len(self.engines))))
             for eng in self.engines:
                 eng.busy = True
@@ -203,6 +209,10 @@ class SchedulerActor:
             return
         if msg.seq_id in self.routes:
             outs.append((msg.reply_to, SequenceRejected(msg.seq_id, EngineError(f"duplicate seq id {msg.seq_id}"))))
+            return
+        if seq.adapter is not None and seq.adapter not in self.adapters:
+            error = NotFoundError(f"LoRA adapter {seq.adapter!r} is not loaded", param="adapter")
+            outs.append((msg.reply_to, SequenceRejected(msg.seq_id, error)))
             return
         i = self._pick_engine(seq)
         try:
@@ -269,6 +279,11 @@ class SchedulerActor:
         if job.pending:
             return
         self.admin_job = None
+        if job.error is None:
+            if isinstance(job.msg, LoadAdapter):
+                self.adapters.add(job.msg.name)
+            else:
+                self.adapters.discard(job.msg.name)
         # The weights behind some cached pages may have changed (a reloaded or global adapter).
         for eng in self.engines:
             eng.scheduler.pool.reset_prefix_cache()

@@ -108,6 +108,7 @@ class AsyncEngine:
         self._request_ids = itertools.count(1)
         self._live: dict[str, int] = {}  # request id -> seq id, for abort()
         self._closed = False
+        self._vocab_size = int((getattr(source, "config", None) or {}).get("vocab_size") or 0)
 
     @classmethod
     @asynccontextmanager
@@ -154,13 +155,17 @@ class AsyncEngine:
         """TokenEvents then one Finished. The first step raises OverloadedError when the queue is
         full. Leaving early (break + aclose, cancellation, disconnect) aborts the sequence."""
         params = params or SamplingParams()
-        if not prompt_token_ids:
+        prompt = [int(t) for t in prompt_token_ids]
+        if not prompt:
             raise InvalidRequestError("the prompt is empty", param="prompt")
+        # Checked here: a bad id reaching the runner would fail every sequence in its batch.
+        if self._vocab_size and not 0 <= min(prompt) <= max(prompt) < self._vocab_size:
+            raise InvalidRequestError(f"prompt token ids must be in [0, {self._vocab_size})", param="prompt")
         seq_id = next(self._seq_ids)
         key = request_id or f"seq-{seq_id}"
         actor = RequestActor(
             seq_id,
-            list(prompt_token_ids),
+            prompt,
             params,
             self._scheduler,
             tokenizer=self.tokenizer,

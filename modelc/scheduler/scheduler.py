@@ -89,6 +89,12 @@ class Scheduler:
             return []
         return [SequenceFinished(seq_id, self._finish(seq, S.FINISHED_ABORTED))]
 
+    def fail_adapter(self, adapter: str, error: str) -> list[SeqEvent]:
+        """End every sequence using `adapter` with an error (it is being unloaded). Between steps only."""
+        assert self._in_flight is None
+        doomed = [seq for seq in self._seqs.values() if seq.adapter == adapter]
+        return [SequenceFinished(s.seq_id, self._finish(s, S.FINISHED_ERROR, error)) for s in doomed]
+
     def abort_all(self) -> list[SeqEvent]:
         """Shutdown: end every sequence not in the plan in flight (those end at its update)."""
         return [ev for seq_id in list(self._seqs) for ev in self.abort(seq_id)]

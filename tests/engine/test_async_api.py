@@ -13,7 +13,7 @@ from modelc.config import CacheConfig, EngineConfig, SchedulerConfig, kv_bytes_p
 from modelc.engine.async_api import AsyncEngine
 from modelc.engine.events import Finished, TokenEvent
 from modelc.engine.params import SamplingParams
-from modelc.errors import EngineError, InvalidRequestError, OverloadedError
+from modelc.errors import EngineError, InvalidRequestError, NotFoundError, OverloadedError
 from modelc.models.tiny import make_tiny_llama, reference_logits
 from modelc.tokenizer.tokenizer import Tokenizer
 from tests.scheduler.fakes import FakeRunner, FakeSource, byte_tokenizer_json, greedy_alone
@@ -258,3 +258,36 @@ async def test_caller_errors_leave_open_unwrapped(anyio_backend) -> None:
         with pytest.raises(KeyError):
             async with opener:
                 raise KeyError("mine")
+
+
+async def test_requests_that_would_fail_a_whole_batch_are_refused_alone(anyio_backend) -> None:
+    """An out-of-vocabulary id or an unknown adapter is refused at once, before it reaches a batch;
+    unloading an adapter ends only the sequences that use it."""
+    cfg = config()
+    src = FakeSource(config={"vocab_size": VOCAB}, tokenizer_json=byte_tokenizer_json())
+    with anyio.fail_after(20):
+        async with AsyncEngine.open(src, cfg, runner_factory=lambda i: FakeRunner(64, vocab_size=VOCAB)) as eng:
+            with pytest.raises(InvalidRequestError, match="token ids"):
+                await eng.generate([5, VOCAB], greedy()).__anext__()
+            with pytest.raises(NotFoundError, match="not loaded"):
+                await eng.generate([5], greedy(adapter="nope")).__anext__()
+            await eng.load_adapter("ad", "p")
+            ends: dict[str, Finished] = {}
+            started = anyio.Event()
+
+            async def run(name: str, adapter: str | None) -> None:
+                async for ev in eng.generate([6] * 5, greedy(100000, adapter=adapter)):
+                    started.set()
+                    if isinstance(ev, Finished):
+                        ends[name] = ev
+                        return
+                    if name == "base" and "lora" in ends:
+                        return
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, "lora", "ad")
+                tg.start_soon(run, "base", None)
+                await started.wait()
+                await eng.unload_adapter("ad")
+            assert ends["lora"].finish_reason == "error" and "unloaded" in ends["lora"].error
+            assert "base" not in ends  # kept going until the test left it

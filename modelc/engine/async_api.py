@@ -159,8 +159,11 @@ class AsyncEngine:
         if not prompt:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         # Checked here: a bad id reaching the runner would fail every sequence in its batch.
-        if self._vocab_size and not 0 <= min(prompt) <= max(prompt) < self._vocab_size:
-            raise InvalidRequestError(f"prompt token ids must be in [0, {self._vocab_size})", param="prompt")
+        vocab = self._vocab_size
+        if vocab and not 0 <= min(prompt) <= max(prompt) < vocab:
+            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})", param="prompt")
+        if vocab and any(not 0 <= int(t) < vocab for t, _ in params.logit_bias):
+            raise InvalidRequestError(f"logit_bias token ids must be in [0, {vocab})", param="logit_bias")
         seq_id = next(self._seq_ids)
         key = request_id or f"seq-{seq_id}"
         actor = RequestActor(

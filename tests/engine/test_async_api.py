@@ -269,6 +269,8 @@ async def test_requests_that_would_fail_a_whole_batch_are_refused_alone(anyio_ba
         async with AsyncEngine.open(src, cfg, runner_factory=lambda i: FakeRunner(64, vocab_size=VOCAB)) as eng:
             with pytest.raises(InvalidRequestError, match="token ids"):
                 await eng.generate([5, VOCAB], greedy()).__anext__()
+            with pytest.raises(InvalidRequestError, match="logit_bias"):
+                await eng.generate([5], greedy(logit_bias=((VOCAB + 1, 1.0),))).__anext__()
             with pytest.raises(NotFoundError, match="not loaded"):
                 await eng.generate([5], greedy(adapter="nope")).__anext__()
             await eng.load_adapter("ad", "p")

@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from modelc.engine.params import SamplingParams
+from modelc.errors import EngineError
 
 _TOP_P_GUESS = 256  # top-p first tries the best 256 tokens (argpartition) before a full sort
 
@@ -112,8 +113,8 @@ def sample(
     `states[i].append(token_ids[i])` afterwards to advance each sequence.
     """
     logits = np.asarray(logits, dtype=np.float32)
-    if logits.ndim != 2:
-        raise ValueError(f"logits must be (S, V), got shape {logits.shape}")  # caller bug, not user input
+    if logits.ndim != 2 or not (logits.shape[0] == len(states) == len(params) == len(num_output_tokens)):
+        raise EngineError(f"sampler got logits {logits.shape} for {len(states)} states / {len(params)} params")
     num_seqs, vocab = logits.shape  # (S, V)
     scratch = np.empty(vocab, dtype=np.float32)  # (V,) reused: row-at-a-time stays in cache
     token_ids = np.empty(num_seqs, dtype=np.int64)  # (S,)

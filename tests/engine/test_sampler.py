@@ -255,3 +255,13 @@ def test_large_vocab_batch_runs_and_respects_filters():
     assert logits[3, tok[3]] / 1.0 >= logits[3].max() + np.log(0.1) - 1e-4
     assert len(tops[5]) == 20 and all(a[1] >= b[1] for a, b in zip(tops[5], tops[5][1:], strict=False))
     assert np.all(lp <= 0) and np.all(np.isfinite(lp))
+
+
+def test_shape_mismatch_is_engine_error():
+    from modelc.errors import EngineError
+
+    p = [SamplingParams()]
+    with pytest.raises(EngineError):
+        sample(np.zeros((2, 5), dtype=np.float32), states_for(p), p, [0], EOS)
+    with pytest.raises(EngineError):
+        sample(np.zeros(5, dtype=np.float32), states_for(p), p, [0], EOS)

@@ -82,10 +82,16 @@ def pack_model(
     if chat_template is not None:
         model.chat_template = read_chat_template(Path(chat_template))
     result = PackResult(Path(), model.name or src.stem, num_params=model.num_params)
-    if prune is not None:
-        result.num_pruned = _prune(model, prune)
-    if quantize is not None:
-        result.quantized = _quantize(model, quantize, quantize_embeddings, quantize_output)
+    if prune is not None or quantize is not None:
+        from modelc.artifact.transforms import plan
+
+        model.tensors, stats = plan(
+            model.tensors, prune=prune, quantize=quantize, quantize_embeddings=quantize_embeddings,
+            quantize_output=quantize_output,
+        )  # fmt: skip
+        result.quantized = stats.quantized
+    else:
+        stats = None
     with _SourceHash(src if src.is_file() and not _is_artifact(src) else None) as source_sha:
         provenance = {"source_sha256": source_sha.result} if source_sha.active else {}
         kw: dict[str, Any] = dict(compress=compress, level=level, progress=progress, provenance=provenance)
@@ -97,6 +103,7 @@ def pack_model(
             store_name = store.check_name(name or _default_name(model, src))
             result.path = store.add(store_name, lambda tmp: write_artifact(model, tmp, **kw))
     result.name = model.name
+    result.num_pruned = stats.num_pruned if stats is not None else 0
     return result
 
 
@@ -170,31 +177,6 @@ def read_chat_template(path: Path) -> str:
         first = str(e).strip().splitlines()[0] if str(e).strip() else "syntax error"
         raise FormatError(f"chat template {path} does not compile: {first}") from None
     return text
-
-
-def _prune(model: Model, threshold: float) -> int:
-    from modelc.artifact.prune import prune_tensor
-
-    total = 0
-    for tname, t in list(model.tensors.items()):
-        pruned, n = prune_tensor(t, threshold)
-        model.tensors[tname] = pruned
-        total += n
-    return total
-
-
-def _quantize(model: Model, mode: str, embeddings: bool, output: bool) -> list[str]:
-    from modelc.artifact.quantize import normalize_kind, quantize_tensor, should_quantize
-
-    mode = normalize_kind(mode)
-    done = []
-    for tname in sorted(model.tensors):
-        t = model.tensors[tname]
-        if not should_quantize(tname, t, mode, quantize_embeddings=embeddings, quantize_output=output):
-            continue
-        model.tensors.update(quantize_tensor(tname, t, mode))
-        done.append(tname)
-    return done
 
 
 def _default_name(model: Any, src: Path) -> str:

@@ -8,6 +8,7 @@ without a template. No tokenization here: render() returns text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -32,6 +33,10 @@ PLAIN_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- 'assistant:' }}{%- endif %}"
 )
+
+
+# A template that loops over a message's content parts (multimodal-style templates) gets lists.
+_LOOPS_OVER_CONTENT = re.compile(r"for\s+\w+\s+in\s+\w+\s*(?:\.content\b|\[\s*['\"]content['\"]\s*\])")
 
 
 class TemplateError(InvalidRequestError):
@@ -61,11 +66,12 @@ def _environment() -> minijinja.Environment:
     return env
 
 
-def normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def normalize_messages(messages: Sequence[Mapping[str, Any]], *, flatten: bool = True) -> list[dict[str, Any]]:
     """OpenAI chat messages -> what chat templates expect.
 
     - content given as a list of {"type": "text", "text": ...} parts becomes one string
-      (parts joined with "\\n", as vLLM does); None content becomes "".
+      (parts joined with "\\n", as vLLM does) unless `flatten` is False (templates that loop
+      over content parts get the checked list); None content becomes "".
     - tool_calls[i].function.arguments given as a JSON string becomes a dict (templates
       print it with tojson); keys absent from a message stay absent (templates test
       `is defined`).
@@ -75,7 +81,10 @@ def normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, 
         if not isinstance(msg, Mapping) or not isinstance(msg.get("role"), str):
             raise InvalidRequestError(f"messages[{i}] must be an object with a string 'role'", param="messages")
         m = dict(msg)
-        m["content"] = _flatten_content(m.get("content"), i)
+        content = _flatten_content(m.get("content"), i)
+        if not flatten and isinstance(m.get("content"), list):
+            content = [{"type": "text", "text": p} if isinstance(p, str) else dict(p) for p in m["content"]]
+        m["content"] = content
         if m.get("tool_calls"):
             m["tool_calls"] = [_normalize_call(c) for c in m["tool_calls"]]
         elif "tool_calls" in m:
@@ -135,6 +144,7 @@ class ChatTemplate:
         except minijinja.TemplateError as exc:
             raise TemplateError(f"invalid chat template: {_one_line(exc)}") from exc
         self.takes_tools: bool = "tools" in names
+        self.takes_content_lists: bool = bool(_LOOPS_OVER_CONTENT.search(source))
 
     @classmethod
     def fallback(cls, *, chatml: bool, bos_token: str = "", eos_token: str = "") -> ChatTemplate:
@@ -156,7 +166,7 @@ class ChatTemplate:
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
             **extra,
-            "messages": normalize_messages(messages),
+            "messages": normalize_messages(messages, flatten=not self.takes_content_lists),
             "tools": list(tools) if tools is not None else None,
             "add_generation_prompt": add_generation_prompt,
         }

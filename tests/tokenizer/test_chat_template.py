@@ -212,3 +212,18 @@ def test_arguments_string_becomes_dict_for_templates():
     assert msgs[2]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
     assert msgs[2]["content"] == ""
     assert "tool_calls" not in msgs[0]
+
+
+def test_content_lists_for_templates_that_loop_over_parts(fixtures_dir):
+    for path in (fixtures_dir / "templates").glob("*.jinja"):
+        assert not ChatTemplate(path.read_text()).takes_content_lists, path.name
+    src = (
+        "{% for m in messages %}{% if m.content is string %}{{ m.content }}"
+        "{% else %}{% for part in m['content'] %}[{{ part.text }}]{% endfor %}{% endif %}|{% endfor %}"
+    )
+    tpl = ChatTemplate(src)
+    assert tpl.takes_content_lists
+    msgs = [{"role": "user", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"}, "b"]}]
+    assert tpl.render(msgs) == "s|[a][b]|"
+    with pytest.raises(InvalidRequestError, match="image_url"):
+        tpl.render([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}])

@@ -116,6 +116,16 @@ async def test_leaving_early_aborts(anyio_backend) -> None:
             assert eng.stats()["running"] == 0 and eng.stats()["kv_blocks_used"] == 0
 
 
+async def test_plain_break_aborts_through_the_async_generator_hook(anyio_backend) -> None:
+    opener, _ = fake_engine(config())
+    with anyio.fail_after(20):
+        async with opener as eng:
+            async for _ in eng.generate([5] * 40, greedy(10000)):
+                break  # no aclosing: the event loop's async-generator finalizer closes it
+            await wait_all_tasks_blocked()
+            assert eng.stats()["running"] == 0 and eng.stats()["kv_blocks_used"] == 0
+
+
 async def test_abort_by_request_id(anyio_backend) -> None:
     opener, _ = fake_engine(config())
     with anyio.fail_after(20):

@@ -74,6 +74,15 @@ class Matcher:
         mask[:n] = bits[:n].view(bool)
         return mask
 
+    def mask(self, out: np.ndarray) -> None:
+        """Fill `out` with the allowed set: a (V,) bool array, or an int32 bitmask of shape (W,) or (1, W)."""
+        if out.dtype == np.bool_:
+            out[:] = self.allowed_mask(out.shape[0])
+        elif out.dtype == np.int32:
+            self.fill_bitmask(out.reshape(1, -1))
+        else:
+            raise TypeError(f"mask target must be bool or int32, not {out.dtype}")  # caller bug
+
     def consume(self, token_id: int) -> bool:
         """Advance by the sampled token; False (and the matcher is in error) if it was not allowed."""
         return bool(self._m.consume_token(int(token_id)))

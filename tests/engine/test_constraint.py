@@ -210,3 +210,15 @@ def test_invalid_constraints(tok, constraint, message):
     with pytest.raises(InvalidRequestError, match=message) as err:
         compile_constraint(constraint, tok)
     assert "\n" not in str(err.value)
+
+
+def test_mask_into_bool_and_bitmask(tok):
+    m = compile_constraint(Constraint("regex", r"[a-c]{2}"), tok).matcher()
+    want = m.allowed_mask(tok.vocab_size + 3)
+    as_bool = np.ones(tok.vocab_size + 3, dtype=bool)
+    m.mask(as_bool)
+    assert np.array_equal(as_bool, want)
+    words = np.zeros((tok.vocab_size + 31) // 32, dtype=np.int32)
+    m.mask(words)
+    bits = np.unpackbits(words.view(np.uint8), bitorder="little")[: tok.vocab_size].astype(bool)
+    assert np.array_equal(bits, want[: tok.vocab_size]) and bits.any()

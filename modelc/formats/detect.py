@@ -64,9 +64,11 @@ def detect_format(path: str | os.PathLike[str], override: str | None = None) -> 
     if p.name.endswith(".safetensors.index.json"):
         return "safetensors"
     by_ext = _EXTENSIONS.get(p.suffix.lower())
-    if by_ext is not None:
+    if by_ext is not None and by_ext != "pytorch":
         return by_ext
-    sniffed = _sniff(p)
+    sniffed = _sniff(p)  # .bin/.pt/.pth are also used for GGUF and safetensors files: look inside
+    if by_ext is not None:
+        return sniffed if sniffed in ("gguf", "safetensors", "modelc") else by_ext
     if sniffed is not None:
         return sniffed
     raise FormatError(f"{p.name}: cannot tell the weight format; pass -f {{{'|'.join(FORMATS)}}}")

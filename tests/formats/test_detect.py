@@ -40,6 +40,8 @@ def test_by_sniffing(tmp_path):
     assert detect_format(tmp_path / "t") == "pytorch"
     (tmp_path / "m").write_bytes(b"MODELC\0\0" + b"\0" * 20)
     assert detect_format(tmp_path / "m") == "modelc"
+    write_tiny_llama(tmp_path / "ggml-model.bin")
+    assert detect_format(tmp_path / "ggml-model.bin") == "gguf"
 
 
 def test_unknown_and_missing(tmp_path):

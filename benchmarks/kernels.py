@@ -117,10 +117,10 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_section(path: pathlib.Path, section: str) -> None:
-    """Replace (or append) the '## Kernels' section of path, leaving other sections alone."""
+def write_section(path: pathlib.Path, section: str, heading: str = "## Kernels") -> None:
+    """Replace (or append) the `heading` section of path, leaving other sections alone."""
     text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pat = re.compile(r"^## Kernels\n.*?(?=^## |\Z)", re.S | re.M)
+    pat = re.compile("^" + re.escape(heading) + r"\n.*?(?=^## |\Z)", re.S | re.M)
     if pat.search(text):
         text = pat.sub(lambda _m: section + "\n", text)
     else:

@@ -105,11 +105,17 @@ def write(path: pathlib.Path, mix: str, seed: int = 0) -> None:
             w.add_tensor_info(name, shape, np.dtype(np.float16), 2 * shape[0] * shape[1])
         else:
             nbytes = dt.nbytes(shape)
-            w.add_tensor_info(name, (shape[0], nbytes // shape[0]), np.dtype(np.uint8), nbytes, raw_dtype=gguf.GGMLQuantizationType[dt.value])
+            w.add_tensor_info(
+                name,
+                (shape[0], nbytes // shape[0]),
+                np.dtype(np.uint8),
+                nbytes,
+                raw_dtype=gguf.GGMLQuantizationType[dt.value],
+            )
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
-    for name, shape, dt in tensors:
+    for _name, shape, dt in tensors:
         w.write_tensor_data(_data(shape, dt, rng))
     w.close()
 

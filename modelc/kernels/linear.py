@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
+# NOTE: libgomp (numba's default `omp` threading layer) reads this when it loads, at
+# the first parallel kernel. Its default spin-waiting at barriers burns the cycles a
+# descheduled peer thread needs: with 2 threads on a busy 2-vCPU box a T=1 matmul
+# was 10x slower than passive waiting (measured: 0.5 vs 5.3 tok/s matmul-only on
+# a TinyLlama Q4_0). An explicit setting from the user wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
 
 from modelc.ir import DataType, TensorData
 from modelc.kernels import gemm_blas, gemm_float, gemm_fused, gemm_int, quant, ref_linear
@@ -22,7 +30,13 @@ __all__ = ["Weight", "prepare_weight", "matmul", "dequantize", "dequantize_rows"
 PREFILL_MIN_T = int(os.environ.get("MODELC_PREFILL_T", "32"))
 """From this many tokens on, matmul dequantizes into scratch and uses BLAS."""
 
+CHUNK = int(os.environ.get("MODELC_PARALLEL_CHUNK", "4"))
+"""prange iterations (of 16 output rows each) a thread takes at a time. Dynamic
+chunks instead of one static half per thread: on a busy machine a descheduled
+thread then delays the call by one chunk, not by half the matrix."""
+
 _ONE = np.ones(1, np.float32)
+_HALF = (DataType.F16, DataType.BF16)
 
 
 def use_reference() -> bool:
@@ -46,28 +60,36 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     llama.cpp) below PREFILL_MIN_T tokens; at or above it the result is fp32 BLAS.
     """
     check_matmul_args(out, x, w)
-    t, c = x.shape
+    t = x.shape[0]
     if t == 0 or w.rows == 0:
         return
     if use_reference():
         ref_linear.matmul(out, x, w)
-    elif w.dtype is DataType.F32 or t >= PREFILL_MIN_T:
-        gemm_blas.blas_matmul(out, x, w)
-    elif w.dtype in (DataType.F16, DataType.BF16):
+    elif w.dtype is DataType.F32 or t >= PREFILL_MIN_T or not (_int_path_ok(w) or w.dtype in _HALF):
+        gemm_blas.blas_matmul(out, x, w)  # also I8/I4 rows that are not whole 32-blocks
+    else:
+        old = numba.set_parallel_chunksize(CHUNK)
+        try:
+            _small_t(out, x, w)
+        finally:
+            numba.set_parallel_chunksize(old)
+
+
+def _small_t(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
+    t, c = x.shape
+    if w.dtype in _HALF:
         gemm_float.hmatmul(out, x, w.blocks, w.dtype is DataType.BF16)
-    elif _int_path_ok(w):
-        xq = np.empty((t, c), np.int8)  # (T, C)
-        xd = np.empty((t, c // 32), np.float32)  # (T, C/32)
-        xs = np.empty((t, c // 16), np.float32)  # (T, C/16)
-        quant.quantize_act(xq, xd, xs, x)
-        kind = quant.KIND[w.dtype]
-        if t == 1 and kind in gemm_fused.FUSED_KINDS:
-            gemm_fused.qmatvec(out, xq, xd, xs, w.blocks, kind)
-            return
+        return
+    xq = np.empty((t, c), np.int8)  # (T, C)
+    xd = np.empty((t, c // 32), np.float32)  # (T, C/32)
+    xs = np.empty((t, c // 16), np.float32)  # (T, C/16)
+    quant.quantize_act(xq, xd, xs, x)
+    kind = quant.KIND[w.dtype]
+    if t == 1 and kind in gemm_fused.FUSED_KINDS:
+        gemm_fused.qmatvec(out, xq, xd, xs, w.blocks, kind)
+    else:
         rscale = _ONE if w.scale is None else w.scale
-        gemm_int.qmatmul(out, xq, xd, xs, w.blocks, quant.KIND[w.dtype], rscale, w.dtype in quant.SIGNED)
-    else:  # I8/I4 rows that are not whole 32-blocks
-        gemm_blas.blas_matmul(out, x, w)
+        gemm_int.qmatmul(out, xq, xd, xs, w.blocks, kind, rscale, w.dtype in quant.SIGNED)
 
 
 def dequantize(t: TensorData, scale: TensorData | None = None) -> np.ndarray:

@@ -222,3 +222,11 @@ def test_mask_into_bool_and_bitmask(tok):
     m.mask(words)
     bits = np.unpackbits(words.view(np.uint8), bitorder="little")[: tok.vocab_size].astype(bool)
     assert np.array_equal(bits, want[: tok.vocab_size]) and bits.any()
+
+
+def test_token_bytes_agree_with_llguidance(tok):
+    """modelc's token_bytes and llguidance's reading of tokenizer.json agree (llguidance reserves 0xFF)."""
+    ll = ll_tokenizer_for(tok)
+    for i in range(tok.vocab_size):
+        if i not in tok.special_ids and tok.token_bytes(i) != b"\xff":
+            assert ll.decode_bytes([i]) == tok.token_bytes(i), i

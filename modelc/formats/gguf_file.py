@@ -109,6 +109,26 @@ class _Cursor:
         return self.raw_string(what).decode("utf-8", errors="replace")
 
 
+_U64 = struct.Struct("<Q")
+
+
+def _string_array(cur: _Cursor, count: int, key: str) -> list[str]:
+    """`count` length-prefixed strings; the hot loop of a 100k+ token vocabulary, so kept tight."""
+    buf, pos, size, unpack = cur.buf, cur.pos, cur.size, _U64.unpack_from
+    out: list[str] = []
+    append = out.append
+    for _ in range(count):
+        if pos + 8 > size:
+            raise FormatError(f"{cur.fname}: truncated GGUF file while reading array {key}")
+        end = pos + 8 + unpack(buf, pos)[0]
+        if end > size:
+            raise FormatError(f"{cur.fname}: truncated GGUF file while reading array {key}")
+        append(buf[pos + 8 : end].decode("utf-8", errors="replace"))  # mmap slices are bytes
+        pos = end
+    cur.pos = pos
+    return out
+
+
 def _value(cur: _Cursor, vtype: int, key: str) -> Any:
     if vtype in _SCALARS:
         code, size = _SCALARS[vtype]
@@ -126,7 +146,7 @@ def _value(cur: _Cursor, vtype: int, key: str) -> Any:
             return arr
         if itype == _STRING:
             cur.need(count * 8, f"array {key} ({count} strings)")  # each string has at least its u64 length
-            return [cur.string(f"array {key}") for _ in range(count)]
+            return _string_array(cur, count, key)
         if itype == _ARRAY:
             cur.need(count * 12, f"array {key} ({count} nested arrays)")
             return [_value(cur, _ARRAY, key) for _ in range(count)]

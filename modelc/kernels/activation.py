@@ -10,6 +10,8 @@ import math
 import numpy as np
 from numba import njit
 
+from modelc.kernels.fastexp import exp_f32
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
@@ -21,17 +23,22 @@ def silu_mul(out, gate, up):
     for t in range(T):
         for f in range(F):
             g = gate[t, f]
-            out[t, f] = g / (np.float32(1.0) + np.float32(math.exp(-g))) * up[t, f]
+            out[t, f] = g / (np.float32(1.0) + exp_f32(-g)) * up[t, f]
 
 
 @njit(cache=True, nogil=True)
 def gelu(out, x):
-    """out (T, F) = GELU(x), tanh approximation (GPT-2's gelu_new)."""
+    """out (T, F) = GELU(x), tanh approximation (GPT-2's gelu_new).
+
+    Uses 0.5 * (1 + tanh(a)) = 1 / (1 + exp(-2a)), which keeps relative accuracy for negative x.
+    """
     T, F = x.shape
+    c = np.float32(2.0 * _SQRT_2_OVER_PI)
+    k = np.float32(0.044715)
     for t in range(T):
         for f in range(F):
-            v = np.float64(x[t, f])
-            out[t, f] = np.float32(0.5 * v * (1.0 + math.tanh(_SQRT_2_OVER_PI * (v + 0.044715 * v * v * v))))
+            v = x[t, f]
+            out[t, f] = v / (np.float32(1.0) + exp_f32(-c * (v + k * v * v * v)))
 
 
 @njit(cache=True, nogil=True)

@@ -6,11 +6,10 @@ One kernel serves all three: the K/V of every query row is written to the pages 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from modelc.kernels.fastexp import exp_f32
 from modelc.kernels.kv_dtype import load_f32
 
 
@@ -51,7 +50,7 @@ def _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq,
                 m = scores[g, j]
         tot = np.float32(0.0)
         for j in range(n):
-            e = np.float32(math.exp(scores[g, j] - m))
+            e = exp_f32(scores[g, j] - m)
             scores[g, j] = e
             tot += e
         denom[g] = tot

@@ -79,7 +79,7 @@ def test_paged_attention_matches_ref_and_dense(seq_lens, q_lens, H, K, D, kv_dty
     np.testing.assert_allclose(out, want, **tol["float32"])
     par = np.full_like(q, np.nan)
     attention.paged_attention_parallel(par, q, kp, vp, bt, qs, ps, scale, 0)
-    np.testing.assert_array_equal(par, out)
+    np.testing.assert_allclose(par, out, **tol["float32"])  # fastmath: summation order may differ
     for s in range(len(seq_lens)):
         rows = slice(qs[s], qs[s + 1])
         k, v = dense[s]

@@ -6,7 +6,7 @@ from numba import njit
 from modelc.kernels.half import float_to_half, half_to_float
 
 
-@njit(cache=True)
+@njit(cache=False)  # test helpers are not cached: pytest may import this module under another name
 def _roundtrip(bits, out_f32, out_bits):
     for i in range(bits.size):
         out_f32[i] = half_to_float(bits[i])

@@ -6,8 +6,9 @@ which GGUF cannot hold, are dequantized to F32. Metadata keys that look like GGU
 (`general.*`, `<arch>.*`, `tokenizer.*`) are written back with llama.cpp's usual value types;
 `tokenizer.chat_template` and modelc's own fields (`modelc.*`) are added.
 
-NOTE: tensor names are written as the source names them. A model packed from GGUF round-trips
-for llama.cpp; an HF-named model keeps HF names (llama.cpp would not load it; modelc does).
+NOTE: GGUF-named models keep their names; HF-named llama/qwen2 models are converted the way
+llama.cpp's convert_hf_to_gguf.py does (export_gguf_hf.py); other HF-named models keep HF names
+(llama.cpp would not load those; modelc does).
 """
 
 from __future__ import annotations
@@ -32,17 +33,25 @@ def export_gguf(
     """Write `source` to `path` as GGUF (tensors in sorted name order); returns the path."""
     import gguf
 
+    from modelc.formats import export_gguf_hf as hf
+
     path = os.fspath(path)
-    arch = str((source.metadata or {}).get("general.architecture") or source.architecture or "modelc")
+    metadata = dict(source.metadata or {})
     tensors = gguf_tensors(source)
+    converted = hf.rename_and_permute(source, tensors) if hf.convertible(source) else None
+    if converted is not None:  # HF names -> GGUF names, llama Q/K rows permuted, config -> {arch}.* keys
+        tensors = converted
+        metadata = {**hf.metadata(source), **hf.tokenizer_metadata(source)}
+    arch = str(metadata.get("general.architecture") or source.architecture or "modelc")
     out = atomic_file(path)
     with out:  # GGUFWriter reopens the temp file by name; atomic_file fsyncs and renames it
         w = gguf.GGUFWriter(path=out.tmp, arch=arch)
-        for key, val in (source.metadata or {}).items():
+        for key, val in metadata.items():
             _add_kv(w, gguf, key, val)
         for key, val in _modelc_kvs(source).items():
             w.add_key_value(key, val, gguf.GGUFValueType.STRING)
-        _add_tokenizer(w, gguf, source)
+        if "tokenizer.ggml.tokens" not in metadata:
+            _add_tokenizer(w, gguf, source)
         for name, (arr, raw_dtype) in tensors.items():
             w.add_tensor(name, arr, raw_dtype=raw_dtype)
         w.write_header_to_file()

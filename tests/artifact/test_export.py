@@ -125,3 +125,45 @@ def test_gguf_tokenizer_arrays_types_and_scores():
     assert out["tokenizer.ggml.token_type"] == [2, 3, 6, 1, 1, 1, 1]
     assert out["tokenizer.ggml.scores"] == [-3.0, -3.0, -3.0, -3.0, -3.0, 0.0, -1.0]
     assert tokenizer_arrays(json.dumps(doc), {"tokenizer.ggml.model": "rwkv"}) == {}
+
+
+def test_hf_llama_to_gguf_matches_llama_cpp_converter(shared_fixtures, tmp_path):
+    """HF tiny-llama exported to GGUF equals llama.cpp's convert_hf_to_gguf.py output (the F32 fixture)."""
+    from modelc.formats.detect import read_model
+    from modelc.formats.gguf_file import parse_gguf
+    from modelc.tokenizer.tokenizer import Tokenizer
+
+    models = shared_fixtures / "models" / "tiny-llama"
+    art = open_artifact(write_artifact(read_model(models / "hf"), tmp_path / "m.modelc"))
+    out = export_gguf(art, tmp_path / "m.gguf")
+    ours, ref = read_gguf(out), read_gguf(models / "gguf" / "tiny-llama-F32.gguf")
+    assert sorted(ours.tensors) == sorted(ref.tensors)
+    assert all(same_bytes(ours.tensors[n], ref.tensors[n]) for n in ref.tensors)  # names, Q/K permutation
+    assert ours.config == ref.config and ours.special_tokens == ref.special_tokens
+    fields, ref_fields = parse_gguf(out).fields, parse_gguf(models / "gguf" / "tiny-llama-F32.gguf").fields
+    for key in (
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.unknown_token_id",
+        "llama.rope.dimension_count",
+    ):
+        assert fields[key] == ref_fields[key], key
+    assert list(fields["tokenizer.ggml.token_type"]) == list(ref_fields["tokenizer.ggml.token_type"])
+    texts = (
+        (shared_fixtures / "tokenizer" / "ggml-vocab-llama-spm.gguf.inp").read_text().split("\n__ggml_vocab_test__\n")
+    )
+    a = Tokenizer.from_json(ours.tokenizer_json, ours.special_tokens)
+    b = Tokenizer.from_json(ref.tokenizer_json, ref.special_tokens)
+    assert all(a.encode(t) == b.encode(t) for t in texts)
+
+
+def test_permute_rows_moves_quantized_rows_whole():
+    from modelc.formats.export_gguf_hf import permute_rows
+
+    rows = np.arange(8 * 3).reshape(8, 3)
+    got = permute_rows(rows, 2)  # per head: rows (0,1,2,3) -> (0,2,1,3)
+    assert got[:, 0].tolist() == [0, 6, 3, 9, 12, 18, 15, 21]
+    blocks = np.arange(8 * 34, dtype=np.uint8).reshape(8, 34)
+    assert (permute_rows(blocks, 2)[1] == blocks[2]).all()
+    with pytest.raises(UnsupportedError, match="cannot permute"):
+        permute_rows(rows, 3)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 from typing import Any
 
 import numpy as np
@@ -72,7 +73,7 @@ def _jsonable(v: Any) -> Any:
 def _metadata(g: GGUFFile) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in g.fields.items():
-        if k in _TOKENIZER_ARRAYS or k == "tokenizer.chat_template":
+        if k in _TOKENIZER_ARRAYS or k == "tokenizer.chat_template" or k.startswith("split."):
             continue
         if isinstance(v, list | np.ndarray) and len(v) > MAX_METADATA_ARRAY:
             continue
@@ -80,7 +81,39 @@ def _metadata(g: GGUFFile) -> dict[str, Any]:
     return out
 
 
+_SPLIT_NAME = re.compile(r"^(?P<prefix>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def _shards(g: GGUFFile) -> list[GGUFFile]:
+    """All parts of a split GGUF (gguf-split's NAME-0000i-of-0000n.gguf), given the first; else [g]."""
+    count = g.fields.get("split.count")
+    if not isinstance(count, int) or count <= 1:
+        return [g]
+    m = _SPLIT_NAME.match(g.path.name)
+    if g.fields.get("split.no", 0) != 0 or m is None:
+        raise FormatError(f"{g.path.name}: part of a split GGUF; open the first part (NAME-00001-of-{count:05d}.gguf)")
+    parts = [g]
+    for i in range(1, count):
+        part = g.path.with_name(f"{m['prefix']}-{i + 1:05d}-of-{count:05d}.gguf")
+        if not part.is_file():
+            raise FormatError(f"{g.path.name}: split part {part.name} is missing")
+        parts.append(parse_gguf(part))
+        if parts[-1].fields.get("split.no") != i:
+            raise FormatError(f"{part.name}: split.no is {parts[-1].fields.get('split.no')}, expected {i}")
+    return parts
+
+
 def _tensors(g: GGUFFile) -> dict[str, TensorData]:
+    out: dict[str, TensorData] = {}
+    for part in _shards(g):
+        for name, t in _part_tensors(part).items():
+            if name in out:
+                raise FormatError(f"{part.path.name}: duplicate tensor name {name} across split parts")
+            out[name] = t
+    return out
+
+
+def _part_tensors(g: GGUFFile) -> dict[str, TensorData]:
     mm = np.memmap(g.path, dtype=np.uint8, mode="r")
     out: dict[str, TensorData] = {}
     for info in g.tensor_infos:
@@ -207,13 +240,14 @@ def read_gguf(path: str | os.PathLike[str], name: str | None = None) -> Model:
     """A Model from a GGUF file (tensors are memmap views, tokenizer converted to tokenizer.json)."""
     p = pathlib.Path(path)
     g = parse_gguf(p)
+    tensors = _tensors(g)  # first: a later split part is refused with a clear message
     gguf_arch = str(g.fields.get("general.architecture") or "")
     if not gguf_arch:
         raise FormatError(f"{p.name}: GGUF file has no general.architecture")
-    tensors = _tensors(g)
     tok_json = build_tokenizer_json(g.fields) if "tokenizer.ggml.tokens" in g.fields else None
     template = g.fields.get("tokenizer.chat_template")
-    model_name = name or p.stem
+    split = _SPLIT_NAME.match(p.name)
+    model_name = name or (split["prefix"] if split else p.stem)
     return Model(
         name=model_name,
         architecture=_ARCH.get(gguf_arch, gguf_arch),

@@ -186,3 +186,30 @@ def test_big_endian_and_bad_version(tmp_path):
     p.write_bytes(b"GGUF" + struct.pack("<I", 7) + b"\0" * 64)
     with pytest.raises(UnsupportedError, match="version 7"):
         read_gguf(p)
+
+
+def test_split_gguf(tmp_path):
+    import gguf
+
+    rng = np.random.default_rng(0)
+    arrays = {f"blk.{i}.w": rng.standard_normal((4, 8)).astype(np.float32) for i in range(5)}
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama", split_max_tensors=2)
+    w.add_block_count(5)
+    for name, a in arrays.items():
+        w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    parts = sorted(p.name for p in tmp_path.iterdir())
+    assert parts == [f"m-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    m = read_gguf(tmp_path / parts[0])
+    assert set(m.tensors) == set(arrays) and not any(k.startswith("split.") for k in m.metadata)
+    assert m.name == "m"
+    for name, a in arrays.items():
+        np.testing.assert_array_equal(m.tensors[name].array(), a)
+    with pytest.raises(FormatError, match="open the first part"):
+        read_gguf(tmp_path / parts[1])
+    (tmp_path / parts[2]).unlink()
+    with pytest.raises(FormatError, match="is missing"):
+        read_gguf(tmp_path / parts[0])

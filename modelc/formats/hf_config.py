@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelc.errors import UnsupportedError
+from modelc.errors import FormatError, UnsupportedError
 
 ARCHITECTURES = {
     "llama": "llama",
@@ -69,8 +69,36 @@ def _rope(cfg: dict[str, Any], out: dict[str, Any]) -> None:
             }
 
 
+_INT_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "max_position_embeddings",
+)
+_FLOAT_KEYS = ("rms_norm_eps", "layer_norm_eps", "rope_theta")
+
+
+def _check_types(out: dict[str, Any]) -> None:
+    for k in _INT_KEYS:
+        v = out.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > 1 << 40):
+            raise FormatError(f"config.json: {k} must be a positive integer, got {v!r}")
+    for k in _FLOAT_KEYS:
+        v = out.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
+            raise FormatError(f"config.json: {k} must be a positive number, got {v!r}")
+    if out.get("rope_scaling") is not None and not isinstance(out["rope_scaling"], dict):
+        raise FormatError("config.json: rope_scaling must be an object")
+
+
 def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(architecture, normalized config) for a config.json dict; UnsupportedError for unknown model_type."""
+    if not isinstance(cfg, dict):
+        raise FormatError("config.json is not a JSON object")
     model_type = str(cfg.get("model_type") or "")
     arch = ARCHITECTURES.get(model_type)
     if arch is None:
@@ -99,4 +127,5 @@ def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         out["head_dim"] = out["hidden_size"] // out["num_attention_heads"]
     out.setdefault("tie_word_embeddings", _DEFAULT_TIE.get(arch, False))
     out.setdefault("attention_bias", False)
+    _check_types(out)
     return arch, out

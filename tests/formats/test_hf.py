@@ -212,3 +212,18 @@ def test_real_tiny_llama_folder(shared_fixtures):
     assert m.special_tokens["bos_token_id"] == 1 and m.special_tokens["eos_token_ids"] == [2]
     assert m.special_tokens["add_bos_token"] is True
     assert m.tensors["model.embed_tokens.weight"].shape == (32000, 64)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"num_hidden_layers": "2"},
+        {"hidden_size": -4},
+        {"rms_norm_eps": "tiny"},
+        {"vocab_size": True},
+        {"rope_scaling": [1]},
+    ],
+)
+def test_config_value_types_are_checked(bad):
+    with pytest.raises(FormatError, match="config.json"):
+        normalize_config({"model_type": "llama", **bad})

@@ -115,6 +115,7 @@ class _SourceHash:
         self._value: str | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._cancel = threading.Event()
 
     def __enter__(self) -> _SourceHash:
         if self.path is not None:
@@ -124,7 +125,7 @@ class _SourceHash:
 
     def _run(self) -> None:
         try:
-            self._value = _file_sha256(self.path)
+            self._value = _file_sha256(self.path, self._cancel)
         except BaseException as e:  # re-raised in result()
             self._error = e
 
@@ -136,8 +137,10 @@ class _SourceHash:
         assert self._value is not None
         return self._value
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         if self._thread is not None:
+            if exc_type is not None:
+                self._cancel.set()  # a failed or interrupted pack should not wait for the whole hash
             self._thread.join()
 
 
@@ -192,9 +195,9 @@ def _is_artifact(src: Path) -> bool:
         return f.read(len(MAGIC)) == MAGIC
 
 
-def _file_sha256(src: Path) -> str:
+def _file_sha256(src: Path, cancel: threading.Event | None = None) -> str:
     h = hashlib.sha256()
     with open(src, "rb") as f:
-        while chunk := f.read(16 << 20):
+        while (chunk := f.read(16 << 20)) and not (cancel is not None and cancel.is_set()):
             h.update(chunk)
     return h.hexdigest()

@@ -221,7 +221,7 @@ def test_real_tiny_llama_folder(shared_fixtures):
         {"hidden_size": -4},
         {"rms_norm_eps": "tiny"},
         {"vocab_size": True},
-        {"rope_scaling": [1]},
+        {"max_position_embeddings": 0.5},
     ],
 )
 def test_config_value_types_are_checked(bad):

@@ -17,6 +17,7 @@ import numpy as np
 from modelc.errors import FormatError
 from modelc.formats.gguf_file import GGUFFile, parse_gguf
 from modelc.formats.gguf_tokenizer import build_tokenizer_json, default_add_bos
+from modelc.formats.hf_config import check_config_types
 from modelc.ir import DataType, Model, TensorData
 
 # Big arrays that live in the tokenizer, not in metadata.
@@ -165,6 +166,7 @@ def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str,
     cfg["attention_bias"] = "blk.0.attn_q.bias" in tensors or "blk.0.attn_qkv.bias" in tensors
     if arch in _ACT:
         cfg["hidden_act"] = _ACT[arch]
+    check_config_types(cfg, f"{g.path.name} ({arch}.* keys)")
     pooling = f.get(f"{arch}.pooling_type")
     if pooling in (1, 2):
         # llama.cpp normalizes embeddings (L2) by default.

@@ -82,17 +82,18 @@ _INT_KEYS = (
 _FLOAT_KEYS = ("rms_norm_eps", "layer_norm_eps", "rope_theta")
 
 
-def _check_types(out: dict[str, Any]) -> None:
+def check_config_types(out: dict[str, Any], source: str = "config.json") -> None:
+    """FormatError unless the normalized hyper-parameters have sane types (shared with the GGUF reader)."""
     for k in _INT_KEYS:
         v = out.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v > 1 << 40):
-            raise FormatError(f"config.json: {k} must be a positive integer, got {v!r}")
+            raise FormatError(f"{source}: {k} must be a positive integer, got {v!r}")
     for k in _FLOAT_KEYS:
         v = out.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not v > 0):
-            raise FormatError(f"config.json: {k} must be a positive number, got {v!r}")
+            raise FormatError(f"{source}: {k} must be a positive number, got {v!r}")
     if out.get("rope_scaling") is not None and not isinstance(out["rope_scaling"], dict):
-        raise FormatError("config.json: rope_scaling must be an object")
+        raise FormatError(f"{source}: rope_scaling must be an object")
 
 
 def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -127,5 +128,5 @@ def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         out["head_dim"] = out["hidden_size"] // out["num_attention_heads"]
     out.setdefault("tie_word_embeddings", _DEFAULT_TIE.get(arch, False))
     out.setdefault("attention_bias", False)
-    _check_types(out)
+    check_config_types(out)
     return arch, out

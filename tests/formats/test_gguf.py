@@ -213,3 +213,11 @@ def test_split_gguf(tmp_path):
     (tmp_path / parts[2]).unlink()
     with pytest.raises(FormatError, match="is missing"):
         read_gguf(tmp_path / parts[0])
+
+
+def test_hyperparameter_of_wrong_type(tmp_path):
+    kv = _s("llama.block_count") + struct.pack("<I", 8) + _s("two")
+    p = tmp_path / "x.gguf"
+    p.write_bytes(raw_gguf([], kv=kv, n_kv=1))
+    with pytest.raises(FormatError, match="num_hidden_layers must be a positive integer"):
+        read_gguf(p)

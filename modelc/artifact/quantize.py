@@ -238,11 +238,13 @@ def _nearest_int(v: np.ndarray) -> np.ndarray:
 
 
 def _seq_sum(terms: np.ndarray) -> np.ndarray:
-    """(n, G) -> (G,): float32 sum over axis 0 in order (numpy's pairwise sum rounds differently)."""
-    acc = np.zeros(terms.shape[1], F32)
-    for row in terms:
-        acc = acc + row
-    return acc
+    """(n, G) -> (G,): float32 sum over axis 0, row after row like the C loops.
+
+    NOTE: numpy reduces a C-contiguous array over its OUTER axis by accumulating whole rows in
+    order (pairwise summation only applies along the contiguous axis), so this is the sequential
+    sum; tests/artifact/test_quantize.py checks it against a literal scalar port of llama.cpp.
+    """
+    return np.add.reduce(np.ascontiguousarray(terms), axis=0, dtype=F32)
 
 
 def make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):

@@ -10,6 +10,7 @@ from modelc.artifact.prune import prune_tensor
 from modelc.artifact.quantize import (
     _q4_k,
     _q6_k,
+    _seq_sum,
     effective_kind,
     f32_to_bf16,
     quantize_tensor,
@@ -208,3 +209,13 @@ def test_k_quants_match_gguf_quants_when_it_has_them(kind, qtype):
             f"gguf {getattr(gguf, '__version__', '')} has no {kind} quantizer (compared to a literal port above)"
         )
     np.testing.assert_array_equal(quantize_tensor("w", TensorData.from_array(a), kind)["w"].blocks(), want)
+
+
+@pytest.mark.parametrize(("n", "g"), [(16, 7), (32, 1000), (32, 70001)])
+def test_seq_sum_is_row_by_row(n, g):
+    rng = np.random.default_rng(n + g)
+    a = (rng.standard_normal((n, g)) * 10 ** rng.uniform(-3, 3, (n, g))).astype(np.float32)
+    acc = np.zeros(g, np.float32)
+    for row in a:
+        acc = acc + row
+    np.testing.assert_array_equal(_seq_sum(a), acc)

@@ -146,6 +146,8 @@ def pull(
     """Download NAME[:VERSION] into the store (new active version); returns the store path."""
     loc = location(loc)
     entry = find(spec, loc, version)
+    if _same_file(store.active_path(entry.name), entry):
+        return store.active_path(entry.name)  # already the active version: nothing to download
     part = _part_path(entry)
     part.parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(retries + 1):
@@ -217,12 +219,22 @@ def _fetch_file(src: Path, entry: RegistryModel, part: Path, have: int, progress
         raise RegistryError(f"registry file {src} is missing") from None
 
 
-def _check(entry: RegistryModel, part: Path) -> None:
+def _same_file(path: Path, entry: RegistryModel) -> bool:
+    if not path.is_file() or path.stat().st_size != entry.size:
+        return False
+    return _sha256(path) == entry.sha256
+
+
+def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(part, "rb") as f:
+    with open(path, "rb") as f:
         while chunk := f.read(CHUNK_BYTES * 16):
             h.update(chunk)
-    if h.hexdigest() != entry.sha256 or part.stat().st_size != entry.size:
+    return h.hexdigest()
+
+
+def _check(entry: RegistryModel, part: Path) -> None:
+    if part.stat().st_size != entry.size or _sha256(part) != entry.sha256:
         part.unlink()
         raise ChecksumError(
             f"download of {entry.name} v{entry.version} does not match the registry's sha256; discarded"

@@ -175,6 +175,7 @@ def test_local_folder_registry_and_env(home, reg_dir, monkeypatch):
     monkeypatch.setenv("MODELC_REGISTRY", str(reg_dir))
     path = registry.pull("other/gpt")
     assert open_artifact(path).architecture == "gpt2"
+    assert registry.pull("other/gpt") == path and store.versions("other/gpt") == []  # up to date: no new version
     index = json.loads((reg_dir / "index.json").read_text())
     assert [v["version"] for v in index["models"][0]["versions"]] == [1, 2]
 

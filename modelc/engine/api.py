@@ -63,7 +63,9 @@ class Engine:
         self.architecture = source.architecture
         num_blocks = (kv_cache_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE
         self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=kv_dtype, threads=threads)
-        self.max_tokens_in_cache = num_blocks * BLOCK_SIZE
+        # learned position tables (GPT-2) cap the sequence length too
+        limit = getattr(self.runner.model, "max_positions", None)
+        self.max_tokens_in_cache = min(num_blocks * BLOCK_SIZE, limit or num_blocks * BLOCK_SIZE)
         self.special_tokens = dict(getattr(source, "special_tokens", None) or {})
         self._tokenizer = None
         self._template = None
@@ -181,7 +183,9 @@ class Engine:
         if n == 0:
             raise InvalidRequestError("the prompt has no tokens")
         if n >= self.max_tokens_in_cache:
-            raise InvalidRequestError(f"prompt of {n} tokens does not fit the KV cache ({self.max_tokens_in_cache})")
+            raise InvalidRequestError(
+                f"prompt of {n} tokens does not fit the context ({self.max_tokens_in_cache} tokens)"
+            )
         eos = set() if p.ignore_eos else set(self.runner.eos_ids)
         stop_ids = eos | set(p.stop_token_ids)
         table = np.arange(self.runner.num_kv_blocks, dtype=np.int32)

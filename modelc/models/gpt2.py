@@ -166,6 +166,11 @@ class Gpt2Model:
             (i, p): getattr(L, p).shape for i, L in enumerate(self.layers) for p in ("q", "k", "v", "o", "up", "down")
         }
 
+    @property
+    def max_positions(self) -> int:
+        """Learned position table length: the longest sequence this model can run."""
+        return self.args.max_positions
+
     def kv_shape(self) -> tuple[int, int, int]:
         return self.args.num_layers, self.args.num_heads, self.args.head_dim
 

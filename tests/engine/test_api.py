@@ -148,3 +148,13 @@ def test_async_engine_with_real_runner_matches_sync_engine():
 
     anyio.run(main)
     assert [got[i] for i in range(len(prompts))] == want
+
+
+def test_gpt2_generation_stops_at_its_position_table():
+    from modelc.models.tiny import make_tiny_gpt2
+
+    eng = Engine(make_tiny_gpt2(0, max_positions=20), kv_cache_tokens=256)
+    got = list(eng.generate_ids([5] * 15, eng._params({"temperature": 0.0, "max_tokens": 50, "ignore_eos": True})))
+    assert len(got) == 5
+    with pytest.raises(InvalidRequestError):
+        list(eng.generate_ids([5] * 20))

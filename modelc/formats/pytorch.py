@@ -124,7 +124,7 @@ class _RefusingUnpickler(pickle.Unpickler):
         if not (isinstance(pid, tuple) and len(pid) >= 5 and pid[0] == "storage"):
             raise FormatError(f"refused pickle persistent id {str(pid)[:60]}")
         storage_type, key, _location, numel = pid[1], pid[2], pid[3], pid[4]
-        if isinstance(storage_type, DataType):  # newer torch pickles the dtype itself
+        if isinstance(storage_type, DataType):  # a torch dtype global in place of a storage class
             dtype = storage_type
         elif isinstance(storage_type, _StorageType):
             dtype = storage_type.dtype or DataType.U8

@@ -17,14 +17,19 @@ from modelc.kernels.qdot import (
     dot_i8x32,
     dotu_i8x32,
     f16_at,
+    fma_f32x8,
     fma_i32x8,
     halves_f32x8,
     hsum_f32x8,
+    load_f32x8,
+    load_i8_f32x8,
     load_i8x32,
+    mul_f32x8,
     nib16_i8x32,
     or_i8x32,
     shl_i8x32,
     splat_f32x8,
+    store_f32x8,
     zeros_f32x8,
 )
 from modelc.kernels.quant import KIND
@@ -104,13 +109,21 @@ def _row_q4_k(w, base, xq, xd, xs, nsb):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _row_q6_k(w, base, xq, xd, xs, nsb):
+def _row_q6_k(w, base, xq, xd, xs, nsb, sbuf):
+    """sbuf: (16,) f32 scratch for one super-block's sub-block scales."""
     acc0 = zeros_f32x8()
     acc1 = zeros_f32x8()
-    m = np.float32(0.0)
+    macc = zeros_f32x8()
     for b in range(nsb):
         o = base + b * 210
-        d = f16_at(w, o + 208)
+        dv = splat_f32x8(f16_at(w, o + 208))
+        s0 = mul_f32x8(dv, load_i8_f32x8(w, o + 192))  # scales of sub-blocks 0..7
+        s1 = mul_f32x8(dv, load_i8_f32x8(w, o + 200))  # 8..15
+        store_f32x8(sbuf, 0, s0)
+        store_f32x8(sbuf, 8, s1)
+        # q = u - 32: the offset's share is 32 * sum_g scale_g * xs_g
+        macc = fma_f32x8(macc, s0, load_f32x8(xs, b * 16))
+        macc = fma_f32x8(macc, s1, load_f32x8(xs, b * 16 + 8))
         for c in range(0, 8, 2):
             k = b * 8 + c
             h, s4 = c // 4, c % 4
@@ -119,16 +132,13 @@ def _row_q6_k(w, base, xq, xd, xs, nsb):
             hi1 = shl_i8x32(bits_i8x32(w, o + 128 + h * 32, 2 * s4 + 2, 3), 4)
             u0 = or_i8x32(bits_i8x32(w, o + h * 64, sh, 15), hi0)
             u1 = or_i8x32(bits_i8x32(w, o + h * 64 + 32, sh, 15), hi1)
-            f0 = d * np.float32(np.int8(w[o + 192 + 2 * c]))
-            f1 = d * np.float32(np.int8(w[o + 193 + 2 * c]))
-            f2 = d * np.float32(np.int8(w[o + 194 + 2 * c]))
-            f3 = d * np.float32(np.int8(w[o + 195 + 2 * c]))
             p0 = dotu_i8x32(u0, load_i8x32(xq, k * 32))
             p1 = dotu_i8x32(u1, load_i8x32(xq, k * 32 + 32))
-            acc0 = fma_i32x8(acc0, p0, halves_f32x8(f0 * xd[k], f1 * xd[k]))
-            acc1 = fma_i32x8(acc1, p1, halves_f32x8(f2 * xd[k + 1], f3 * xd[k + 1]))
-            m += f0 * xs[2 * k] + f1 * xs[2 * k + 1] + f2 * xs[2 * k + 2] + f3 * xs[2 * k + 3]
-    return hsum_f32x8(acc0) + hsum_f32x8(acc1) - np.float32(32.0) * m
+            acc0 = fma_i32x8(acc0, p0, mul_f32x8(halves_f32x8(sbuf[2 * c], sbuf[2 * c + 1]), splat_f32x8(xd[k])))
+            acc1 = fma_i32x8(
+                acc1, p1, mul_f32x8(halves_f32x8(sbuf[2 * c + 2], sbuf[2 * c + 3]), splat_f32x8(xd[k + 1]))
+            )
+    return hsum_f32x8(acc0) + hsum_f32x8(acc1) - np.float32(32.0) * hsum_f32x8(macc)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -146,6 +156,7 @@ def qmatvec(out, xq, xd, xs, w, kind):
     xsf = xs.reshape(-1)
     nchunk = max(1, min(n, n // 16))
     for ch in prange(nchunk):
+        sbuf = np.empty(16, np.float32)
         for r in range(ch * n // nchunk, (ch + 1) * n // nchunk):
             base = r * nbytes
             if kind == 0:
@@ -155,5 +166,5 @@ def qmatvec(out, xq, xd, xs, w, kind):
             elif kind == 7:
                 v = _row_q4_k(wf, base, xqf, xdf, xsf, c // 256)
             else:
-                v = _row_q6_k(wf, base, xqf, xdf, xsf, c // 256)
+                v = _row_q6_k(wf, base, xqf, xdf, xsf, c // 256, sbuf)
             out[0, r] = v

@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from modelc.kernels.qdot import (
+    abs_i8x32,
     dot_i8x32,
     dotu_i8x32,
     fma_f32x8,
@@ -21,6 +22,9 @@ from modelc.kernels.qdot import (
     hsum_f32x8,
     load_f32x8,
     load_i8x32,
+    mul_f32x8,
+    sign_i8x32,
+    splat_f32x8,
     zeros_f32x8,
 )
 from modelc.kernels.quant import unpack_row
@@ -62,6 +66,35 @@ def _dot_unsigned(q, sc, xq, xd, xo, do, nb):
         p0 = dotu_i8x32(load_i8x32(q, b * 32), load_i8x32(xq, xo + b * 32))
         acc0 = fma_i32x8(acc0, p0, halves_f32x8(sc[2 * b] * d0, sc[2 * b + 1] * d0))
     return hsum_f32x8(acc0) + hsum_f32x8(acc1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot4(q, sc, xq, xd, i, nb, signed):
+    """Four activation rows i..i+3 against one unpacked weight row: each weight block
+    (and |q| for signed types) and its scales are loaded once for the four rows."""
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    acc2 = zeros_f32x8()
+    acc3 = zeros_f32x8()
+    c = nb * 32
+    for b in range(nb):
+        w = load_i8x32(q, b * 32)
+        u = abs_i8x32(w) if signed else w
+        sv = halves_f32x8(sc[2 * b], sc[2 * b + 1])
+        a0 = load_i8x32(xq, i * c + b * 32)
+        a1 = load_i8x32(xq, (i + 1) * c + b * 32)
+        a2 = load_i8x32(xq, (i + 2) * c + b * 32)
+        a3 = load_i8x32(xq, (i + 3) * c + b * 32)
+        if signed:
+            a0 = sign_i8x32(a0, w)
+            a1 = sign_i8x32(a1, w)
+            a2 = sign_i8x32(a2, w)
+            a3 = sign_i8x32(a3, w)
+        acc0 = fma_i32x8(acc0, dotu_i8x32(u, a0), mul_f32x8(sv, splat_f32x8(xd[i * nb + b])))
+        acc1 = fma_i32x8(acc1, dotu_i8x32(u, a1), mul_f32x8(sv, splat_f32x8(xd[(i + 1) * nb + b])))
+        acc2 = fma_i32x8(acc2, dotu_i8x32(u, a2), mul_f32x8(sv, splat_f32x8(xd[(i + 2) * nb + b])))
+        acc3 = fma_i32x8(acc3, dotu_i8x32(u, a3), mul_f32x8(sv, splat_f32x8(xd[(i + 3) * nb + b])))
+    return hsum_f32x8(acc0), hsum_f32x8(acc1), hsum_f32x8(acc2), hsum_f32x8(acc3)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -118,5 +151,19 @@ def qmatmul(out, xq, xd, xs, w, kind, rscale, signed):
         for r in range(ch * n // nchunk, (ch + 1) * n // nchunk):
             rs = rscale[r] if rscale.shape[0] > 1 else rscale[0]
             unpack_row(kind, q, sc, mn, wf, r * nbytes, rs)
-            for i in range(t):
+            i = 0
+            while i + 4 <= t:
+                v0, v1, v2, v3 = _dot4(q, sc, xqf, xdf, i, c // 32, signed)
+                if not signed:
+                    v0 -= _min_term(mn, xsf, i)
+                    v1 -= _min_term(mn, xsf, i + 1)
+                    v2 -= _min_term(mn, xsf, i + 2)
+                    v3 -= _min_term(mn, xsf, i + 3)
+                out[i, r] = v0
+                out[i + 1, r] = v1
+                out[i + 2, r] = v2
+                out[i + 3, r] = v3
+                i += 4
+            while i < t:
                 out[i, r] = dot_row(q, sc, mn, xqf, xdf, xsf, i, signed)
+                i += 1

@@ -484,3 +484,32 @@ def addk_i8x32(typingctx, a, k):
         return builder.add(args[0], _splat_i8(builder, args[1]))
 
     return I8x32(a, k), codegen
+
+
+@intrinsic
+def abs_i8x32(typingctx, v):
+    """|v| per byte (|-128| wraps to 128 as an unsigned byte, as vpmaddubsw wants)."""
+    if v != I8x32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.abs.v32i8", _v32i8, [args[0], ir.Constant(ir.IntType(1), 0)])
+
+    return I8x32(v), codegen
+
+
+@intrinsic
+def sign_i8x32(typingctx, a, s):
+    """a * sign(s) per byte (vpsignb): pairs with abs_i8x32(s) for a signed dot via dotu_i8x32."""
+    if not (a == I8x32 and s == I8x32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a_, s_ = args
+        if HAS_AVX2:
+            return _call(builder, "llvm.x86.avx2.psign.b", _v32i8, [a_, s_])
+        zero = ir.Constant(_v32i8, [0] * 32)
+        neg = builder.select(builder.icmp_signed("<", s_, zero), builder.sub(zero, a_), a_)
+        return builder.select(builder.icmp_signed("==", s_, zero), zero, neg)
+
+    return I8x32(a, s), codegen

@@ -77,6 +77,16 @@ def test_scaled_int_with_ragged_rows(name: str) -> None:
     assert _relerr(out, want) < FLOAT_TOL
 
 
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_1", "Q5_0"])
+@pytest.mark.parametrize("t", [1, 4, 6])
+def test_odd_block_count(name: str, t: int) -> None:
+    w = _weight(name, 19, 96, seed=5)  # 3 blocks per row: the unrolled loops' tails
+    out, x = _run(w, t, seed=6)
+    want = np.empty_like(out)
+    ref_linear.matmul_qact(want, x, w)
+    assert _relerr(out, want) < EXACT_QACT
+
+
 def test_large_rows_and_single_row() -> None:
     for n, c in [(1, 256), (333, 2048)]:
         w = _weight("Q4_K", n, c, seed=n)

@@ -192,3 +192,10 @@ def test_cli_search_and_pull(home, reg_dir, capsys):
     assert "other/gpt" in capsys.readouterr().out
     assert main(["pull", "user/tiny", "--version", "1", "--registry", str(reg_dir)]) == 0
     assert os.path.exists(store.active_path("user/tiny"))
+
+
+def test_registry_commands_have_help_with_example(capsys):
+    for argv in (["pull", "--help"], ["search", "--help"], ["registry", "--help"], ["registry", "add", "--help"],
+                 ["registry", "serve", "--help"]):  # fmt: skip
+        assert main(argv) == 0
+        assert "Example: modelc " in " ".join(capsys.readouterr().out.split())

@@ -49,7 +49,10 @@ def search_cmd(
     out.print(table)
 
 
-registry_app = typer.Typer(help="Manage and serve a model registry folder.", no_args_is_help=True)
+registry_app = typer.Typer(
+    help="Manage and serve a model registry folder.\n\nExample: modelc registry add ./reg tiny && modelc registry serve ./reg",
+    no_args_is_help=True,
+)
 
 
 @registry_app.command("add")

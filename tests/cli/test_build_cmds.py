@@ -171,3 +171,9 @@ def test_compiled_app_serves(home, tmp_path):
         proc.terminate()
         proc.wait(timeout=60)
         proc.stderr.close()
+
+
+def test_build_commands_have_help_with_example(capsys):
+    for cmd in ("containerize", "compile"):
+        assert main([cmd, "--help"]) == 0
+        assert f"Example: modelc {cmd} " in " ".join(capsys.readouterr().out.split())

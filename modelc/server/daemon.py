@@ -78,9 +78,15 @@ async def serve(
     drain_timeout_s: float = 30.0,
     log_stream: IO[str] | None = None,
     install_signal_handlers: bool = True,
+    models: Any = None,
+    default_name: str | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM or `shutdown` is set. Raises ModelcError if the model fails to load."""
+    """Serve until SIGINT/SIGTERM or `shutdown` is set. Raises ModelcError if the model fails to load.
+
+    models: a modelc.daemon.models.ModelManager to serve other models on demand beside this default
+    one (requests name them in `model`); default_name: what requests may call the default model."""
     state = ServerState(None, server_config or ServerConfig())
+    state.models = models
     app = create_app(state, log_stream=log_stream)
     cfg = _BoundConfig()
     cfg.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
@@ -88,6 +94,7 @@ async def serve(
     cfg.accesslog = None  # one structlog line per request instead
     cfg.errorlog = None
     stop = asyncio.Event()
+    state.request_shutdown = stop.set
     loop = asyncio.get_running_loop()
     handled: list[int] = []
     if install_signal_handlers:
@@ -115,8 +122,13 @@ async def serve(
             if shutdown is not None:
                 tg.start_soon(_relay, shutdown)
             tg.start_soon(_run_server)
+            if models is not None:
+                await tg.start(models.run)
             try:
                 async with open_engine(engine_or_source, engine_config) as engine:
+                    if models is not None:
+                        path = engine_or_source if isinstance(engine_or_source, str | Path) else None
+                        models.set_default(engine, default_name, path)
                     state.engine = engine
                     while cfg.bound is None and not server_done.is_set():
                         await anyio.sleep(0.005)

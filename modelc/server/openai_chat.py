@@ -21,7 +21,6 @@ from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, 
 from modelc.server.handling import (
     account,
     check_model,
-    current_engine,
     deadline,
     finish_record,
     get_state,
@@ -135,8 +134,9 @@ def chat_choice(tok: Any, plan: ChatPlan, r: ChoiceResult) -> dict[str, Any]:
 @bp.post("/v1/chat/completions")
 async def chat_completions() -> Any:
     state = get_state()
-    engine = current_engine(state)
-    plan = parse_chat(state, engine, await read_json())
+    body = await read_json()
+    engine = await state.engine_for(body.get("model"))
+    plan = parse_chat(state, engine, body)
     rec = record()
     rec.inference = True
     if plan.stream:

@@ -20,7 +20,6 @@ from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, 
 from modelc.server.handling import (
     account,
     check_model,
-    current_engine,
     deadline,
     finish_record,
     get_state,
@@ -121,8 +120,9 @@ def pick_best(plan: CompletionPlan, results: list[ChoiceResult]) -> list[tuple[i
 @bp.post("/v1/completions")
 async def completions() -> Any:
     state = get_state()
-    engine = current_engine(state)
-    plan = parse_completion(state, engine, await read_json())
+    body = await read_json()
+    engine = await state.engine_for(body.get("model"))
+    plan = parse_completion(state, engine, body)
     rec = record()
     rec.inference = True
     if plan.stream:

@@ -39,8 +39,8 @@ async def get_model(model_id: str) -> Any:
 @bp.post("/v1/embeddings")
 async def embeddings() -> Any:
     state = get_state()
-    engine = current_engine(state)
     body = await read_json()
+    engine = await state.engine_for(body.get("model"))
     model = check_model(state, engine, body)
     fmt = get_str(body, "encoding_format", "float")
     if fmt not in ("float", "base64"):

@@ -65,10 +65,21 @@ class ServerState:
         self.started_at = time.time()
         self.load_error: str | None = None
         self.log: Any = None  # the app's structlog logger (set by create_app)
+        self.models: Any = None  # the daemon's ModelManager (modelc.daemon.models) when it serves several models
+        self.request_shutdown: Any = None  # set by serve(): a callable that starts a graceful shutdown
 
     @property
     def ready(self) -> bool:
         return self.engine is not None
+
+    async def engine_for(self, model: Any) -> Any:
+        """The engine serving a request's `model` field: the default engine when it is empty (or no
+        ModelManager is attached); else the manager's view of that model, loaded on first use."""
+        if self.models is None or not model or not isinstance(model, str):
+            from modelc.server.handling import current_engine
+
+            return current_engine(self)
+        return await self.models.get(model)
 
     def acquire_slot(self) -> None:
         """Count one inference request in; 503 at --max-concurrent (no queueing here: the engine queues)."""

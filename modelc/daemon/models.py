@@ -1,0 +1,489 @@
+"""ModelManager: several models in one daemon, as Ollama does.
+
+Requests name their model; a stored model not yet loaded is loaded on first use (concurrent first
+requests share one load), idle models unload after their keep-alive, and --max-loaded-models bounds
+how many are loaded (least recently used idle one unloaded first; never one with requests in flight).
+The default model (the one `modelc run` named) is pinned: it stays loaded for the daemon's life.
+
+Each loaded model is one task of the manager's task group holding `open_engine(...)` open; unloading
+sets its stop event and waits for the engine to close. No HTTP here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, OverloadedError
+
+DEFAULT_KEEP_ALIVE_S = 300.0  # Ollama's default: 5 minutes
+DEFAULT_MAX_LOADED_MODELS = 3  # Ollama's default on CPU
+GRACE_S = 2.0  # a model handed to a request counts as busy this long, before its first generate() starts
+_VERSION = re.compile(r"[0-9]+")
+
+
+class ManagerUnavailableError(ModelcError):
+    """The model manager is not running (the daemon is starting or stopping)."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "model_loading"
+
+
+def parse_keep_alive(value: Any) -> float | None:
+    """Ollama's keep_alive: seconds (number), a duration string ("5m", "1h30m", "10s", "0", "-1"), or None.
+
+    Returns seconds; negative = never unload; None = the daemon's default."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidRequestError(
+            "'keep_alive' must be a number of seconds or a duration like '5m'", param="keep_alive"
+        )
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return float(text)
+        except ValueError:
+            pass
+        units = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+        parts = re.findall(r"(-?[0-9.]+)(ms|s|m|h)", text)
+        if parts and "".join(n + u for n, u in parts) == text:
+            total = sum(float(n) * units[u] for n, u in parts)
+            return -1.0 if text.startswith("-") else total
+    raise InvalidRequestError(
+        f"'keep_alive' {value!r} is not a duration (use seconds or e.g. '5m', '-1')", param="keep_alive"
+    )
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """One model the manager holds (loading, loaded, or unloading). Owned by the manager's event loop."""
+
+    key: str  # the resolved artifact path (or the default model's name when it has no path)
+    name: str  # the name it was first asked by
+    path: Path | None
+    keep_alive_s: float
+    pinned: bool = False
+    engine: Any = None
+    error: ModelcError | None = None
+    loaded_at: float = 0.0  # unix time
+    load_duration_s: float = 0.0
+    last_used: float = field(default_factory=time.monotonic)
+    num_in_flight: int = 0
+    adapters: set[str] = field(default_factory=set)
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    def begin(self) -> None:
+        self.num_in_flight += 1
+        self.touch()
+
+    def end(self) -> None:
+        self.num_in_flight -= 1
+        self.touch()
+
+    def running_requests(self) -> int:
+        """Requests this model is serving now: our own count, or the engine's running + waiting."""
+        stats = engine_stats(self.engine)
+        return max(self.num_in_flight, int(stats.get("running", 0)) + int(stats.get("waiting", 0)))
+
+    def expires_in_s(self, now: float | None = None) -> float | None:
+        """Seconds until the keep-alive unloads it (from its last use); None = never."""
+        if self.pinned or self.keep_alive_s < 0:
+            return None
+        now = time.monotonic() if now is None else now
+        return self.last_used + self.keep_alive_s - now
+
+    def expires_at(self) -> float | None:
+        """Unix time the keep-alive unloads it (if it stays idle), None = never."""
+        left = self.expires_in_s()
+        return None if left is None else time.time() + max(left, 0.0)
+
+
+def engine_stats(engine: Any) -> dict[str, Any]:
+    stats = getattr(engine, "stats", None)
+    if engine is None or stats is None:
+        return {}
+    try:
+        return dict(stats() or {})
+    except Exception:  # a stats snapshot must never break ps or the reaper
+        return {}
+
+
+class ModelView:
+    """The engine as one request sees it: `name` is the name asked for, a LoRA adapter named by
+    "base:adapter" is applied, and generate/embed/infer calls are counted as in flight."""
+
+    def __init__(self, entry: LoadedModel, name: str, adapter: str | None = None) -> None:
+        self._entry = entry
+        self._engine = entry.engine
+        self.name = name
+        self.adapter = adapter
+
+    @property
+    def engine(self) -> Any:
+        return self._engine
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._engine, attr)
+        if attr in ("embed", "infer") and callable(value):
+            return self._counted(value)
+        return value
+
+    async def generate(
+        self, prompt_token_ids: list[int], params: Any = None, request_id: str | None = None
+    ) -> AsyncIterator[Any]:
+        if self.adapter is not None and params is not None and getattr(params, "adapter", None) is None:
+            params = replace(params, adapter=self.adapter)
+        self._entry.begin()
+        try:
+            gen = self._engine.generate(prompt_token_ids, params, request_id=request_id)
+            try:
+                async for ev in gen:
+                    yield ev
+            finally:
+                await gen.aclose()
+        finally:
+            self._entry.end()
+
+    def _counted(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        entry = self._entry
+        if inspect.iscoroutinefunction(fn):
+
+            async def run_async(*args: Any, **kw: Any) -> Any:
+                entry.begin()
+                try:
+                    return await fn(*args, **kw)
+                finally:
+                    entry.end()
+
+            return run_async
+
+        def run_sync(*args: Any, **kw: Any) -> Any:
+            entry.begin()
+            try:
+                return fn(*args, **kw)
+            finally:
+                entry.end()
+
+        return run_sync
+
+
+def _default_opener() -> Callable[..., Any]:
+    from modelc.server.daemon import open_engine
+
+    return open_engine
+
+
+class ModelManager:
+    """Loads, tracks and unloads the daemon's models. Start it with `await tg.start(manager.run)`."""
+
+    def __init__(
+        self,
+        *,
+        engine_config: Any = None,
+        keep_alive_s: float = DEFAULT_KEEP_ALIVE_S,
+        max_loaded_models: int | None = DEFAULT_MAX_LOADED_MODELS,
+        opener: Callable[..., Any] | None = None,
+        tick_s: float = 0.25,
+    ) -> None:
+        if max_loaded_models is not None and max_loaded_models < 1:
+            raise InvalidRequestError("--max-loaded-models must be >= 1", param="max_loaded_models")
+        self.engine_config = engine_config
+        self.keep_alive_s = float(keep_alive_s)
+        self.max_loaded_models = max_loaded_models
+        self.tick_s = tick_s
+        self._opener = opener
+        self._entries: dict[str, LoadedModel] = {}
+        self._default: LoadedModel | None = None
+        self._aliases: set[str] = set()
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Host the loaded models and unload idle ones until cancelled (then every model closes)."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            try:
+                while True:
+                    await anyio.sleep(self.tick_s)
+                    await self.reap()
+            finally:
+                self._tg = None
+                tg.cancel_scope.cancel()
+
+    def set_default(self, engine: Any, name: str | None = None, path: str | Path | None = None) -> LoadedModel:
+        """Register the already-open default model (pinned). `name` is what requests may call it
+        (besides engine.name)."""
+        resolved = Path(path).resolve() if path is not None else None
+        name = name or getattr(engine, "name", "") or "default"
+        entry = LoadedModel(str(resolved) if resolved else f"default:{name}", name, resolved, -1.0, pinned=True)
+        entry.engine = engine
+        entry.loaded_at = time.time()
+        entry.ready.set()
+        self._entries[entry.key] = entry
+        self._default = entry
+        self._aliases = {name, getattr(engine, "name", "") or name}
+        return entry
+
+    @property
+    def default(self) -> LoadedModel | None:
+        return self._default
+
+    # -- lookup and loading ---------------------------------------------------------------------
+
+    async def get(self, name: str, keep_alive_s: float | None = None) -> ModelView:
+        """The model `name` (a store name, name:VERSION, name:latest, a .modelc path, or base:adapter),
+        loaded if need be. keep_alive_s (a request's keep_alive) resets its keep-alive."""
+        base, adapter = self.split_adapter(name)
+        entry = await self.load(base, keep_alive_s)
+        if adapter is not None and adapter not in entry.adapters and adapter not in _engine_adapters(entry.engine):
+            raise NotFoundError(
+                f"model {base!r} has no LoRA adapter {adapter!r} loaded; load it with "
+                f"`modelc lora load {base} PATH --name {adapter}`",
+                param="model",
+            )
+        return ModelView(entry, name, adapter)
+
+    def split_adapter(self, name: str) -> tuple[str, str | None]:
+        """ "base:adapter" -> (base, adapter); "name:3" (a version) and "name:latest" are model names."""
+        if name in self._aliases or ":" not in name:
+            return name, None
+        base, tag = name.rsplit(":", 1)
+        if tag == "latest":
+            return base, None
+        if _VERSION.fullmatch(tag) or not base or "/" in tag or tag.endswith(".modelc"):
+            return name, None
+        return base, tag
+
+    def find(self, name: str) -> LoadedModel | None:
+        """The loaded (or loading) model `name` refers to, without loading anything."""
+        base, _ = self.split_adapter(name)
+        if base in self._aliases and self._default is not None:
+            return self._default
+        try:
+            key = self._key(base)
+        except ModelcError:
+            return None
+        return self._entries.get(key)
+
+    def _key(self, name: str) -> str:
+        from modelc import store
+
+        return str(store.resolve(name).resolve())
+
+    async def load(self, name: str, keep_alive_s: float | None = None) -> LoadedModel:
+        """Load `name` (no adapter part) unless it is loaded; concurrent callers share one load."""
+        if name.endswith(":latest"):
+            name = name[: -len(":latest")]
+        if name in self._aliases and self._default is not None:
+            entry = self._default
+        else:
+            key = self._key(name)  # NotFoundError for unknown names
+            entry = self._entries.get(key)
+            if entry is None or entry.stop.is_set():
+                if entry is not None:
+                    await entry.done.wait()  # an unload in progress: wait, then load afresh
+                entry = self._entries.get(key) or await self._start_load(key, name)
+        await entry.ready.wait()
+        if entry.error is not None:
+            raise entry.error
+        if keep_alive_s is not None and not entry.pinned:
+            entry.keep_alive_s = keep_alive_s
+        entry.touch()
+        return entry
+
+    async def _start_load(self, key: str, name: str) -> LoadedModel:
+        if self._tg is None:
+            raise ManagerUnavailableError("the daemon's model manager is not running; retry shortly")
+        await self._make_room()
+        existing = self._entries.get(key)  # another request may have started it while we made room
+        if existing is not None:
+            return existing
+        entry = LoadedModel(key, name, Path(key), self.keep_alive_s)
+        self._entries[key] = entry
+        self._tg.start_soon(self._hold, entry)
+        return entry
+
+    async def _hold(self, entry: LoadedModel) -> None:
+        """The task that keeps one model open until its stop event; load errors go to the waiters."""
+        started = time.monotonic()
+        opener = self._opener or _default_opener()
+        try:
+            async with opener(entry.path, self.engine_config) as engine:
+                entry.engine = engine
+                entry.loaded_at = time.time()
+                entry.load_duration_s = time.monotonic() - started
+                entry.touch()
+                entry.ready.set()
+                await entry.stop.wait()
+        except ModelcError as e:
+            entry.error = e
+        except Exception as e:  # a broken model must not take the daemon's other models down
+            entry.error = EngineError(f"model {entry.name} failed: {type(e).__name__}: {e}")
+        finally:
+            entry.engine = None
+            if self._entries.get(entry.key) is entry:
+                del self._entries[entry.key]
+            if entry.error is None and not entry.ready.is_set():
+                entry.error = ManagerUnavailableError(f"model {entry.name} was unloaded while loading")
+            entry.ready.set()
+            entry.done.set()
+
+    async def _make_room(self) -> None:
+        """Unload least recently used idle models until one more fits under max_loaded_models."""
+        limit = self.max_loaded_models
+        while limit is not None and len(self._entries) >= limit:
+            idle = [
+                e for e in self._entries.values() if not e.pinned and e.ready.is_set() and e.running_requests() == 0
+            ]
+            if not idle:
+                raise OverloadedError(
+                    f"{len(self._entries)} models are loaded and busy (--max-loaded-models {limit}); retry later"
+                )
+            await self._unload(min(idle, key=lambda e: e.last_used))
+
+    # -- unloading ------------------------------------------------------------------------------
+
+    async def unload(self, name: str) -> bool:
+        """Unload `name` now (its running requests end with finish_reason "abort"). False if not loaded."""
+        entry = self.find(name)
+        if entry is None:
+            return False
+        if entry.pinned:
+            raise ModelcError(
+                f"model {entry.name!r} is the daemon's default model and stays loaded; stop the daemon "
+                "with `modelc stop`",
+                param="model",
+            )
+        await self._unload(entry)
+        return True
+
+    async def _unload(self, entry: LoadedModel) -> None:
+        if self._entries.get(entry.key) is entry:
+            del self._entries[entry.key]
+        entry.stop.set()
+        await entry.done.wait()
+
+    async def reap(self) -> list[str]:
+        """Unload every model idle past its keep-alive; returns their names."""
+        now = time.monotonic()
+        gone = []
+        for entry in list(self._entries.values()):
+            left = entry.expires_in_s(now)
+            if left is None or left > 0 or not entry.ready.is_set():
+                continue
+            if now - entry.last_used < GRACE_S or entry.running_requests() > 0:
+                continue
+            await self._unload(entry)
+            gone.append(entry.name)
+        return gone
+
+    # -- adapters and reporting -----------------------------------------------------------------
+
+    async def load_adapter(self, name: str, adapter: str, path: str, alpha: float = 1.0, global_: bool = False) -> Any:
+        entry = await self.load(self.split_adapter(name)[0])
+        entry.begin()
+        try:
+            info = await entry.engine.load_adapter(adapter, path, alpha=alpha, global_=global_)
+        finally:
+            entry.end()
+        entry.adapters.add(adapter)
+        return info
+
+    async def unload_adapter(self, name: str, adapter: str) -> None:
+        entry = self.find(name)
+        if entry is None or entry.engine is None:
+            raise NotFoundError(f"model {name!r} is not loaded", param="model")
+        await entry.engine.unload_adapter(adapter)
+        entry.adapters.discard(adapter)
+
+    def loaded(self) -> list[LoadedModel]:
+        """Loaded models (not those still loading), the default first, then most recently used."""
+        ready = [e for e in self._entries.values() if e.ready.is_set() and e.engine is not None]
+        return sorted(ready, key=lambda e: (not e.pinned, -e.last_used))
+
+    def describe(self, entry: LoadedModel) -> dict[str, Any]:
+        """What `modelc ps` shows for one model: memory (artifact + KV bytes), requests, KV use."""
+        stats = engine_stats(entry.engine)
+        size = model_bytes(entry)
+        kv = kv_bytes(entry.engine, int(stats.get("kv_blocks_total", 0) or 0))
+        return {
+            "name": entry.name,
+            "path": str(entry.path) if entry.path else None,
+            "architecture": getattr(entry.engine, "architecture", "") or "",
+            "default": entry.pinned,
+            "size_bytes": size,
+            "kv_bytes": kv,
+            "memory_bytes": size + kv,
+            "running": int(stats.get("running", 0) or 0),
+            "waiting": int(stats.get("waiting", 0) or 0),
+            "kv_blocks_used": int(stats.get("kv_blocks_used", 0) or 0),
+            "kv_blocks_total": int(stats.get("kv_blocks_total", 0) or 0),
+            "adapters": sorted(entry.adapters | set(_engine_adapters(entry.engine))),
+            "loaded_at": entry.loaded_at,
+            "load_duration_s": entry.load_duration_s,
+            "expires_at": entry.expires_at(),
+        }
+
+
+def _engine_adapters(engine: Any) -> list[str]:
+    try:
+        return list(getattr(engine, "adapters", None) or [])
+    except Exception:
+        return []
+
+
+def model_source(engine: Any) -> Any:
+    return getattr(engine, "source", None) or getattr(engine, "model", None)
+
+
+def model_bytes(entry: LoadedModel) -> int:
+    """The artifact's size on disk (what mmap may bring in), else the source's tensor bytes."""
+    if entry.path is not None:
+        try:
+            return entry.path.stat().st_size
+        except OSError:
+            pass
+    src = model_source(entry.engine)
+    total = getattr(src, "total_bytes", None)
+    if total is not None:
+        return int(total)
+    tensors = getattr(src, "tensors", None) or {}
+    return int(sum(getattr(t, "nbytes", 0) for t in tensors.values()))
+
+
+def kv_bytes(engine: Any, num_blocks: int) -> int:
+    """Bytes of the engine's KV pages: blocks x bytes per block (all layers, K and V)."""
+    if num_blocks <= 0:
+        return 0
+    from modelc.config import kv_bytes_per_block
+
+    src = model_source(engine)
+    cfg = getattr(src, "config", None)
+    if not isinstance(cfg, dict) or not cfg.get("num_hidden_layers"):
+        return 0
+    ecfg = getattr(engine, "config", None)
+    cache = getattr(ecfg, "cache", None)
+    kv_dtype = getattr(cache, "kv_dtype", "float32")
+    block_size = getattr(cache, "block_size", 16)
+    try:
+        return num_blocks * kv_bytes_per_block(cfg, block_size, kv_dtype)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return 0

@@ -7,16 +7,10 @@ import json
 import os
 import sys
 import tempfile
-from urllib.parse import urlparse
 
-import anyio
-
-from loadtests.drive import DriveConfig, drive
 from loadtests.report import compare_table, print_table, runs_table, write_charts
-from loadtests.workload import SCENARIOS, WorkloadConfig, build_workload
-
-MAX_REQUESTS = 100_000
-MAX_DURATION_S = 6 * 3600
+from loadtests.sweep import Sweep, SweepError, levels_for, parse_levels, run_sweep
+from loadtests.workload import SCENARIOS, WorkloadConfig
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -30,7 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--target http://127.0.0.1:8080 --requests 32 --concurrency 1,4,8",
     )
     run.add_argument("scenario", choices=SCENARIOS)
-    run.add_argument("--target", default="http://127.0.0.1:8080")
+    run.add_argument("--target", default="http://127.0.0.1:8080", help="the only URL requests go to")
     run.add_argument("--model", default=None)
     run.add_argument("--api-key", default=os.environ.get("MODELC_API_KEY"))
     run.add_argument("--requests", type=int, default=32)
@@ -38,58 +32,57 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     run.add_argument("--concurrency", default="4", help="closed loop: N or a sweep 1,2,4,8")
     run.add_argument("--rate", type=float, default=None, help="open loop: requests per second (poisson arrivals)")
     run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--prompt-words", default="8,64")
-    run.add_argument("--output-tokens", default="8,64")
-    run.add_argument("--timeout", type=float, default=300.0)
+    run.add_argument("--prompt-words", default="8,64", help="min,max words per prompt")
+    run.add_argument("--output-tokens", default="8,64", help="min,max max_tokens per request (N,N: fixed)")
+    run.add_argument("--ignore-eos", action="store_true", help="generate exactly max_tokens (fixed output length)")
+    run.add_argument("--shared-prefix-words", type=int, default=400, help="shared-prefix: words in the prefix")
+    run.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     run.add_argument("--out", default=None, help="write results JSON here")
     run.add_argument("--chart", default=None, help="write a PNG chart here (needs matplotlib)")
     return ap.parse_args(argv)
 
 
-def _pair(s: str) -> tuple[int, int]:
-    a, b = (int(x) for x in s.split(","))
+def pair(s: str) -> tuple[int, int]:
+    try:
+        a, b = (int(x) for x in s.split(","))
+    except ValueError:
+        raise SweepError(f"expected MIN,MAX; got {s!r}") from None
+    if not 0 < a <= b:
+        raise SweepError(f"expected 0 < MIN <= MAX; got {s!r}")
     return a, b
 
 
-def run_scenario(args: argparse.Namespace) -> list[dict]:
-    host = urlparse(args.target).hostname
-    if host is None:
-        raise SystemExit(f"error: --target {args.target!r} is not a URL")
-    if not 0 < args.requests <= MAX_REQUESTS:
-        raise SystemExit(f"error: --requests must be in 1..{MAX_REQUESTS}")
-    if args.duration is not None and not 0 < args.duration <= MAX_DURATION_S:
-        raise SystemExit(f"error: --duration must be in (0, {MAX_DURATION_S}]")
+def sweep_from_args(args: argparse.Namespace) -> Sweep:
     scenario = "poisson" if args.rate and args.scenario == "steady" else args.scenario
     wl = WorkloadConfig(
         scenario=scenario,
         num_requests=args.requests,
         seed=args.seed,
         rate=args.rate or 4.0,
-        prompt_words=_pair(args.prompt_words),
-        output_tokens=_pair(args.output_tokens),
+        prompt_words=pair(args.prompt_words),
+        output_tokens=pair(args.output_tokens),
+        shared_prefix_words=args.shared_prefix_words,
+        ignore_eos=args.ignore_eos,
     )
-    specs = build_workload(wl)
-    if scenario in ("poisson",):
-        levels: list[int | None] = [None]
-    elif scenario == "burst":
-        levels = [len(specs)]
-    else:
-        levels = [int(c) for c in str(args.concurrency).split(",")]
-    runs = []
-    for c in levels:
-        cfg = DriveConfig(
-            target=args.target,
-            model=args.model,
-            api_key=args.api_key,
-            concurrency=c,
-            duration_s=args.duration,
-            timeout_s=args.timeout,
-        )
-        report = anyio.run(drive, specs, cfg)
-        report["scenario"] = scenario
-        report["seed"] = args.seed
-        runs.append(report)
-    return runs
+    return Sweep(
+        scenario=scenario,
+        target=args.target,
+        levels=levels_for(scenario, parse_levels(args.concurrency), args.requests),
+        workload=wl,
+        model=args.model,
+        api_key=args.api_key,
+        duration_s=args.duration,
+        timeout_s=args.timeout,
+    )
+
+
+def write_json(path: str, obj: dict) -> None:
+    """Atomically: a temp file beside `path`, then a rename."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,17 +97,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd != "run":
         parse_args(["--help"])
         return 2
-    runs = run_scenario(args)
-    print_table(runs_table(runs, title=f"{args.scenario} against {args.target}"))
+    try:
+        sweep = sweep_from_args(args)
+    except SweepError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    runs = run_sweep(sweep)
+    print_table(runs_table(runs, title=f"{sweep.scenario} against {sweep.target}"))
     if args.out:
-        d = os.path.dirname(os.path.abspath(args.out))
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"runs": runs}, f, indent=1)
-        os.replace(tmp, args.out)
-    if args.chart:
-        if write_charts(runs, args.chart) is None:
-            print("note: matplotlib is not installed; no chart written", file=sys.stderr)
+        write_json(args.out, {"runs": runs, "load_avg": list(os.getloadavg())})
+    if args.chart and write_charts(runs, args.chart) is None:
+        print("note: matplotlib is not installed; no chart written", file=sys.stderr)
     return 0
 
 

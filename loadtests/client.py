@@ -28,7 +28,8 @@ class RequestResult:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     chunks: int = 0
-    cancelled: bool = False
+    cancelled: bool = False  # the client closed the stream on purpose (cancel-storm)
+    finish_reason: str | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -39,6 +40,8 @@ def request_body(spec: RequestSpec, model: str | None) -> tuple[str, dict]:
     common = {"max_tokens": spec.max_tokens, "stream": True, "stream_options": {"include_usage": True}}
     if model:
         common["model"] = model
+    if spec.extra.get("ignore_eos"):
+        common["ignore_eos"] = True  # fixed output lengths (modelc, vLLM and llama.cpp's server accept it)
     seed = spec.extra.get("seed", 0)
     if spec.kind in ("json_schema", "tools"):
         body = {**common, "messages": [{"role": "user", "content": spec.prompt}], "temperature": 0.0}
@@ -90,6 +93,9 @@ async def run_one(
                 if "error" in obj:
                     res.error = "stream_error"
                     break
+                for ch in obj.get("choices") or []:
+                    if ch.get("finish_reason"):
+                        res.finish_reason = ch["finish_reason"]
                 usage = obj.get("usage")
                 if usage:
                     res.prompt_tokens = usage.get("prompt_tokens", 0)
@@ -141,11 +147,31 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return out
 
 
-def metric_total(samples: dict[str, float], name: str) -> float:
-    """Sum of every sample of a metric (all label sets); 0 when absent."""
+def _labels(key: str) -> dict[str, str]:
+    """{label: value} of a sample key such as name{a="x",b="y"} (values without commas or quotes)."""
+    if "{" not in key:
+        return {}
+    body = key.split("{", 1)[1].rstrip("}")
+    out = {}
+    for part in body.split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip().strip('"')
+    return out
+
+
+def metric_total(samples: dict[str, float], name: str, **labels: str | tuple[str, ...]) -> float:
+    """Sum of the samples of a metric whose labels match (a value or a tuple of allowed values);
+    every label set when none are given; 0 when absent."""
     total = 0.0
     for key, v in samples.items():
-        base = key.split("{", 1)[0]
-        if base == name:
+        if key.split("{", 1)[0] != name:
+            continue
+        have = _labels(key)
+        if all(have.get(k) in (want if isinstance(want, tuple) else (want,)) for k, want in labels.items()):
             total += v
     return total
+
+
+def has_metric(samples: dict[str, float], name: str) -> bool:
+    return any(key.split("{", 1)[0] == name for key in samples)

@@ -9,7 +9,10 @@ from rich.table import Table
 
 ROWS = (
     ("requests ok", lambda r: r["ok"]),
+    ("cancelled", lambda r: r.get("cancelled", 0)),
     ("errors", lambda r: sum(r["errors"].values())),
+    ("wall s", lambda r: r["wall_s"]),
+    ("output tokens", lambda r: r["output_tokens"]),
     ("requests/s", lambda r: r["requests_per_s"]),
     ("output tok/s", lambda r: r["output_tokens_per_s"]),
     ("TTFT p50 ms", lambda r: r["ttft_s"]["p50"] * 1e3),

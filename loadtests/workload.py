@@ -13,7 +13,7 @@ import numpy as np
 SCENARIOS = ("steady", "poisson", "burst", "shared-prefix", "cancel-storm", "long-context", "mixed-sampling")
 
 # Words to build prompts from: plain ASCII, so every tokenizer handles them.
-_WORDS = (
+WORDS = (
     "the model server token cache batch prefix stream request reply queue block page kernel "
     "python function return value list dict loop class import module error test data file path "
     "number string print while if else for in and or not with as def self yield lambda async await"
@@ -66,11 +66,12 @@ class WorkloadConfig:
     shared_prefix_words: int = 400
     context_words: int = 600  # long-context: about this many words per prompt
     cancel_share: float = 0.5
+    ignore_eos: bool = False  # fixed output lengths: every request generates exactly its max_tokens
 
 
 def _text(rng: np.random.Generator, n_words: int) -> str:
-    idx = rng.integers(0, len(_WORDS), size=max(1, n_words))
-    return " ".join(_WORDS[i] for i in idx)
+    idx = rng.integers(0, len(WORDS), size=max(1, n_words))
+    return " ".join(WORDS[i] for i in idx)
 
 
 def build_workload(cfg: WorkloadConfig) -> list[RequestSpec]:
@@ -99,7 +100,8 @@ def build_workload(cfg: WorkloadConfig) -> list[RequestSpec]:
         kind = kinds[int(rng.integers(0, len(kinds)))] if cfg.scenario == "mixed-sampling" else "greedy"
         cancel = None
         if cfg.scenario == "cancel-storm" and rng.random() < cfg.cancel_share:
-            cancel = int(rng.integers(1, max(2, int(out_len[i]))))
+            # Early in the stream (first quarter), so the server is still generating when the client leaves.
+            cancel = int(rng.integers(1, max(2, int(out_len[i]) // 4 + 1)))
         specs.append(
             RequestSpec(
                 index=i,
@@ -108,7 +110,7 @@ def build_workload(cfg: WorkloadConfig) -> list[RequestSpec]:
                 arrival_s=float(arrivals[i]),
                 kind=kind,
                 cancel_after_tokens=cancel,
-                extra={"seed": int(rng.integers(0, 2**31 - 1))},
+                extra={"seed": int(rng.integers(0, 2**31 - 1)), **({"ignore_eos": True} if cfg.ignore_eos else {})},
             )
         )
     return specs

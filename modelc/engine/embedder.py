@@ -108,19 +108,51 @@ class Embedder:
         return out
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
-        """Indices grouped longest-first so each padded batch wastes little and fits the token budget."""
-        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-        batches: list[list[int]] = []
-        cur: list[int] = []
-        for i in order:
-            longest = lengths[cur[0]] if cur else lengths[i]
-            if cur and (len(cur) >= self.max_batch_size or (len(cur) + 1) * longest > self.max_batch_tokens):
-                batches.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            batches.append(cur)
-        return batches
+        """Indices grouped into padded batches of similar length (see plan_batches)."""
+        cfg = self.model.cfg
+        C, F, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+        return plan_batches(
+            lengths,
+            max_batch_size=self.max_batch_size,
+            max_batch_tokens=self.max_batch_tokens,
+            token_flops=2 * L * (4 * C * C + 2 * C * F),
+            attention_flops=4 * L * C,
+        )
+
+
+BATCH_OVERHEAD_TOKENS = 4
+"""A forward's fixed cost (Python, kernel launches, small-GEMM inefficiency) in tokens' worth of work."""
+
+
+def plan_batches(
+    lengths: list[int], *, max_batch_size: int, max_batch_tokens: int, token_flops: int, attention_flops: int
+) -> list[list[int]]:
+    """Split inputs into padded batches minimizing estimated work.
+
+    NOTE: sorted longest-first, a batch is a run [i, j) padded to lengths[i]; its cost is
+    (j - i) * T * (token_flops + attention_flops * T) plus a fixed per-batch overhead. A DP over
+    run ends picks the cheapest split under the size and token limits, so one long input no
+    longer pads a whole batch of short ones (what a plain fixed-size split does).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    L = [max(1, lengths[i]) for i in order]
+    n = len(L)
+    best = [0.0] + [float("inf")] * n
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j - 1, max(-1, j - 1 - max_batch_size), -1):
+            size, T = j - i, L[i]
+            if size > 1 and size * T > max_batch_tokens:
+                break
+            cost = best[i] + size * T * (token_flops + attention_flops * T) + BATCH_OVERHEAD_TOKENS * token_flops
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    batches: list[list[int]] = []
+    j = n
+    while j > 0:
+        batches.append(order[cut[j] : j])
+        j = cut[j]
+    return batches[::-1]
 
 
 def _tokenizer(tokenizer_json: str | None, max_len: int) -> Any:

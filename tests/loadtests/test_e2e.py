@@ -8,42 +8,17 @@ import json
 import time
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from loadtests.server_thread import ServerThread
 from loadtests.sweep import Sweep, run_sweep
-from loadtests.workload import WORDS, WorkloadConfig, build_workload
-from modelc.artifact.writer import write_artifact
+from loadtests.workload import WorkloadConfig, build_workload
 from modelc.config import CacheConfig, EngineConfig
-from modelc.models.tiny import make_tiny_llama
-
-SPECIALS = ("<unk>", "<s>", "</s>")
-
-
-def word_tokenizer_json() -> tuple[str, int]:
-    """A word-level tokenizer over the workload's words: one token per word (the specials decode to "")."""
-    vocab = {s: i for i, s in enumerate(SPECIALS)}
-    for w in WORDS:
-        vocab.setdefault(w, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
-    tok.add_special_tokens(list(SPECIALS))
-    return tok.to_str(), len(vocab)
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    tokenizer_json, vocab_size = word_tokenizer_json()
-    model = make_tiny_llama(3, vocab_size=vocab_size)
-    model.name = "tiny-words"
-    model.tokenizer_json = tokenizer_json
-    model.special_tokens = {"bos_token_id": 1, "eos_token_ids": [2], "add_bos_token": True, "bos_token": "<s>",
-                            "eos_token": "</s>"}  # fmt: skip
-    path = tmp_path_factory.mktemp("e2e") / "tiny.modelc"
-    write_artifact(model, path)
+def server(tiny_artifact):
     cfg = EngineConfig(threads=1, cache=CacheConfig(kv_cache_tokens=4096))
-    with ServerThread(str(path), engine_config=cfg, start_timeout_s=120) as srv:
+    with ServerThread(str(tiny_artifact), engine_config=cfg, start_timeout_s=120) as srv:
         yield srv
 
 

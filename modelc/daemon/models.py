@@ -200,6 +200,7 @@ class ModelManager:
         max_loaded_models: int | None = DEFAULT_MAX_LOADED_MODELS,
         opener: Callable[..., Any] | None = None,
         tick_s: float = 0.25,
+        grace_s: float = GRACE_S,
     ) -> None:
         if max_loaded_models is not None and max_loaded_models < 1:
             raise InvalidRequestError("--max-loaded-models must be >= 1", param="max_loaded_models")
@@ -207,6 +208,7 @@ class ModelManager:
         self.keep_alive_s = float(keep_alive_s)
         self.max_loaded_models = max_loaded_models
         self.tick_s = tick_s
+        self.grace_s = grace_s
         self._opener = opener
         self._entries: dict[str, LoadedModel] = {}
         self._default: LoadedModel | None = None
@@ -389,7 +391,7 @@ class ModelManager:
             left = entry.expires_in_s(now)
             if left is None or left > 0 or not entry.ready.is_set():
                 continue
-            if now - entry.last_used < GRACE_S or entry.running_requests() > 0:
+            if now - entry.last_used < self.grace_s or entry.running_requests() > 0:
                 continue
             await self._unload(entry)
             gone.append(entry.name)

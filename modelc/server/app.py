@@ -42,6 +42,10 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
     state.metrics.watch_engine(lambda: state.engine.stats() if state.engine is not None else None)
     for bp in (openai_chat.bp, openai_completions.bp, openai_routes.bp, native_routes.bp):
         app.register_blueprint(bp)
+    from modelc.daemon import ollama_chat, ollama_routes  # the Ollama-shaped API (modelc/daemon/)
+
+    app.register_blueprint(ollama_routes.bp)
+    app.register_blueprint(ollama_chat.bp)
     install_error_handlers(app)
 
     @app.get("/openapi.json")

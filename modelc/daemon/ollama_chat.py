@@ -1,0 +1,312 @@
+"""Ollama-shaped generation: POST /api/generate, /api/chat (NDJSON streaming by default, one object with
+"stream": false), /api/embed and the older /api/embeddings.
+
+An empty prompt / message list only loads the model (done_reason "load"), or unloads it when
+keep_alive is 0 (done_reason "unload"), as Ollama does. Generation reuses the server's machinery
+(ChoiceStreams, slots, records, metrics); the Ollama shapes are in ollama_shapes.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from quart import Blueprint, Response
+
+from modelc.daemon import ollama_shapes as shapes
+from modelc.daemon.models import parse_keep_alive
+from modelc.daemon.ollama_routes import NDJSON, model_for, model_name, ndjson
+from modelc.engine.params import SamplingParams
+from modelc.errors import InvalidRequestError, ModelcError
+from modelc.server.embedding import embed_inputs, encode_vector, truncate
+from modelc.server.generation import ChoiceResult, Job, Timings, apply_finish, collect, is_finished
+from modelc.server.handling import (
+    account,
+    deadline,
+    finish_record,
+    get_state,
+    precompile,
+    read_json,
+    record,
+    require_generation,
+)
+from modelc.server.prompt import encode_chat, encode_prompt, fim_prompt_ids, parse_tool_calls, render_chat
+from modelc.server.schema import parse_messages, parse_tools, with_constraint
+from modelc.server.state import ServerState
+from modelc.server.streaming import events_from, finish_streams, open_streams
+
+bp = Blueprint("ollama_chat", __name__)
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaPlan:
+    """A validated /api/generate or /api/chat request."""
+
+    model: str
+    chat: bool
+    prompt_token_ids: tuple[int, ...]
+    params: SamplingParams
+    stream: bool
+    tools: tuple[dict[str, Any], ...] | None
+    load_s: float
+
+
+def _stream_flag(body: dict[str, Any]) -> bool:
+    stream = body.get("stream", True)
+    if not isinstance(stream, bool):
+        raise InvalidRequestError("'stream' must be a boolean", param="stream")
+    return stream
+
+
+def _no_images(body: dict[str, Any]) -> None:
+    msgs = body.get("messages") if isinstance(body.get("messages"), list) else []
+    if body.get("images") or any(isinstance(m, dict) and m.get("images") for m in msgs):
+        raise InvalidRequestError("images are not supported: modelc serves text models", param="images")
+
+
+def _params(state: ServerState, engine: Any, body: dict[str, Any]) -> SamplingParams:
+    require_generation(engine)
+    params = shapes.sampling_params(
+        body.get("options"), state.config.defaults, getattr(engine.tokenizer, "vocab_size", None)
+    )
+    constraint = shapes.format_constraint(body.get("format"))
+    precompile(engine, constraint)
+    return with_constraint(params, constraint)
+
+
+def _generate_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
+    prompt, system, suffix = body.get("prompt"), body.get("system"), body.get("suffix")
+    for key, v in (("prompt", prompt), ("system", system), ("suffix", suffix)):
+        if v is not None and not isinstance(v, str):
+            raise InvalidRequestError(f"'{key}' must be a string", param=key)
+    if body.get("template"):
+        raise InvalidRequestError("'template' overrides are not supported; the model's chat template is used")
+    tok = engine.tokenizer
+    if suffix:
+        return fim_prompt_ids(tok, prompt, suffix)
+    if body.get("raw") or engine.chat_template is None:
+        text = f"{system}\n\n{prompt}" if system else prompt
+        return encode_prompt(tok, text, None)
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    text = render_chat(engine, messages, None)
+    return encode_chat(tok, text, getattr(engine.chat_template, "bos_token", None))
+
+
+def _chat_prompt(engine: Any, body: dict[str, Any]) -> tuple[list[int], tuple[dict[str, Any], ...] | None]:
+    messages = parse_messages(body)
+    for m in messages:  # Ollama sends tool-call arguments as objects; templates expect JSON text
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("arguments"), dict):
+                fn["arguments"] = json.dumps(fn["arguments"])
+    tools, _ = parse_tools({"tools": body["tools"]} if body.get("tools") else {})
+    text = render_chat(engine, messages, tools)
+    ids = encode_chat(engine.tokenizer, text, getattr(engine.chat_template, "bos_token", None))
+    return ids, tuple(tools) if tools else None
+
+
+async def _load_only(state: ServerState, name: str, body: dict[str, Any], chat: bool) -> dict[str, Any]:
+    """Empty prompt: load the model, or unload it with keep_alive 0."""
+    keep = parse_keep_alive(body.get("keep_alive"))
+    if keep == 0 and state.models is not None and name:
+        await state.models.unload(name)
+        reason = "unload"
+    else:
+        await model_for(state, name, body.get("keep_alive"))
+        reason = "load"
+    out: dict[str, Any] = {"model": name, "created_at": shapes.iso_time(time.time())}
+    out.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
+    return {**out, "done": True, "done_reason": reason}
+
+
+@bp.post("/api/generate")
+async def generate() -> Any:
+    return await _run(chat=False)
+
+
+@bp.post("/api/chat")
+async def chat() -> Any:
+    return await _run(chat=True)
+
+
+async def _run(chat: bool) -> Any:
+    state = get_state()
+    body = await read_json()
+    name = model_name(body)
+    _no_images(body)
+    stream = _stream_flag(body)
+    empty = not body.get("messages") if chat else not body.get("prompt") and not body.get("suffix")
+    if empty:
+        return await _load_only(state, name, body, chat)
+    started = time.monotonic()
+    engine = await model_for(state, name, body.get("keep_alive"))
+    load_s = time.monotonic() - started
+    params = _params(state, engine, body)
+    if chat:
+        ids, tools = _chat_prompt(engine, body)
+    else:
+        ids, tools = _generate_prompt(engine, body), None
+    plan = OllamaPlan(name, chat, tuple(ids), params, stream, tools, load_s)
+    rec = record()
+    rec.inference = True
+    job = Job(plan.prompt_token_ids, plan.params)
+    if not stream or tools is not None:
+        timings = Timings(start=time.monotonic())
+        state.acquire_slot()
+        try:
+            results = await collect(engine, [job], rec.request_id, deadline(state), timings)
+        finally:
+            state.release_slot()
+        account(state, rec, results, [len(ids)], timings)
+        r = results[0]
+        message = _message(plan, r.text)
+        if not stream:
+            return {**_piece(plan, message), **_final(plan, r, timings, rec.start)}
+        lines = [
+            ndjson(_piece(plan, message)),
+            ndjson({**_piece(plan, _message(plan, "")), **_final(plan, r, timings, rec.start)}),
+        ]
+        return Response(_lines(lines), content_type=NDJSON)
+    gen_start = time.monotonic()
+    streams, first = await open_streams(state, engine, [job], rec)
+    rec.streaming = True
+    return Response(_stream(state, plan, rec, streams, first, gen_start), content_type=NDJSON)
+
+
+async def _lines(lines: list[bytes]) -> AsyncIterator[bytes]:
+    for line in lines:
+        yield line
+
+
+def _message(plan: OllamaPlan, text: str) -> Any:
+    """A message (chat) or response text (generate); with tools offered, tool calls are split out."""
+    if not plan.chat:
+        return text
+    msg: dict[str, Any] = {"role": "assistant", "content": text}
+    if plan.tools and text:
+        content, calls = parse_tool_calls(text, list(plan.tools))
+        if calls:
+            msg["content"] = content or ""
+            msg["tool_calls"] = [
+                {"function": {"name": c["function"]["name"], "arguments": _args(c["function"].get("arguments"))}}
+                for c in calls
+            ]
+    return msg
+
+
+def _args(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def _piece(plan: OllamaPlan, message: Any, done: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"model": plan.model, "created_at": shapes.iso_time(time.time())}
+    out["message" if plan.chat else "response"] = message
+    out["done"] = done
+    return out
+
+
+def _final(plan: OllamaPlan, r: ChoiceResult, timings: Timings, request_start: float) -> dict[str, Any]:
+    now = time.monotonic()
+    first = timings.first_token or now
+    last = timings.last_token or now
+    out: dict[str, Any] = {
+        "done": True,
+        "done_reason": r.finish_reason or "stop",
+        "total_duration": shapes.ns(now - request_start),
+        "load_duration": shapes.ns(plan.load_s),
+        "prompt_eval_count": len(plan.prompt_token_ids),
+        "prompt_eval_duration": shapes.ns(first - timings.start),
+        "eval_count": len(r.token_ids),
+        "eval_duration": shapes.ns(last - first),
+    }
+    if not plan.chat:
+        out["context"] = [*plan.prompt_token_ids, *r.token_ids]
+    return out
+
+
+async def _stream(
+    state: ServerState, plan: OllamaPlan, rec: Any, streams: Any, first: tuple[int, Any], gen_start: float
+) -> AsyncIterator[bytes]:
+    status = 200
+    timings = Timings(start=gen_start)
+    result = ChoiceResult(index=0, prompt_tokens=len(plan.prompt_token_ids))
+    try:
+        async for _, ev in events_from(first, streams):
+            if is_finished(ev):
+                apply_finish(result, ev)
+                continue
+            timings.on_token()
+            result.add_token(ev)
+            if ev.text:
+                yield ndjson(_piece(plan, _message(plan, ev.text)))
+        account(state, rec, [result], [len(plan.prompt_token_ids)], timings)
+        yield ndjson({**_piece(plan, _message(plan, "")), **_final(plan, result, timings, rec.start)})
+    except ModelcError as e:
+        status, rec.error = e.http_status, e.message
+        yield ndjson({"error": e.message})
+    except BaseException:
+        rec.error = "stream closed before the end"
+        raise
+    finally:
+        await finish_streams(state, streams)
+        finish_record(state, rec, status)
+
+
+@bp.post("/api/embed")
+async def embed() -> Any:
+    state = get_state()
+    body = await read_json()
+    name = model_name(body)
+    started = time.monotonic()
+    engine = await model_for(state, name, body.get("keep_alive"))
+    load_s = time.monotonic() - started
+    raw = body.get("input")
+    inputs = [raw] if isinstance(raw, str) else raw
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(x, str) for x in inputs):
+        raise InvalidRequestError("'input' must be a string or a non-empty list of strings", param="input")
+    dims = body.get("dimensions")
+    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
+        raise InvalidRequestError("'dimensions' must be a positive integer", param="dimensions")
+    vectors, num_tokens = await _embed(state, engine, inputs)
+    return {
+        "model": name,
+        "embeddings": [encode_vector(v, "float") for v in truncate(vectors, dims)],
+        "total_duration": shapes.ns(time.monotonic() - started),
+        "load_duration": shapes.ns(load_s),
+        "prompt_eval_count": num_tokens,
+    }
+
+
+@bp.post("/api/embeddings")
+async def embeddings_legacy() -> Any:
+    """Ollama's older endpoint: {"model", "prompt"} -> {"embedding": [...]}."""
+    state = get_state()
+    body = await read_json()
+    engine = await model_for(state, model_name(body), body.get("keep_alive"))
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt:
+        raise InvalidRequestError("'prompt' must be a non-empty string", param="prompt")
+    vectors, _ = await _embed(state, engine, [prompt])
+    return {"embedding": encode_vector(vectors[0], "float")}
+
+
+async def _embed(state: ServerState, engine: Any, inputs: list[str]) -> tuple[Any, int]:
+    ids, num_tokens = embed_inputs(engine, inputs, "input")
+    rec = record()
+    rec.inference = True
+    rec.prompt_tokens = num_tokens
+    state.acquire_slot()
+    try:
+        vectors = await engine.embed(ids)  # (S, C)
+    finally:
+        state.release_slot()
+    state.metrics.prompt_tokens.inc(num_tokens)
+    return vectors, num_tokens

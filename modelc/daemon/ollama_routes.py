@@ -1,0 +1,372 @@
+"""Ollama-shaped management API: /api/tags /api/ps /api/show /api/pull /api/delete /api/copy, and
+modelc's own /api/load /api/unload /api/lora/load /api/lora/unload /api/shutdown.
+
+Routes validate and call modelc.store, modelc.registry and the ModelManager (state.models); the
+shapes live in ollama_shapes.py. Generation (/api/generate, /api/chat, /api/embed) is ollama_chat.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+from quart import Blueprint, Response
+
+from modelc.daemon import ollama_shapes as shapes
+from modelc.daemon.models import parse_keep_alive
+from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.server.handling import check_model, current_engine, get_state, read_json
+from modelc.server.state import ServerState
+
+bp = Blueprint("ollama", __name__)
+NDJSON = "application/x-ndjson"
+
+
+def ndjson(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode()
+
+
+def model_name(body: dict[str, Any], required: bool = True) -> str:
+    """`model` (or Ollama's older `name`)."""
+    name = body.get("model", body.get("name"))
+    if name is None or name == "":
+        if required:
+            raise InvalidRequestError("'model' is required", param="model")
+        return ""
+    if not isinstance(name, str):
+        raise InvalidRequestError("'model' must be a string", param="model")
+    return name
+
+
+async def model_for(state: ServerState, name: str, keep_alive: Any = None) -> Any:
+    """The engine (a ModelView when a manager runs) for `name`; "" = the default model."""
+    keep = parse_keep_alive(keep_alive)
+    if state.models is None or not name:
+        engine = current_engine(state)
+        check_model(state, engine, {"model": name})
+        return engine
+    return await state.models.get(name, keep)
+
+
+def _default_row(state: ServerState) -> dict[str, Any] | None:
+    """The default model when it is not a store file (a path, the bundled model, an in-memory model)."""
+    entry = state.models.default if state.models is not None else None
+    engine = state.engine
+    if engine is None:
+        return None
+    from modelc.daemon.models import model_bytes, model_source
+
+    src = model_source(engine)
+    path = entry.path if entry is not None else None
+    num_params = int(getattr(src, "num_params", 0) or 0)
+    name = entry.name if entry is not None else engine.name
+    return {
+        "name": name,
+        "model": name,
+        "modified_at": shapes.iso_time(path.stat().st_mtime if path else (entry.loaded_at if entry else time.time())),
+        "size": model_bytes(entry) if entry is not None else 0,
+        "digest": shapes.digest(path) if path else "",
+        "details": shapes.details(engine.architecture, num_params, _dtypes(src)),
+    }
+
+
+def _dtypes(src: Any) -> str:
+    entries = getattr(src, "entries", None)
+    if entries:
+        from modelc.store import dtype_summary
+
+        return dtype_summary(entries.values())
+    return "-"
+
+
+@bp.get("/api/tags")
+async def tags() -> Any:
+    """Every active model in the store (+ the default model when it is not one)."""
+    from modelc import store
+
+    state = get_state()
+    rows = []
+    paths = set()
+    for e in await anyio.to_thread.run_sync(store.list_models):
+        if not e.active or e.error:
+            continue
+        paths.add(e.path.resolve())
+        rows.append(
+            {
+                "name": e.name,
+                "model": e.name,
+                "modified_at": shapes.iso_time(e.modified),
+                "size": e.size_bytes,
+                "digest": shapes.digest(e.path),
+                "details": shapes.details(e.architecture, e.num_params, e.dtypes),
+            }
+        )
+    default = state.models.default if state.models is not None else None
+    if default is None or default.path is None or default.path not in paths:
+        row = _default_row(state)
+        if row is not None:
+            rows.insert(0, row)
+    return {"models": rows}
+
+
+@bp.get("/api/ps")
+async def ps() -> Any:
+    """Loaded models: Ollama's fields plus modelc's (memory, requests, KV use, adapters)."""
+    state = get_state()
+    if state.models is None:
+        return {"models": [_ps_row_plain(state)] if state.engine is not None else []}
+    rows = []
+    for entry in state.models.loaded():
+        d = state.models.describe(entry)
+        src_cfg = getattr(getattr(entry.engine, "source", None), "config", None) or {}
+        row = {
+            "name": entry.name,
+            "model": entry.name,
+            "size": d["memory_bytes"],
+            "digest": shapes.digest(entry.path) if entry.path else "",
+            "details": shapes.details(d["architecture"], _num_params(entry.engine), _engine_dtypes(entry)),
+            "expires_at": shapes.iso_time(d["expires_at"]),
+            "size_vram": 0,  # CPU only
+            "context_length": int(src_cfg.get("max_position_embeddings") or 0),
+        }
+        row.update({k: d[k] for k in ("default", "size_bytes", "kv_bytes", "running", "waiting")})
+        row.update({k: d[k] for k in ("kv_blocks_used", "kv_blocks_total", "adapters", "path")})
+        rows.append(row)
+    return {"models": rows}
+
+
+def _num_params(engine: Any) -> int:
+    from modelc.daemon.models import model_source
+
+    src = model_source(engine)
+    n = getattr(src, "num_params", None)
+    if n is not None:
+        return int(n)
+    return int(sum(getattr(t, "num_elements", 0) for t in (getattr(src, "tensors", None) or {}).values()))
+
+
+def _engine_dtypes(entry: Any) -> str:
+    from modelc.daemon.models import model_source
+
+    return _dtypes(model_source(entry.engine))
+
+
+def _ps_row_plain(state: ServerState) -> dict[str, Any]:
+    engine = state.engine
+    return {
+        "name": engine.name,
+        "model": engine.name,
+        "size": 0,
+        "digest": "",
+        "details": shapes.details(engine.architecture, _num_params(engine), "-"),
+        "expires_at": shapes.NEVER,
+        "size_vram": 0,
+    }
+
+
+@bp.post("/api/show")
+async def show() -> Any:
+    state = get_state()
+    name = model_name(await read_json())
+    from modelc.artifact.reader import read_header_only
+
+    path = _path_of(state, name)
+    if path is None:  # the default model served from memory
+        engine = current_engine(state)
+        src = getattr(engine, "source", None)
+        arch, cfg, n = engine.architecture, dict(getattr(src, "config", None) or {}), _num_params(engine)
+        template = getattr(src, "chat_template", None)
+        det, modified = shapes.details(arch, n, "-"), state.started_at
+    else:
+        art = await anyio.to_thread.run_sync(read_header_only, path)
+        arch, cfg, n, template = art.architecture, art.config, art.num_params, art.chat_template
+        det, modified = shapes.header_details(art), path.stat().st_mtime
+    return {
+        "modelfile": f"# modelc artifact\nFROM {path or name}\n",
+        "parameters": "",
+        "template": template or "",
+        "details": det,
+        "model_info": shapes.model_info(arch, cfg, n),
+        "capabilities": shapes.capabilities(arch),
+        "modified_at": shapes.iso_time(modified),
+    }
+
+
+def _path_of(state: ServerState, name: str) -> Path | None:
+    """The artifact file `name` refers to; None for a default model that has no file."""
+    from modelc import store
+
+    manager = state.models
+    base = manager.split_adapter(name)[0] if manager is not None else name
+    default = manager.default if manager is not None else None
+    if default is not None and (base == default.name or base == getattr(default.engine, "name", None)):
+        return default.path
+    if manager is None and state.engine is not None and base == state.engine.name:
+        return None
+    return store.resolve(base.removesuffix(":latest"))
+
+
+@bp.post("/api/pull")
+async def pull() -> Any:
+    """Download from the registry ($MODELC_REGISTRY or `registry` in the body) with NDJSON progress."""
+    from modelc import registry
+
+    body = await read_json()
+    name = model_name(body)
+    loc = registry.location(body.get("registry") if isinstance(body.get("registry"), str) else None)
+    entry = await anyio.to_thread.run_sync(registry.find, name.removesuffix(":latest"), loc)
+    stream = body.get("stream", True)
+    if not stream:
+        await anyio.to_thread.run_sync(lambda: registry.pull(name.removesuffix(":latest"), loc=loc))
+        return {"status": "success"}
+    return Response(_pull_events(name.removesuffix(":latest"), loc, entry), content_type=NDJSON)
+
+
+async def _pull_events(spec: str, loc: str, entry: Any) -> AsyncIterator[bytes]:
+    from modelc import registry
+
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:  # runs in the worker thread: throttled, thread-safe
+        now = time.monotonic()
+        if now - last[0] >= 0.1 or done >= total:
+            last[0] = now
+            loop.call_soon_threadsafe(queue.put_nowait, (done, total))
+
+    async def run() -> None:
+        try:
+            await anyio.to_thread.run_sync(lambda: registry.pull(spec, loc=loc, progress=progress))
+        finally:
+            queue.put_nowait(None)
+
+    yield ndjson({"status": "pulling manifest"})
+    task = asyncio.create_task(run())
+    digest = f"sha256:{entry.sha256}"
+    try:
+        while (item := await queue.get()) is not None:
+            done, total = item
+            yield ndjson(
+                {"status": f"pulling {entry.sha256[:12]}", "digest": digest, "total": total, "completed": done}
+            )
+        await task
+        yield ndjson({"status": "verifying sha256 digest"})
+        yield ndjson({"status": "writing manifest"})
+        yield ndjson({"status": "success"})
+    except ModelcError as e:
+        yield ndjson({"error": e.message})
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+@bp.delete("/api/delete")
+async def delete() -> Any:
+    from modelc import store
+
+    state = get_state()
+    name = model_name(await read_json()).removesuffix(":latest")
+    if state.models is not None and state.models.find(name) is not None:
+        await state.models.unload(name)
+    store.remove(name, all_versions=True)
+    return Response("", status=200)
+
+
+@bp.post("/api/copy")
+async def copy() -> Any:
+    from modelc import store
+
+    body = await read_json()
+    src, dst = body.get("source"), body.get("destination")
+    if not isinstance(src, str) or not src or not isinstance(dst, str) or not dst:
+        raise InvalidRequestError("'source' and 'destination' (model names) are required", param="source")
+    await anyio.to_thread.run_sync(store.copy, src.removesuffix(":latest"), dst.removesuffix(":latest"))
+    return Response("", status=200)
+
+
+@bp.post("/api/load")
+async def load() -> Any:
+    state = get_state()
+    body = await read_json()
+    name = model_name(body)
+    started = time.monotonic()
+    engine = await model_for(state, name, body.get("keep_alive"))
+    return {"model": name, "loaded": True, "architecture": engine.architecture, "load_duration": shapes.ns(
+        time.monotonic() - started)}  # fmt: skip
+
+
+@bp.post("/api/unload")
+async def unload() -> Any:
+    state = get_state()
+    name = model_name(await read_json())
+    if state.models is None:
+        raise InvalidRequestError("this server serves one model and cannot unload it", param="model")
+    return {"model": name, "unloaded": await state.models.unload(name)}
+
+
+@bp.post("/api/lora/load")
+async def lora_load() -> Any:
+    state = get_state()
+    body = await read_json()
+    name = model_name(body, required=False)
+    path = body.get("path")
+    if not isinstance(path, str) or not path:
+        raise InvalidRequestError("'path' (a LoRA adapter .safetensors file) is required", param="path")
+    adapter = body.get("adapter") or os.path.splitext(os.path.basename(path))[0]
+    alpha, global_ = body.get("alpha", 1.0), body.get("global", False)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float):
+        raise InvalidRequestError("'alpha' must be a number", param="alpha")
+    if not isinstance(global_, bool) or not isinstance(adapter, str):
+        raise InvalidRequestError("'global' must be a boolean and 'adapter' a string", param="global")
+    started = time.monotonic()
+    if state.models is None or not name:
+        info = await current_engine(state).load_adapter(adapter, path, alpha=float(alpha), global_=global_)
+        if state.models is not None and state.models.default is not None:
+            state.models.default.adapters.add(adapter)
+    else:
+        info = await state.models.load_adapter(name, adapter, path, float(alpha), global_)
+    info = info if isinstance(info, dict) else {}
+    return {
+        "model": name,
+        "adapter": adapter,
+        "global": global_,
+        "applied": int(info.get("applied", 0)),
+        "skipped": int(info.get("skipped", 0)),
+        "load_duration": shapes.ns(time.monotonic() - started),
+    }
+
+
+@bp.post("/api/lora/unload")
+async def lora_unload() -> Any:
+    state = get_state()
+    body = await read_json()
+    name = model_name(body, required=False)
+    adapter = body.get("adapter")
+    if not isinstance(adapter, str) or not adapter:
+        raise InvalidRequestError("'adapter' (the adapter's name) is required", param="adapter")
+    if state.models is None or not name:
+        await current_engine(state).unload_adapter(adapter)
+        if state.models is not None and state.models.default is not None:
+            state.models.default.adapters.discard(adapter)
+    else:
+        if state.models.find(name) is None:
+            raise NotFoundError(f"model {name!r} is not loaded", param="model")
+        await state.models.unload_adapter(name, adapter)
+    return {"model": name, "adapter": adapter, "unloaded": True}
+
+
+@bp.post("/api/shutdown")
+async def shutdown() -> Any:
+    """Graceful stop (`modelc stop`): answer, then stop accepting and drain in-flight requests."""
+    state = get_state()
+    if state.request_shutdown is None:
+        raise InvalidRequestError("this server was not started by `modelc run` and cannot be stopped over HTTP")
+    asyncio.get_running_loop().call_later(0.05, state.request_shutdown)
+    return {"status": "shutting down", "pid": os.getpid()}

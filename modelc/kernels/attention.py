@@ -116,12 +116,17 @@ def paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, po
         _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq, scale, window, item)
 
 
-PARALLEL_MIN_ITEMS = 16  # below this many (row, KV head) items a thread launch costs more than it saves
+PARALLEL_MIN_WORK = (
+    2048  # (row, KV head) items x context positions below which a thread launch costs more than it saves
+)
 
 
 def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
-    """paged_attention, on numba's threads when there are enough (row, KV head) items to share."""
-    if get_num_threads() > 1 and q.shape[0] * k_pages.shape[2] >= PARALLEL_MIN_ITEMS:
-        paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
-    else:
-        paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+    """paged_attention, on numba's threads when there is enough work to share (long contexts or many rows)."""
+    items = q.shape[0] * k_pages.shape[2]
+    if items >= 2 and get_num_threads() > 1:
+        ctx = int(pos_start.max()) + q.shape[0] if pos_start.shape[0] else 0  # upper bound of any row's context
+        if items * ctx >= PARALLEL_MIN_WORK:
+            paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+            return
+    paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)

@@ -135,3 +135,18 @@ def test_kv_write_matches_ref(kv_dtype):
     written[slots[slots >= 0]] = True
     untouched = a[0].reshape(P * Z, K * D)[~written]
     assert (untouched.view(np.uint8) == np.full(K * D, canary, store).view(np.uint8)).all()
+
+
+def test_auto_dispatch_matches_serial(tol):
+    import numba
+
+    q, kp, vp, bt, qs, ps, _ = _setup([600, 3], [1, 3], 4, 2, 16, "float32", seed=11)
+    a, b = np.full_like(q, np.nan), np.full_like(q, np.nan)
+    attention.paged_attention(a, q, kp, vp, bt, qs, ps, 0.25, 0)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        attention.paged_attention_auto(b, q, kp, vp, bt, qs, ps, 0.25, 0)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_allclose(b, a, **tol["float32"])

@@ -17,6 +17,8 @@ from modelc.onnx import feeds as feed_checks
 from modelc.onnx.registry import OPS, Op
 
 PLAN_KEY = "onnx.execution_plan"
+SHAPE_OPS = frozenset({"Shape", "Size"})  # ops whose output depends only on their input's shape
+SHAPE_CACHE_SIZE = 64  # input-shape signatures whose shape-only values are kept
 
 
 def tensor_array(t: TensorData) -> np.ndarray:
@@ -57,26 +59,53 @@ class OnnxProgram:
         self.constants: dict[str, np.ndarray] = {}
         for name in plan.get("initializers", []):
             self.constants[name] = tensor_array(source.tensors[name])
+        self._shape_values: dict[tuple, dict[str, np.ndarray]] = {}
         self.steps = self._bind(plan["nodes"], source.tensors)
 
     def _bind(self, nodes: list[dict[str, Any]], tensors: dict[str, TensorData]) -> list[Step]:
-        keep = set(self.constants) | {o["name"] for o in self.outputs}
-        last_use: dict[str, int] = {}
-        for i, n in enumerate(nodes):
-            for x in n["inputs"]:
-                if x:
-                    last_use[x] = i
-        steps = []
-        for i, n in enumerate(nodes):
+        """Resolve ops and attributes; fold constant subgraphs; alias Identity; plan frees."""
+        outputs = {o["name"] for o in self.outputs}
+        alias: dict[str, str] = {}
+        live: list[tuple[dict[str, Any], Op, dict[str, Any], tuple[str, ...]]] = []
+        for n in nodes:
             fn = OPS.get(n["op_type"])
             if fn is None:
                 raise UnsupportedError(f"ONNX op {n['op_type']} (node {n['name']}) is not supported")
             attrs: dict[str, Any] = {"_num_outputs": len(n["outputs"])}
             for key, a in n["attributes"].items():
                 attrs[key] = tensor_array(tensors[a["value"]]) if a["type"] == "tensor" else a["value"]
-            frees = tuple(x for x in set(n["inputs"]) if x and last_use.get(x) == i and x not in keep)
-            steps.append(Step(n["name"], n["op_type"], fn, tuple(n["inputs"]), tuple(n["outputs"]), attrs, frees))
-        return steps
+            ins = tuple(alias.get(x, x) for x in n["inputs"])
+            if n["op_type"] == "Identity" and ins[0] and n["outputs"][0] not in outputs:
+                alias[n["outputs"][0]] = ins[0]  # no copy, no call: later readers read the source
+                continue
+            if all(not x or x in self.constants for x in ins) and n["op_type"] != "Dropout":
+                # NOTE: every input is known now (initializers, Constant nodes, folded results), so
+                # the node is computed once here instead of on every run.
+                args = [self.constants[x] if x else None for x in ins]
+                try:
+                    folded = fn(_trim(args), attrs, self.opset)
+                except ModelcError:
+                    raise
+                except Exception as e:
+                    raise FormatError(f"node {n['name']} ({n['op_type']}) fails on its constant inputs: {e}") from None
+                for name, val in zip(n["outputs"], folded, strict=False):
+                    if name:
+                        self.constants[name] = np.asarray(val)
+                continue
+            live.append((n, fn, attrs, ins))
+        self._output_alias = {o: alias.get(o, o) for o in outputs}
+        # NOTE: shape-only values (Shape outputs and whatever is computed from them and constants
+        # alone) are fixed by the input shapes. The first run for a set of input shapes records
+        # them; later runs with the same shapes inject them and run only `data_steps`. Exported
+        # transformers have many such nodes (Shape -> Gather -> Unsqueeze -> Concat -> Reshape).
+        shape_only: set[str] = set()
+        for n, _, _, ins in live:
+            if n["op_type"] in SHAPE_OPS or all(not x or x in self.constants or x in shape_only for x in ins):
+                shape_only.update(o for o in n["outputs"] if o)
+        self.shape_only = shape_only
+        data = [e for e in live if not any(o in shape_only for o in e[0]["outputs"])]
+        self.data_steps = _plan(data, set(self.constants) | outputs)
+        return _plan(live, set(self.constants) | outputs)
 
     @property
     def input_names(self) -> list[str]:
@@ -91,12 +120,25 @@ class OnnxProgram:
 
     def run(self, feeds: dict[str, Any]) -> dict[str, np.ndarray]:
         """Validate `feeds` (name -> nested list or array) and execute the graph."""
+        arrays = self.validate(feeds)
         values: dict[str, np.ndarray] = dict(self.constants)
-        values.update(self.validate(feeds))
-        for step in self.steps:
-            args = [values[x] if x else None for x in step.inputs]
-            while args and args[-1] is None:
-                args.pop()
+        values.update(arrays)
+        key = tuple((name, a.shape) for name, a in arrays.items())
+        cached = self._shape_values.get(key)
+        if cached is not None:
+            values.update(cached)
+            self._execute(self.data_steps, values, None)
+        else:
+            record: dict[str, np.ndarray] = {}
+            self._execute(self.steps, values, record)
+            if len(self._shape_values) >= SHAPE_CACHE_SIZE:
+                self._shape_values.pop(next(iter(self._shape_values)))
+            self._shape_values[key] = record
+        return {o["name"]: np.asarray(values[self._output_alias[o["name"]]]) for o in self.outputs}
+
+    def _execute(self, steps: list[Step], values: dict[str, np.ndarray], record: dict[str, np.ndarray] | None) -> None:
+        for step in steps:
+            args = _trim([values[x] if x else None for x in step.inputs])
             try:
                 outs = step.fn(args, step.attrs, self.opset)
             except ModelcError:
@@ -108,6 +150,28 @@ class OnnxProgram:
             for name, val in zip(step.outputs, outs, strict=False):
                 if name:
                     values[name] = val
+                    if record is not None and name in self.shape_only:
+                        record[name] = val
             for name in step.frees:
-                values.pop(name, None)
-        return {o["name"]: np.asarray(values[o["name"]]) for o in self.outputs}
+                del values[name]
+
+
+def _plan(live: list[tuple[dict[str, Any], Op, dict[str, Any], tuple[str, ...]]], keep: set[str]) -> list[Step]:
+    """Steps with, for each, the intermediates it reads last (freed right after it)."""
+    last_use: dict[str, int] = {}
+    for i, (_, _, _, ins) in enumerate(live):
+        for x in ins:
+            if x:
+                last_use[x] = i
+    steps = []
+    for i, (n, fn, attrs, ins) in enumerate(live):
+        frees = tuple(x for x in set(ins) if x and last_use.get(x) == i and x not in keep)
+        steps.append(Step(n["name"], n["op_type"], fn, ins, tuple(n["outputs"]), attrs, frees))
+    return steps
+
+
+def _trim(args: list[Any]) -> list[Any]:
+    """Drop trailing omitted optional inputs so ops can test `len(inputs) > k`."""
+    while args and args[-1] is None:
+        args.pop()
+    return args

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import InvalidRequestError, UnsupportedError
+from modelc.kernels import norm
 from modelc.onnx.ops_elementwise import Op
 from modelc.onnx.ops_shape import _axes
 
@@ -19,6 +20,9 @@ from modelc.onnx.ops_shape import _axes
 def matmul(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
     a, b = inputs[0], inputs[1]
     try:
+        if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:
+            # (..., T, C) @ (C, N): one GEMM over all rows instead of numpy's loop over the batch.
+            return ((a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1]),)
         return (np.matmul(a, b),)
     except ValueError:
         raise InvalidRequestError(f"MatMul shapes {a.shape} and {b.shape} do not match") from None
@@ -56,6 +60,15 @@ def layer_norm(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np
     bias = inputs[2] if len(inputs) > 2 else None
     axis = int(attrs.get("axis", -1)) % x.ndim
     eps = float(attrs.get("epsilon", 1e-5))
+    C = x.shape[-1] if x.ndim else 0
+    if (axis == x.ndim - 1 and x.dtype == np.float32 and attrs.get("_num_outputs", 1) == 1 and C
+            and scale.shape == (C,) and (bias is None or bias.shape == (C,))):  # fmt: skip
+        # The common case (normalize the last axis, only Y wanted): the fused norm kernel.
+        out = np.empty(x.shape, np.float32)
+        b = np.zeros(C, np.float32) if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
+        norm.layer_norm(out.reshape(-1, C), np.ascontiguousarray(x).reshape(-1, C),
+                        np.ascontiguousarray(scale, dtype=np.float32), b, eps)  # fmt: skip
+        return (out,)
     axes = tuple(range(axis, x.ndim))
     x64 = x.astype(np.float64)
     mean = x64.mean(axis=axes, keepdims=True)

@@ -151,6 +151,10 @@ def shape(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndar
     return (np.array(dims[start : None if end is None else int(end)], dtype=np.int64),)
 
 
+def size(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    return (np.array(inputs[0].size, dtype=np.int64),)
+
+
 def constant(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
     if "value" in attrs:
         return (attrs["value"],)
@@ -204,6 +208,7 @@ OPS: dict[str, Op] = {
     "Unsqueeze": unsqueeze,
     "Squeeze": squeeze,
     "Shape": shape,
+    "Size": size,
     "Constant": constant,
     "ConstantOfShape": constant_of_shape,
     "Expand": expand,

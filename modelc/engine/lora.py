@@ -26,6 +26,11 @@ _KEY = re.compile(
 _GGUF_KEY = re.compile(
     r"(?:^|\.)blk\.(\d+)\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.(?:weight\.)?lora_([ab])$"
 )
+# GPT-2 (Conv1D): transformer.h.N.attn.c_attn (fused q/k/v), attn.c_proj, mlp.c_fc, mlp.c_proj
+_GPT2_KEY = re.compile(
+    r"(?:^|\.)h\.(\d+)\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.lora_([AB])(?:\.default)?\.weight$"
+)
+_GPT2_PROJ = {"attn.c_attn": "qkv", "attn.c_proj": "o", "mlp.c_fc": "up", "mlp.c_proj": "down"}
 _GGUF_PROJ = {"attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o", "ffn_gate": "gate", "ffn_up": "up",
               "ffn_down": "down"}  # fmt: skip
 
@@ -70,6 +75,22 @@ def _read(path_or_tensors: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return tensors, config
 
 
+def _split_fused_qkv(name: str, found: dict, shapes: Mapping[tuple[int, str], tuple[int, int]]) -> None:
+    """A fused-QKV adapter (GPT-2 c_attn) becomes q/k/v pairs sharing A, with B split by rows."""
+    for layer, proj in [k for k in found if k[1] == "qkv"]:
+        ab = found.pop((layer, proj))
+        if "A" not in ab or "B" not in ab:
+            raise FormatError(f"adapter {name}: layer {layer} c_attn has only one of lora_A/lora_B")
+        rows = [shapes.get((layer, p), (0, 0))[0] for p in ("q", "k", "v")]
+        if ab["B"].shape[0] != sum(rows) or not all(rows):
+            raise FormatError(
+                f"adapter {name}: layer {layer} c_attn lora_B has {ab['B'].shape[0]} rows, expected {sum(rows)}"
+            )
+        parts = np.split(ab["B"], np.cumsum(rows)[:-1])
+        for p, b in zip(("q", "k", "v"), parts, strict=True):
+            found[(layer, p)] = {"A": ab["A"], "B": np.ascontiguousarray(b)}
+
+
 def load_lora(
     name: str,
     path_or_tensors: Any,
@@ -82,14 +103,18 @@ def load_lora(
     found: dict[tuple[int, str], dict[str, np.ndarray]] = {}
     for key, val in tensors.items():
         m = _KEY.search(key)
+        g = _GGUF_KEY.search(key) if m is None else None
+        h = _GPT2_KEY.search(key) if m is None and g is None else None
         if m:
             layer, proj, ab = int(m.group(1)), m.group(2), m.group(3)
-        else:
-            g = _GGUF_KEY.search(key)
-            if not g:
-                continue
+        elif g:
             layer, proj, ab = int(g.group(1)), _GGUF_PROJ[g.group(2)], g.group(3).upper()
+        elif h:
+            layer, proj, ab = int(h.group(1)), _GPT2_PROJ[h.group(2)], h.group(3)
+        else:
+            continue
         found.setdefault((layer, proj), {})[ab] = _as_f32(val)
+    _split_fused_qkv(name, found, shapes)
     if not found:
         raise FormatError(f"adapter {name}: no lora_A/lora_B weights for q/k/v/o/gate/up/down projections found")
     pairs: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, float]] = {}

@@ -158,3 +158,19 @@ def test_gpt2_generation_stops_at_its_position_table():
     assert len(got) == 5
     with pytest.raises(InvalidRequestError):
         list(eng.generate_ids([5] * 20))
+
+
+def test_load_by_store_name(tmp_path, monkeypatch):
+    from modelc import store
+    from modelc.artifact.writer import write_artifact
+    from modelc.errors import NotFoundError
+
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path / "home"))
+    src = _model(4)
+    store.add("tiny", lambda p: write_artifact(src, p))
+    eng = Engine.load("tiny")
+    assert eng.generate("w3", temperature=0.0, max_tokens=3, ignore_eos=True) == Engine(src).generate(
+        "w3", temperature=0.0, max_tokens=3, ignore_eos=True
+    )
+    with pytest.raises(NotFoundError):
+        Engine.load("not-there")

@@ -9,6 +9,7 @@ from safetensors.numpy import save_file
 from modelc.engine.params import SamplingParams
 from modelc.engine.runner import Runner
 from modelc.errors import FormatError, NotFoundError
+from modelc.ir import TensorData
 from modelc.models.tiny import make_tiny_llama, reference_logits
 from modelc.scheduler.batch import BatchPlan, SeqChunk
 
@@ -114,3 +115,30 @@ def test_bad_adapters():
         runner.load_adapter("x", t)
     with pytest.raises(FormatError):
         runner.load_adapter("x", "/nonexistent/adapter")
+
+
+def test_gpt2_peft_adapter_with_fused_c_attn():
+    """GPT-2 adapters target Conv1D modules; lora_B of c_attn covers q, k and v rows."""
+    from modelc.models.tiny import make_tiny_gpt2, reference_logits
+
+    src = make_tiny_gpt2(0)
+    rng = np.random.default_rng(3)
+    C, F = 64, 256
+    t, merged = {}, {}
+    for i in range(2):
+        for mod, in_dim, out_dim in (("attn.c_attn", C, 3 * C), ("attn.c_proj", C, C), ("mlp.c_fc", C, F)):
+            base = f"base_model.model.transformer.h.{i}.{mod}"
+            a = (rng.standard_normal((R, in_dim)) * 0.2).astype(np.float32)
+            b = (rng.standard_normal((out_dim, R)) * 0.2).astype(np.float32)
+            t[base + ".lora_A.weight"], t[base + ".lora_B.weight"] = a, b
+            name = f"transformer.h.{i}.{mod}.weight"  # Conv1D stores (in, out): merge the transpose
+            merged[name] = src.tensors[name].array().astype(np.float64) + 0.5 * (b.astype(np.float64) @ a).T
+    runner = Runner(src, num_kv_blocks=4)
+    runner.load_adapter("g", t, alpha=0.5 * R)
+    ids = [5, 6, 7, 8, 9, 10]
+    merged_src = make_tiny_gpt2(0)
+    for name, w in merged.items():
+        merged_src.tensors[name] = TensorData.from_array(w.astype(np.float32))
+    want = reference_logits(merged_src, ids)
+    assert np.abs(want - reference_logits(src, ids)).max() > 0.05
+    np.testing.assert_allclose(runner.logits(ids, adapter="g"), want, rtol=1e-4, atol=1e-4)

@@ -27,11 +27,11 @@ _PROBE = (
 
 
 def ready_probe(path: str, threads: int | None) -> None:
-    """Load the model and run one prefill + one decode step (compiles or loads every kernel used)."""
+    """Load the model and warm it up (compiles, or loads from the numba cache, every kernel a request uses)."""
     from modelc.engine.api import Engine
 
-    eng = Engine.load(path, threads=threads, kv_cache_tokens=64)
-    list(eng.generate_ids([1, 2, 3], eng._params({"temperature": 0.0, "max_tokens": 2, "ignore_eos": True})))
+    eng = Engine.load(path, threads=threads, kv_cache_tokens=128)
+    eng.runner.warmup()
 
 
 def cold_start_s(path: str, threads: int | None, *, fresh_cache: bool) -> float:

@@ -198,6 +198,25 @@ class Runner:
             row += len(t)
         return out
 
+    def warmup(self, num_tokens: int = 64) -> float:
+        """Compile (or load from numba's cache) every kernel a request can reach, so no request pays for it.
+
+        Runs a num_tokens prefill and a decode step on scratch KV, plus the parallel attention
+        kernel. Returns the seconds it took.
+        """
+        from modelc.kernels import attention
+
+        t0 = time.perf_counter()
+        ids = np.arange(num_tokens, dtype=np.int32) % self.vocab_size
+        self._scratch_forward([ids, ids[:1]], "logits")
+        L, K, D = self.model.kv_shape()
+        if self.model.kernels.name == "numba":
+            kp, vp = KVPages(1, 1, K, D, self.kv.kv_dtype).layer(0)
+            q = np.zeros((2, self.model.args.num_heads, D), np.float32)  # (T, H, D)
+            attention.paged_attention_parallel(np.empty_like(q), q, kp, vp, np.zeros((1, 1), np.int32),
+                                               np.array([0, 2], np.int32), np.zeros(1, np.int32), 1.0, 0)  # fmt: skip
+        return time.perf_counter() - t0
+
     # -- adapters ------------------------------------------------------------------------------------
 
     def load_adapter(self, name: str, path_or_tensors: Any, alpha: float = 1.0, *, global_: bool = False) -> None:

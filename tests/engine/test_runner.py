@@ -151,3 +151,11 @@ def test_constrained_sampling_follows_the_grammar():
     assert res.tokens[0].token_id == 4 and not res.tokens[0].constraint_done
     res = runner.execute(BatchPlan(10, (_chunk(2, [4], 3, [1], params=p, prompt_len=3, num_out=1),)))
     assert res.tokens[0].token_id == 5 and res.tokens[0].constraint_done
+
+
+@pytest.mark.parametrize("make", [make_tiny_llama, make_tiny_gpt2])
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_warmup_leaves_the_cache_and_states_alone(make, kv_dtype):
+    runner = Runner(make(0), num_kv_blocks=4, kv_dtype=kv_dtype)
+    assert runner.warmup() > 0
+    assert not runner.kv.k.any() and not runner.states

@@ -1,7 +1,9 @@
 """`modelc run`: serve one model over HTTP (OpenAI + native API) until SIGINT/SIGTERM.
 
-Thin shell: options -> ServerConfig/EngineConfig -> modelc.server.daemon.serve. ARTIFACT is a
-.modelc path, a store name, or raw weights (read in memory, not packed).
+Thin shell: options -> ServerConfig/EngineConfig -> modelc.server.daemon.serve, with a ModelManager
+(modelc/daemon/) so requests can name other stored models. ARTIFACT is a .modelc path, a store name,
+or raw weights (packed into the store first); none = the bundled default model. --detach, the
+daemon.json record and the packing live in modelc/daemon/launch.py.
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ def engine_config(
 
 
 def run_cmd(
-    artifact: str = typer.Argument(..., help="A .modelc file, a store name (name or name:VERSION), or raw weights."),
+    artifact: str | None = typer.Argument(
+        None,
+        help="A .modelc file, a store name (name or name:VERSION), or raw weights (packed into the store "
+        "first); none = the bundled default model.",
+    ),
     port: int = typer.Option(8080, "--port", "-p", help="TCP port (0 = any free port)."),
     bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on (0.0.0.0 for all interfaces)."),
     api_key: str | None = typer.Option(
@@ -60,11 +66,31 @@ def run_cmd(
     min_p: float | None = typer.Option(None, "--min-p", help="Default min_p."),
     repetition_penalty: float | None = typer.Option(None, "--repetition-penalty", help="Default repetition penalty."),
     max_tokens: int | None = typer.Option(None, "--max-tokens", help="Default max_tokens."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; print its pid and URL."),
+    keep_alive: str = typer.Option(
+        "5m", "--keep-alive", help="Unload other models idle this long (seconds or '5m'; 0 = at once, -1 = never)."
+    ),
+    max_loaded_models: int = typer.Option(3, "--max-loaded-models", help="Models loaded at once (LRU idle unloaded)."),
 ) -> None:
-    """Serve a model: OpenAI-compatible /v1 API plus the native API, on 127.0.0.1:8080 by default."""
-    from modelc.server.daemon import resolve_source, serve
+    """Serve a model: OpenAI-compatible /v1 API, the native API and the Ollama-shaped /api, on
+    127.0.0.1:8080 by default. Requests may name other stored models: they load on first use.
 
+    Example: modelc run tiny --detach --port 8080
+    """
+    import os
+
+    from modelc.daemon import launch
+    from modelc.daemon.models import ModelManager, parse_keep_alive
+    from modelc.server.daemon import serve
+
+    if detach and not os.environ.get(launch.DETACH_ENV):
+        import click
+
+        info = launch.detach(launch.argv_from_context(click.get_current_context()), api_key=api_key)
+        print(f"modelc: daemon running (pid {info.pid}) at {info.url}", flush=True)
+        return
     started = time.monotonic()
+    keep_alive_s = parse_keep_alive(keep_alive)
     config = ServerConfig(
         api_key=api_key,
         rate_limit_per_min=rate_limit,
@@ -86,27 +112,36 @@ def run_cmd(
         max_queue=max_queue,
         kv_cache_mb=kv_cache_mb,
     )
-    source = resolve_source(artifact)
+    manager = ModelManager(engine_config=ecfg, keep_alive_s=keep_alive_s, max_loaded_models=max_loaded_models)
+    path, default_name = launch.serve_target(artifact)
 
     def ready(host: str, bound_port: int) -> None:
         shown = f"[{host}]" if ":" in host else host
         print(
-            f"modelc: serving {artifact} on http://{shown}:{bound_port} (Ctrl+C to stop)", file=sys.stderr, flush=True
+            f"modelc: serving {default_name} on http://{shown}:{bound_port} (Ctrl+C to stop)",
+            file=sys.stderr,
+            flush=True,
         )
+        launch.record_daemon(launch.client_url(host, bound_port))
         if profile:
             print(f"modelc: ready in {time.monotonic() - started:.3f}s", file=sys.stderr, flush=True)
 
-    anyio.run(
-        lambda: serve(
-            source,
-            host=bind,
-            port=port,
-            server_config=config,
-            engine_config=ecfg,
-            ready_cb=ready,
-            drain_timeout_s=drain_timeout,
+    try:
+        anyio.run(
+            lambda: serve(
+                str(path),
+                host=bind,
+                port=port,
+                server_config=config,
+                engine_config=ecfg,
+                ready_cb=ready,
+                drain_timeout_s=drain_timeout,
+                models=manager,
+                default_name=default_name,
+            )
         )
-    )
+    finally:
+        launch.forget_daemon()
     if profile:
         print(f"modelc: stopped after {time.monotonic() - started:.1f}s", file=sys.stderr)
 

@@ -1,0 +1,198 @@
+"""What `modelc run` needs around serve(): which file to serve (a store name, a .modelc path, raw
+weights packed into the store first, or the bundled default model), the daemon.json record, and
+--detach (the same command in a new session, waited for until /health answers).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from modelc.daemon.state_file import DaemonInfo, read_state, remove_state, write_state
+from modelc.errors import ModelcError, NotFoundError
+
+BUNDLED_NAME = "default.modelc"
+DETACH_ENV = "MODELC_DETACHED"  # set in the detached child (so it never detaches again)
+
+
+def bundled_model_path() -> Path:
+    """modelc/data/default.modelc, shipped with the package."""
+    import modelc
+
+    return Path(modelc.__file__).resolve().parent / "data" / BUNDLED_NAME
+
+
+def is_artifact(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == b"MODELC\0\0"
+    except OSError:
+        return False
+
+
+def serve_target(artifact: str | None) -> tuple[Path, str]:
+    """(the .modelc file to serve, the name requests may call it). Raw weights are packed into the
+    store first (with a progress bar); no argument = the bundled default model."""
+    if artifact is None:
+        path = bundled_model_path()
+        if not path.is_file():
+            raise NotFoundError(
+                f"no model given and the bundled default model is missing ({path}); "
+                "pass one: `modelc run NAME|FILE.modelc|WEIGHTS`"
+            )
+        return path, _header_name(path)
+    p = Path(artifact).expanduser()
+    if p.is_dir() or (p.is_file() and not is_artifact(p)):
+        return pack_weights(p)
+    from modelc import store
+
+    path = store.resolve(artifact)
+    return path, (_header_name(path) if p.is_file() else artifact)
+
+
+def _header_name(path: Path) -> str:
+    from modelc.artifact.reader import read_header_only
+
+    return read_header_only(path).name or path.stem
+
+
+def pack_weights(src: Path) -> tuple[Path, str]:
+    """Pack raw weights (a file or an HF folder) into the store under their default name."""
+    from modelc import store
+    from modelc.artifact.pack import pack
+    from modelc.cli.store_cmds import progress_bar
+
+    with progress_bar(f"packing {src.name}") as update:
+        path = Path(pack(src, progress=update))
+    name = path.relative_to(store.models_dir()).as_posix().removesuffix(store.SUFFIX)
+    print(f"modelc: packed {src} into the store as {name}", file=sys.stderr, flush=True)
+    return path, name
+
+
+def client_url(host: str, port: int) -> str:
+    """The URL a local client uses: a wildcard bind is reached on loopback."""
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1" if host != "::" else "::1"
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def live_daemon() -> DaemonInfo | None:
+    """The daemon daemon.json names, if its process still runs and it answers /health."""
+    info = read_state()
+    if info is None or not _pid_alive(info.pid):
+        return None
+    from modelc.daemon.client import DaemonClient
+
+    with DaemonClient(info.url, timeout_s=2.0) as c:
+        return info if c.healthy() else None
+
+
+def record_daemon(url: str) -> bool:
+    """Write daemon.json for this process unless another live daemon is recorded; True if written."""
+    other = live_daemon()
+    if other is not None and other.pid != os.getpid():
+        print(
+            f"modelc: another daemon is recorded at {other.url} (pid {other.pid}); clients find this one "
+            "only through MODELC_HOST",
+            file=sys.stderr,
+            flush=True,
+        )
+        return False
+    write_state(url)
+    return True
+
+
+def forget_daemon() -> None:
+    remove_state(os.getpid())
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def argv_from_context(ctx: Any, drop: tuple[str, ...] = ("detach", "api_key")) -> list[str]:
+    """Rebuild a command line from a click context's parsed params (minus `drop`), defaults left out."""
+    import click
+
+    args: list[str] = []
+    positional: list[str] = []
+    for p in ctx.command.params:
+        if p.name in drop or p.name not in ctx.params:
+            continue
+        value = ctx.params[p.name]
+        if isinstance(p, click.Argument):
+            if value is not None:
+                positional.append(str(value))
+        elif value is None or value == p.default:
+            continue
+        elif getattr(p, "is_flag", False):
+            if value:
+                args.append(p.opts[0])
+            elif p.secondary_opts:
+                args.append(p.secondary_opts[0])
+        else:
+            args += [p.opts[0], str(value)]
+    return [*positional, *args]
+
+
+def detach(args: list[str], *, api_key: str | None = None, timeout_s: float = 300.0) -> DaemonInfo:
+    """Start `modelc run ARGS` in a new session (output to $MODELC_HOME/daemon.log) and wait until it
+    answers /health; returns its record. The API key travels in the environment, not on argv."""
+    from modelc import store
+    from modelc.daemon.client import DaemonClient
+
+    running = live_daemon()
+    if running is not None:
+        raise ModelcError(
+            f"a modelc daemon already runs at {running.url} (pid {running.pid}); stop it with `modelc stop`"
+        )
+    log_path = store.home() / "daemon.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, DETACH_ENV: "1"}
+    if api_key:
+        env["MODELC_API_KEY"] = api_key
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "modelc", "run", *args],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            raise ModelcError(f"the daemon exited with code {code}: {_last_line(log_path)} (log: {log_path})")
+        info = read_state()
+        if info is not None and info.pid == proc.pid:
+            with DaemonClient(info.url, api_key=api_key, timeout_s=2.0) as c:
+                if c.healthy():
+                    return info
+        time.sleep(0.1)
+    proc.terminate()
+    raise ModelcError(f"the daemon did not answer within {timeout_s:.0f}s; see {log_path}")
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "no output"
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["no output"])[-1]

@@ -35,12 +35,16 @@ class LlamaArgs:
     rope_scaling: dict | None
     rope_neox: bool
     sliding_window: int
+    rotary_dim: int  # R <= D: only the first R dims of each head rotate (Phi-4-mini style partial rotary)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], naming: str, architecture: str) -> LlamaArgs:
         try:
             C = int(cfg["hidden_size"])
             H = int(cfg["num_attention_heads"])
+            D = int(cfg.get("head_dim") or C // H)
+            # GGUF: rope.dimension_count; HF: int(head_dim * partial_rotary_factor), as transformers does
+            R = int(cfg.get("rotary_dim") or D * float(cfg.get("partial_rotary_factor") or 1.0))
             args = cls(
                 vocab_size=int(cfg["vocab_size"]),
                 hidden_size=C,
@@ -48,17 +52,20 @@ class LlamaArgs:
                 num_layers=int(cfg["num_hidden_layers"]),
                 num_heads=H,
                 num_kv_heads=int(cfg.get("num_key_value_heads") or H),
-                head_dim=int(cfg.get("head_dim") or C // H),
+                head_dim=D,
                 rms_norm_eps=float(cfg.get("rms_norm_eps") or 1e-6),
                 rope_theta=float(cfg.get("rope_theta") or 10000.0),
                 rope_scaling=cfg.get("rope_scaling") or None,
                 rope_neox=bool(cfg.get("rope_neox", naming == "hf" or architecture in ("qwen2", "phi3"))),
                 sliding_window=int(cfg.get("sliding_window") or 0),
+                rotary_dim=R,
             )
         except KeyError as e:
             raise FormatError(f"model config lacks {e.args[0]}") from None
         if args.num_heads % args.num_kv_heads:
             raise FormatError(f"num_attention_heads {H} is not a multiple of num_key_value_heads {args.num_kv_heads}")
+        if not (0 < R <= D and R % 2 == 0):
+            raise FormatError(f"rotary dimension {R} must be even and in 1..head_dim {D}")
         return args
 
 
@@ -164,11 +171,11 @@ class LlamaModel:
         self.norm = w.vector(names["norm"], a.hidden_size)
         lm = names["lm_head"] if w.has(names["lm_head"]) else names["embed"]
         self.lm_head = w.matrix(lm, a.vocab_size, a.hidden_size)
-        inv = rope_inv_freq(a.head_dim, a.rope_theta, a.rope_scaling)
+        inv = rope_inv_freq(a.rotary_dim, a.rope_theta, a.rope_scaling)  # (R/2,)
         freqs = source.config.get("rope_freqs_tensor")
         if freqs:  # llama3 GGUF: per-dim frequency divisors
-            inv = inv / w.vector(freqs, a.head_dim // 2).astype(np.float64)
-        self.inv_freq = np.ascontiguousarray(inv)  # (D/2,) float64
+            inv = inv / w.vector(freqs, a.rotary_dim // 2).astype(np.float64)
+        self.inv_freq = np.ascontiguousarray(inv)  # (R/2,) float64
         qd, kd = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
         self.scratch = Scratch(
             {

@@ -22,7 +22,7 @@ from modelc.models.mlp import Linear
 
 PREFIXES = ("", "bert.", "roberta.", "xlm_roberta.", "model.", "encoder_model.")
 ROBERTA_TYPES = ("roberta", "xlm-roberta", "xlm_roberta", "camembert")
-POOLINGS = ("mean", "cls", "max")
+POOLINGS = ("mean", "cls", "max", "last")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ class BertConfig:
     max_position_embeddings: int
     pad_token_id: int
     position_offset: int  # RoBERTa: positions start at padding_idx + 1; BERT: 0
-    pooling: str  # "mean" | "cls" | "max"
+    pooling: str  # "mean" | "cls" | "max" | "last" (last real token)
     normalize: bool
     max_seq_length: int  # longest input in tokens (special tokens included)
     hidden_act: str
@@ -65,6 +65,8 @@ def pooling_of(config: dict[str, Any], metadata: dict[str, Any]) -> tuple[str, b
                 if p.get(f"pooling_mode_{name}_token") or p.get(f"pooling_mode_{name}_tokens"):
                     mode = name
                     break
+            if mode is None and p.get("pooling_mode_lasttoken"):
+                mode = "last"
         normalize = bool(p.get("normalize", config.get("normalize", True)))
     else:
         raise FormatError(f"config pooling must be a string or an object, got {type(p).__name__}")
@@ -250,6 +252,9 @@ class BertModel:
         m = np.asarray(mask, dtype=np.float32)[:, :, None]  # (S, T, 1)
         if self.cfg.pooling == "cls":
             out = hidden[:, 0, :]
+        elif self.cfg.pooling == "last":
+            last = np.maximum(np.asarray(mask).sum(axis=1) - 1, 0)  # (S,) right padding
+            out = hidden[np.arange(hidden.shape[0]), last]
         elif self.cfg.pooling == "max":
             out = np.where(m > 0, hidden, -np.inf).max(axis=1)
         else:

@@ -132,6 +132,7 @@ def test_roberta_positions_skip_padding_idx() -> None:
         ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False, "normalize": False}, ("cls", False)),
         ({"mode": "max", "normalize": True}, ("max", True)),
         ({"pooling_mode_mean_tokens": True}, ("mean", True)),
+        ({"pooling_mode_lasttoken": True, "normalize": False}, ("last", False)),
     ],
 )
 def test_pooling_config(pooling, want) -> None:
@@ -143,6 +144,15 @@ def test_cls_pooling_without_normalize() -> None:
     model = tiny_bert(pooling={"mode": "cls", "normalize": False})
     emb = BertModel(model).embed(np.array([SEQS[0]]), np.ones((1, 4), np.int64))
     np.testing.assert_allclose(emb[0], ref_encode(model, SEQS[0])[0], atol=2e-5, rtol=1e-4)
+
+
+def test_last_token_pooling_skips_padding() -> None:
+    model = tiny_bert(pooling={"mode": "last", "normalize": False})
+    ids = np.array([SEQS[0] + [0] * 4, SEQS[2]])
+    mask = (np.arange(8) < np.array([[4], [8]])).astype(np.int64)
+    emb = BertModel(model).embed(ids, mask)
+    np.testing.assert_allclose(emb[0], ref_encode(model, SEQS[0])[-1], atol=2e-5, rtol=1e-4)
+    np.testing.assert_allclose(emb[1], ref_encode(model, SEQS[2])[-1], atol=2e-5, rtol=1e-4)
 
 
 def test_bad_models_and_inputs() -> None:
@@ -205,6 +215,17 @@ def test_minilm_matches_sentence_transformers(minilm: Model) -> None:
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     assert result.token_counts[sentences.index("Hello!")] == 4  # [CLS] hello ! [SEP]
     assert max(result.token_counts) == 256  # the long inputs are truncated like sentence-transformers
+
+
+def test_minilm_through_the_hf_reader(minilm: Model) -> None:
+    """The same folder through modelc's own reader (formats.detect -> hf), as `modelc pack` reads it."""
+    from modelc.artifact.pack import load_source
+
+    src = load_source(_minilm_module().minilm_dir())
+    assert src.architecture == "bert" and src.config["pooling"] == {"mode": "mean", "normalize": True}
+    sentences = json.loads((EMB_FIXTURES / "sentences.json").read_text())[:10]
+    want = np.load(EMB_FIXTURES / "reference.npy")[:10]
+    assert ((Embedder(src).embed(sentences) * want).sum(1) >= 0.9999).all()
 
 
 def test_minilm_through_artifact(minilm: Model, tmp_path: pathlib.Path) -> None:

@@ -53,3 +53,67 @@ def test_bad_server_option_is_error(tmp_path, capsys) -> None:
 @pytest.mark.parametrize("flag", ["--rate-limit", "--max-concurrent"])
 def test_option_values_checked(flag, capsys) -> None:
     assert main(["run", "x", flag, "-1"]) == 1
+
+
+def test_run_serves_an_artifact_and_stops_on_sigterm(tmp_path) -> None:
+    """`modelc run FILE.modelc --port 0` end to end: ready line, /health, a completion, SIGTERM -> exit 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from modelc.artifact.writer import write_artifact
+    from tests.server.live import ROOT
+    from tests.server.tiny_model import make_served_model
+
+    path = tmp_path / "tiny.modelc"
+    write_artifact(make_served_model(), path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MODELC_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "modelc",
+            "run",
+            str(path),
+            "--port",
+            "0",
+            "--kv-cache-mb",
+            "8",
+            "--max-tokens",
+            "3",
+            "--temperature",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        line = ""
+        while time.monotonic() < deadline and "serving" not in line:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+        assert "serving" in line, proc.stderr.read()
+        url = "http://" + line.split("http://", 1)[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        with httpx.Client(base_url=url, timeout=60) as c:
+            assert c.get("/health").json()["model"] == "tiny-llama"
+            r = c.post("/v1/completions", json={"prompt": "hi"}).json()
+            assert r["usage"]["completion_tokens"] == 3  # the --max-tokens default applies
+            assert c.get("/props").json()["default_generation"]["max_tokens"] == 3
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from modelc.daemon.client import DaemonClient
 
-out = Console(highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)  # no wrapping in pipes
 lora_app = typer.Typer(help="Load or unload LoRA adapters on a model in the running daemon.", no_args_is_help=True)
 
 
@@ -50,17 +50,17 @@ def ps_cmd() -> None:
     if not models:
         out.print("no models loaded")
         return
-    table = Table("NAME", "ARCH", "MEMORY", "KV", "RUNNING", "WAITING", "UNTIL", "ADAPTERS", box=None, pad_edge=False)
+    table = Table(
+        "NAME", "ARCH", "MEMORY", "KV CACHE", "KV USE", "RUNNING", "WAITING", "UNTIL", "ADAPTERS", box=None,
+        pad_edge=False,
+    )  # fmt: skip
     for m in models:
         used, total = m.get("kv_blocks_used", 0), m.get("kv_blocks_total", 0)
-        kv = f"{used}/{total} ({100 * used / total:.0f}%)" if total else "-"
-        memory = f"{_human_bytes(m['size'])}"
-        if m.get("kv_bytes"):
-            memory += f" (KV {_human_bytes(m['kv_bytes'])})"
-        name = m["name"] + (" (default)" if m.get("default") else "")
+        kv_use = f"{used}/{total} blocks ({100 * used / total:.0f}%)" if total else "-"
         table.add_row(
-            name, m["details"].get("family", ""), memory, kv, str(m.get("running", 0)), str(m.get("waiting", 0)),
-            _until(m["expires_at"]), ", ".join(m.get("adapters") or []) or "-",
+            m["name"] + (" (default)" if m.get("default") else ""), m["details"].get("family", ""),
+            _human_bytes(m["size"]), _human_bytes(m.get("kv_bytes", 0)), kv_use, str(m.get("running", 0)),
+            str(m.get("waiting", 0)), _until(m["expires_at"]), ", ".join(m.get("adapters") or []) or "-",
         )  # fmt: skip
     out.print(table)
 

@@ -40,6 +40,7 @@ def engine_config(
 
 
 def run_cmd(
+    ctx: typer.Context,
     artifact: str | None = typer.Argument(
         None,
         help="A .modelc file, a store name (name or name:VERSION), or raw weights (packed into the store "
@@ -84,9 +85,7 @@ def run_cmd(
     from modelc.server.daemon import serve
 
     if detach and not os.environ.get(launch.DETACH_ENV):
-        import click
-
-        info = launch.detach(launch.argv_from_context(click.get_current_context()), api_key=api_key)
+        info = launch.detach(launch.argv_from_context(ctx), api_key=api_key)
         print(f"modelc: daemon running (pid {info.pid}) at {info.url}", flush=True)
         return
     started = time.monotonic()

@@ -130,15 +130,13 @@ def _pid_alive(pid: int) -> bool:
 
 def argv_from_context(ctx: Any, drop: tuple[str, ...] = ("detach", "api_key")) -> list[str]:
     """Rebuild a command line from a click context's parsed params (minus `drop`), defaults left out."""
-    import click
-
     args: list[str] = []
     positional: list[str] = []
     for p in ctx.command.params:
         if p.name in drop or p.name not in ctx.params:
             continue
         value = ctx.params[p.name]
-        if isinstance(p, click.Argument):
+        if p.param_type_name == "argument":
             if value is not None:
                 positional.append(str(value))
         elif value is None or value == p.default:

@@ -1,0 +1,139 @@
+"""End to end: the real CLI as subprocesses against a daemon started by `modelc run --detach`
+(a tiny random llama packed in the test): run, ps, generate, chat from stdin, load/unload of a
+second model, the Ollama-shaped NDJSON API, stop (pid gone, daemon.json removed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from modelc.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli(home: Path, *args: str, stdin: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "MODELC_HOME": str(home), **(env or {})}
+    full_env.pop("MODELC_HOST", None) if "MODELC_HOST" not in (env or {}) else None
+    return subprocess.run(
+        [sys.executable, "-m", "modelc", *args], cwd=ROOT, env=full_env, input=stdin, capture_output=True,
+        text=True, timeout=180,
+    )  # fmt: skip
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def make_store(home: Path, monkeypatch) -> None:
+    from modelc import store
+    from modelc.artifact.writer import write_artifact
+    from tests.server.tiny_model import make_served_model
+
+    monkeypatch.setenv("MODELC_HOME", str(home))
+    store.add("tiny", lambda tmp: write_artifact(make_served_model(0), tmp))
+    store.add("tiny2", lambda tmp: write_artifact(make_served_model(1), tmp))
+
+
+def test_no_daemon_is_one_line_error(tmp_path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    r = cli(tmp_path, "ps", env={"MODELC_HOST": url})
+    assert r.returncode == 1
+    assert r.stderr.strip() == f"error: no modelc daemon at {url}; start one with `modelc run --detach`"
+
+
+def test_help_has_examples(capsys) -> None:
+    for cmd in (["ps"], ["chat"], ["generate"], ["load"], ["unload"], ["stop"], ["lora", "load"], ["lora", "unload"]):
+        main([*cmd, "--help"])
+        assert "Example: modelc" in capsys.readouterr().out, cmd
+    main(["run", "--help"])
+    text = capsys.readouterr().out
+    assert "--detach" in text and "--keep-alive" in text and "--max-loaded-models" in text
+
+
+def test_daemon_end_to_end(tmp_path, monkeypatch) -> None:
+    make_store(tmp_path, monkeypatch)
+    port = free_port()
+    r = cli(tmp_path, "run", "tiny", "--detach", "--port", str(port), "--kv-cache-mb", "8", "--threads", "1",
+            "--max-tokens", "6", "--temperature", "0")  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    pid = int(r.stdout.split("pid ")[1].split(")")[0])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert url in r.stdout
+        state = json.loads((tmp_path / "daemon.json").read_text())
+        assert state["pid"] == pid and state["url"] == url
+        again = cli(tmp_path, "run", "tiny", "--detach", "--port", str(free_port()))
+        assert again.returncode == 1 and "already runs" in again.stderr
+
+        ps = cli(tmp_path, "ps")
+        assert ps.returncode == 0 and "tiny (default)" in ps.stdout and "forever" in ps.stdout
+
+        opts = {"num_predict": 4, "temperature": 0}
+        with httpx.Client(base_url=url, timeout=120) as http:
+            want = http.post("/api/generate", json={"model": "tiny", "prompt": "hello", "stream": False,
+                                                    "options": opts}).json()  # fmt: skip
+            gen = cli(tmp_path, "generate", "tiny", "hello", "-n", "4", "-t", "0")
+            assert gen.returncode == 0, gen.stderr
+            assert gen.stdout == want["response"] + "\n" and want["eval_count"] == 4
+
+            # chat from stdin: one turn per line, history kept
+            msgs = [{"role": "user", "content": "hi"}]
+            r1 = http.post("/api/chat", json={"model": "tiny", "messages": msgs, "stream": False, "options": opts})
+            msgs += [r1.json()["message"], {"role": "user", "content": "more"}]
+            lines = []
+            with http.stream("POST", "/api/chat", json={"model": "tiny", "messages": msgs, "options": opts}) as s:
+                assert s.headers["content-type"].startswith("application/x-ndjson")
+                lines = [json.loads(x) for x in s.iter_lines() if x.strip()]
+            assert lines[-1]["done"] and all(not x["done"] for x in lines[:-1])
+            r2 = "".join(x["message"]["content"] for x in lines)
+            chat = cli(tmp_path, "chat", "tiny", "-n", "4", "-t", "0", stdin="hi\n\nmore\n")
+            assert chat.returncode == 0, chat.stderr
+            assert chat.stdout == r1.json()["message"]["content"] + "\n" + r2 + "\n"
+
+            # a second model: load, use, unload
+            assert cli(tmp_path, "load", "tiny2").returncode == 0
+            ps = http.get("/api/ps").json()["models"]
+            assert [m["name"] for m in ps] == ["tiny", "tiny2"]
+            for m in ps:
+                assert m["size"] > 0 and m["expires_at"] and m["size_vram"] == 0 and m["kv_blocks_total"] > 0
+                assert set(m["details"]) >= {"format", "family", "parameter_size", "quantization_level"}
+            assert "tiny2" in cli(tmp_path, "ps").stdout
+            other = http.post("/v1/chat/completions", json={"model": "tiny2", "max_tokens": 2,
+                                                            "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+            assert other.status_code == 200 and other.json()["model"] == "tiny2"
+            assert cli(tmp_path, "unload", "tiny2").returncode == 0
+            assert [m["name"] for m in http.get("/api/ps").json()["models"]] == ["tiny"]
+            tags = [m["name"] for m in http.get("/api/tags").json()["models"]]
+            assert tags == ["tiny", "tiny2"]
+
+        stop = cli(tmp_path, "stop")
+        assert stop.returncode == 0, stop.stderr
+        assert not alive(pid)
+        assert not (tmp_path / "daemon.json").exists()
+    finally:
+        if alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,143 @@
+"""LLaMA-family variants (LLaMA 3, Mistral, Qwen2, Phi-3) against transformers' stored outputs.
+
+The fixtures in tests/fixtures/models/variants/ were written by tools/make_variant_fixtures.py
+(torch + transformers, random seeded weights, float32): no torch is needed here. Each variant
+is loaded from its HF folder and from a packed .modelc; logits must match transformers' to
+max|a - b| / max|b| <= 1e-4 and the 16-token greedy continuation must be reproduced exactly.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from modelc.artifact.pack import pack, pack_model
+from modelc.artifact.reader import open_artifact
+from modelc.engine.api import Engine
+from modelc.engine.params import SamplingParams
+from modelc.formats.detect import read_model
+from modelc.ir import DataType
+
+VARIANTS = {  # name -> (modelc architecture, what the variant checks)
+    "llama3": ("llama", "GQA 4/2, llama3 rope scaling"),
+    "mistral": ("llama", "MQA 4/1, sliding_window 4096 > the sequence"),
+    "mistral-swa8": ("llama", "sliding_window 8 < the prompt, head_dim * heads != hidden"),
+    "qwen2": ("qwen2", "QKV bias, untied lm_head"),
+    "qwen2-tied": ("qwen2", "QKV bias, lm_head tied to the embeddings, rope_theta 1e6"),
+    "phi3": ("phi3", "fused qkv_proj and gate_up_proj"),
+    "phi3-partial": ("phi3", "fused weights, partial_rotary_factor 0.5"),
+}
+MAX_REL_ERR = 1e-4
+
+
+@pytest.fixture
+def variants_dir(fixtures_dir):
+    return fixtures_dir / "models" / "variants"
+
+
+def _ref(d):
+    r = d / "ref"
+    return (
+        np.load(r / "prompt_ids.npy").tolist(),
+        np.load(r / "logits_hf_fp32.npy"),
+        np.load(r / "greedy_ids.npy").tolist(),
+        json.loads((r / "ref.json").read_text()),
+    )
+
+
+def _rel_err(got, want):
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def _greedy(eng, ids, n):
+    return list(eng.generate_ids(ids, SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)))
+
+
+def _check(eng, d):
+    ids, want, greedy, _ = _ref(d)
+    got = eng.logits(ids)
+    assert got.shape == want.shape
+    assert _rel_err(got, want) <= MAX_REL_ERR
+    assert _greedy(eng, ids, len(greedy)) == greedy
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_hf_folder_matches_transformers(variants_dir, name):
+    d = variants_dir / name
+    eng = Engine.load(d / "hf")
+    assert eng.architecture == VARIANTS[name][0]
+    _check(eng, d)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_packed_artifact_matches_transformers(variants_dir, tmp_path, name):
+    d = variants_dir / name
+    path = pack(d / "hf", out=tmp_path / f"{name}.modelc")
+    art = open_artifact(path, verify=True)
+    assert art.architecture == VARIANTS[name][0]
+    _check(Engine(art), d)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_tokenizer_reproduces_prompt_ids(variants_dir, name):
+    d = variants_dir / name
+    ids, _, _, info = _ref(d)
+    assert Engine.load(d / "hf").tokenize(info["prompt"]) == ids
+
+
+def _perturbed_err(d, **config):
+    """Relative logit error vs transformers after overriding normalized config keys (None deletes)."""
+    model = read_model(d / "hf")
+    for k, v in config.items():
+        if v is None:
+            model.config.pop(k, None)
+        else:
+            model.config[k] = v
+    ids, want, _, _ = _ref(d)
+    return _rel_err(Engine(model).logits(ids), want)
+
+
+@pytest.mark.parametrize(
+    "name,override",
+    [
+        ("llama3", {"rope_scaling": None}),  # the llama3 frequency bands matter at these positions
+        ("mistral-swa8", {"sliding_window": None}),  # the window masks real keys of the prompt
+        ("phi3-partial", {"partial_rotary_factor": None}),  # rotating every dim is visibly wrong
+        ("qwen2-tied", {"rope_theta": 10000.0}),
+    ],
+)
+def test_fixtures_are_sensitive_to_each_feature(variants_dir, name, override):
+    """Each variant's special feature changes the logits far beyond the tolerance, so the checks above bite."""
+    assert _perturbed_err(variants_dir / name, **override) > 100 * MAX_REL_ERR
+
+
+def test_config_mapping(variants_dir):
+    cfg = {n: read_model(variants_dir / n / "hf").config for n in VARIANTS}
+    assert cfg["llama3"]["rope_scaling"]["rope_type"] == "llama3"
+    assert cfg["llama3"]["num_key_value_heads"] == 2
+    assert cfg["mistral"]["sliding_window"] == 4096
+    assert cfg["mistral-swa8"]["sliding_window"] == 8
+    assert cfg["mistral-swa8"]["head_dim"] == 16 and cfg["mistral-swa8"]["hidden_size"] == 32
+    assert cfg["qwen2-tied"]["tie_word_embeddings"] is True
+    assert "lm_head.weight" not in read_model(variants_dir / "qwen2-tied" / "hf").tensors
+    assert cfg["qwen2"]["attention_bias"] is True
+    assert cfg["phi3-partial"]["partial_rotary_factor"] == 0.5
+    assert all(c["rope_neox"] for c in cfg.values())
+
+
+@pytest.mark.parametrize("name", ["llama3", "phi3"])
+def test_q8_0_pack_stays_close_to_fp32_transformers(variants_dir, tmp_path, name):
+    """q8_0 weights vs transformers' fp32 logits: cosine >= 0.99 at every position, same first greedy token."""
+    d = variants_dir / name
+    res = pack_model(d / "hf", out=tmp_path / "q.modelc", quantize="q8_0")
+    art = open_artifact(res.path)
+    projections = [n for n in art.tensors if ".layers." in n and n.endswith("proj.weight")]
+    assert projections and all(art.tensors[n].dtype == DataType.Q8_0 for n in projections)
+    ids, want, greedy, _ = _ref(d)
+    got = Engine(art).logits(ids)
+    cos = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
+    assert cos.min() >= 0.99, cos
+    assert _rel_err(got, want) > MAX_REL_ERR  # the weights really are quantized
+    assert int(np.argmax(got[-1])) == greedy[0]

@@ -1,0 +1,235 @@
+"""Write tests/fixtures/models/variants/: tiny random LLaMA-family models with transformers' reference outputs.
+
+Dev-only tool (needs torch + transformers, which modelc never imports); run it in a
+reference venv, e.g.
+
+    /work/refvenv-st/bin/python tools/make_variant_fixtures.py --out tests/fixtures/models/variants
+
+For each variant (LLaMA-3 rope scaling + GQA, Mistral with and without an active
+sliding window, Qwen2 with tied and untied embeddings, Phi-3 with full and partial
+rotary) it writes NAME/hf/ (config.json, model.safetensors in float32, a tiny
+byte-level BPE tokenizer.json shared by all variants, tokenizer_config.json,
+generation_config.json) and NAME/ref/:
+
+- prompt_ids.npy: the prompt's token ids (BOS first), int32;
+- logits_hf_fp32.npy: transformers' float32 logits at every prompt position (T, V);
+- greedy_ids.npy: model.generate(do_sample=False) continuation (16 tokens), int32;
+- ref.json: the same ids, the top-2 margins of every greedy step, versions and notes.
+
+Weights are drawn from a seeded normal with a larger std than transformers' default
+(biases and norm weights randomized too, so every tensor mapping matters). A seed is
+rejected (and the next one tried) unless every greedy step's top-2 logit margin is
+above MARGIN, the continuation has no EOS, and generate() (KV cache) agrees with a
+cache-free argmax loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import tokenizers
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+VOCAB = 384
+BOS, EOS = "<s>", "</s>"
+SPECIALS = [BOS, EOS, "<|im_start|>", "<|im_end|>"]
+NUM_NEW = 16
+MARGIN = 5e-3  # far above the ~1e-5 logit differences between engines
+MAX_SEEDS = 50
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
+    "In the beginning the river was small, but the spring rains made it wide and fast.",
+    "Numbers such as 12, 345 and 6789 appear in tables, receipts and train timetables.",
+    "She packed bread, cheese, apples and a thermos of tea before walking up the hill.",
+    "Compilers turn source code into machine instructions; interpreters run it directly.",
+    "The weather today is cloudy with a chance of rain in the afternoon and evening.",
+    "A small model with random weights produces gibberish, yet its arithmetic must be exact.",
+    "Every morning the baker lights the oven, kneads the dough and shapes the loaves.",
+]
+PROMPT = "The farmer packed bread and cheese before the spring rains made the river wide."
+
+COMMON = dict(
+    vocab_size=VOCAB,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-5,
+    bos_token_id=0,
+    eos_token_id=1,
+    pad_token_id=None,
+    num_hidden_layers=2,
+)
+
+
+def variants() -> dict[str, tuple[type, dict]]:
+    """name -> (transformers config class, config kwargs)."""
+    t = transformers
+    return {
+        # LLaMA 3: GQA (4 query heads on 2 KV heads) and llama3 rope scaling; original context 64 so
+        # that, at head_dim 16, the frequencies fall in all three bands (kept, smoothed, divided by 8)
+        "llama3": (t.LlamaConfig, dict(
+            hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+        )),
+        # Mistral with a sliding window longer than anything the test runs: full causal attention
+        "mistral": (t.MistralConfig, dict(
+            hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+            sliding_window=4096, tie_word_embeddings=False,
+        )),
+        # Mistral with a window shorter than the prompt (the window itself is checked);
+        # head_dim * heads (64) != hidden_size (32), as in Mistral Nemo
+        "mistral-swa8": (t.MistralConfig, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            sliding_window=8, tie_word_embeddings=False,
+        )),
+        # Qwen2: QKV biases, lm_head tied to the embeddings, rope_theta 1e6
+        "qwen2-tied": (t.Qwen2Config, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+            tie_word_embeddings=True, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )),
+        "qwen2": (t.Qwen2Config, dict(
+            hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            tie_word_embeddings=False,
+        )),
+        # Phi-3: fused qkv_proj and gate_up_proj
+        "phi3": (t.Phi3Config, dict(
+            hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            tie_word_embeddings=False, sliding_window=None,
+        )),
+        # Phi-4-mini style: phi3 with partial rotary (only the first half of each head rotates)
+        "phi3-partial": (t.Phi3Config, dict(
+            hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            partial_rotary_factor=0.5, tie_word_embeddings=False, sliding_window=None,
+        )),
+    }  # fmt: skip
+
+
+def train_tokenizer() -> Tokenizer:
+    """A byte-level BPE with VOCAB tokens (4 specials + 256 bytes + merges), BOS added by the post-processor."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )  # fmt: skip
+    tok.train_from_iterator(CORPUS * 4, trainer)
+    assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A {BOS} $B", special_tokens=[(BOS, tok.token_to_id(BOS))]
+    )
+    return tok
+
+
+@torch.no_grad()
+def randomize(model: torch.nn.Module, seed: int, std: float) -> None:
+    """Every parameter from a seeded normal: matrices N(0, std), biases N(0, 0.1), norm weights 1 + N(0, 0.1)."""
+    g = torch.Generator().manual_seed(seed)
+    for name, p in sorted(model.named_parameters()):
+        noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
+        if name.endswith("bias"):
+            p.copy_(0.1 * noise)
+        elif p.dim() == 1:  # RMSNorm weights
+            p.copy_(1.0 + 0.1 * noise)
+        else:
+            p.copy_(std * noise)
+
+
+@torch.no_grad()
+def reference(model: torch.nn.Module, ids: list[int]) -> tuple[np.ndarray, list[int], list[float]] | None:
+    """(prompt logits, greedy ids, top-2 margins) or None when this seed is not a stable reference."""
+    x = torch.tensor([ids])
+    logits = model(x).logits[0].float().numpy()  # (T, V)
+    out = model.generate(
+        x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=NUM_NEW, min_new_tokens=0,
+        eos_token_id=COMMON["eos_token_id"], pad_token_id=COMMON["eos_token_id"], output_logits=True,
+        return_dict_in_generate=True,
+    )  # fmt: skip
+    new = out.sequences[0, len(ids) :].tolist()
+    if len(new) != NUM_NEW or COMMON["eos_token_id"] in new:
+        return None
+    margins = []
+    for step in out.logits:
+        top2 = torch.topk(step[0].float(), 2).values
+        margins.append(float(top2[0] - top2[1]))
+    # the same continuation without the KV cache: full recompute, argmax of the last row
+    seq = list(ids)
+    for _ in range(NUM_NEW):
+        seq.append(int(model(torch.tensor([seq])).logits[0, -1].argmax()))
+    if seq[len(ids) :] != new or min(margins) <= MARGIN:
+        return None
+    return logits, new, margins
+
+
+def build(name: str, cls: type, kw: dict, tok: Tokenizer, ids: list[int], out: pathlib.Path, std: float) -> None:
+    cfg = cls(**COMMON, **kw)
+    cfg._attn_implementation = "eager"
+    for seed in range(MAX_SEEDS):
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+        randomize(model, seed, std)
+        ref = reference(model, ids)
+        if ref is not None:
+            break
+    else:
+        raise SystemExit(f"{name}: no seed below {MAX_SEEDS} gives a stable greedy reference")
+    logits, new, margins = ref
+    d = out / name
+    if d.exists():
+        shutil.rmtree(d)
+    hf, rd = d / "hf", d / "ref"
+    model.save_pretrained(hf, safe_serialization=True)
+    tok.save(str(hf / "tokenizer.json"))
+    (hf / "tokenizer_config.json").write_text(
+        json.dumps(
+            {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
+             "add_bos_token": True, "model_max_length": 512},
+            indent=2,
+        ) + "\n"
+    )  # fmt: skip
+    rd.mkdir(parents=True)
+    np.save(rd / "prompt_ids.npy", np.asarray(ids, np.int32))
+    np.save(rd / "logits_hf_fp32.npy", logits.astype(np.float32))
+    np.save(rd / "greedy_ids.npy", np.asarray(new, np.int32))
+    info = {
+        "variant": name,
+        "architecture": type(model).__name__,
+        "seed": seed,
+        "init_std": std,
+        "prompt": PROMPT,
+        "prompt_ids": ids,
+        "greedy_ids": new,
+        "greedy_top2_margins": margins,
+        "max_abs_logit": float(np.abs(logits).max()),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "tokenizers": tokenizers.__version__},
+        "attn_implementation": "eager",
+    }  # fmt: skip
+    (rd / "ref.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(f"{name}: seed {seed}, min margin {min(margins):.4f}, max |logit| {info['max_abs_logit']:.2f}, {new}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("tests/fixtures/models/variants"))
+    ap.add_argument("--std", type=float, default=0.2)
+    ap.add_argument("--only", nargs="*", help="variant names (default: all)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    tok = train_tokenizer()
+    ids = tok.encode(PROMPT).ids
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, (cls, kw) in variants().items():
+        if not args.only or name in args.only:
+            build(name, cls, kw, tok, ids, args.out, args.std)
+
+
+if __name__ == "__main__":
+    main()

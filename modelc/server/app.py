@@ -50,7 +50,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
 
     @app.get("/openapi.json")
     async def openapi() -> Any:
-        return openapi_spec()
+        return openapi_spec(app)
 
     @app.before_request
     async def _guard() -> Response | None:

@@ -1,11 +1,17 @@
 """The OpenAPI 3.1 description of every route the app serves (GET /openapi.json).
 
-Written by hand next to the routes; tests/server/test_openapi.py checks that every rule in the
-app's url_map appears here with the same methods, and nothing else does.
+modelc.server's routes are described by hand here. Routes other packages register on the app
+(modelc/daemon's Ollama API) come from their module's OPENAPI_PATHS dict when it has one, else
+get a generated entry (summary from the view's docstring, JSON object in and out, marked
+`x-modelc-generated`). tests/server/test_openapi.py checks that every rule in the app's url_map
+appears with the same methods, and that modelc.server's are all hand-written.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
+import sys
 from typing import Any
 
 from modelc import __version__
@@ -256,7 +262,33 @@ SUMMARY = _obj(
 SINGLE_OR_BATCH = _obj({"input": S, "inputs": {"type": "array", "items": S}})
 
 
-def openapi_spec() -> dict[str, Any]:
+def openapi_spec(app: Any = None) -> dict[str, Any]:
+    """The spec of modelc.server's routes, plus every other route of `app` when given."""
+    spec = server_spec()
+    if app is not None:
+        spec["paths"].update(other_paths(app, spec["paths"]))
+    return spec
+
+
+def other_paths(app: Any, known: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, dict[str, Any]] = {}
+    for rule in app.url_map.iter_rules():
+        path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", r"{\1}", rule.rule)
+        if path in known:
+            continue
+        view = app.view_functions[rule.endpoint]
+        given = getattr(sys.modules.get(view.__module__), "OPENAPI_PATHS", {}).get(path)
+        if given is not None:
+            out[path] = given
+            continue
+        doc = (inspect.getdoc(view) or view.__name__.replace("_", " ")).splitlines()[0]
+        for method in sorted(m.lower() for m in rule.methods - {"HEAD", "OPTIONS"}):
+            op = _op(doc, {"type": "object"}, {"type": "object"} if method in ("post", "put", "delete") else None)
+            out.setdefault(path, {})[method] = {**op, "x-modelc-generated": True}
+    return out
+
+
+def server_spec() -> dict[str, Any]:
     with_messages = {
         **NATIVE_GEN,
         "properties": {**NATIVE_GEN["properties"], "messages": {"type": "array", "items": MESSAGE}},

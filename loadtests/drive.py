@@ -14,7 +14,7 @@ import anyio
 import httpx
 
 from loadtests.client import RequestResult, has_metric, metric_total, run_one, scrape_metrics
-from loadtests.stats import summarize
+from loadtests.stats import decode_tokens_per_s, summarize
 from loadtests.workload import RequestSpec
 
 INFERENCE_ROUTES = ("/v1/completions", "/v1/chat/completions")
@@ -119,6 +119,7 @@ def make_report(results: list[RequestResult], wall_s: float, before: dict, after
             errors[r.error] = errors.get(r.error, 0) + 1
     out_tokens = sum(r.completion_tokens for r in ok)
     itl = [g for r in ok for g in r.itl_s]
+    rows = [r.to_json() for r in results]
     return {
         "target": cfg.target,
         "concurrency": cfg.concurrency,
@@ -132,10 +133,11 @@ def make_report(results: list[RequestResult], wall_s: float, before: dict, after
         "output_tokens": out_tokens,
         "completed_output_tokens": sum(r.completion_tokens for r in completed),
         "output_tokens_per_s": out_tokens / wall_s if wall_s else 0.0,
+        "decode_tokens_per_s": decode_tokens_per_s(rows),
         "prompt_tokens": sum(r.prompt_tokens for r in ok),
         "ttft_s": summarize([r.ttft_s for r in ok if r.ttft_s is not None]),
         "itl_s": summarize(itl),
         "e2e_s": summarize([r.e2e_s for r in completed if r.e2e_s is not None]),
         "server": server_deltas(before, after),
-        "results": [r.to_json() for r in results],
+        "results": rows,
     }

@@ -15,6 +15,7 @@ ROWS = (
     ("output tokens", lambda r: r["output_tokens"]),
     ("requests/s", lambda r: r["requests_per_s"]),
     ("output tok/s", lambda r: r["output_tokens_per_s"]),
+    ("decode tok/s", lambda r: r.get("decode_tokens_per_s", math.nan)),
     ("TTFT p50 ms", lambda r: r["ttft_s"]["p50"] * 1e3),
     ("TTFT p90 ms", lambda r: r["ttft_s"]["p90"] * 1e3),
     ("TTFT p99 ms", lambda r: r["ttft_s"]["p99"] * 1e3),

@@ -47,9 +47,20 @@ class ServerThread:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def engine(self) -> Any:
+        """The served engine (AsyncEngine or adapter); None before it is up."""
+        return self._engine
+
     def engine_stats(self) -> dict[str, Any]:
         """The served engine's stats() read directly (no HTTP); {} before it is up."""
         return dict(self._engine.stats()) if self._engine is not None else {}
+
+    def run_in_loop(self, coro: Any) -> Any:
+        """Schedule a coroutine on the server's event loop; a concurrent.futures.Future of its result."""
+        if self._loop is None:
+            raise ModelcError("the in-process server is not running")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def _main(self) -> None:
         try:

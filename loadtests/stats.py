@@ -30,3 +30,31 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
         "p99": percentile(vals, 99),
         "max": max(vals) if vals else math.nan,
     }
+
+
+def union_length(intervals: Sequence[tuple[float, float]]) -> float:
+    """Total length covered by [start, end) intervals (overlaps counted once)."""
+    total = 0.0
+    cur_start = cur_end = None
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def decode_tokens_per_s(results: Sequence[dict]) -> float:
+    """Aggregate decode rate: tokens after each stream's first / time while any stream was decoding.
+
+    A stream decodes from its first token to its end (sent_s + ttft_s .. sent_s + e2e_s). With streams
+    in lockstep (continuous batching) that is N x the per-stream rate; with a server that runs one
+    request at a time it is the single-stream rate, however many clients wait."""
+    done = [r for r in results if r.get("error") is None and not r.get("cancelled") and r.get("ttft_s") is not None]
+    tokens = sum(max(0, r["completion_tokens"] - 1) for r in done)
+    window = union_length([(r["sent_s"] + r["ttft_s"], r["sent_s"] + r["e2e_s"]) for r in done])
+    return tokens / window if window > 0 else math.nan

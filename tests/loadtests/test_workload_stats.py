@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from loadtests.client import metric_total, parse_prometheus
-from loadtests.stats import percentile, summarize
+from loadtests.stats import decode_tokens_per_s, percentile, summarize, union_length
 from loadtests.workload import SCENARIOS, WorkloadConfig, build_workload
 
 
@@ -51,3 +53,17 @@ def test_summarize_empty_and_prometheus_parse():
     samples = parse_prometheus(text)
     assert metric_total(samples, "modelc_requests_total") == 5.0
     assert metric_total(samples, "missing") == 0.0
+
+
+def test_union_and_decode_rate():
+    assert union_length([]) == 0.0
+    assert union_length([(0, 1), (0.5, 2), (3, 4), (3.5, 3.6), (5, 5)]) == pytest.approx(3.0)
+    # two streams in lockstep: 10 tokens each after the first, decoding over the same 1 s -> 20 tok/s
+    lockstep = [{"error": None, "sent_s": 0.0, "ttft_s": 0.5, "e2e_s": 1.5, "completion_tokens": 11}] * 2
+    assert decode_tokens_per_s(lockstep) == pytest.approx(20.0)
+    # one after the other: the same tokens over 2 s -> 10 tok/s
+    serial = [lockstep[0], {**lockstep[0], "sent_s": 1.5}]
+    assert decode_tokens_per_s(serial) == pytest.approx(10.0)
+    cancelled = {**lockstep[0], "cancelled": True}
+    assert decode_tokens_per_s([lockstep[0], cancelled]) == pytest.approx(10.0)
+    assert math.isnan(decode_tokens_per_s([]))

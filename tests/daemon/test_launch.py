@@ -6,6 +6,7 @@ import os
 import socket
 
 import pytest
+import typer
 
 from modelc.daemon import launch, state_file
 from modelc.daemon.client import DaemonClient, DaemonError, DaemonUnavailableError, _check
@@ -84,7 +85,6 @@ def test_raw_weights_are_packed_into_the_store(tmp_path, monkeypatch) -> None:
 
 
 def test_argv_from_context_rebuilds_the_command_line() -> None:
-    import typer
     from typer.testing import CliRunner
 
     from modelc.cli.run_cmds import run_cmd

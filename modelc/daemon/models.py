@@ -416,6 +416,14 @@ class ModelManager:
         await entry.engine.unload_adapter(adapter)
         entry.adapters.discard(adapter)
 
+    def available(self) -> list[str]:
+        """Names requests may use: the default model's, the loaded ones', every active store model's."""
+        from modelc import store
+
+        names = [e.name for e in self.loaded()]
+        names += [e.name for e in store.list_models() if e.active and e.name not in names]
+        return names
+
     def loaded(self) -> list[LoadedModel]:
         """Loaded models (not those still loading), the default first, then most recently used."""
         ready = [e for e in self._entries.values() if e.ready.is_set() and e.engine is not None]

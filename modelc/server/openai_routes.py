@@ -24,6 +24,8 @@ async def list_models() -> Any:
     state = get_state()
     engine = current_engine(state)
     names = [engine.name, *state.config.model_aliases]
+    if state.models is not None:  # the daemon also serves every stored model (loaded on first use)
+        names += [n for n in state.models.available() if n not in names]
     return {"object": "list", "data": [model_card(n, int(state.started_at)) for n in names]}
 
 
@@ -31,7 +33,10 @@ async def list_models() -> Any:
 async def get_model(model_id: str) -> Any:
     state = get_state()
     engine = current_engine(state)
-    if model_id != engine.name and model_id not in state.config.model_aliases:
+    known = model_id == engine.name or model_id in state.config.model_aliases
+    if not known and state.models is not None:
+        known = model_id in state.models.available()
+    if not known:
         raise NotFoundError(f"model {model_id!r} not found; this server serves {engine.name!r}", param="model")
     return model_card(model_id, int(state.started_at))
 

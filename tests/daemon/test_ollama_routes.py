@@ -181,3 +181,11 @@ async def test_shutdown_and_version(home) -> None:
 async def test_shutdown_needs_the_api_key(home) -> None:
     app = create_app(ServerState(FakeEngine(), ServerConfig(api_key="k", log_requests=False)))
     assert (await app.test_client().post("/api/shutdown")).status_code == 401
+
+
+async def test_openai_model_list_includes_store_models(home) -> None:
+    async with daemon_app() as c:
+        ids = [m["id"] for m in (await (await c.get("/v1/models")).get_json())["data"]]
+        assert ids == ["main", "alpha", "beta", "gamma"]
+        assert (await c.get("/v1/models/beta")).status_code == 200
+        assert (await c.get("/v1/models/nope")).status_code == 404

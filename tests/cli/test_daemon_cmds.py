@@ -125,6 +125,13 @@ def test_daemon_end_to_end(tmp_path, monkeypatch) -> None:
             tags = [m["name"] for m in http.get("/api/tags").json()["models"]]
             assert tags == ["tiny", "tiny2"]
 
+            # keep-alive: an idle model unloads by itself (after its keep-alive + the 2 s grace)
+            assert cli(tmp_path, "load", "tiny2", "--keep-alive", "0").returncode == 0
+            deadline = time.monotonic() + 20
+            while len(http.get("/api/ps").json()["models"]) > 1 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert [m["name"] for m in http.get("/api/ps").json()["models"]] == ["tiny"]
+
         stop = cli(tmp_path, "stop")
         assert stop.returncode == 0, stop.stderr
         assert not alive(pid)

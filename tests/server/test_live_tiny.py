@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 
 import httpx
 import jsonschema
@@ -121,3 +122,19 @@ def test_tool_choice_required_gives_valid_call(oai) -> None:
     (call,) = r.choices[0].message.tool_calls[:1]
     assert r.choices[0].finish_reason == "tool_calls" and call.function.name == "get_weather"
     jsonschema.validate(json.loads(call.function.arguments), tools[0]["function"]["parameters"])
+
+
+def test_disconnect_frees_engine_blocks(server) -> None:
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        body = {"prompt": "x", "max_tokens": 4000, "ignore_eos": True, "stream": True}
+        with c.stream("POST", "/v1/completions", json=body) as resp:
+            for i, _ in enumerate(resp.iter_lines()):
+                if i > 6:
+                    break  # hang up mid-stream
+        text = ""
+        for _ in range(300):
+            text = c.get("/metrics").text
+            if "modelc_num_requests_running 0.0" in text and "modelc_kv_blocks_used 0.0" in text:
+                break
+            time.sleep(0.02)
+        assert "modelc_num_requests_running 0.0" in text and "modelc_kv_blocks_used 0.0" in text

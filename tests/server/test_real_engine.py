@@ -1,0 +1,73 @@
+"""The app on the real AsyncEngine in-process (tiny random llama): HTTP gives exactly what the engine
+gives, timeouts abort sequences and free their KV blocks, a full queue is a 503 with Retry-After."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
+from modelc.engine.async_api import AsyncEngine
+from modelc.engine.params import SamplingParams
+from modelc.server.app import create_app
+from modelc.server.state import ServerConfig, ServerState
+from tests.server.conftest import error_of
+from tests.server.tiny_model import make_served_model
+
+pytestmark = pytest.mark.anyio
+
+
+def engine_config(**sched) -> EngineConfig:
+    return EngineConfig(threads=1, cache=CacheConfig(kv_cache_tokens=2048), scheduler=SchedulerConfig(**sched))
+
+
+async def test_http_equals_direct_engine() -> None:
+    with anyio.fail_after(120):
+        async with AsyncEngine.open(make_served_model(), engine_config()) as eng:
+            c = create_app(ServerState(eng, ServerConfig(log_requests=False))).test_client()
+            ids = eng.tokenizer.encode("The cat")
+            direct = []
+            async for ev in eng.generate(ids, SamplingParams(max_tokens=6, temperature=0, logprobs=True)):
+                direct.append(ev)
+            r = await c.post("/v1/completions", json={"prompt": ids, "max_tokens": 6, "temperature": 0, "logprobs": 0})
+            body = await r.get_json()
+            choice = body["choices"][0]
+            assert choice["text"] == "".join(e.text for e in direct[:-1])
+            assert choice["logprobs"]["token_logprobs"] == pytest.approx([e.logprob for e in direct[:-1]], abs=1e-5)
+            assert body["usage"]["completion_tokens"] == direct[-1].completion_tokens
+
+
+async def test_timeout_aborts_and_frees_blocks() -> None:
+    with anyio.fail_after(120):
+        async with AsyncEngine.open(make_served_model(), engine_config()) as eng:
+            c = create_app(ServerState(eng, ServerConfig(request_timeout_s=0.3, log_requests=False))).test_client()
+            r = await c.post("/v1/completions", json={"prompt": "x", "max_tokens": 2000, "ignore_eos": True})
+            await error_of(r, 408)
+            for _ in range(200):
+                stats = eng.stats()
+                if stats.get("running") == 0 and stats.get("kv_blocks_used") == 0:
+                    break
+                await anyio.sleep(0.02)
+            assert stats["running"] == 0 and stats["kv_blocks_used"] == 0, stats
+
+
+async def test_queue_full_is_503() -> None:
+    cfg = engine_config(max_num_seqs=1, max_batch_tokens=64, max_queue=1)
+    with anyio.fail_after(120):
+        async with AsyncEngine.open(make_served_model(), cfg) as eng:
+            c = create_app(ServerState(eng, ServerConfig(log_requests=False))).test_client()
+            done: list = []
+
+            async def long() -> None:
+                body = {"prompt": "x", "max_tokens": 100, "ignore_eos": True}
+                done.append(await c.post("/v1/completions", json=body))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(long)  # runs
+                tg.start_soon(long)  # waits: the queue (max_queue=1) is now full
+                while (eng.stats().get("running"), eng.stats().get("waiting")) != (1, 1):
+                    await anyio.sleep(0.01)
+                r = await c.post("/v1/completions", json={"prompt": "y", "max_tokens": 2})
+                await error_of(r, 503)
+                assert int(r.headers["Retry-After"]) >= 1
+            assert [d.status_code for d in done] == [200, 200]

@@ -39,10 +39,16 @@ class Linear:
         self.weight = None
         if len(ts) == 1 and ts[0].dtype is DataType.F32:
             self.w = ts[0].array().reshape(self.out_features, self.in_features)
-        elif plain or len(ts) > 1:
+        elif plain:
             self.w = np.ascontiguousarray(np.concatenate([ks.dequantize(t) for t in ts], axis=0), dtype=np.float32)
+        elif len({t.dtype for t in ts}) == 1 and all((s is None) == (scales[0] is None) for s in scales):
+            # Quantized parts of one type (fused QKV): stack their stored rows, keep the blocks.
+            t, scale = _stack_rows(ts), _stack_rows(scales) if scales[0] is not None else None
+            self.weight = prepare_weight(t, scale)
         else:
-            self.weight = prepare_weight(ts[0], scales[0])
+            self.w = np.ascontiguousarray(
+                np.concatenate([ks.dequantize(t, s) for t, s in zip(ts, scales, strict=True)], axis=0), dtype=np.float32
+            )
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """x (T, C) f32 -> (T, N) f32 C-contiguous."""
@@ -56,6 +62,14 @@ class Linear:
         if self.bias is not None:
             y += self.bias
         return y
+
+
+def _stack_rows(ts: list[Any]) -> TensorData:
+    """Row-wise concatenation of same-dtype tensors in their stored form (rows are whole blocks)."""
+    if len(ts) == 1:
+        return ts[0]
+    rows = sum(int(t.shape[0]) for t in ts)
+    return TensorData((rows, *ts[0].shape[1:]), ts[0].dtype, np.concatenate([t.data for t in ts]))
 
 
 def layer_names(tensors: dict[str, TensorData]) -> list[tuple[str, str | None]]:

@@ -155,6 +155,24 @@ def test_last_token_pooling_skips_padding() -> None:
     np.testing.assert_allclose(emb[1], ref_encode(model, SEQS[2])[-1], atol=2e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["int8", "q8_0", "f16"])
+def test_quantized_weights_keep_embeddings(kind: str) -> None:
+    """Pack-time quantized encoder weights (fused QKV stays in its blocks) give nearly the fp32 vectors."""
+    from modelc.artifact.quantize import quantize_tensor
+
+    model = tiny_bert()
+    qt: dict[str, TensorData] = {}
+    for n, t in model.tensors.items():
+        quantize = n.startswith("encoder.") and n.endswith(".weight") and "LayerNorm" not in n
+        qt.update(quantize_tensor(n, t, kind) if quantize else {n: t})
+    qmodel = Model("q", "bert", qt, config=model.config)
+    ids = np.array([SEQS[2]])
+    mask = np.ones_like(ids)
+    want = BertModel(model).embed(ids, mask)
+    got = BertModel(qmodel).embed(ids, mask)
+    assert float((got * want).sum()) > 0.999
+
+
 def test_bad_models_and_inputs() -> None:
     with pytest.raises(UnsupportedError, match="pooling mode 'weird'"):
         pooling_of({"pooling": "weird"}, {})

@@ -12,11 +12,15 @@ from numba import njit
 
 from modelc.kernels.fastexp import exp_f32
 
+# error_model="numpy" on every kernel here: numba's default ("python") guards each float and
+# integer division with a zero check that raises, and that branch stops LLVM from vectorizing
+# the loop (measured 10x on SiLU). Inputs never divide by zero here (eps > 0, Z = 16).
+
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def silu_mul(out, gate, up):
     """out (T, F) = silu(gate) * up.  gate, up: (T, F) f32."""
     T, F = gate.shape
@@ -26,7 +30,7 @@ def silu_mul(out, gate, up):
             out[t, f] = g / (np.float32(1.0) + exp_f32(-g)) * up[t, f]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def gelu(out, x):
     """out (T, F) = GELU(x), tanh approximation (GPT-2's gelu_new).
 
@@ -41,7 +45,7 @@ def gelu(out, x):
             out[t, f] = v / (np.float32(1.0) + exp_f32(-c * (v + k * v * v * v)))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def gelu_erf(out, x):
     """out (T, F) = exact GELU(x) = x * Phi(x)."""
     T, F = x.shape
@@ -51,7 +55,7 @@ def gelu_erf(out, x):
             out[t, f] = np.float32(0.5 * v * (1.0 + math.erf(v * _INV_SQRT2)))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def softmax(out, x):
     """out (T, N) = softmax over the last axis of x (T, N) f32."""
     T, N = x.shape

@@ -12,8 +12,12 @@ from numba import get_num_threads, njit, prange
 from modelc.kernels.fastexp import exp_f32
 from modelc.kernels.kv_dtype import load_f32
 
+# error_model="numpy" on every kernel here: numba's default ("python") guards each float and
+# integer division with a zero check that raises, and that branch stops LLVM from vectorizing
+# the loop (measured 10x on SiLU). Inputs never divide by zero here (eps > 0, Z = 16).
 
-@njit(cache=True, nogil=True, fastmath=True, inline="always")
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
 def _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq, scale, window, item):
     """One (query row, KV head) work item: the G query heads of that KV head's group."""
     T, H, D = q.shape
@@ -72,7 +76,7 @@ def _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq,
             out[t, h0 + g, d] = acc_v[g, d] * inv
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def _row_seq(T, q_start):
     """(T,) sequence index of each query row."""
     S = q_start.shape[0] - 1
@@ -85,7 +89,7 @@ def _row_seq(T, q_start):
 
 # fastmath=True: lets LLVM vectorize the D-long dot-product reductions (reassociation only;
 # results stay within ~1e-6 relative of the ordered sum, checked against ref in tests).
-@njit(cache=True, nogil=True, fastmath=True)
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
 def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
     """Causal attention over paged KV, on the calling thread.
 
@@ -106,7 +110,7 @@ def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, 
 
 # parallel=True: rows x KV heads are independent and attention over long contexts is
 # compute-bound (~2.7 GB/s of KV per core), so more cores help once there is enough work.
-@njit(cache=True, nogil=True, fastmath=True, parallel=True)
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, parallel=True)
 def paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
     """paged_attention with the (row, KV head) items spread over numba's threads. Same contract."""
     T = q.shape[0]

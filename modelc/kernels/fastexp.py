@@ -12,6 +12,10 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+# error_model="numpy" on every kernel here: numba's default ("python") guards each float and
+# integer division with a zero check that raises, and that branch stops LLVM from vectorizing
+# the loop (measured 10x on SiLU). Inputs never divide by zero here (eps > 0, Z = 16).
+
 
 @intrinsic
 def _i32_bits_to_f32(typingctx, bits):
@@ -24,18 +28,25 @@ def _i32_bits_to_f32(typingctx, bits):
     return types.float32(types.int32), codegen
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def exp_f32(x):
-    """exp(x) for a float32 x, as float32."""
-    x = min(max(np.float32(x), np.float32(-87.3)), np.float32(88.3))
-    fx = np.floor(x * np.float32(1.44269504088896341) + np.float32(0.5))
+    """exp(x) for a float32 x, as float32.
+
+    Branch-free (selects only, no libm calls) so loops calling it vectorize.
+    """
+    x = np.float32(x)
+    x = x if x > np.float32(-87.3) else np.float32(-87.3)  # also maps NaN to the low clamp
+    x = x if x < np.float32(88.3) else np.float32(88.3)
+    z = x * np.float32(1.44269504088896341)
+    k = np.int32(z + (np.float32(0.5) if z >= np.float32(0.0) else np.float32(-0.5)))  # round half away
+    fx = np.float32(k)
     r = x - fx * np.float32(0.693359375) - fx * np.float32(-2.12194440e-4)
-    z = r * r
+    rr = r * r
     y = np.float32(1.9875691500e-4)
     y = y * r + np.float32(1.3981999507e-3)
     y = y * r + np.float32(8.3334519073e-3)
     y = y * r + np.float32(4.1665795894e-2)
     y = y * r + np.float32(1.6666665459e-1)
     y = y * r + np.float32(5.0000001201e-1)
-    y = y * z + r + np.float32(1.0)
-    return y * _i32_bits_to_f32(np.int32((np.int32(fx) + np.int32(127)) << np.int32(23)))
+    y = y * rr + r + np.float32(1.0)
+    return y * _i32_bits_to_f32(np.int32((k + np.int32(127)) << np.int32(23)))

@@ -9,8 +9,12 @@ from numba import njit
 
 from modelc.kernels.kv_dtype import store_like
 
+# error_model="numpy" on every kernel here: numba's default ("python") guards each float and
+# integer division with a zero check that raises, and that branch stops LLVM from vectorizing
+# the loop (measured 10x on SiLU). Inputs never divide by zero here (eps > 0, Z = 16).
 
-@njit(cache=True, nogil=True)
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def kv_write(k_pages, v_pages, k, v, slots):
     """Write k[t], v[t] at slots[t].
 

@@ -10,8 +10,12 @@ import math
 import numpy as np
 from numba import njit
 
+# error_model="numpy" on every kernel here: numba's default ("python") guards each float and
+# integer division with a zero check that raises, and that branch stops LLVM from vectorizing
+# the loop (measured 10x on SiLU). Inputs never divide by zero here (eps > 0, Z = 16).
 
-@njit(cache=True, nogil=True)
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def rms_norm(out, x, w, eps):
     """out (T, C) f32 = x / rms(x) * w.  x: (T, C) f32; w: (C,) f32; out may alias x."""
     T, C = x.shape
@@ -25,7 +29,7 @@ def rms_norm(out, x, w, eps):
             out[t, c] = x[t, c] * inv * w[c]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def add_rms_norm(out, residual, x, w, eps):
     """residual += x (in place), then out = rms_norm(residual, w).
 
@@ -44,7 +48,7 @@ def add_rms_norm(out, residual, x, w, eps):
             out[t, c] = residual[t, c] * inv * w[c]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, error_model="numpy")
 def layer_norm(out, x, w, b, eps):
     """out (T, C) f32 = (x - mean) / sqrt(var + eps) * w + b.  w, b: (C,) f32; out may alias x."""
     T, C = x.shape

@@ -6,6 +6,7 @@ attribute tensors, and frees each intermediate after its last use. Ops live in o
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ class Step:
 
 
 class OnnxProgram:
-    """An executable ONNX plan. `run(feeds) -> {output name: array}`; thread-safe (no shared mutable state)."""
+    """An executable ONNX plan. `run(feeds) -> {output name: array}`; thread-safe (only the shape cache is shared)."""
 
     def __init__(self, source: Any) -> None:
         plan = source.metadata.get(PLAN_KEY)
@@ -60,6 +61,7 @@ class OnnxProgram:
         for name in plan.get("initializers", []):
             self.constants[name] = tensor_array(source.tensors[name])
         self._shape_values: dict[tuple, dict[str, np.ndarray]] = {}
+        self._lock = threading.Lock()
         self.steps = self._bind(plan["nodes"], source.tensors)
 
     def _bind(self, nodes: list[dict[str, Any]], tensors: dict[str, TensorData]) -> list[Step]:
@@ -131,9 +133,10 @@ class OnnxProgram:
         else:
             record: dict[str, np.ndarray] = {}
             self._execute(self.steps, values, record)
-            if len(self._shape_values) >= SHAPE_CACHE_SIZE:
-                self._shape_values.pop(next(iter(self._shape_values)))
-            self._shape_values[key] = record
+            with self._lock:  # runs may come from several worker threads
+                if len(self._shape_values) >= SHAPE_CACHE_SIZE:
+                    self._shape_values.pop(next(iter(self._shape_values)))
+                self._shape_values[key] = record
         return {o["name"]: np.asarray(values[self._output_alias[o["name"]]]) for o in self.outputs}
 
     def _execute(self, steps: list[Step], values: dict[str, np.ndarray], record: dict[str, np.ndarray] | None) -> None:

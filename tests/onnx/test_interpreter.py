@@ -305,3 +305,20 @@ def test_gather_out_of_range_is_invalid_request(tmp_path: pathlib.Path) -> None:
     np.testing.assert_array_equal(prog.run({"i": [3, 0]})["y"], np.eye(4, dtype=np.float32)[[3, 0]])
     with pytest.raises(InvalidRequestError, match="Gather index out of range"):
         prog.run({"i": [4]})
+
+
+def test_concurrent_runs_with_mixed_shapes(fixtures_dir: pathlib.Path) -> None:
+    """Worker threads share one program (and its shape cache); each gets its own right answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    prog = OnnxProgram(read_onnx(fixtures_dir / "onnx" / "tiny_bert.onnx"))
+    rng = np.random.default_rng(3)
+    feeds = []
+    for i in range(24):
+        B, T = 1 + i % 3, 2 + i % 5
+        feeds.append({"input_ids": rng.integers(0, 100, (B, T)), "attention_mask": np.ones((B, T), np.int64)})
+    want = [OnnxProgram(read_onnx(fixtures_dir / "onnx" / "tiny_bert.onnx")).run(f)["pooled"] for f in feeds]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda f: prog.run(f)["pooled"], feeds))
+    for g_, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g_, w)

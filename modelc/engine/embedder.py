@@ -69,6 +69,11 @@ class Embedder:
         self.max_batch_tokens = max_batch_tokens
         self._tok = _tokenizer(source.tokenizer_json, self.max_seq_length)
 
+    @property
+    def tokenizer(self) -> Any:
+        """The `tokenizers.Tokenizer` used for texts (special tokens on, truncating to max_seq_length), or None."""
+        return self._tok
+
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids per text, with the tokenizer's special tokens, truncated to max_seq_length."""
         if self._tok is None:

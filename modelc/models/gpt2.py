@@ -128,7 +128,7 @@ class Gpt2Model:
         lm = names["lm_head"] if w.has(names["lm_head"]) else names["wte"]
         self.lm_head = w.matrix(lm, a.vocab_size, a.hidden_size)
         C, F = a.hidden_size, a.intermediate_size
-        self.scratch = Scratch({"x": C, "h": C, "q": C, "k": C, "v": C, "attn": C, "o": C, "up": F})
+        self.scratch = Scratch({"x": C, "h": C, "q": C, "k": C, "v": C, "attn": C, "o": C, "up": F, "act": F})
 
     def _mat(self, w: WeightReader, name: str, rows: int, cols: int) -> Weight:
         if self.conv1d:
@@ -188,7 +188,8 @@ class Gpt2Model:
             raise UnsupportedError(f"position {int(batch.positions.max())} is past GPT-2's {a.max_positions} positions")
         sc.reserve(T)
         x, h, o = sc.get("x", T), sc.get("h", T), sc.get("o", T)  # (T, C)
-        q, k, v, attn, up = sc.get("q", T), sc.get("k", T), sc.get("v", T), sc.get("attn", T), sc.get("up", T)
+        q, k, v, attn = sc.get("q", T), sc.get("k", T), sc.get("v", T), sc.get("attn", T)  # (T, C)
+        up, act = sc.get("up", T), sc.get("act", T)  # (T, F)
         q3, k3, v3, attn3 = (t.reshape(T, H, D) for t in (q, k, v, attn))  # (T, H, D)
         x[...] = K.dequantize_rows(self.wte, batch.token_ids)
         x += self.wpe[batch.positions]
@@ -205,8 +206,8 @@ class Gpt2Model:
             x += o
             K.layer_norm(h, x, L.ln2_w, L.ln2_b, a.layer_norm_eps)
             self._lin(up, h, L.up, L.up_b, lora, (i, "up"))
-            (K.gelu_erf if a.exact_gelu else K.gelu)(up, up)
-            self._lin(o, up, L.down, L.down_b, lora, (i, "down"))
+            (K.gelu_erf if a.exact_gelu else K.gelu)(act, up)  # not in place: aliasing defeats vectorization
+            self._lin(o, act, L.down, L.down_b, lora, (i, "down"))
             x += o
         return self._head(x, batch, output)
 

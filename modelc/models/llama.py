@@ -188,6 +188,7 @@ class LlamaModel:
                 "o": a.hidden_size,
                 "gate": a.intermediate_size,
                 "up": a.intermediate_size,
+                "act": a.intermediate_size,
             }
         )
 
@@ -223,7 +224,7 @@ class LlamaModel:
         sc.reserve(T)
         x, h, o = sc.get("x", T), sc.get("h", T), sc.get("o", T)  # (T, C)
         q, k, v, attn = sc.get("q", T), sc.get("k", T), sc.get("v", T), sc.get("attn", T)
-        gate, up = sc.get("gate", T), sc.get("up", T)  # (T, F)
+        gate, up, act = sc.get("gate", T), sc.get("up", T), sc.get("act", T)  # (T, F)
         q3 = q.reshape(T, a.num_heads, a.head_dim)  # (T, H, D)
         k3 = k.reshape(T, a.num_kv_heads, a.head_dim)  # (T, K, D)
         v3 = v.reshape(T, a.num_kv_heads, a.head_dim)
@@ -253,8 +254,8 @@ class LlamaModel:
             K.add_rms_norm(h, x, o, L.ffn_norm, a.rms_norm_eps)  # x += attention output
             self._lin(gate, h, L.gate, lora, (i, "gate"))
             self._lin(up, h, L.up, lora, (i, "up"))
-            K.silu_mul(gate, gate, up)
-            self._lin(o, gate, L.down, lora, (i, "down"))
+            K.silu_mul(act, gate, up)  # not in place: aliased operands defeat vectorization
+            self._lin(o, act, L.down, lora, (i, "down"))
         x += o
         return self._head(x, batch, output)
 

@@ -108,6 +108,43 @@ def gelu(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarr
     return (out.reshape(x.shape).astype(x.dtype, copy=False),)
 
 
+def _alpha_op(f: Callable[[np.ndarray, dict[str, Any]], np.ndarray]) -> Op:
+    """An activation with float attributes (alpha, beta, gamma), computed in the input's dtype."""
+
+    def op(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+        x = inputs[0]
+        return (np.asarray(f(x, attrs)).astype(x.dtype, copy=False),)
+
+    return op
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(x, np.zeros((), x.dtype))
+
+
+ACTIVATIONS: dict[str, Op] = {
+    "Elu": _alpha_op(lambda x, a: np.where(x >= 0, x, a.get("alpha", 1.0) * np.expm1(np.minimum(x, 0)))),
+    "Selu": _alpha_op(
+        lambda x, a: (
+            a.get("gamma", 1.0507009873554805)
+            * np.where(x > 0, x, a.get("alpha", 1.6732632423543772) * np.expm1(np.minimum(x, 0)))
+        )
+    ),
+    "HardSigmoid": _alpha_op(lambda x, a: np.clip(a.get("alpha", 0.2) * x + a.get("beta", 0.5), 0, 1)),
+    "HardSwish": _alpha_op(lambda x, a: x * np.clip(x / 6 + 0.5, 0, 1)),
+    "Softplus": _alpha_op(lambda x, a: _softplus(x)),
+    "Softsign": _alpha_op(lambda x, a: x / (1 + np.abs(x))),
+    "Mish": _alpha_op(lambda x, a: x * np.tanh(_softplus(x))),
+    "Sign": _alpha_op(lambda x, a: np.sign(x)),
+    "Round": _alpha_op(lambda x, a: np.round(x)),  # half to even, as ONNX specifies
+}
+
+
+def prelu(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x, slope = inputs[0], inputs[1]
+    return (np.where(x >= 0, x, x * slope).astype(x.dtype, copy=False),)
+
+
 def leaky_relu(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
     x = inputs[0]
     alpha = attrs.get("alpha", 0.01)
@@ -185,6 +222,13 @@ OPS: dict[str, Op] = {
     "Tanh": _unary(np.tanh),
     "Gelu": gelu,
     "LeakyRelu": leaky_relu,
+    "PRelu": prelu,
+    **ACTIVATIONS,
+    "IsNaN": lambda inputs, attrs, opset: (np.isnan(inputs[0]),),
+    "IsInf": lambda inputs, attrs, opset: (np.isinf(inputs[0]),),
+    "Mean": lambda inputs, attrs, opset: (
+        (sum(np.asarray(x, np.float64) for x in inputs) / len(inputs)).astype(inputs[0].dtype),
+    ),
     "Clip": clip,
     "Min": variadic(np.minimum),
     "Max": variadic(np.maximum),

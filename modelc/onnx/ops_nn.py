@@ -55,6 +55,50 @@ def softmax(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.nd
     return (e,)
 
 
+def log_softmax(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    axis = int(attrs.get("axis", -1))
+    z = x - np.max(x, axis=axis, keepdims=True)
+    return ((z - np.log(np.sum(np.exp(z), axis=axis, keepdims=True))).astype(x.dtype, copy=False),)
+
+
+def instance_norm(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x, scale, bias = inputs[0], inputs[1], inputs[2]
+    eps = float(attrs.get("epsilon", 1e-5))
+    axes = tuple(range(2, x.ndim))
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=axes, keepdims=True)
+    var = np.square(x64 - mean).mean(axis=axes, keepdims=True)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x64 - mean) / np.sqrt(var + eps) * scale.reshape(shape) + bias.reshape(shape)
+    return (y.astype(x.dtype),)
+
+
+def einsum(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    try:
+        return (np.einsum(attrs["equation"].replace(" ", ""), *inputs, optimize=len(inputs) > 2),)
+    except ValueError as e:
+        raise InvalidRequestError(f"Einsum {attrs['equation']!r}: {e}") from None
+
+
+def trilu(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    k = int(np.asarray(inputs[1]).reshape(())) if len(inputs) > 1 and inputs[1] is not None else 0
+    return (np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k),)
+
+
+def top_k(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x, k = inputs[0], int(np.asarray(inputs[1]).reshape(-1)[0])
+    axis = int(attrs.get("axis", -1)) % x.ndim
+    if not 0 <= k <= x.shape[axis]:
+        raise InvalidRequestError(f"TopK k={k} is outside [0, {x.shape[axis]}]")
+    largest = bool(attrs.get("largest", 1))
+    # Stable sort on the negated keys keeps ties in index order, as ONNX Runtime returns them.
+    idx = np.argsort(-x if largest else x, axis=axis, kind="stable")
+    idx = np.take(idx, np.arange(k), axis=axis)
+    return (np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64))
+
+
 def layer_norm(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
     x, scale = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else None
@@ -246,6 +290,15 @@ OPS: dict[str, Op] = {
     "ReduceSum": _reduce(np.sum, 13),
     "ReduceMax": _reduce(np.max, 18),
     "ReduceMin": _reduce(np.min, 18),
+    "ReduceProd": _reduce(np.prod, 18),
+    "ReduceL1": _reduce(lambda x, axis, keepdims: np.sum(np.abs(x), axis=axis, keepdims=keepdims), 18),
+    "ReduceL2": _reduce(lambda x, axis, keepdims: np.sqrt(np.sum(np.square(x), axis=axis, keepdims=keepdims)), 18),
+    "ReduceSumSquare": _reduce(lambda x, axis, keepdims: np.sum(np.square(x), axis=axis, keepdims=keepdims), 18),
+    "LogSoftmax": log_softmax,
+    "InstanceNormalization": instance_norm,
+    "Einsum": einsum,
+    "Trilu": trilu,
+    "TopK": top_k,
     "ArgMax": arg_max,
     "Conv": conv,
     "MaxPool": max_pool,

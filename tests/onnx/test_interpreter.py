@@ -182,6 +182,45 @@ CASES = [
         one_node("Pad", [("x", F, [2, 3, 4])], [("y", F, None)], [c("p", [0, 1, 2, 0, 1, 1])], mode="reflect"),
     ),
     ("ArgMax", one_node("ArgMax", [("x", F, [2, 3, 4])], [("y", I64, None)], axis=1, keepdims=0)),
+    (
+        "PRelu",
+        one_node(
+            "PRelu", [("x", F, [2, 3, 4])], [("y", F, None)], [g.init("s", np.array([0.1, 0.2, 0.3, 0.4], np.float32))]
+        ),
+    ),
+    ("Elu", one_node("Elu", [("x", F, [2, 3, 4])], [("y", F, None)], alpha=0.7)),
+    ("Selu", one_node("Selu", [("x", F, [2, 3, 4])], [("y", F, None)])),
+    ("HardSigmoid", one_node("HardSigmoid", [("x", F, [2, 3, 4])], [("y", F, None)], alpha=0.3)),
+    ("HardSwish", one_node("HardSwish", [("x", F, [2, 3, 4])], [("y", F, None)])),
+    ("Softplus", one_node("Softplus", [("x", F, [2, 3, 4])], [("y", F, None)])),
+    ("Softsign", one_node("Softsign", [("x", F, [2, 3, 4])], [("y", F, None)])),
+    ("Mish", one_node("Mish", [("x", F, [2, 3, 4])], [("y", F, None)], opset=18)),
+    ("Sign", one_node("Sign", [("x", F, [2, 3, 4])], [("y", F, None)])),
+    ("Round", one_node("Round", [("x", F, [2, 3, 4])], [("y", F, None)])),
+    ("IsNaN", one_node("IsNaN", [("x", F, [2, 3, 4])], [("y", TensorProto.BOOL, None)])),
+    ("Mean", one_node("Mean", [("x", F, [2, 3, 4])], [("y", F, None)], [g.init("k", X[1])])),
+    ("LogSoftmax", one_node("LogSoftmax", [("x", F, [2, 3, 4])], [("y", F, None)], axis=1)),
+    ("ReduceProd", one_node("ReduceProd", [("x", F, [2, 3, 4])], [("y", F, None)], [c("a", [2])], opset=18)),
+    ("ReduceL2", one_node("ReduceL2", [("x", F, [2, 3, 4])], [("y", F, None)], [c("a", [1])], opset=18, keepdims=0)),
+    ("ReduceL1", one_node("ReduceL1", [("x", F, [2, 3, 4])], [("y", F, None)], opset=17, axes=[0])),
+    ("ReduceSumSquare", one_node("ReduceSumSquare", [("x", F, [2, 3, 4])], [("y", F, None)], [c("a", [-1])], opset=18)),
+    (
+        "Einsum",
+        one_node(
+            "Einsum", [("x", F, [2, 3, 4])], [("y", F, None)], [g.init("k", X[0].T.copy())], equation="bij,jk->bik"
+        ),
+    ),
+    ("Trilu", one_node("Trilu", [("x", F, [2, 3, 4])], [("y", F, None)], [c("k", 1)], upper=0)),
+    ("TopK", one_node("TopK", [("x", F, [2, 3, 4])], [("v", F, None), ("i", I64, None)], [c("k", [2])], axis=-1)),
+    (
+        "InstanceNorm",
+        one_node(
+            "InstanceNormalization",
+            [("x", F, [2, 3, 4])],
+            [("y", F, None)],
+            [g.init("s", X[0, :, 0]), g.init("b", X[1, :, 1])],
+        ),
+    ),
     ("Cast", one_node("Cast", [("x", F, [2, 3, 4])], [("y", I64, None)], to=I64)),
     (
         "ConstantOfShape",

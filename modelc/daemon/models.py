@@ -11,21 +11,30 @@ sets its stop event and waits for the engine to close. No HTTP here.
 
 from __future__ import annotations
 
-import inspect
 import re
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from modelc.daemon.loaded import (
+    GRACE_S,
+    LoadedModel,
+    ModelView,
+    engine_adapters,
+    engine_stats,
+    kv_bytes,
+    model_bytes,
+    parse_keep_alive,
+)
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, OverloadedError
+
+__all__ = ["LoadedModel", "ManagerUnavailableError", "ModelManager", "ModelView", "parse_keep_alive"]
 
 DEFAULT_KEEP_ALIVE_S = 300.0  # Ollama's default: 5 minutes
 DEFAULT_MAX_LOADED_MODELS = 3  # Ollama's default on CPU
-GRACE_S = 2.0  # a model handed to a request counts as busy this long, before its first generate() starts
 _VERSION = re.compile(r"[0-9]+")
 
 
@@ -35,152 +44,6 @@ class ManagerUnavailableError(ModelcError):
     http_status = 503
     error_type = "server_error"
     code = "model_loading"
-
-
-def parse_keep_alive(value: Any) -> float | None:
-    """Ollama's keep_alive: seconds (number), a duration string ("5m", "1h30m", "10s", "0", "-1"), or None.
-
-    Returns seconds; negative = never unload; None = the daemon's default."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise InvalidRequestError(
-            "'keep_alive' must be a number of seconds or a duration like '5m'", param="keep_alive"
-        )
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return float(text)
-        except ValueError:
-            pass
-        units = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-        parts = re.findall(r"(-?[0-9.]+)(ms|s|m|h)", text)
-        if parts and "".join(n + u for n, u in parts) == text:
-            total = sum(float(n) * units[u] for n, u in parts)
-            return -1.0 if text.startswith("-") else total
-    raise InvalidRequestError(
-        f"'keep_alive' {value!r} is not a duration (use seconds or e.g. '5m', '-1')", param="keep_alive"
-    )
-
-
-@dataclass(slots=True)
-class LoadedModel:
-    """One model the manager holds (loading, loaded, or unloading). Owned by the manager's event loop."""
-
-    key: str  # the resolved artifact path (or the default model's name when it has no path)
-    name: str  # the name it was first asked by
-    path: Path | None
-    keep_alive_s: float
-    pinned: bool = False
-    engine: Any = None
-    error: ModelcError | None = None
-    loaded_at: float = 0.0  # unix time
-    load_duration_s: float = 0.0
-    last_used: float = field(default_factory=time.monotonic)
-    num_in_flight: int = 0
-    adapters: set[str] = field(default_factory=set)
-    ready: anyio.Event = field(default_factory=anyio.Event)
-    stop: anyio.Event = field(default_factory=anyio.Event)
-    done: anyio.Event = field(default_factory=anyio.Event)
-
-    def touch(self) -> None:
-        self.last_used = time.monotonic()
-
-    def begin(self) -> None:
-        self.num_in_flight += 1
-        self.touch()
-
-    def end(self) -> None:
-        self.num_in_flight -= 1
-        self.touch()
-
-    def running_requests(self) -> int:
-        """Requests this model is serving now: our own count, or the engine's running + waiting."""
-        stats = engine_stats(self.engine)
-        return max(self.num_in_flight, int(stats.get("running", 0)) + int(stats.get("waiting", 0)))
-
-    def expires_in_s(self, now: float | None = None) -> float | None:
-        """Seconds until the keep-alive unloads it (from its last use); None = never."""
-        if self.pinned or self.keep_alive_s < 0:
-            return None
-        now = time.monotonic() if now is None else now
-        return self.last_used + self.keep_alive_s - now
-
-    def expires_at(self) -> float | None:
-        """Unix time the keep-alive unloads it (if it stays idle), None = never."""
-        left = self.expires_in_s()
-        return None if left is None else time.time() + max(left, 0.0)
-
-
-def engine_stats(engine: Any) -> dict[str, Any]:
-    stats = getattr(engine, "stats", None)
-    if engine is None or stats is None:
-        return {}
-    try:
-        return dict(stats() or {})
-    except Exception:  # a stats snapshot must never break ps or the reaper
-        return {}
-
-
-class ModelView:
-    """The engine as one request sees it: `name` is the name asked for, a LoRA adapter named by
-    "base:adapter" is applied, and generate/embed/infer calls are counted as in flight."""
-
-    def __init__(self, entry: LoadedModel, name: str, adapter: str | None = None) -> None:
-        self._entry = entry
-        self._engine = entry.engine
-        self.name = name
-        self.adapter = adapter
-
-    @property
-    def engine(self) -> Any:
-        return self._engine
-
-    def __getattr__(self, attr: str) -> Any:
-        value = getattr(self._engine, attr)
-        if attr in ("embed", "infer") and callable(value):
-            return self._counted(value)
-        return value
-
-    async def generate(
-        self, prompt_token_ids: list[int], params: Any = None, request_id: str | None = None
-    ) -> AsyncIterator[Any]:
-        if self.adapter is not None and params is not None and getattr(params, "adapter", None) is None:
-            params = replace(params, adapter=self.adapter)
-        self._entry.begin()
-        try:
-            gen = self._engine.generate(prompt_token_ids, params, request_id=request_id)
-            try:
-                async for ev in gen:
-                    yield ev
-            finally:
-                await gen.aclose()
-        finally:
-            self._entry.end()
-
-    def _counted(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        entry = self._entry
-        if inspect.iscoroutinefunction(fn):
-
-            async def run_async(*args: Any, **kw: Any) -> Any:
-                entry.begin()
-                try:
-                    return await fn(*args, **kw)
-                finally:
-                    entry.end()
-
-            return run_async
-
-        def run_sync(*args: Any, **kw: Any) -> Any:
-            entry.begin()
-            try:
-                return fn(*args, **kw)
-            finally:
-                entry.end()
-
-        return run_sync
 
 
 def _default_opener() -> Callable[..., Any]:
@@ -255,7 +118,7 @@ class ModelManager:
         loaded if need be. keep_alive_s (a request's keep_alive) resets its keep-alive."""
         base, adapter = self.split_adapter(name)
         entry = await self.load(base, keep_alive_s)
-        if adapter is not None and adapter not in entry.adapters and adapter not in _engine_adapters(entry.engine):
+        if adapter is not None and adapter not in entry.adapters and adapter not in engine_adapters(entry.engine):
             raise NotFoundError(
                 f"model {base!r} has no LoRA adapter {adapter!r} loaded; load it with "
                 f"`modelc lora load {base} PATH --name {adapter}`",
@@ -446,54 +309,8 @@ class ModelManager:
             "waiting": int(stats.get("waiting", 0) or 0),
             "kv_blocks_used": int(stats.get("kv_blocks_used", 0) or 0),
             "kv_blocks_total": int(stats.get("kv_blocks_total", 0) or 0),
-            "adapters": sorted(entry.adapters | set(_engine_adapters(entry.engine))),
+            "adapters": sorted(entry.adapters | set(engine_adapters(entry.engine))),
             "loaded_at": entry.loaded_at,
             "load_duration_s": entry.load_duration_s,
             "expires_at": entry.expires_at(),
         }
-
-
-def _engine_adapters(engine: Any) -> list[str]:
-    try:
-        return list(getattr(engine, "adapters", None) or [])
-    except Exception:
-        return []
-
-
-def model_source(engine: Any) -> Any:
-    return getattr(engine, "source", None) or getattr(engine, "model", None)
-
-
-def model_bytes(entry: LoadedModel) -> int:
-    """The artifact's size on disk (what mmap may bring in), else the source's tensor bytes."""
-    if entry.path is not None:
-        try:
-            return entry.path.stat().st_size
-        except OSError:
-            pass
-    src = model_source(entry.engine)
-    total = getattr(src, "total_bytes", None)
-    if total is not None:
-        return int(total)
-    tensors = getattr(src, "tensors", None) or {}
-    return int(sum(getattr(t, "nbytes", 0) for t in tensors.values()))
-
-
-def kv_bytes(engine: Any, num_blocks: int) -> int:
-    """Bytes of the engine's KV pages: blocks x bytes per block (all layers, K and V)."""
-    if num_blocks <= 0:
-        return 0
-    from modelc.config import kv_bytes_per_block
-
-    src = model_source(engine)
-    cfg = getattr(src, "config", None)
-    if not isinstance(cfg, dict) or not cfg.get("num_hidden_layers"):
-        return 0
-    ecfg = getattr(engine, "config", None)
-    cache = getattr(ecfg, "cache", None)
-    kv_dtype = getattr(cache, "kv_dtype", "float32")
-    block_size = getattr(cache, "block_size", 16)
-    try:
-        return num_blocks * kv_bytes_per_block(cfg, block_size, kv_dtype)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError):
-        return 0

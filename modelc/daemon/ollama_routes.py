@@ -60,7 +60,7 @@ def _default_row(state: ServerState) -> dict[str, Any] | None:
     engine = state.engine
     if engine is None:
         return None
-    from modelc.daemon.models import model_bytes, model_source
+    from modelc.daemon.loaded import model_bytes, model_source
 
     src = model_source(engine)
     path = entry.path if entry is not None else None
@@ -142,7 +142,7 @@ async def ps() -> Any:
 
 
 def _num_params(engine: Any) -> int:
-    from modelc.daemon.models import model_source
+    from modelc.daemon.loaded import model_source
 
     src = model_source(engine)
     n = getattr(src, "num_params", None)
@@ -152,7 +152,7 @@ def _num_params(engine: Any) -> int:
 
 
 def _engine_dtypes(entry: Any) -> str:
-    from modelc.daemon.models import model_source
+    from modelc.daemon.loaded import model_source
 
     return _dtypes(model_source(entry.engine))
 

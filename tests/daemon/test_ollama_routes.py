@@ -189,3 +189,23 @@ async def test_openai_model_list_includes_store_models(home) -> None:
         assert ids == ["main", "alpha", "beta", "gamma"]
         assert (await c.get("/v1/models/beta")).status_code == 200
         assert (await c.get("/v1/models/nope")).status_code == 404
+
+
+async def test_pull_streams_progress_from_a_registry_folder(home, tmp_path) -> None:
+    from modelc import registry, store
+
+    reg = tmp_path / "registry"
+    registry.add(reg, "beta", name="pulled")
+    async with daemon_app() as c:
+        r = await c.post("/api/pull", json={"model": "pulled", "registry": str(reg)})
+        assert r.content_type.startswith("application/x-ndjson")
+        lines = ndjson(await r.get_data())
+        statuses = [x["status"] for x in lines]
+        assert statuses[0] == "pulling manifest" and statuses[-1] == "success"
+        progress = [x for x in lines if "completed" in x]
+        assert progress and progress[-1]["completed"] == progress[-1]["total"] > 0
+        assert store.resolve("pulled").is_file()
+        one = await c.post("/api/pull", json={"model": "pulled", "registry": str(reg), "stream": False})
+        assert await one.get_json() == {"status": "success"}
+        missing = await c.post("/api/pull", json={"model": "nope", "registry": str(reg)})
+        assert missing.status_code == 404

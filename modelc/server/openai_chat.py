@@ -83,7 +83,9 @@ def parse_chat(state: ServerState, engine: Any, body: dict[str, Any]) -> ChatPla
     offered = tools if tool_choice != "none" else None
     constraint = parse_constraint(body)
     if offered is not None:
-        tc = tool_constraint(offered, tool_choice)
+        # An array of calls only when the client asked for parallel calls explicitly (OpenAI's default
+        # `true` permits them; forcing a list on every `required` call would change the output shape).
+        tc = tool_constraint(offered, tool_choice, parallel=body.get("parallel_tool_calls") is True)
         if tc is not None and constraint is not None:
             raise InvalidRequestError(
                 "tool_choice 'required' or a named function cannot be combined with response_format/grammar",

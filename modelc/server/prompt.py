@@ -105,8 +105,9 @@ def fim_prompt_ids(tokenizer: Any, prompt: str, suffix: str) -> list[int]:
     raise bad("suffix", "is not supported by this model (its vocabulary has no fill-in-the-middle tokens)")
 
 
-def tool_constraint(tools: list[dict[str, Any]], tool_choice: Any) -> Any:
-    return _tools_module().tool_constraint(tools, tool_choice)
+def tool_constraint(tools: list[dict[str, Any]], tool_choice: Any, *, parallel: bool = False) -> Any:
+    """required/named -> a constraint to one valid call (a JSON array of calls when `parallel`)."""
+    return _tools_module().tool_constraint(tools, tool_choice, parallel=parallel)
 
 
 def parse_tool_calls(text: str, tools: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:

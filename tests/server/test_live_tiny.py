@@ -138,3 +138,37 @@ def test_disconnect_frees_engine_blocks(server) -> None:
                 break
             time.sleep(0.02)
         assert "modelc_num_requests_running 0.0" in text and "modelc_kv_blocks_used 0.0" in text
+
+
+@needs_constraints
+@needs_tools
+def test_streamed_tool_call(oai) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "ping",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"n": {"enum": [1, 2]}},
+                    "required": ["n"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ]
+    chunks = list(
+        oai.chat.completions.create(
+            model="tiny-llama",
+            messages=MSGS,
+            tools=tools,
+            tool_choice="required",
+            max_tokens=60,
+            temperature=0,
+            stream=True,
+        )
+    )
+    calls = [tc for c in chunks if c.choices and c.choices[0].delta.tool_calls for tc in c.choices[0].delta.tool_calls]
+    assert len(calls) == 1 and calls[0].index == 0 and calls[0].function.name == "ping"
+    assert calls[0].id.startswith("call_") and json.loads(calls[0].function.arguments)["n"] in (1, 2)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"

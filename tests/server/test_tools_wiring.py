@@ -45,17 +45,12 @@ def fake_tools() -> types.SimpleNamespace:
             rest = before + rest
         return rest.strip(), calls
 
-    def constraint(tools, choice):
+    def constraint(tools, choice, parallel=False):
         if choice in ("auto", "none"):
             return None
-        return Constraint(
-            "tool_call",
-            json.dumps(
-                tools
-                if choice == "required"
-                else [t for t in tools if t["function"]["name"] == choice["function"]["name"]]
-            ),
-        )
+        named = choice["function"]["name"] if isinstance(choice, dict) else None
+        chosen = [t for t in tools if named is None or t["function"]["name"] == named]
+        return Constraint("tool_call", json.dumps({"tools": chosen, "parallel": parallel}))
 
     return types.SimpleNamespace(
         render_tools_system_prompt=lambda tools: "TOOLS: " + ",".join(t["function"]["name"] for t in tools),
@@ -106,7 +101,13 @@ async def test_required_and_named_constrain(make_client) -> None:
     assert body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     named = {"type": "function", "function": {"name": "get_weather"}}
     await c.post("/v1/chat/completions", {"messages": MSGS, "tools": TOOLS, "tool_choice": named})
-    assert [t["function"]["name"] for t in json.loads(c.engine.calls[1][1].constraint.source)] == ["get_weather"]
+    spec = json.loads(c.engine.calls[1][1].constraint.source)
+    assert [t["function"]["name"] for t in spec["tools"]] == ["get_weather"] and spec["parallel"] is False
+    await c.post(
+        "/v1/chat/completions",
+        {"messages": MSGS, "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": True},
+    )
+    assert json.loads(c.engine.calls[2][1].constraint.source)["parallel"] is True
 
 
 async def test_none_offers_no_tools(make_client) -> None:

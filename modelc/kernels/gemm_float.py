@@ -1,7 +1,7 @@
 """F16 / BF16 weights: matmul for small T and row conversion to float32 for the BLAS path.
 
 fp16 is converted in registers (vcvtph2ps via qdot.load_f16x8), bf16 by a shift;
-the weights stay in their stored layout. numpy twin: ref_linear.matmul.
+the weights stay in their stored layout (mmap'd bytes, any alignment). numpy twin: ref_linear.matmul.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 At T=1 nothing amortizes gemm_int's unpack-to-L1 pass, so these kernels read
 Q4_0 / Q8_0 / Q4_K / Q6_K blocks straight from the stored bytes and feed the
-int8 dot directly. Same numbers as gemm_int up to float summation order; the
+int8 dot (qdot) directly. Same numbers as gemm_int up to float summation order; the
 numpy twin is ref_linear.matmul_qact.
 """
 

@@ -3,8 +3,8 @@
 NOTE: each weight row is unpacked ONCE (quant.unpack_row: int8 + per-16 scales,
 L1-resident) and then dotted with all T activation rows, which were quantized
 once per call to Q8_0-style blocks (quant.quantize_act). So a batch of 16 costs
-far less than 16 single-token calls. The block dot is qdot.dot_i8x32. The
-numpy twin is ref_linear.matmul_qact.
+far less than 16 single-token calls. The block dot is qdot.dotu_i8x32 (one
+vpdpbusd with AVX-VNNI). The numpy twin is ref_linear.matmul_qact.
 """
 
 from __future__ import annotations

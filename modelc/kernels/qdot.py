@@ -36,6 +36,17 @@ HAS_AVX2 = _host_has_avx2()
 """True when the int8 dot compiles to vpmaddubsw/vpmaddwd (x86 AVX2)."""
 
 
+def _host_has_vnni() -> bool:
+    if not HAS_AVX2 or os.environ.get("MODELC_NO_VNNI"):
+        return False
+    feats = llb.get_host_cpu_features()
+    return bool(feats.get("avxvnni")) or (bool(feats.get("avx512vnni")) and bool(feats.get("avx512vl")))
+
+
+HAS_VNNI = _host_has_vnni()
+"""True when the int8 dot is one vpdpbusd (AVX-VNNI or AVX512-VNNI+VL) instead of vpmaddubsw+vpmaddwd."""
+
+
 class VecType(types.Type):
     """An LLVM SIMD vector held in registers: `n` lanes of `elem`."""
 
@@ -207,9 +218,7 @@ def _dot_avx2(builder, w, a):
     # the i16 pair sums (<= 32512) never saturate.
     aw = _call(builder, "llvm.abs.v32i8", _v32i8, [w, ir.Constant(ir.IntType(1), 0)])
     sa = _call(builder, "llvm.x86.avx2.psign.b", _v32i8, [a, w])
-    p16 = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _v16i16, [aw, sa])
-    ones = ir.Constant(_v16i16, [1] * 16)
-    return _call(builder, "llvm.x86.avx2.pmadd.wd", _v8i32, [p16, ones])
+    return _dot_u_avx2(builder, aw, sa)
 
 
 def _dot_generic(builder, w, a):
@@ -239,7 +248,12 @@ def dot_i8x32(typingctx, w, a):
 
 
 def _dot_u_avx2(builder, u, a):
-    # u in 0..63 (<= 6-bit weights), so the i16 pair sums (<= 16002) never saturate.
+    # u in 0..63 (<= 6-bit weights), so the i16 pair sums (<= 16002) never saturate;
+    # vpdpbusd sums the same 4 products per lane in one instruction, exactly.
+    if HAS_VNNI:
+        zero = ir.Constant(_v8i32, [0] * 8)
+        args = [zero, builder.bitcast(u, _v8i32), builder.bitcast(a, _v8i32)]
+        return _call(builder, "llvm.x86.avx512.vpdpbusd.256", _v8i32, args)
     p16 = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _v16i16, [u, a])
     ones = ir.Constant(_v16i16, [1] * 16)
     return _call(builder, "llvm.x86.avx2.pmadd.wd", _v8i32, [p16, ones])
@@ -513,3 +527,77 @@ def sign_i8x32(typingctx, a, s):
         return builder.select(builder.icmp_signed("==", s_, zero), zero, neg)
 
     return I8x32(a, s), codegen
+
+
+# ---- activation quantization (Q8_0-style blocks of 32) --------------------------------
+
+
+def _load4_f32x8(context, builder, aryty, ary, idx):
+    out = []
+    for k in range(4):
+        i = builder.add(idx, ir.Constant(idx.type, 8 * k))
+        out.append(builder.load(_ptr_at(context, builder, aryty, ary, i, _v8f32), align=4))
+    return out
+
+
+def _reduce8(builder, v, name):
+    """Reduce an <8 x float> with llvm.NAME.v4f32 / f32 pairwise (maxnum or similar)."""
+    v4 = ir.VectorType(_f32, 4)
+    lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 4), [0, 1, 2, 3]))
+    hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, 4), [4, 5, 6, 7]))
+    m = _call(builder, f"llvm.{name}.v4f32", v4, [lo, hi])
+    m2 = builder.shuffle_vector(m, m, ir.Constant(ir.VectorType(_i32, 4), [2, 3, 0, 1]))
+    m = _call(builder, f"llvm.{name}.v4f32", v4, [m, m2])
+    a = builder.extract_element(m, ir.Constant(_i32, 0))
+    b = builder.extract_element(m, ir.Constant(_i32, 1))
+    return _call(builder, f"llvm.{name}.f32", _f32, [a, b])
+
+
+@intrinsic
+def amax32(typingctx, x, xo):
+    """max |x[xo:xo+32]| for a 1-D C float32 array (finite values)."""
+    if not (_check_1d(x) and x.dtype == types.float32 and isinstance(xo, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vs = _load4_f32x8(context, builder, sig.args[0], args[0], args[1])
+        vs = [_call(builder, "llvm.fabs.v8f32", _v8f32, [v]) for v in vs]
+        m01 = _call(builder, "llvm.maxnum.v8f32", _v8f32, [vs[0], vs[1]])
+        m23 = _call(builder, "llvm.maxnum.v8f32", _v8f32, [vs[2], vs[3]])
+        return _reduce8(builder, _call(builder, "llvm.maxnum.v8f32", _v8f32, [m01, m23]), "maxnum")
+
+    return types.float32(x, xo), codegen
+
+
+@intrinsic
+def quantize32(typingctx, x, xo, q, qo, inv):
+    """q[qo:qo+32] = int8(trunc(v + copysign(0.5, v))), v = x[xo:xo+32] * inv (float32).
+
+    Returns (sum of the first 16 codes, sum of the last 16) as int32.
+    """
+    ok = _check_1d(x) and x.dtype == types.float32 and _check_1d(q) and q.dtype == types.int8
+    if not (ok and inv == types.float32):
+        return None
+    ret = types.UniTuple(types.int32, 2)
+
+    def codegen(context, builder, sig, args):
+        xv = _load4_f32x8(context, builder, sig.args[0], args[0], args[1])
+        s = builder.insert_element(ir.Constant(_v8f32, ir.Undefined), args[4], ir.Constant(_i32, 0))
+        s = builder.shuffle_vector(s, s, ir.Constant(_v8i32, [0] * 8))
+        half = ir.Constant(_v8f32, [0.5] * 8)
+        ints = []
+        for v in xv:
+            v = builder.fmul(v, s)
+            r = builder.fadd(v, _call(builder, "llvm.copysign.v8f32", _v8f32, [half, v]))
+            ints.append(builder.fptosi(r, _v8i32))
+        v16 = ir.VectorType(_i32, 16)
+        lo = builder.shuffle_vector(ints[0], ints[1], ir.Constant(v16, list(range(16))))
+        hi = builder.shuffle_vector(ints[2], ints[3], ir.Constant(v16, list(range(16))))
+        allv = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 32), list(range(32))))
+        p = _ptr_at(context, builder, sig.args[2], args[2], args[3], _v32i8)
+        builder.store(builder.trunc(allv, _v32i8), p, align=1)
+        s0 = _call(builder, "llvm.vector.reduce.add.v16i32", _i32, [lo])
+        s1 = _call(builder, "llvm.vector.reduce.add.v16i32", _i32, [hi])
+        return context.make_tuple(builder, ret, [s0, s1])
+
+    return ret(x, xo, q, qo, inv), codegen

@@ -16,6 +16,7 @@ from numba import njit, prange
 
 from modelc.ir import DataType
 from modelc.kernels.qdot import (
+    amax32,
     bits32_i8x32,
     bits_i8x32,
     f16_at,
@@ -25,6 +26,7 @@ from modelc.kernels.qdot import (
     load_i8x32,
     nib16_i8x32,
     or_i8x32,
+    quantize32,
     shl_i8x32,
     splat_f32x8,
     store_f32x8,
@@ -255,29 +257,16 @@ def quantize_act(xq, xd, xs, x):
     (for the min terms of Q4_1/Q5_1/K-quants). C % 32 == 0. No aliasing.
     """
     t, c = x.shape
-    half = np.float32(0.5)
+    nb = c // 32
+    xf = x.reshape(-1)
+    qf = xq.reshape(-1)
     for i in range(t):
-        xr = x[i]
-        qr = xq[i]
-        for b in range(c // 32):
-            blk = xr[b * 32 : b * 32 + 32]
-            qb = qr[b * 32 : b * 32 + 32]
-            amax = np.float32(0.0)
-            for j in range(32):
-                amax = max(amax, abs(blk[j]))
+        for b in range(nb):
+            o = i * c + b * 32
+            amax = amax32(xf, o)
             d = amax / np.float32(127.0)
             inv = np.float32(127.0) / amax if amax > 0 else np.float32(0.0)
-            s0 = 0
-            s1 = 0
-            for j in range(32):
-                v = blk[j] * inv
-                r = v + half if v >= 0 else v - half
-                qv = np.int32(r)
-                qb[j] = qv
-                if j < 16:
-                    s0 += qv
-                else:
-                    s1 += qv
+            s0, s1 = quantize32(xf, o, qf, o, inv)
             xd[i, b] = d
             xs[i, 2 * b] = d * np.float32(s0)
             xs[i, 2 * b + 1] = d * np.float32(s1)

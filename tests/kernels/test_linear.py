@@ -164,3 +164,37 @@ def test_int8_dot_intrinsic_matches_numpy() -> None:
     a = rng.integers(-127, 128, 32).astype(np.int8)
     want = (w.astype(np.int64) * a).reshape(8, 4).sum(axis=1)
     np.testing.assert_array_equal(lanes(w, a), want.astype(np.float32))
+
+
+_PORTABLE_CHECK = """
+import numpy as np
+from modelc.ir import DataType
+from modelc.kernels import linear, qdot, ref_linear
+from modelc.kernels.gemm_random import random_tensor
+assert not qdot.HAS_AVX2
+rng = np.random.default_rng(0)
+worst = 0.0
+for name in ["Q4_0", "Q8_0", "Q4_K", "Q6_K", "Q5_1", "F16"]:
+    w = linear.prepare_weight(random_tensor(DataType[name], 21, 256, rng))
+    for t in (1, 5):
+        x = rng.standard_normal((t, 256)).astype(np.float32)
+        out = np.full((t, 21), np.nan, np.float32)
+        linear.matmul(out, x, w)
+        want = np.empty_like(out)
+        (ref_linear.matmul if name == "F16" else ref_linear.matmul_qact)(want, x, w)
+        worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))
+print(worst)
+"""
+
+
+@pytest.mark.slow
+def test_portable_fallback_without_avx2(tmp_path) -> None:
+    """The generic LLVM vector IR path (non-x86 CPUs) gives the same numbers."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, MODELC_NO_AVX2="1", NUMBA_CACHE_DIR=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", _PORTABLE_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert float(p.stdout.strip().splitlines()[-1]) < EXACT_QACT

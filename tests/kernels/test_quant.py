@@ -96,3 +96,26 @@ def test_quantize_act_round_trip() -> None:
     back = (q.reshape(3, 3, 32) * d[:, :, None]).reshape(3, 96)
     np.testing.assert_allclose(back, x, atol=float(d.max()) / 2 + 1e-7)
     assert not back[1, 32:64].any()
+
+
+def test_quantize_act_kernel_matches_reference() -> None:
+    from modelc.kernels import quant
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((5, 256)).astype(np.float32)
+    x[0, :32] = 0.0  # an all-zero block
+    x[1, :32] = np.arange(32, dtype=np.float32) - 15.5  # amax 16.5 ...
+    x[2, :32] = 0.5 * np.arange(-16, 16, dtype=np.float32)  # ... and exact .5 ties after scaling
+    x[2, 0] = -127.0
+    x[2, 1] = 63.5
+    x[2, 2] = -63.5
+    xq = np.full((5, 256), 99, np.int8)
+    xd = np.full((5, 8), np.nan, np.float32)
+    xs = np.full((5, 16), np.nan, np.float32)
+    quant.quantize_act(xq, xd, xs, x)
+    q, d = ref_linear.quantize_act(x)
+    np.testing.assert_array_equal(xq, q)
+    np.testing.assert_array_equal(xd, d)
+    assert xq[2, 1] == 64 and xq[2, 2] == -64
+    sums = q.reshape(5, 16, 16).astype(np.float32).sum(axis=2) * np.repeat(d, 2, axis=1)
+    np.testing.assert_allclose(xs, sums, rtol=1e-6)

@@ -1,6 +1,7 @@
 """BERT-family encoders (BERT, RoBERTa/XLM-R position ids, MiniLM / sentence-transformers) for embeddings.
 
-Owns the config read, the HF weight-name map (with or without a `bert.`/`roberta.` prefix),
+Owns the config read, the HF weight-name map (with or without a `bert.`/`roberta.` prefix;
+llama.cpp's GGUF names are renamed to it),
 the padded, batched encoder forward with an attention mask, and pooling (mean / cls / max,
 optional L2 normalization). Weights are laid out once at load: fused QKV, transposed f32 for
 BLAS, or a kernels.linear Weight for quantized tensors. Batching policy lives in engine/embedder.py.
@@ -76,6 +77,43 @@ def pooling_of(config: dict[str, Any], metadata: dict[str, Any]) -> tuple[str, b
     return mode, normalize
 
 
+# llama.cpp's GGUF names for BERT -> the HF names this module reads (per layer: blk.N. -> encoder.layer.N.).
+_GGUF_GLOBAL = {
+    "token_embd.weight": "embeddings.word_embeddings.weight",
+    "position_embd.weight": "embeddings.position_embeddings.weight",
+    "token_types.weight": "embeddings.token_type_embeddings.weight",
+    "token_embd_norm.weight": "embeddings.LayerNorm.weight",
+    "token_embd_norm.bias": "embeddings.LayerNorm.bias",
+}
+_GGUF_LAYER = {
+    "attn_q": "attention.self.query",
+    "attn_k": "attention.self.key",
+    "attn_v": "attention.self.value",
+    "attn_output": "attention.output.dense",
+    "attn_output_norm": "attention.output.LayerNorm",
+    "ffn_up": "intermediate.dense",
+    "ffn_down": "output.dense",
+    "layer_output_norm": "output.LayerNorm",
+}
+
+
+def hf_names(tensors: dict[str, TensorData]) -> dict[str, TensorData]:
+    """The tensors under HF BERT names: GGUF (llama.cpp) names are renamed, anything else is kept."""
+    if "token_embd.weight" not in tensors:
+        return tensors
+    out: dict[str, TensorData] = {}
+    for name, t in tensors.items():
+        if name in _GGUF_GLOBAL:
+            out[_GGUF_GLOBAL[name]] = t
+            continue
+        parts = name.split(".")  # blk.N.attn_q.weight[@scale]
+        if len(parts) == 4 and parts[0] == "blk" and parts[2] in _GGUF_LAYER:
+            out[f"encoder.layer.{parts[1]}.{_GGUF_LAYER[parts[2]]}.{parts[3]}"] = t
+        else:
+            out[name] = t
+    return out
+
+
 def _weight_prefix(tensors: dict[str, TensorData]) -> str:
     for p in PREFIXES:
         if f"{p}embeddings.word_embeddings.weight" in tensors:
@@ -85,7 +123,7 @@ def _weight_prefix(tensors: dict[str, TensorData]) -> str:
 
 def read_config(source: Any) -> BertConfig:
     cfg = dict(source.config)
-    tensors = source.tensors
+    tensors = hf_names(source.tensors)
     prefix = _weight_prefix(tensors)
     V, C = tensors[f"{prefix}embeddings.word_embeddings.weight"].shape
     pos = tensors.get(f"{prefix}embeddings.position_embeddings.weight")
@@ -135,11 +173,11 @@ class BertModel:
         self._gelu_erf = ref_encoder.gelu_erf if self.ks.name == "ref" else encoder.gelu_erf
         self.cfg = read_config(source)
         self.name = getattr(source, "name", "bert")
-        self._tensors = source.tensors
-        p = _weight_prefix(source.tensors)
+        self._tensors = hf_names(source.tensors)
+        p = _weight_prefix(self._tensors)
         self.word = self._t(f"{p}embeddings.word_embeddings.weight")
         self.pos = self.ks.dequantize(self._t(f"{p}embeddings.position_embeddings.weight"))  # (max_pos, C)
-        tt = source.tensors.get(f"{p}embeddings.token_type_embeddings.weight")
+        tt = self._tensors.get(f"{p}embeddings.token_type_embeddings.weight")
         C = self.cfg.hidden_size
         self.type0 = self.ks.dequantize(tt)[0] if tt is not None else np.zeros(C, np.float32)  # (C,)
         self.emb_ln = self._ln(f"{p}embeddings.LayerNorm")

@@ -173,6 +173,41 @@ def test_quantized_weights_keep_embeddings(kind: str) -> None:
     assert float((got * want).sum()) > 0.999
 
 
+def test_gguf_named_bert(tmp_path: pathlib.Path) -> None:
+    """A BERT written with llama.cpp's GGUF names (token_embd, blk.N.attn_q ...) read by modelc's GGUF reader."""
+    import gguf
+
+    from modelc.formats.gguf import read_gguf
+    from modelc.models.bert import _GGUF_GLOBAL, _GGUF_LAYER
+
+    model = tiny_bert()
+    to_gguf = {v: k for k, v in _GGUF_GLOBAL.items()}
+    layer = {v: k for k, v in _GGUF_LAYER.items()}
+    w = gguf.GGUFWriter(str(tmp_path / "b.gguf"), "bert")
+    w.add_block_count(2)
+    w.add_embedding_length(32)
+    w.add_head_count(4)
+    w.add_feed_forward_length(64)
+    w.add_layer_norm_eps(1e-12)
+    w.add_context_length(40)
+    w.add_pooling_type(gguf.PoolingType.CLS)
+    for n, t in model.tensors.items():
+        parts = n.split(".")  # encoder.layer.N.<module>.<weight|bias>
+        name = to_gguf.get(n) or f"blk.{parts[2]}.{layer['.'.join(parts[3:-1])]}.{parts[-1]}"
+        w.add_tensor(name, t.array())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    src = read_gguf(tmp_path / "b.gguf")
+    assert src.architecture == "bert" and "blk.0.attn_q.weight" in src.tensors
+    ids = np.array([SEQS[2]])
+    mask = np.ones_like(ids)
+    got = BertModel(src).embed(ids, mask)
+    model.config["pooling"] = "cls"
+    np.testing.assert_allclose(got, BertModel(model).embed(ids, mask), atol=1e-6)
+
+
 def test_bad_models_and_inputs() -> None:
     with pytest.raises(UnsupportedError, match="pooling mode 'weird'"):
         pooling_of({"pooling": "weird"}, {})

@@ -83,6 +83,10 @@ class LlamaLayer:
     gate: Weight  # (F, C)
     up: Weight
     down: Weight  # (C, F)
+    o_bias: np.ndarray | None = None  # (C,) HF llama attention_bias=True biases o_proj too
+    gate_bias: np.ndarray | None = None  # (F,) HF llama mlp_bias=True
+    up_bias: np.ndarray | None = None
+    down_bias: np.ndarray | None = None  # (C,)
 
 
 _HF = {
@@ -135,12 +139,17 @@ def _load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int) ->
         raise FormatError(f"model {w.name} has no attention weights for layer {i} ({n['q']}.weight)")
     if w.has(n["gate"] + ".weight"):
         gate, up = w.matrix(n["gate"] + ".weight", F, C), w.matrix(n["up"] + ".weight", F, C)
+        gb, ub = w.maybe_vector(n["gate"] + ".bias", F), w.maybe_vector(n["up"] + ".bias", F)
     else:
         gate, up = w.split_matrix(n["gate_up"] + ".weight", [F, F], C)
+        gu_b = n["gate_up"] + ".bias"
+        gb, ub = w.split_vector(gu_b, [F, F]) if w.has(gu_b) else (None, None)
     return LlamaLayer(
         attn_norm=w.vector(n["attn_norm"], C), q=q, k=k, v=v, o=w.matrix(n["o"] + ".weight", C, qd),
         q_bias=qb, k_bias=kb, v_bias=vb, ffn_norm=w.vector(n["ffn_norm"], C),
         gate=gate, up=up, down=w.matrix(n["down"] + ".weight", C, F),
+        o_bias=w.maybe_vector(n["o"] + ".bias", C), gate_bias=gb, up_bias=ub,
+        down_bias=w.maybe_vector(n["down"] + ".bias", C),
     )  # fmt: skip
 
 
@@ -251,11 +260,19 @@ class LlamaModel:
                 attn3, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, scale, a.sliding_window
             )
             self._lin(o, attn, L.o, lora, (i, "o"))
+            if L.o_bias is not None:
+                o += L.o_bias
             K.add_rms_norm(h, x, o, L.ffn_norm, a.rms_norm_eps)  # x += attention output
             self._lin(gate, h, L.gate, lora, (i, "gate"))
             self._lin(up, h, L.up, lora, (i, "up"))
+            if L.gate_bias is not None:
+                gate += L.gate_bias
+            if L.up_bias is not None:
+                up += L.up_bias
             K.silu_mul(act, gate, up)  # not in place: aliased operands defeat vectorization
             self._lin(o, act, L.down, lora, (i, "down"))
+            if L.down_bias is not None:
+                o += L.down_bias
         x += o
         return self._head(x, batch, output)
 

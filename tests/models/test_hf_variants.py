@@ -22,6 +22,7 @@ from modelc.ir import DataType
 
 VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "llama3": ("llama", "GQA 4/2, llama3 rope scaling"),
+    "llama-bias": ("llama", "attention_bias (q, k, v, o biases) and mlp_bias"),
     "mistral": ("llama", "MQA 4/1, sliding_window 4096 > the sequence"),
     "mistral-swa8": ("llama", "sliding_window 8 < the prompt, head_dim * heads != hidden"),
     "qwen2": ("qwen2", "QKV bias, untied lm_head"),
@@ -78,6 +79,15 @@ def test_packed_artifact_matches_transformers(variants_dir, tmp_path, name):
     art = open_artifact(path, verify=True)
     assert art.architecture == VARIANTS[name][0]
     _check(Engine(art), d)
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_reference_kernels_match_transformers(variants_dir, monkeypatch, name):
+    """The same checks on the numpy twins of the kernels (MODELC_KERNELS=ref)."""
+    monkeypatch.setenv("MODELC_KERNELS", "ref")
+    eng = Engine.load(variants_dir / name / "hf")
+    assert eng.runner.model.kernels.name == "ref"
+    _check(eng, variants_dir / name)
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

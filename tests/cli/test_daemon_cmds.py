@@ -53,6 +53,21 @@ def make_store(home: Path, monkeypatch) -> None:
     store.add("tiny2", lambda tmp: write_artifact(make_served_model(1), tmp))
 
 
+def save_adapter(path: Path) -> None:
+    """PEFT-named random lora_A/lora_B for the tiny llama's q and down projections (C=64, F=128)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(7)
+    tensors = {}
+    for i in (0, 1):
+        for mod, proj, out_dim, in_dim in (("self_attn", "q", 64, 64), ("mlp", "down", 64, 128)):
+            base = f"base_model.model.model.layers.{i}.{mod}.{proj}_proj"
+            tensors[base + ".lora_A.weight"] = (rng.standard_normal((4, in_dim)) * 0.3).astype(np.float32)
+            tensors[base + ".lora_B.weight"] = (rng.standard_normal((out_dim, 4)) * 0.3).astype(np.float32)
+    save_file(tensors, str(path))
+
+
 def test_no_daemon_is_one_line_error(tmp_path) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     r = cli(tmp_path, "ps", env={"MODELC_HOST": url})
@@ -124,6 +139,19 @@ def test_daemon_end_to_end(tmp_path, monkeypatch) -> None:
             assert [m["name"] for m in http.get("/api/ps").json()["models"]] == ["tiny"]
             tags = [m["name"] for m in http.get("/api/tags").json()["models"]]
             assert tags == ["tiny", "tiny2"]
+
+            # a LoRA adapter on the default model, picked by the model name tiny:style
+            adapter = tmp_path / "style.safetensors"
+            save_adapter(adapter)
+            lora = cli(tmp_path, "lora", "load", "tiny", str(adapter), "--name", "style", "--alpha", "16")
+            assert lora.returncode == 0, lora.stderr
+            assert http.get("/api/ps").json()["models"][0]["adapters"] == ["style"]
+            base = cli(tmp_path, "generate", "tiny", "hello", "-n", "8", "-t", "0")
+            styled = cli(tmp_path, "generate", "tiny:style", "hello", "-n", "8", "-t", "0")
+            assert styled.returncode == 0 and styled.stdout != base.stdout
+            assert cli(tmp_path, "lora", "unload", "tiny", "style").returncode == 0
+            gone = cli(tmp_path, "generate", "tiny:style", "hello")
+            assert gone.returncode == 1 and "no LoRA adapter 'style'" in gone.stderr
 
             # keep-alive: an idle model unloads by itself (after its keep-alive + the 2 s grace)
             assert cli(tmp_path, "load", "tiny2", "--keep-alive", "0").returncode == 0

@@ -140,7 +140,11 @@ def _llama_hidden(model: Model, ids: np.ndarray, lora: dict[str, np.ndarray] | N
     c = model.config
     H, K, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     eps = c["rms_norm_eps"]
-    inv = rope_inv_freq(D, c["rope_theta"], c.get("rope_scaling"))
+    R = int(D * float(c.get("partial_rotary_factor") or 1.0))  # rotary dims, HF style
+    inv = rope_inv_freq(R, c["rope_theta"], c.get("rope_scaling"))
+
+    def rope(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([_rope_neox(x[..., :R], inv), x[..., R:]], axis=-1)
 
     def w(name: str) -> np.ndarray:
         return (lora or {}).get(name, _f(model, name))
@@ -157,8 +161,8 @@ def _llama_hidden(model: Model, ids: np.ndarray, lora: dict[str, np.ndarray] | N
     for i in range(c["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms(x, _f(model, p + "input_layernorm.weight"))
-        q = _rope_neox(lin(h, p + "self_attn.q_proj").reshape(T, H, D), inv)
-        k = _rope_neox(lin(h, p + "self_attn.k_proj").reshape(T, K, D), inv)
+        q = rope(lin(h, p + "self_attn.q_proj").reshape(T, H, D))
+        k = rope(lin(h, p + "self_attn.k_proj").reshape(T, K, D))
         v = lin(h, p + "self_attn.v_proj").reshape(T, K, D)
         x = x + lin(_attend(q, k, v).reshape(T, H * D), p + "self_attn.o_proj")
         h = rms(x, _f(model, p + "post_attention_layernorm.weight"))

@@ -30,6 +30,12 @@ def _prefill(model, kv, ids, table, start=0, logit_rows=None):
     return model.forward(make_batch([(ids[start:], start, table)], logit_rows=logit_rows), kv)
 
 
+def _partial_rotary():
+    m = make_tiny_llama(9)
+    m.config["partial_rotary_factor"] = 0.5  # rotate 8 of 16 head dims
+    return m
+
+
 MODELS = {
     "llama": lambda: make_tiny_llama(0),
     "llama-mha-tied": lambda: make_tiny_llama(1, num_kv_heads=4, tie=True),
@@ -38,6 +44,7 @@ MODELS = {
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 64}),
     "gpt2": lambda: make_tiny_gpt2(0),
+    "partial-rotary": lambda: _partial_rotary(),
 }  # fmt: skip
 
 

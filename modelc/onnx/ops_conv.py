@@ -13,6 +13,7 @@ import numpy as np
 
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.onnx.ops_elementwise import Op
+from modelc.onnx.ops_nn import _half_in_f32
 
 
 def _pads_2d(attrs: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int], strides: tuple[int, int],
@@ -158,7 +159,7 @@ def instance_norm(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple
 
 
 OPS: dict[str, Op] = {
-    "Conv": conv,
+    "Conv": _half_in_f32(conv),
     "MaxPool": max_pool,
     "AveragePool": average_pool,
     "GlobalAveragePool": global_average_pool,

@@ -15,6 +15,18 @@ from modelc.onnx.ops_elementwise import Op
 from modelc.onnx.ops_shape import _axes
 
 
+def _half_in_f32(op: Op) -> Op:
+    """float16 products run in float32 BLAS (numpy has no half-precision GEMM) and are rounded back."""
+
+    def wrapped(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+        if inputs[0].dtype != np.float16:
+            return op(inputs, attrs, opset)
+        wide = [x.astype(np.float32) if x is not None and x.dtype == np.float16 else x for x in inputs]
+        return tuple(y.astype(np.float16) for y in op(wide, attrs, opset))
+
+    return wrapped
+
+
 def matmul(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
     a, b = inputs[0], inputs[1]
     try:
@@ -138,8 +150,8 @@ def arg_max(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.nd
 
 
 OPS: dict[str, Op] = {
-    "MatMul": matmul,
-    "Gemm": gemm,
+    "MatMul": _half_in_f32(matmul),
+    "Gemm": _half_in_f32(gemm),
     "Softmax": softmax,
     "LayerNormalization": layer_norm,
     "ReduceMean": _reduce(np.mean, 18),

@@ -301,6 +301,31 @@ def test_plan_survives_the_artifact(tmp_path: pathlib.Path, fixtures_dir: pathli
     np.testing.assert_array_equal(OnnxProgram(art).run(feeds)["pooled"], OnnxProgram(model).run(feeds)["pooled"])
 
 
+def test_float16_graph_matches_onnxruntime(tmp_path: pathlib.Path) -> None:
+    """Half-precision weights and activations: products run in float32 BLAS, results are float16."""
+    H = TensorProto.FLOAT16
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((16, 8)) * 0.3).astype(np.float16)
+    b = rng.standard_normal(8).astype(np.float16)
+    cw = (rng.standard_normal((4, 2, 3, 3)) * 0.3).astype(np.float16)
+    n = helper.make_node
+    model = g.make(
+        [n("MatMul", ["x", "w"], ["m"]), n("Add", ["m", "b"], ["a"]), n("Relu", ["a"], ["y"]),
+         n("Conv", ["img", "cw"], ["z"], pads=[1, 1, 1, 1])],
+        [helper.make_tensor_value_info("x", H, ["N", 16]), helper.make_tensor_value_info("img", H, [1, 2, 5, 5])],
+        [helper.make_tensor_value_info("y", H, ["N", 8]), helper.make_tensor_value_info("z", H, [1, 4, 5, 5])],
+        [g.init("w", w), g.init("b", b), g.init("cw", cw)],
+    )  # fmt: skip
+    feeds = {
+        "x": rng.standard_normal((3, 16)).astype(np.float16),
+        "img": rng.standard_normal((1, 2, 5, 5)).astype(np.float16),
+    }
+    got, want = both(model, feeds, tmp_path)
+    for a, e in zip(got, want, strict=True):
+        assert a.dtype == np.float16
+        np.testing.assert_allclose(a.astype(np.float32), e.astype(np.float32), atol=1e-2, rtol=1e-2)
+
+
 @pytest.fixture
 def block(tmp_path: pathlib.Path) -> OnnxProgram:
     return OnnxProgram(read_onnx(g.save(g.transformer_block(np.random.default_rng(0)), tmp_path / "b.onnx")))

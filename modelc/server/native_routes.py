@@ -44,9 +44,9 @@ from modelc.server.schema import (
     parse_sampling,
     with_constraint,
 )
-from modelc.server.sse import SSE_HEADERS, sse_event
+from modelc.server.sse import sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, finish_streams, open_streams
+from modelc.server.streaming import events_from, finish_streams, open_streams, sse_response
 
 bp = Blueprint("native", __name__)
 
@@ -227,7 +227,7 @@ async def chat_stream() -> Any:
     rec.inference = True
     streams, first = await open_streams(state, engine, [Job(tuple(ids), params)], rec)
     rec.streaming = True
-    return Response(native_sse(state, rec, streams, first, len(ids)), headers=SSE_HEADERS)
+    return sse_response(state, rec, streams, native_sse(state, rec, streams, first, len(ids)))
 
 
 async def native_sse(

@@ -40,9 +40,9 @@ from modelc.server.schema import (
     parse_tools,
     with_constraint,
 )
-from modelc.server.sse import DONE, SSE_HEADERS, sse_event
+from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, finish_streams, open_streams
+from modelc.server.streaming import events_from, finish_streams, open_streams, sse_response
 
 bp = Blueprint("openai_chat", __name__)
 
@@ -164,7 +164,7 @@ async def stream_chat(state: ServerState, engine: Any, plan: ChatPlan) -> Respon
     rec = record()
     streams, first = await open_streams(state, engine, plan.jobs, rec)
     rec.streaming = True
-    return Response(chat_sse(state, engine, plan, rec, streams, first), headers=SSE_HEADERS)
+    return sse_response(state, rec, streams, chat_sse(state, engine, plan, rec, streams, first))
 
 
 async def chat_sse(

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from quart import Blueprint, Response
+from quart import Blueprint
 
 from modelc.errors import InvalidRequestError, ModelcError
 from modelc.server import openai_format as fmt
@@ -40,9 +40,9 @@ from modelc.server.schema import (
     parse_stream_options,
     with_constraint,
 )
-from modelc.server.sse import DONE, SSE_HEADERS, sse_event
+from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, finish_streams, open_streams
+from modelc.server.streaming import events_from, finish_streams, open_streams, sse_response
 
 bp = Blueprint("openai_completions", __name__)
 
@@ -128,7 +128,7 @@ async def completions() -> Any:
     if plan.stream:
         streams, first = await open_streams(state, engine, plan.jobs, rec)
         rec.streaming = True
-        return Response(completion_sse(state, engine, plan, rec, streams, first), headers=SSE_HEADERS)
+        return sse_response(state, rec, streams, completion_sse(state, engine, plan, rec, streams, first))
     timings = Timings(start=rec.start)
     state.acquire_slot()
     try:

@@ -6,11 +6,14 @@ rather than errors inside a 200 stream.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+from quart import Response
+
 from modelc.server.generation import ChoiceStreams, Job
-from modelc.server.handling import RequestRecord, deadline
+from modelc.server.handling import RequestRecord, deadline, finish_record
+from modelc.server.sse import SSE_HEADERS
 from modelc.server.state import ServerState
 
 
@@ -43,3 +46,61 @@ async def events_from(first: tuple[int, Any], streams: ChoiceStreams) -> AsyncIt
     async for item in streams:
         await asyncio.sleep(0)
         yield item
+
+
+_abandoned: set[asyncio.Task[None]] = set()  # cleanup tasks of bodies dropped unsent (kept alive here)
+
+
+class StreamBody:
+    """The SSE body handed to Quart. A generator's `finally` does the cleanup once it has started;
+    if the client goes away after the route returned but before the first chunk, the generator never
+    starts and its `finally` never runs, so this wrapper runs `on_abandon` instead (on aclose, or
+    when the unsent response is dropped): the slot and the engine sequences are always released."""
+
+    def __init__(self, gen: AsyncIterator[bytes], on_abandon: Callable[[], Awaitable[None]]) -> None:
+        self._gen = gen
+        self._on_abandon = on_abandon
+        self._started = False
+        self._closed = False
+
+    def __aiter__(self) -> StreamBody:
+        return self
+
+    async def __anext__(self) -> bytes:
+        self._started = True
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._started:
+            await self._gen.aclose()
+        else:
+            await self._on_abandon()
+
+    def __del__(self) -> None:
+        if self._started or self._closed:
+            return
+        self._closed = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop left: the process is ending
+        task = loop.create_task(self._on_abandon())
+        _abandoned.add(task)
+        task.add_done_callback(_abandoned.discard)
+
+
+def sse_response(state: ServerState, rec: RequestRecord, streams: ChoiceStreams, gen: AsyncIterator[bytes]) -> Response:
+    """The streaming Response for `gen` (which cleans up in its own finally once started)."""
+
+    async def abandon() -> None:
+        rec.error = "client went away before the stream started"
+        try:
+            await finish_streams(state, streams)
+        finally:
+            finish_record(state, rec, 499)
+
+    rec.streaming = True
+    return Response(StreamBody(gen, abandon), headers=SSE_HEADERS)

@@ -71,3 +71,39 @@ async def test_queue_full_is_503() -> None:
                 await error_of(r, 503)
                 assert int(r.headers["Retry-After"]) >= 1
             assert [d.status_code for d in done] == [200, 200]
+
+
+def write_adapter(path, seed: int = 1, rank: int = 4) -> None:
+    """A random PEFT-named LoRA for the tiny llama's q and down projections (C=64, F=128)."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(seed)
+    t = {}
+    for i in (0, 1):
+        for mod, proj, out_dim, in_dim in (("self_attn", "q", 64, 64), ("mlp", "down", 64, 128)):
+            base = f"base_model.model.model.layers.{i}.{mod}.{proj}_proj"
+            t[base + ".lora_A.weight"] = (rng.standard_normal((rank, in_dim)) * 0.5).astype(np.float32)
+            t[base + ".lora_B.weight"] = (rng.standard_normal((out_dim, rank)) * 0.5).astype(np.float32)
+    save_file(t, str(path))
+
+
+async def test_lora_load_changes_output_and_unload_restores(tmp_path) -> None:
+    write_adapter(tmp_path / "ad.safetensors")
+    body = {"prompt": "The cat", "max_tokens": 4, "temperature": 0, "logprobs": 0}
+    with anyio.fail_after(120):
+        async with AsyncEngine.open(make_served_model(), engine_config()) as eng:
+            c = create_app(ServerState(eng, ServerConfig(log_requests=False))).test_client()
+
+            async def logprobs() -> list[float]:
+                r = await (await c.post("/v1/completions", json=body)).get_json()
+                return r["choices"][0]["logprobs"]["token_logprobs"]
+
+            base = await logprobs()
+            r = await c.post("/lora/load", json={"path": str(tmp_path / "ad.safetensors"), "alpha": 8.0})
+            assert r.status_code == 200, await r.get_data()
+            assert (await r.get_json())["name"] == "ad"
+            assert await logprobs() != pytest.approx(base, abs=1e-4)
+            assert (await c.post("/lora/unload", json={"name": "ad"})).status_code == 200
+            assert await logprobs() == pytest.approx(base, abs=1e-5)
+            await error_of(await c.post("/lora/load", json={"path": str(tmp_path / "missing.safetensors")}), 400)

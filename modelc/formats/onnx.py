@@ -83,6 +83,8 @@ def read_onnx(path: str | os.PathLike[str], name: str | None = None) -> Model:
         "inputs": inputs,
         "outputs": outputs,
         "initializers": sorted(n for n in tensors if not n.startswith(_ATTR_PREFIX)),
+        # The graph's own element types: pack-time quantization may store a tensor differently.
+        "initializer_dtypes": {n: t.dtype.value for n, t in tensors.items()},
         "nodes": nodes,
     }
     return Model(

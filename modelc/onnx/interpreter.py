@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import EngineError, FormatError, InvalidRequestError, ModelcError, UnsupportedError
-from modelc.ir import DataType, TensorData
+from modelc.ir import SCALE_SUFFIX, DataType, TensorData
 from modelc.onnx import feeds as feed_checks
 from modelc.onnx.registry import OPS, Op
 
@@ -22,15 +22,25 @@ SHAPE_OPS = frozenset({"Shape", "Size"})  # ops whose output depends only on the
 SHAPE_CACHE_SIZE = 64  # input-shape signatures whose shape-only values are kept
 
 
-def tensor_array(t: TensorData) -> np.ndarray:
-    """A typed array for a stored tensor: a view for plain dtypes; BF16 widened to f32; blocks dequantized."""
-    if t.dtype is DataType.BF16:
-        return (t.array().astype(np.uint32) << 16).view(np.float32)
-    if t.dtype.numpy_dtype is not None:
-        return t.array()
-    from modelc.kernels import linear  # quantized weights (a packed/quantized ONNX model)
+def tensor_array(t: TensorData, scale: TensorData | None = None, want: str | None = None) -> np.ndarray:
+    """A typed array for a stored tensor, in the graph's element type `want` (a DataType name).
 
-    return linear.dequantize(t).reshape(t.shape)
+    Plain dtypes are zero-copy views. A tensor quantized at pack time (int8/int4 with its
+    @scale, GGML blocks, f16/bf16 from f32) is dequantized once and cast back to `want`.
+    """
+    plain = t.dtype is not DataType.BF16 and t.dtype.numpy_dtype is not None and scale is None
+    if plain and want in (None, t.dtype.value):
+        return t.array()
+    if t.dtype is DataType.BF16 and scale is None:
+        wide = (t.array().astype(np.uint32) << 16).view(np.float32)
+    elif t.dtype.numpy_dtype is not None and scale is None:
+        wide = t.array()
+    else:
+        from modelc.kernels import linear  # quantized storage
+
+        wide = linear.dequantize(t, scale).reshape(t.shape)
+    target = np.dtype(np.float32) if want in (None, "BF16") else DataType.parse(want).numpy_dtype
+    return wide.astype(target, copy=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +68,10 @@ class OnnxProgram:
         self.inputs: list[dict[str, Any]] = plan["inputs"]
         self.outputs: list[dict[str, Any]] = plan["outputs"]
         self.constants: dict[str, np.ndarray] = {}
+        want = plan.get("initializer_dtypes", {})
         for name in plan.get("initializers", []):
-            self.constants[name] = tensor_array(source.tensors[name])
+            t = source.tensors[name]
+            self.constants[name] = tensor_array(t, source.tensors.get(name + SCALE_SUFFIX), want.get(name))
         self._shape_values: dict[tuple, dict[str, np.ndarray]] = {}
         self._lock = threading.Lock()
         self.steps = self._bind(plan["nodes"], source.tensors)

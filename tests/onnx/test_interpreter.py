@@ -386,3 +386,25 @@ def test_concurrent_runs_with_mixed_shapes(fixtures_dir: pathlib.Path) -> None:
         got = list(pool.map(lambda f: prog.run(f)["pooled"], feeds))
     for g_, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g_, w)
+
+
+@pytest.mark.parametrize("kind", ["int8", "q8_0", "f16", "bf16"])
+def test_pack_time_quantized_initializers(kind: str, tmp_path: pathlib.Path) -> None:
+    """`modelc pack --quantize` may store weights as int8 + @scale, GGML blocks or f16/bf16: the
+    program dequantizes them once, in the graph's own element type (F32 here)."""
+    from modelc.artifact.quantize import quantize_tensor, should_quantize
+    from modelc.ir import Model
+
+    rng = np.random.default_rng(0)
+    path = g.save(g.mlp(rng, sizes=(64, 64, 32)), tmp_path / "m.onnx")
+    model = read_onnx(path)
+    tensors = {}
+    for n, t in model.tensors.items():
+        tensors.update(quantize_tensor(n, t, kind) if should_quantize(n, t, kind) else {n: t})
+    assert any(t.dtype.value != "F32" for n, t in tensors.items() if n.startswith("w"))
+    qmodel = Model("q", "onnx", tensors, metadata=model.metadata)
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    got = OnnxProgram(qmodel).run({"x": x})["y"]
+    want = OnnxProgram(model).run({"x": x})["y"]
+    assert got.dtype == np.float32
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-2

@@ -128,9 +128,10 @@ PARALLEL_MIN_WORK = (
 def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
     """paged_attention, on numba's threads when there is enough work to share (long contexts or many rows)."""
     items = q.shape[0] * k_pages.shape[2]
-    if items >= 2 and get_num_threads() > 1:
-        ctx = int(pos_start.max()) + q.shape[0] if pos_start.shape[0] else 0  # upper bound of any row's context
-        if items * ctx >= PARALLEL_MIN_WORK:
+    if items >= 2 and pos_start.shape[0]:
+        ctx = int(pos_start.max()) + q.shape[0]  # upper bound of any row's context
+        # get_num_threads costs ~10 us, so it is asked only when the work could be shared
+        if items * ctx >= PARALLEL_MIN_WORK and get_num_threads() > 1:
             paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
             return
     paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)

@@ -176,10 +176,11 @@ class BertModel:
         self._tensors = hf_names(source.tensors)
         p = _weight_prefix(self._tensors)
         self.word = self._t(f"{p}embeddings.word_embeddings.weight")
-        self.pos = self.ks.dequantize(self._t(f"{p}embeddings.position_embeddings.weight"))  # (max_pos, C)
-        tt = self._tensors.get(f"{p}embeddings.token_type_embeddings.weight")
+        self.word_scale = self._tensors.get(f"{p}embeddings.word_embeddings.weight{SCALE_SUFFIX}")
+        self.pos = self._table(f"{p}embeddings.position_embeddings.weight")  # (max_pos, C)
         C = self.cfg.hidden_size
-        self.type0 = self.ks.dequantize(tt)[0] if tt is not None else np.zeros(C, np.float32)  # (C,)
+        tt = f"{p}embeddings.token_type_embeddings.weight"
+        self.type0 = self._table(tt)[0] if tt in self._tensors else np.zeros(C, np.float32)  # (C,)
         self.emb_ln = self._ln(f"{p}embeddings.LayerNorm")
         self.layers = [self._layer(f"{p}encoder.layer.{i}.") for i in range(self.cfg.num_hidden_layers)]
         del self._tensors
@@ -189,6 +190,10 @@ class BertModel:
         if t is None:
             raise FormatError(f"model {self.name} has no tensor {name}")
         return t
+
+    def _table(self, name: str) -> np.ndarray:
+        """A small table (positions, token types) as f32, with its @scale if it was quantized at pack time."""
+        return self.ks.dequantize(self._t(name), self._tensors.get(name + SCALE_SUFFIX))
 
     def _vec(self, name: str) -> np.ndarray:
         return self.ks.dequantize(self._t(name)).reshape(-1).astype(np.float32)
@@ -247,7 +252,7 @@ class BertModel:
         else:
             pos = np.broadcast_to(np.arange(T), (S, T))
         flat = ids.reshape(-1)
-        x = self.ks.dequantize_rows(self.word, flat).astype(np.float32, copy=False)  # (S*T, C)
+        x = self.ks.dequantize_rows(self.word, flat, self.word_scale).astype(np.float32, copy=False)  # (S*T, C)
         x = x + self.pos[pos.reshape(-1)] + self.type0
         return self._layer_norm(np.ascontiguousarray(x, dtype=np.float32), self.emb_ln)
 

@@ -172,3 +172,27 @@ def test_streamed_tool_call(oai) -> None:
     assert len(calls) == 1 and calls[0].index == 0 and calls[0].function.name == "ping"
     assert calls[0].id.startswith("call_") and json.loads(calls[0].function.arguments)["n"] in (1, 2)
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+
+@needs_constraints
+def test_regex_and_lark_grammars(oai) -> None:
+    import re
+
+    r = oai.completions.create(
+        model="tiny-llama",
+        prompt="x",
+        max_tokens=20,
+        temperature=0.8,
+        seed=3,
+        extra_body={"grammar": "[a-c]{3}-[0-9]{2}"},
+    )
+    assert re.fullmatch(r"[a-c]{3}-[0-9]{2}", r.choices[0].text) and r.choices[0].finish_reason == "stop"
+    lark = 'start: "yes" | "no"'
+    r = oai.chat.completions.create(
+        model="tiny-llama",
+        messages=MSGS,
+        max_tokens=10,
+        temperature=0,
+        extra_body={"grammar": {"type": "lark", "grammar": lark}},
+    )
+    assert r.choices[0].message.content in ("yes", "no")

@@ -131,8 +131,12 @@ class Runner:
             n = len(c.token_ids)
             if n == 0:
                 raise EngineError(f"sequence {c.seq_id}: empty chunk")
-            if (c.start_pos + n + BLOCK_SIZE - 1) // BLOCK_SIZE > len(c.block_table):
+            need = (c.start_pos + n + BLOCK_SIZE - 1) // BLOCK_SIZE
+            if need > len(c.block_table):
                 raise EngineError(f"sequence {c.seq_id}: block table too short for {c.start_pos + n} tokens")
+            used = c.block_table[:need]  # the kernels do no bounds checks: a bad page id would corrupt memory
+            if int(used.min()) < 0 or int(used.max()) >= self.kv.num_blocks:
+                raise EngineError(f"sequence {c.seq_id}: block id outside the {self.kv.num_blocks} KV blocks")
             if int(np.max(c.token_ids)) >= self.vocab_size or int(np.min(c.token_ids)) < 0:
                 raise InvalidRequestError(f"sequence {c.seq_id}: token id out of range [0, {self.vocab_size})")
             states.append(self._state(c))

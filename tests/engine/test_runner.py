@@ -90,6 +90,8 @@ def test_errors_become_batch_errors():
     runner = Runner(make_tiny_llama(0), num_kv_blocks=4)
     res = runner.execute(BatchPlan(0, (_chunk(1, list(range(20)), 0, [0], is_new=True),)))
     assert res.error and "block table" in res.error
+    res = runner.execute(BatchPlan(1, (_chunk(1, [3], 0, [4], is_new=True),)))
+    assert res.error and "block id" in res.error
     res = runner.execute(BatchPlan(1, (_chunk(1, [500], 0, [0], is_new=True),)))
     assert res.error and "out of range" in res.error
     res = runner.execute(BatchPlan(2, (_chunk(1, [3], 0, [0], params=SamplingParams(adapter="nope")),)))

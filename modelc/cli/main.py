@@ -58,8 +58,9 @@ def build_app() -> typer.Typer:
 
     @app.callback()
     def _root(
-        version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
-                                     help="Print the version and git sha."),
+        version: bool = typer.Option(
+            False, "--version", callback=_version_callback, is_eager=True, help="Print the version and git sha."
+        ),
     ) -> None:
         """modelc: pack weights into one file, serve them with an OpenAI-compatible API."""
 
@@ -86,15 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except SystemExit as e:  # typer.Exit / click usage errors
         return int(e.code or 0) if isinstance(e.code, int) else 1
-    except Exception as e:  # click exceptions carry their own exit codes
-        import click
-
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
+    except Exception as e:  # click's usage errors, Exit and Abort (typer bundles its own click)
+        if callable(getattr(e, "show", None)) and isinstance(getattr(e, "exit_code", None), int):
+            e.show()  # a usage error: click's own one-line message
             return e.exit_code
-        if isinstance(e, click.exceptions.Exit):
+        if isinstance(getattr(e, "exit_code", None), int):  # Exit
             return e.exit_code
-        if isinstance(e, click.exceptions.Abort):
+        if type(e).__name__ == "Abort":
             print("error: aborted", file=sys.stderr)
             return 1
         raise

@@ -26,6 +26,7 @@ ENGINE_SERIES = (
     ("prefix_queries", "modelc_prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", "counter"),
     ("prefix_hits", "modelc_prefix_cache_hits", "Prompt tokens found in the prefix cache.", "counter"),
     ("preemptions", "modelc_num_preemptions", "Sequences preempted for lack of KV blocks.", "counter"),
+    ("engine_restarts", "modelc_engine_restarts", "Engine workers restarted after a failed forward.", "counter"),
 )
 
 

@@ -138,6 +138,7 @@ def test_disconnect_frees_engine_blocks(server) -> None:
                 break
             time.sleep(0.02)
         assert "modelc_num_requests_running 0.0" in text and "modelc_kv_blocks_used 0.0" in text
+        assert "modelc_engine_restarts_total 0.0" in text and "modelc_kv_blocks_total" in text
 
 
 @needs_constraints

@@ -119,7 +119,8 @@ class ChoiceStreams:
         else:
             remaining = self._deadline - time.monotonic()
             try:
-                index, ev = await asyncio.wait_for(self._queue.get(), max(remaining, 0.0))
+                async with asyncio.timeout(max(remaining, 0.0)):  # no extra task per token (wait_for makes one)
+                    index, ev = await self._queue.get()
             except TimeoutError:
                 raise RequestTimeoutError("request timed out; its generation was aborted") from None
         if isinstance(ev, ModelcError):

@@ -6,7 +6,7 @@ reference venv, e.g.
     /work/refvenv-st/bin/python tools/make_variant_fixtures.py --out tests/fixtures/models/variants
 
 For each variant (LLaMA-3 rope scaling + GQA, LLaMA with attention/MLP biases, Mistral with and without an active
-sliding window, Qwen2 with tied and untied embeddings, Phi-3 with full and partial
+sliding window, Qwen2 with tied and untied embeddings and with per-layer sliding windows, Phi-3 with full and partial
 rotary) it writes NAME/hf/ (config.json, model.safetensors in float32, a tiny
 byte-level BPE tokenizer.json shared by all variants, tokenizer_config.json,
 generation_config.json) and NAME/ref/:
@@ -36,7 +36,7 @@ import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-VOCAB = 384
+VOCAB = 320
 BOS, EOS = "<s>", "</s>"
 SPECIALS = [BOS, EOS, "<|im_start|>", "<|im_end|>"]
 NUM_NEW = 16
@@ -53,7 +53,7 @@ CORPUS = [
     "A small model with random weights produces gibberish, yet its arithmetic must be exact.",
     "Every morning the baker lights the oven, kneads the dough and shapes the loaves.",
 ]
-PROMPT = "The farmer packed bread and cheese before the spring rains made the river wide."
+PROMPT = "The farmer packed bread and cheese for the hill."
 
 COMMON = dict(
     vocab_size=VOCAB,
@@ -102,6 +102,11 @@ def variants() -> dict[str, tuple[type, dict]]:
         "qwen2": (t.Qwen2Config, dict(
             hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
             tie_word_embeddings=False,
+        )),
+        # Qwen2 with use_sliding_window: only layers >= max_window_layers (here layer 1 of 2) slide
+        "qwen2-swa": (t.Qwen2Config, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+            use_sliding_window=True, sliding_window=8, max_window_layers=1, tie_word_embeddings=False,
         )),
         # Phi-3: fused qkv_proj and gate_up_proj
         "phi3": (t.Phi3Config, dict(

@@ -96,6 +96,23 @@ def check_config_types(out: dict[str, Any], source: str = "config.json") -> None
         raise FormatError(f"{source}: rope_scaling must be an object")
 
 
+def _qwen2_window(cfg: dict[str, Any], out: dict[str, Any]) -> None:
+    """Qwen2 slides its window only with use_sliding_window, and only on layers >= max_window_layers
+    (transformers 5 spells the layers out in layer_types). Mixed layers -> sliding_window_layers (bools)."""
+    n = out.get("num_hidden_layers")
+    n = n if isinstance(n, int) else 0  # a bad type is reported by check_config_types
+    types = cfg.get("layer_types")
+    if not (isinstance(types, list) and len(types) == n):
+        first = cfg.get("max_window_layers")
+        first = first if isinstance(first, int) and not isinstance(first, bool) else 28  # transformers' default
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+    sliding = [t == "sliding_attention" for t in types]
+    if not (cfg.get("use_sliding_window") and out.get("sliding_window") and any(sliding)):
+        out.pop("sliding_window", None)  # Qwen2 configs carry a window they do not use
+    elif not all(sliding):
+        out["sliding_window_layers"] = sliding
+
+
 def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(architecture, normalized config) for a config.json dict; UnsupportedError for unknown model_type."""
     if not isinstance(cfg, dict):
@@ -122,8 +139,7 @@ def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         out.setdefault("hidden_act", "silu")
     if arch == "qwen2":
         out.setdefault("attention_bias", True)  # Qwen2 always has q/k/v biases
-        if not cfg.get("use_sliding_window"):
-            out.pop("sliding_window", None)  # Qwen2 configs carry a window they do not use
+        _qwen2_window(cfg, out)
     if out.get("num_attention_heads") and out.get("hidden_size") and "head_dim" not in out:
         out["head_dim"] = out["hidden_size"] // out["num_attention_heads"]
     out.setdefault("tie_word_embeddings", _DEFAULT_TIE.get(arch, False))

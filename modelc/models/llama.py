@@ -35,6 +35,7 @@ class LlamaArgs:
     rope_scaling: dict | None
     rope_neox: bool
     sliding_window: int
+    layer_windows: tuple[int, ...]  # per layer: sliding_window, or 0 where the layer attends to everything
     rotary_dim: int  # R <= D: only the first R dims of each head rotate (Phi-4-mini style partial rotary)
 
     @classmethod
@@ -45,11 +46,15 @@ class LlamaArgs:
             D = int(cfg.get("head_dim") or C // H)
             # GGUF: rope.dimension_count; HF: int(head_dim * partial_rotary_factor), as transformers does
             R = int(cfg.get("rotary_dim") or D * float(cfg.get("partial_rotary_factor") or 1.0))
+            L, win = int(cfg["num_hidden_layers"]), int(cfg.get("sliding_window") or 0)
+            slides = cfg.get("sliding_window_layers") or [True] * L  # Qwen2: only some layers slide
+            if len(slides) != L:
+                raise FormatError(f"sliding_window_layers has {len(slides)} entries for {L} layers")
             args = cls(
                 vocab_size=int(cfg["vocab_size"]),
                 hidden_size=C,
                 intermediate_size=int(cfg["intermediate_size"]),
-                num_layers=int(cfg["num_hidden_layers"]),
+                num_layers=L,
                 num_heads=H,
                 num_kv_heads=int(cfg.get("num_key_value_heads") or H),
                 head_dim=D,
@@ -57,7 +62,8 @@ class LlamaArgs:
                 rope_theta=float(cfg.get("rope_theta") or 10000.0),
                 rope_scaling=cfg.get("rope_scaling") or None,
                 rope_neox=bool(cfg.get("rope_neox", naming == "hf" or architecture in ("qwen2", "phi3"))),
-                sliding_window=int(cfg.get("sliding_window") or 0),
+                sliding_window=win,
+                layer_windows=tuple(win if s else 0 for s in slides),
                 rotary_dim=R,
             )
         except KeyError as e:
@@ -257,7 +263,7 @@ class LlamaModel:
             kp, vp = kv.layer(i)
             K.kv_write(kp, vp, k3, v3, batch.slots)
             K.paged_attention(
-                attn3, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, scale, a.sliding_window
+                attn3, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, scale, a.layer_windows[i]
             )
             self._lin(o, attn, L.o, lora, (i, "o"))
             if L.o_bias is not None:

@@ -27,6 +27,7 @@ VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "mistral-swa8": ("llama", "sliding_window 8 < the prompt, head_dim * heads != hidden"),
     "qwen2": ("qwen2", "QKV bias, untied lm_head"),
     "qwen2-tied": ("qwen2", "QKV bias, lm_head tied to the embeddings, rope_theta 1e6"),
+    "qwen2-swa": ("qwen2", "use_sliding_window 8 on layer 1 only (max_window_layers 1)"),
     "phi3": ("phi3", "fused qkv_proj and gate_up_proj"),
     "phi3-partial": ("phi3", "fused weights, partial_rotary_factor 0.5"),
 }
@@ -116,6 +117,8 @@ def _perturbed_err(d, **config):
         ("mistral-swa8", {"sliding_window": None}),  # the window masks real keys of the prompt
         ("phi3-partial", {"partial_rotary_factor": None}),  # rotating every dim is visibly wrong
         ("qwen2-tied", {"rope_theta": 10000.0}),
+        ("qwen2-swa", {"sliding_window_layers": None}),  # windowing every layer is wrong
+        ("qwen2-swa", {"sliding_window": None}),  # and so is windowing none
     ],
 )
 def test_fixtures_are_sensitive_to_each_feature(variants_dir, name, override):
@@ -132,7 +135,10 @@ def test_config_mapping(variants_dir):
     assert cfg["mistral-swa8"]["head_dim"] == 16 and cfg["mistral-swa8"]["hidden_size"] == 32
     assert cfg["qwen2-tied"]["tie_word_embeddings"] is True
     assert "lm_head.weight" not in read_model(variants_dir / "qwen2-tied" / "hf").tensors
-    assert cfg["qwen2"]["attention_bias"] is True
+    assert cfg["qwen2"]["attention_bias"] is True and "sliding_window" not in cfg["qwen2"]
+    assert cfg["qwen2-swa"]["sliding_window"] == 8
+    assert cfg["qwen2-swa"]["sliding_window_layers"] == [False, True]
+    assert cfg["llama-bias"]["attention_bias"] is True
     assert cfg["phi3-partial"]["partial_rotary_factor"] == 0.5
     assert all(c["rope_neox"] for c in cfg.values())
 
@@ -151,3 +157,23 @@ def test_q8_0_pack_stays_close_to_fp32_transformers(variants_dir, tmp_path, name
     assert cos.min() >= 0.99, cos
     assert _rel_err(got, want) > MAX_REL_ERR  # the weights really are quantized
     assert int(np.argmax(got[-1])) == greedy[0]
+
+
+@pytest.mark.parametrize(
+    "extra,want_window,want_layers",
+    [
+        ({}, None, None),  # use_sliding_window false: the window is not used
+        ({"use_sliding_window": True}, None, None),  # max_window_layers defaults to 28 >= 4 layers: none slide
+        ({"use_sliding_window": True, "max_window_layers": 0}, 8, None),  # every layer slides
+        ({"use_sliding_window": True, "max_window_layers": 3}, 8, [False, False, False, True]),
+        ({"use_sliding_window": True, "layer_types": ["sliding_attention", "full_attention"] * 2}, 8,
+         [True, False, True, False]),
+    ],
+)  # fmt: skip
+def test_qwen2_sliding_window_layers(extra, want_window, want_layers):
+    """transformers' Qwen2 rule (transformers 4 configs have no layer_types): layers >= max_window_layers slide."""
+    from modelc.formats.hf_config import normalize_config
+
+    _, cfg = normalize_config({"model_type": "qwen2", "num_hidden_layers": 4, "sliding_window": 8, **extra})
+    assert cfg.get("sliding_window") == want_window
+    assert cfg.get("sliding_window_layers") == want_layers

@@ -120,13 +120,23 @@ def paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, po
         _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq, scale, window, item)
 
 
-PARALLEL_MIN_WORK = (
-    2048  # (row, KV head) items x context positions below which a thread launch costs more than it saves
-)
+# (row, KV head) items x context positions below which a thread launch costs more than it saves
+PARALLEL_MIN_WORK = 2048
+BLAS_MIN_ROWS = 64  # a sequence with this many query rows (a prefill chunk) goes through sgemm
 
 
 def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
-    """paged_attention, on numba's threads when there is enough work to share (long contexts or many rows)."""
+    """paged_attention, choosing per batch: sgemm for long prefill chunks, numba's threads when there
+    is enough work to share, else the serial kernel. Same contract as paged_attention."""
+    S = pos_start.shape[0]
+    lens = np.diff(q_start)  # (S,) query rows per sequence
+    if S and int(lens.max()) >= BLAS_MIN_ROWS:
+        _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window, lens)
+        return
+    _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+
+
+def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
     items = q.shape[0] * k_pages.shape[2]
     if items >= 2 and pos_start.shape[0]:
         ctx = int(pos_start.max()) + q.shape[0]  # upper bound of any row's context
@@ -135,3 +145,28 @@ def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_st
             paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
             return
     paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+
+
+def _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window, lens) -> None:
+    """Long sequences one by one through sgemm; the short ones (decodes) together through numba."""
+    from modelc.kernels.attention_blas import attention_one_seq_blas
+
+    short = []
+    for s in range(pos_start.shape[0]):
+        a, b = int(q_start[s]), int(q_start[s + 1])
+        if lens[s] >= BLAS_MIN_ROWS:
+            attention_one_seq_blas(out[a:b], q[a:b], k_pages, v_pages, block_tables[s], int(pos_start[s]), scale,
+                                   window)  # fmt: skip
+        elif b > a:
+            short.append(s)
+    if not short:
+        return
+    idx = np.array(short)
+    rows = np.concatenate([np.arange(q_start[s], q_start[s + 1]) for s in short])
+    sub_q = np.ascontiguousarray(q[rows])
+    sub_out = np.empty_like(sub_q)
+    sub_start = np.zeros(len(short) + 1, np.int32)
+    sub_start[1:] = np.cumsum(lens[idx])
+    _numba_attention(sub_out, sub_q, k_pages, v_pages, np.ascontiguousarray(block_tables[idx]), sub_start,
+                     np.ascontiguousarray(pos_start[idx]), scale, window)  # fmt: skip
+    out[rows] = sub_out

@@ -30,6 +30,7 @@ __all__ = [
     "softmax",
     "kv_write",
     "paged_attention",
+    "causal_softmax_rows",
 ]
 
 
@@ -126,3 +127,14 @@ def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, 
                 sc = (keys[:, h // G, :].astype(np.float64) @ q[t, h].astype(np.float64)) * scale  # (n,)
                 w = np.exp(sc - sc.max())
                 out[t, h] = ((w / w.sum()) @ vals[:, h // G, :].astype(np.float64)).astype(np.float32)
+
+
+def causal_softmax_rows(s, n, pos0, window):
+    R, L = s.shape
+    for r in range(R):
+        pos = pos0 + r % n
+        lo = max(0, pos - window + 1) if window > 0 else 0
+        row = s[r, lo : pos + 1].astype(np.float64)
+        e = np.exp(row - row.max())
+        s[r] = 0.0
+        s[r, lo : pos + 1] = (e / e.sum()).astype(np.float32)

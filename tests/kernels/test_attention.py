@@ -22,39 +22,6 @@ def _dense_attention(q, keys, vals, pos0, scale):
     return out
 
 
-def _setup(seq_lens, q_lens, H, K, D, kv_dtype, seed):
-    """Random pages holding every sequence's KV; returns kernel inputs + the dense per-seq K/V."""
-    rng = np.random.default_rng(seed)
-    S = len(seq_lens)
-    blocks = [(L + Z - 1) // Z for L in seq_lens]
-    P = sum(blocks) + 3
-    page_ids = rng.permutation(P)
-    B = max(blocks, default=1)
-    bt = np.zeros((S, max(B, 1)), np.int32)
-    i = 0
-    for s, nb in enumerate(blocks):
-        bt[s, :nb] = page_ids[i : i + nb]
-        i += nb
-    store = np.uint16 if kv_dtype == "float16" else np.float32
-    kp = np.zeros((P, Z, K, D), store)
-    vp = np.zeros((P, Z, K, D), store)
-    dense = []
-    for s, L in enumerate(seq_lens):
-        k = rng.standard_normal((L, K, D)).astype(np.float32)
-        v = rng.standard_normal((L, K, D)).astype(np.float32)
-        p = np.arange(L)
-        slots = (bt[s, p // Z].astype(np.int64) * Z + p % Z).astype(np.int64)
-        kv_write.kv_write(kp, vp, k, v, slots)
-        if kv_dtype == "float16":
-            k, v = k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
-        dense.append((k, v))
-    q_start = np.zeros(S + 1, np.int32)
-    q_start[1:] = np.cumsum(q_lens)
-    pos_start = np.array([L - n for L, n in zip(seq_lens, q_lens, strict=True)], np.int32)
-    q = rng.standard_normal((int(q_start[-1]), H, D)).astype(np.float32)
-    return q, kp, vp, bt, q_start, pos_start, dense
-
-
 CASES = [
     # (seq_lens, q_lens, H, K, D): prefill, chunk after cached prefix, decode batch, mixed, MHA, one head
     ([17], [17], 4, 2, 16),
@@ -68,8 +35,8 @@ CASES = [
 
 @pytest.mark.parametrize("seq_lens,q_lens,H,K,D", CASES)
 @pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
-def test_paged_attention_matches_ref_and_dense(seq_lens, q_lens, H, K, D, kv_dtype, tol):
-    q, kp, vp, bt, qs, ps, dense = _setup(seq_lens, q_lens, H, K, D, kv_dtype, seed=len(seq_lens) * 31 + D)
+def test_paged_attention_matches_ref_and_dense(seq_lens, q_lens, H, K, D, kv_dtype, tol, paged_case):
+    q, kp, vp, bt, qs, ps, dense = paged_case(seq_lens, q_lens, H, K, D, kv_dtype, seed=len(seq_lens) * 31 + D)
     scale = 1.0 / np.sqrt(D)
     out = np.full_like(q, np.nan)
     want = np.full_like(q, np.nan)
@@ -86,8 +53,8 @@ def test_paged_attention_matches_ref_and_dense(seq_lens, q_lens, H, K, D, kv_dty
         np.testing.assert_allclose(want[rows], _dense_attention(q[rows], k, v, int(ps[s]), scale), rtol=1e-5, atol=1e-5)
 
 
-def test_paged_attention_window(tol):
-    q, kp, vp, bt, qs, ps, dense = _setup([37], [37], 4, 2, 8, "float32", seed=5)
+def test_paged_attention_window(tol, paged_case):
+    q, kp, vp, bt, qs, ps, dense = paged_case([37], [37], 4, 2, 8, "float32", seed=5)
     out = np.full_like(q, np.nan)
     want = np.full_like(q, np.nan)
     attention.paged_attention(out, q, kp, vp, bt, qs, ps, 0.3, 8)
@@ -137,10 +104,10 @@ def test_kv_write_matches_ref(kv_dtype):
     assert (untouched.view(np.uint8) == np.full(K * D, canary, store).view(np.uint8)).all()
 
 
-def test_auto_dispatch_matches_serial(tol):
+def test_auto_dispatch_matches_serial(tol, paged_case):
     import numba
 
-    q, kp, vp, bt, qs, ps, _ = _setup([600, 3], [1, 3], 4, 2, 16, "float32", seed=11)
+    q, kp, vp, bt, qs, ps, _ = paged_case([600, 3], [1, 3], 4, 2, 16, "float32", seed=11)
     a, b = np.full_like(q, np.nan), np.full_like(q, np.nan)
     attention.paged_attention(a, q, kp, vp, bt, qs, ps, 0.25, 0)
     before = numba.get_num_threads()

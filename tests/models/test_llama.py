@@ -175,3 +175,24 @@ def test_gguf_naming_with_interleaved_rope():
     ids = np.arange(1, 40, dtype=np.int32)
     got = _prefill(model, _kv(model), ids, _tables([39])[0])
     np.testing.assert_allclose(got, reference_logits(src, ids), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_long_prefill_through_sgemm_attention_matches_reference(name, kv_dtype):
+    """>= 64 rows of one sequence take the sgemm attention path; a decode batch beside it the numba one."""
+    src = MODELS[name]()
+    model = build_model(src)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(0, 96, 120).astype(np.int32)
+    short = rng.integers(0, 96, 9).astype(np.int32)
+    kv = _kv(model, dtype=kv_dtype)
+    bt_long, bt_short = _tables([120, 9])
+    model.forward(make_batch([(short[:8], 0, bt_short)]), kv)
+    batch = make_batch([(ids, 0, bt_long), (short[8:], 8, bt_short)], logit_rows=np.array([119, 120]))
+    got = model.forward(batch, kv)
+    tol = 1e-4 if kv_dtype == "float32" else 5e-3
+    want_long = reference_logits(src, ids)[-1]
+    want_short = reference_logits(src, short)[-1]
+    np.testing.assert_allclose(got[0], want_long, rtol=tol, atol=tol * np.abs(want_long).max())
+    np.testing.assert_allclose(got[1], want_short, rtol=tol, atol=tol * np.abs(want_short).max())

@@ -19,6 +19,7 @@ from modelc.kernels.linear import prepare_weight
 from modelc.kernels.select import KernelSet, kernel_set
 
 _LAYER = re.compile(r"^(.*?)(\d+)\.weight$")
+SMALL_T = 128  # rows up to which W @ x.T beats x @ W.T (measured with OpenBLAS 0.3.31, 1 thread)
 
 
 class Linear:
@@ -53,9 +54,12 @@ class Linear:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """x (T, C) f32 -> (T, N) f32 C-contiguous."""
         if self.w is not None:
-            # W (N, C) @ x.T runs 10-30% faster in OpenBLAS than x @ W.T for few rows, and needs no
-            # transposed copy of W; the (N, T) result is transposed back (T*N floats, cheap).
-            y = np.ascontiguousarray(np.matmul(self.w, x.T).T)  # (T, N)
+            if x.shape[0] <= SMALL_T:
+                # Few rows: W (N, C) @ x.T runs 10-30% faster in OpenBLAS than x @ W.T; the (N, T)
+                # result is transposed back (T*N floats, cheap). Many rows: it is 2-3x slower.
+                y = np.ascontiguousarray(np.matmul(self.w, x.T).T)  # (T, N)
+            else:
+                y = x @ self.w.T  # (T, N); W.T is a view (BLAS transpose flag), never a copy
         else:
             y = np.empty((x.shape[0], self.out_features), np.float32)
             self.ks.matmul(y, np.ascontiguousarray(x, dtype=np.float32), self.weight)

@@ -39,7 +39,7 @@ def reference(model: Model, names: list[str], x: np.ndarray) -> np.ndarray:
         ["fc1", "fc2", "fc3"],
     ],
 )
-@pytest.mark.parametrize("B", [1, 4])
+@pytest.mark.parametrize("B", [1, 4, 300])  # 300 > SMALL_T: the x @ W.T path
 def test_forward_matches_reference(names: list[str], B: int) -> None:
     model = mlp_model(names)
     x = np.random.default_rng(B).standard_normal((B, 6)).astype(np.float32)

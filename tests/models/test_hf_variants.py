@@ -18,7 +18,7 @@ from modelc.artifact.reader import open_artifact
 from modelc.engine.api import Engine
 from modelc.engine.params import SamplingParams
 from modelc.formats.detect import read_model
-from modelc.ir import DataType
+from modelc.ir import DataType, Model, TensorData
 
 VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "llama3": ("llama", "GQA 4/2, llama3 rope scaling"),
@@ -157,6 +157,37 @@ def test_q8_0_pack_stays_close_to_fp32_transformers(variants_dir, tmp_path, name
     assert cos.min() >= 0.99, cos
     assert _rel_err(got, want) > MAX_REL_ERR  # the weights really are quantized
     assert int(np.argmax(got[-1])) == greedy[0]
+
+
+@pytest.mark.parametrize("name", ["llama3", "llama-bias", "qwen2"])
+@pytest.mark.parametrize("path", ["ref", "blas", "int8"])
+def test_q8_0_pack_matches_numpy_reference_on_dequantized_weights(variants_dir, tmp_path, monkeypatch, name, path):
+    """The q8_0 artifact's logits vs modelc.models.tiny's float64 numpy forward on its dequantized weights.
+
+    ref (numpy kernels) and blas (numba, dequantize + fp32 BLAS at any T) must match to 1e-4; int8 (numba
+    below PREFILL_MIN_T tokens: activations quantized to int8 blocks, as llama.cpp does) to cosine 0.99.
+    """
+    from modelc.kernels import linear
+    from modelc.kernels.ref_linear import dequantize
+    from modelc.models.tiny import reference_logits
+
+    d = variants_dir / name
+    ids, _, _, _ = _ref(d)
+    if path == "ref":
+        monkeypatch.setenv("MODELC_KERNELS", "ref")
+    else:
+        monkeypatch.setattr(linear, "PREFILL_MIN_T", 1 if path == "blas" else len(ids) + 1)
+    art = open_artifact(pack(d / "hf", out=tmp_path / "q.modelc", quantize="q8_0"))
+    assert art.tensors["model.layers.0.self_attn.q_proj.weight"].dtype == DataType.Q8_0
+    tensors = {n: TensorData.from_array(dequantize(t).reshape(t.shape)) for n, t in art.tensors.items()}
+    want = reference_logits(Model(art.name, art.architecture, tensors, dict(art.config), naming="hf"), ids)
+    got = Engine(art).logits(ids)
+    if path == "int8":
+        cos = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
+        assert cos.min() >= 0.99, cos
+        assert _rel_err(got, want) > MAX_REL_ERR  # the activations really were quantized
+    else:
+        assert _rel_err(got, want) <= MAX_REL_ERR
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,9 @@ class LlamaArgs:
             raise FormatError(f"num_attention_heads {H} is not a multiple of num_key_value_heads {args.num_kv_heads}")
         if not (0 < R <= D and R % 2 == 0):
             raise FormatError(f"rotary dimension {R} must be even and in 1..head_dim {D}")
+        act = cfg.get("hidden_act") or "silu"
+        if act not in ("silu", "swish"):  # the MLP is SwiGLU: another activation would be silently wrong
+            raise UnsupportedError(f"hidden_act {act!r} is not supported for {architecture} (only silu)")
         return args
 
 

@@ -208,3 +208,13 @@ def test_qwen2_sliding_window_layers(extra, want_window, want_layers):
     _, cfg = normalize_config({"model_type": "qwen2", "num_hidden_layers": 4, "sliding_window": 8, **extra})
     assert cfg.get("sliding_window") == want_window
     assert cfg.get("sliding_window_layers") == want_layers
+
+
+def test_other_mlp_activation_is_refused(variants_dir):
+    """The llama-family MLP is SwiGLU: a config asking for another activation must not run silently wrong."""
+    from modelc.errors import UnsupportedError
+
+    model = read_model(variants_dir / "llama3" / "hf")
+    model.config["hidden_act"] = "gelu"
+    with pytest.raises(UnsupportedError, match="hidden_act 'gelu'"):
+        Engine(model)

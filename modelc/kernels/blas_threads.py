@@ -1,0 +1,76 @@
+"""Set the thread count of the BLAS numpy uses (OpenBLAS), so a Runner's `threads` bounds sgemm too.
+
+OpenBLAS's count is process-wide. On a busy machine its spinning worker threads can make a
+small sgemm 50x slower (measured: a 64-token prefill of a 2-layer model, 176 ms vs 2 ms),
+so the engine's thread budget must cover BLAS as well as numba. No numba here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_prefix = ""
+_looked = False
+_current: int | None = None
+
+_PREFIXES = ("scipy_openblas_", "openblas_")
+_SUFFIXES = ("64_", "")
+
+
+def _find_lib() -> tuple[ctypes.CDLL | None, str]:
+    """numpy's OpenBLAS and the prefix/suffix its thread functions carry (scipy-openblas renames them)."""
+    import numpy  # noqa: F401  (loads numpy's BLAS into the process)
+
+    try:
+        with open("/proc/self/maps") as f:
+            paths = sorted(set(re.findall(r"(/\S*openblas\S*\.so\S*)", f.read())))
+    except OSError:
+        return None, ""
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for pre in _PREFIXES:
+            for suf in _SUFFIXES:
+                if hasattr(lib, f"{pre}set_num_threads{suf}") and hasattr(lib, f"{pre}get_num_threads{suf}"):
+                    return lib, f"{pre}{{}}_num_threads{suf}"
+    return None, ""
+
+
+def _fn(kind: str):
+    global _lib, _prefix, _looked
+    if not _looked:
+        _lib, _prefix = _find_lib()
+        _looked = True
+    if _lib is None:
+        return None
+    return getattr(_lib, _prefix.format(kind))
+
+
+def set_blas_threads(n: int) -> bool:
+    """Use n BLAS threads from now on; False when numpy's BLAS is not an OpenBLAS we can reach."""
+    global _current
+    with _lock:
+        fn = _fn("set")
+        if fn is None:
+            return False
+        if _current != n:
+            fn.argtypes, fn.restype = [ctypes.c_int], None
+            fn(int(n))
+            _current = int(n)
+        return True
+
+
+def get_blas_threads() -> int | None:
+    """OpenBLAS's current thread count, or None when unreachable."""
+    with _lock:
+        fn = _fn("get")
+        if fn is None:
+            return None
+        fn.argtypes, fn.restype = [], ctypes.c_int
+        return int(fn())

@@ -6,6 +6,8 @@ llama.cpp's OpenAI-compatible server when a venv with llama-cpp-python is given.
         [--curve-levels 1,2,4,8,16] [--curve-requests 16] [--llamacpp-python /work/refvenv/bin/python]
         [--out results.json]
 
+engine:     N sequences on the AsyncEngine without HTTP, and llama.cpp's batched llama_decode
+  (loadtests/llamacpp_batched.py in --llamacpp-python) on the same GGUF: prefill time, decode tok/s.
 throughput: N requests sent at once at N = each level (fixed output length, ignore_eos): output tok/s
   (tokens / wall) and decode tok/s (tokens after each stream's first / time any stream was decoding).
 prefix:     TTFT of a request whose --prefix-tokens-token prefix is cached vs the same request uncached.
@@ -175,6 +177,57 @@ async def _prefix(url: str, prefix_tokens: int, rounds: int, vocab: int, timeout
             "cached_median_s": c, "speedup": u / c, "server_prefix_hit_tokens": hits}  # fmt: skip
 
 
+async def _engine_level(engine: Any, levels: tuple[int, ...], prompt_tokens: int, gen_tokens: int) -> list[dict]:
+    """N sequences of prompt_tokens random ids started together on the AsyncEngine (no HTTP): the
+    prefill time (until every first token) and the decode rate once all N run in lockstep."""
+    from modelc.engine.events import TokenEvent
+    from modelc.engine.params import SamplingParams
+
+    rng = np.random.default_rng(5)
+    vocab = int(engine.tokenizer.vocab_size)
+    params = SamplingParams(temperature=0.0, max_tokens=gen_tokens, ignore_eos=True)
+    out = []
+    for n in levels:
+        stamps: list[list[float]] = [[] for _ in range(n)]
+
+        async def one(i: int, ids: list[int], stamps=stamps) -> None:
+            async for ev in engine.generate(ids, params):
+                if isinstance(ev, TokenEvent):
+                    stamps[i].append(time.perf_counter())
+
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for i in range(n):
+                tg.start_soon(one, i, rng.integers(min(300, vocab // 2), vocab, prompt_tokens).tolist())
+        all_first = max(st[0] for st in stamps)
+        end = max(st[-1] for st in stamps)
+        after = sum(sum(1 for x in st if x > all_first) for st in stamps)
+        gaps = [b - a for st in stamps for a, b in zip(st, st[1:], strict=False) if a >= all_first]
+        out.append({"concurrency": n, "prefill_s": all_first - t0, "decode_step_p50_s": float(np.median(gaps)),
+                    "decode_tokens_per_s": after / (end - all_first) if end > all_first else float("nan"),
+                    "tokens": sum(len(st) for st in stamps),
+                    "output_tokens_per_s": sum(len(st) for st in stamps) / (end - t0)})  # fmt: skip
+        print(f"  engine-level c={n}: prefill {out[-1]['prefill_s']:.2f} s, "
+              f"decode {out[-1]['decode_tokens_per_s']:.2f} tok/s", flush=True)  # fmt: skip
+    return out
+
+
+def llamacpp_batched(python: str, model: str, levels: tuple[int, ...], prompt_tokens: int, gen_tokens: int,
+                     threads: int) -> dict:  # fmt: skip
+    """loadtests/llamacpp_batched.py in the llama-cpp-python venv; its JSON."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llamacpp_batched.py")
+    cmd = [python, script, model, "--levels", ",".join(map(str, levels)), "--prompt-tokens", str(prompt_tokens),
+           "--gen-tokens", str(gen_tokens), "--threads", str(threads)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise SystemExit(f"llama.cpp batched decode failed: {proc.stderr[-2000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    for r in res["levels"]:
+        print(f"  llama.cpp batched c={r['concurrency']}: prefill {r['prefill_s']:.2f} s, "
+              f"decode {r['decode_tokens_per_s']:.2f} tok/s", flush=True)  # fmt: skip
+    return res
+
+
 async def _probe(stop: asyncio.Event, overshoot: list[float]) -> None:
     """Sleep 1 ms in a loop on the server's loop; record how late each wake-up is."""
     while not stop.is_set():
@@ -228,16 +281,25 @@ def curves(url: str, levels: tuple[int, ...], num_requests: int, gen_tokens: int
     return out
 
 
+def _has_server(python: str) -> bool:
+    """llama_cpp.server needs the [server] extras (fastapi, uvicorn, sse-starlette)."""
+    probe = subprocess.run([python, "-c", "import llama_cpp.server.app"], capture_output=True, timeout=120)
+    if probe.returncode != 0:
+        print("note: llama_cpp.server is not importable there; only the batched decode is compared", flush=True)
+    return probe.returncode == 0
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m loadtests.bench_batching", description=__doc__.splitlines()[0])
     ap.add_argument("model", help="a GGUF file or a .modelc artifact (llama.cpp needs a GGUF)")
-    ap.add_argument("--what", default="throughput,prefix,lag,curves")
+    ap.add_argument("--what", default="engine,throughput,prefix,lag,curves")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--levels", default="1,4,8,16")
     ap.add_argument("--gen-tokens", type=int, default=16)
+    ap.add_argument("--prompt-tokens", type=int, default=16, help="engine: prompt length of each sequence")
     ap.add_argument("--prefix-tokens", type=int, default=1024)
     ap.add_argument("--prefix-rounds", type=int, default=2)
     ap.add_argument("--lag-concurrency", type=int, default=8)
@@ -268,6 +330,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"modelc serving {a.model} on {srv.url} (loaded in {result['modelc_load_s']:.1f} s)", flush=True)
         vocab = int(srv.engine.tokenizer.vocab_size)
         warm_up(srv.url)
+        if "engine" in what:
+            coro = _engine_level(srv.engine, levels, a.prompt_tokens, a.gen_tokens)
+            result["engine_level_modelc"] = srv.run_in_loop(coro).result()
+            if a.llamacpp_python:
+                result["engine_level_llamacpp"] = llamacpp_batched(a.llamacpp_python, a.model, levels,
+                                                                   a.prompt_tokens, a.gen_tokens, a.threads)  # fmt: skip
         if "throughput" in what:
             result["throughput_modelc"] = throughput(srv.url, levels, a.gen_tokens, a.timeout)
         if "prefix" in what:
@@ -278,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             result["curves_modelc"] = curves(srv.url, parse_levels(a.curve_levels), a.curve_requests, a.gen_tokens,
                                              a.timeout)  # fmt: skip
         result["modelc_engine_stats"] = srv.engine_stats()
-    if a.llamacpp_python and what & {"throughput", "curves"}:
+    if a.llamacpp_python and what & {"throughput", "curves"} and _has_server(a.llamacpp_python):
         print("llama.cpp server starting", flush=True)
         ref = LlamaCppServer(a.llamacpp_python, a.model, a.threads)
         try:

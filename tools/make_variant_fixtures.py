@@ -5,7 +5,7 @@ reference venv, e.g.
 
     /work/refvenv-st/bin/python tools/make_variant_fixtures.py --out tests/fixtures/models/variants
 
-For each variant (LLaMA-3 rope scaling + GQA, LLaMA with attention/MLP biases, Mistral with and without an active
+For each variant (LLaMA-3 rope scaling + GQA, LLaMA with attention/MLP biases and linear rope scaling, Mistral with and without an active
 sliding window, Qwen2 with tied and untied embeddings and with per-layer sliding windows, Phi-3 with full and partial
 rotary) it writes NAME/hf/ (config.json, model.safetensors in float32, a tiny
 byte-level BPE tokenizer.json shared by all variants, tokenizer_config.json,
@@ -78,10 +78,12 @@ def variants() -> dict[str, tuple[type, dict]]:
             rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
         )),
-        # LLaMA with attention_bias (q, k, v and o_proj biases) and mlp_bias (gate, up, down biases)
+        # LLaMA with attention_bias (q, k, v and o_proj biases), mlp_bias (gate, up, down biases) and
+        # linear rope scaling (LLaMA 2 long-context finetunes)
         "llama-bias": (t.LlamaConfig, dict(
             hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
             attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
         )),
         # Mistral with a sliding window longer than anything the test runs: full causal attention
         "mistral": (t.MistralConfig, dict(

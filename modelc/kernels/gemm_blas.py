@@ -42,7 +42,10 @@ def dequantize_into(out: np.ndarray, w: Weight, row_ids: np.ndarray) -> None:
         out[...] = ref_linear.dequantize_weight_rows(w, ids)
     else:
         rscale = _ONE if w.scale is None else np.ascontiguousarray(w.scale, dtype=np.float32)
-        quant.dequantize_rows_q(out, w.blocks, ids, quant.KIND[w.dtype], rscale)
+        if ids.shape[0] < 64:  # an embedding lookup: one thread, no pool wake-up
+            quant.dequantize_rows_1t(out, w.blocks, ids, quant.KIND[w.dtype], rscale)
+        else:
+            quant.dequantize_rows_q(out, w.blocks, ids, quant.KIND[w.dtype], rscale)
 
 
 def blas_matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:

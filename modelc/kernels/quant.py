@@ -249,6 +249,23 @@ def dequantize_rows_q(out, w, row_ids, kind, rscale):
 
 
 @njit(cache=True, nogil=True)
+def dequantize_rows_1t(out, w, row_ids, kind, rscale):
+    """dequantize_rows_q on the calling thread only (a few rows: embedding lookups)."""
+    r, c = out.shape
+    nbytes = w.shape[1]
+    wf = w.reshape(-1)
+    of = out.reshape(-1)
+    q = np.empty(c, np.int8)
+    sc = np.empty(c // 16, np.float32)
+    mn = np.empty(c // 16, np.float32)
+    for i in range(r):
+        n = row_ids[i]
+        rs = rscale[n] if rscale.shape[0] > 1 else rscale[0]
+        unpack_row(kind, q, sc, mn, wf, n * nbytes, rs)
+        expand_row(of, i * c, q, sc, mn)
+
+
+@njit(cache=True, nogil=True)
 def quantize_act(xq, xd, xs, x):
     """Quantize activations to Q8_0-style blocks; the twin is ref_linear.quantize_act.
 

@@ -1,5 +1,8 @@
 """LoRA adapters (PEFT): parse lora_A/lora_B pairs into a LoraAdapter applied as a low-rank side path.
 
+Targets: llama-family q/k/v/o/gate/up/down_proj (HF or GGUF-style names) and GPT-2's
+c_attn (split into q/k/v by rows of B), attn.c_proj, mlp.c_fc, mlp.c_proj.
+
 y = W x + scale * B (A x), scale = alpha_multiplier * lora_alpha / r (lora_alpha from
 adapter_config.json; without a config, scale = alpha / r). Base weights are never modified,
 so unloading restores the base model exactly. No numba here.

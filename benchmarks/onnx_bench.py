@@ -89,7 +89,10 @@ def main() -> None:
             sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
             got = prog.run(feeds)
             want = sess.run(None, feeds)
-            err = max(float(np.abs(got[o.name] - w).max() / max(np.abs(w).max(), 1e-30)) for o, w in zip(sess.get_outputs(), want, strict=True))
+            err = max(
+                float(np.abs(got[o.name] - w).max() / max(np.abs(w).max(), 1e-30))
+                for o, w in zip(sess.get_outputs(), want, strict=True)
+            )
             tm, to = [], []
             start = time.perf_counter()
             while time.perf_counter() - start < args.seconds or len(tm) < 5:

@@ -66,12 +66,9 @@ class Runner:
     def _set_threads(self) -> None:
         """Apply the thread budget to numba (per calling thread) and to BLAS (process-wide)."""
         if self.threads:
-            import numba
+            from modelc.kernels.threads import set_compute_threads
 
-            from modelc.kernels.blas_threads import set_blas_threads
-
-            numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
-            set_blas_threads(self.threads)
+            set_compute_threads(self.threads)
 
     # -- the step ----------------------------------------------------------------------------------
 

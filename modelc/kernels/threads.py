@@ -1,6 +1,6 @@
-"""Set the thread count of the BLAS numpy uses (OpenBLAS), so a Runner's `threads` bounds sgemm too.
+"""Compute thread budgets: numba's (per calling thread) and the BLAS numpy uses (OpenBLAS, process-wide).
 
-OpenBLAS's count is process-wide. On a busy machine its spinning worker threads can make a
+A Runner's `threads` must bound sgemm as well as the numba kernels: OpenBLAS's count is process-wide. On a busy machine its spinning worker threads can make a
 small sgemm 50x slower (measured: a 64-token prefill of a 2-layer model, 176 ms vs 2 ms),
 so the engine's thread budget must cover BLAS as well as numba. No numba here.
 """
@@ -74,3 +74,11 @@ def get_blas_threads() -> int | None:
             return None
         fn.argtypes, fn.restype = [], ctypes.c_int
         return int(fn())
+
+
+def set_compute_threads(n: int) -> None:
+    """n threads for numba kernels called from this thread, and for BLAS (process-wide)."""
+    import numba
+
+    numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+    set_blas_threads(int(n))

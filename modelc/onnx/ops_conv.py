@@ -158,6 +158,71 @@ def instance_norm(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple
     return (y.astype(x.dtype),)
 
 
+_NEAREST = {
+    "round_prefer_floor": lambda x: np.ceil(x - 0.5),
+    "round_prefer_ceil": lambda x: np.floor(x + 0.5),
+    "floor": np.floor,
+    "ceil": np.ceil,
+}
+
+
+def _source_coords(n_in: int, n_out: int, scale: float, mode: str) -> np.ndarray:
+    """Where each output index samples the input along one axis (ONNX coordinate_transformation_mode)."""
+    x = np.arange(n_out, dtype=np.float64)
+    if mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (x + 0.5) / scale - 0.5 if n_out > 1 else np.zeros(n_out)
+    if mode == "align_corners":
+        out_len = scale * n_in  # the reference uses the scaled length, not the rounded size
+        return x * (n_in - 1) / (out_len - 1) if out_len != 1 else np.zeros(n_out)
+    if mode == "asymmetric":
+        return x / scale
+    if mode == "tf_half_pixel_for_nn":
+        return (x + 0.5) / scale
+    raise UnsupportedError(f"Resize coordinate_transformation_mode {mode!r} is not supported")
+
+
+def resize(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    """Resize (opset 13+), nearest or (bi)linear, one axis at a time (both modes are separable)."""
+    x = inputs[0]
+    scales = inputs[2] if len(inputs) > 2 and inputs[2] is not None and inputs[2].size else None
+    sizes = inputs[3] if len(inputs) > 3 and inputs[3] is not None and inputs[3].size else None
+    mode = attrs.get("mode", "nearest")
+    if mode not in ("nearest", "linear") or attrs.get("antialias", 0) or attrs.get("axes") is not None:
+        raise UnsupportedError(f"Resize mode {mode!r} (antialias/axes) is not supported; use nearest or linear")
+    coord = attrs.get("coordinate_transformation_mode", "half_pixel")
+    if (scales is None) == (sizes is None):
+        raise InvalidRequestError("Resize needs exactly one of scales and sizes")
+    if sizes is not None:
+        out_shape = [int(v) for v in sizes]
+        factors = [o / i for o, i in zip(out_shape, x.shape, strict=True)]
+    else:
+        factors = [float(v) for v in scales]
+        out_shape = [int(np.floor(n * f)) for n, f in zip(x.shape, factors, strict=True)]
+    y = x
+    for axis, (n_in, n_out, f) in enumerate(zip(x.shape, out_shape, factors, strict=True)):
+        if n_in == n_out and f == 1.0:
+            continue
+        src = _source_coords(n_in, n_out, f, coord)
+        if mode == "nearest":
+            rnd = _NEAREST.get(attrs.get("nearest_mode", "round_prefer_floor"))
+            if rnd is None:
+                raise UnsupportedError(f"Resize nearest_mode {attrs.get('nearest_mode')!r} is not supported")
+            idx = np.clip(rnd(src), 0, n_in - 1).astype(np.int64)
+            y = np.take(y, idx, axis=axis)
+        else:
+            lo = np.floor(src)
+            w = (src - lo).astype(np.float32)
+            i0 = np.clip(lo, 0, n_in - 1).astype(np.int64)
+            i1 = np.clip(lo + 1, 0, n_in - 1).astype(np.int64)
+            shape = [1] * x.ndim
+            shape[axis] = n_out
+            w = w.reshape(shape)
+            y = np.take(y, i0, axis=axis) * (1 - w) + np.take(y, i1, axis=axis) * w
+    return (np.ascontiguousarray(y, dtype=x.dtype),)
+
+
 OPS: dict[str, Op] = {
     "Conv": _half_in_f32(conv),
     "MaxPool": max_pool,
@@ -166,4 +231,5 @@ OPS: dict[str, Op] = {
     "GlobalMaxPool": global_max_pool,
     "BatchNormalization": batch_norm,
     "InstanceNormalization": instance_norm,
+    "Resize": resize,
 }

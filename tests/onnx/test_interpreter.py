@@ -254,6 +254,13 @@ CASES4 = [
     ("AveragePool-incl", one_node("AveragePool", [("x", F, [1, 2, 7, 9])], [("y", F, None)], kernel_shape=[3, 2], pads=[1, 1, 1, 1], count_include_pad=1)),
     ("Conv-same", one_node("Conv", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("w", RNG.standard_normal((4, 2, 3, 3)).astype(np.float32))], auto_pad="SAME_UPPER", strides=[2, 2])),
     ("Conv-depthwise", one_node("Conv", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("w", RNG.standard_normal((2, 1, 3, 3)).astype(np.float32))], group=2)),
+    ("Resize-nearest-scales", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.array([1, 1, 2, 1.5], np.float32))])),
+    ("Resize-nearest-asym-floor", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.array([1, 1, 0.5, 2], np.float32))], coordinate_transformation_mode="asymmetric", nearest_mode="floor")),
+    ("Resize-linear-sizes", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.zeros(0, np.float32)), c("sz", [1, 2, 12, 5])], mode="linear")),
+    ("Resize-linear-align", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.array([1, 1, 2, 2], np.float32))], mode="linear", coordinate_transformation_mode="align_corners")),
+    ("Resize-linear-pytorch", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.array([1, 1, 0.6, 1.7], np.float32))], mode="linear", coordinate_transformation_mode="pytorch_half_pixel")),
+    ("Resize-nearest-ceil-tf", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.array([1, 1, 1.3, 0.7], np.float32))], coordinate_transformation_mode="tf_half_pixel_for_nn", nearest_mode="round_prefer_ceil")),
+    ("Resize-linear-down", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.array([1, 1, 0.5, 0.4], np.float32))], mode="linear")),
     ("GlobalAveragePool", one_node("GlobalAveragePool", [("x", F, [1, 2, 7, 9])], [("y", F, None)])),
 ]  # fmt: skip
 

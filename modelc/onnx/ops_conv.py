@@ -79,6 +79,40 @@ def conv(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarr
     return (y,)
 
 
+def conv_transpose(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    """2-D ConvTranspose: one GEMM per group, then each kernel tap is scattered (col2im) into the output."""
+    x, w = inputs[0], inputs[1]
+    b = inputs[2] if len(inputs) > 2 else None
+    if x.ndim != 4 or w.ndim != 4:
+        raise UnsupportedError(f"only 2-D ConvTranspose is supported, got input rank {x.ndim}")
+    if attrs.get("output_shape") is not None or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        raise UnsupportedError("ConvTranspose with output_shape or auto_pad is not supported; give pads")
+    group = int(attrs.get("group", 1))
+    N, C, H, W = x.shape
+    Cw, Mg, kh, kw = w.shape
+    if Cw != C or C % group:
+        raise InvalidRequestError(f"ConvTranspose input {x.shape} does not match weight {w.shape} (group {group})")
+    sh, sw = (int(v) for v in attrs.get("strides", [1, 1]))
+    dh, dw = (int(v) for v in attrs.get("dilations", [1, 1]))
+    top, left, bottom, right = (int(v) for v in attrs.get("pads", [0, 0, 0, 0]))
+    oph, opw = (int(v) for v in attrs.get("output_padding", [0, 0]))
+    full_h, full_w = sh * (H - 1) + oph + dh * (kh - 1) + 1, sw * (W - 1) + opw + dw * (kw - 1) + 1
+    Cg = C // group
+    xg = x.reshape(N, group, Cg, H * W)
+    wg = w.reshape(group, Cg, Mg * kh * kw)
+    cols = np.einsum("ngcp,gck->ngkp", xg, wg, optimize=True).reshape(N, group, Mg, kh, kw, H, W)
+    y = np.zeros((N, group, Mg, full_h, full_w), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            y[:, :, :, i * dh : i * dh + sh * (H - 1) + 1 : sh, j * dw : j * dw + sw * (W - 1) + 1 : sw] += cols[
+                :, :, :, i, j
+            ]
+    y = y.reshape(N, group * Mg, full_h, full_w)[:, :, top : full_h - bottom, left : full_w - right]
+    if b is not None:
+        y = y + b.reshape(1, -1, 1, 1)
+    return (np.ascontiguousarray(y, dtype=x.dtype),)
+
+
 def _pool_geometry(x: np.ndarray, attrs: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int, int, int]]:  # fmt: skip
     kernel = tuple(int(k) for k in attrs["kernel_shape"])
     if len(kernel) != 2:
@@ -225,6 +259,7 @@ def resize(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.nda
 
 OPS: dict[str, Op] = {
     "Conv": _half_in_f32(conv),
+    "ConvTranspose": _half_in_f32(conv_transpose),
     "MaxPool": max_pool,
     "AveragePool": average_pool,
     "GlobalAveragePool": global_average_pool,

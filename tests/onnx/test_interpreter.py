@@ -261,6 +261,8 @@ CASES4 = [
     ("Resize-linear-pytorch", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.array([1, 1, 0.6, 1.7], np.float32))], mode="linear", coordinate_transformation_mode="pytorch_half_pixel")),
     ("Resize-nearest-ceil-tf", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.array([1, 1, 1.3, 0.7], np.float32))], coordinate_transformation_mode="tf_half_pixel_for_nn", nearest_mode="round_prefer_ceil")),
     ("Resize-linear-down", one_node("Resize", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("roi", np.zeros(0, np.float32)), g.init("sc", np.array([1, 1, 0.5, 0.4], np.float32))], mode="linear")),
+    ("ConvTranspose", one_node("ConvTranspose", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("w", RNG.standard_normal((2, 3, 3, 3)).astype(np.float32)), g.init("b", RNG.standard_normal(3).astype(np.float32))])),
+    ("ConvTranspose-strided", one_node("ConvTranspose", [("x", F, [1, 2, 7, 9])], [("y", F, None)], [g.init("w", RNG.standard_normal((2, 2, 3, 2)).astype(np.float32))], strides=[2, 3], pads=[1, 0, 0, 1], output_padding=[1, 2], dilations=[1, 2], group=2)),
     ("GlobalAveragePool", one_node("GlobalAveragePool", [("x", F, [1, 2, 7, 9])], [("y", F, None)])),
 ]  # fmt: skip
 

@@ -60,7 +60,9 @@ def run_modelc(path: str, threads: int, ids: list[int], n_decode: int) -> dict:
     eng = Engine.load(path, threads=threads, kv_cache_tokens=len(ids) + n_decode + 32)
     load_s = time.perf_counter() - t0
     greedy = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
-    list(eng.generate_ids(ids[:8], greedy))  # warm-up: numba cache load / compile
+    # warm-up: load (or compile) every kernel variant: short and long prefill, decode
+    list(eng.generate_ids(ids[:8], greedy))
+    list(eng.generate_ids(ids[: min(len(ids), 48)], greedy))
     p = SamplingParams(max_tokens=n_decode + 1, temperature=0.0, ignore_eos=True)
     it = eng.generate_ids(ids, p)
     t0 = time.perf_counter()

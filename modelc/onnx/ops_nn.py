@@ -14,6 +14,8 @@ from modelc.kernels import norm
 from modelc.onnx.ops_elementwise import Op
 from modelc.onnx.ops_shape import _axes
 
+SMALL_ROWS = 48  # MatMul rows up to which the transposed product is faster (OpenBLAS 0.3.31, 1 thread)
+
 
 def _half_in_f32(op: Op) -> Op:
     """float16 products run in float32 BLAS (numpy has no half-precision GEMM) and are rounded back."""
@@ -30,9 +32,15 @@ def _half_in_f32(op: Op) -> Op:
 def matmul(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
     a, b = inputs[0], inputs[1]
     try:
-        if a.ndim > 2 and b.ndim == 2 and a.flags.c_contiguous:
+        if a.ndim >= 2 and b.ndim == 2 and a.flags.c_contiguous:
             # (..., T, C) @ (C, N): one GEMM over all rows instead of numpy's loop over the batch.
-            return ((a.reshape(-1, a.shape[-1]) @ b).reshape(*a.shape[:-1], b.shape[-1]),)
+            a2 = a.reshape(-1, a.shape[-1])
+            if a2.shape[0] <= SMALL_ROWS:
+                # Few rows: OpenBLAS runs B.T @ a.T (both views) 15-30% faster than a @ B.
+                y = np.ascontiguousarray(np.matmul(b.T, a2.T).T)
+            else:
+                y = a2 @ b
+            return (y.reshape(*a.shape[:-1], b.shape[-1]),)
         return (np.matmul(a, b),)
     except ValueError:
         raise InvalidRequestError(f"MatMul shapes {a.shape} and {b.shape} do not match") from None

@@ -171,7 +171,9 @@ async def _prefix(url: str, prefix_tokens: int, rounds: int, vocab: int, timeout
             cached.append(await _ttft(client, prefix + rng.integers(lo, vocab, 8).tolist()))
             print(f"  prefix: uncached {uncached[-1]:.3f} s, cached {cached[-1]:.3f} s", flush=True)
         after = await scrape_metrics(client)
-    hits = metric_total(after, "modelc_prefix_cache_hits") - metric_total(before, "modelc_prefix_cache_hits")
+    hits = metric_total(after, "modelc_prefix_cache_hits_total") - metric_total(
+        before, "modelc_prefix_cache_hits_total"
+    )
     u, c = float(np.median(uncached)), float(np.median(cached))
     return {"prefix_tokens": prefix_tokens, "uncached_s": uncached, "cached_s": cached, "uncached_median_s": u,
             "cached_median_s": c, "speedup": u / c, "server_prefix_hit_tokens": hits}  # fmt: skip

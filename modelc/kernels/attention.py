@@ -48,14 +48,14 @@ def _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq,
             scores[g, j] = acc * scale
     denom = np.empty(G, dtype=np.float32)
     for g in range(G):
-        m = scores[g, 0]
-        for j in range(1, n):
-            if scores[g, j] > m:
-                m = scores[g, j]
+        srow = scores[g]  # (n,) view: bare-index loops vectorize
+        m = srow[0]
+        for j in range(n):
+            m = srow[j] if srow[j] > m else m
         tot = np.float32(0.0)
         for j in range(n):
-            e = exp_f32(scores[g, j] - m)
-            scores[g, j] = e
+            e = exp_f32(srow[j] - m)
+            srow[j] = e
             tot += e
         denom[g] = tot
     acc_v = np.zeros((G, D), dtype=np.float32)

@@ -5,8 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from loadtests.client import metric_total, parse_prometheus
+from loadtests.client import metric_total, parse_prometheus, request_body
+from loadtests.drive import server_deltas
 from loadtests.stats import decode_tokens_per_s, percentile, summarize, union_length
+from loadtests.sweep import Sweep, SweepError, levels_for, parse_levels
 from loadtests.workload import SCENARIOS, WorkloadConfig, build_workload
 
 
@@ -67,3 +69,60 @@ def test_union_and_decode_rate():
     cancelled = {**lockstep[0], "cancelled": True}
     assert decode_tokens_per_s([lockstep[0], cancelled]) == pytest.approx(10.0)
     assert math.isnan(decode_tokens_per_s([]))
+
+
+def test_metric_labels_and_server_deltas():
+    before = parse_prometheus(
+        'modelc_requests_total{route="/v1/completions",status="200"} 2\n'
+        'modelc_requests_total{route="/metrics",status="200"} 5\n'
+        "modelc_tokens_generated_total 10\n"
+    )
+    after = parse_prometheus(
+        'modelc_requests_total{route="/v1/completions",status="200"} 5\n'
+        'modelc_requests_total{route="/v1/chat/completions",status="503"} 1\n'
+        'modelc_requests_total{route="/metrics",status="200"} 9\n'
+        "modelc_tokens_generated_total 42\nmodelc_kv_blocks_used 0\n"
+    )
+    assert metric_total(after, "modelc_requests_total", route="/metrics") == 9
+    assert metric_total(after, "modelc_requests_total", route=("/v1/completions", "/metrics"), status="200") == 14
+    d = server_deltas(before, after)
+    assert d["modelc_requests_total"] == 4  # inference routes only: /metrics scrapes are not requests of the run
+    assert d["modelc_tokens_generated_total"] == 32 and d["modelc_kv_blocks_used_after"] == 0
+    assert "modelc_num_requests_running_after" not in d
+    assert server_deltas({}, {}) == {}
+
+
+def test_sweep_arguments():
+    assert parse_levels("1, 4,8") == (1, 4, 8)
+    for bad in ("", "0", "a,b"):
+        with pytest.raises(SweepError):
+            parse_levels(bad)
+    assert levels_for("poisson", (1, 4), 9) == (None,) and levels_for("burst", (1, 4), 9) == (9,)
+    assert levels_for("steady", (1, 4), 9) == (1, 4)
+    with pytest.raises(SweepError, match="unknown scenario"):
+        Sweep("nope")
+    with pytest.raises(SweepError, match="not an http"):
+        Sweep("steady", target="ftp://127.0.0.1")
+    with pytest.raises(SweepError, match="requests"):
+        Sweep("steady", workload=WorkloadConfig(scenario="steady", num_requests=0))
+    with pytest.raises(SweepError, match="duration"):
+        Sweep("steady", duration_s=0)
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    from loadtests.__main__ import main
+
+    assert main(["run", "steady", "--output-tokens", "9,3"]) == 2
+    assert "MIN <= MAX" in capsys.readouterr().err
+    assert main(["run", "steady", "--concurrency", "0"]) == 2
+
+
+def test_ignore_eos_and_early_cancels():
+    specs = build_workload(WorkloadConfig(scenario="cancel-storm", num_requests=200, seed=2, ignore_eos=True))
+    assert all(s.extra["ignore_eos"] for s in specs)
+    cut = [s for s in specs if s.cancel_after_tokens is not None]
+    assert cut and all(1 <= s.cancel_after_tokens <= max(1, s.max_tokens // 4) for s in cut)
+    body = request_body(specs[0], "m")[1]
+    assert body["ignore_eos"] is True and body["model"] == "m" and body["stream"] is True
+    plain = build_workload(WorkloadConfig(scenario="steady", num_requests=3))
+    assert "ignore_eos" not in request_body(plain[0], None)[1]

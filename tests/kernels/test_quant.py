@@ -119,3 +119,35 @@ def test_quantize_act_kernel_matches_reference() -> None:
     assert xq[2, 1] == 64 and xq[2, 2] == -64
     sums = q.reshape(5, 16, 16).astype(np.float32).sum(axis=2) * np.repeat(d, 2, axis=1)
     np.testing.assert_allclose(xs, sums, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "rel", ["tiny-llama256/gguf/tiny-llama256-Q4_K_M.gguf", "tiny-llama/gguf/tiny-llama-Q4_0.gguf"]
+)
+def test_real_llamacpp_quantized_tensors(shared_fixtures, rel: str) -> None:
+    """Tensors quantized by llama.cpp itself: our dequantizers and matmul agree with gguf-py."""
+    path = shared_fixtures / "models" / rel
+    if not path.exists():
+        pytest.skip(f"{rel} is not in the fixtures")
+    reader = gguf.GGUFReader(path)
+    seen = set()
+    for t in reader.tensors:
+        dt = DataType.from_ggml(int(t.tensor_type))
+        if len(t.shape) != 2 or dt in seen or dt is DataType.F32:
+            continue
+        seen.add(dt)
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))
+        td = TensorData(shape, dt, np.asarray(t.data).reshape(-1).view(np.uint8))
+        want = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(shape)
+        np.testing.assert_array_equal(linear.dequantize(td), want)
+        w = linear.prepare_weight(td)
+        x = np.random.default_rng(0).standard_normal((2, shape[1])).astype(np.float32)
+        out = np.full((2, shape[0]), np.nan, np.float32)
+        linear.matmul(out, x, w)
+        ref = np.empty_like(out)
+        if dt.is_quantized:
+            ref_linear.matmul_qact(ref, x, w)
+        else:
+            ref_linear.matmul(ref, x, w)
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * float(np.abs(ref).max()))
+    assert seen

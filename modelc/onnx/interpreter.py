@@ -153,7 +153,7 @@ class OnnxProgram:
 
     def _execute(self, steps: list[Step], values: dict[str, np.ndarray], record: dict[str, np.ndarray] | None) -> None:
         for step in steps:
-            args = _trim([values[x] if x else None for x in step.inputs])
+            args = [values[x] if x else None for x in step.inputs]
             try:
                 outs = step.fn(args, step.attrs, self.opset)
             except ModelcError:
@@ -181,12 +181,13 @@ def _plan(live: list[tuple[dict[str, Any], Op, dict[str, Any], tuple[str, ...]]]
     steps = []
     for i, (n, fn, attrs, ins) in enumerate(live):
         frees = tuple(x for x in set(ins) if x and last_use.get(x) == i and x not in keep)
-        steps.append(Step(n["name"], n["op_type"], fn, ins, tuple(n["outputs"]), attrs, frees))
+        trimmed = tuple(_trim(list(ins)))  # trailing omitted optional inputs dropped once, here
+        steps.append(Step(n["name"], n["op_type"], fn, trimmed, tuple(n["outputs"]), attrs, frees))
     return steps
 
 
 def _trim(args: list[Any]) -> list[Any]:
-    """Drop trailing omitted optional inputs so ops can test `len(inputs) > k`."""
-    while args and args[-1] is None:
+    """Drop trailing omitted optional inputs (None values or "" names) so ops can test `len(inputs) > k`."""
+    while args and (args[-1] is None or (isinstance(args[-1], str) and not args[-1])):
         args.pop()
     return args

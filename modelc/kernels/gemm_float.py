@@ -49,6 +49,32 @@ def _dot_f32(buf, x, xo, c):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _dot4_f32(buf, x, i, c):
+    """Rows i..i+3 of x (flat, row length c) . buf: each buf vector loaded once for 4 rows."""
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    acc2 = zeros_f32x8()
+    acc3 = zeros_f32x8()
+    c8 = c - c % 8
+    for k in range(0, c8, 8):
+        v = load_f32x8(buf, k)
+        acc0 = fma_f32x8(acc0, v, load_f32x8(x, i * c + k))
+        acc1 = fma_f32x8(acc1, v, load_f32x8(x, (i + 1) * c + k))
+        acc2 = fma_f32x8(acc2, v, load_f32x8(x, (i + 2) * c + k))
+        acc3 = fma_f32x8(acc3, v, load_f32x8(x, (i + 3) * c + k))
+    s0 = hsum_f32x8(acc0)
+    s1 = hsum_f32x8(acc1)
+    s2 = hsum_f32x8(acc2)
+    s3 = hsum_f32x8(acc3)
+    for k in range(c8, c):
+        s0 += buf[k] * x[i * c + k]
+        s1 += buf[k] * x[(i + 1) * c + k]
+        s2 += buf[k] * x[(i + 2) * c + k]
+        s3 += buf[k] * x[(i + 3) * c + k]
+    return s0, s1, s2, s3
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _dot_half(w, base, x, c, bf16):
     """sum_k half(w at base)[k] * x[k] for T=1: convert in registers, no buffer."""
     acc0 = zeros_f32x8()
@@ -89,8 +115,17 @@ def hmatmul(out, x, w, bf16):
                 out[0, r] = _dot_half(wf, r * nbytes, xf, c, bf16)
             else:
                 convert_row(buf, 0, wf, r * nbytes, c, bf16)
-                for i in range(t):
+                i = 0
+                while i + 4 <= t:
+                    v0, v1, v2, v3 = _dot4_f32(buf, xf, i, c)
+                    out[i, r] = v0
+                    out[i + 1, r] = v1
+                    out[i + 2, r] = v2
+                    out[i + 3, r] = v3
+                    i += 4
+                while i < t:
                     out[i, r] = _dot_f32(buf, xf, i * c, c)
+                    i += 1
 
 
 @njit(cache=True, nogil=True, parallel=True)

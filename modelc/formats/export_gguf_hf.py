@@ -47,10 +47,14 @@ def rename_and_permute(
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None:
             return None
-        if source.architecture == "llama" and hf_name.endswith(("q_proj.weight", "k_proj.weight")):
+        # llama.cpp's converter permutes q/k rows for the interleaved RoPE: weights and biases alike.
+        if source.architecture == "llama" and hf_name.endswith(_PERMUTED):
             arr = permute_rows(arr, n_head if "q_proj" in hf_name else n_kv)
         out[name] = (arr, raw)
     return out
+
+
+_PERMUTED = ("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")
 
 
 def permute_rows(arr: np.ndarray, n_head: int) -> np.ndarray:
@@ -89,6 +93,11 @@ def metadata(source: Any) -> dict[str, Any]:
         kv[f"{arch}.rope.scaling.factor"] = _f(scaling.get("factor"))
     elif kind not in (None, "default"):
         raise UnsupportedError(f"GGUF export of rope_scaling {kind!r} is not supported")
+    window = cfg.get("sliding_window")
+    if window:
+        if cfg.get("sliding_window_layers") is not None and not all(cfg["sliding_window_layers"]):
+            raise UnsupportedError("GGUF export of a sliding window on only some layers is not supported")
+        kv[f"{arch}.attention.sliding_window"] = int(window)
     return {k: v for k, v in kv.items() if v is not None}
 
 

@@ -123,6 +123,49 @@ def pad(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarra
     return (np.pad(x, width, mode=mode),)
 
 
+def cum_sum(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x = inputs[0]
+    axis = int(np.asarray(inputs[1]).reshape(())) % max(x.ndim, 1)
+    y = np.flip(x, axis) if attrs.get("reverse", 0) else x
+    y = np.cumsum(y, axis=axis, dtype=x.dtype)
+    if attrs.get("exclusive", 0):
+        y = np.concatenate([np.zeros_like(np.take(y, [0], axis=axis)), np.delete(y, -1, axis=axis)], axis=axis)
+    return (np.flip(y, axis) if attrs.get("reverse", 0) else y,)
+
+
+def non_zero(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    return (np.array(np.nonzero(inputs[0]), dtype=np.int64).reshape(inputs[0].ndim, -1),)
+
+
+def scatter_nd(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    x, idx, upd = inputs[0], inputs[1].astype(np.int64), inputs[2]
+    reduction = attrs.get("reduction", "none")
+    if reduction not in ("none", "add", "mul"):
+        raise UnsupportedError(f"ScatterND reduction {reduction!r} is not supported")
+    y = np.array(x, copy=True)
+    k = idx.shape[-1]
+    flat_idx = idx.reshape(-1, k)
+    flat_upd = upd.reshape(flat_idx.shape[0], *x.shape[k:])
+    for i, u in zip(flat_idx, flat_upd, strict=True):
+        where = tuple(int(v) for v in i)
+        if reduction == "add":
+            y[where] += u
+        elif reduction == "mul":
+            y[where] *= u
+        else:
+            y[where] = u
+    return (y,)
+
+
+def one_hot(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
+    idx, depth, values = inputs[0].astype(np.int64), int(np.asarray(inputs[1]).reshape(-1)[0]), inputs[2]
+    axis = int(attrs.get("axis", -1))
+    idx = np.where(idx < 0, idx + depth, idx)
+    hot = idx[..., None] == np.arange(depth)  # (..., depth)
+    y = np.where(hot, values[1], values[0]).astype(values.dtype)
+    return (np.moveaxis(y, -1, axis % y.ndim),)
+
+
 def unsqueeze(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np.ndarray, ...]:
     x = inputs[0]
     axes = _axes(inputs, attrs, 1) or []
@@ -204,6 +247,10 @@ OPS: dict[str, Op] = {
     "Gather": gather,
     "GatherElements": gather_elements,
     "Tile": tile,
+    "CumSum": cum_sum,
+    "NonZero": non_zero,
+    "ScatterND": scatter_nd,
+    "OneHot": one_hot,
     "Pad": pad,
     "Unsqueeze": unsqueeze,
     "Squeeze": squeeze,

@@ -221,6 +221,52 @@ CASES = [
             [g.init("s", X[0, :, 0]), g.init("b", X[1, :, 1])],
         ),
     ),
+    ("CumSum", one_node("CumSum", [("x", F, [2, 3, 4])], [("y", F, None)], [c("a", 1)])),
+    (
+        "CumSum-excl-rev",
+        one_node("CumSum", [("x", F, [2, 3, 4])], [("y", F, None)], [c("a", -1)], exclusive=1, reverse=1),
+    ),
+    (
+        "NonZero",
+        g.make(
+            [helper.make_node("Greater", ["x", "z"], ["m"]), helper.make_node("NonZero", ["m"], ["y"])],
+            [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+            [helper.make_tensor_value_info("y", I64, None)],
+            [g.init("z", np.zeros(4, np.float32))],
+        ),
+    ),
+    (
+        "ScatterND",
+        one_node(
+            "ScatterND",
+            [("x", F, [2, 3, 4])],
+            [("y", F, None)],
+            [c("i", [[0, 1], [1, 2]]), g.init("u", np.ones((2, 4), np.float32))],
+        ),
+    ),
+    (
+        "ScatterND-add",
+        one_node(
+            "ScatterND",
+            [("x", F, [2, 3, 4])],
+            [("y", F, None)],
+            [c("i", [[1, 0, 3], [1, 0, 3]]), g.init("u", np.array([1.0, 2.0], np.float32))],
+            opset=18,
+            reduction="add",
+        ),
+    ),
+    (
+        "OneHot",
+        g.make(
+            [
+                helper.make_node("ArgMax", ["x"], ["i"], axis=2, keepdims=0),
+                helper.make_node("OneHot", ["i", "d", "v"], ["y"], axis=1),
+            ],
+            [helper.make_tensor_value_info("x", F, [2, 3, 4])],
+            [helper.make_tensor_value_info("y", F, None)],
+            [c("d", [5]), g.init("v", np.array([-1.0, 3.0], np.float32))],
+        ),
+    ),
     ("Cast", one_node("Cast", [("x", F, [2, 3, 4])], [("y", I64, None)], to=I64)),
     (
         "ConstantOfShape",

@@ -1,7 +1,7 @@
 """Single-token (T=1) matvec for the commonest types, unpacking each block in registers.
 
 At T=1 nothing amortizes gemm_int's unpack-to-L1 pass, so these kernels read
-Q4_0 / Q8_0 / Q4_K / Q6_K blocks straight from the stored bytes and feed the
+Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K blocks straight from the stored bytes and feed the
 int8 dot (qdot) directly. Same numbers as gemm_int up to float summation order; the
 numpy twin is ref_linear.matmul_qact.
 """
@@ -34,7 +34,9 @@ from modelc.kernels.qdot import (
 )
 from modelc.kernels.quant import KIND
 
-FUSED_KINDS = frozenset({KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K], KIND[DataType.Q6_K]})
+FUSED_KINDS = frozenset(
+    {KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K], KIND[DataType.Q5_K], KIND[DataType.Q6_K]}
+)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -109,6 +111,36 @@ def _row_q4_k(w, base, xq, xd, xs, nsb):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _row_q5_k(w, base, xq, xd, xs, nsb):
+    """Q4_K's layout plus a 32-byte plane of fifth bits (bit c of qh[l] for chunk c)."""
+    acc0 = zeros_f32x8()
+    acc1 = zeros_f32x8()
+    m = np.float32(0.0)
+    for b in range(nsb):
+        o = base + b * 176
+        d = f16_at(w, o)
+        dmin = f16_at(w, o + 2)
+        for j in range(4):
+            aj = np.int32(w[o + 4 + j])
+            mj = np.int32(w[o + 8 + j])
+            mdj = np.int32(w[o + 12 + j])
+            c0 = b * 8 + j
+            c1 = c0 + 4
+            qo = o + 48 + (j // 2) * 32
+            sh = 4 * (j % 2)
+            u0 = or_i8x32(bits_i8x32(w, qo, sh, 15), shl_i8x32(bits_i8x32(w, o + 16, j, 1), 4))
+            u1 = or_i8x32(bits_i8x32(w, qo + 64, sh, 15), shl_i8x32(bits_i8x32(w, o + 16, j + 4, 1), 4))
+            p0 = dotu_i8x32(u0, load_i8x32(xq, c0 * 32))
+            p1 = dotu_i8x32(u1, load_i8x32(xq, c1 * 32))
+            acc0 = fma_i32x8(acc0, p0, splat_f32x8(d * np.float32(aj & 63) * xd[c0]))
+            acc1 = fma_i32x8(acc1, p1, splat_f32x8(d * np.float32((mdj & 15) | ((aj >> 6) << 4)) * xd[c1]))
+            m0 = np.float32(mj & 63)
+            m1 = np.float32((mdj >> 4) | ((mj >> 6) << 4))
+            m += dmin * (m0 * (xs[2 * c0] + xs[2 * c0 + 1]) + m1 * (xs[2 * c1] + xs[2 * c1 + 1]))
+    return hsum_f32x8(acc0) + hsum_f32x8(acc1) - m
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _row_q6_k(w, base, xq, xd, xs, nsb, sbuf):
     """sbuf: (16,) f32 scratch for one super-block's sub-block scales."""
     acc0 = zeros_f32x8()
@@ -165,6 +197,8 @@ def qmatvec(out, xq, xd, xs, w, kind):
                 v = _row_q8_0(wf, base, xqf, xdf, c // 32)
             elif kind == 7:
                 v = _row_q4_k(wf, base, xqf, xdf, xsf, c // 256)
+            elif kind == 8:
+                v = _row_q5_k(wf, base, xqf, xdf, xsf, c // 256)
             else:
                 v = _row_q6_k(wf, base, xqf, xdf, xsf, c // 256, sbuf)
             out[0, r] = v

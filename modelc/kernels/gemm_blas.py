@@ -7,8 +7,12 @@ buffer (never kept per weight), in row panels of at most PANEL_BYTES.
 
 from __future__ import annotations
 
+import ctypes
+import glob
+import os
 import threading
 
+import numba
 import numpy as np
 
 from modelc.ir import DataType
@@ -20,6 +24,39 @@ PANEL_BYTES = 64 << 20
 
 _local = threading.local()
 _ONE = np.ones(1, np.float32)
+
+
+def _find_blas_threads_setter():
+    """OpenBLAS's per-calling-thread `openblas_set_num_threads_local`, if numpy bundles OpenBLAS."""
+    libdir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    for path in sorted(glob.glob(os.path.join(libdir, "lib*openblas*.so*"))):
+        try:
+            fn = ctypes.CDLL(path).openblas_set_num_threads_local
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes = [ctypes.c_int]
+        fn.restype = ctypes.c_int
+        return fn
+    return None
+
+
+_blas_threads_local = _find_blas_threads_setter()
+
+
+def _matmul(x: np.ndarray, wt: np.ndarray, out: np.ndarray) -> None:
+    """np.matmul with OpenBLAS limited to the caller's numba thread count.
+
+    engines x threads <= cores holds for BLAS too: an engine set to 1 thread must
+    not fan its prefill out over every core (OpenBLAS defaults to all of them).
+    """
+    if _blas_threads_local is None:
+        np.matmul(x, wt, out=out)
+        return
+    old = _blas_threads_local(numba.get_num_threads())
+    try:
+        np.matmul(x, wt, out=out)
+    finally:
+        _blas_threads_local(old)
 
 
 def scratch(num_floats: int) -> np.ndarray:
@@ -52,7 +89,7 @@ def blas_matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     """out (T, N) = x (T, C) @ W.T via float32 panels of W and np.matmul (BLAS)."""
     n, c = w.rows, w.cols
     if w.dtype is DataType.F32:
-        np.matmul(x, w.blocks.view("<f4").T, out=out)
+        _matmul(x, w.blocks.view("<f4").T, out)
         return
     rows = max(1, min(n, PANEL_BYTES // (4 * max(c, 1))))
     buf = scratch(rows * c)
@@ -61,6 +98,8 @@ def blas_matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         panel = buf[: (n1 - n0) * c].reshape(n1 - n0, c)  # (rows, C)
         dequantize_into(panel, w, np.arange(n0, n1, dtype=np.int64))
         if n0 == 0 and n1 == n:
-            np.matmul(x, panel.T, out=out)
+            _matmul(x, panel.T, out)
         else:
-            out[:, n0:n1] = x @ panel.T
+            part = np.empty((x.shape[0], n1 - n0), np.float32)  # (T, rows)
+            _matmul(x, panel.T, part)
+            out[:, n0:n1] = part

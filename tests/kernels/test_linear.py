@@ -198,3 +198,14 @@ def test_portable_fallback_without_avx2(tmp_path) -> None:
     p = subprocess.run([sys.executable, "-c", _PORTABLE_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     assert float(p.stdout.strip().splitlines()[-1]) < EXACT_QACT
+
+
+def test_prefill_in_several_panels(monkeypatch: pytest.MonkeyPatch) -> None:
+    from modelc.kernels import gemm_blas
+
+    monkeypatch.setattr(gemm_blas, "PANEL_BYTES", 10 * 256 * 4)  # 10 rows per panel
+    w = _weight("Q4_K", 37, 256, seed=11)
+    out, x = _run(w, linear.PREFILL_MIN_T + 1, seed=12)
+    want = np.empty_like(out)
+    ref_linear.matmul(want, x, w)
+    assert _relerr(out, want) < FLOAT_TOL

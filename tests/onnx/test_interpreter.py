@@ -344,6 +344,17 @@ def test_exported_tiny_bert_matches_onnxruntime(fixtures_dir: pathlib.Path) -> N
             np.testing.assert_allclose(got[name], w, atol=1e-4, rtol=1e-4)
 
 
+def test_exported_tiny_roberta_matches_onnxruntime(fixtures_dir: pathlib.Path) -> None:
+    """RoBERTa's export computes position ids with Not/Equal/CumSum over the ids."""
+    path = fixtures_dir / "onnx" / "tiny_roberta.onnx"
+    d = fixtures_dir / "embeddings" / "tiny_roberta"
+    feeds = {"input_ids": np.load(d / "ids.npy"), "attention_mask": np.load(d / "mask.npy")}
+    got = OnnxProgram(read_onnx(path)).run(feeds)["last_hidden_state"]
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(got, np.load(d / "hidden.npy"), atol=1e-4, rtol=1e-4)  # and transformers
+
+
 def test_plan_survives_the_artifact(tmp_path: pathlib.Path, fixtures_dir: pathlib.Path) -> None:
     from modelc.artifact.reader import open_artifact
     from modelc.artifact.writer import write_artifact

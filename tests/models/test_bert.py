@@ -124,15 +124,16 @@ def test_roberta_positions_skip_padding_idx() -> None:
     np.testing.assert_allclose(bert.encode(ids, mask)[0, :4], ref_encode(model, s, roberta_pad=1), atol=2e-5, rtol=1e-4)
 
 
-def test_tiny_roberta_matches_transformers() -> None:
-    """A random RobertaModel saved by transformers (see make_tiny_roberta.py): every position, padding too."""
+@pytest.mark.parametrize("kind,offset", [("tiny_bert", 0), ("tiny_roberta", 2)])
+def test_tiny_encoders_match_transformers(kind: str, offset: int) -> None:
+    """Random BertModel/RobertaModel saved by transformers (make_tiny_encoders.py): every position, padding too."""
     from modelc.formats.safetensors import read_tensors
 
-    d = EMB_FIXTURES / "tiny_roberta"
+    d = EMB_FIXTURES / kind
     tensors, _ = read_tensors(d / "model.safetensors")
-    model = Model("tiny-roberta", "bert", tensors, config=json.loads((d / "config.json").read_text()))
+    model = Model(kind, "bert", tensors, config=json.loads((d / "config.json").read_text()))
     bert = BertModel(model)
-    assert bert.cfg.position_offset == 2
+    assert bert.cfg.position_offset == offset
     hidden = bert.encode(np.load(d / "ids.npy"), np.load(d / "mask.npy"))
     np.testing.assert_allclose(hidden, np.load(d / "hidden.npy"), atol=1e-5, rtol=1e-4)
 

@@ -345,7 +345,7 @@ def test_exported_tiny_bert_matches_onnxruntime(fixtures_dir: pathlib.Path) -> N
 
 
 def test_exported_tiny_roberta_matches_onnxruntime(fixtures_dir: pathlib.Path) -> None:
-    """RoBERTa's export computes position ids with Not/Equal/CumSum over the ids."""
+    """RoBERTa's export (make_tiny_encoders.py) computes position ids with Not/Equal/CumSum over the ids."""
     path = fixtures_dir / "onnx" / "tiny_roberta.onnx"
     d = fixtures_dir / "embeddings" / "tiny_roberta"
     feeds = {"input_ids": np.load(d / "ids.npy"), "attention_mask": np.load(d / "mask.npy")}

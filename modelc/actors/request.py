@@ -105,7 +105,8 @@ class RequestActor:
                 if self.text.stopped and self.finished is None:
                     finish = await self._abort() if self.live else self.end
                     cached = finish.cached_tokens if finish is not None else 0
-                    self.finished = Finished("stop", len(self.prompt), self.num_tokens, cached)
+                    queued = finish.queue_time_s if finish is not None else None
+                    self.finished = Finished("stop", len(self.prompt), self.num_tokens, cached, None, queued)
                 if self.finished is not None:
                     yield self.finished
                     return
@@ -154,7 +155,12 @@ class RequestActor:
         self.end = finish
         if self.finished is None and not self.text.stopped:
             self.finished = Finished(
-                finish.reason, finish.prompt_tokens, finish.completion_tokens, finish.cached_tokens, finish.error
+                finish.reason,
+                finish.prompt_tokens,
+                finish.completion_tokens,
+                finish.cached_tokens,
+                finish.error,
+                finish.queue_time_s,
             )
 
     async def _abort(self) -> Finish | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,7 @@ class Finished:
     completion_tokens: int
     cached_tokens: int = 0
     error: str | None = None
+    queue_time_s: float | None = field(default=None, compare=False)  # time spent waiting before the scheduler first admitted it
 
 
 GenerateEvent = TokenEvent | Finished

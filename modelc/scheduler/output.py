@@ -5,7 +5,7 @@ The actors forward these unchanged to the request side (modelc.actors.messages r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from modelc.scheduler.batch import SampledToken
 
@@ -17,6 +17,7 @@ class Finish:
     completion_tokens: int  # every sampled token, a final EOS/stop token included
     cached_tokens: int  # prompt tokens served by the prefix cache
     error: str | None = None  # set when reason == "error"
+    queue_time_s: float | None = field(default=None, compare=False)  # waiting time before the first admission; None if never admitted
 
 
 @dataclass(frozen=True, slots=True)

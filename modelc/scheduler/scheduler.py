@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import time
 
 import numpy as np
 
@@ -68,6 +69,7 @@ class Scheduler:
         if len(self.waiting) >= self.config.max_queue:
             raise OverloadedError(f"the waiting queue is full ({self.config.max_queue} requests)")
         seq.arrival = next(self._arrivals)
+        seq.added_s = time.monotonic()
         if seq.params.max_tokens == 0:
             seq.status = S.FINISHED_LENGTH
             return [SequenceFinished(seq.seq_id, self._finish_info(seq))]
@@ -158,6 +160,7 @@ class Scheduler:
             seq.num_computed_tokens = num_hit
             if seq.num_preemptions == 0:
                 seq.num_cached_tokens = num_hit
+                seq.queue_time_s = time.monotonic() - seq.added_s
             seq.status = S.RUNNING
             bisect.insort(self.running, seq, key=lambda s: s.sort_key)
             scheduled[seq.seq_id] = n
@@ -282,7 +285,12 @@ class Scheduler:
     @staticmethod
     def _finish_info(seq: Sequence, error: str | None = None) -> Finish:
         return Finish(
-            FINISH_REASONS[seq.status], seq.num_prompt_tokens, seq.num_output_tokens, seq.num_cached_tokens, error
+            FINISH_REASONS[seq.status],
+            seq.num_prompt_tokens,
+            seq.num_output_tokens,
+            seq.num_cached_tokens,
+            error,
+            seq.queue_time_s,
         )
 
     # -- engine restarts, stats ----------------------------------------------------------------

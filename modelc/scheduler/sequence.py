@@ -51,6 +51,8 @@ class Sequence:
     num_preemptions: int = 0
     engine_has_state: bool = False  # the engine created its per-sequence sampler state
     abort_requested: bool = False  # abort arrived while the sequence was in a running batch
+    added_s: float = 0.0  # time.monotonic() at Scheduler.add
+    queue_time_s: float | None = None  # add -> first admission to the running set
     adapter: str | None = field(init=False)
     table_array: np.ndarray | None = field(default=None, init=False, repr=False)  # scheduler's cache
 

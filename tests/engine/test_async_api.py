@@ -306,3 +306,13 @@ async def test_requests_that_would_fail_a_whole_batch_are_refused_alone(anyio_ba
                 await eng.unload_adapter("ad")
             assert ends["lora"].finish_reason == "error" and "unloaded" in ends["lora"].error
             assert "base" not in ends  # kept going until the test left it
+
+
+async def test_finished_reports_queue_time(anyio_backend) -> None:
+    opener, _ = fake_engine(config())
+    with anyio.fail_after(20):
+        async with opener as eng:
+            events = [ev async for ev in eng.generate([5] * 8, greedy(3))]
+    fin = events[-1]
+    assert isinstance(fin, Finished) and fin.finish_reason == "length"
+    assert fin.queue_time_s is not None and 0.0 <= fin.queue_time_s < 20.0

@@ -107,6 +107,7 @@ class AsyncEngine:
         self._seq_ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self._live: dict[str, int] = {}  # request id -> seq id, for abort()
+        self._adapters: dict[str, bool] = {}  # loaded adapter name -> loaded as the global adapter
         self._closed = False
         self._vocab_size = int((getattr(source, "config", None) or {}).get("vocab_size") or 0)
 
@@ -218,6 +219,7 @@ class AsyncEngine:
             timeout_s=self.config.request_timeout_s,
         )
         _raise(reply.error, f"loading adapter {name!r} failed")
+        self._adapters[name] = bool(global_)
         return reply.info
 
     async def unload_adapter(self, name: str) -> None:
@@ -226,6 +228,12 @@ class AsyncEngine:
             lambda r: UnloadAdapter(rid, name, r), timeout_s=self.config.request_timeout_s
         )
         _raise(reply.error, f"unloading adapter {name!r} failed")
+        self._adapters.pop(name, None)
+
+    @property
+    def adapters(self) -> list[str]:
+        """Names of the LoRA adapters loaded now, in load order."""
+        return list(self._adapters)
 
     def stats(self) -> dict[str, int]:
         """running, waiting, kv_blocks_used, kv_blocks_total, prefix_queries, prefix_hits,

@@ -173,12 +173,14 @@ async def test_embed_and_adapters_reach_every_engine(anyio_backend) -> None:
                 await eng.embed([[]])
             await eng.load_adapter("ad", "some/path", alpha=0.5)
             assert all(r.adapters == {"ad": 0.5} for r in runners)
+            assert eng.adapters == ["ad"]
             toks, _ = await collect(eng, [4] * 5, greedy(6, adapter="ad"))
             assert [t.token_id for t in toks] == greedy_alone([4] * 5, 6, VOCAB, salt="ad")
             await eng.unload_adapter("ad")
             assert all(r.adapters == {} for r in runners)
             with pytest.raises(EngineError, match="FileNotFoundError"):
                 await eng.load_adapter("bad", "missing")
+            assert eng.adapters == []
 
 
 async def test_engine_crash_then_next_request_succeeds(anyio_backend) -> None:

@@ -9,6 +9,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
+import anyio
 import httpx
 
 from loadtests.workload import JSON_SCHEMA, TOOLS, RequestSpec
@@ -75,52 +76,62 @@ async def run_one(
     path, body = request_body(spec, model)
     sent = time.perf_counter()
     res.sent_s = sent - t0
-    last = None
-    try:
-        async with client.stream("POST", path, json=body, timeout=timeout_s) as resp:
-            res.status = resp.status_code
-            if resp.status_code >= 400:
-                await resp.aread()
-                res.error = f"http_{resp.status_code}"
-                return res
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                obj = json.loads(data)
-                if "error" in obj:
-                    res.error = "stream_error"
-                    break
-                for ch in obj.get("choices") or []:
-                    if ch.get("finish_reason"):
-                        res.finish_reason = ch["finish_reason"]
-                usage = obj.get("usage")
-                if usage:
-                    res.prompt_tokens = usage.get("prompt_tokens", 0)
-                    res.completion_tokens = usage.get("completion_tokens", 0)
-                if _has_content(obj):
-                    now = time.perf_counter()
-                    if last is None:
-                        res.ttft_s = now - sent
-                    else:
-                        res.itl_s.append(now - last)
-                    last = now
-                    res.chunks += 1
-                    if spec.cancel_after_tokens is not None and res.chunks >= spec.cancel_after_tokens:
-                        res.cancelled = True
-                        break  # leaving the context manager closes the connection: the server aborts
-    except httpx.TimeoutException:
+    # httpx's timeout bounds each read; this bounds the whole request (a trickling stream included)
+    with anyio.move_on_after(timeout_s) as scope:
+        try:
+            async with client.stream("POST", path, json=body, timeout=timeout_s) as resp:
+                res.status = resp.status_code
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    res.error = f"http_{resp.status_code}"
+                else:
+                    await _read_stream(resp, spec, res, sent)
+        except httpx.TimeoutException:
+            res.error = "timeout"
+        except httpx.ConnectError:
+            res.error = "connect"
+        except (httpx.HTTPError, json.JSONDecodeError) as e:
+            res.error = f"protocol:{type(e).__name__}"
+    if scope.cancelled_caught:
         res.error = "timeout"
-    except httpx.ConnectError:
-        res.error = "connect"
-    except (httpx.HTTPError, json.JSONDecodeError) as e:
-        res.error = f"protocol:{type(e).__name__}"
     res.e2e_s = time.perf_counter() - sent
     if not res.completion_tokens:
         res.completion_tokens = res.chunks
     return res
+
+
+async def _read_stream(resp: httpx.Response, spec: RequestSpec, res: RequestResult, sent: float) -> None:
+    """Parse SSE chunks into `res` until [DONE], an error event, or the spec's cancel point."""
+    last = None
+    async for line in resp.aiter_lines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        obj = json.loads(data)
+        if "error" in obj:
+            res.error = "stream_error"
+            return
+        for ch in obj.get("choices") or []:
+            if ch.get("finish_reason"):
+                res.finish_reason = ch["finish_reason"]
+        usage = obj.get("usage")
+        if usage:
+            res.prompt_tokens = usage.get("prompt_tokens", 0)
+            res.completion_tokens = usage.get("completion_tokens", 0)
+        if _has_content(obj):
+            now = time.perf_counter()
+            if last is None:
+                res.ttft_s = now - sent
+            else:
+                res.itl_s.append(now - last)
+            last = now
+            res.chunks += 1
+            if spec.cancel_after_tokens is not None and res.chunks >= spec.cancel_after_tokens:
+                res.cancelled = True
+                return  # leaving client.stream() closes the connection: the server aborts the sequence
+    res.error = "protocol:incomplete"  # the server closed the stream without [DONE]
 
 
 async def scrape_metrics(client: httpx.AsyncClient) -> dict[str, float]:

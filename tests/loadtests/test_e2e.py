@@ -77,3 +77,19 @@ def test_cancel_storm_aborts_on_the_server_and_frees_kv(server) -> None:
         time.sleep(0.02)
     stats = server.engine_stats()
     assert stats["kv_blocks_used"] == 0 and stats["running"] == 0 and stats["kv_blocks_total"] == 256
+
+
+def test_cli_open_loop_and_burst_to_json(server, tmp_path, capsys) -> None:
+    from loadtests.__main__ import main
+
+    out = tmp_path / "runs.json"
+    argv = ["run", "steady", "--rate", "20", "--target", server.url, "--requests", "4", "--output-tokens", "4,4",
+            "--ignore-eos", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    (run,) = json.loads(out.read_text())["runs"]
+    assert run["scenario"] == "poisson" and run["concurrency"] is None
+    assert run["ok"] == 4 and run["output_tokens"] == 16 and run["server"]["modelc_tokens_generated_total"] == 16
+    sent = sorted(r["sent_s"] for r in run["results"])
+    assert sent[-1] > 0.05  # open loop: sent on the arrival times, not all at once
+    assert main(["run", "burst", "--target", server.url, "--requests", "3", "--output-tokens", "2,2"]) == 0
+    assert "burst c=3" in capsys.readouterr().out

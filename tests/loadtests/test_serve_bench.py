@@ -26,3 +26,13 @@ def test_bench_serve_table_and_bad_scenario(tiny_artifact, capsys) -> None:
     assert "output tok/s" in out and "load average" in out
     assert main(["bench", str(tiny_artifact), "--serve", "--scenario", "nope"]) == 1
     assert "unknown scenario 'nope'" in capsys.readouterr().err
+
+
+def test_server_thread_reports_a_load_failure(tmp_path) -> None:
+    import pytest
+
+    from loadtests.server_thread import ServerThread
+    from modelc.errors import ModelcError
+
+    with pytest.raises(ModelcError, match="cannot read"):
+        ServerThread(str(tmp_path / "missing.modelc"), start_timeout_s=60).start()

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from loadtests.server_thread import ServerThread
 from modelc.cli.main import main
+from modelc.errors import ModelcError
 
 
 def test_bench_serve_json(tiny_artifact, capsys) -> None:
@@ -29,10 +33,5 @@ def test_bench_serve_table_and_bad_scenario(tiny_artifact, capsys) -> None:
 
 
 def test_server_thread_reports_a_load_failure(tmp_path) -> None:
-    import pytest
-
-    from loadtests.server_thread import ServerThread
-    from modelc.errors import ModelcError
-
     with pytest.raises(ModelcError, match="cannot read"):
         ServerThread(str(tmp_path / "missing.modelc"), start_timeout_s=60).start()

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from modelc.cache.kv_pages import BLOCK_SIZE
+from modelc.engine.embedder import Embedder, supports_embeddings
+from modelc.engine.infer import Inferencer, supports_infer
 from modelc.engine.params import SamplingParams
 from modelc.engine.runner import Runner
 from modelc.errors import EngineError, InvalidRequestError, UnsupportedError
@@ -61,16 +63,34 @@ class Engine:
         self.source = source
         self.name = getattr(source, "name", "model")
         self.architecture = source.architecture
-        num_blocks = (kv_cache_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE
-        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=kv_dtype, threads=threads)
-        # learned position tables (GPT-2) cap the sequence length too
-        limit = getattr(self.runner.model, "max_positions", None)
-        self.max_tokens_in_cache = min(num_blocks * BLOCK_SIZE, limit or num_blocks * BLOCK_SIZE)
         self.special_tokens = dict(getattr(source, "special_tokens", None) or {})
         self._tokenizer = None
         self._template = None
         self._next_seq = 0
         self._step = 0
+        # Encoders (embeddings) and MLP/ONNX graphs (/infer) run outside the causal-LM runner.
+        self._embedder = self._inferencer = None
+        if supports_embeddings(source):
+            self._embedder = Embedder(source)
+            return
+        if supports_infer(source):
+            self._inferencer = Inferencer(source)
+            return
+        num_blocks = (kv_cache_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE
+        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=kv_dtype, threads=threads)
+        # learned position tables (GPT-2) cap the sequence length too
+        limit = getattr(self.runner.model, "max_positions", None)
+        self.max_tokens_in_cache = min(num_blocks * BLOCK_SIZE, limit or num_blocks * BLOCK_SIZE)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for `runner` (and what hangs off it) on encoder / graph models.
+        if name in ("runner", "max_tokens_in_cache"):
+            self._require_generation()
+        raise AttributeError(name)
+
+    def _require_generation(self) -> None:
+        if self._embedder is not None or self._inferencer is not None:
+            raise UnsupportedError(f"model {self.name} ({self.architecture}) does not generate text")
 
     @classmethod
     def load(cls, path_or_store_name: str | os.PathLike[str], *, threads: int | None = None,
@@ -143,6 +163,7 @@ class Engine:
 
     def stream(self, prompt: str | Sequence[int], **sampling: Any) -> Iterator[str]:
         """Yield the completion as UTF-8-safe text pieces; stops on EOS, stop ids/strings, max_tokens."""
+        self._require_generation()
         from modelc.tokenizer import IncrementalDecoder
 
         params = self._params(sampling)
@@ -232,7 +253,19 @@ class Engine:
         items = [texts] if isinstance(texts, str) else list(texts)
         if not items:
             raise InvalidRequestError("nothing to embed")
+        if self._embedder is not None:  # an encoder: its own pooling (mean/cls, normalize)
+            if all(isinstance(t, str) for t in items):
+                return self._embedder.embed(items)
+            return self._embedder.embed_token_ids([list(t) for t in items])
         return self.runner.embed([self._prompt_ids(t) for t in items])
+
+    def infer(self, inputs: Any) -> Any:
+        """MLP / ONNX models: the /infer payload ({"input": x} | {"inputs": [...]} | {"inputs": {name: x}})
+        -> {"output": ...} | {"outputs": ...}; a bare list or array is taken as {"input": inputs}."""
+        if self._inferencer is None:
+            raise UnsupportedError(f"model {self.name} ({self.architecture}) does not take /infer inputs")
+        payload = inputs if isinstance(inputs, Mapping) else {"input": np.asarray(inputs).tolist()}
+        return self._inferencer.infer(dict(payload))
 
     def load_adapter(self, name: str, path_or_tensors: Any, alpha: float = 1.0, *, global_: bool = False) -> None:
         self.runner.load_adapter(name, path_or_tensors, alpha, global_=global_)

@@ -37,7 +37,7 @@ chunk, not by half the matrix (matmul-only TinyLlama Q4_0 decode, 2 threads,
 busy VM: 6.2 / 7.8 tok/s vs 3.4 / 5.7 static). 0 = numba's static split."""
 
 _ONE = np.ones(1, np.float32)
-_HALF = (DataType.F16, DataType.BF16)
+_FLOAT = (DataType.F16, DataType.BF16, DataType.F32)
 
 
 def use_reference() -> bool:
@@ -66,7 +66,7 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         return
     if use_reference():
         ref_linear.matmul(out, x, w)
-    elif w.dtype is DataType.F32 or t >= PREFILL_MIN_T or not (_int_path_ok(w) or w.dtype in _HALF):
+    elif t >= PREFILL_MIN_T or (w.dtype is DataType.F32 and t == 1) or not (_int_path_ok(w) or w.dtype in _FLOAT):
         gemm_blas.blas_matmul(out, x, w)  # also I8/I4 rows that are not whole 32-blocks
     elif CHUNK <= 0:
         _small_t(out, x, w)
@@ -99,7 +99,10 @@ def _chunk_setter():
 
 def _small_t(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     t, c = x.shape
-    if w.dtype in _HALF:
+    if w.dtype is DataType.F32:
+        gemm_float.smatmul(out, x, w.blocks.view(np.float32))
+        return
+    if w.dtype in _FLOAT:
         gemm_float.hmatmul(out, x, w.blocks, w.dtype is DataType.BF16)
         return
     xq = np.empty((t, c), np.int8)  # (T, C)

@@ -89,17 +89,6 @@ def _unpack_32(kind, q, sc, mn, row, base):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _k_scale_min(row, o, j):
-    """Q4_K/Q5_K: the j-th (0..7) 6-bit scale and min from the 12 packed bytes at row[o:]."""
-    if j < 4:
-        return np.int32(row[o + j]) & 63, np.int32(row[o + j + 4]) & 63
-    a = np.int32(row[o + j - 4])
-    m = np.int32(row[o + j])
-    md = np.int32(row[o + j + 4])
-    return (md & 15) | ((a >> 6) << 4), (md >> 4) | ((m >> 6) << 4)
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _unpack_q4_q5_k(kind, q, sc, mn, row, base):
     nb = q.shape[0] // 256
     tsize = 144 if kind == 7 else 176
@@ -108,13 +97,25 @@ def _unpack_q4_q5_k(kind, q, sc, mn, row, base):
         o = base + b * tsize
         d = f16_at(row, o)
         dmin = f16_at(row, o + 2)
-        for c in range(8):
-            v = bits_i8x32(row, o + qs_off + (c // 2) * 32, 4 * (c % 2), 15)
+        for j in range(4):
+            # chunk j takes its 6-bit scale/min from bytes a_j, m_j; chunk j+4 from md_j
+            # plus the top bits of a_j, m_j (ref_linear.k_scale_min); both read the same qs bytes
+            aj = np.int32(row[o + 4 + j])
+            mj = np.int32(row[o + 8 + j])
+            mdj = np.int32(row[o + 12 + j])
+            qo = o + qs_off + (j // 2) * 32
+            sh = 4 * (j % 2)
+            v0 = bits_i8x32(row, qo, sh, 15)
+            v1 = bits_i8x32(row, qo + 64, sh, 15)
             if kind == 8:
-                v = or_i8x32(v, shl_i8x32(bits_i8x32(row, o + 16, c, 1), 4))
-            store_i8x32(q, b * 256 + c * 32, v)
-            ls, lm = _k_scale_min(row, o + 4, c)
-            _fill2(sc, mn, b * 16 + 2 * c, d * np.float32(ls), dmin * np.float32(lm))
+                v0 = or_i8x32(v0, shl_i8x32(bits_i8x32(row, o + 16, j, 1), 4))
+                v1 = or_i8x32(v1, shl_i8x32(bits_i8x32(row, o + 16, j + 4, 1), 4))
+            store_i8x32(q, b * 256 + j * 32, v0)
+            store_i8x32(q, b * 256 + (j + 4) * 32, v1)
+            _fill2(sc, mn, b * 16 + 2 * j, d * np.float32(aj & 63), dmin * np.float32(mj & 63))
+            s1 = np.float32((mdj & 15) | ((aj >> 6) << 4))
+            m1 = np.float32((mdj >> 4) | ((mj >> 6) << 4))
+            _fill2(sc, mn, b * 16 + 2 * (j + 4), d * s1, dmin * m1)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -9,6 +9,9 @@ registers; they never cross a prange boundary or reach Python.
 Lane layout of a 32-element int8 block dot: lane k of the I32x8 result is the
 sum over elements 4k..4k+3, so lanes 0-3 cover elements 0-15 and lanes 4-7
 cover 16-31 (what lets 16-element K-quant sub-blocks keep their own scale).
+
+Over 500 lines on purpose: every intrinsic shares the vector types, the IR
+helpers and the CPU-feature switch, and each is a few lines of IR.
 """
 
 from __future__ import annotations

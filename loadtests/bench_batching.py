@@ -215,12 +215,17 @@ async def _engine_level(engine: Any, levels: tuple[int, ...], prompt_tokens: int
 
 
 def llamacpp_batched(python: str, model: str, levels: tuple[int, ...], prompt_tokens: int, gen_tokens: int,
-                     threads: int) -> dict:  # fmt: skip
+                     threads: int, *, pythonpath: str | None = None, extra_bufts: bool = True) -> dict:  # fmt: skip
     """loadtests/llamacpp_batched.py in the llama-cpp-python venv; its JSON."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llamacpp_batched.py")
     cmd = [python, script, model, "--levels", ",".join(map(str, levels)), "--prompt-tokens", str(prompt_tokens),
            "--gen-tokens", str(gen_tokens), "--threads", str(threads)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if not extra_bufts:
+        cmd.append("--no-extra-bufts")
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"llama.cpp batched decode failed: {proc.stderr[-2000:]}")
     res = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -309,6 +314,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--curve-requests", type=int, default=16)
     ap.add_argument("--kv-cache-tokens", type=int, default=16384)
     ap.add_argument("--llamacpp-python", default=None, help="a python with llama-cpp-python[server] installed")
+    ap.add_argument("--llamacpp-pythonpath", default=None, help="prepended to PYTHONPATH for that python")
+    ap.add_argument("--llamacpp-no-extra-bufts", action="store_true", help="llama.cpp without AMX/repacked weights")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
@@ -336,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
             coro = _engine_level(srv.engine, levels, a.prompt_tokens, a.gen_tokens)
             result["engine_level_modelc"] = srv.run_in_loop(coro).result()
             if a.llamacpp_python:
-                result["engine_level_llamacpp"] = llamacpp_batched(a.llamacpp_python, a.model, levels,
-                                                                   a.prompt_tokens, a.gen_tokens, a.threads)  # fmt: skip
+                result["engine_level_llamacpp"] = llamacpp_batched(
+                    a.llamacpp_python, a.model, levels, a.prompt_tokens, a.gen_tokens, a.threads,
+                    pythonpath=a.llamacpp_pythonpath, extra_bufts=not a.llamacpp_no_extra_bufts)  # fmt: skip
         if "throughput" in what:
             result["throughput_modelc"] = throughput(srv.url, levels, a.gen_tokens, a.timeout)
         if "prefix" in what:

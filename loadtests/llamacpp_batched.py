@@ -31,9 +31,10 @@ def _first(*names: str):
     raise SystemExit(f"llama-cpp-python has none of {names}")
 
 
-def load(path: str, threads: int, n_ctx: int, n_seq: int):
+def load(path: str, threads: int, n_ctx: int, n_seq: int, extra_bufts: bool = True):
     L.llama_backend_init()
     mparams = L.llama_model_default_params()
+    mparams.use_extra_bufts = extra_bufts  # weight repacking / AMX buffers, as llama.cpp's tools default
     model = _first("llama_model_load_from_file", "llama_load_model_from_file")(path.encode(), mparams)
     if not model:
         raise SystemExit(f"llama.cpp could not load {path}")
@@ -113,12 +114,16 @@ def main() -> int:
     ap.add_argument("--prompt-tokens", type=int, default=16)
     ap.add_argument("--gen-tokens", type=int, default=16)
     ap.add_argument("--threads", type=int, default=2)
+    # A ggml built with GGML_NATIVE on an AMX CPU puts Q4_0 weights in AMX buffers; on this VM the
+    # first tile instruction dies with SIGILL (even after arch_prctl grants the tile state), so the
+    # comparison runs with --no-extra-bufts: no AMX and no weight repacking, plain Q4_0 dot products.
+    ap.add_argument("--no-extra-bufts", action="store_true", help="no AMX / repacked weight buffers")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     n_seq = max(levels)
     n_ctx = n_seq * (a.prompt_tokens + a.gen_tokens + 16)
     t0 = time.perf_counter()
-    model, ctx, n_vocab = load(a.model, a.threads, max(n_ctx, 512), n_seq)
+    model, ctx, n_vocab = load(a.model, a.threads, max(n_ctx, 512), n_seq, not a.no_extra_bufts)
     load_s = time.perf_counter() - t0
     batch = L.llama_batch_init(512, 0, n_seq)
     rng = np.random.default_rng(0)
@@ -126,6 +131,7 @@ def main() -> int:
     out = [run_level(ctx, batch, n_vocab, n, a.prompt_tokens, a.gen_tokens, rng) for n in levels]
     L.llama_batch_free(batch)
     print(json.dumps({"llama_cpp_version": getattr(L, "__version__", "?"), "load_s": load_s, "levels": out,
+                      "extra_bufts": not a.no_extra_bufts,
                       "load_avg": list(os.getloadavg())}))  # fmt: skip
     return 0
 

@@ -140,8 +140,16 @@ def mem_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
     return None
 
 
-def num_kv_blocks(cache: CacheConfig, model_config: dict[str, Any], *, available_bytes: int | None = None) -> int:
-    """KV blocks per engine from the budget: tokens, MiB, or min(25% of MemAvailable, 2 GiB)."""
+def num_kv_blocks(
+    cache: CacheConfig,
+    model_config: dict[str, Any],
+    *,
+    available_bytes: int | None = None,
+    max_useful_tokens: int | None = None,
+) -> int:
+    """KV blocks for all engines from the budget: tokens, MiB, or min(25% of MemAvailable, 2 GiB).
+    The automatic budget is also capped at `max_useful_tokens` (max_num_seqs x context length):
+    more KV than every sequence at full length could hold is memory nobody can use."""
     if cache.kv_cache_tokens is not None:
         return max(1, -(-cache.kv_cache_tokens // cache.block_size))
     per_block = kv_bytes_per_block(model_config, cache.block_size, cache.kv_dtype)
@@ -150,4 +158,6 @@ def num_kv_blocks(cache: CacheConfig, model_config: dict[str, Any], *, available
     else:
         avail = available_bytes if available_bytes is not None else mem_available_bytes()
         budget = DEFAULT_KV_CAP_BYTES if avail is None else min(int(avail * DEFAULT_KV_FRACTION), DEFAULT_KV_CAP_BYTES)
+        if max_useful_tokens:
+            budget = min(budget, -(-max_useful_tokens // cache.block_size) * per_block)
     return max(1, budget // per_block)

@@ -262,7 +262,10 @@ def _raise(error: BaseException | None, what: str) -> None:
 def _default_runner_factory(source: Any, config: EngineConfig) -> Callable[[int], RunnerLike]:
     from modelc.engine.runner import Runner
 
-    blocks = max(1, num_kv_blocks(config.cache, getattr(source, "config", {}) or {}) // config.engines)
+    model_config = getattr(source, "config", {}) or {}
+    context = config.scheduler.max_model_len or int(model_config.get("max_position_embeddings") or 0)
+    useful = config.scheduler.max_num_seqs * context if context else None
+    blocks = max(1, num_kv_blocks(config.cache, model_config, max_useful_tokens=useful) // config.engines)
 
     def make(engine_id: int) -> RunnerLike:
         return Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine)

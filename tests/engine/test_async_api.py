@@ -211,6 +211,9 @@ def test_kv_budget_arithmetic() -> None:
     assert num_kv_blocks(CacheConfig(kv_cache_mb=1), model_cfg) == (1 << 20) // per_block
     assert num_kv_blocks(CacheConfig(), model_cfg, available_bytes=8 << 30) == (2 << 30) // per_block
     assert num_kv_blocks(CacheConfig(), model_cfg, available_bytes=1 << 30) == (1 << 28) // per_block
+    # the automatic budget never exceeds what max_num_seqs full-length sequences could use
+    assert num_kv_blocks(CacheConfig(), model_cfg, available_bytes=8 << 30, max_useful_tokens=64 * 1000) == 4000
+    assert num_kv_blocks(CacheConfig(kv_cache_tokens=100), model_cfg, max_useful_tokens=16) == 7  # explicit wins
     with pytest.raises(InvalidRequestError):
         CacheConfig(kv_cache_mb=1, kv_cache_tokens=16)
     with pytest.raises(InvalidRequestError):

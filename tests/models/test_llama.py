@@ -117,7 +117,9 @@ def test_logit_rows_select():
     ids = np.arange(10, dtype=np.int32)
     full = _prefill(model, _kv(model), ids, _tables([10])[0])
     some = _prefill(model, _kv(model), ids, _tables([10])[0], logit_rows=np.array([9, 2]))
-    np.testing.assert_allclose(some, full[[9, 2]], rtol=1e-6)
+    # 2 rows and 10 rows may take different matmul kernels (small-batch vs BLAS): same rows, other
+    # summation order, so equal to fp32 rounding; a wrong row would be off by O(1).
+    np.testing.assert_allclose(some, full[[9, 2]], rtol=1e-5, atol=1e-6)
 
 
 def test_bad_models_raise_clear_errors():

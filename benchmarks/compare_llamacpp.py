@@ -29,6 +29,10 @@ import time
 import numba
 import numpy as np
 
+# The environment as given, before modelc.kernels.linear sets OMP_WAIT_POLICY:
+# llama.cpp runs with its own defaults unless the user set something.
+_ORIG_ENV = dict(os.environ)
+
 _LLAMACPP_SCRIPT = r"""
 import json, sys, time
 from llama_cpp import Llama
@@ -107,11 +111,12 @@ def run_matmul_only(path: str, threads: int, n_prompt: int) -> dict:
     return res
 
 
-def run_llamacpp(python: str, path: str, threads: int, ids: list[int], n_decode: int) -> dict:
+def run_llamacpp(python: str, path: str, threads: int, ids: list[int], n_decode: int, passive: bool = False) -> dict:
     cmd = [python, "-c", _LLAMACPP_SCRIPT, path, str(threads), str(len(ids)), str(n_decode)]
-    p = subprocess.run(cmd, input=json.dumps(ids), capture_output=True, text=True, timeout=1800)
+    env = dict(_ORIG_ENV, OMP_WAIT_POLICY="passive") if passive else _ORIG_ENV
+    p = subprocess.run(cmd, input=json.dumps(ids), capture_output=True, text=True, timeout=1800, env=env)
     if p.returncode != 0:
-        raise RuntimeError(f"llama-cpp-python failed: {p.stderr.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"llama-cpp-python failed (exit {p.returncode}): {p.stderr.strip().splitlines()[-1:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -140,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-tokens", type=int, default=32)
     ap.add_argument("--llamacpp-python", default="/work/refvenv/bin/python")
     ap.add_argument("--skip-llamacpp", action="store_true")
+    ap.add_argument(
+        "--llamacpp-passive",
+        action="store_true",
+        help="also run llama.cpp with OMP_WAIT_POLICY=passive (what modelc sets for its own OpenMP threads)",
+    )
     ap.add_argument("--matmul-only", action="store_true", help="time modelc's matmuls only (upper bound)")
     ap.add_argument("--write", type=pathlib.Path, default=None)
     a = ap.parse_args(argv)
@@ -156,8 +166,12 @@ def main(argv: list[str] | None = None) -> int:
         print(rows[-1], flush=True)
         if not a.skip_llamacpp:
             r = run_llamacpp(a.llamacpp_python, path, a.threads, ids, a.decode_tokens)
-            rows.append({"model": name, "engine": "llama.cpp", **r})
+            rows.append({"model": name, "engine": "llama.cpp (default env)", **r})
             print(rows[-1], flush=True)
+            if a.llamacpp_passive:
+                r = run_llamacpp(a.llamacpp_python, path, a.threads, ids, a.decode_tokens, passive=True)
+                rows.append({"model": name, "engine": "llama.cpp (OMP_WAIT_POLICY=passive)", **r})
+                print(rows[-1], flush=True)
     md = to_markdown(rows, a.threads, a.prompt_tokens, a.decode_tokens)
     print(md)
     if a.write:

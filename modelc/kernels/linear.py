@@ -25,10 +25,28 @@ from modelc.ir import DataType, TensorData
 from modelc.kernels import gemm_blas, gemm_float, gemm_fused, gemm_int, quant, ref_linear
 from modelc.kernels.gemm_weight import Weight, check_matmul_args, check_row_ids, make_weight, rows_cols
 
-__all__ = ["Weight", "prepare_weight", "matmul", "dequantize", "dequantize_rows", "use_reference", "PREFILL_MIN_T"]
+__all__ = [
+    "Weight",
+    "prepare_weight",
+    "matmul",
+    "dequantize",
+    "dequantize_rows",
+    "use_reference",
+    "PREFILL_MIN_T",
+    "PREFILL_MIN_T_FLOAT",
+]
 
-PREFILL_MIN_T = int(os.environ.get("MODELC_PREFILL_T", "32"))
-"""From this many tokens on, matmul dequantizes into scratch and uses BLAS."""
+PREFILL_MIN_T = int(os.environ.get("MODELC_PREFILL_T", "160"))
+"""From this many tokens on, matmul dequantizes into scratch and uses BLAS.
+
+Measured on the dev VM (2 threads, 5632 x 2048 Q4_0): int8 path 17 / 67 / 310 ms
+at T = 32 / 128 / 512, dequantize + OpenBLAS 72 / 72 / 149 ms (dequantizing
+costs ~9 ms, small-M sgemm is slow), so the crossover is near T = 150; a
+128-token TinyLlama prefill ran at 16.5 tok/s on the int8 path vs 10.6 on BLAS."""
+
+PREFILL_MIN_T_FLOAT = int(os.environ.get("MODELC_PREFILL_T_FLOAT", "32"))
+"""The same for F16/BF16/F32 weights: their small-T kernels are FMA-bound (~20-35
+GFLOP/s), below BLAS (~40) already at T = 128 on the dev VM."""
 
 CHUNK = int(os.environ.get("MODELC_PARALLEL_CHUNK", "4"))
 """prange iterations (of 16 output rows each) a thread takes at a time: dynamic
@@ -58,7 +76,8 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     """out (T, N) f32 = x (T, C) f32 C-contiguous @ W.T, W (N, C) as stored in `w`.
 
     Quantized W: x is quantized to int8 blocks (error ~5e-3 relative, as in
-    llama.cpp) below PREFILL_MIN_T tokens; at or above it the result is fp32 BLAS.
+    llama.cpp) below PREFILL_MIN_T tokens; at or above it the result is fp32 BLAS
+    (PREFILL_MIN_T_FLOAT for F16/BF16/F32 weights).
     """
     check_matmul_args(out, x, w)
     t = x.shape[0]
@@ -66,8 +85,8 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         return
     if use_reference():
         ref_linear.matmul(out, x, w)
-    elif t >= PREFILL_MIN_T or (w.dtype is DataType.F32 and t == 1) or not (_int_path_ok(w) or w.dtype in _FLOAT):
-        gemm_blas.blas_matmul(out, x, w)  # also I8/I4 rows that are not whole 32-blocks
+    elif _use_blas(w, t):
+        gemm_blas.blas_matmul(out, x, w)
     elif CHUNK <= 0:
         _small_t(out, x, w)
     else:
@@ -77,6 +96,12 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
             _small_t(out, x, w)
         finally:
             setter(old)
+
+
+def _use_blas(w: Weight, t: int) -> bool:
+    if w.dtype in _FLOAT:
+        return t >= PREFILL_MIN_T_FLOAT or (w.dtype is DataType.F32 and t == 1)  # sgemv is fine
+    return t >= PREFILL_MIN_T or not _int_path_ok(w)  # I8/I4 rows that are not whole 32-blocks
 
 
 _setter = None

@@ -12,8 +12,8 @@ from modelc.kernels.gemm_random import random_scale, random_tensor
 
 QUANT = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "I8", "I4"]
 FLOAT = ["F32", "F16", "BF16"]
-# T=100 >= PREFILL_MIN_T: the dequantize + BLAS path; the others the int8 / half kernels.
-TOKENS = [1, 3, 17, 100]
+# T >= PREFILL_MIN_T: the dequantize + BLAS path; the others the int8 / half kernels.
+TOKENS = [1, 3, 17, 100, linear.PREFILL_MIN_T]
 
 # Tolerances, in one place. Relative to max |ref|.
 EXACT_QACT = 2e-5  # int8-activation kernel vs a reference that quantizes activations the same way
@@ -58,7 +58,7 @@ def test_quantized_matmul(name: str, t: int) -> None:
         assert _relerr(out, fp32) < FLOAT_TOL
 
 
-@pytest.mark.parametrize("t", TOKENS)
+@pytest.mark.parametrize("t", [1, 3, 17, linear.PREFILL_MIN_T_FLOAT])
 @pytest.mark.parametrize("name", FLOAT)
 def test_float_matmul(name: str, t: int) -> None:
     w = _weight(name, 29, 200, seed=t)  # C=200: not a multiple of 16, exercises the tails

@@ -36,13 +36,15 @@ __all__ = [
     "PREFILL_MIN_T_FLOAT",
 ]
 
-PREFILL_MIN_T = int(os.environ.get("MODELC_PREFILL_T", "160"))
+PREFILL_MIN_T = int(os.environ.get("MODELC_PREFILL_T", "32"))
 """From this many tokens on, matmul dequantizes into scratch and uses BLAS.
 
 Measured on the dev VM (2 threads, 5632 x 2048 Q4_0): int8 path 17 / 67 / 310 ms
 at T = 32 / 128 / 512, dequantize + OpenBLAS 72 / 72 / 149 ms (dequantizing
-costs ~9 ms, small-M sgemm is slow), so the crossover is near T = 150; a
-128-token TinyLlama prefill ran at 16.5 tok/s on the int8 path vs 10.6 on BLAS."""
+costs ~9 ms, small-M sgemm is slow), so the crossover is near T = 150 there and
+a 128-token TinyLlama prefill ran at 16.9 tok/s with MODELC_PREFILL_T=160 vs
+10.6 at 32. The default stays 32 (the documented contract: fp32 results from
+32 tokens on, which tests/models/test_mlp.py relies on) until the lead decides."""
 
 PREFILL_MIN_T_FLOAT = int(os.environ.get("MODELC_PREFILL_T_FLOAT", "32"))
 """The same for F16/BF16/F32 weights: their small-T kernels are FMA-bound (~20-35

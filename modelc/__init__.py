@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
+# OpenMP threads (numba's parallel kernels, OpenBLAS) spin while they wait by default; on a busy
+# CPU that starves a descheduled peer thread and made 2-thread decode 10x slower (measured,
+# docs/kernels.md). It must be set before the first parallel kernel runs, so it is set here,
+# when the package is imported. An explicit setting from the user wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "Engine", "AsyncEngine"]

@@ -12,7 +12,9 @@ renamed over the destination; on any failure it is removed and nothing partial r
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as _dt
+import functools
 import hashlib
 import json
 import mmap
@@ -124,14 +126,22 @@ def _write_tensor(f, name: str, t: Any, offset: int, compressor: Any) -> TensorE
             f.write(packed)
             sha = hashlib.sha256(packed).hexdigest()
             return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "zstd", len(packed), sha)
+    # Hash each chunk in a worker thread while this thread writes it: both drop the GIL, so the
+    # sha256 (the format requires it) overlaps the copy instead of adding to it.
     h = hashlib.sha256()
     for i in range(0, t.nbytes, CHUNK_BYTES):
         view = data[i : i + CHUNK_BYTES]
         chunk = memoryview(view)
-        h.update(chunk)
+        hashed = _hasher().submit(h.update, chunk)
         f.write(chunk)
+        hashed.result()
         release_pages(view)
     return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "none", t.nbytes, h.hexdigest())
+
+
+@functools.cache
+def _hasher() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="modelc-sha256")
 
 
 def _placeholder(name: str, t: Any, wide: int) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from modelc.daemon.client import DaemonClient
+from modelc.daemon.launch import pid_alive
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)  # no wrapping in pipes
 lora_app = typer.Typer(help="Load or unload LoRA adapters on a model in the running daemon.", no_args_is_help=True)
@@ -239,31 +240,13 @@ def stop_cmd(
         deadline = time.monotonic() + timeout
 
         def running() -> bool:
-            return _alive(pid) if local and isinstance(pid, int) else c.healthy()
+            return pid_alive(pid) if local and isinstance(pid, int) else c.healthy()
 
         while running():
             if time.monotonic() > deadline:
                 raise ModelcError(f"the daemon at {c.url} is still running after {timeout:.0f}s")
             time.sleep(0.1)
     out.print(f"stopped the daemon at {c.url}")
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie waiting for its parent counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def register(app: typer.Typer) -> None:

@@ -84,7 +84,7 @@ def client_url(host: str, port: int) -> str:
 def live_daemon() -> DaemonInfo | None:
     """The daemon daemon.json names, if its process still runs and it answers /health."""
     info = read_state()
-    if info is None or not _pid_alive(info.pid):
+    if info is None or not pid_alive(info.pid):
         return None
     from modelc.daemon.client import DaemonClient
 
@@ -111,7 +111,8 @@ def forget_daemon() -> None:
     remove_state(os.getpid())
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie waiting for its parent counts as gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"

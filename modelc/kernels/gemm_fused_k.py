@@ -1,0 +1,73 @@
+"""Single-token (T=1) matvec for K-quant weights (Q4_K, Q5_K, Q6_K), a super-block at a time.
+
+gemm_fused.qmatvec's contract for the K-quant kinds, built on qdot_k's whole
+super-block intrinsics: scales and mins are decoded as vectors, each pair of
+32-element chunks is one int8 dot, and two weight rows go through the loop
+together so they share the activation loads. Same numbers as
+ref_linear.matmul_qact up to float summation order (the numpy twin).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.ir import DataType
+from modelc.kernels.qdot_k import hsum_f32x16, q4k_block, q5k_block, q6k_block, zeros_f32x16
+from modelc.kernels.quant import KIND
+
+KINDS = frozenset({KIND[DataType.Q4_K], KIND[DataType.Q5_K], KIND[DataType.Q6_K]})
+"""Kinds qmatvec_k serves (Q4_K = 7, Q5_K = 8, Q6_K = 9)."""
+
+_ROWS_PER_TASK = 16
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rows(kind, out, w, nbytes, xq, xd, xm, xs, nsb, r0, r1):
+    """out[0, r0:r1] for rows r0..r1-1 of the flat weight bytes w, two rows per pass.
+
+    The intrinsics are called right here, not through a helper taking the arrays:
+    numba would incref/decref every array argument of each helper call.
+    """
+    bsize = 144 if kind == 7 else (176 if kind == 8 else 210)
+    for r in range(r0, r1, 2):
+        a0 = zeros_f32x16()
+        a1 = zeros_f32x16()
+        o0 = r * nbytes
+        o1 = o0 + nbytes if r + 1 < r1 else o0  # an odd last row is computed twice, stored once
+        for b in range(nsb):
+            p0 = o0 + b * bsize
+            p1 = o1 + b * bsize
+            if kind == 7:
+                a0 = q4k_block(a0, w, p0, xq, xd, xm, b * 256)
+                a1 = q4k_block(a1, w, p1, xq, xd, xm, b * 256)
+            elif kind == 8:
+                a0 = q5k_block(a0, w, p0, xq, xd, xm, b * 256)
+                a1 = q5k_block(a1, w, p1, xq, xd, xm, b * 256)
+            else:
+                a0 = q6k_block(a0, w, p0, xq, xd, xs, b * 256)
+                a1 = q6k_block(a1, w, p1, xq, xd, xs, b * 256)
+        out[0, r] = hsum_f32x16(a0)
+        if r + 1 < r1:
+            out[0, r + 1] = hsum_f32x16(a1)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def qmatvec_k(out, xq, xd, xs, w, kind):
+    """out (1, N) f32 = one activation row (quant.quantize_act form) @ W.T, W of a KINDS type.
+
+    parallel=True over tasks of 16 output rows; the caller sets the thread count.
+    xq (1, C) int8, xd (1, C/32), xs (1, C/16) f32; w (N, row_bytes) uint8 C-contig; C % 256 == 0.
+    """
+    c = xq.shape[1]
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xqf = xq.reshape(-1)
+    xdf = xd.reshape(-1)
+    xsf = xs.reshape(-1)
+    xm = np.empty(c // 32, np.float32)  # (C/32,) per-32 activation sums, for the mins
+    for k in range(c // 32):
+        xm[k] = xsf[2 * k] + xsf[2 * k + 1]
+    ntask = max(1, min(n, n // _ROWS_PER_TASK))
+    for t in prange(ntask):
+        _rows(kind, out, wf, nbytes, xqf, xdf, xm, xsf, c // 256, t * n // ntask, (t + 1) * n // ntask)

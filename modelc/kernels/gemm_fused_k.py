@@ -3,7 +3,8 @@
 gemm_fused.qmatvec's contract for the K-quant kinds, built on qdot_k's whole
 super-block intrinsics: scales and mins are decoded as vectors, each pair of
 32-element chunks is one int8 dot, and two weight rows go through the loop
-together so they share the activation loads. Same numbers as
+together so they share the activation loads; each row prefetches PREFETCH_BYTES
+ahead (software prefetch beat the hardware prefetcher alone). Same numbers as
 ref_linear.matmul_qact up to float summation order (the numpy twin).
 """
 
@@ -13,13 +14,17 @@ import numpy as np
 from numba import njit, prange
 
 from modelc.ir import DataType
-from modelc.kernels.qdot_k import hsum_f32x16, q4k_block, q5k_block, q6k_block, zeros_f32x16
+from modelc.kernels.qdot_k import hsum_f32x16, prefetch, q4k_block, q5k_block, q6k_block, zeros_f32x16
 from modelc.kernels.quant import KIND
 
 KINDS = frozenset({KIND[DataType.Q4_K], KIND[DataType.Q5_K], KIND[DataType.Q6_K]})
 """Kinds qmatvec_k serves (Q4_K = 7, Q5_K = 8, Q6_K = 9)."""
 
 _ROWS_PER_TASK = 16
+PREFETCH_BYTES = 4096
+"""How far ahead of each row's current super-block the kernel prefetches. The
+hardware prefetcher alone left the streaming matvec ~40% below this (2 threads,
+TinyLlama Q4_K_M matrices, benchmarks/kquant_decode.py); 4-8 KiB measured alike."""
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -38,6 +43,9 @@ def _rows(kind, out, w, nbytes, xq, xd, xm, xs, nsb, r0, r1):
         for b in range(nsb):
             p0 = o0 + b * bsize
             p1 = o1 + b * bsize
+            for k in range(0, 256, 64):  # a super-block spans <= 4 cache lines
+                prefetch(w, p0 + PREFETCH_BYTES + k)
+                prefetch(w, p1 + PREFETCH_BYTES + k)
             if kind == 7:
                 a0 = q4k_block(a0, w, p0, xq, xd, xm, b * 256)
                 a1 = q4k_block(a1, w, p1, xq, xd, xm, b * 256)

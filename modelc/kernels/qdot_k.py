@@ -325,3 +325,18 @@ def hsum_f32x16(typingctx, v):
         return builder.extract_element(x, _i32(0))
 
     return types.float32(v), codegen
+
+
+@intrinsic
+def prefetch(typingctx, ary, idx):
+    """Hint the cache line holding byte ary[idx] into L1 (a uint8 1-D C array; never faults)."""
+    if not (_is_1d(ary, (types.uint8,)) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = _Args(context, builder, sig.args[0], args[0])
+        p = builder.gep(a.data, [args[1]])
+        _call(builder, "llvm.prefetch.p0", ir.VoidType(), [p, _i32(0), _i32(3), _i32(1)])
+        return context.get_dummy_value()
+
+    return types.none(ary, idx), codegen

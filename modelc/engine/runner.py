@@ -6,6 +6,7 @@ token for each chunk with `sample=True`. Synchronous; no awaits, no scheduling d
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -203,24 +204,43 @@ class Runner:
             row += len(t)
         return out
 
-    def warmup(self, num_tokens: int = 64) -> float:
+    def warmup(self) -> float:
         """Compile (or load from numba's cache) every kernel a request can reach, so no request pays for it.
 
-        Runs a num_tokens prefill and a decode step on scratch KV, plus the parallel attention
-        kernel. Returns the seconds it took.
+        Cheap on any model size: full forwards only at T=1 and T=2 (the decode and small-batch
+        matmul kernels, norms, RoPE, KV writes, serial attention); the prefill paths (BLAS matmul
+        from linear.PREFILL_MIN_T tokens, sgemm attention, parallel attention) are reached on
+        64-row slices of one weight of each stored type and on one scratch KV page. A 64-token
+        prefill of a 1.1B model took ~1.5 s here; this takes a few decode steps. Returns seconds.
         """
-        from modelc.kernels import attention
-
         t0 = time.perf_counter()
-        ids = np.arange(num_tokens, dtype=np.int32) % self.vocab_size
-        self._scratch_forward([ids, ids[:1]], "logits")
-        L, K, D = self.model.kv_shape()
+        ids = np.arange(2, dtype=np.int32) % self.vocab_size
+        self._scratch_forward([ids[:1]], "logits")
+        self._scratch_forward([ids[:1], ids[1:]], "logits")
         if self.model.kernels.name == "numba":
-            kp, vp = KVPages(1, 1, K, D, self.kv.kv_dtype).layer(0)
-            q = np.zeros((2, self.model.args.num_heads, D), np.float32)  # (T, H, D)
-            attention.paged_attention_parallel(np.empty_like(q), q, kp, vp, np.zeros((1, 1), np.int32),
-                                               np.array([0, 2], np.int32), np.zeros(1, np.int32), 1.0, 0)  # fmt: skip
+            self._warm_prefill_kernels()
         return time.perf_counter() - t0
+
+    def _warm_prefill_kernels(self) -> None:
+        from modelc.kernels import attention, linear
+        from modelc.kernels.attention_blas import attention_one_seq_blas
+
+        t = max(linear.PREFILL_MIN_T, linear.PREFILL_MIN_T_FLOAT)
+        for w in _one_weight_per_type(self.model):
+            r = min(w.rows, 64)  # 64+ rows: the panel dequantizer's threaded variant
+            part = dataclasses.replace(w, rows=r, blocks=w.blocks[:r], scale=None if w.scale is None else w.scale[:r])
+            x = np.zeros((t, part.cols), np.float32)  # (T, C)
+            self.model.kernels.matmul(np.empty((t, part.rows), np.float32), x, part)
+        L, K, D = self.model.kv_shape()
+        H = int(getattr(getattr(self.model, "args", None), "num_heads", K))
+        n = attention.BLAS_MIN_ROWS
+        kp, vp = KVPages(1, (n + BLOCK_SIZE - 1) // BLOCK_SIZE, K, D, self.kv.kv_dtype).layer(0)
+        table = np.arange(kp.shape[0], dtype=np.int32)
+        q = np.zeros((n, H, D), np.float32)  # (T, H, D)
+        attention_one_seq_blas(np.empty_like(q), q, kp, vp, table, 0, 1.0, 0)
+        q2 = q[:2]
+        attention.paged_attention_parallel(np.empty_like(q2), q2, kp, vp, table[None, :1], np.array([0, 2], np.int32),
+                                           np.zeros(1, np.int32), 1.0, 0)  # fmt: skip
 
     # -- adapters ------------------------------------------------------------------------------------
 
@@ -242,3 +262,24 @@ class Runner:
         if name is not None and name not in self.adapters:
             raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
         self.global_adapter = name
+
+
+def _one_weight_per_type(model: Any) -> list[Any]:
+    """One matmul Weight of each (dtype, scaled or not) found in the model's attributes and layers."""
+    from modelc.kernels.gemm_weight import Weight
+
+    found: dict[tuple[Any, bool], Any] = {}
+
+    def visit(obj: Any, depth: int) -> None:
+        if isinstance(obj, Weight):
+            found.setdefault((obj.dtype, obj.scale is None), obj)
+        elif depth < 3 and isinstance(obj, (list, tuple)):
+            for o in obj:
+                visit(o, depth + 1)
+        elif depth < 3 and (hasattr(obj, "__dict__") or hasattr(obj, "__slots__")) and not isinstance(obj, np.ndarray):
+            names = list(getattr(obj, "__dict__", {})) + [n for n in getattr(type(obj), "__slots__", ())]
+            for name in names:
+                visit(getattr(obj, name, None), depth + 1)
+
+    visit(model, 0)
+    return list(found.values())

@@ -161,3 +161,49 @@ def test_warmup_leaves_the_cache_and_states_alone(make, kv_dtype):
     runner = Runner(make(0), num_kv_blocks=4, kv_dtype=kv_dtype)
     assert runner.warmup() > 0
     assert not runner.kv.k.any() and not runner.states
+
+
+_WARMUP_PROBE = """
+import sys
+import numpy as np
+from numba.core.registry import CPUDispatcher
+from modelc.engine.runner import Runner
+from modelc.models.tiny import make_tiny_llama
+from modelc.scheduler.batch import BatchPlan
+sys.path.insert(0, sys.argv[2])
+from test_runner import _chunk, _generate
+
+def signatures():
+    return {f"{n}.{a}": len(o.signatures) for n, m in list(sys.modules.items()) if n.startswith("modelc.kernels.")
+            and m is not None for a, o in vars(m).items() if isinstance(o, CPUDispatcher)}
+
+src = make_tiny_llama(3)
+if sys.argv[1] != "none":
+    from modelc.artifact.transforms import plan
+    src.tensors, _ = plan(src.tensors, prune=None, quantize=sys.argv[1], quantize_embeddings=True, quantize_output=True)
+runner = Runner(src, num_kv_blocks=16)
+runner.warmup()
+before = signatures()
+_generate(runner, 1, list(range(1, 71)), 3, list(range(6)))  # a 70-token prefill: BLAS matmuls, sgemm attention
+_generate(runner, 2, [4, 5], 2, [7])
+res = runner.execute(BatchPlan(99, (_chunk(1, [3], 72, list(range(6)), prompt_len=70, num_out=3),
+                                    _chunk(2, [6], 3, [7], prompt_len=2, num_out=2))))
+assert res.error is None, res.error
+grew = {k: (before.get(k, 0), v) for k, v in signatures().items() if v > before.get(k, 0)}
+print("GREW", grew)
+"""
+
+
+@pytest.mark.parametrize("quantize", ["none", "q4_0"])
+def test_warmup_reaches_every_kernel_a_request_uses(quantize):
+    """After warmup, a long prefill, a 2-sequence decode batch and single decodes compile or load no further
+    kernel signature (in a fresh process: in this one, earlier tests have loaded kernels already)."""
+    import pathlib
+    import subprocess
+    import sys
+
+    here = str(pathlib.Path(__file__).parent)
+    out = subprocess.run([sys.executable, "-c", _WARMUP_PROBE, quantize, here], capture_output=True, text=True,
+                         timeout=240)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "GREW {}" in out.stdout, out.stdout

@@ -604,3 +604,248 @@ def quantize32(typingctx, x, xo, q, qo, inv):
         return context.make_tuple(builder, ret, [s0, s1])
 
     return ret(x, xo, q, qo, inv), codegen
+
+
+# ---- 512-bit pieces (AVX-512 VNNI/VBMI on x86; generic LLVM vector IR elsewhere) -------------
+
+
+def _host_has_avx512() -> bool:
+    if not HAS_VNNI or os.environ.get("MODELC_NO_AVX512"):
+        return False
+    feats = llb.get_host_cpu_features()
+    need = ("avx512f", "avx512bw", "avx512vl", "avx512vbmi", "avx512vnni")
+    return all(bool(feats.get(k)) for k in need)
+
+
+HAS_AVX512 = _host_has_avx512()
+"""True when the 16-lane intrinsics below compile to zmm vpdpbusd / vpermt2b / vcvtph2ps
+(AVX-512 F+BW+VL+VBMI+VNNI; `MODELC_NO_AVX512=1` turns it off). The kernels choose their
+16-lane or 8-lane form from this flag; the 16-lane intrinsics themselves are correct anywhere."""
+
+F32x16 = VecType(types.float32, 16)
+
+_v64i8, _v32i16, _v16i32, _v16f32 = (
+    ir.VectorType(_i8, 64),
+    ir.VectorType(_i16, 32),
+    ir.VectorType(_i32, 16),
+    ir.VectorType(_f32, 16),
+)
+
+
+def _load(context, builder, aryty, ary, idx, llty, off=0):
+    i = builder.add(idx, ir.Constant(idx.type, off)) if off else idx
+    return builder.load(_ptr_at(context, builder, aryty, ary, i, llty), align=1)
+
+
+def _dpbusd16(builder, acc, u, a):
+    """acc (16 x i32) + per-lane sums of 4 products u (unsigned bytes) x a (signed bytes)."""
+    if HAS_AVX512:
+        args = [acc, builder.bitcast(u, _v16i32), builder.bitcast(a, _v16i32)]
+        return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _v16i32, args)
+    v64i32 = ir.VectorType(_i32, 64)
+    p = builder.mul(builder.zext(u, v64i32), builder.sext(a, v64i32))
+    v32i32 = ir.VectorType(_i32, 32)
+    s = builder.add(
+        builder.shuffle_vector(p, p, ir.Constant(v32i32, list(range(0, 64, 2)))),
+        builder.shuffle_vector(p, p, ir.Constant(v32i32, list(range(1, 64, 2)))),
+    )
+    s = builder.add(
+        builder.shuffle_vector(s, s, ir.Constant(_v16i32, list(range(0, 32, 2)))),
+        builder.shuffle_vector(s, s, ir.Constant(_v16i32, list(range(1, 32, 2)))),
+    )
+    return builder.add(acc, s)
+
+
+def _half_lanes(builder, words, picks):
+    """float32 x16 from fp16 words: lane l = words[picks[l]] (words a <32 x i16> or wider)."""
+    h = builder.shuffle_vector(words, words, ir.Constant(_v16i32, picks))
+    return builder.fpext(builder.bitcast(h, ir.VectorType(_half, 16)), _v16f32)
+
+
+@intrinsic
+def zeros_f32x16(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_v16f32, [0.0] * 16)
+
+    return F32x16(), codegen
+
+
+@intrinsic
+def hsum_f32x16(typingctx, v):
+    """Sum of the 16 lanes as float32 (pairwise halving)."""
+    if v != F32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        n = 16
+        while n > 1:
+            n //= 2
+            vt = ir.VectorType(_i32, n)
+            lo = builder.shuffle_vector(x, x, ir.Constant(vt, list(range(n))))
+            hi = builder.shuffle_vector(x, x, ir.Constant(vt, list(range(n, 2 * n))))
+            x = builder.fadd(lo, hi)
+        return builder.extract_element(x, ir.Constant(_i32, 0))
+
+    return types.float32(v), codegen
+
+
+@intrinsic
+def add_f32x16(typingctx, a, b):
+    if not (a == F32x16 and b == F32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], args[1])
+
+    return F32x16(a, b), codegen
+
+
+@intrinsic
+def fma_f32x16(typingctx, acc, a, b):
+    """acc + a * b on F32x16."""
+    if not (acc == F32x16 and a == F32x16 and b == F32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.fma.v16f32", _v16f32, [args[1], args[2], args[0]])
+
+    return F32x16(acc, a, b), codegen
+
+
+@intrinsic
+def load_f32x16(typingctx, ary, idx):
+    """16 float32 starting at element idx of a 1-D C float32 array."""
+    if not (_check_1d(ary) and ary.dtype == types.float32 and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _v16f32)
+        return builder.load(p, align=4)
+
+    return F32x16(ary, idx), codegen
+
+
+@intrinsic
+def load_f16x16(typingctx, ary, idx):
+    """16 fp16 -> float32 at ary[idx] (1-D C array; idx in its element units, bytes for uint8)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_half, 16))
+        return builder.fpext(builder.load(p, align=1), _v16f32)
+
+    return F32x16(ary, idx), codegen
+
+
+@intrinsic
+def load_bf16x16(typingctx, ary, idx):
+    """16 bf16 -> float32 at ary[idx] (1-D C array; idx in its element units, bytes for uint8)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_i16, 16))
+        w = builder.shl(builder.zext(builder.load(p, align=1), _v16i32), ir.Constant(_v16i32, [16] * 16))
+        return builder.bitcast(w, _v16f32)
+
+    return F32x16(ary, idx), codegen
+
+
+Q4_0X4_ACT_BYTES = 256
+"""Bytes of prepared activation per group of 4 Q4_0 blocks (q4_0x4_fma's `xa` layout)."""
+
+Q8_0X2_ACT_BYTES = 192
+"""Bytes of prepared activation per group of 2 Q8_0 blocks (q8_0x2_fma's `xa` layout)."""
+
+
+@intrinsic
+def q4_0x4_fma(typingctx, acc, w, o, xa, ao):
+    """acc + the 4 Q4_0 blocks at bytes w[o:o+72] dotted with a prepared activation group, as F32x16.
+
+    xa[ao:ao+256] (uint8 1-D) holds, for blocks j = 0..3 of the group: [0:64] the int8 codes
+    of elements 0..15 of block j at 16j, [64:128] those of elements 16..31, [128:192] 16 int32
+    corrections (lane 4j+k: -8 x the codes of elements 4k..4k+3 and 16+4k..16+4k+3 of block
+    j: the nibble offset, exact), [192:256] 16 float32 activation scales (lane 4j+k: block j's).
+    Lane 4j+k of the result adds d_j * xd_j * (sum over those 8 elements of (nibble - 8) * code).
+    Reads exactly the 72 weight bytes (two overlapping 64-byte loads; vpermt2b gathers the nibbles).
+    """
+    ok = _check_1d(w) and _check_1d(xa) and isinstance(o, types.Integer) and isinstance(ao, types.Integer)
+    if not (ok and acc == F32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        acc_, w_, o_, xa_, ao_ = args
+        wt, xt = sig.args[1], sig.args[3]
+        a = _load(context, builder, wt, w_, o_, _v64i8)
+        b = _load(context, builder, wt, w_, o_, _v64i8, 8)  # bytes 8..71: block 3's tail
+        pick = [18 * j + 2 + i if j < 3 else 64 + 18 * j + 2 + i - 8 for j in range(4) for i in range(16)]
+        qs = builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_i32, 64), pick))
+        m15 = ir.Constant(_v64i8, [15] * 64)
+        lo = builder.and_(qs, m15)
+        hi = builder.and_(builder.lshr(qs, ir.Constant(_v64i8, [4] * 64)), m15)
+        xl = _load(context, builder, xt, xa_, ao_, _v64i8)
+        xh = _load(context, builder, xt, xa_, ao_, _v64i8, 64)
+        corr = _load(context, builder, xt, xa_, ao_, _v16i32, 128)
+        xd = _load(context, builder, xt, xa_, ao_, _v16f32, 192)
+        p = _dpbusd16(builder, _dpbusd16(builder, corr, lo, xl), hi, xh)
+        d = _half_lanes(builder, builder.bitcast(a, _v32i16), [9 * j for j in range(4) for _ in range(4)])
+        s = builder.fmul(d, xd)
+        return _call(builder, "llvm.fma.v16f32", _v16f32, [builder.sitofp(p, _v16f32), s, acc_])
+
+    return F32x16(acc, w, o, xa, ao), codegen
+
+
+@intrinsic
+def q8_0x2_fma(typingctx, acc, w, o, xa, ao):
+    """acc + the 2 Q8_0 blocks at bytes w[o:o+68] dotted with a prepared activation group, as F32x16.
+
+    xa[ao:ao+192] (uint8 1-D): [0:64] the int8 codes of the 2 blocks in order, [64:128] 16
+    int32 corrections (lane l: -128 x the codes of elements 4l..4l+3: vpdpbusd multiplies
+    unsigned bytes, so the signed weights go in as w + 128 = w ^ 0x80, exact), [128:192] 16
+    float32 activation scales (lanes 0-7 block 0's, 8-15 block 1's).
+    """
+    ok = _check_1d(w) and _check_1d(xa) and isinstance(o, types.Integer) and isinstance(ao, types.Integer)
+    if not (ok and acc == F32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        acc_, w_, o_, xa_, ao_ = args
+        wt, xt = sig.args[1], sig.args[3]
+        q0 = _load(context, builder, wt, w_, o_, _v32i8, 2)
+        q1 = _load(context, builder, wt, w_, o_, _v32i8, 36)
+        qs = builder.shuffle_vector(q0, q1, ir.Constant(ir.VectorType(_i32, 64), list(range(64))))
+        u = builder.xor(qs, ir.Constant(_v64i8, [-128] * 64))
+        x = _load(context, builder, xt, xa_, ao_, _v64i8)
+        corr = _load(context, builder, xt, xa_, ao_, _v16i32, 64)
+        xd = _load(context, builder, xt, xa_, ao_, _v16f32, 128)
+        p = _dpbusd16(builder, corr, u, x)
+        h0 = _load(context, builder, wt, w_, o_, _i16)
+        h1 = _load(context, builder, wt, w_, o_, _i16, 34)
+        hv = builder.insert_element(ir.Constant(ir.VectorType(_i16, 2), ir.Undefined), h0, ir.Constant(_i32, 0))
+        hv = builder.insert_element(hv, h1, ir.Constant(_i32, 1))
+        d = _half_lanes(builder, hv, [0] * 8 + [1] * 8)
+        s = builder.fmul(d, xd)
+        return _call(builder, "llvm.fma.v16f32", _v16f32, [builder.sitofp(p, _v16f32), s, acc_])
+
+    return F32x16(acc, w, o, xa, ao), codegen
+
+
+@intrinsic
+def prefetch(typingctx, ary, idx):
+    """Software prefetch of the cache line holding ary[idx] into all cache levels (a hint:
+    never faults, so idx may run past the end of the array)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _i8)
+        i32 = ir.IntType(32)
+        ptrty = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [ptrty, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        builder.call(fn, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(ary, idx), codegen

@@ -8,9 +8,10 @@ keep_alive is 0 (done_reason "unload"), as Ollama does. Generation reuses the se
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,13 +21,12 @@ from modelc.daemon import ollama_shapes as shapes
 from modelc.daemon.models import parse_keep_alive
 from modelc.daemon.ollama_routes import NDJSON, model_for, model_name, ndjson
 from modelc.engine.params import SamplingParams
-from modelc.errors import InvalidRequestError, ModelcError
+from modelc.errors import InvalidRequestError
 from modelc.server.embedding import embed_inputs, encode_vector, truncate
 from modelc.server.generation import ChoiceResult, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
     account,
     deadline,
-    finish_record,
     get_state,
     precompile,
     read_json,
@@ -36,7 +36,7 @@ from modelc.server.handling import (
 from modelc.server.prompt import encode_chat, encode_prompt, fim_prompt_ids, parse_tool_calls, render_chat
 from modelc.server.schema import parse_messages, parse_tools, with_constraint
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, finish_streams, open_streams
+from modelc.server.streaming import events_from, guarded, open_streams
 
 bp = Blueprint("ollama_chat", __name__)
 
@@ -235,10 +235,10 @@ def _final(plan: OllamaPlan, r: ChoiceResult, timings: Timings, request_start: f
 async def _stream(
     state: ServerState, plan: OllamaPlan, rec: Any, streams: Any, first: tuple[int, Any], gen_start: float
 ) -> AsyncIterator[bytes]:
-    status = 200
     timings = Timings(start=gen_start)
     result = ChoiceResult(index=0, prompt_tokens=len(plan.prompt_token_ids))
-    try:
+
+    async def frames() -> AsyncGenerator[bytes, None]:
         async for _, ev in events_from(first, streams):
             if is_finished(ev):
                 apply_finish(result, ev)
@@ -249,15 +249,10 @@ async def _stream(
                 yield ndjson(_piece(plan, _message(plan, ev.text)))
         account(state, rec, [result], [len(plan.prompt_token_ids)], timings)
         yield ndjson({**_piece(plan, _message(plan, "")), **_final(plan, result, timings, rec.start)})
-    except ModelcError as e:
-        status, rec.error = e.http_status, e.message
-        yield ndjson({"error": e.message})
-    except BaseException:
-        rec.error = "stream closed before the end"
-        raise
-    finally:
-        await finish_streams(state, streams)
-        finish_record(state, rec, status)
+
+    on_abort = functools.partial(account, state, rec, [result], [len(plan.prompt_token_ids)], timings)
+    async for frame in guarded(state, rec, streams, frames(), lambda e: (ndjson({"error": e.message}),), on_abort):
+        yield frame
 
 
 @bp.post("/api/embed")

@@ -36,6 +36,7 @@ class RequestRecord:
     cached_tokens: int = 0
     ttft_s: float | None = None
     error: str | None = None
+    accounted: bool = False  # account() ran: token metrics are counted once, even if the stream then breaks
 
 
 def get_state() -> ServerState:
@@ -126,7 +127,11 @@ def deadline(state: ServerState) -> float | None:
 def account(
     state: ServerState, rec: RequestRecord, results: list[ChoiceResult], prompt_lens: list[int], timings: Timings
 ) -> None:
-    """Fill the record and the token/latency metrics from finished choices."""
+    """Fill the record and the token/latency metrics from the choices (finished, or cut short by a
+    disconnect: the tokens generated so far count). Runs once per record."""
+    if rec.accounted:
+        return
+    rec.accounted = True
     m = state.metrics
     rec.prompt_tokens = sum(prompt_lens)
     rec.completion_tokens = sum(len(r.token_ids) for r in results)

@@ -7,26 +7,26 @@ with the seed defaults (temperature 0 = greedy, top_p/min_p 0 = off).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import platform
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import anyio
 from quart import Blueprint, Response
 
 from modelc import __version__
-from modelc.errors import InvalidRequestError, ModelcError
+from modelc.errors import InvalidRequestError
 from modelc.server.embedding import embed_inputs, encode_vector
 from modelc.server.errors import error_body
-from modelc.server.generation import ChoiceStreams, Job, Timings, collect, is_finished
+from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
     account,
     current_engine,
     deadline,
-    finish_record,
     get_state,
     precompile,
     read_json,
@@ -46,7 +46,7 @@ from modelc.server.schema import (
 )
 from modelc.server.sse import sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, finish_streams, open_streams, sse_response
+from modelc.server.streaming import events_from, guarded, open_streams, sse_response
 
 bp = Blueprint("native", __name__)
 
@@ -233,33 +233,25 @@ async def chat_stream() -> Any:
 async def native_sse(
     state: ServerState, rec: Any, streams: ChoiceStreams, first: tuple[int, Any], num_prompt: int
 ) -> AsyncIterator[bytes]:
-    status = 200
     timings = Timings(start=rec.start)
-    try:
+    result = ChoiceResult(index=0, prompt_tokens=num_prompt)
+
+    async def frames() -> AsyncGenerator[bytes, None]:
         async for _, ev in events_from(first, streams):
             if is_finished(ev):
-                rec.completion_tokens = int(getattr(ev, "completion_tokens", 0) or 0)
+                apply_finish(result, ev)
+                account(state, rec, [result], [num_prompt], timings)
                 yield sse_event({"delta": "", "done": True, "finish_reason": ev.finish_reason})
                 continue
             timings.on_token()
-            rec.completion_tokens += 1
+            result.add_token(ev)
             if ev.text:
                 yield sse_event({"delta": ev.text, "done": False})
-        rec.prompt_tokens = num_prompt
-        state.metrics.tokens.inc(rec.completion_tokens)
-        state.metrics.prompt_tokens.inc(num_prompt)
-        if timings.first_token is not None:
-            rec.ttft_s = timings.first_token - timings.start
-            state.metrics.ttft.observe(rec.ttft_s)
-    except ModelcError as e:
-        status, rec.error = e.http_status, e.message
-        yield sse_event({**error_body(e), "done": True})
-    except BaseException:
-        rec.error = "stream closed before the end"
-        raise
-    finally:
-        await finish_streams(state, streams)
-        finish_record(state, rec, status)
+
+    on_abort = functools.partial(account, state, rec, [result], [num_prompt], timings)
+    error = lambda e: (sse_event({**error_body(e), "done": True}),)  # noqa: E731
+    async for frame in guarded(state, rec, streams, frames(), error, on_abort):
+        yield frame
 
 
 @bp.post("/complete")

@@ -6,15 +6,16 @@ With tools offered (tool_choice != none) the text is buffered and parsed for too
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 from quart import Blueprint, Response
 
 from modelc.engine.params import SamplingParams
-from modelc.errors import InvalidRequestError, ModelcError
+from modelc.errors import InvalidRequestError
 from modelc.server import openai_format as fmt
 from modelc.server.errors import error_body
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
@@ -22,7 +23,6 @@ from modelc.server.handling import (
     account,
     check_model,
     deadline,
-    finish_record,
     get_state,
     precompile,
     read_json,
@@ -42,7 +42,7 @@ from modelc.server.schema import (
 )
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, finish_streams, open_streams, sse_response
+from modelc.server.streaming import events_from, guarded, open_streams, sse_response
 
 bp = Blueprint("openai_chat", __name__)
 
@@ -174,7 +174,6 @@ async def chat_sse(
     created = int(time.time())
     timings = Timings(start=rec.start)
     results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(plan.jobs)]
-    status = 200
 
     def chunk(i: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
         return sse_event(
@@ -183,7 +182,7 @@ async def chat_sse(
             )
         )
 
-    try:
+    async def frames() -> AsyncGenerator[bytes, None]:
         for i in range(len(results)):
             yield chunk(i, {"role": "assistant", "content": ""})
         async for i, ev in events_from(first, streams):
@@ -201,27 +200,13 @@ async def chat_sse(
                 yield chunk(i, {"content": ev.text or ""}, None, lp)
         account(state, rec, results, [len(plan.prompt_token_ids)], timings)
         if plan.include_usage:
-            yield sse_event(
-                fmt.chat_chunk(
-                    rec.request_id,
-                    created,
-                    plan.model,
-                    [],
-                    True,
-                    fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
-                )
-            )
+            usage = fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens)
+            yield sse_event(fmt.chat_chunk(rec.request_id, created, plan.model, [], True, usage))
         yield DONE
-    except ModelcError as e:
-        status, rec.error = e.http_status, e.message
-        yield sse_event(error_body(e))
-        yield DONE
-    except BaseException:  # client disconnect (CancelledError) or the server closing the stream
-        rec.error = "stream closed before the end"
-        raise
-    finally:
-        await finish_streams(state, streams)
-        finish_record(state, rec, status)
+
+    on_abort = functools.partial(account, state, rec, results, [len(plan.prompt_token_ids)], timings)
+    async for frame in guarded(state, rec, streams, frames(), lambda e: (sse_event(error_body(e)), DONE), on_abort):
+        yield frame
 
 
 def final_chunks(tok: Any, plan: ChatPlan, r: ChoiceResult, chunk: Any) -> list[bytes]:

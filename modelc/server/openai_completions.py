@@ -6,14 +6,15 @@ legacy logprobs {tokens, token_logprobs, top_logprobs, text_offset}.
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 from quart import Blueprint
 
-from modelc.errors import InvalidRequestError, ModelcError
+from modelc.errors import InvalidRequestError
 from modelc.server import openai_format as fmt
 from modelc.server.errors import error_body
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
@@ -21,7 +22,6 @@ from modelc.server.handling import (
     account,
     check_model,
     deadline,
-    finish_record,
     get_state,
     precompile,
     read_json,
@@ -42,7 +42,7 @@ from modelc.server.schema import (
 )
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, finish_streams, open_streams, sse_response
+from modelc.server.streaming import events_from, guarded, open_streams, sse_response
 
 bp = Blueprint("openai_completions", __name__)
 
@@ -158,13 +158,12 @@ async def completion_sse(
     created = int(time.time())
     timings = Timings(start=rec.start)
     results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(plan.jobs)]
-    status = 200
 
     def chunk(i: int, text: str, finish: str | None = None, logprobs: Any = None) -> bytes:
         choice = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}
         return sse_event(fmt.text_completion(rec.request_id, created, plan.model, [choice], None, plan.include_usage))
 
-    try:
+    async def frames() -> AsyncGenerator[bytes, None]:
         if plan.echo:
             for i in range(len(results)):
                 yield chunk(i, plan.prompt_texts[i // plan.n])
@@ -180,25 +179,13 @@ async def completion_sse(
                 k = len(r.token_ids) - 1
                 lp = fmt.completion_logprobs(tok, r, k, k + 1, plan.num_top) if plan.logprobs else None
                 yield chunk(i, ev.text or "", None, lp)
-        account(state, rec, results, [len(p) for p in plan.prompt_ids], timings)
+        account(state, rec, results, prompt_lens, timings)
         if plan.include_usage:
-            yield sse_event(
-                fmt.text_completion(
-                    rec.request_id,
-                    created,
-                    plan.model,
-                    [],
-                    fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
-                )
-            )
+            usage = fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens)
+            yield sse_event(fmt.text_completion(rec.request_id, created, plan.model, [], usage))
         yield DONE
-    except ModelcError as e:
-        status, rec.error = e.http_status, e.message
-        yield sse_event(error_body(e))
-        yield DONE
-    except BaseException:
-        rec.error = "stream closed before the end"
-        raise
-    finally:
-        await finish_streams(state, streams)
-        finish_record(state, rec, status)
+
+    prompt_lens = [len(p) for p in plan.prompt_ids]
+    on_abort = functools.partial(account, state, rec, results, prompt_lens, timings)
+    async for frame in guarded(state, rec, streams, frames(), lambda e: (sse_event(error_body(e)), DONE), on_abort):
+        yield frame

@@ -6,11 +6,12 @@ rather than errors inside a 200 stream.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from quart import Response
 
+from modelc.errors import ModelcError
 from modelc.server.generation import ChoiceStreams, Job
 from modelc.server.handling import RequestRecord, deadline, finish_record
 from modelc.server.sse import SSE_HEADERS
@@ -46,6 +47,38 @@ async def events_from(first: tuple[int, Any], streams: ChoiceStreams) -> AsyncIt
     async for item in streams:
         await asyncio.sleep(0)
         yield item
+
+
+async def guarded(
+    state: ServerState,
+    rec: RequestRecord,
+    streams: ChoiceStreams,
+    body: AsyncGenerator[bytes, None],
+    error_frames: Callable[[ModelcError], Sequence[bytes]],
+    on_abort: Callable[[], None],
+) -> AsyncIterator[bytes]:
+    """The frames of `body`, then the common end of every streamed route: a ModelcError ends the stream
+    with error_frames(e) (the status is logged as the error's); any other end (the client went away, the
+    server is closing) runs on_abort (count what was generated) and propagates; in every case the
+    engine streams and the concurrency slot are released and the request's log line is written."""
+    status = 200
+    try:
+        async for frame in body:
+            yield frame
+    except ModelcError as e:
+        status, rec.error = e.http_status, e.message
+        for frame in error_frames(e):
+            yield frame
+    except BaseException:
+        rec.error = "stream closed before the end"
+        on_abort()
+        raise
+    finally:
+        try:
+            await body.aclose()
+        finally:
+            await finish_streams(state, streams)
+            finish_record(state, rec, status)
 
 
 _abandoned: set[asyncio.Task[None]] = set()  # cleanup tasks of bodies dropped unsent (kept alive here)

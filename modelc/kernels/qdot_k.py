@@ -135,21 +135,17 @@ def _pair_fma(builder, acc, u0, u1, xq, xo, fac):
 
 def _scales_mins_q45k(builder, w, o):
     """The 8 scales and 8 mins (6-bit, as float32 <8 x float>) of the super-block at byte o."""
-    a, m, md = (w.load(_off(builder, o, k), _i32) for k in (4, 8, 12))
-
-    def k32(v):
-        return ir.Constant(_i32, v)
-
-    sc_lo = builder.and_(a, k32(0x3F3F3F3F))
-    sc_hi = builder.or_(builder.and_(md, k32(0x0F0F0F0F)), builder.and_(builder.lshr(a, k32(2)), k32(0x30303030)))
-    mn_lo = builder.and_(m, k32(0x3F3F3F3F))
-    mn_hi = builder.or_(
-        builder.and_(builder.lshr(md, k32(4)), k32(0x0F0F0F0F)), builder.and_(builder.lshr(m, k32(2)), k32(0x30303030))
-    )
-    v = ir.Constant(_vec(_i32, 4), ir.Undefined)
-    for i, part in enumerate((sc_lo, sc_hi, mn_lo, mn_hi)):
-        v = builder.insert_element(v, part, k32(i))
-    f = builder.uitofp(builder.bitcast(v, _vec(_i8, 16)), _vec(_f32, 16))
+    # the 12 bytes as u32 words a (bytes 0-3), m (4-7), md (8-11); per byte j < 4:
+    #   scale j = a & 63, scale j+4 = (md & 15) | (a >> 6) << 4,
+    #   min j   = m & 63, min j+4   = (md >> 4) | (m >> 6) << 4;
+    # all four words at once: [a, md, m, md] >> [0, 0, 0, 4] & [63, 15, 63, 15] | ([a, a, m, m] >> 2) & [0, 48, 0, 48]
+    v4 = _vec(_i32, 4)
+    v = w.load(_off(builder, o, 4), v4)  # the 4th word is the block's next field, unused
+    amm = _shuffle(builder, v, v, [0, 2, 1, 2])
+    aamm = _shuffle(builder, v, v, [0, 0, 1, 1])
+    lo = builder.and_(builder.lshr(amm, ir.Constant(v4, [0, 0, 0, 4])), ir.Constant(v4, [0x3F3F3F3F, 0x0F0F0F0F] * 2))
+    hi = builder.and_(builder.lshr(aamm, ir.Constant(v4, [2] * 4)), ir.Constant(v4, [0, 0x30303030] * 2))
+    f = builder.uitofp(builder.bitcast(builder.or_(lo, hi), _vec(_i8, 16)), _vec(_f32, 16))
     return _shuffle(builder, f, f, range(8)), _shuffle(builder, f, f, range(8, 16))
 
 

@@ -5,15 +5,14 @@ The transforms themselves live in quantize.py and prune.py; this module only ord
 
 from __future__ import annotations
 
-import hashlib
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from modelc.artifact.format import MAGIC
+from modelc.artifact.hash_pool import HashJob, hash_pool
 from modelc.artifact.writer import write_artifact
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import Model
@@ -70,6 +69,29 @@ def pack_model(
 ) -> PackResult:
     """pack(), returning a PackResult (the CLI prints the prune count from it)."""
     src = Path(source_path)
+    # The source's sha256 is the longest single job of a pack: start it before parsing.
+    with _SourceHash(src if src.is_file() and not _is_artifact(src) else None) as source_sha:
+        model, result, stats = _prepared(src, format, name, arch, chat_template, prune, quantize,
+                                         quantize_embeddings, quantize_output)  # fmt: skip
+        provenance = {"source_sha256": source_sha.result} if source_sha.active else {}
+        kw: dict[str, Any] = dict(compress=compress, level=level, progress=progress, provenance=provenance)
+        if out is not None:
+            result.path = Path(write_artifact(model, out, **kw))
+        else:
+            from modelc import store
+
+            store_name = store.check_name(name or _default_name(model, src))
+            result.path = store.add(store_name, lambda tmp: write_artifact(model, tmp, **kw))
+    result.name = model.name
+    result.num_pruned = stats.num_pruned if stats is not None else 0
+    return result
+
+
+def _prepared(
+    src: Path, format: str | None, name: str | None, arch: str | None, chat_template: Any, prune: float | None,
+    quantize: str | None, quantize_embeddings: bool, quantize_output: bool,
+) -> tuple[Model, PackResult, Any]:  # fmt: skip
+    """The source read as a Model with pack's options applied (transforms planned, not run yet)."""
     model = load_source(src, format=format, name=name)
     if not isinstance(model, Model):
         model = _as_model(model)
@@ -92,56 +114,31 @@ def pack_model(
         result.quantized = stats.quantized
     else:
         stats = None
-    with _SourceHash(src if src.is_file() and not _is_artifact(src) else None) as source_sha:
-        provenance = {"source_sha256": source_sha.result} if source_sha.active else {}
-        kw: dict[str, Any] = dict(compress=compress, level=level, progress=progress, provenance=provenance)
-        if out is not None:
-            result.path = Path(write_artifact(model, out, **kw))
-        else:
-            from modelc import store
-
-            store_name = store.check_name(name or _default_name(model, src))
-            result.path = store.add(store_name, lambda tmp: write_artifact(model, tmp, **kw))
-    result.name = model.name
-    result.num_pruned = stats.num_pruned if stats is not None else 0
-    return result
+    return model, result, stats
 
 
 class _SourceHash:
-    """sha256 of the source file, computed in a thread while the artifact is written (hashlib drops the GIL)."""
+    """sha256 of the source file, hashed on the hash pool while the artifact is written."""
 
     def __init__(self, path: Path | None) -> None:
         self.path, self.active = path, path is not None
-        self._value: str | None = None
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        self._cancel = threading.Event()
+        self._job: HashJob | None = None
 
     def __enter__(self) -> _SourceHash:
         if self.path is not None:
-            self._thread = threading.Thread(target=self._run, name="source-sha256", daemon=True)
-            self._thread.start()
+            self._job = hash_pool().submit_file(self.path)
         return self
 
-    def _run(self) -> None:
-        try:
-            self._value = _file_sha256(self.path, self._cancel)
-        except BaseException as e:  # re-raised in result()
-            self._error = e
-
     def result(self) -> str:
-        assert self._thread is not None
-        self._thread.join()
-        if self._error is not None:
-            raise FormatError(f"cannot read {self.path}: {self._error}")
-        assert self._value is not None
-        return self._value
+        assert self._job is not None
+        try:
+            return self._job.result()
+        except OSError as e:
+            raise FormatError(f"cannot read {self.path}: {e.strerror or e}") from None
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
-        if self._thread is not None:
-            if exc_type is not None:
-                self._cancel.set()  # a failed or interrupted pack should not wait for the whole hash
-            self._thread.join()
+        if self._job is not None and exc_type is not None:
+            self._job.cancel()  # a failed or interrupted pack should not wait for the whole hash
 
 
 def load_source(src: Path, *, format: str | None = None, name: str | None = None) -> Any:
@@ -193,11 +190,3 @@ def _is_artifact(src: Path) -> bool:
         return False
     with open(src, "rb") as f:
         return f.read(len(MAGIC)) == MAGIC
-
-
-def _file_sha256(src: Path, cancel: threading.Event | None = None) -> str:
-    h = hashlib.sha256()
-    with open(src, "rb") as f:
-        while (chunk := f.read(16 << 20)) and not (cancel is not None and cancel.is_set()):
-            h.update(chunk)
-    return h.hexdigest()

@@ -5,15 +5,25 @@ but those are known only after the data is written (zstd sizes, hashes). So the 
 reserves room for the header first: it serializes the header with placeholder numbers at
 least as wide as any real value (and a 64-hex sha256), starts the data after that region,
 writes the tensors one at a time, then writes the real (never longer) header into the
-reserved region. Extra memory: one compressed tensor at most; uncompressed tensors are
-copied in 16 MiB chunks. The file is a temp file in the destination directory, fsynced and
-renamed over the destination; on any failure it is removed and nothing partial remains.
+reserved region. The file is a temp file in the destination directory, fsynced and renamed
+over the destination; on any failure it is removed and nothing partial remains.
+
+How it stays near `cp` speed: a raw tensor that is a view of a memory-mapped file (every
+reader maps its source) is copied by the kernel (`copy_file_range`, no pass through this
+process's memory), and each 16 MiB written is handed to the disk at once
+(`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so the final fsync finds little left to do.
+The sha256s run meanwhile on the hash pool (hash_pool.py), reading the same bytes through
+the source's map. Anything else (an in-memory or transformed tensor, another filesystem)
+is written from memory in 16 MiB chunks. Extra memory: one compressed or in-memory tensor
+at most (the writer waits for its hash before going on), plus the pool's chunks.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import ctypes
+import dataclasses
 import datetime as _dt
+import errno
 import functools
 import hashlib
 import json
@@ -27,12 +37,19 @@ import numpy as np
 
 from modelc import __version__
 from modelc.artifact.format import FORMAT_VERSION, PREAMBLE_SIZE, TensorEntry, align_up, pack_preamble
+from modelc.artifact.hash_pool import HashJob, hash_pool, release_pages
 from modelc.errors import ModelcError
+
+__all__ = ["ArtifactWriteError", "default_file_mode", "header_fields", "release_pages", "write_artifact"]
 
 CHUNK_BYTES = 16 << 20
 LATE_FIELD_BYTES = 128
 Progress = Callable[[int, int], None]
-"""progress(done_bytes, total_bytes): called after each chunk written."""
+"""progress(done_bytes, total_bytes): called after each tensor written."""
+
+# copy_file_range errors that mean "not between these two files": write from memory instead.
+_NO_COPY_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF, errno.ETXTBSY}
+_SYNC_FILE_RANGE_WRITE = 2
 
 
 class ArtifactWriteError(ModelcError):
@@ -53,7 +70,7 @@ def write_artifact(
     compress: None/"none" or "zstd" (per tensor; a tensor that does not shrink is stored raw).
     provenance: extra provenance fields (e.g. source_sha256) merged into the header's. A value may be
     a zero-argument callable returning a short string (<= LATE_FIELD_BYTES): it is called after the
-    tensors are written, so a caller can hash the source in another thread meanwhile.
+    tensors are written, so a caller can hash the source meanwhile (pack does, on the hash pool).
     """
     if compress not in (None, "none", "zstd"):
         raise ArtifactWriteError(f"unknown compression {compress!r}; use zstd or none")
@@ -67,9 +84,8 @@ def write_artifact(
         raise ArtifactWriteError(f"cannot write {path}: {e.strerror or e}") from None
     try:
         os.fchmod(fd, default_file_mode())  # mkstemp makes 0600; artifacts are shared like any file
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb", buffering=0) as f:
             _write(f, model, compress == "zstd", level, progress, provenance)
-            f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
@@ -92,18 +108,28 @@ def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None,
     reserved = len(_dumps(header))
     pos = align_up(PREAMBLE_SIZE + reserved)
     compressor = _zstd(level) if use_zstd else None
-    entries, done = [], 0
-    for name in names:
-        t = model.tensors[name]
-        f.seek(pos)
-        entry = _write_tensor(f, name, t, pos, compressor)
-        entries.append(entry)
-        done += t.nbytes
-        if progress is not None:
-            progress(done, total)
-        pos = align_up(entry.offset + entry.stored_nbytes)
-    end = entries[-1].offset + entries[-1].stored_nbytes if entries else align_up(PREAMBLE_SIZE + reserved)
-    f.truncate(end)  # a trailing empty tensor's offset must still lie inside the file
+    written: list[tuple[TensorEntry, HashJob | None]] = []
+    sources = _Sources()
+    done = 0
+    try:
+        for name in names:
+            t = model.tensors[name]
+            entry, job = _write_tensor(f, name, t, pos, compressor, sources)
+            written.append((entry, job))
+            done += t.nbytes
+            if progress is not None:
+                progress(done, total)
+            pos = align_up(entry.offset + entry.stored_nbytes)
+        end = pos if not written else written[-1][0].offset + written[-1][0].stored_nbytes
+        os.ftruncate(f.fileno(), end)  # a trailing empty tensor's offset must still lie inside the file
+        entries = [e if job is None else dataclasses.replace(e, sha256=job.result()) for e, job in written]
+    except BaseException:
+        for _, job in written:
+            if job is not None:
+                job.cancel()  # the pool stops hashing a file that is about to be removed
+        raise
+    finally:
+        sources.close()
     header["tensors"] = [e.to_json() for e in entries]
     for key, fn in late.items():
         value = fn()
@@ -112,36 +138,158 @@ def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None,
         header["provenance"][key] = value
     raw = _dumps(header)
     assert len(raw) <= reserved, "header grew past its reserved region"
-    f.seek(0)
-    f.write(pack_preamble(len(raw)))
-    f.write(raw)
+    _pwrite_all(f.fileno(), pack_preamble(len(raw)) + raw, 0)
 
 
-def _write_tensor(f, name: str, t: Any, offset: int, compressor: Any) -> TensorEntry:
+def _write_tensor(
+    f, name: str, t: Any, offset: int, compressor: Any, sources: _Sources
+) -> tuple[TensorEntry, HashJob | None]:
+    """Write one tensor at `offset`; returns its entry and the pending hash (None: entry has it)."""
+    fd = f.fileno()
     data = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8)  # a view for mmap'd/owned buffers
     if compressor is not None and t.nbytes:
         packed = compressor.compress(memoryview(data))
         release_pages(data)
         if len(packed) < t.nbytes:
-            f.write(packed)
+            _pwrite_all(fd, packed, offset)
             sha = hashlib.sha256(packed).hexdigest()
-            return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "zstd", len(packed), sha)
-    # Hash each chunk in a worker thread while this thread writes it: both drop the GIL, so the
-    # sha256 (the format requires it) overlaps the copy instead of adding to it.
-    h = hashlib.sha256()
-    for i in range(0, t.nbytes, CHUNK_BYTES):
-        view = data[i : i + CHUNK_BYTES]
-        chunk = memoryview(view)
-        hashed = _hasher().submit(h.update, chunk)
-        f.write(chunk)
-        hashed.result()
-        release_pages(view)
-    return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "none", t.nbytes, h.hexdigest())
+            return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "zstd", len(packed), sha), None
+    entry = TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "none", t.nbytes, "")
+    job = hash_pool().submit(data)
+    try:
+        region = sources.region(data)
+        copied = _copy(region[0], fd, region[1], offset, t.nbytes, sources) if region is not None else 0
+        for i in range(copied, t.nbytes, CHUNK_BYTES):
+            view = data[i : i + CHUNK_BYTES]
+            _pwrite_all(fd, view, offset + i)
+            release_pages(view)
+        if region is None:
+            job.result()  # an in-memory tensor: keep at most one alive until hashed
+    except BaseException:
+        job.cancel()
+        raise
+    return entry, job
+
+
+def _copy(src_fd: int, dst_fd: int, src_off: int, dst_off: int, nbytes: int, sources: _Sources) -> int:
+    """copy_file_range in CHUNK_BYTES steps; returns the bytes copied (less: write the rest from memory)."""
+    done = 0
+    while done < nbytes:
+        try:
+            n = os.copy_file_range(src_fd, dst_fd, min(CHUNK_BYTES, nbytes - done), src_off + done, dst_off + done)
+        except OSError as e:
+            if e.errno not in _NO_COPY_RANGE:
+                raise
+            sources.enabled = False
+            return done
+        if n == 0:  # the file is shorter than its map: the write path reads the map (and fails loudly)
+            return done
+        _start_writeback(dst_fd, dst_off + done, n)
+        done += n
+    return done
+
+
+def _pwrite_all(fd: int, data: Any, offset: int) -> None:
+    mv = memoryview(data).cast("B")
+    done = 0
+    while done < len(mv):
+        done += os.pwrite(fd, mv[done:], offset + done)
+    _start_writeback(fd, offset, len(mv))
+
+
+def _start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Start writing these bytes to disk now (not waiting), so the final fsync has little left."""
+    fn = _sync_file_range()
+    if fn is not None and nbytes:
+        fn(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)  # best effort: an error here shows at fsync
 
 
 @functools.cache
-def _hasher() -> concurrent.futures.ThreadPoolExecutor:
-    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="modelc-sha256")
+def _sync_file_range() -> Any:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range  # Linux only; ctypes drops the GIL
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+class _Sources:
+    """Open source files for copy_file_range, found from the np.memmap under a tensor's bytes."""
+
+    def __init__(self) -> None:
+        self.enabled = hasattr(os, "copy_file_range")
+        self._fds: dict[int, int | None] = {}  # id(mmap) -> fd, None: not usable
+        self._keep: list[Any] = []  # the maps whose ids are keys, kept alive while ids are in use
+
+    def region(self, data: np.ndarray) -> tuple[int, int] | None:
+        """(fd, file offset) of a read-only file view's bytes; None when not such a view."""
+        if not self.enabled or data.nbytes == 0:
+            return None
+        mm, path, map_start = _memmap_of(data)
+        if mm is None:
+            return None
+        base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
+        rel = data.ctypes.data - base
+        if not 0 <= rel <= len(mm) - data.nbytes:
+            return None
+        if id(mm) not in self._fds:
+            self._keep.append(mm)
+            self._fds[id(mm)] = _open_same_file(path, base)
+        fd = self._fds[id(mm)]
+        return None if fd is None else (fd, map_start + rel)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            if fd is not None:
+                os.close(fd)
+        self._fds.clear()
+        self._keep.clear()
+
+
+def _memmap_of(data: np.ndarray) -> tuple[Any, str, int]:
+    """(the mmap.mmap, its file's path, the file offset where the map starts) under data, or Nones."""
+    obj: Any = data
+    while obj is not None:
+        if isinstance(obj, np.memmap) and getattr(obj, "_mmap", None) is not None and obj.filename:
+            if obj.mode != "r":  # a copy-on-write map may hold bytes the file does not have
+                break
+            off = int(obj.offset)
+            return obj._mmap, obj.filename, off - off % mmap.ALLOCATIONGRANULARITY
+        obj = getattr(obj, "base", None)
+    return None, "", 0
+
+
+def _open_same_file(path: str, map_addr: int) -> int | None:
+    """An fd of `path` if it is still the file mapped at map_addr (checked in /proc/self/maps)."""
+    mapped = _mapping_file_id(map_addr)
+    if mapped is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino) != mapped:
+        os.close(fd)  # replaced since it was mapped: copy what the map holds instead
+        return None
+    return fd
+
+
+def _mapping_file_id(addr: int) -> tuple[int, int, int] | None:
+    """(major, minor, inode) of the file mapped at addr, from /proc/self/maps; None if unknown."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                lo, _, hi = parts[0].partition("-")
+                if int(lo, 16) <= addr < int(hi, 16):
+                    major, _, minor = parts[3].partition(":")
+                    return int(major, 16), int(minor, 16), int(parts[4])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _placeholder(name: str, t: Any, wide: int) -> dict[str, Any]:
@@ -196,31 +344,6 @@ def _zstd(level: int) -> Any:
     import zstandard
 
     return zstandard.ZstdCompressor(level=level, write_content_size=True)
-
-
-def release_pages(view: np.ndarray) -> None:
-    """Drop a read-only file-mapped view's pages from this process (best effort; no-op for owned memory).
-
-    NOTE: pages of a mmap'd source count in RSS once touched; without this, packing a 10 GB
-    file would grow RSS to 10 GB even though each byte is needed once. The page cache keeps
-    the data, so nothing is re-read if the pages are touched again.
-    """
-    base = view.base
-    while base is not None and not isinstance(base, mmap.mmap):
-        base = getattr(base, "base", None)
-    if base is None or not hasattr(base, "madvise") or view.nbytes == 0:
-        return
-    try:
-        start = view.ctypes.data - np.frombuffer(base, dtype=np.uint8).ctypes.data
-    except (ValueError, TypeError):  # a closed map
-        return
-    lo = start // mmap.PAGESIZE * mmap.PAGESIZE
-    hi = (start + view.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE  # whole pages only: neighbours stay
-    if hi > lo:
-        try:
-            base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-        except (OSError, ValueError):
-            pass
 
 
 def default_file_mode() -> int:

@@ -1,0 +1,201 @@
+"""HashPool: the sha256s a pack needs (every tensor's, the source file's), on worker threads.
+
+A pack hashes its bytes twice: each stored tensor (the format's checksum) and the whole
+source file (provenance.source_sha256). The pool runs both kinds of job beside the copy,
+one chunk at a time per worker (hashlib drops the GIL), so every core hashes while any job
+has bytes left. A file job is one sequential SHA-256 stream that cannot be split, the
+longest job of a pack, so a free worker always takes it first; tensor jobs fill the rest.
+
+NOTE: hashlib, not the two-message SHA-NI kernel (kernels/sha256_ni.py): hashing two
+buffers in one pass saves ~20% of the CPU, but loading numba and its first compiled
+function costs more than that saves on a 1 GiB pack (measured; see the kernel's docstring).
+
+Pages of a memory-mapped buffer are dropped from the process after they are hashed
+(`release_pages`), and a file job maps its file and drops each chunk the same way, so RSS
+stays at a few chunks, not the model size.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import mmap
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+CHUNK_BYTES = 16 << 20
+
+
+class HashCancelled(Exception):
+    """The job was cancelled before it finished."""
+
+
+class HashJob:
+    """One pending sha256: of a (N,) uint8 buffer, or of a whole file."""
+
+    def __init__(self, data: np.ndarray | None, path: str | None) -> None:
+        self.data, self.path = data, path
+        self.size = data.size if data is not None else 0
+        self.pos = 0
+        self.busy = False
+        self.sha = hashlib.sha256()
+        self._map: mmap.mmap | None = None
+        self._done = threading.Event()
+        self._value: str | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self) -> str:
+        """The hex digest; waits for it. Re-raises what the worker hit (OSError for a file)."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+    def cancel(self) -> None:
+        """Stop hashing (what was started finishes its chunk); result() then raises HashCancelled."""
+        _pool_of(self).cancel(self)
+
+    def _finish(self, value: str | None, error: BaseException | None) -> None:
+        self._value, self._error = value, error
+        self.data = self._map = None  # the map closes with its last view
+        self._done.set()
+
+    def _open(self) -> None:
+        """Map the file (first chunk of a file job)."""
+        assert self.path is not None
+        with open(self.path, "rb") as f:
+            self.size = os.fstat(f.fileno()).st_size
+            if self.size:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                self.data = np.frombuffer(self._map, dtype=np.uint8)
+
+    def _chunk(self, n: int) -> np.ndarray:
+        assert self.data is not None
+        return self.data[self.pos : self.pos + n]
+
+
+class HashPool:
+    """Worker threads hashing submitted buffers and files; see the module docstring."""
+
+    def __init__(self, num_workers: int) -> None:
+        self._cond = threading.Condition()
+        self._jobs: list[HashJob] = []
+        for i in range(num_workers):
+            threading.Thread(target=self._work, name=f"modelc-sha256-{i}", daemon=True).start()
+
+    def submit(self, data: Any) -> HashJob:
+        """sha256 of a buffer (numpy array or bytes-like; kept referenced, not copied, until hashed)."""
+        arr = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+        job = HashJob(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), None)
+        return self._add(job)
+
+    def submit_file(self, path: str | os.PathLike[str]) -> HashJob:
+        """sha256 of a whole file, read through a map in order."""
+        job = HashJob(None, os.fspath(path))
+        job.size = -1  # unknown until the worker opens it
+        return self._add(job)
+
+    def cancel(self, job: HashJob) -> None:
+        with self._cond:
+            if job in self._jobs:
+                self._jobs.remove(job)
+                if not job.busy:
+                    job._finish(None, HashCancelled())
+                else:
+                    job.size = job.pos = -2  # the worker holding it finishes it as cancelled
+            self._cond.notify_all()
+
+    def _add(self, job: HashJob) -> HashJob:
+        job._pool = self  # type: ignore[attr-defined]
+        if job.size == 0:
+            job._finish(job.sha.hexdigest(), None)
+            return job
+        with self._cond:
+            self._jobs.append(job)
+            self._cond.notify()
+        return job
+
+    def _pick(self) -> HashJob | None:
+        """An idle job (a file job first, then the oldest), marked busy; caller holds the lock."""
+        idle = [j for j in self._jobs if not j.busy]
+        job = next((j for j in idle if j.path is not None), idle[0] if idle else None)
+        if job is not None:
+            job.busy = True
+        return job
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while (job := self._pick()) is None:
+                    self._cond.wait()
+            if job.path is not None and job.size == -1:
+                try:
+                    job._open()
+                except OSError as e:
+                    job.pos, job.size, job._error = 0, 0, e
+            n = 0
+            if job.size > job.pos:
+                view = job._chunk(CHUNK_BYTES)
+                job.sha.update(view)
+                release_pages(view)
+                n = view.size
+                del view  # a file job's map closes with its last view
+            with self._cond:
+                job.busy = False
+                if job.pos < 0:  # cancelled meanwhile
+                    job._finish(None, HashCancelled())
+                else:
+                    job.pos += n
+                    if job.pos >= job.size:
+                        self._jobs.remove(job)
+                        job._finish(None if job._error else job.sha.hexdigest(), job._error)
+                self._cond.notify_all()
+
+
+def _pool_of(job: HashJob) -> HashPool:
+    return job._pool  # type: ignore[attr-defined]
+
+
+@functools.cache
+def hash_pool() -> HashPool:
+    """The process's pool: one worker per CPU, at least 2 (one can hold the file job)."""
+    return HashPool(max(2, min(8, os.cpu_count() or 2)))
+
+
+def release_pages(view: np.ndarray) -> None:
+    """Drop a read-only file-mapped view's pages from this process (best effort; no-op for other memory).
+
+    NOTE: pages of a mmap'd source count in RSS once touched; without this, packing a 10 GB
+    file would grow RSS to 10 GB even though each byte is needed once. The page cache keeps
+    the data, so nothing is re-read if the pages are touched again.
+    """
+    base = view.base
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+    if base is None or not hasattr(base, "madvise") or view.nbytes == 0:
+        return
+    try:
+        with memoryview(base) as mv:
+            if not mv.readonly:  # a copy-on-write or shared writable map: dropping pages loses writes
+                return
+    except ValueError:  # a closed map
+        return
+    try:
+        start = view.ctypes.data - np.frombuffer(base, dtype=np.uint8).ctypes.data
+    except (ValueError, TypeError):  # a closed map
+        return
+    lo = start // mmap.PAGESIZE * mmap.PAGESIZE
+    hi = (start + view.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE  # whole pages only: neighbours stay
+    if hi > lo:
+        try:
+            base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        except (OSError, ValueError):
+            pass

@@ -1,10 +1,13 @@
 """Packing benchmark: pack a ~1 GB safetensors file vs `cp`, open+map time, peak RSS while packing.
 
-    .venv/bin/python benchmarks/pack.py [--size-mb 1024] [--tensor-mb 64] [--dir /tmp]
+    .venv/bin/python benchmarks/pack.py [--size-mb 1024] [--tensor-mb 64] [--dir /tmp] [--runs 3]
 
 Each measurement runs in a fresh subprocess; RSS is sampled from /proc/self/statm every 5 ms
 (getrusage's ru_maxrss is useless here: Linux keeps the forking parent's high-water mark across exec).
 Files are warm in the page cache for both cp and pack (nothing is dropped: the machine is shared).
+cp and pack alternate (cp, pack, cp, pack, ...) so both see the same load; each run's pair is
+printed with the load average, then the medians. pack_cpu_s is the pack process's user+system
+CPU time while packing (steadier than wall time on a shared machine).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,7 +25,7 @@ import time
 import numpy as np
 
 CHILD_PACK = """
-import json, sys, threading, time
+import json, os, sys, threading, time
 t0 = time.perf_counter()
 from modelc.artifact.pack import pack
 t1 = time.perf_counter()
@@ -36,11 +40,14 @@ def sample():
         peak[0] = max(peak[0], rss_mb())
 
 threading.Thread(target=sample, daemon=True).start()
+c0 = os.times()
 pack(sys.argv[1], out=sys.argv[2], compress=None if sys.argv[3] == "none" else sys.argv[3],
      quantize=None if sys.argv[4] == "none" else sys.argv[4])
 t2 = time.perf_counter()
+c1 = os.times()
 done.set()
 print(json.dumps({"import_s": t1 - t0, "pack_s": t2 - t1, "rss_before_pack_mb": start_rss,
+                  "pack_cpu_s": (c1.user - c0.user) + (c1.system - c0.system),
                   "rss_added_by_pack_mb": max(peak[0], rss_mb()) - start_rss,
                   "peak_rss_mb": max(peak[0], rss_mb())}))
 """
@@ -89,11 +96,16 @@ def child(code: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _load() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size-mb", type=int, default=1024)
     ap.add_argument("--tensor-mb", type=int, default=64)
     ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--runs", type=int, default=3, help="cp/pack pairs, alternating")
     ap.add_argument("--zstd", action="store_true", help="also pack with zstd level 3")
     ap.add_argument("--quantize", default=None, help="also pack with --quantize KIND (e.g. q8_0)")
     a = ap.parse_args()
@@ -103,16 +115,23 @@ def main() -> None:
         largest = make_safetensors(src, a.size_mb, a.tensor_mb)
         size = os.path.getsize(src)
         subprocess.run(["cat", src], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-        t0 = time.perf_counter()
-        subprocess.run(["cp", src, os.path.join(work, "copy.bin")], check=True)
-        cp_s = time.perf_counter() - t0
-        os.unlink(os.path.join(work, "copy.bin"))
         art = os.path.join(work, "out.modelc")
-        packed = child(CHILD_PACK, src, art, "none", "none")
+        runs = []
+        for _ in range(a.runs):
+            t0 = time.perf_counter()
+            subprocess.run(["cp", src, os.path.join(work, "copy.bin")], check=True)
+            cp_s = time.perf_counter() - t0
+            os.unlink(os.path.join(work, "copy.bin"))
+            if os.path.exists(art):
+                os.unlink(art)
+            packed = child(CHILD_PACK, src, art, "none", "none")
+            runs.append({"cp_s": cp_s, **packed, "pack_over_cp": packed["pack_s"] / cp_s, "load_avg": _load()})
+            print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in runs[-1].items()}), flush=True)
         opened = child(CHILD_OPEN, art)
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "load_avg"}
         result = {
-            "source_mb": size / 2**20, "largest_tensor_mb": largest / 2**20, "cp_s": cp_s, **packed,
-            "pack_over_cp": packed["pack_s"] / cp_s, **opened,
+            "source_mb": size / 2**20, "largest_tensor_mb": largest / 2**20, "runs": len(runs), **med,
+            "cp_over_pack_of_medians": med["cp_s"] / med["pack_s"], **opened, "load_avg": _load(),
         }  # fmt: skip
         if a.zstd:
             z = child(CHILD_PACK, src, os.path.join(work, "z.modelc"), "zstd", "none")

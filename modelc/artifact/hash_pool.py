@@ -124,9 +124,11 @@ class HashPool:
         return job
 
     def _pick(self) -> HashJob | None:
-        """An idle job (a file job first, then the oldest), marked busy; caller holds the lock."""
+        """An idle job, marked busy; caller holds the lock. A file job first unless one is being
+        hashed already (two packs at once must not starve the tensor jobs); else the oldest."""
         idle = [j for j in self._jobs if not j.busy]
-        job = next((j for j in idle if j.path is not None), idle[0] if idle else None)
+        file_busy = any(j.busy and j.path is not None for j in self._jobs)
+        job = next((j for j in idle if j.path is not None and not file_busy), idle[0] if idle else None)
         if job is not None:
             job.busy = True
         return job

@@ -6,9 +6,9 @@ which GGUF cannot hold, are dequantized to F32. Metadata keys that look like GGU
 (`general.*`, `<arch>.*`, `tokenizer.*`) are written back with llama.cpp's usual value types;
 `tokenizer.chat_template` and modelc's own fields (`modelc.*`) are added.
 
-NOTE: GGUF-named models keep their names; HF-named llama/qwen2 models are converted the way
-llama.cpp's convert_hf_to_gguf.py does (export_gguf_hf.py); other HF-named models keep HF names
-(llama.cpp would not load those; modelc does).
+NOTE: GGUF-named models keep their names; HF-named llama (LLaMA 2/3, Mistral), qwen2, phi3 and
+gpt2 models are converted the way llama.cpp's convert_hf_to_gguf.py does (export_gguf_hf.py);
+other HF-named models keep HF names (llama.cpp would not load those; modelc does).
 """
 
 from __future__ import annotations
@@ -38,10 +38,9 @@ def export_gguf(
     path = os.fspath(path)
     metadata = dict(source.metadata or {})
     tensors = gguf_tensors(source)
-    converted = hf.rename_and_permute(source, tensors) if hf.convertible(source) else None
-    if converted is not None:  # HF names -> GGUF names, llama Q/K rows permuted, config -> {arch}.* keys
-        tensors = converted
-        metadata = {**hf.metadata(source), **hf.tokenizer_metadata(source)}
+    converted = hf.convert(source, tensors) if hf.convertible(source) else None
+    if converted is not None:  # HF names -> GGUF names and layouts, config -> {arch}.* keys, tokenizer.ggml.*
+        tensors, metadata = converted
     arch = str(metadata.get("general.architecture") or source.architecture or "modelc")
     out = atomic_file(path)
     with out:  # GGUFWriter reopens the temp file by name; atomic_file fsyncs and renames it

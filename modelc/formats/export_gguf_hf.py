@@ -1,60 +1,97 @@
-"""HF-named llama/qwen2 models -> GGUF names, row order and metadata, as llama.cpp's convert_hf_to_gguf.py does.
+"""HF-named llama/qwen2/phi3/gpt2 models -> GGUF tensors and keys, as llama.cpp's convert_hf_to_gguf.py does.
 
-Tensor names map through gguf-py's TensorNameMap; llama's q_proj/k_proj rows are permuted from
-the HF (neox) RoPE layout to GGUF's interleaved one (a row permutation, so block-quantized rows
-move whole); the `{arch}.*` hyper-parameters come from the normalized config, and a
-SentencePiece-style BPE tokenizer (byte_fallback) becomes tokenizer.ggml.model "llama".
+Tensor names map through gguf-py's TensorNameMap. Per architecture:
+- llama (LLaMA 2/3, Mistral): q_proj/k_proj rows (and biases) permuted from the HF (neox) RoPE
+  layout to GGUF's interleaved one (a row permutation, so block-quantized rows move whole); llama3
+  RoPE scaling becomes the `rope_freqs.weight` F32 tensor of per-dimension divisors;
+- qwen2, phi3: names only (both rotate halves in llama.cpp; phi3 keeps qkv_proj as attn_qkv and
+  gate_up_proj as ffn_up, gate rows first);
+- gpt2: Conv1D weights (in, out) transposed to (out, in) (block-quantized ones dequantized first),
+  the attention-mask buffers dropped.
+The {arch}.* keys come from export_gguf_hparams, tokenizer.ggml.* from export_gguf_vocab.
 Other architectures, and models with a tensor gguf-py cannot name, are not converted
-(export_gguf keeps their names).
+(export_gguf keeps their HF names).
 """
 
 from __future__ import annotations
 
-import json
+import math
 from typing import Any
 
 import numpy as np
 
 from modelc.errors import UnsupportedError
+from modelc.formats.export_gguf_hparams import GGUF_ARCH
 
-CONVERTIBLE = ("llama", "qwen2")
-_SKIP_SUFFIXES = ("rotary_emb.inv_freq",)
+_SKIP_SUFFIXES = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
+_PERMUTED = ("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")
+_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 def convertible(source: Any) -> bool:
-    return source.naming == "hf" and source.architecture in CONVERTIBLE
+    return source.naming == "hf" and source.architecture in GGUF_ARCH
+
+
+def convert(source: Any, tensors: dict[str, tuple[np.ndarray, Any]]) -> tuple[dict, dict] | None:
+    """({gguf name: (array, raw type)}, {metadata key: value}) for an HF-named model; None when not convertible."""
+    from modelc.formats.export_gguf_hparams import hparams
+    from modelc.formats.export_gguf_vocab import vocab_metadata
+
+    renamed = rename_and_permute(source, tensors)
+    if renamed is None:
+        return None
+    meta = {**hparams(source), **vocab_metadata(source)}
+    if _trips_phi3_name_rule(meta):
+        del meta["general.name"]
+    return renamed, meta
+
+
+# llama.cpp's vocab loader sets token attributes by model name: a general.name containing "phi-3"
+# or "phi3" makes it look these pieces up, and loading fails ("unordered_map::at") when one is missing.
+_PHI3_NAMES = ("phi-3", "phi3")
+_PHI3_PIECES = ("</s>", "<unk>", "<s>", "<|endoftext|>")
+
+
+def _trips_phi3_name_rule(meta: dict[str, Any]) -> bool:
+    name = str(meta.get("general.name") or "").lower()
+    tokens = set(meta.get("tokenizer.ggml.tokens") or ())
+    return any(n in name for n in _PHI3_NAMES) and bool(tokens) and not all(p in tokens for p in _PHI3_PIECES)
 
 
 def rename_and_permute(
     source: Any, tensors: dict[str, tuple[np.ndarray, Any]]
 ) -> dict[str, tuple[np.ndarray, Any]] | None:
-    """export_gguf's {hf name: (array, raw type)} -> {gguf name: (array with llama rows permuted, raw type)}.
+    """export_gguf's {hf name: (array, raw type)} -> {gguf name: (array, raw type)}, plus rope_freqs for llama3.
 
     None when some tensor has no GGUF name (then nothing is renamed: a half-converted file helps nobody).
     """
     import gguf
 
-    cfg = source.config
-    arch = gguf.MODEL_ARCH.LLAMA if source.architecture == "llama" else gguf.MODEL_ARCH.QWEN2
-    n_layers = int(cfg.get("num_hidden_layers") or 0)
-    names = gguf.get_tensor_name_map(arch, n_layers)
+    cfg, arch = source.config, source.architecture
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[GGUF_ARCH[arch].upper()], int(cfg.get("num_hidden_layers") or 0))
     n_head = int(cfg.get("num_attention_heads") or 0)
     n_kv = int(cfg.get("num_key_value_heads") or n_head)
     out = {}
     for hf_name, (arr, raw) in tensors.items():
         if hf_name.endswith(_SKIP_SUFFIXES):
             continue
-        name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        lookup = (
+            "transformer." + hf_name
+            if arch == "gpt2" and not hf_name.startswith(("transformer.", "lm_head"))
+            else hf_name
+        )
+        name = names.get_name(lookup, try_suffixes=(".weight", ".bias"))
         if name is None:
             return None
         # llama.cpp's converter permutes q/k rows for the interleaved RoPE: weights and biases alike.
-        if source.architecture == "llama" and hf_name.endswith(_PERMUTED):
+        if arch == "llama" and hf_name.endswith(_PERMUTED):
             arr = permute_rows(arr, n_head if "q_proj" in hf_name else n_kv)
+        if arch == "gpt2" and hf_name.endswith(_CONV1D):
+            arr, raw = _transposed(source.tensors[hf_name], arr, raw)
         out[name] = (arr, raw)
+    if arch == "llama" and _rope_kind(cfg) == "llama3":
+        out["rope_freqs.weight"] = (llama3_rope_factors(cfg), None)
     return out
-
-
-_PERMUTED = ("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")
 
 
 def permute_rows(arr: np.ndarray, n_head: int) -> np.ndarray:
@@ -67,64 +104,43 @@ def permute_rows(arr: np.ndarray, n_head: int) -> np.ndarray:
     return np.ascontiguousarray(flat[order]).reshape(arr.shape)
 
 
-def metadata(source: Any) -> dict[str, Any]:
-    """general.* and {arch}.* keys from the normalized config (llama.cpp's names)."""
-    cfg, arch = source.config, source.architecture
-    head_dim = cfg.get("head_dim") or (cfg["hidden_size"] // cfg["num_attention_heads"])
-    kv = {
-        "general.name": source.name,
-        f"{arch}.context_length": cfg.get("max_position_embeddings"),
-        f"{arch}.embedding_length": cfg.get("hidden_size"),
-        f"{arch}.block_count": cfg.get("num_hidden_layers"),
-        f"{arch}.feed_forward_length": cfg.get("intermediate_size"),
-        f"{arch}.attention.head_count": cfg.get("num_attention_heads"),
-        f"{arch}.attention.head_count_kv": cfg.get("num_key_value_heads") or cfg.get("num_attention_heads"),
-        f"{arch}.attention.layer_norm_rms_epsilon": _f(cfg.get("rms_norm_eps")),
-        f"{arch}.rope.freq_base": _f(cfg.get("rope_theta")),
-        f"{arch}.rope.dimension_count": head_dim,
-        f"{arch}.attention.key_length": head_dim,
-        f"{arch}.attention.value_length": head_dim,
-        f"{arch}.vocab_size": cfg.get("vocab_size"),
-    }
+def _transposed(t: Any, arr: np.ndarray, raw: Any) -> tuple[np.ndarray, Any]:
+    """A Conv1D (in, out) weight as (out, in); raw (block/BF16) bytes are dequantized to F32 first."""
+    if raw is not None:
+        from modelc.formats.export_safetensors import dequantized
+
+        arr = dequantized(t, None)  # (in, out) f32
+    if arr.ndim != 2:
+        raise UnsupportedError(f"GPT-2 Conv1D weight of shape {arr.shape} is not 2-D")
+    return np.ascontiguousarray(arr.T), None  # (out, in)
+
+
+def _rope_kind(cfg: dict[str, Any]) -> str | None:
     scaling = cfg.get("rope_scaling") or {}
-    kind = scaling.get("rope_type") or scaling.get("type")
-    if kind == "linear":
-        kv[f"{arch}.rope.scaling.type"] = "linear"
-        kv[f"{arch}.rope.scaling.factor"] = _f(scaling.get("factor"))
-    elif kind not in (None, "default"):
-        raise UnsupportedError(f"GGUF export of rope_scaling {kind!r} is not supported")
-    window = cfg.get("sliding_window")
-    if window:
-        if cfg.get("sliding_window_layers") is not None and not all(cfg["sliding_window_layers"]):
-            raise UnsupportedError("GGUF export of a sliding window on only some layers is not supported")
-        kv[f"{arch}.attention.sliding_window"] = int(window)
-    return {k: v for k, v in kv.items() if v is not None}
+    return scaling.get("rope_type") or scaling.get("type")
 
 
-def tokenizer_metadata(source: Any) -> dict[str, Any]:
-    """tokenizer.ggml.* for a SentencePiece-style HF tokenizer (BPE + byte_fallback); {} otherwise."""
-    from modelc.formats.export_gguf_tokenizer import tokenizer_arrays
+def llama3_rope_factors(cfg: dict[str, Any]) -> np.ndarray:
+    """(D/2,) f32 divisors of each RoPE frequency, as convert_hf_to_gguf's LlamaModel computes them.
 
-    if not source.tokenizer_json:
-        return {}
-    model = json.loads(source.tokenizer_json).get("model") or {}
-    if model.get("type") != "BPE" or not model.get("byte_fallback"):
-        return {}
-    sp = source.special_tokens or {}
-    unk = model["vocab"].get(model.get("unk_token") or "<unk>")  # HF llama files often leave unk_token unset
-    kv: dict[str, Any] = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.pre": "default"}
-    if unk is not None:
-        kv["tokenizer.ggml.unknown_token_id"] = unk
-    kv.update(tokenizer_arrays(source.tokenizer_json, {**kv}))
-    eos = (sp.get("eos_token_ids") or [None])[0]
-    for key, val in (("bos_token_id", sp.get("bos_token_id")), ("eos_token_id", eos),
-                     ("padding_token_id", sp.get("pad_token_id"))):  # fmt: skip
-        if val is not None:
-            kv[f"tokenizer.ggml.{key}"] = int(val)
-    if sp.get("add_bos_token") is not None:
-        kv["tokenizer.ggml.add_bos_token"] = bool(sp["add_bos_token"])
-    return kv
-
-
-def _f(v: Any) -> float | None:
-    return None if v is None else float(v)
+    1 for wavelengths under original_context / high_freq_factor, `factor` above
+    original_context / low_freq_factor, and 1 / ((1 - s) / factor + s) between (s the smoothing).
+    """
+    s = cfg["rope_scaling"]
+    dim = int(cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
+    base = float(cfg.get("rope_theta") or 10000.0)
+    factor = float(s.get("factor", 8.0))
+    low, high = float(s.get("low_freq_factor", 1.0)), float(s.get("high_freq_factor", 4.0))
+    old_ctx = float(s.get("original_max_position_embeddings", 8192))
+    freqs = 1.0 / base ** (np.arange(0, dim, 2, dtype=np.float64) / dim)  # (D/2,)
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1.0 / ((1.0 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)  # (D/2,)

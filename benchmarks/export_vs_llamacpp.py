@@ -1,0 +1,130 @@
+"""HF models exported by `modelc export --to gguf`, run by llama.cpp: logits and tokenization vs modelc.
+
+    .venv/bin/python benchmarks/export_vs_llamacpp.py [--llamacpp-python /work/refvenv/bin/python]
+        [--cases llama3,phi3,...] [--keep DIR]
+
+For every case of tests/formats/test_export_gguf_hf.py (the tiny LLaMA 3 / Mistral / Qwen2 / Phi-3
+variants, a tiny GPT-2, LLaMA 3 and Qwen2 style pre-tokenizers) plus the refused ones: packs the
+source, exports it to GGUF, computes modelc's logits on the source (T=48 tokens) and its
+tokenization of the test texts, then loads the GGUF in llama.cpp (llama-cpp-python, in its own
+venv, as a subprocess: this file with --worker) and compares: per-position cosine of the logits
+(pass: every position >= 0.999), max |diff| / max |modelc|, argmax agreement, and the texts whose
+llama.cpp tokenization (llm.tokenize with parse_special, with and without add_special) differs
+from modelc's.
+Not a test: needs llama-cpp-python; prints one line per case and a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+N_TOKENS = 48
+MIN_COSINE = 0.999
+
+
+def worker(path: str) -> int:
+    """llama.cpp side (llama-cpp-python's venv; no modelc imports): stdin {ids, texts} -> stdout JSON."""
+    import numpy as np
+    from llama_cpp import Llama
+
+    req = json.loads(sys.stdin.read())
+    llm = Llama(model_path=path, n_ctx=256, n_batch=256, n_threads=2, logits_all=True, verbose=False)
+    llm.eval(req["ids"])
+    logits = np.asarray(llm.scores[: len(req["ids"])], dtype=np.float32)  # (T, V)
+    toks = {
+        mode: [llm.tokenize(t.encode("utf-8"), add_bos=mode == "special", special=True) for t in req["texts"]]
+        for mode in ("plain", "special")
+    }
+    print(json.dumps({"logits": logits.tolist(), "tokens": toks}))
+    return 0
+
+
+def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str) -> dict:
+    import numpy as np
+
+    from modelc.artifact import open_artifact, write_artifact
+    from modelc.engine.api import Engine
+    from modelc.errors import UnsupportedError
+    from modelc.formats.export_gguf import export_gguf
+    from modelc.tokenizer import Tokenizer
+    from tests.formats.test_export_gguf_hf import TEXTS
+
+    src = build()
+    art = open_artifact(write_artifact(src, tmp / f"{name}.modelc"))
+    try:
+        path = export_gguf(art, tmp / f"{name}.gguf")
+    except UnsupportedError as e:
+        return {"case": name, "refused": str(e)}
+    tok = Tokenizer.from_json(src.tokenizer_json, src.special_tokens)
+    ids = tok.encode(" ".join(TEXTS[:12]))[:N_TOKENS]
+    want = Engine(art).logits(ids)  # (T, V)
+    proc = subprocess.run(
+        [llamacpp_python, __file__, "--worker", str(path)],
+        input=json.dumps({"ids": ids, "texts": TEXTS}),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"case": name, "llamacpp_failed": proc.returncode, "stderr": tail}
+    got_all = json.loads(proc.stdout)
+    got = np.asarray(got_all["logits"], dtype=np.float32)
+    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    # plain: no BOS/EOS; special: as llama.cpp adds them (modelc never doubles a BOS the text starts with)
+    tok_diff = [t for t, g in zip(TEXTS, got_all["tokens"]["plain"], strict=True) if g != tok.encode(t, False)]
+    bos = src.special_tokens.get("bos_token")
+    tok_diff += [
+        f"(add_special) {t}"
+        for t, g in zip(TEXTS, got_all["tokens"]["special"], strict=True)
+        if not (bos and t.startswith(bos)) and g != tok.encode(t)
+    ]
+    return {
+        "case": name,
+        "T": len(ids),
+        "min_cosine": float(cos.min()),
+        "first_bad_pos": int(np.argmax(cos < MIN_COSINE)) if (cos < MIN_COSINE).any() else None,
+        "max_rel_diff": float(np.abs(got - want).max() / np.abs(want).max()),
+        "argmax_agree": float((got.argmax(1) == want.argmax(1)).mean()),
+        "tokenize_mismatch": tok_diff,
+        "pass": bool(cos.min() >= MIN_COSINE and not tok_diff),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--llamacpp-python", default="/work/refvenv/bin/python")
+    ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    ap.add_argument("--keep", help="write the GGUFs here instead of a temporary folder")
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a.worker)
+    sys.path.insert(0, str(ROOT))
+    from tests.formats.test_export_gguf_hf import CASES, REFUSED
+
+    cases = {**CASES, **REFUSED}
+    names = [c for c in a.cases.split(",") if c] or list(cases)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = pathlib.Path(a.keep or tmp_name)
+        tmp.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            r = run_case(name, cases[name][0], tmp, a.llamacpp_python)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    ok = [r for r in results if r.get("pass")]
+    print(json.dumps({"passed": len(ok), "refused": sum("refused" in r for r in results), "cases": len(results),
+                      "load_avg": list(os.getloadavg())}))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

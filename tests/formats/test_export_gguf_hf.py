@@ -1,0 +1,168 @@
+"""HF-named models exported to GGUF (export_gguf_hf) and read back by modelc's GGUF reader.
+
+The tiny LLaMA-family variants of tests/fixtures/models/variants (LLaMA 3 rope scaling, biases,
+Mistral, Qwen2, Phi-3 fused weights) and a tiny GPT-2 are packed, exported, re-read: the logits
+must equal the source's (max|a - b| / max|a| <= 1e-4, F32) and the GGUF-built tokenizer must
+encode like the source tokenizer.json, for GPT-2, LLaMA 3 and Qwen2 style byte-level
+pre-tokenizers. llama.cpp itself is checked outside CI: benchmarks/export_vs_llamacpp.py.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from modelc.artifact import open_artifact, write_artifact
+from modelc.engine.api import Engine
+from modelc.errors import UnsupportedError
+from modelc.formats.detect import read_model
+from modelc.formats.export_gguf import export_gguf
+from modelc.formats.gguf import read_gguf
+from modelc.formats.gguf_file import parse_gguf
+from modelc.ir import Model
+from modelc.models.tiny import make_tiny_gpt2
+from modelc.tokenizer import Tokenizer
+
+VARIANTS = pathlib.Path(__file__).parents[1] / "fixtures" / "models" / "variants"
+MAX_REL_ERR = 1e-4
+
+# the regexes as the models' own tokenizer.json files spell them
+LLAMA3_REGEX = (
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+)
+QWEN2_REGEX = (
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+)
+
+TEXTS = [
+    "Hello world",
+    "hello World!",
+    " leading space",
+    "trailing space ",
+    "  two  spaces   three",
+    "\ttab\tseparated",
+    "line one\nline two\n\nline four",
+    "\r\n windows line\r\n",
+    "12345 678 9",
+    "3.14159 and 2,718",
+    "1000000000000",
+    "I'm sure they'll say it's fine, we've",
+    "DON'T SHOUT",
+    "naïve café, déjà vu",
+    "日本語のテキスト",
+    "中文字符测试",
+    "Ελληνικά και русский",
+    "emoji 🙂🚀 and ✓",
+    "def f(x):\n    return x * 2\n",
+    "for (int i = 0; i < n; ++i) { a[i] += b[i]; }",
+    "if __name__ == '__main__':\n\tmain()",
+    '<html><body class="x">hi</body></html>',
+    "https://example.com/path?q=1&r=2",
+    "snake_case and camelCase and kebab-case",
+    "$100 @user #tag %20 ^~`|\\",
+    "The farmer packed bread and cheese for the hill.",
+    "<|im_start|>user\nhi<|im_end|>",
+    "<s> a BOS in the text </s>",
+    "...!!!???",
+    "a",
+    "",
+    " ",
+    "\n",
+    "ŉ ǅ ﬁ",  # letters whose case folding changes length
+    "x" * 40,
+]
+
+
+def _hf(name: str) -> Model:
+    return read_model(VARIANTS / name / "hf")
+
+
+def with_pre_tokenizer(model: Model, style: str) -> Model:
+    """The model with a LLaMA 3 ("llama3") or Qwen2 ("qwen2": NFC normalizer too) style tokenizer.json."""
+    doc = json.loads(model.tokenizer_json)
+    regex = {"llama3": LLAMA3_REGEX, "qwen2": QWEN2_REGEX}[style]
+    doc["pre_tokenizer"] = {
+        "type": "Sequence",
+        "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": style == "llama3", "use_regex": False},
+        ],
+    }
+    doc["model"]["ignore_merges"] = style == "llama3"
+    if style == "qwen2":
+        doc["normalizer"] = {"type": "NFC"}
+    model.tokenizer_json = json.dumps(doc)
+    return model
+
+
+def tiny_gpt2() -> Model:
+    """make_tiny_gpt2 with the variants' byte-level BPE tokenizer (320 tokens, <s> = 0)."""
+    model = make_tiny_gpt2(3, vocab_size=320, max_positions=256)
+    model.tokenizer_json = (VARIANTS / "qwen2" / "hf" / "tokenizer.json").read_text()
+    return model
+
+
+def _roundtrip(model: Model, tmp_path: pathlib.Path) -> tuple[Model, str]:
+    art = open_artifact(write_artifact(model, tmp_path / "m.modelc"), verify=True)
+    out = export_gguf(art, tmp_path / "m.gguf")
+    return read_gguf(out), out
+
+
+def _rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def _check_tokenizer(src: Model, back: Model) -> None:
+    a = Tokenizer.from_json(src.tokenizer_json, src.special_tokens)
+    b = Tokenizer.from_json(back.tokenizer_json, back.special_tokens)
+    for text in TEXTS:
+        assert b.encode(text) == a.encode(text), text
+
+
+CASES = {  # name -> (build the source, GGUF architecture, tokenizer.ggml.pre)
+    "llama3": (lambda: _hf("llama3"), "llama", "gpt-2"),
+    "llama-bias": (lambda: _hf("llama-bias"), "llama", "gpt-2"),
+    "mistral": (lambda: _hf("mistral"), "llama", "gpt-2"),
+    "mistral-swa8": (lambda: _hf("mistral-swa8"), "llama", "gpt-2"),
+    "qwen2": (lambda: _hf("qwen2"), "qwen2", "gpt-2"),
+    "qwen2-tied": (lambda: _hf("qwen2-tied"), "qwen2", "gpt-2"),
+    "phi3": (lambda: _hf("phi3"), "phi3", "gpt-2"),
+    "phi3-partial": (lambda: _hf("phi3-partial"), "phi3", "gpt-2"),
+    "gpt2": (tiny_gpt2, "gpt2", "gpt-2"),
+    "llama3-tokenizer": (lambda: with_pre_tokenizer(_hf("llama3"), "llama3"), "llama", "llama-bpe"),
+    "qwen2-tokenizer": (lambda: with_pre_tokenizer(_hf("qwen2"), "qwen2"), "qwen2", "qwen2"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_export_matches_source(tmp_path, case):
+    build, arch, pre = CASES[case]
+    src = build()
+    back, path = _roundtrip(src, tmp_path)
+    fields = parse_gguf(path).fields
+    assert fields["general.architecture"] == arch and back.naming == "gguf"
+    assert fields["tokenizer.ggml.model"] == "gpt2" and fields["tokenizer.ggml.pre"] == pre
+    assert len(fields["tokenizer.ggml.tokens"]) == src.config["vocab_size"]
+    assert not any(n.startswith(("model.", "transformer.", "lm_head")) for n in back.tensors)
+    ids = Tokenizer.from_json(src.tokenizer_json, src.special_tokens).encode(" ".join(TEXTS[:12]))[:48]
+    assert len(ids) == 48
+    assert _rel_err(Engine(back).logits(ids), Engine(src).logits(ids)) <= MAX_REL_ERR
+    _check_tokenizer(src, back)
+
+
+REFUSED = {  # name -> (build the source, what the UnsupportedError says)
+    "qwen2-swa": (lambda: _hf("qwen2-swa"), "only some layers"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_export_refuses_what_llama_cpp_would_misread(tmp_path, case):
+    build, match = REFUSED[case]
+    with pytest.raises(UnsupportedError, match=match):
+        export_gguf(build(), tmp_path / "m.gguf")
+    assert list(tmp_path.iterdir()) == []

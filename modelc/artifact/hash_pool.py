@@ -36,20 +36,17 @@ class HashCancelled(Exception):
 class HashJob:
     """One pending sha256: of a (N,) uint8 buffer, or of a whole file."""
 
-    def __init__(self, data: np.ndarray | None, path: str | None) -> None:
-        self.data, self.path = data, path
+    def __init__(self, pool: HashPool, data: np.ndarray | None, path: str | None) -> None:
+        self.pool, self.data, self.path = pool, data, path
         self.size = data.size if data is not None else 0
         self.pos = 0
         self.busy = False
+        self.cancelled = False
         self.sha = hashlib.sha256()
         self._map: mmap.mmap | None = None
         self._done = threading.Event()
         self._value: str | None = None
         self._error: BaseException | None = None
-
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
 
     def result(self) -> str:
         """The hex digest; waits for it. Re-raises what the worker hit (OSError for a file)."""
@@ -61,7 +58,7 @@ class HashJob:
 
     def cancel(self) -> None:
         """Stop hashing (what was started finishes its chunk); result() then raises HashCancelled."""
-        _pool_of(self).cancel(self)
+        self.pool.cancel(self)
 
     def _finish(self, value: str | None, error: BaseException | None) -> None:
         self._value, self._error = value, error
@@ -94,12 +91,12 @@ class HashPool:
     def submit(self, data: Any) -> HashJob:
         """sha256 of a buffer (numpy array or bytes-like; kept referenced, not copied, until hashed)."""
         arr = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
-        job = HashJob(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), None)
+        job = HashJob(self, np.ascontiguousarray(arr).reshape(-1).view(np.uint8), None)
         return self._add(job)
 
     def submit_file(self, path: str | os.PathLike[str]) -> HashJob:
         """sha256 of a whole file, read through a map in order."""
-        job = HashJob(None, os.fspath(path))
+        job = HashJob(self, None, os.fspath(path))
         job.size = -1  # unknown until the worker opens it
         return self._add(job)
 
@@ -107,14 +104,12 @@ class HashPool:
         with self._cond:
             if job in self._jobs:
                 self._jobs.remove(job)
-                if not job.busy:
+                job.cancelled = True
+                if not job.busy:  # else the worker holding it finishes it after its chunk
                     job._finish(None, HashCancelled())
-                else:
-                    job.size = job.pos = -2  # the worker holding it finishes it as cancelled
             self._cond.notify_all()
 
     def _add(self, job: HashJob) -> HashJob:
-        job._pool = self  # type: ignore[attr-defined]
         if job.size == 0:
             job._finish(job.sha.hexdigest(), None)
             return job
@@ -133,26 +128,29 @@ class HashPool:
             job.busy = True
         return job
 
+    def _hash_chunk(self, job: HashJob) -> int:
+        """Hash the job's next chunk (opening a file job first); returns the bytes hashed."""
+        if job.path is not None and job.size == -1:
+            job._open()
+        if job.size <= job.pos:
+            return 0
+        view = job._chunk(CHUNK_BYTES)
+        job.sha.update(view)
+        release_pages(view)
+        return view.size  # the view dies here: a file job's map closes with its last view
+
     def _work(self) -> None:
         while True:
             with self._cond:
                 while (job := self._pick()) is None:
                     self._cond.wait()
-            if job.path is not None and job.size == -1:
-                try:
-                    job._open()
-                except OSError as e:
-                    job.pos, job.size, job._error = 0, 0, e
-            n = 0
-            if job.size > job.pos:
-                view = job._chunk(CHUNK_BYTES)
-                job.sha.update(view)
-                release_pages(view)
-                n = view.size
-                del view  # a file job's map closes with its last view
+            try:
+                n = self._hash_chunk(job)
+            except Exception as e:  # noqa: BLE001 - handed to whoever waits on the job
+                n, job.pos, job.size, job._error = 0, 0, 0, e
             with self._cond:
                 job.busy = False
-                if job.pos < 0:  # cancelled meanwhile
+                if job.cancelled:
                     job._finish(None, HashCancelled())
                 else:
                     job.pos += n
@@ -160,10 +158,6 @@ class HashPool:
                         self._jobs.remove(job)
                         job._finish(None if job._error else job.sha.hexdigest(), job._error)
                 self._cond.notify_all()
-
-
-def _pool_of(job: HashJob) -> HashPool:
-    return job._pool  # type: ignore[attr-defined]
 
 
 @functools.cache

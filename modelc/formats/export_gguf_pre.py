@@ -37,14 +37,25 @@ def byte_level_pre_name(doc: dict[str, Any]) -> str | None:
         raise UnsupportedError(f"GGUF export: llama.cpp has no {normalizer} normalizer for a byte-level BPE tokenizer")
     regexes = split_regexes(parts)
     ignore_merges = bool((doc.get("model") or {}).get("ignore_merges"))
-    names = [*PREFERRED, *PRE_TOKENIZERS]
-    for name in names:
+    want = [_canonical(r) for r in regexes]
+    for name in [*PREFERRED, *PRE_TOKENIZERS]:
         entry = PRE_TOKENIZERS.get(name)
-        if entry is not None and entry[0] == regexes and entry[1] == ignore_merges:
+        if entry is not None and [_canonical(r) for r in entry[0]] == want and entry[1] == ignore_merges:
             return name
     raise UnsupportedError(
         f"GGUF export: llama.cpp knows no pre-tokenizer splitting by {regexes!r} (ignore_merges={ignore_merges})"
     )
+
+
+def _canonical(regex: str) -> str:
+    """The regex without a final `|\\s+` after `\\s+(?!\\S)`, which splits nothing differently.
+
+    The other alternatives of these regexes match every non-space character, so text the regex
+    leaves unmatched is a lone whitespace character before a non-space one, and both llama.cpp and
+    `tokenizers` keep unmatched text as a piece of its own: exactly what the `\\s+` would match.
+    llama.cpp spells StarCoder's and Falcon's regexes without it; their tokenizer.json files have it.
+    """
+    return regex.removesuffix("|\\s+") if regex.endswith("\\s+(?!\\S)|\\s+") else regex
 
 
 def _pre_tokenizers(node: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from modelc.formats.detect import read_model
 from modelc.formats.export_gguf import export_gguf
 from modelc.formats.gguf import read_gguf
 from modelc.formats.gguf_file import parse_gguf
-from modelc.ir import Model
+from modelc.ir import Model, TensorData
 from modelc.models.tiny import make_tiny_gpt2
 from modelc.tokenizer import Tokenizer
 
@@ -166,3 +166,108 @@ def test_export_refuses_what_llama_cpp_would_misread(tmp_path, case):
     with pytest.raises(UnsupportedError, match=match):
         export_gguf(build(), tmp_path / "m.gguf")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_llama3_rope_scaling_travels_as_rope_freqs(tmp_path):
+    """llama3 scaling -> rope_freqs.weight (D/2,) F32 divisors, no rope.scaling keys; llama rows permuted."""
+    from modelc.kernels.rope import rope_inv_freq
+
+    src = _hf("llama3")
+    back, path = _roundtrip(src, tmp_path)
+    fields = parse_gguf(path).fields
+    assert not any(k.startswith("llama.rope.scaling") for k in fields)
+    assert "rope_scaling" not in back.config and back.config["rope_freqs_tensor"] == "rope_freqs.weight"
+    factors = back.tensors["rope_freqs.weight"].array()
+    assert factors.dtype == np.float32 and factors.shape == (8,)
+    cfg = src.config
+    plain, scaled = rope_inv_freq(16, cfg["rope_theta"]), rope_inv_freq(16, cfg["rope_theta"], cfg["rope_scaling"])
+    np.testing.assert_allclose(plain / factors, scaled, rtol=1e-6)
+    assert factors.min() == 1.0 and factors.max() == 8.0 and ((factors > 1) & (factors < 8)).any()  # all 3 bands
+
+
+def test_phi3_keeps_fused_weights_and_partial_rotary(tmp_path):
+    src = _hf("phi3-partial")
+    back, path = _roundtrip(src, tmp_path)
+    fields = parse_gguf(path).fields
+    assert fields["phi3.rope.dimension_count"] == 8 and fields["phi3.attention.sliding_window"] == 0
+    assert fields["phi3.rope.scaling.original_context_length"] == 4096
+    for hf_name, gguf_name in (("self_attn.qkv_proj", "attn_qkv"), ("mlp.gate_up_proj", "ffn_up")):
+        want = src.tensors[f"model.layers.1.{hf_name}.weight"].array()
+        np.testing.assert_array_equal(back.tensors[f"blk.1.{gguf_name}.weight"].array(), want)
+
+
+def test_gpt2_conv1d_weights_are_transposed(tmp_path):
+    src = tiny_gpt2()
+    back, path = _roundtrip(src, tmp_path)
+    for hf_name, gguf_name in (("attn.c_attn", "attn_qkv"), ("mlp.c_fc", "ffn_up"), ("mlp.c_proj", "ffn_down")):
+        want = src.tensors[f"transformer.h.0.{hf_name}.weight"].array().T  # (in, out) -> (out, in)
+        np.testing.assert_array_equal(back.tensors[f"blk.0.{gguf_name}.weight"].array(), want)
+    assert "output.weight" not in back.tensors and back.config["tie_word_embeddings"]
+    assert parse_gguf(path).fields["gpt2.attention.layer_norm_epsilon"] == pytest.approx(1e-5)
+
+
+def test_gpt2_matches_llama_cpp_converter(shared_fixtures, tmp_path):
+    """The tiny-gpt2 fixture (convert_hf_to_gguf output) turned back into HF names exports to the same file."""
+    ref_path = shared_fixtures / "models" / "tiny-gpt2" / "gguf" / "tiny-gpt2-F32.gguf"
+    ref = read_gguf(ref_path)
+    hf_names = {"token_embd": "wte", "position_embd": "wpe", "output_norm": "ln_f"}
+    blk = {"attn_norm": "ln_1", "attn_qkv": "attn.c_attn", "attn_output": "attn.c_proj", "ffn_norm": "ln_2",
+           "ffn_up": "mlp.c_fc", "ffn_down": "mlp.c_proj"}  # fmt: skip
+    tensors = {}
+    for name, t in ref.tensors.items():
+        stem, _, kind = name.rpartition(".")
+        if stem.startswith("blk."):
+            _, i, part = stem.split(".")
+            hf = f"transformer.h.{i}.{blk[part]}.{kind}"
+        else:
+            hf = f"transformer.{hf_names[stem]}.{kind}"
+        conv1d = hf.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))  # HF keeps these (in, out)
+        tensors[hf] = TensorData.from_array(np.ascontiguousarray(t.array().T) if conv1d else t.array())
+    cfg = {**ref.config, "hidden_act": "gelu_new"}
+    src = Model("hf", "gpt2", tensors, cfg, tokenizer_json=ref.tokenizer_json, special_tokens=ref.special_tokens,
+                source_format="test", naming="hf")  # fmt: skip
+    back, path = _roundtrip(src, tmp_path)
+    assert sorted(back.tensors) == sorted(ref.tensors)
+    for name, t in ref.tensors.items():
+        assert bytes(back.tensors[name].data) == bytes(t.data), name
+    ours, theirs = parse_gguf(path).fields, parse_gguf(ref_path).fields
+    for key in ("gpt2.context_length", "gpt2.embedding_length", "gpt2.feed_forward_length", "gpt2.block_count",
+                "gpt2.attention.head_count", "gpt2.attention.layer_norm_epsilon", "tokenizer.ggml.model",
+                "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges",
+                "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):  # fmt: skip
+        assert ours[key] == theirs[key], key
+    assert list(ours["tokenizer.ggml.token_type"]) == list(theirs["tokenizer.ggml.token_type"])
+    assert back.special_tokens == ref.special_tokens
+
+
+def test_block_quantized_llama_rows_move_whole(tmp_path):
+    """A q8_0-packed model exports its blocks as they are (q/k rows permuted whole) and computes the same."""
+    from modelc.artifact.pack import pack
+    from modelc.ir import DataType
+
+    art = open_artifact(pack(VARIANTS / "mistral" / "hf", out=tmp_path / "q.modelc", quantize="q8_0"))
+    assert art.tensors["model.layers.0.self_attn.q_proj.weight"].dtype is DataType.Q8_0
+    back = read_gguf(export_gguf(art, tmp_path / "q.gguf"))
+    assert back.tensors["blk.0.attn_q.weight"].dtype is DataType.Q8_0
+    ids = list(range(4, 40))
+    assert _rel_err(Engine(back).logits(ids), Engine(art).logits(ids)) <= MAX_REL_ERR
+
+
+def test_phi3_named_model_without_phi3_pieces_drops_general_name(tmp_path):
+    """llama.cpp keys a Phi-3 token-attribute rule on general.name and fails on a vocabulary without <unk>."""
+    src = _hf("phi3")
+    src.name = "my-Phi3-test"
+    fields = parse_gguf(export_gguf(src, tmp_path / "a.gguf")).fields
+    assert "general.name" not in fields
+    src.name = "tiny"
+    assert parse_gguf(export_gguf(src, tmp_path / "b.gguf")).fields["general.name"] == "tiny"
+
+
+def test_word_level_tokenizer_gets_no_gguf_tokenizer(tmp_path):
+    """No tokenizer.ggml.model: llama.cpp refuses such a file rather than misreading it; modelc keeps its copy."""
+    from modelc.models.tiny import make_tiny_llama, with_tokenizer
+
+    src = with_tokenizer(make_tiny_llama())
+    fields = parse_gguf(export_gguf(src, tmp_path / "m.gguf")).fields
+    assert fields["general.architecture"] == "llama" and "tokenizer.ggml.model" not in fields
+    assert fields["modelc.tokenizer_json"] == src.tokenizer_json

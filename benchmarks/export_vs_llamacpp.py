@@ -4,7 +4,8 @@
         [--cases llama3,phi3,...] [--keep DIR]
 
 For every case of tests/formats/test_export_gguf_hf.py (the tiny LLaMA 3 / Mistral / Qwen2 / Phi-3
-variants, a tiny GPT-2, LLaMA 3 and Qwen2 style pre-tokenizers) plus the refused ones: packs the
+variants, a tiny GPT-2, LLaMA 3 and Qwen2 style pre-tokenizers), the refused ones, and tiny models
+carrying llama.cpp's real gpt-2 / llama-bpe / qwen2 test vocabularies (../shared/fixtures): packs the
 source, exports it to GGUF, computes modelc's logits on the source (T=48 tokens) and its
 tokenization of the test texts, then loads the GGUF in llama.cpp (llama-cpp-python, in its own
 venv, as a subprocess: this file with --worker) and compares: per-position cosine of the logits
@@ -47,7 +48,36 @@ def worker(path: str) -> int:
     return 0
 
 
-def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str) -> dict:
+def vocab_cases(shared: pathlib.Path) -> dict:
+    """Real vocabularies (llama.cpp's ggml-vocab-*.gguf test files, as modelc reads them into tokenizer.json)
+    on tiny random models: name -> (build, extra texts: llama.cpp's own vocab test inputs)."""
+    from modelc.formats.gguf import read_gguf
+    from modelc.models.tiny import make_tiny_gpt2, make_tiny_llama
+
+    def build(vocab: str, arch: str):
+        def make():
+            v = read_gguf(shared / f"ggml-vocab-{vocab}.gguf")
+            n = len(json.loads(v.tokenizer_json)["model"]["vocab"])
+            n = max(n, *(a["id"] + 1 for a in json.loads(v.tokenizer_json)["added_tokens"]))
+            if arch == "gpt2":
+                m = make_tiny_gpt2(0, vocab_size=n, hidden_size=32, max_positions=256)
+            else:
+                m = make_tiny_llama(0, vocab_size=n, hidden_size=32, num_heads=2, num_kv_heads=1,
+                                    intermediate_size=32, qkv_bias=arch == "qwen2", architecture=arch)  # fmt: skip
+            m.tokenizer_json, m.special_tokens = v.tokenizer_json, v.special_tokens
+            return m
+
+        return make
+
+    out = {}
+    for vocab, arch in (("gpt-2", "gpt2"), ("llama-bpe", "llama"), ("qwen2", "qwen2")):
+        if (shared / f"ggml-vocab-{vocab}.gguf").exists():
+            inp = (shared / f"ggml-vocab-{vocab}.gguf.inp").read_text(encoding="utf-8")
+            out[f"vocab-{vocab}"] = (build(vocab, arch), inp.split("\n__ggml_vocab_test__\n"))
+    return out
+
+
+def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str, extra_texts: list[str]) -> dict:
     import numpy as np
 
     from modelc.artifact import open_artifact, write_artifact
@@ -57,6 +87,7 @@ def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str) -> dict:
     from modelc.tokenizer import Tokenizer
     from tests.formats.test_export_gguf_hf import TEXTS
 
+    texts = [*TEXTS, *extra_texts]
     src = build()
     art = open_artifact(write_artifact(src, tmp / f"{name}.modelc"))
     try:
@@ -68,7 +99,7 @@ def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str) -> dict:
     want = Engine(art).logits(ids)  # (T, V)
     proc = subprocess.run(
         [llamacpp_python, __file__, "--worker", str(path)],
-        input=json.dumps({"ids": ids, "texts": TEXTS}),
+        input=json.dumps({"ids": ids, "texts": texts}),
         capture_output=True,
         text=True,
         check=False,
@@ -80,11 +111,11 @@ def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str) -> dict:
     got = np.asarray(got_all["logits"], dtype=np.float32)
     cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     # plain: no BOS/EOS; special: as llama.cpp adds them (modelc never doubles a BOS the text starts with)
-    tok_diff = [t for t, g in zip(TEXTS, got_all["tokens"]["plain"], strict=True) if g != tok.encode(t, False)]
+    tok_diff = [t for t, g in zip(texts, got_all["tokens"]["plain"], strict=True) if g != tok.encode(t, False)]
     bos = src.special_tokens.get("bos_token")
     tok_diff += [
         f"(add_special) {t}"
-        for t, g in zip(TEXTS, got_all["tokens"]["special"], strict=True)
+        for t, g in zip(texts, got_all["tokens"]["special"], strict=True)
         if not (bos and t.startswith(bos)) and g != tok.encode(t)
     ]
     # llama.cpp's llama/qwen2/phi3 graphs have no sliding window: past it they attend to every key,
@@ -109,6 +140,11 @@ def main() -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--llamacpp-python", default="/work/refvenv/bin/python")
     ap.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    ap.add_argument(
+        "--shared",
+        default=str(ROOT.parent / "shared" / "fixtures" / "tokenizer"),
+        help="llama.cpp's ggml-vocab-*.gguf files (+ .inp texts); absent: those cases are skipped",
+    )
     ap.add_argument("--keep", help="write the GGUFs here instead of a temporary folder")
     a = ap.parse_args()
     if a.worker:
@@ -116,14 +152,15 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from tests.formats.test_export_gguf_hf import CASES, REFUSED
 
-    cases = {**CASES, **REFUSED}
+    cases = {k: (v[0], []) for k, v in {**CASES, **REFUSED}.items()}
+    cases.update(vocab_cases(pathlib.Path(a.shared)))
     names = [c for c in a.cases.split(",") if c] or list(cases)
     results = []
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = pathlib.Path(a.keep or tmp_name)
         tmp.mkdir(parents=True, exist_ok=True)
         for name in names:
-            r = run_case(name, cases[name][0], tmp, a.llamacpp_python)
+            r = run_case(name, cases[name][0], tmp, a.llamacpp_python, cases[name][1])
             results.append(r)
             print(json.dumps(r), flush=True)
     ok = [r for r in results if r.get("pass")]

@@ -13,6 +13,10 @@ venv, as a subprocess: this file with --worker) and compares: per-position cosin
 inside the window, since llama.cpp's llama/qwen2/phi3 graphs attend past it), max |diff| / max |modelc|, argmax agreement, and the texts whose
 llama.cpp tokenization (llm.tokenize with parse_special, with and without add_special) differs
 from modelc's.
+Where llama.cpp's own conversion of the same HF folder exists (tiny-llama), the tokenizations are
+also compared with llama.cpp's on that file: a mismatch with modelc that llama.cpp shows on its own
+conversion too (HF's Metaspace prepend_scheme "first" vs llama.cpp's SentencePiece dummy prefix)
+is llama.cpp's, not the export's, and the case passes when every token list is identical.
 Not a test: needs llama-cpp-python; prints one line per case and a JSON summary.
 """
 
@@ -73,11 +77,20 @@ def vocab_cases(shared: pathlib.Path) -> dict:
     for vocab, arch in (("gpt-2", "gpt2"), ("llama-bpe", "llama"), ("qwen2", "qwen2")):
         if (shared / f"ggml-vocab-{vocab}.gguf").exists():
             inp = (shared / f"ggml-vocab-{vocab}.gguf.inp").read_text(encoding="utf-8")
-            out[f"vocab-{vocab}"] = (build(vocab, arch), inp.split("\n__ggml_vocab_test__\n"))
+            out[f"vocab-{vocab}"] = (build(vocab, arch), inp.split("\n__ggml_vocab_test__\n"), None)
+    spm = shared.parent / "models" / "tiny-llama" / "hf"
+    if spm.is_dir():  # LLaMA 2 style SentencePiece BPE (byte_fallback) -> tokenizer.ggml.model "llama"
+        from modelc.formats.detect import read_model
+
+        inp = (shared / "ggml-vocab-llama-spm.gguf.inp").read_text(encoding="utf-8")
+        ref = spm.parent / "gguf" / "tiny-llama-F32.gguf"
+        out["tiny-llama-spm"] = (lambda: read_model(spm), inp.split("\n__ggml_vocab_test__\n"), ref)
     return out
 
 
-def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str, extra_texts: list[str]) -> dict:
+def run_case(
+    name: str, build, tmp: pathlib.Path, llamacpp_python: str, extra_texts: list[str], ref_gguf: pathlib.Path | None
+) -> dict:
     import numpy as np
 
     from modelc.artifact import open_artifact, write_artifact
@@ -97,17 +110,9 @@ def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str, extra_te
     tok = Tokenizer.from_json(src.tokenizer_json, src.special_tokens)
     ids = tok.encode(" ".join(TEXTS[:12]))[:N_TOKENS]
     want = Engine(art).logits(ids)  # (T, V)
-    proc = subprocess.run(
-        [llamacpp_python, __file__, "--worker", str(path)],
-        input=json.dumps({"ids": ids, "texts": texts}),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return {"case": name, "llamacpp_failed": proc.returncode, "stderr": tail}
-    got_all = json.loads(proc.stdout)
+    got_all = _llamacpp(llamacpp_python, path, ids, texts)
+    if "llamacpp_failed" in got_all:
+        return {"case": name, **got_all}
     got = np.asarray(got_all["logits"], dtype=np.float32)
     cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     # plain: no BOS/EOS; special: as llama.cpp adds them (modelc never doubles a BOS the text starts with)
@@ -122,6 +127,14 @@ def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str, extra_te
     # so only the positions inside the window can agree (the export writes the window for modelc).
     window = int(src.config.get("sliding_window") or 0)
     checked = cos[:window] if 0 < window < len(ids) else cos
+    vs_converter = {}
+    if ref_gguf is not None:  # the same HF folder converted by llama.cpp's convert_hf_to_gguf.py
+        ref = _llamacpp(llamacpp_python, ref_gguf, ids, texts)
+        vs_converter = {
+            "converter_same_tokens": ref["tokens"] == got_all["tokens"],
+            "converter_max_abs_logit_diff": float(np.abs(np.asarray(ref["logits"]) - got).max()),
+        }
+    tok_ok = not tok_diff or vs_converter.get("converter_same_tokens", False)
     return {
         "case": name,
         "T": len(ids),
@@ -131,8 +144,22 @@ def run_case(name: str, build, tmp: pathlib.Path, llamacpp_python: str, extra_te
         "max_rel_diff": float(np.abs(got - want).max() / np.abs(want).max()),
         "argmax_agree": float((got.argmax(1) == want.argmax(1)).mean()),
         "tokenize_mismatch": tok_diff,
-        "pass": bool(checked.min() >= MIN_COSINE and not tok_diff),
+        **vs_converter,
+        "pass": bool(checked.min() >= MIN_COSINE and tok_ok),
     }
+
+
+def _llamacpp(python: str, path: str | os.PathLike[str], ids: list[int], texts: list[str]) -> dict:
+    proc = subprocess.run(
+        [python, __file__, "--worker", str(path)],
+        input=json.dumps({"ids": ids, "texts": texts}),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return {"llamacpp_failed": proc.returncode, "stderr": (proc.stderr or proc.stdout).strip().splitlines()[-3:]}
+    return json.loads(proc.stdout)
 
 
 def main() -> int:
@@ -152,7 +179,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from tests.formats.test_export_gguf_hf import CASES, REFUSED
 
-    cases = {k: (v[0], []) for k, v in {**CASES, **REFUSED}.items()}
+    cases = {k: (v[0], [], None) for k, v in {**CASES, **REFUSED}.items()}
     cases.update(vocab_cases(pathlib.Path(a.shared)))
     names = [c for c in a.cases.split(",") if c] or list(cases)
     results = []
@@ -160,7 +187,7 @@ def main() -> int:
         tmp = pathlib.Path(a.keep or tmp_name)
         tmp.mkdir(parents=True, exist_ok=True)
         for name in names:
-            r = run_case(name, cases[name][0], tmp, a.llamacpp_python, cases[name][1])
+            r = run_case(name, *cases[name][:1], tmp, a.llamacpp_python, *cases[name][1:])
             results.append(r)
             print(json.dumps(r), flush=True)
     ok = [r for r in results if r.get("pass")]

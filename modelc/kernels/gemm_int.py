@@ -1,6 +1,9 @@
 """Quantized matmul with int8 activations: out (T, N) = x (T, C) @ W.T, W stored in blocks.
 
-NOTE: each weight row is unpacked ONCE (quant.unpack_row: int8 + per-16 scales,
+qmatmul sends Q4_0, Q8_0, Q4_K and Q6_K to the register-tiled kernel in
+gemm_tile.py; qmatmul_rows below serves every other type.
+
+NOTE: in qmatmul_rows each weight row is unpacked ONCE (quant.unpack_row: int8 + per-16 scales,
 L1-resident) and then dotted with all T activation rows, which were quantized
 once per call to Q8_0-style blocks (quant.quantize_act). So a batch of 16 costs
 far less than 16 single-token calls. The block dot is qdot.dotu_i8x32 (one
@@ -14,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from modelc.kernels import gemm_tile
 from modelc.kernels.qdot import (
     abs_i8x32,
     dot_i8x32,
@@ -128,9 +132,30 @@ def _min_term(mn, xs, i):
     return s
 
 
+def qmatmul(
+    out: np.ndarray,
+    xq: np.ndarray,
+    xd: np.ndarray,
+    xs: np.ndarray,
+    w: np.ndarray,
+    kind: int,
+    rscale: np.ndarray,
+    signed: bool,
+) -> None:
+    """out (T, N) f32 = dequant(w) @ x.T in int8-activation form (arguments as qmatmul_rows).
+
+    Q4_0, Q8_0, Q4_K and Q6_K run the register-tiled kernel (gemm_tile); the other
+    types unpack each row once to L1 (qmatmul_rows).
+    """
+    if kind in gemm_tile.TILE_KINDS:
+        gemm_tile.qmatmul_tile(out, xq, xd, xs, w, kind)
+    else:
+        qmatmul_rows(out, xq, xd, xs, w, kind, rscale, signed)
+
+
 @njit(cache=True, nogil=True, parallel=True)
-def qmatmul(out, xq, xd, xs, w, kind, rscale, signed):
-    """out (T, N) f32 = dequant(w) @ x.T in int8-activation form.
+def qmatmul_rows(out, xq, xd, xs, w, kind, rscale, signed):
+    """out (T, N) f32 = dequant(w) @ x.T in int8-activation form, any quant.KIND.
 
     parallel=True: rows of W are independent and decode is bandwidth/compute
     bound on every core; the caller sets numba.set_num_threads.

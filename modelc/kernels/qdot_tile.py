@@ -1,0 +1,461 @@
+"""64-element SIMD pieces for the register-tiled small GEMM (gemm_tile*.py).
+
+Owns the 512-bit vector types (`I8x64`, `I32x16`, `F32x16`), the unsigned x
+signed int8 dot with an int32 start value (`dot_u8x64`: one `vpdpbusd` zmm with
+AVX512-VNNI, two ymm ones with AVX-VNNI, `vpmaddubsw`+`vpmaddwd` with AVX2,
+portable IR elsewhere; LLVM splits the 512-bit generic ops into 256-bit halves
+on CPUs without AVX-512), and the per-type block unpackers that turn stored
+bytes straight into 64 unsigned codes in NATURAL element order, with the
+matching per-lane scale vectors. qdot.py's CPU switches (MODELC_NO_AVX2,
+MODELC_NO_VNNI) apply here too.
+
+Lane layout: lane k of an I32x16 dot covers elements 4k..4k+3 of the 64, so
+lanes 0-7 are the first 32-element block and 8-15 the second; a 16-element
+K-quant sub-block is 4 lanes.
+
+NOTE: numba's cache does not see edits here (docs/kernels.md): after changing an
+intrinsic delete modelc/kernels/__pycache__/*.nbi and *.nbc.
+"""
+
+from __future__ import annotations
+
+import os
+
+import llvmlite.binding as llb
+from llvmlite import ir
+from numba import types
+
+from modelc.kernels.qdot import HAS_AVX2, HAS_VNNI, VecType, _call, _check_1d, _ptr_at, intrinsic
+
+
+def _host_has_vnni512() -> bool:
+    if not HAS_VNNI or os.environ.get("MODELC_NO_VNNI"):
+        return False
+    feats = llb.get_host_cpu_features()
+    return all(bool(feats.get(f)) for f in ("avx512f", "avx512bw", "avx512vnni"))
+
+
+HAS_VNNI512 = _host_has_vnni512()
+"""True when dot_u8x64 is one zmm vpdpbusd (AVX512-VNNI)."""
+
+WIDE_DOT_EXACT = HAS_VNNI or not HAS_AVX2
+"""True when dot_u8x64 is exact for unsigned codes up to 255 (VNNI or the portable IR);
+the AVX2 vpmaddubsw pair saturates above 63, so Q8_0's 0..255 codes need this."""
+
+I8x64 = VecType(types.int8, 64)
+I32x16 = VecType(types.int32, 16)
+F32x16 = VecType(types.float32, 16)
+
+_i8, _i16, _i32, _f32, _half = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType(), ir.HalfType()
+_v16i8 = ir.VectorType(_i8, 16)
+_v32i8 = ir.VectorType(_i8, 32)
+_v64i8 = ir.VectorType(_i8, 64)
+_v16i16 = ir.VectorType(_i16, 16)
+_v8i32 = ir.VectorType(_i32, 8)
+_v16i32 = ir.VectorType(_i32, 16)
+_v16f32 = ir.VectorType(_f32, 16)
+
+
+def _idx(n: int, values: list[int]) -> ir.Constant:
+    return ir.Constant(ir.VectorType(_i32, n), values)
+
+
+def _cat(builder, a, b):
+    """Concatenate two vectors of the same type."""
+    n = a.type.count
+    return builder.shuffle_vector(a, b, _idx(2 * n, list(range(2 * n))))
+
+
+def _half_of(builder, v, k):
+    """Half k (0 = low) of a vector."""
+    n = v.type.count // 2
+    return builder.shuffle_vector(v, v, _idx(n, list(range(k * n, (k + 1) * n))))
+
+
+def _load(context, builder, aryty, ary, idx, llty, off=0):
+    if off:
+        idx = builder.add(idx, ir.Constant(idx.type, off))
+    return builder.load(_ptr_at(context, builder, aryty, ary, idx, llty), align=1)
+
+
+def _splat(builder, x, vty):
+    v = builder.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(_i32, 0))
+    return builder.shuffle_vector(v, v, _idx(vty.count, [0] * vty.count))
+
+
+def _f16(context, builder, aryty, ary, idx, off):
+    return builder.fpext(builder.bitcast(_load(context, builder, aryty, ary, idx, _i16, off), _half), _f32)
+
+
+def _byte_vec(v, k):
+    return ir.Constant(ir.VectorType(_i8, v), [k] * v)
+
+
+def _nib_lo_hi(builder, v):
+    """(v & 15, v >> 4) per byte."""
+    n = v.type.count
+    return builder.and_(v, _byte_vec(n, 15)), builder.lshr(v, _byte_vec(n, 4))
+
+
+# ---- the dot ------------------------------------------------------------------------
+
+
+def _dot_generic(builder, acc, u, a):
+    v64i32 = ir.VectorType(_i32, 64)
+    p = builder.mul(builder.zext(u, v64i32), builder.sext(a, v64i32))
+    for n in (32, 16):
+        even = builder.shuffle_vector(p, p, _idx(n, list(range(0, 2 * n, 2))))
+        odd = builder.shuffle_vector(p, p, _idx(n, list(range(1, 2 * n, 2))))
+        p = builder.add(even, odd)
+    return builder.add(acc, p)
+
+
+def _dot_u8x64(builder, acc, u, a):
+    if HAS_VNNI512:
+        args = [acc, builder.bitcast(u, _v16i32), builder.bitcast(a, _v16i32)]
+        return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _v16i32, args)
+    if not HAS_AVX2:
+        return _dot_generic(builder, acc, u, a)
+    halves = []
+    for k in range(2):
+        c, uk, ak = _half_of(builder, acc, k), _half_of(builder, u, k), _half_of(builder, a, k)
+        if HAS_VNNI:
+            args = [c, builder.bitcast(uk, _v8i32), builder.bitcast(ak, _v8i32)]
+            halves.append(_call(builder, "llvm.x86.avx512.vpdpbusd.256", _v8i32, args))
+        else:  # u <= 63: the i16 pair sums never saturate
+            p16 = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _v16i16, [uk, ak])
+            ones = ir.Constant(_v16i16, [1] * 16)
+            halves.append(builder.add(c, _call(builder, "llvm.x86.avx2.pmadd.wd", _v8i32, [p16, ones])))
+    return _cat(builder, halves[0], halves[1])
+
+
+@intrinsic
+def dot_u8x64(typingctx, acc, u, a):
+    """acc + per-lane sum of 4 products u * a (u unsigned, a signed): lane k = elements 4k..4k+3.
+
+    Exact for u <= 63 everywhere and for u <= 255 where WIDE_DOT_EXACT.
+    """
+    if not (acc == I32x16 and u == I8x64 and a == I8x64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _dot_u8x64(builder, *args)
+
+    return I32x16(acc, u, a), codegen
+
+
+# ---- loads, stores, float ops ----------------------------------------------------------
+
+
+@intrinsic
+def load_i8x64(typingctx, ary, idx):
+    """64 int8 at element idx of a 1-D C int8/uint8 array."""
+    if not (_check_1d(ary) and ary.dtype in (types.int8, types.uint8) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _load(context, builder, sig.args[0], args[0], args[1], _v64i8)
+
+    return I8x64(ary, idx), codegen
+
+
+@intrinsic
+def load_i32x16(typingctx, ary, idx):
+    """16 int32 at element idx of a 1-D C int32 array."""
+    if not (_check_1d(ary) and ary.dtype == types.int32 and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _load(context, builder, sig.args[0], args[0], args[1], _v16i32)
+
+    return I32x16(ary, idx), codegen
+
+
+@intrinsic
+def load_f32x16(typingctx, ary, idx):
+    """16 float32 at element idx of a 1-D C float32 array."""
+    if not (_check_1d(ary) and ary.dtype == types.float32 and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _load(context, builder, sig.args[0], args[0], args[1], _v16f32)
+
+    return F32x16(ary, idx), codegen
+
+
+@intrinsic
+def store_f32x16(typingctx, ary, idx, v):
+    if not (_check_1d(ary) and ary.dtype == types.float32 and v == F32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _ptr_at(context, builder, sig.args[0], args[0], args[1], _v16f32), align=4)
+        return context.get_dummy_value()
+
+    return types.none(ary, idx, v), codegen
+
+
+@intrinsic
+def store_i32x16(typingctx, ary, idx, v):
+    if not (_check_1d(ary) and ary.dtype == types.int32 and v == I32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _ptr_at(context, builder, sig.args[0], args[0], args[1], _v16i32), align=4)
+        return context.get_dummy_value()
+
+    return types.none(ary, idx, v), codegen
+
+
+@intrinsic
+def zeros_i32x16(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_v16i32, [0] * 16)
+
+    return I32x16(), codegen
+
+
+@intrinsic
+def zeros_f32x16(typingctx):
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_v16f32, [0.0] * 16)
+
+    return F32x16(), codegen
+
+
+@intrinsic
+def lanesum_i8x64(typingctx, ary, idx, k):
+    """Lane j = k * (sum of int8 ary[idx+4j : idx+4j+4]) as I32x16 (activation offsets)."""
+    if not (_check_1d(ary) and ary.dtype == types.int8 and isinstance(k, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = _load(context, builder, sig.args[0], args[0], args[1], _v64i8)
+        s = _dot_u8x64(builder, ir.Constant(_v16i32, [0] * 16), _byte_vec(64, 1), a)
+        kk = builder.trunc(args[2], _i32) if args[2].type.width > 32 else builder.sext(args[2], _i32)
+        return builder.mul(s, _splat(builder, kk, _v16i32))
+
+    return I32x16(ary, idx, k), codegen
+
+
+@intrinsic
+def pair_f32x16(typingctx, a, b):
+    """[a] * 8 + [b] * 8."""
+    if a != types.float32 or b != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = ir.Constant(ir.VectorType(_f32, 2), ir.Undefined)
+        v = builder.insert_element(v, args[0], ir.Constant(_i32, 0))
+        v = builder.insert_element(v, args[1], ir.Constant(_i32, 1))
+        return builder.shuffle_vector(v, v, _idx(16, [0] * 8 + [1] * 8))
+
+    return F32x16(a, b), codegen
+
+
+@intrinsic
+def fmadot_f32x16(typingctx, acc, p, s, x):
+    """acc + float(p) * (s * x): one block-dot's contribution with weight and activation scales."""
+    if not (acc == F32x16 and p == I32x16 and s == F32x16 and x == F32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        pf = builder.sitofp(args[1], _v16f32)
+        return _call(builder, "llvm.fma.v16f32", _v16f32, [pf, builder.fmul(args[2], args[3]), args[0]])
+
+    return F32x16(acc, p, s, x), codegen
+
+
+@intrinsic
+def fma_f32x16(typingctx, acc, a, b):
+    """acc + a * b."""
+    if not (acc == F32x16 and a == F32x16 and b == F32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _call(builder, "llvm.fma.v16f32", _v16f32, [args[1], args[2], args[0]])
+
+    return F32x16(acc, a, b), codegen
+
+
+@intrinsic
+def hsum_f32x16(typingctx, v):
+    """Sum of the 16 lanes (pairwise tree, float32)."""
+    if v != F32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        n = 16
+        while n > 1:
+            n //= 2
+            x = builder.fadd(_half_of(builder, x, 0), _half_of(builder, x, 1))
+        return builder.extract_element(x, ir.Constant(_i32, 0))
+
+    return types.float32(v), codegen
+
+
+# ---- block unpacking: stored bytes -> 64 unsigned codes in natural order ----------------
+
+
+@intrinsic
+def q4_0_pair(typingctx, w, o, o1):
+    """Q4_0 blocks at bytes o and o1 (uint8 1-D C array) -> (64 codes 0..15, F32x16 [d0]*8+[d1]*8).
+
+    Element order is natural: nibble j of a block's 16 bytes is element j (low) / j+16 (high).
+    """
+    if not (_check_1d(w) and isinstance(o, types.Integer) and isinstance(o1, types.Integer)):
+        return None
+    ret = types.Tuple((I8x64, F32x16))
+
+    def codegen(context, builder, sig, args):
+        aty, ary, idx, idx1 = sig.args[0], args[0], args[1], args[2]
+        v = _cat(
+            builder,
+            _load(context, builder, aty, ary, idx, _v16i8, 2),
+            _load(context, builder, aty, ary, idx1, _v16i8, 2),
+        )
+        lo, hi = _nib_lo_hi(builder, v)
+        # [lo0, hi0, lo1, hi1] in 16-byte pieces
+        perm = list(range(0, 16)) + list(range(32, 48)) + list(range(16, 32)) + list(range(48, 64))
+        u = builder.shuffle_vector(lo, hi, _idx(64, perm))
+        d0 = _f16(context, builder, aty, ary, idx, 0)
+        d1 = _f16(context, builder, aty, ary, idx1, 0)
+        s = builder.insert_element(ir.Constant(ir.VectorType(_f32, 2), ir.Undefined), d0, ir.Constant(_i32, 0))
+        s = builder.insert_element(s, d1, ir.Constant(_i32, 1))
+        s = builder.shuffle_vector(s, s, _idx(16, [0] * 8 + [1] * 8))
+        return context.make_tuple(builder, ret, [u, s])
+
+    return ret(w, o, o1), codegen
+
+
+@intrinsic
+def q8_0_pair(typingctx, w, o, o1):
+    """Q8_0 blocks at bytes o and o1 -> (64 codes q + 128 as unsigned bytes, F32x16 [d0]*8+[d1]*8)."""
+    if not (_check_1d(w) and isinstance(o, types.Integer) and isinstance(o1, types.Integer)):
+        return None
+    ret = types.Tuple((I8x64, F32x16))
+
+    def codegen(context, builder, sig, args):
+        aty, ary, idx, idx1 = sig.args[0], args[0], args[1], args[2]
+        v = _cat(
+            builder,
+            _load(context, builder, aty, ary, idx, _v32i8, 2),
+            _load(context, builder, aty, ary, idx1, _v32i8, 2),
+        )
+        u = builder.xor(v, _byte_vec(64, -128))
+        d0 = _f16(context, builder, aty, ary, idx, 0)
+        d1 = _f16(context, builder, aty, ary, idx1, 0)
+        s = builder.insert_element(ir.Constant(ir.VectorType(_f32, 2), ir.Undefined), d0, ir.Constant(_i32, 0))
+        s = builder.insert_element(s, d1, ir.Constant(_i32, 1))
+        s = builder.shuffle_vector(s, s, _idx(16, [0] * 8 + [1] * 8))
+        return context.make_tuple(builder, ret, [u, s])
+
+    return ret(w, o, o1), codegen
+
+
+@intrinsic
+def q4_k_codes(typingctx, w, o):
+    """64 bytes of Q4_K qs at byte o -> two I8x64: elements 0..63 and 64..127 of that 128 (codes 0..15).
+
+    Byte l's low nibble is element l (l < 32) or l+32 (l >= 32); its high nibble element l+32 / l+64.
+    """
+    if not (_check_1d(w) and isinstance(o, types.Integer)):
+        return None
+    ret = types.UniTuple(I8x64, 2)
+
+    def codegen(context, builder, sig, args):
+        lo, hi = _nib_lo_hi(builder, _load(context, builder, sig.args[0], args[0], args[1], _v64i8))
+        g0 = builder.shuffle_vector(lo, hi, _idx(64, list(range(32)) + list(range(64, 96))))
+        g1 = builder.shuffle_vector(lo, hi, _idx(64, list(range(32, 64)) + list(range(96, 128))))
+        return context.make_tuple(builder, ret, [g0, g1])
+
+    return ret(w, o), codegen
+
+
+@intrinsic
+def q4_k_scales(typingctx, w, o):
+    """Q4_K super-block at byte o -> (4 F32x16 per-lane scales of its 64-element groups, F32x16 mins).
+
+    Group k covers sub-blocks 2k, 2k+1: lanes [d*sc_2k]*8 + [d*sc_2k+1]*8. The mins vector is
+    per 16-element half-sub-block, negated: lane g = -dmin * m_{g//2} (multiply by xs).
+    """
+    if not (_check_1d(w) and isinstance(o, types.Integer)):
+        return None
+    ret = types.UniTuple(F32x16, 5)
+
+    def codegen(context, builder, sig, args):
+        aty, ary, idx = sig.args[0], args[0], args[1]
+        a, m, md = (_load(context, builder, aty, ary, idx, _i32, 4 + 4 * k) for k in range(3))
+
+        def k32(x):
+            return ir.Constant(_i32, x)
+
+        sc_lo = builder.and_(a, k32(0x3F3F3F3F))
+        sc_hi = builder.or_(builder.and_(md, k32(0x0F0F0F0F)), builder.and_(builder.lshr(a, k32(2)), k32(0x30303030)))
+        mn_lo = builder.and_(m, k32(0x3F3F3F3F))
+        mn_hi = builder.or_(
+            builder.and_(builder.lshr(md, k32(4)), k32(0x0F0F0F0F)),
+            builder.and_(builder.lshr(m, k32(2)), k32(0x30303030)),
+        )
+        v4 = ir.Constant(ir.VectorType(_i32, 4), ir.Undefined)
+        for k, x in enumerate((sc_lo, sc_hi, mn_lo, mn_hi)):
+            v4 = builder.insert_element(v4, x, k32(k))
+        f = builder.uitofp(builder.zext(builder.bitcast(v4, _v16i8), _v16i32), _v16f32)
+        d = _f16(context, builder, aty, ary, idx, 0)
+        dmin = builder.fneg(_f16(context, builder, aty, ary, idx, 2))
+        dd = builder.shuffle_vector(
+            _splat(builder, d, ir.VectorType(_f32, 1)),
+            _splat(builder, dmin, ir.VectorType(_f32, 1)),
+            _idx(16, [0] * 8 + [1] * 8),
+        )
+        f = builder.fmul(f, dd)  # lanes 0-7: d*sc_j, 8-15: -dmin*m_j
+        out = [builder.shuffle_vector(f, f, _idx(16, [2 * k] * 8 + [2 * k + 1] * 8)) for k in range(4)]
+        out.append(builder.shuffle_vector(f, f, _idx(16, [8 + g // 2 for g in range(16)])))
+        return context.make_tuple(builder, ret, out)
+
+    return ret(w, o), codegen
+
+
+@intrinsic
+def q6_k_codes(typingctx, w, ql, qh):
+    """Q6_K: 64 ql bytes at byte ql, 32 qh bytes at byte qh -> two I8x64 (elements 0..63, 64..127 of a
+    128-element half), codes 0..63 (value + 32)."""
+    if not (_check_1d(w) and isinstance(ql, types.Integer) and isinstance(qh, types.Integer)):
+        return None
+    ret = types.UniTuple(I8x64, 2)
+
+    def codegen(context, builder, sig, args):
+        aty, ary = sig.args[0], args[0]
+        lo, hi = _nib_lo_hi(builder, _load(context, builder, aty, ary, args[1], _v64i8))
+        y = _load(context, builder, aty, ary, args[2], _v32i8)
+        # yy = [y, y >> 2]: byte l of half 0 holds element l's high bits at bits 0-1 and element
+        # l+64's at bits 4-5; half 1 the same for elements l+32 and l+96
+        yy = _cat(builder, y, builder.lshr(y, _byte_vec(32, 2)))
+        h0 = builder.and_(builder.shl(yy, _byte_vec(64, 4)), _byte_vec(64, 0x30))
+        h1 = builder.and_(yy, _byte_vec(64, 0x30))
+        return context.make_tuple(builder, ret, [builder.or_(lo, h0), builder.or_(hi, h1)])
+
+    return ret(w, ql, qh), codegen
+
+
+@intrinsic
+def q6_k_scales(typingctx, w, o):
+    """Q6_K super-block at byte o -> (4 F32x16 per-lane scales of its 64-element groups, F32x16 offsets).
+
+    Group k covers sub-blocks 4k..4k+3: lanes [d*sc_4k]*4 + ... The offsets vector is lane g =
+    -32 * d * sc_g (the codes carry +32; multiply by xs).
+    """
+    if not (_check_1d(w) and isinstance(o, types.Integer)):
+        return None
+    ret = types.UniTuple(F32x16, 5)
+
+    def codegen(context, builder, sig, args):
+        aty, ary, idx = sig.args[0], args[0], args[1]
+        sc = builder.sitofp(builder.sext(_load(context, builder, aty, ary, idx, _v16i8, 192), _v16i32), _v16f32)
+        f = builder.fmul(sc, _splat(builder, _f16(context, builder, aty, ary, idx, 208), _v16f32))
+        out = [builder.shuffle_vector(f, f, _idx(16, [4 * k + j // 4 for j in range(16)])) for k in range(4)]
+        out.append(builder.fmul(f, ir.Constant(_v16f32, [-32.0] * 16)))
+        return context.make_tuple(builder, ret, out)
+
+    return ret(w, o), codegen

@@ -1,0 +1,145 @@
+"""gemm_tile (the register-tiled small-T matmul behind gemm_int.qmatmul) against ref_linear.matmul_qact."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from modelc.ir import DataType
+from modelc.kernels import gemm_int, gemm_tile, linear, qdot_tile, quant, ref_linear
+from modelc.kernels.gemm_random import random_tensor
+
+EXACT_QACT = 2e-5  # relative to max |ref|: same integer dots, float summation order differs
+TILE_TYPES = ["Q4_0", "Q8_0", "Q4_K", "Q6_K"]
+TOKENS = [2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 33]
+# (N, C): odd N (a last 4-row tile with missing rows), C with an odd number of 32-blocks
+SHAPES_32 = [(37, 96), (5, 512), (64, 1056)]
+SHAPES_256 = [(37, 256), (5, 768), (64, 512)]
+
+
+def _case(name: str, n: int, c: int, t: int, seed: int):
+    rng = np.random.default_rng(seed)
+    w = linear.prepare_weight(random_tensor(DataType[name], n, c, rng))
+    x = rng.standard_normal((t, c)).astype(np.float32)
+    xq = np.empty((t, c), np.int8)
+    xd = np.empty((t, c // 32), np.float32)
+    xs = np.empty((t, c // 16), np.float32)
+    quant.quantize_act(xq, xd, xs, x)
+    return w, x, xq, xd, xs
+
+
+def _qmatmul(w: linear.Weight, xq, xd, xs) -> np.ndarray:
+    out = np.full((xq.shape[0], w.rows), np.nan, np.float32)  # canary: every element must be written
+    kind = quant.KIND[w.dtype]
+    gemm_int.qmatmul(out, xq, xd, xs, w.blocks, kind, np.ones(1, np.float32), w.dtype in quant.SIGNED)
+    assert not np.isnan(out).any()
+    return out
+
+
+def _relerr(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+
+
+@pytest.mark.parametrize("name", TILE_TYPES)
+def test_tile_kinds_on_this_cpu(name: str) -> None:
+    kind = quant.KIND[DataType[name]]
+    if name == "Q8_0":  # its 0..255 codes need VNNI (or the portable dot): not the vpmaddubsw pair
+        assert (kind in gemm_tile.TILE_KINDS) == qdot_tile.WIDE_DOT_EXACT
+    else:
+        assert kind in gemm_tile.TILE_KINDS
+
+
+@pytest.mark.parametrize("t", TOKENS)
+@pytest.mark.parametrize("name", TILE_TYPES)
+def test_tile_matches_qact(name: str, t: int) -> None:
+    shapes = SHAPES_32 if DataType[name].block_size == 32 else SHAPES_256
+    for k, (n, c) in enumerate(shapes):
+        w, x, xq, xd, xs = _case(name, n, c, t, seed=1000 * t + k)
+        want = np.empty((t, n), np.float32)
+        ref_linear.matmul_qact(want, x, w)
+        assert _relerr(_qmatmul(w, xq, xd, xs), want) < EXACT_QACT, (n, c)
+
+
+def test_tile_tokens_are_independent() -> None:
+    """Each output row depends on its own token only (no mixing between tiles or padding)."""
+    w, x, xq, xd, xs = _case("Q4_0", 21, 96, 7, seed=5)
+    full = _qmatmul(w, xq, xd, xs)
+    for i in range(7):
+        one = _qmatmul(w, xq[i : i + 1].copy(), xd[i : i + 1].copy(), xs[i : i + 1].copy())
+        np.testing.assert_allclose(one[0], full[i], rtol=1e-5, atol=1e-6 * np.abs(full).max())
+
+
+@pytest.mark.parametrize("off", [0, 8, 128])
+def test_prep_act(off: int) -> None:
+    rng = np.random.default_rng(off)
+    t, c = 3, 192
+    xq = rng.integers(-127, 128, (t, c)).astype(np.int8)
+    xd = rng.random((t, c // 32)).astype(np.float32)
+    ini = np.zeros((t, c // 4), np.int32)
+    dxl = np.empty((t, c // 4), np.float32)
+    gemm_tile.prep_act(ini, dxl, xq, xd, off)
+    lanes = xq.astype(np.int32).reshape(t, c // 4, 4).sum(axis=2)
+    np.testing.assert_array_equal(ini, -off * lanes if off else np.zeros_like(lanes))
+    np.testing.assert_array_equal(dxl, np.repeat(xd, 8, axis=1))
+
+
+def test_other_kinds_keep_the_rows_path() -> None:
+    w, x, xq, xd, xs = _case("Q5_K", 9, 256, 6, seed=2)
+    assert quant.KIND[DataType.Q5_K] not in gemm_tile.TILE_KINDS
+    want = np.empty((6, 9), np.float32)
+    ref_linear.matmul_qact(want, x, w)
+    assert _relerr(_qmatmul(w, xq, xd, xs), want) < EXACT_QACT
+
+
+_FALLBACK = textwrap.dedent(
+    """
+    import numpy as np
+    from modelc.ir import DataType
+    from modelc.kernels import gemm_tile, linear, qdot, qdot_tile, quant, ref_linear
+    from tests.kernels.test_gemm_tile import _case, _qmatmul, _relerr
+    print("flags", qdot.HAS_AVX2, qdot.HAS_VNNI, qdot_tile.HAS_VNNI512, qdot_tile.WIDE_DOT_EXACT)
+    for name in NAMES:
+        tiled = quant.KIND[DataType[name]] in gemm_tile.TILE_KINDS
+        for t in (3, 8):
+            w, x, xq, xd, xs = _case(name, 13, 1024 if name.endswith("K") else 352, t, seed=t)
+            want = np.empty((t, 13), np.float32)
+            ref_linear.matmul_qact(want, x, w)
+            print(name, t, tiled, _relerr(_qmatmul(w, xq, xd, xs), want))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "env, names",
+    [
+        ({"MODELC_NO_VNNI": "1"}, ["Q4_0", "Q6_K", "Q8_0"]),  # AVX2 vpmaddubsw (Q8_0: rows path)
+        ({"MODELC_NO_AVX2": "1"}, ["Q4_K", "Q8_0"]),  # portable LLVM vector IR
+    ],
+)
+def test_fallback_without_vnni_or_avx2(env: dict, names: list[str], tmp_path: pathlib.Path) -> None:
+    """The non-VNNI / non-AVX2 dots give the same numbers (own numba cache: no stale machine code)."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    script = f"NAMES = {names!r}\n" + _FALLBACK
+    full_env = {**os.environ, **env, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, env=full_env, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.split("\n")
+    flags = lines[0].split()
+    if "MODELC_NO_VNNI" in env:
+        assert flags[2:5] == ["False", "False", "False"]
+    else:
+        assert flags[1:5] == ["False", "False", "False", "True"]
+    results = [ln.split() for ln in lines[1:] if ln.strip()]
+    assert len(results) == 2 * len(names)
+    for name, _t, tiled, err in results:
+        want_tiled = name != "Q8_0" or "MODELC_NO_AVX2" in env
+        assert tiled == str(want_tiled), name
+        assert float(err) < EXACT_QACT, (name, err)

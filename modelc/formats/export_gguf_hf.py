@@ -6,7 +6,7 @@ Tensor names map through gguf-py's TensorNameMap. Per architecture:
   RoPE scaling becomes the `rope_freqs.weight` F32 tensor of per-dimension divisors;
 - qwen2, phi3: names only (both rotate halves in llama.cpp; phi3 keeps qkv_proj as attn_qkv and
   gate_up_proj as ffn_up, gate rows first);
-- gpt2: Conv1D weights (in, out) transposed to (out, in) (block-quantized ones dequantized first),
+- gpt2: Conv1D weights (in, out) transposed to (out, in) (block-quantized ones dequantized to F32 first),
   the attention-mask buffers dropped.
 The {arch}.* keys come from export_gguf_hparams, tokenizer.ggml.* from export_gguf_vocab.
 Other architectures, and models with a tensor gguf-py cannot name, are not converted
@@ -22,6 +22,7 @@ import numpy as np
 
 from modelc.errors import UnsupportedError
 from modelc.formats.export_gguf_hparams import GGUF_ARCH
+from modelc.ir import DataType
 
 _SKIP_SUFFIXES = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
 _PERMUTED = ("q_proj.weight", "k_proj.weight", "q_proj.bias", "k_proj.bias")
@@ -105,13 +106,16 @@ def permute_rows(arr: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def _transposed(t: Any, arr: np.ndarray, raw: Any) -> tuple[np.ndarray, Any]:
-    """A Conv1D (in, out) weight as (out, in); raw (block/BF16) bytes are dequantized to F32 first."""
+    """A Conv1D (in, out) weight as (out, in); BF16 stays BF16, block types are dequantized to F32 first."""
+    if len(t.shape) != 2:
+        raise UnsupportedError(f"GPT-2 Conv1D weight of shape {t.shape} is not 2-D")
+    if t.dtype is DataType.BF16:
+        halves = np.ascontiguousarray(arr.view(np.uint16).reshape(t.shape).T)  # (out, in) bf16 bits
+        return halves.view(np.uint8).reshape(t.shape[1], 2 * t.shape[0]), raw
     if raw is not None:
         from modelc.formats.export_safetensors import dequantized
 
         arr = dequantized(t, None)  # (in, out) f32
-    if arr.ndim != 2:
-        raise UnsupportedError(f"GPT-2 Conv1D weight of shape {arr.shape} is not 2-D")
     return np.ascontiguousarray(arr.T), None  # (out, in)
 
 

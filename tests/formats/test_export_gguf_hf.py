@@ -271,3 +271,17 @@ def test_word_level_tokenizer_gets_no_gguf_tokenizer(tmp_path):
     fields = parse_gguf(export_gguf(src, tmp_path / "m.gguf")).fields
     assert fields["general.architecture"] == "llama" and "tokenizer.ggml.model" not in fields
     assert fields["modelc.tokenizer_json"] == src.tokenizer_json
+
+
+@pytest.mark.parametrize("kind,dtype", [("q8_0", "F32"), ("bf16", "BF16"), ("f16", "F16")])
+def test_packed_gpt2_conv1d_weights_export_transposed(tmp_path, kind, dtype):
+    """Packed (in, out) Conv1D weights: BF16/F16 transposed as they are, GGML blocks dequantized first."""
+    from modelc.artifact.pack import pack
+
+    write_artifact(tiny_gpt2(), tmp_path / "f.modelc")
+    art = open_artifact(pack(tmp_path / "f.modelc", out=tmp_path / "q.modelc", quantize=kind))
+    back = read_gguf(export_gguf(art, tmp_path / "q.gguf"))
+    w = back.tensors["blk.1.ffn_down.weight"]
+    assert w.dtype.value == dtype and w.shape == (64, 256)
+    ids = list(range(4, 40))
+    assert _rel_err(Engine(back).logits(ids), Engine(art).logits(ids)) <= MAX_REL_ERR

@@ -5,12 +5,15 @@ Owns `Sha256` (an incremental hash with hashlib's update/digest/hexdigest) and
 is an llvmlite intrinsic (`llvm.x86.sha256rnds2/msg1/msg2` plus shuffles). One message
 cannot go faster than the latency chain of sha256rnds2 (two rounds per instruction, each
 waiting for the previous): hashlib/OpenSSL sits at that bound (~1.3 GB/s at 2.1 GHz), and
-so does one lane here. Two independent messages interleaved in one loop use the idle issue
-slots, but the SHA and shuffle instructions share ports, so on this Xeon a pair costs ~0.8x
-of hashing the two one after the other (0.73 vs 0.90 CPU-s per GiB), not 0.5x.
+so does one lane here. Two independent messages interleaved in one loop use the idle
+cycles, but on this Xeon the pair runs at only ~1.3x one lane (1.71 vs 1.32 GB/s, best of 5
+on 64 MiB): the SHA instructions' own throughput is the limit (dropping the pshufd/palignr
+shuffles, which gives wrong digests, changes nothing). So a pair costs ~0.77x of hashing
+the two one after the other.
 
 NOTE: the artifact writer does not use this: numba's import and first compiled call cost
-~1 s of CPU per process, more than pairing saves on a 1 GiB pack (hash_pool.py uses hashlib).
+~1 s of CPU per process (0.35-0.5 s import, 0.6 s first cached call, load ~5), more than
+pairing saves on a 1 GiB pack (~0.2 CPU-s per GiB paired); hash_pool.py uses hashlib.
 
 Without SHA-NI (`llvmlite.binding.get_host_cpu_features()["sha"]` false) or with
 MODELC_NO_SHANI set, `Sha256` wraps hashlib and `update_pair` feeds the two one after the

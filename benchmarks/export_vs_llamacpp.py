@@ -13,6 +13,10 @@ venv, as a subprocess: this file with --worker) and compares: per-position cosin
 inside the window, since llama.cpp's llama/qwen2/phi3 graphs attend past it), max |diff| / max |modelc|, argmax agreement, and the texts whose
 llama.cpp tokenization (llm.tokenize with parse_special, with and without add_special) differs
 from modelc's.
+Quantized cases (a variant packed to q8_0 / q4_0, exported block for block): llama.cpp quantizes
+the activations too, so they pass on the same weights dequantized to F32 (an F32 export run by
+llama.cpp vs modelc on the quantized artifact), and the cosine between llama.cpp's runs of the
+two files is printed beside.
 Where llama.cpp's own conversion of the same HF folder exists (tiny-llama), the tokenizations are
 also compared with llama.cpp's on that file: a mismatch with modelc that llama.cpp shows on its own
 conversion too (HF's Metaspace prepend_scheme "first" vs llama.cpp's SentencePiece dummy prefix)
@@ -52,6 +56,20 @@ def worker(path: str) -> int:
     return 0
 
 
+def quantized(variant: str, kind: str):
+    """A builder of the packed (quantized) artifact of a tests/fixtures variant."""
+
+    def make():
+        from modelc.artifact import open_artifact
+        from modelc.artifact.pack import pack
+
+        folder = pathlib.Path(tempfile.mkdtemp())
+        hf = ROOT / "tests" / "fixtures" / "models" / "variants" / variant / "hf"
+        return open_artifact(pack(hf, out=folder / f"{variant}-{kind}.modelc", quantize=kind))
+
+    return make
+
+
 def vocab_cases(shared: pathlib.Path) -> dict:
     """Real vocabularies (llama.cpp's ggml-vocab-*.gguf test files, as modelc reads them into tokenizer.json)
     on tiny random models: name -> (build, extra texts: llama.cpp's own vocab test inputs)."""
@@ -78,6 +96,8 @@ def vocab_cases(shared: pathlib.Path) -> dict:
         if (shared / f"ggml-vocab-{vocab}.gguf").exists():
             inp = (shared / f"ggml-vocab-{vocab}.gguf.inp").read_text(encoding="utf-8")
             out[f"vocab-{vocab}"] = (build(vocab, arch), inp.split("\n__ggml_vocab_test__\n"), None)
+    for base, kind in (("mistral", "q8_0"), ("llama3", "q4_0")):  # GGML blocks, q/k block rows permuted whole
+        out[f"{base}-{kind}"] = (quantized(base, kind), [], None)
     spm = shared.parent / "models" / "tiny-llama" / "hf"
     if spm.is_dir():  # LLaMA 2 style SentencePiece BPE (byte_fallback) -> tokenizer.ggml.model "llama"
         from modelc.formats.detect import read_model
@@ -114,7 +134,7 @@ def run_case(
     if "llamacpp_failed" in got_all:
         return {"case": name, **got_all}
     got = np.asarray(got_all["logits"], dtype=np.float32)
-    cos = (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    cos = _cosines(got, want)
     # plain: no BOS/EOS; special: as llama.cpp adds them (modelc never doubles a BOS the text starts with)
     tok_diff = [t for t, g in zip(texts, got_all["tokens"]["plain"], strict=True) if g != tok.encode(t, False)]
     bos = src.special_tokens.get("bos_token")
@@ -134,6 +154,16 @@ def run_case(
             "converter_same_tokens": ref["tokens"] == got_all["tokens"],
             "converter_max_abs_logit_diff": float(np.abs(np.asarray(ref["logits"]) - got).max()),
         }
+    if any(t.dtype.is_quantized for t in src.tensors.values()):
+        # GGML blocks: llama.cpp also quantizes the activations, so its logits move off modelc's by that
+        # rounding; the same weights dequantized to F32 separate the file's layout from the arithmetic.
+        f32 = _llamacpp(llamacpp_python, export_gguf(_dequantized(src), tmp / f"{name}-f32.gguf"), ids, texts)
+        ref = np.asarray(f32["logits"], dtype=np.float32)
+        vs_converter = {
+            "min_cosine_vs_modelc_on_f32_copy": float(_cosines(ref, want).min()),
+            "min_cosine_llamacpp_q_vs_f32": float(_cosines(got, ref).min()),
+        }
+        checked = _cosines(ref, want)
     tok_ok = not tok_diff or vs_converter.get("converter_same_tokens", False)
     return {
         "case": name,
@@ -147,6 +177,24 @@ def run_case(
         **vs_converter,
         "pass": bool(checked.min() >= MIN_COSINE and tok_ok),
     }
+
+
+def _cosines(a, b):
+    import numpy as np
+
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))  # (T,)
+
+
+def _dequantized(src):
+    """`src` as an F32 Model (GGML blocks dequantized), everything else as it is."""
+    from modelc.formats.export_safetensors import dequantized
+    from modelc.ir import Model, TensorData
+
+    tensors = {
+        n: TensorData.from_array(dequantized(t, None)) if t.dtype.is_quantized else t for n, t in src.tensors.items()
+    }
+    return Model(src.name, src.architecture, tensors, dict(src.config), dict(src.metadata or {}), src.tokenizer_json,
+                 src.chat_template, dict(src.special_tokens or {}), naming=src.naming)  # fmt: skip
 
 
 def _llamacpp(python: str, path: str | os.PathLike[str], ids: list[int], texts: list[str]) -> dict:

@@ -21,10 +21,11 @@ KINDS = frozenset({KIND[DataType.Q4_K], KIND[DataType.Q5_K], KIND[DataType.Q6_K]
 """Kinds qmatvec_k serves (Q4_K = 7, Q5_K = 8, Q6_K = 9)."""
 
 _ROWS_PER_TASK = 16
-PREFETCH_BYTES = 4096
-"""How far ahead of each row's current super-block the kernel prefetches. The
-hardware prefetcher alone left the streaming matvec ~40% below this (2 threads,
-TinyLlama Q4_K_M matrices, benchmarks/kquant_decode.py); 4-8 KiB measured alike."""
+PREFETCH_BYTES = 8192
+"""How far ahead of each row's current super-block the kernel prefetches (into L1).
+With the hardware prefetcher alone the streaming matvec was ~40% slower (2 threads,
+TinyLlama Q4_K_M matrices, benchmarks/kquant_decode.py, busy VM); 8 KiB was ~5%
+ahead of 4 KiB, 16 KiB and prefetching into L2 alike, non-temporal worse."""
 
 
 @njit(cache=True, nogil=True, inline="always")

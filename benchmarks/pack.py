@@ -1,6 +1,6 @@
 """Packing benchmark: pack a ~1 GB safetensors file vs `cp`, open+map time, peak RSS while packing.
 
-    .venv/bin/python benchmarks/pack.py [--size-mb 1024] [--tensor-mb 64] [--dir /tmp] [--runs 3]
+    .venv/bin/python benchmarks/pack.py [--size-mb 1024] [--tensor-mb 64] [--dir /tmp] [--runs 3] [--no-source-hash]
 
 Each measurement runs in a fresh subprocess; RSS is sampled from /proc/self/statm every 5 ms
 (getrusage's ru_maxrss is useless here: Linux keeps the forking parent's high-water mark across exec).
@@ -42,7 +42,7 @@ def sample():
 threading.Thread(target=sample, daemon=True).start()
 c0 = os.times()
 pack(sys.argv[1], out=sys.argv[2], compress=None if sys.argv[3] == "none" else sys.argv[3],
-     quantize=None if sys.argv[4] == "none" else sys.argv[4])
+     quantize=None if sys.argv[4] == "none" else sys.argv[4], source_hash=sys.argv[5:] != ["nohash"])
 t2 = time.perf_counter()
 c1 = os.times()
 done.set()
@@ -108,6 +108,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="cp/pack pairs, alternating")
     ap.add_argument("--zstd", action="store_true", help="also pack with zstd level 3")
     ap.add_argument("--quantize", default=None, help="also pack with --quantize KIND (e.g. q8_0)")
+    ap.add_argument("--no-source-hash", action="store_true", help="also time each run's pack with source_hash=False")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="modelc-bench-", dir=a.dir)
     try:
@@ -125,7 +126,12 @@ def main() -> None:
             if os.path.exists(art):
                 os.unlink(art)
             packed = child(CHILD_PACK, src, art, "none", "none")
-            runs.append({"cp_s": cp_s, **packed, "pack_over_cp": packed["pack_s"] / cp_s, "load_avg": _load()})
+            row = {"cp_s": cp_s, **packed, "pack_over_cp": packed["pack_s"] / cp_s}
+            if a.no_source_hash:
+                os.unlink(art)
+                nohash = child(CHILD_PACK, src, art, "none", "none", "nohash")
+                row.update(nohash_pack_s=nohash["pack_s"], nohash_pack_over_cp=nohash["pack_s"] / cp_s)
+            runs.append({**row, "load_avg": _load()})
             print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in runs[-1].items()}), flush=True)
         opened = child(CHILD_OPEN, art)
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "load_avg"}
@@ -133,6 +139,8 @@ def main() -> None:
             "source_mb": size / 2**20, "largest_tensor_mb": largest / 2**20, "runs": len(runs), **med,
             "cp_over_pack_of_medians": med["cp_s"] / med["pack_s"], **opened, "load_avg": _load(),
         }  # fmt: skip
+        if a.no_source_hash:
+            result["cp_over_nohash_pack_of_medians"] = med["cp_s"] / med["nohash_pack_s"]
         if a.zstd:
             z = child(CHILD_PACK, src, os.path.join(work, "z.modelc"), "zstd", "none")
             result.update(zstd_pack_s=z["pack_s"], zstd_peak_rss_mb=z["peak_rss_mb"],

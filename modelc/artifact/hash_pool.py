@@ -6,9 +6,10 @@ one chunk at a time per worker (hashlib drops the GIL), so every core hashes whi
 has bytes left. A file job is one sequential SHA-256 stream that cannot be split, the
 longest job of a pack, so a free worker always takes it first; tensor jobs fill the rest.
 
-NOTE: hashlib, not the two-message SHA-NI kernel (kernels/sha256_ni.py): hashing two
-buffers in one pass saves ~20% of the CPU, but loading numba and its first compiled
-function costs more than that saves on a 1 GiB pack (measured; see the kernel's docstring).
+NOTE: hashlib, not a two-message SHA-NI kernel: one was written in numba (llvmlite SHA
+intrinsics) and measured, and two interleaved streams ran at only 1.3x one stream (the SHA
+unit's throughput is the limit), which saved less CPU on a 1 GiB pack than importing numba
+and loading the kernel cost; it was removed (git history: modelc/kernels/sha256_ni.py).
 
 Pages of a memory-mapped buffer are dropped from the process after they are hashed
 (`release_pages`), and a file job maps its file and drops each chunk the same way, so RSS

@@ -46,6 +46,7 @@ def pack(
     quantize_embeddings: bool = False,
     quantize_output: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    source_hash: bool = True,
 ) -> Path:
     """Pack `source_path` into a .modelc: to `out`, else into the store under `name`. Returns the path."""
     return pack_model(**locals()).path
@@ -66,14 +67,23 @@ def pack_model(
     quantize_embeddings: bool = False,
     quantize_output: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    source_hash: bool = True,
 ) -> PackResult:
-    """pack(), returning a PackResult (the CLI prints the prune count from it)."""
+    """pack(), returning a PackResult (the CLI prints the prune count from it).
+
+    source_hash=False leaves the source file's sha256 out of the provenance (its size and
+    modification time are recorded instead): one sha256 pass fewer, about 0.8 CPU-s per GiB.
+    """
     src = Path(source_path)
+    single_file = src.is_file() and not _is_artifact(src)
     # The source's sha256 is the longest single job of a pack: start it before parsing.
-    with _SourceHash(src if src.is_file() and not _is_artifact(src) else None) as source_sha:
+    with _SourceHash(src if single_file and source_hash else None) as source_sha:
         model, result, stats = _prepared(src, format, name, arch, chat_template, prune, quantize,
                                          quantize_embeddings, quantize_output)  # fmt: skip
-        provenance = {"source_sha256": source_sha.result} if source_sha.active else {}
+        provenance: dict[str, Any] = {"source_sha256": source_sha.result} if source_sha.active else {}
+        if single_file and not source_hash:
+            st = src.stat()
+            provenance.update(source_bytes=st.st_size, source_mtime_ns=st.st_mtime_ns)
         kw: dict[str, Any] = dict(compress=compress, level=level, progress=progress, provenance=provenance)
         if out is not None:
             result.path = Path(write_artifact(model, out, **kw))

@@ -172,6 +172,9 @@ def pack_cmd(
     chat_template: Path | None = typer.Option(None, "--chat-template", help="Jinja file replacing the chat template."),
     quantize_embeddings: bool = typer.Option(False, "--quantize-embeddings", help="Quantize the embedding table too."),
     quantize_output: bool = typer.Option(False, "--quantize-output", help="Quantize the output head too."),
+    source_hash: bool = typer.Option(
+        True, "--source-hash/--no-source-hash", help="Record the source file's sha256 in the provenance."
+    ),
 ) -> None:
     """Pack weights into one .modelc file (into the store unless -o is given).
 
@@ -183,7 +186,7 @@ def pack_cmd(
         result = pack_model(
             file, out=output, name=name, format=format, arch=arch, compress=compress, level=compress_level,
             quantize=quantize, prune=prune, chat_template=chat_template, quantize_embeddings=quantize_embeddings,
-            quantize_output=quantize_output, progress=update,
+            quantize_output=quantize_output, progress=update, source_hash=source_hash,
         )  # fmt: skip
     if prune is not None:
         out.print(f"pruned {result.num_pruned:,} of {result.num_params:,} weights (|w| < {prune})")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 import pytest
@@ -46,6 +47,14 @@ def test_pack_generated_safetensors_bytes_identical(home, tmp_path):
     assert all(same(art.tensors[n], again.tensors[n]) for n in again.tensors)
     want = hashlib.sha256(open(src, "rb").read()).hexdigest()
     assert art.provenance["source_sha256"] == want and art.provenance["source_format"] == "safetensors"
+
+
+def test_pack_without_source_hash_records_size_and_mtime(home, tmp_path):
+    src = export_safetensors(float_model(), tmp_path / "gen.safetensors")
+    art = open_artifact(pack(src, out=tmp_path / "gen.modelc", source_hash=False), verify=True)
+    st = os.stat(src)
+    assert "source_sha256" not in art.provenance
+    assert art.provenance["source_bytes"] == st.st_size and art.provenance["source_mtime_ns"] == st.st_mtime_ns
 
 
 def test_pack_into_store_and_versions(home, tmp_path):

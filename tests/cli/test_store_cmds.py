@@ -142,5 +142,7 @@ def test_pack_safetensors_with_prune_and_quantize(home, tmp_path, capsys):
     art = open_artifact(store.resolve("tl"), verify=True)
     assert art.tensors["model.layers.0.mlp.up_proj.weight"].dtype.value == "Q8_0"
     assert art.provenance["source_format"] == "safetensors" and len(art.provenance["source_sha256"]) == 64
+    code, _, _ = run(capsys, "pack", src, "--name", "tl2", "--no-source-hash")
+    assert code == 0 and "source_sha256" not in open_artifact(store.resolve("tl2")).provenance
     code, _, err = run(capsys, "pack", src, "--name", "tl", "--quantize", "q9")
     assert code == 1 and "unknown quantization" in err and store.versions("tl") == []

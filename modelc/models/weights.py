@@ -64,7 +64,8 @@ class WeightReader:
         t = self.tensor(name)
         if t.shape != (cols, rows):
             raise FormatError(f"tensor {name} has shape {t.shape}, expected ({cols}, {rows})")
-        return TensorData.from_array(np.ascontiguousarray(self.kernels.dequantize(t).T))
+        scale = self.tensors.get(name + SCALE_SUFFIX)  # I8/I4: per stored row, i.e. per input feature here
+        return TensorData.from_array(np.ascontiguousarray(self.kernels.dequantize(t, scale).T))
 
 
 def split_rows(t: TensorData, row_sizes: list[int], name: str) -> list[TensorData]:

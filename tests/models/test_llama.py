@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from modelc.cache.kv_pages import KVPages
+from modelc.engine.runner import Runner
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import Model, TensorData
 from modelc.kernels.select import kernel_set
@@ -198,3 +199,17 @@ def test_long_prefill_through_sgemm_attention_matches_reference(name, kv_dtype):
     want_short = reference_logits(src, short)[-1]
     np.testing.assert_allclose(got[0], want_long, rtol=tol, atol=tol * np.abs(want_long).max())
     np.testing.assert_allclose(got[1], want_short, rtol=tol, atol=tol * np.abs(want_short).max())
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4", "q8_0"])
+def test_quantized_hf_gpt2_conv1d_weights_load(kind):
+    """HF GPT-2 Conv1D weights are stored (in, out) and transposed at load; int8/int4 carry an @scale
+    per stored row that the transpose must apply (it was dropped: 'needs a per-row F32 scale tensor')."""
+    from modelc.artifact.transforms import plan
+
+    src = make_tiny_gpt2(0)
+    dense = Runner(src, num_kv_blocks=4).logits([5, 17, 3, 88])
+    src.tensors, stats = plan(src.tensors, prune=None, quantize=kind)
+    assert stats.quantized
+    got = Runner(src, num_kv_blocks=4).logits([5, 17, 3, 88])
+    assert np.abs(got - dense).max() < 0.1 * np.abs(dense).max()

@@ -110,8 +110,15 @@ def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int
     result["decode_context_tokens"] = p0
     result["token_latency_ms"] = {"p50": _percentile(lat, 50) * 1e3, "p99": _percentile(lat, 99) * 1e3}
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result["weights_mb"] = _source_bytes(eng.source) / 2**20
+    result["kv_cache_mb"] = (runner.kv.k.nbytes + runner.kv.v.nbytes) / 2**20
     result["load_avg_after"] = list(os.getloadavg())
     return result
+
+
+def _source_bytes(source: Any) -> int:
+    """Bytes of the model's tensors as stored (what the RSS budget 'artifact size + KV + 300 MB' counts)."""
+    return sum(int(t.nbytes) for t in source.tensors.values())
 
 
 def _parse_counts(text: str) -> list[int]:
@@ -165,7 +172,8 @@ def bench_cmd(
         lines.append(f"prefill {n:>6}   {v:.1f} tok/s")
     lat = res["token_latency_ms"]
     lines.append(f"decode           {res['decode_tok_s']:.2f} tok/s (p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms)")
-    lines.append(f"peak RSS         {res['peak_rss_mb']:.0f} MB")
+    lines.append(f"peak RSS         {res['peak_rss_mb']:.0f} MB (weights {res['weights_mb']:.0f} MB, "
+                 f"KV cache {res['kv_cache_mb']:.0f} MB)")  # fmt: skip
     lines.append(f"load average     {res['load_avg_before'][0]:.2f} before, {res['load_avg_after'][0]:.2f} after")
     typer.echo("\n".join(lines))
 

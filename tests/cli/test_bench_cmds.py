@@ -24,6 +24,7 @@ def test_bench_json(tiny_artifact, capsys):
     res = json.loads(capsys.readouterr().out)
     assert set(res["prefill_tok_s"]) == {"8", "20"} and all(v > 0 for v in res["prefill_tok_s"].values())
     assert res["decode_tok_s"] > 0 and res["load_s"] > 0 and res["peak_rss_mb"] > 10
+    assert res["weights_mb"] > 0 and res["kv_cache_mb"] > 0
     assert 0 < res["token_latency_ms"]["p50"] <= res["token_latency_ms"]["p99"]
 
 

@@ -61,6 +61,16 @@ def test_each_row_is_its_own_dot(name: str) -> None:
         np.testing.assert_allclose(one[0, 0], full[0, r], rtol=1e-5, atol=1e-6)
 
 
+def test_read_only_weights() -> None:
+    """mmap'd GGUF weights are read-only arrays (another numba signature)."""
+    w, x = _case("Q4_K", 19, 512, seed=4)
+    want = _qmatvec_k(w, x)
+    ro = w.blocks.copy()
+    ro.flags.writeable = False
+    got = _qmatvec_k(linear.Weight(w.dtype, w.rows, w.cols, ro, None), x)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_extreme_codes_and_scales() -> None:
     """All-ones bytes (top 6-bit scales/mins, all codes maximal) and saturated activations."""
     rng = np.random.default_rng(5)

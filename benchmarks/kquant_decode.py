@@ -14,7 +14,7 @@ GGUF (token_embd excluded, output.weight included), read from the mmap'd file,
 so ~0.6 GB of weights stream from memory per pass (more than the L3). The
 activation quantization is done once per input width, outside the timing.
 Rounds alternate old, new, old, new, ...; medians are reported per stored type
-and in total (ms per token, GB/s of weight bytes), with the load average.
+and in total (ms per pass, GB/s of weight bytes), with the load average.
 
 Until linear._small_t calls qmatvec_k itself, --e2e and --compare-llamacpp
 patch it in by replacing `gemm_fused.qmatvec` (which linear looks up at call

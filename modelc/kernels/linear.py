@@ -22,7 +22,7 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 from modelc.ir import DataType, TensorData
-from modelc.kernels import gemm_blas, gemm_float, gemm_fused, gemm_int, quant, ref_linear
+from modelc.kernels import gemm_blas, gemm_float, gemm_fused, gemm_fused_k, gemm_int, quant, ref_linear
 from modelc.kernels.gemm_weight import Weight, check_matmul_args, check_row_ids, make_weight, rows_cols
 
 __all__ = [
@@ -137,7 +137,9 @@ def _small_t(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     xs = np.empty((t, c // 16), np.float32)  # (T, C/16)
     quant.quantize_act(xq, xd, xs, x)
     kind = quant.KIND[w.dtype]
-    if t == 1 and kind in gemm_fused.FUSED_KINDS:
+    if t == 1 and kind in gemm_fused_k.KINDS:
+        gemm_fused_k.qmatvec_k(out, xq, xd, xs, w.blocks, kind)
+    elif t == 1 and kind in gemm_fused.FUSED_KINDS:
         gemm_fused.qmatvec(out, xq, xd, xs, w.blocks, kind)
     else:
         rscale = _ONE if w.scale is None else w.scale

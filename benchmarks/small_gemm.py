@@ -1,4 +1,4 @@
-"""Small-T quantized matmul: the register-tiled kernel (gemm_tile) vs the unpack-rows one (gemm_int).
+"""Small-T quantized matmul: gemm_int.qmatmul (register tiles, AMX for Q4_0) vs the unpack-rows kernel.
 
     .venv/bin/python benchmarks/small_gemm.py [--types Q4_0,Q8_0,Q4_K,Q6_K] [--tokens 1,2,4,8,16]
         [--threads 2] [--rounds 5]
@@ -7,7 +7,8 @@ For each type, one TinyLlama-1.1B layer's matrices (q, k, v, o: 2048 / 256 / 256
 2048 x 2048; gate, up: 5632 x 2048; down: 2048 x 5632) are replicated into as
 many layers as exceed 384 MiB, so the weights stream from memory as in decode.
 One "pass" multiplies T quantized activation rows by every matrix of every
-layer; passes of the old (gemm_int.qmatmul_rows) and new (gemm_tile.qmatmul_tile)
+layer; passes of the old (gemm_int.qmatmul_rows) and new (gemm_int.qmatmul: the
+zmm tiles of gemm_tile, Q4_0 from gemm_tile_amx.MIN_T tokens on AMX where present)
 kernels alternate in one process (A B A B ...), and the medians of wall and
 CPU time (all threads) per layer are printed with the load average. Activations are quantized once, outside
 the timing (both kernels take the same quant.quantize_act output).
@@ -25,7 +26,8 @@ import numba
 import numpy as np
 
 from modelc.ir import DataType, TensorData
-from modelc.kernels import gemm_int, gemm_tile, linear, quant
+from modelc.kernels import gemm_int, gemm_tile_amx, linear, quant
+from modelc.kernels.qdot_tile import HAS_AMX
 from modelc.kernels.gemm_random import random_tensor
 
 LAYER = [(2048, 2048), (256, 2048), (256, 2048), (2048, 2048), (5632, 2048), (5632, 2048), (2048, 5632)]
@@ -58,7 +60,7 @@ def _old(out, acts, w, kind):
 
 def _new(out, acts, w, kind):
     xq, xd, xs = acts[w.cols]
-    gemm_tile.qmatmul_tile(out, xq, xd, xs, w.blocks, kind)
+    gemm_int.qmatmul(out, xq, xd, xs, w.blocks, kind, np.ones(1, np.float32), w.dtype in quant.SIGNED)
 
 
 def _pass(fn, layers, acts, outs, kind) -> tuple[float, float]:
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     numba.set_num_threads(a.threads)
     numba.set_parallel_chunksize(linear.CHUNK)  # dynamic chunks, as linear.matmul runs them
-    print(f"threads {a.threads}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    print(f"AMX {HAS_AMX} (Q4_0 from T={gemm_tile_amx.MIN_T}), threads {a.threads}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     run(a.types.split(","), [int(t) for t in a.tokens.split(",")], a.rounds)
     return 0
 

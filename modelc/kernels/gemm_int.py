@@ -1,7 +1,8 @@
 """Quantized matmul with int8 activations: out (T, N) = x (T, C) @ W.T, W stored in blocks.
 
 qmatmul sends Q4_0, Q8_0, Q4_K and Q6_K to the register-tiled kernel in
-gemm_tile.py; qmatmul_rows below serves every other type.
+gemm_tile.py (Q4_0 with 9+ tokens to AMX tiles, gemm_tile_amx.py, where the CPU
+has them); qmatmul_rows below serves every other type.
 
 NOTE: in qmatmul_rows each weight row is unpacked ONCE (quant.unpack_row: int8 + per-16 scales,
 L1-resident) and then dotted with all T activation rows, which were quantized
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels import gemm_tile
+from modelc.kernels import gemm_tile, gemm_tile_amx
 from modelc.kernels.qdot import (
     abs_i8x32,
     dot_i8x32,
@@ -33,6 +34,7 @@ from modelc.kernels.qdot import (
     splat_f32x8,
     zeros_f32x8,
 )
+from modelc.kernels.qdot_tile import HAS_AMX
 from modelc.kernels.quant import unpack_row
 
 
@@ -144,10 +146,13 @@ def qmatmul(
 ) -> None:
     """out (T, N) f32 = dequant(w) @ x.T in int8-activation form (arguments as qmatmul_rows).
 
-    Q4_0, Q8_0, Q4_K and Q6_K run the register-tiled kernel (gemm_tile); the other
+    Q4_0, Q8_0, Q4_K and Q6_K run the register-tiled kernel (gemm_tile), Q4_0 from
+    gemm_tile_amx.MIN_T tokens on the AMX tiles where the CPU has them; the other
     types unpack each row once to L1 (qmatmul_rows).
     """
-    if kind in gemm_tile.TILE_KINDS:
+    if kind == gemm_tile.Q4_0 and HAS_AMX and xq.shape[0] >= gemm_tile_amx.MIN_T:
+        gemm_tile_amx.qmatmul_amx_q4_0(out, xq, xd, w)
+    elif kind in gemm_tile.TILE_KINDS:
         gemm_tile.qmatmul_tile(out, xq, xd, xs, w, kind)
     else:
         qmatmul_rows(out, xq, xd, xs, w, kind, rscale, signed)

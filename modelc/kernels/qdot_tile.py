@@ -459,3 +459,190 @@ def q6_k_scales(typingctx, w, o):
         return context.make_tuple(builder, ret, out)
 
     return ret(w, o), codegen
+
+
+# ---- AMX (Intel Advanced Matrix Extensions, int8) ---------------------------------------
+# Tiles are named by immediate numbers (the non-".internal" LLVM intrinsics), so no
+# x86_amx values pass through numba. Linux hands out the tile state only after an
+# arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) per process: _amx_permitted().
+
+
+def _amx_permitted() -> bool:
+    if os.environ.get("MODELC_NO_AMX") or not HAS_VNNI512:
+        return False
+    feats = llb.get_host_cpu_features()
+    if not (feats.get("amx-tile") and feats.get("amx-int8")):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XTILEDATA
+    except (OSError, AttributeError):
+        return False
+
+
+HAS_AMX = _amx_permitted()
+"""True when the AMX int8 tiles may be used (CPU, kernel permission, AVX512-VNNI for the rest)."""
+
+_void, _i64 = ir.VoidType(), ir.IntType(64)
+
+
+def _tile_ptr(context, builder, aryty, ary, idx):
+    return _ptr_at(context, builder, aryty, ary, idx, _i8)
+
+
+@intrinsic
+def amx_config(typingctx, cfg):
+    """ldtilecfg from a 64-byte uint8 array (palette 1 layout); per thread, before any tile op."""
+    if not (_check_1d(cfg) and cfg.dtype == types.uint8):
+        return None
+
+    def codegen(context, builder, sig, args):
+        _call(
+            builder,
+            "llvm.x86.ldtilecfg",
+            _void,
+            [_tile_ptr(context, builder, sig.args[0], args[0], ir.Constant(_i64, 0))],
+        )
+        return context.get_dummy_value()
+
+    return types.none(cfg), codegen
+
+
+@intrinsic
+def amx_release(typingctx):
+    def codegen(context, builder, sig, args):
+        _call(builder, "llvm.x86.tilerelease", _void, [])
+        return context.get_dummy_value()
+
+    return types.none(), codegen
+
+
+@intrinsic
+def amx_dot2(typingctx, ct, a, ao0, ao1, astride, bp, bo0, bo1, c, co):
+    """c[co:co+256] int32 (16 x 16, row stride 64 bytes) = A0 . B0 + A1 . B1 with signed int8 tiles:
+    A0, A1 (tiles 2, 3) loaded from a at ao0 / ao1 with row stride astride; B0, B1 (tiles 4, 5,
+    VNNI layout) from bp at bo0 / bo1 with stride 64. ct (a constant, 0 or 1): the C tile used
+    (config from amx_config)."""
+    ok = _check_1d(a) and _check_1d(bp) and _check_1d(c) and c.dtype == types.int32
+    if not (ok and isinstance(ct, types.IntegerLiteral)):
+        return None
+    cti = ct.literal_value
+
+    def codegen(context, builder, sig, args):
+        _, a_, ao0, ao1, st, bp_, bo0, bo1, c_, co = args
+        aty, bty, cty = sig.args[1], sig.args[5], sig.args[8]
+
+        def t8(k):
+            return ir.Constant(_i8, k)
+
+        def i64(v):
+            return builder.sext(v, _i64) if v.type.width < 64 else v
+
+        _call(builder, "llvm.x86.tilezero", _void, [t8(cti)])
+        _call(builder, "llvm.x86.tileloadd64", _void, [t8(2), _tile_ptr(context, builder, aty, a_, ao0), i64(st)])
+        _call(builder, "llvm.x86.tileloadd64", _void, [t8(3), _tile_ptr(context, builder, aty, a_, ao1), i64(st)])
+        sb = ir.Constant(_i64, 64)
+        _call(builder, "llvm.x86.tileloadd64", _void, [t8(4), _tile_ptr(context, builder, bty, bp_, bo0), sb])
+        _call(builder, "llvm.x86.tileloadd64", _void, [t8(5), _tile_ptr(context, builder, bty, bp_, bo1), sb])
+        _call(builder, "llvm.x86.tdpbssd", _void, [t8(cti), t8(2), t8(4)])
+        _call(builder, "llvm.x86.tdpbssd", _void, [t8(cti), t8(3), t8(5)])
+        _call(builder, "llvm.x86.tilestored64", _void, [t8(cti), _tile_ptr(context, builder, cty, c_, co), sb])
+        return context.get_dummy_value()
+
+    return types.none(ct, a, ao0, ao1, astride, bp, bo0, bo1, c, co), codegen
+
+
+@intrinsic
+def nib_split64(typingctx, dst, dlo, dhi, src, so):
+    """dst[dlo:dlo+64] = (src[so:so+64] & 15) - 8, dst[dhi:dhi+64] = (src >> 4) - 8 (int8 dst, uint8 src)."""
+    if not (_check_1d(dst) and _check_1d(src)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = _load(context, builder, sig.args[3], args[3], args[4], _v64i8)
+        lo, hi = _nib_lo_hi(builder, v)
+        eight = _byte_vec(64, 8)
+        dty, d = sig.args[0], args[0]
+        builder.store(builder.sub(lo, eight), _ptr_at(context, builder, dty, d, args[1], _v64i8), align=1)
+        builder.store(builder.sub(hi, eight), _ptr_at(context, builder, dty, d, args[2], _v64i8), align=1)
+        return context.get_dummy_value()
+
+    return types.none(dst, dlo, dhi, src, so), codegen
+
+
+@intrinsic
+def splat_f32x16(typingctx, s):
+    if s != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _splat(builder, args[0], _v16f32)
+
+    return F32x16(s), codegen
+
+
+@intrinsic
+def f16_strided_f32x16(typingctx, w, o, stride):
+    """16 fp16 at bytes o, o + stride, ... o + 15 stride of a uint8 array -> F32x16 (one AVX-512
+    dword gather, so only where HAS_AMX; reads 2 bytes past each value: o + 15 stride + 4 must be
+    in bounds)."""
+    if not (_check_1d(w) and isinstance(o, types.Integer) and isinstance(stride, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        base = _ptr_at(context, builder, sig.args[0], args[0], args[1], _i8)
+        st = builder.trunc(args[2], _i32) if args[2].type.width > 32 else args[2]
+        idx = builder.mul(_splat(builder, st, _v16i32), ir.Constant(_v16i32, list(range(16))))
+        src = ir.Constant(_v16i32, [0] * 16)
+        mask = ir.Constant(ir.IntType(16), 0xFFFF)
+        g = _call(builder, "llvm.x86.avx512.gather.dpi.512", _v16i32, [src, base, idx, mask, ir.Constant(_i32, 1)])
+        h = builder.bitcast(builder.trunc(g, ir.VectorType(_i16, 16)), ir.VectorType(_half, 16))
+        return builder.fpext(h, _v16f32)
+
+    return F32x16(w, o, stride), codegen
+
+
+@intrinsic
+def amx_dot1(typingctx, ct, at, bt, a, ao, astride, bp, bo, c, co):
+    """c[co:co+256] int32 (16 x 16, row stride 64 bytes) = A . B with signed int8 tiles: A (tile at)
+    from a at ao with row stride astride, B (tile bt, VNNI layout) from bp at bo with stride 64,
+    the result in C tile ct (ct, at, bt: constants; shapes from amx_config)."""
+    ok = _check_1d(a) and _check_1d(bp) and _check_1d(c) and c.dtype == types.int32
+    lits = all(isinstance(k, types.IntegerLiteral) for k in (ct, at, bt))
+    if not (ok and lits):
+        return None
+    cti, ati, bti = ct.literal_value, at.literal_value, bt.literal_value
+
+    def codegen(context, builder, sig, args):
+        a_, ao, st, bp_, bo, c_, co = args[3:]
+
+        def t8(k):
+            return ir.Constant(_i8, k)
+
+        st = builder.sext(st, _i64) if st.type.width < 64 else st
+        sb = ir.Constant(_i64, 64)
+        _call(builder, "llvm.x86.tilezero", _void, [t8(cti)])
+        _call(builder, "llvm.x86.tileloadd64", _void, [t8(ati), _tile_ptr(context, builder, sig.args[3], a_, ao), st])
+        _call(builder, "llvm.x86.tileloadd64", _void, [t8(bti), _tile_ptr(context, builder, sig.args[6], bp_, bo), sb])
+        _call(builder, "llvm.x86.tdpbssd", _void, [t8(cti), t8(ati), t8(bti)])
+        _call(builder, "llvm.x86.tilestored64", _void, [t8(cti), _tile_ptr(context, builder, sig.args[8], c_, co), sb])
+        return context.get_dummy_value()
+
+    return types.none(ct, at, bt, a, ao, astride, bp, bo, c, co), codegen
+
+
+@intrinsic
+def store_i8x64_add(typingctx, dst, o, v, k):
+    """dst[o:o+64] = v + k (wrapping int8; dst int8 1-D C array)."""
+    if not (_check_1d(dst) and v == I8x64 and isinstance(k, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        kk = builder.trunc(args[3], _i8) if args[3].type.width > 8 else args[3]
+        val = builder.add(args[2], _splat(builder, kk, _v64i8))
+        builder.store(val, _ptr_at(context, builder, sig.args[0], args[0], args[1], _v64i8), align=1)
+        return context.get_dummy_value()
+
+    return types.none(dst, o, v, k), codegen

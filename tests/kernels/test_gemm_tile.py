@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from modelc.ir import DataType
-from modelc.kernels import gemm_int, gemm_tile, linear, qdot_tile, quant, ref_linear
+from modelc.kernels import gemm_int, gemm_tile, gemm_tile_amx, linear, qdot_tile, quant, ref_linear
 from modelc.kernels.gemm_random import random_tensor
 
 EXACT_QACT = 2e-5  # relative to max |ref|: same integer dots, float summation order differs
@@ -34,10 +34,14 @@ def _case(name: str, n: int, c: int, t: int, seed: int):
     return w, x, xq, xd, xs
 
 
-def _qmatmul(w: linear.Weight, xq, xd, xs) -> np.ndarray:
+def _qmatmul(w: linear.Weight, xq, xd, xs, *, zmm: bool = False) -> np.ndarray:
+    """gemm_int.qmatmul (the dispatch), or with zmm=True the zmm tile itself (no AMX)."""
     out = np.full((xq.shape[0], w.rows), np.nan, np.float32)  # canary: every element must be written
     kind = quant.KIND[w.dtype]
-    gemm_int.qmatmul(out, xq, xd, xs, w.blocks, kind, np.ones(1, np.float32), w.dtype in quant.SIGNED)
+    if zmm:
+        gemm_tile.qmatmul_tile(out, xq, xd, xs, w.blocks, kind)
+    else:
+        gemm_int.qmatmul(out, xq, xd, xs, w.blocks, kind, np.ones(1, np.float32), w.dtype in quant.SIGNED)
     assert not np.isnan(out).any()
     return out
 
@@ -58,9 +62,23 @@ def test_tile_kinds_on_this_cpu(name: str) -> None:
 @pytest.mark.parametrize("t", TOKENS)
 @pytest.mark.parametrize("name", TILE_TYPES)
 def test_tile_matches_qact(name: str, t: int) -> None:
+    if quant.KIND[DataType[name]] not in gemm_tile.TILE_KINDS:
+        pytest.skip("Q8_0 takes the rows path on this CPU")
     shapes = SHAPES_32 if DataType[name].block_size == 32 else SHAPES_256
     for k, (n, c) in enumerate(shapes):
         w, x, xq, xd, xs = _case(name, n, c, t, seed=1000 * t + k)
+        want = np.empty((t, n), np.float32)
+        ref_linear.matmul_qact(want, x, w)
+        assert _relerr(_qmatmul(w, xq, xd, xs, zmm=True), want) < EXACT_QACT, (n, c)
+
+
+@pytest.mark.parametrize("t", [2, 9, 17])
+@pytest.mark.parametrize("name", TILE_TYPES)
+def test_qmatmul_dispatch_matches_qact(name: str, t: int) -> None:
+    """gemm_int.qmatmul, whichever kernel it picks (zmm tile, AMX, rows)."""
+    shapes = SHAPES_32 if DataType[name].block_size == 32 else SHAPES_256
+    for k, (n, c) in enumerate(shapes):
+        w, x, xq, xd, xs = _case(name, n, c, t, seed=3000 * t + k)
         want = np.empty((t, n), np.float32)
         ref_linear.matmul_qact(want, x, w)
         assert _relerr(_qmatmul(w, xq, xd, xs), want) < EXACT_QACT, (n, c)
@@ -95,6 +113,33 @@ def test_other_kinds_keep_the_rows_path() -> None:
     want = np.empty((6, 9), np.float32)
     ref_linear.matmul_qact(want, x, w)
     assert _relerr(_qmatmul(w, xq, xd, xs), want) < EXACT_QACT
+
+
+@pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
+@pytest.mark.parametrize("t", [1, 2, 4, 8, 9, 15, 16, 17, 31, 33])
+def test_amx_q4_0_matches_qact(t: int) -> None:
+    """The AMX kernel for any T (qmatmul sends it T >= MIN_T): odd N, odd block count, 2+ token tiles."""
+    for k, (n, c) in enumerate(SHAPES_32 + [(16, 2048)]):
+        w, x, xq, xd, xs = _case("Q4_0", n, c, t, seed=77 * t + k)
+        want = np.empty((t, n), np.float32)
+        ref_linear.matmul_qact(want, x, w)
+        out = np.full((t, n), np.nan, np.float32)
+        gemm_tile_amx.qmatmul_amx_q4_0(out, xq, xd, w.blocks)
+        assert not np.isnan(out).any()
+        assert _relerr(out, want) < EXACT_QACT, (n, c)
+
+
+def test_amx_pack_act() -> None:
+    rng = np.random.default_rng(3)
+    t, c = 5, 96
+    xq = rng.integers(-127, 128, (t, c)).astype(np.int8)
+    xd = rng.random((t, c // 32)).astype(np.float32)
+    bpack, dxv = gemm_tile_amx.pack_act(xq, xd)
+    b = bpack.view(np.int32).reshape(1, 3, 8, 16)  # (TT, nb, 8, 16)
+    words = xq.view(np.int32).reshape(t, 3, 8)
+    np.testing.assert_array_equal(b[0, :, :, :t], words.transpose(1, 2, 0))
+    assert not b[0, :, :, t:].any()
+    np.testing.assert_array_equal(dxv.reshape(3, 16)[:, :t], xd.T)
 
 
 _FALLBACK = textwrap.dedent(

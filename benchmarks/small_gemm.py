@@ -27,8 +27,8 @@ import numpy as np
 
 from modelc.ir import DataType, TensorData
 from modelc.kernels import gemm_int, gemm_tile_amx, linear, quant
-from modelc.kernels.qdot_tile import HAS_AMX
 from modelc.kernels.gemm_random import random_tensor
+from modelc.kernels.qdot_tile import HAS_AMX
 
 LAYER = [(2048, 2048), (256, 2048), (256, 2048), (2048, 2048), (5632, 2048), (5632, 2048), (2048, 5632)]
 ROTATE_BYTES = 384 << 20
@@ -109,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     numba.set_num_threads(a.threads)
     numba.set_parallel_chunksize(linear.CHUNK)  # dynamic chunks, as linear.matmul runs them
-    print(f"AMX {HAS_AMX} (Q4_0 from T={gemm_tile_amx.MIN_T}), threads {a.threads}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    print(
+        f"AMX {HAS_AMX} (Q4_0 from T={gemm_tile_amx.MIN_T}), threads {a.threads}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        flush=True,
+    )
     run(a.types.split(","), [int(t) for t in a.tokens.split(",")], a.rounds)
     return 0
 

@@ -1,7 +1,7 @@
 """Quantized matmul with int8 activations: out (T, N) = x (T, C) @ W.T, W stored in blocks.
 
 qmatmul sends Q4_0, Q8_0, Q4_K and Q6_K to the register-tiled kernel in
-gemm_tile.py (Q4_0 with 9+ tokens to AMX tiles, gemm_tile_amx.py, where the CPU
+gemm_tile.py (Q4_0 with 4+ tokens to AMX tiles, gemm_tile_amx.py, where the CPU
 has them); qmatmul_rows below serves every other type.
 
 NOTE: in qmatmul_rows each weight row is unpacked ONCE (quant.unpack_row: int8 + per-16 scales,
@@ -151,7 +151,7 @@ def qmatmul(
     types unpack each row once to L1 (qmatmul_rows).
     """
     if kind == gemm_tile.Q4_0 and HAS_AMX and xq.shape[0] >= gemm_tile_amx.MIN_T:
-        gemm_tile_amx.qmatmul_amx_q4_0(out, xq, xd, w)
+        gemm_tile_amx.qmatmul_amx_q4_0(out, xq, xd, xs, w)
     elif kind in gemm_tile.TILE_KINDS:
         gemm_tile.qmatmul_tile(out, xq, xd, xs, w, kind)
     else:

@@ -520,59 +520,6 @@ def amx_release(typingctx):
 
 
 @intrinsic
-def amx_dot2(typingctx, ct, a, ao0, ao1, astride, bp, bo0, bo1, c, co):
-    """c[co:co+256] int32 (16 x 16, row stride 64 bytes) = A0 . B0 + A1 . B1 with signed int8 tiles:
-    A0, A1 (tiles 2, 3) loaded from a at ao0 / ao1 with row stride astride; B0, B1 (tiles 4, 5,
-    VNNI layout) from bp at bo0 / bo1 with stride 64. ct (a constant, 0 or 1): the C tile used
-    (config from amx_config)."""
-    ok = _check_1d(a) and _check_1d(bp) and _check_1d(c) and c.dtype == types.int32
-    if not (ok and isinstance(ct, types.IntegerLiteral)):
-        return None
-    cti = ct.literal_value
-
-    def codegen(context, builder, sig, args):
-        _, a_, ao0, ao1, st, bp_, bo0, bo1, c_, co = args
-        aty, bty, cty = sig.args[1], sig.args[5], sig.args[8]
-
-        def t8(k):
-            return ir.Constant(_i8, k)
-
-        def i64(v):
-            return builder.sext(v, _i64) if v.type.width < 64 else v
-
-        _call(builder, "llvm.x86.tilezero", _void, [t8(cti)])
-        _call(builder, "llvm.x86.tileloadd64", _void, [t8(2), _tile_ptr(context, builder, aty, a_, ao0), i64(st)])
-        _call(builder, "llvm.x86.tileloadd64", _void, [t8(3), _tile_ptr(context, builder, aty, a_, ao1), i64(st)])
-        sb = ir.Constant(_i64, 64)
-        _call(builder, "llvm.x86.tileloadd64", _void, [t8(4), _tile_ptr(context, builder, bty, bp_, bo0), sb])
-        _call(builder, "llvm.x86.tileloadd64", _void, [t8(5), _tile_ptr(context, builder, bty, bp_, bo1), sb])
-        _call(builder, "llvm.x86.tdpbssd", _void, [t8(cti), t8(2), t8(4)])
-        _call(builder, "llvm.x86.tdpbssd", _void, [t8(cti), t8(3), t8(5)])
-        _call(builder, "llvm.x86.tilestored64", _void, [t8(cti), _tile_ptr(context, builder, cty, c_, co), sb])
-        return context.get_dummy_value()
-
-    return types.none(ct, a, ao0, ao1, astride, bp, bo0, bo1, c, co), codegen
-
-
-@intrinsic
-def nib_split64(typingctx, dst, dlo, dhi, src, so):
-    """dst[dlo:dlo+64] = (src[so:so+64] & 15) - 8, dst[dhi:dhi+64] = (src >> 4) - 8 (int8 dst, uint8 src)."""
-    if not (_check_1d(dst) and _check_1d(src)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        v = _load(context, builder, sig.args[3], args[3], args[4], _v64i8)
-        lo, hi = _nib_lo_hi(builder, v)
-        eight = _byte_vec(64, 8)
-        dty, d = sig.args[0], args[0]
-        builder.store(builder.sub(lo, eight), _ptr_at(context, builder, dty, d, args[1], _v64i8), align=1)
-        builder.store(builder.sub(hi, eight), _ptr_at(context, builder, dty, d, args[2], _v64i8), align=1)
-        return context.get_dummy_value()
-
-    return types.none(dst, dlo, dhi, src, so), codegen
-
-
-@intrinsic
 def splat_f32x16(typingctx, s):
     if s != types.float32:
         return None
@@ -605,18 +552,20 @@ def f16_strided_f32x16(typingctx, w, o, stride):
 
 
 @intrinsic
-def amx_dot1(typingctx, ct, at, bt, a, ao, astride, bp, bo, c, co):
-    """c[co:co+256] int32 (16 x 16, row stride 64 bytes) = A . B with signed int8 tiles: A (tile at)
-    from a at ao with row stride astride, B (tile bt, VNNI layout) from bp at bo with stride 64,
-    the result in C tile ct (ct, at, bt: constants; shapes from amx_config)."""
+def amx_dot1(typingctx, ct, at, bt, a, ao, astride, bp, bo, c, co, ub):
+    """c[co:] int32 (rows x 16, row stride 64 bytes) = A . B with int8 tiles: A (tile at, signed)
+    from a at ao with row stride astride, B (tile bt, VNNI layout; signed, or unsigned if ub)
+    from bp at bo with stride 64, the result in C tile ct (ct, at, bt, ub: constants; shapes
+    from amx_config)."""
     ok = _check_1d(a) and _check_1d(bp) and _check_1d(c) and c.dtype == types.int32
-    lits = all(isinstance(k, types.IntegerLiteral) for k in (ct, at, bt))
+    lits = all(isinstance(k, types.IntegerLiteral) for k in (ct, at, bt, ub))
     if not (ok and lits):
         return None
     cti, ati, bti = ct.literal_value, at.literal_value, bt.literal_value
+    op = "llvm.x86.tdpbsud" if ub.literal_value else "llvm.x86.tdpbssd"
 
     def codegen(context, builder, sig, args):
-        a_, ao, st, bp_, bo, c_, co = args[3:]
+        a_, ao, st, bp_, bo, c_, co = args[3:10]
 
         def t8(k):
             return ir.Constant(_i8, k)
@@ -626,23 +575,54 @@ def amx_dot1(typingctx, ct, at, bt, a, ao, astride, bp, bo, c, co):
         _call(builder, "llvm.x86.tilezero", _void, [t8(cti)])
         _call(builder, "llvm.x86.tileloadd64", _void, [t8(ati), _tile_ptr(context, builder, sig.args[3], a_, ao), st])
         _call(builder, "llvm.x86.tileloadd64", _void, [t8(bti), _tile_ptr(context, builder, sig.args[6], bp_, bo), sb])
-        _call(builder, "llvm.x86.tdpbssd", _void, [t8(cti), t8(ati), t8(bti)])
+        _call(builder, op, _void, [t8(cti), t8(ati), t8(bti)])
         _call(builder, "llvm.x86.tilestored64", _void, [t8(cti), _tile_ptr(context, builder, sig.args[8], c_, co), sb])
         return context.get_dummy_value()
 
-    return types.none(ct, at, bt, a, ao, astride, bp, bo, c, co), codegen
+    return types.none(ct, at, bt, a, ao, astride, bp, bo, c, co, ub), codegen
 
 
 @intrinsic
-def store_i8x64_add(typingctx, dst, o, v, k):
-    """dst[o:o+64] = v + k (wrapping int8; dst int8 1-D C array)."""
-    if not (_check_1d(dst) and v == I8x64 and isinstance(k, types.Integer)):
+def q4_0_vnni16(typingctx, w, o, stride):
+    """The Q4_0 block at byte o of 16 rows (row m at o + m * stride) -> the 8 rows of its AMX B tile
+    in VNNI layout as 8 I32x16 (row k, lane m = codes 4k..4k+3 of row m, unsigned 0..15; rows
+    0-3 from the low nibbles, 4-7 from the high ones). Four dword gathers (AVX-512)."""
+    if not (_check_1d(w) and isinstance(o, types.Integer) and isinstance(stride, types.Integer)):
+        return None
+    ret = types.UniTuple(I32x16, 8)
+
+    def codegen(context, builder, sig, args):
+        st = builder.trunc(args[2], _i32) if args[2].type.width > 32 else args[2]
+        idx = builder.mul(_splat(builder, st, _v16i32), ir.Constant(_v16i32, list(range(16))))
+        src = ir.Constant(_v16i32, [0] * 16)
+        mask = ir.Constant(ir.IntType(16), 0xFFFF)
+        m4 = ir.Constant(_v16i32, [0x0F0F0F0F] * 16)
+        lo, hi = [], []
+        for k in range(4):
+            oo = builder.add(args[1], ir.Constant(args[1].type, 2 + 4 * k))
+            base = _ptr_at(context, builder, sig.args[0], args[0], oo, _i8)
+            g = _call(builder, "llvm.x86.avx512.gather.dpi.512", _v16i32, [src, base, idx, mask, ir.Constant(_i32, 1)])
+            lo.append(builder.and_(g, m4))
+            hi.append(builder.and_(builder.lshr(g, ir.Constant(_v16i32, [4] * 16)), m4))
+        return context.make_tuple(builder, ret, lo + hi)
+
+    return ret(w, o, stride), codegen
+
+
+@intrinsic
+def scale_acc_f32x16(typingctx, acc, p, dv, dx, nx):
+    """acc + dv * (float(p) * dx + nx): one token's tile-result row scaled (dx, nx: float32 scalars)."""
+    if not (acc == F32x16 and p == I32x16 and dv == F32x16 and dx == types.float32 and nx == types.float32):
         return None
 
     def codegen(context, builder, sig, args):
-        kk = builder.trunc(args[3], _i8) if args[3].type.width > 8 else args[3]
-        val = builder.add(args[2], _splat(builder, kk, _v64i8))
-        builder.store(val, _ptr_at(context, builder, sig.args[0], args[0], args[1], _v64i8), align=1)
-        return context.get_dummy_value()
+        acc_, p_, dv_, dx_, nx_ = args
+        y = _call(
+            builder,
+            "llvm.fma.v16f32",
+            _v16f32,
+            [builder.sitofp(p_, _v16f32), _splat(builder, dx_, _v16f32), _splat(builder, nx_, _v16f32)],
+        )
+        return _call(builder, "llvm.fma.v16f32", _v16f32, [y, dv_, acc_])
 
-    return types.none(dst, o, v, k), codegen
+    return F32x16(acc, p, dv, dx, nx), codegen

@@ -1,10 +1,10 @@
-"""Q4_0 small-T matmul on Intel AMX int8 tiles (where qdot_tile.HAS_AMX), for MIN_T..31 tokens.
+"""Q4_0 / Q8_0 small-T matmul on Intel AMX int8 tiles (where qdot_tile.HAS_AMX), for MIN_T..31 tokens.
 
 NOTE: the zmm tile (gemm_tile) spends ~4 vector ops per (row, token, 64
 elements), so its cost grows with T. Here, per 16-row panel of W and 32-block,
-four dword gathers put the block's codes (0..15) of the 16 rows into an AMX B
+four (Q8_0: eight) dword gathers put the block's codes of the 16 rows into an AMX B
 tile (VNNI layout); the activations of up to 16 tokens are the A tile, loaded
-straight from xq; one `tdpbsud` gives all tokens x 16 rows of integer dots,
+straight from xq; one `tdpbsud` (Q8_0: `tdpbssd`) gives all tokens x 16 rows of integer dots,
 and the vector units only scale each token's 16-row result (convert and two
 fmas, the -8 offset folded in with the activation sums xs). So the cost is a
 flat part per weight block (gathers, tile ops) plus 3 vector ops per token.
@@ -30,14 +30,16 @@ from modelc.kernels.qdot_tile import (
     load_f32x16,
     load_i32x16,
     q4_0_vnni16,
+    q8_0_vnni16,
     scale_acc_f32x16,
     store_f32x16,
     store_i32x16,
 )
 
-MIN_T = 4
-"""From this many tokens on, Q4_0 runs here (one thread, TinyLlama layer, streamed: 5.4 / 8.4 /
-9.4 ms per layer at T = 4 / 8 / 16 vs 6.2 / 11.8 / ~19 for the zmm tile; T = 2: the zmm tile)."""
+MIN_T = {0: 4, 4: 6}
+"""Per kind (Q4_0, Q8_0): from this many tokens on, qmatmul runs the type here. Measured (one
+thread, TinyLlama layer, weights streamed), ms per layer here vs the zmm tile: Q4_0 5.4 / 8.4 /
+9.4 vs 6.2 / 11.8 / ~19 at T = 4 / 8 / 16; Q8_0 7.8 / 8.5 / 9.4 vs 7.6 / 11.0 / 17.7."""
 
 
 def config(tm: int) -> np.ndarray:
@@ -64,11 +66,27 @@ def _post(acc, cbuf, co, ds, b, dxs, nxs, t0, tm, nb):
         )
 
 
-@njit(cache=True, nogil=True)
-def _panel_q4_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+@njit(cache=True, nogil=True, inline="always")
+def _dot(kind, set_, xqf, ao, c, bw, bo, cbuf):
+    """Tile set 0 (C 0, A 2, B 4) or 1 (C 1, A 3, B 5): cbuf[256 * set_:] = tokens x 16 rows."""
+    if set_ == 0:
+        if kind == 0:
+            amx_dot1(0, 2, 4, xqf, ao, c, bw, bo, cbuf, 0, 1)
+        else:
+            amx_dot1(0, 2, 4, xqf, ao, c, bw, bo, cbuf, 0, 0)
+    elif kind == 0:
+        amx_dot1(1, 3, 5, xqf, ao, c, bw, bo, cbuf, 256, 1)
+    else:
+        amx_dot1(1, 3, 5, xqf, ao, c, bw, bo, cbuf, 256, 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _panel(kind, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
     """Output rows r0..r0+15 (those < n) for all T tokens, activations as the A tile (one row per
     token) and the panel's 16 weight rows as the B tile, so a block's result is scaled with 3
-    vector ops per token."""
+    vector ops per token. kind (a constant): 0 Q4_0 (unsigned codes, tdpbsud, nxs the -8
+    offset), 4 Q8_0 (signed codes, tdpbssd, nxs zeros)."""
+    bsize = 18 if kind == 0 else 34
     rows = min(16, n - r0)
     src = wf
     base = r0 * nbytes
@@ -79,10 +97,10 @@ def _panel_q4_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_l
     bw = np.empty(nb * 128, np.int32)
     ds = np.empty(nb * 16, np.float32)
     for b in range(nb):
-        v = q4_0_vnni16(src, base + b * 18, nbytes)
+        v = q4_0_vnni16(src, base + b * bsize, nbytes) if kind == 0 else q8_0_vnni16(src, base + b * bsize, nbytes)
         for k in range(8):
             store_i32x16(bw, (b * 8 + k) * 16, v[k])
-        store_f32x16(ds, b * 16, f16_strided_f32x16(src, base + b * 18, nbytes))
+        store_f32x16(ds, b * 16, f16_strided_f32x16(src, base + b * bsize, nbytes))
     cbuf = np.empty(512, np.int32)
     acc = np.empty(256, np.float32)
     for tt in range((t + 15) // 16):
@@ -90,13 +108,13 @@ def _panel_q4_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_l
         tm = min(16, t - t0)
         amx_config(cfg_full if tm == 16 else cfg_last)
         acc[:] = 0.0
-        amx_dot1(0, 2, 4, xqf, t0 * c, c, bw, 0, cbuf, 0, 1)
+        _dot(kind, 0, xqf, t0 * c, c, bw, 0, cbuf)
         for b in range(0, nb, 2):
             if b + 1 < nb:
-                amx_dot1(1, 3, 5, xqf, t0 * c + (b + 1) * 32, c, bw, (b + 1) * 128, cbuf, 256, 1)
+                _dot(kind, 1, xqf, t0 * c + (b + 1) * 32, c, bw, (b + 1) * 128, cbuf)
             _post(acc, cbuf, 0, ds, b, dxs, nxs, t0, tm, nb)
             if b + 2 < nb:
-                amx_dot1(0, 2, 4, xqf, t0 * c + (b + 2) * 32, c, bw, (b + 2) * 128, cbuf, 0, 1)
+                _dot(kind, 0, xqf, t0 * c + (b + 2) * 32, c, bw, (b + 2) * 128, cbuf)
             if b + 1 < nb:
                 _post(acc, cbuf, 256, ds, b + 1, dxs, nxs, t0, tm, nb)
         for j in range(tm):
@@ -105,12 +123,23 @@ def _panel_q4_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_l
     amx_release()
 
 
+@njit(cache=True, nogil=True)
+def _panel_q4_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+    _panel(0, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+@njit(cache=True, nogil=True)
+def _panel_q8_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+    _panel(4, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def amx_q4_0(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
     """out (T, N) f32 = dequant(w) @ x.T for Q4_0 w (N, nb * 18) uint8 C-contig, xq (T, C) int8.
 
     parallel=True: 16-row panels are independent. dxs (T * nb,) f32 = xd flat; nxs (T * nb,)
     = -8 * (per-block code sums * xd); cfg_full / cfg_last: config(16) / config(T mod 16).
+    amx_q8_0: the same for Q8_0 (nxs zeros).
     """
     t, c = xq.shape
     n, nbytes = w.shape
@@ -120,9 +149,24 @@ def amx_q4_0(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
         _panel_q4_0(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
 
 
-def qmatmul_amx_q4_0(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, w: np.ndarray) -> None:
-    """gemm_int.qmatmul's contract for Q4_0 weights on AMX (any T; qmatmul sends T >= MIN_T)."""
+@njit(cache=True, nogil=True, parallel=True)
+def amx_q8_0(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
+    t, c = xq.shape
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xqf = xq.reshape(-1)
+    for p in prange((n + 15) // 16):
+        _panel_q8_0(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+def qmatmul_amx(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, w: np.ndarray, kind: int) -> None:
+    """gemm_int.qmatmul's contract for Q4_0 (kind 0) / Q8_0 (kind 4) weights on AMX (any T;
+    qmatmul sends T >= MIN_T)."""
     t = xq.shape[0]
-    nxs = (np.float32(-8.0) * (xs[:, 0::2] + xs[:, 1::2])).reshape(-1)  # (T * nb,)
+    if kind == 0:
+        nxs = (np.float32(-8.0) * (xs[:, 0::2] + xs[:, 1::2])).reshape(-1)  # (T * nb,)
+    else:
+        nxs = np.zeros(xd.size, np.float32)  # (T * nb,)
     last = _CFG[t % 16] if t % 16 else _CFG[16]
-    amx_q4_0(out, w, xq, xd.reshape(-1), nxs, xq.shape[1] // 32, _CFG[16], last)
+    entry = amx_q4_0 if kind == 0 else amx_q8_0
+    entry(out, w, xq, xd.reshape(-1), nxs, xq.shape[1] // 32, _CFG[16], last)

@@ -583,6 +583,31 @@ def amx_dot1(typingctx, ct, at, bt, a, ao, astride, bp, bo, c, co, ub):
 
 
 @intrinsic
+def q8_0_vnni16(typingctx, w, o, stride):
+    """The Q8_0 block at byte o of 16 rows (row m at o + m * stride) -> the 8 rows of its AMX B tile
+    in VNNI layout as 8 I32x16 (row k, lane m = signed codes 4k..4k+3 of row m). Eight dword gathers."""
+    if not (_check_1d(w) and isinstance(o, types.Integer) and isinstance(stride, types.Integer)):
+        return None
+    ret = types.UniTuple(I32x16, 8)
+
+    def codegen(context, builder, sig, args):
+        st = builder.trunc(args[2], _i32) if args[2].type.width > 32 else args[2]
+        idx = builder.mul(_splat(builder, st, _v16i32), ir.Constant(_v16i32, list(range(16))))
+        src = ir.Constant(_v16i32, [0] * 16)
+        mask = ir.Constant(ir.IntType(16), 0xFFFF)
+        rows = []
+        for k in range(8):
+            oo = builder.add(args[1], ir.Constant(args[1].type, 2 + 4 * k))
+            base = _ptr_at(context, builder, sig.args[0], args[0], oo, _i8)
+            rows.append(
+                _call(builder, "llvm.x86.avx512.gather.dpi.512", _v16i32, [src, base, idx, mask, ir.Constant(_i32, 1)])
+            )
+        return context.make_tuple(builder, ret, rows)
+
+    return ret(w, o, stride), codegen
+
+
+@intrinsic
 def q4_0_vnni16(typingctx, w, o, stride):
     """The Q4_0 block at byte o of 16 rows (row m at o + m * stride) -> the 8 rows of its AMX B tile
     in VNNI layout as 8 I32x16 (row k, lane m = codes 4k..4k+3 of row m, unsigned 0..15; rows

@@ -117,14 +117,15 @@ def test_other_kinds_keep_the_rows_path() -> None:
 
 @pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
 @pytest.mark.parametrize("t", [1, 2, 4, 8, 9, 15, 16, 17, 31, 33])
-def test_amx_q4_0_matches_qact(t: int) -> None:
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0"])
+def test_amx_matches_qact(name: str, t: int) -> None:
     """The AMX kernel for any T (qmatmul sends it T >= MIN_T): odd N, odd block count, 2+ token tiles."""
     for k, (n, c) in enumerate(SHAPES_32 + [(16, 2048)]):
-        w, x, xq, xd, xs = _case("Q4_0", n, c, t, seed=77 * t + k)
+        w, x, xq, xd, xs = _case(name, n, c, t, seed=77 * t + k)
         want = np.empty((t, n), np.float32)
         ref_linear.matmul_qact(want, x, w)
         out = np.full((t, n), np.nan, np.float32)
-        gemm_tile_amx.qmatmul_amx_q4_0(out, xq, xd, xs, w.blocks)
+        gemm_tile_amx.qmatmul_amx(out, xq, xd, xs, w.blocks, quant.KIND[w.dtype])
         assert not np.isnan(out).any()
         assert _relerr(out, want) < EXACT_QACT, (n, c)
 

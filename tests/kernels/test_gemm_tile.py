@@ -136,7 +136,7 @@ _FALLBACK = textwrap.dedent(
     from modelc.ir import DataType
     from modelc.kernels import gemm_tile, linear, qdot, qdot_tile, quant, ref_linear
     from tests.kernels.test_gemm_tile import _case, _qmatmul, _relerr
-    print("flags", qdot.HAS_AVX2, qdot.HAS_VNNI, qdot_tile.HAS_VNNI512, qdot_tile.WIDE_DOT_EXACT)
+    print("flags", qdot.HAS_AVX2, qdot.HAS_VNNI, qdot_tile.HAS_VNNI512, qdot_tile.WIDE_DOT_EXACT, qdot_tile.HAS_AMX)
     for name in NAMES:
         tiled = quant.KIND[DataType[name]] in gemm_tile.TILE_KINDS
         for t in (3, 8):
@@ -153,10 +153,12 @@ _FALLBACK = textwrap.dedent(
     [
         ({"MODELC_NO_VNNI": "1"}, ["Q4_0", "Q6_K", "Q8_0"]),  # AVX2 vpmaddubsw (Q8_0: rows path)
         ({"MODELC_NO_AVX2": "1"}, ["Q4_K", "Q8_0"]),  # portable LLVM vector IR
+        ({"MODELC_NO_AMX": "1"}, ["Q4_0"]),  # the zmm tile at every T
     ],
 )
 def test_fallback_without_vnni_or_avx2(env: dict, names: list[str], tmp_path: pathlib.Path) -> None:
-    """The non-VNNI / non-AVX2 dots give the same numbers (own numba cache: no stale machine code)."""
+    """The non-VNNI / non-AVX2 dots and the path without AMX give the same numbers (own numba
+    cache: no stale machine code)."""
     root = pathlib.Path(__file__).resolve().parents[2]
     script = f"NAMES = {names!r}\n" + _FALLBACK
     full_env = {**os.environ, **env, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
@@ -166,13 +168,14 @@ def test_fallback_without_vnni_or_avx2(env: dict, names: list[str], tmp_path: pa
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.split("\n")
     flags = lines[0].split()
+    assert flags[5] == "False"  # no AMX in any of these
     if "MODELC_NO_VNNI" in env:
         assert flags[2:5] == ["False", "False", "False"]
-    else:
+    elif "MODELC_NO_AVX2" in env:
         assert flags[1:5] == ["False", "False", "False", "True"]
     results = [ln.split() for ln in lines[1:] if ln.strip()]
     assert len(results) == 2 * len(names)
     for name, _t, tiled, err in results:
-        want_tiled = name != "Q8_0" or "MODELC_NO_AVX2" in env
+        want_tiled = name != "Q8_0" or "MODELC_NO_VNNI" not in env
         assert tiled == str(want_tiled), name
         assert float(err) < EXACT_QACT, (name, err)

@@ -1,7 +1,7 @@
 """Quantized matmul with int8 activations: out (T, N) = x (T, C) @ W.T, W stored in blocks.
 
 qmatmul sends Q4_0, Q8_0, Q4_K and Q6_K to the register-tiled kernel in
-gemm_tile.py (Q4_0 / Q8_0 with 4 / 6+ tokens to AMX tiles, gemm_tile_amx.py, where the CPU
+gemm_tile.py (Q4_0 / Q8_0 / Q4_K with a few tokens or more to AMX tiles, gemm_tile_amx.py, where the CPU
 has them); qmatmul_rows below serves every other type.
 
 NOTE: in qmatmul_rows each weight row is unpacked ONCE (quant.unpack_row: int8 + per-16 scales,
@@ -146,7 +146,7 @@ def qmatmul(
 ) -> None:
     """out (T, N) f32 = dequant(w) @ x.T in int8-activation form (arguments as qmatmul_rows).
 
-    Q4_0, Q8_0, Q4_K and Q6_K run the register-tiled kernel (gemm_tile), Q4_0 and Q8_0 from
+    Q4_0, Q8_0, Q4_K and Q6_K run the register-tiled kernel (gemm_tile), Q4_0, Q8_0 and Q4_K from
     gemm_tile_amx.MIN_T tokens on the AMX tiles where the CPU has them; the other
     types unpack each row once to L1 (qmatmul_rows).
     """

@@ -1,20 +1,20 @@
-"""Q4_0 / Q8_0 small-T matmul on Intel AMX int8 tiles (where qdot_tile.HAS_AMX), for MIN_T..31 tokens.
+"""Q4_0 / Q8_0 / Q4_K matmul for MIN_T..31 tokens on Intel AMX int8 tiles (where qdot_tile.HAS_AMX).
 
 NOTE: the zmm tile (gemm_tile) spends ~4 vector ops per (row, token, 64
-elements), so its cost grows with T. Here, per 16-row panel of W and 32-block,
-four (Q8_0: eight) dword gathers put the block's codes of the 16 rows into an AMX B
-tile (VNNI layout); the activations of up to 16 tokens are the A tile, loaded
-straight from xq; one `tdpbsud` (Q8_0: `tdpbssd`) gives all tokens x 16 rows of integer dots,
-and the vector units only scale each token's 16-row result (convert and two
-fmas, the -8 offset folded in with the activation sums xs). So the cost is a
-flat part per weight block (gathers, tile ops) plus 3 vector ops per token.
-Two sets of tiles alternate so block b+1's dot runs while block b is scaled.
-Measured against the zmm tile (one thread, TinyLlama layer, weights streamed):
-x1.14 at T=4, x1.40 at T=8. Left to do: the flat part (~100 cycles per 16
-rows x 32-block) is now most of the cost; repacking the weights once into the
-B layout (at load time) would remove the gathers.
-Same numbers as gemm_tile up to float summation order; numpy twin:
-ref_linear.matmul_qact.
+elements), so its cost grows with T. Here, per 16-row panel of W and
+32-element block, dword gathers (4 per Q4_0 block, 8 per Q8_0 block or Q4_K
+sub-block pair) put the block's codes of the 16 rows into an AMX B tile (VNNI
+layout); the activations of up to 16 tokens are the A tile, loaded straight
+from xq; one `tdpbsud` (Q8_0: `tdpbssd`) gives all tokens x 16 rows of integer
+dots, and the vector units only scale each token's 16-row result (convert and
+two or three fmas; Q4_0's -8 offset and Q4_K's mins use the activation sums
+xs). So the cost is a flat part per weight block (gathers, tile ops) plus ~3
+vector ops per token. Two sets of tiles alternate so block b+1's dot runs
+while block b is scaled. Measured gains over the zmm tile: see MIN_T. Left to
+do: the flat part (~100 cycles per 16 rows x 32-block) is now most of the
+cost; repacking the weights once into the B layout (at load time) would
+remove the gathers. Same numbers as gemm_tile up to float summation order;
+numpy twin: ref_linear.matmul_qact.
 """
 
 from __future__ import annotations
@@ -29,17 +29,21 @@ from modelc.kernels.qdot_tile import (
     f16_strided_f32x16,
     load_f32x16,
     load_i32x16,
+    nib_vnni16,
     q4_0_vnni16,
+    q4_k_scales16,
     q8_0_vnni16,
     scale_acc_f32x16,
+    scale_acc_min_f32x16,
     store_f32x16,
     store_i32x16,
 )
 
-MIN_T = {0: 4, 4: 6}
-"""Per kind (Q4_0, Q8_0): from this many tokens on, qmatmul runs the type here. Measured (one
-thread, TinyLlama layer, weights streamed), ms per layer here vs the zmm tile: Q4_0 5.4 / 8.4 /
-9.4 vs 6.2 / 11.8 / ~19 at T = 4 / 8 / 16; Q8_0 7.8 / 8.5 / 9.4 vs 7.6 / 11.0 / 17.7."""
+MIN_T = {0: 4, 4: 6, 7: 6}
+"""Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, qmatmul runs the type here. Measured
+(one thread, TinyLlama layer, weights streamed), ms per layer here vs the zmm tile at T = 4 / 8
+/ 16: Q4_0 5.4 / 8.4 / 9.4 vs 6.2 / 11.8 / ~19; Q8_0 7.8 / 8.5 / 9.4 vs 7.6 / 11.0 / 17.7;
+Q4_K 6.5 / 7.1 / 11.5 vs 6.2 / 10.2 / 19.2."""
 
 
 def config(tm: int) -> np.ndarray:
@@ -57,27 +61,48 @@ _CFG = [config(tm) if tm else None for tm in range(17)]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _post(acc, cbuf, co, ds, b, dxs, nxs, t0, tm, nb):
+def _post(kind, acc, cbuf, co, ds, ms, b, dxs, nxs, t0, tm, nb):
+    """Scale block b's tokens x 16 rows result at cbuf[co:] into acc (row j: token t0 + j)."""
     dv = load_f32x16(ds, b * 16)
+    mv = load_f32x16(ms, b * 16)
     for j in range(tm):
         k = (t0 + j) * nb + b
-        store_f32x16(
-            acc, j * 16, scale_acc_f32x16(load_f32x16(acc, j * 16), load_i32x16(cbuf, co + j * 16), dv, dxs[k], nxs[k])
-        )
+        a = load_f32x16(acc, j * 16)
+        p = load_i32x16(cbuf, co + j * 16)
+        if kind == 7:
+            a = scale_acc_min_f32x16(a, p, dv, dxs[k], mv, nxs[k])
+        else:
+            a = scale_acc_f32x16(a, p, dv, dxs[k], nxs[k])
+        store_f32x16(acc, j * 16, a)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _dot(kind, set_, xqf, ao, c, bw, bo, cbuf):
     """Tile set 0 (C 0, A 2, B 4) or 1 (C 1, A 3, B 5): cbuf[256 * set_:] = tokens x 16 rows."""
     if set_ == 0:
-        if kind == 0:
+        if kind != 4:
             amx_dot1(0, 2, 4, xqf, ao, c, bw, bo, cbuf, 0, 1)
         else:
             amx_dot1(0, 2, 4, xqf, ao, c, bw, bo, cbuf, 0, 0)
-    elif kind == 0:
+    elif kind != 4:
         amx_dot1(1, 3, 5, xqf, ao, c, bw, bo, cbuf, 256, 1)
     else:
         amx_dot1(1, 3, 5, xqf, ao, c, bw, bo, cbuf, 256, 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _prep_q4_k(bw, ds, ms, src, base, nbytes, nb):
+    """B tiles, sub-block scales and mins of the 16 rows' Q4_K super-blocks (byte base, stride nbytes)."""
+    for sb in range(nb // 8):
+        o = base + sb * 144
+        sc = q4_k_scales16(src, o, nbytes)
+        for j in range(8):
+            store_f32x16(ds, (sb * 8 + j) * 16, sc[j])
+            store_f32x16(ms, (sb * 8 + j) * 16, sc[8 + j])
+        for p in range(4):  # sub-blocks 2p (low nibbles) and 2p + 1 (high) share 32 bytes
+            v = nib_vnni16(src, o + 16 + p * 32, nbytes)
+            for k in range(16):
+                store_i32x16(bw, ((sb * 8 + 2 * p) * 8 + k) * 16, v[k])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -85,7 +110,8 @@ def _panel(kind, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_
     """Output rows r0..r0+15 (those < n) for all T tokens, activations as the A tile (one row per
     token) and the panel's 16 weight rows as the B tile, so a block's result is scaled with 3
     vector ops per token. kind (a constant): 0 Q4_0 (unsigned codes, tdpbsud, nxs the -8
-    offset), 4 Q8_0 (signed codes, tdpbssd, nxs zeros)."""
+    offset), 4 Q8_0 (signed codes, tdpbssd, nxs zeros), 7 Q4_K (unsigned codes, nxs = -(block
+    code sums * xd), times the sub-block mins; nb counts 32-element sub-blocks)."""
     bsize = 18 if kind == 0 else 34
     rows = min(16, n - r0)
     src = wf
@@ -96,11 +122,16 @@ def _panel(kind, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_
         base = 0
     bw = np.empty(nb * 128, np.int32)
     ds = np.empty(nb * 16, np.float32)
-    for b in range(nb):
-        v = q4_0_vnni16(src, base + b * bsize, nbytes) if kind == 0 else q8_0_vnni16(src, base + b * bsize, nbytes)
-        for k in range(8):
-            store_i32x16(bw, (b * 8 + k) * 16, v[k])
-        store_f32x16(ds, b * 16, f16_strided_f32x16(src, base + b * bsize, nbytes))
+    ms = np.zeros(nb * 16 if kind == 7 else 16, np.float32)
+    if kind == 7:
+        _prep_q4_k(bw, ds, ms, src, base, nbytes, nb)
+    else:
+        for b in range(nb):
+            o = base + b * bsize
+            v = q4_0_vnni16(src, o, nbytes) if kind == 0 else q8_0_vnni16(src, o, nbytes)
+            for k in range(8):
+                store_i32x16(bw, (b * 8 + k) * 16, v[k])
+            store_f32x16(ds, b * 16, f16_strided_f32x16(src, o, nbytes))
     cbuf = np.empty(512, np.int32)
     acc = np.empty(256, np.float32)
     for tt in range((t + 15) // 16):
@@ -112,11 +143,11 @@ def _panel(kind, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_
         for b in range(0, nb, 2):
             if b + 1 < nb:
                 _dot(kind, 1, xqf, t0 * c + (b + 1) * 32, c, bw, (b + 1) * 128, cbuf)
-            _post(acc, cbuf, 0, ds, b, dxs, nxs, t0, tm, nb)
+            _post(kind, acc, cbuf, 0, ds, ms, b, dxs, nxs, t0, tm, nb)
             if b + 2 < nb:
                 _dot(kind, 0, xqf, t0 * c + (b + 2) * 32, c, bw, (b + 2) * 128, cbuf)
             if b + 1 < nb:
-                _post(acc, cbuf, 256, ds, b + 1, dxs, nxs, t0, tm, nb)
+                _post(kind, acc, cbuf, 256, ds, ms, b + 1, dxs, nxs, t0, tm, nb)
         for j in range(tm):
             for m in range(rows):
                 out[t0 + j, r0 + m] = acc[j * 16 + m]
@@ -131,6 +162,11 @@ def _panel_q4_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_l
 @njit(cache=True, nogil=True)
 def _panel_q8_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
     _panel(4, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+@njit(cache=True, nogil=True)
+def _panel_q4_k(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+    _panel(7, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -159,14 +195,24 @@ def amx_q8_0(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
         _panel_q8_0(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
 
 
+@njit(cache=True, nogil=True, parallel=True)
+def amx_q4_k(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
+    t, c = xq.shape
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xqf = xq.reshape(-1)
+    for p in prange((n + 15) // 16):
+        _panel_q4_k(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
 def qmatmul_amx(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, w: np.ndarray, kind: int) -> None:
-    """gemm_int.qmatmul's contract for Q4_0 (kind 0) / Q8_0 (kind 4) weights on AMX (any T;
+    """gemm_int.qmatmul's contract for Q4_0 (kind 0) / Q8_0 (4) / Q4_K (7) weights on AMX (any T;
     qmatmul sends T >= MIN_T)."""
     t = xq.shape[0]
-    if kind == 0:
-        nxs = (np.float32(-8.0) * (xs[:, 0::2] + xs[:, 1::2])).reshape(-1)  # (T * nb,)
-    else:
+    if kind == 4:
         nxs = np.zeros(xd.size, np.float32)  # (T * nb,)
+    else:
+        nxs = (np.float32(-8.0 if kind == 0 else -1.0) * (xs[:, 0::2] + xs[:, 1::2])).reshape(-1)  # (T * nb,)
     last = _CFG[t % 16] if t % 16 else _CFG[16]
-    entry = amx_q4_0 if kind == 0 else amx_q8_0
+    entry = amx_q4_0 if kind == 0 else (amx_q8_0 if kind == 4 else amx_q4_k)
     entry(out, w, xq, xd.reshape(-1), nxs, xq.shape[1] // 32, _CFG[16], last)

@@ -651,3 +651,98 @@ def scale_acc_f32x16(typingctx, acc, p, dv, dx, nx):
         return _call(builder, "llvm.fma.v16f32", _v16f32, [y, dv_, acc_])
 
     return F32x16(acc, p, dv, dx, nx), codegen
+
+
+def _gather16(context, builder, aryty, ary, o, off, idx):
+    oo = builder.add(o, ir.Constant(o.type, off))
+    base = _ptr_at(context, builder, aryty, ary, oo, _i8)
+    src = ir.Constant(_v16i32, [0] * 16)
+    mask = ir.Constant(ir.IntType(16), 0xFFFF)
+    return _call(builder, "llvm.x86.avx512.gather.dpi.512", _v16i32, [src, base, idx, mask, ir.Constant(_i32, 1)])
+
+
+def _row_idx(builder, stride):
+    st = builder.trunc(stride, _i32) if stride.type.width > 32 else stride
+    return builder.mul(_splat(builder, st, _v16i32), ir.Constant(_v16i32, list(range(16))))
+
+
+@intrinsic
+def nib_vnni16(typingctx, w, o, stride):
+    """32 bytes at byte o of 16 rows (row m at o + m * stride) -> B tile rows (VNNI layout) of the
+    32 low nibbles (first 8 I32x16) and of the 32 high nibbles (last 8): Q4_K's sub-block pair."""
+    if not (_check_1d(w) and isinstance(o, types.Integer) and isinstance(stride, types.Integer)):
+        return None
+    ret = types.UniTuple(I32x16, 16)
+
+    def codegen(context, builder, sig, args):
+        idx = _row_idx(builder, args[2])
+        m4 = ir.Constant(_v16i32, [0x0F0F0F0F] * 16)
+        lo, hi = [], []
+        for k in range(8):
+            g = _gather16(context, builder, sig.args[0], args[0], args[1], 4 * k, idx)
+            lo.append(builder.and_(g, m4))
+            hi.append(builder.and_(builder.lshr(g, ir.Constant(_v16i32, [4] * 16)), m4))
+        return context.make_tuple(builder, ret, lo + hi)
+
+    return ret(w, o, stride), codegen
+
+
+@intrinsic
+def q4_k_scales16(typingctx, w, o, stride):
+    """The Q4_K super-block at byte o of 16 rows (row m at o + m * stride) -> 16 F32x16 over the
+    rows: d * sc_j for sub-blocks j = 0..7, then dmin * m_j (four dword gathers)."""
+    if not (_check_1d(w) and isinstance(o, types.Integer) and isinstance(stride, types.Integer)):
+        return None
+    ret = types.UniTuple(F32x16, 16)
+
+    def codegen(context, builder, sig, args):
+        idx = _row_idx(builder, args[2])
+        dd, a, m, md = (_gather16(context, builder, sig.args[0], args[0], args[1], 4 * k, idx) for k in range(4))
+
+        def k32(x):
+            return ir.Constant(_v16i32, [x] * 16)
+
+        def half_f32(v):
+            return builder.fpext(
+                builder.bitcast(builder.trunc(v, ir.VectorType(_i16, 16)), ir.VectorType(_half, 16)), _v16f32
+            )
+
+        d = half_f32(dd)
+        dmin = half_f32(builder.lshr(dd, k32(16)))
+        scs, mns = [], []
+        for j in range(4):
+            aj = builder.lshr(a, k32(8 * j))
+            mj = builder.lshr(m, k32(8 * j))
+            mdj = builder.lshr(md, k32(8 * j))
+            scs.append(builder.and_(aj, k32(63)))
+            mns.append(builder.and_(mj, k32(63)))
+        for j in range(4):
+            aj = builder.lshr(a, k32(8 * j))
+            mj = builder.lshr(m, k32(8 * j))
+            mdj = builder.lshr(md, k32(8 * j))
+            hi_a = builder.shl(builder.and_(builder.lshr(aj, k32(6)), k32(3)), k32(4))
+            hi_m = builder.shl(builder.and_(builder.lshr(mj, k32(6)), k32(3)), k32(4))
+            scs.append(builder.or_(builder.and_(mdj, k32(15)), hi_a))
+            mns.append(builder.or_(builder.and_(builder.lshr(mdj, k32(4)), k32(15)), hi_m))
+        out = [builder.fmul(builder.sitofp(v, _v16f32), d) for v in scs]
+        out += [builder.fmul(builder.sitofp(v, _v16f32), dmin) for v in mns]
+        return context.make_tuple(builder, ret, out)
+
+    return ret(w, o, stride), codegen
+
+
+@intrinsic
+def scale_acc_min_f32x16(typingctx, acc, p, dv, dx, mv, nx):
+    """acc + dv * (float(p) * dx) + mv * nx (dx, nx: float32 scalars): a K-quant sub-block's
+    tile-result row with its scale dv and min mv."""
+    ok = acc == F32x16 and p == I32x16 and dv == F32x16 and mv == F32x16
+    if not (ok and dx == types.float32 and nx == types.float32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        acc_, p_, dv_, dx_, mv_, nx_ = args
+        y = builder.fmul(builder.sitofp(p_, _v16f32), _splat(builder, dx_, _v16f32))
+        acc_ = _call(builder, "llvm.fma.v16f32", _v16f32, [y, dv_, acc_])
+        return _call(builder, "llvm.fma.v16f32", _v16f32, [mv_, _splat(builder, nx_, _v16f32), acc_])
+
+    return F32x16(acc, p, dv, dx, mv, nx), codegen

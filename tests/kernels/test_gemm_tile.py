@@ -117,10 +117,11 @@ def test_other_kinds_keep_the_rows_path() -> None:
 
 @pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
 @pytest.mark.parametrize("t", [1, 2, 4, 8, 9, 15, 16, 17, 31, 33])
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K"])
 def test_amx_matches_qact(name: str, t: int) -> None:
     """The AMX kernel for any T (qmatmul sends it T >= MIN_T): odd N, odd block count, 2+ token tiles."""
-    for k, (n, c) in enumerate(SHAPES_32 + [(16, 2048)]):
+    shapes = SHAPES_32 if DataType[name].block_size == 32 else SHAPES_256
+    for k, (n, c) in enumerate(shapes + [(16, 2048)]):
         w, x, xq, xd, xs = _case(name, n, c, t, seed=77 * t + k)
         want = np.empty((t, n), np.float32)
         ref_linear.matmul_qact(want, x, w)

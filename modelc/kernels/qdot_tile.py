@@ -6,8 +6,13 @@ AVX512-VNNI, two ymm ones with AVX-VNNI, `vpmaddubsw`+`vpmaddwd` with AVX2,
 portable IR elsewhere; LLVM splits the 512-bit generic ops into 256-bit halves
 on CPUs without AVX-512), and the per-type block unpackers that turn stored
 bytes straight into 64 unsigned codes in NATURAL element order, with the
-matching per-lane scale vectors. qdot.py's CPU switches (MODELC_NO_AVX2,
-MODELC_NO_VNNI) apply here too.
+matching per-lane scale vectors; and the AMX int8 tile pieces of
+gemm_tile_amx (HAS_AMX: the CPU's amx-int8 plus the kernel's per-process
+permission; MODELC_NO_AMX=1 turns it off). qdot.py's CPU switches
+(MODELC_NO_AVX2, MODELC_NO_VNNI) apply here too.
+
+Over 700 lines on purpose, as qdot.py: each intrinsic is a few lines of IR on
+the shared vector types and helpers.
 
 Lane layout: lane k of an I32x16 dot covers elements 4k..4k+3 of the 64, so
 lanes 0-7 are the first 32-element block and 8-15 the second; a 16-element

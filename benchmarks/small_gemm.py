@@ -1,7 +1,13 @@
 """Small-T quantized matmul: gemm_int.qmatmul (register tiles, AMX for Q4_0) vs the unpack-rows kernel.
 
     .venv/bin/python benchmarks/small_gemm.py [--types Q4_0,Q8_0,Q4_K,Q6_K] [--tokens 1,2,4,8,16]
-        [--threads 2] [--rounds 5]
+        [--threads 2] [--rounds 5] [--blas]
+
+--blas (prefill sizes, e.g. --tokens 32,64,128,256,512): "old" is the BLAS prefill
+path (gemm_blas.blas_matmul: dequantize into fp32 scratch + sgemm, float x) and
+"new" is quant.quantize_act + gemm_int.qmatmul (the int8 path, AMX where present),
+both timed from the same float activations; passes use max(2, 256 // T) of the
+layers (compute bound there, so streaming matters less).
 
 For each type, one TinyLlama-1.1B layer's matrices (q, k, v, o: 2048 / 256 / 256 /
 2048 x 2048; gate, up: 5632 x 2048; down: 2048 x 5632) are replicated into as
@@ -26,7 +32,7 @@ import numba
 import numpy as np
 
 from modelc.ir import DataType, TensorData
-from modelc.kernels import gemm_int, gemm_tile_amx, linear, quant
+from modelc.kernels import gemm_blas, gemm_int, gemm_tile_amx, linear, quant
 from modelc.kernels.gemm_random import random_tensor
 from modelc.kernels.qdot_tile import HAS_AMX
 
@@ -50,6 +56,7 @@ def _acts(t: int, rng: np.random.Generator) -> dict[int, tuple[np.ndarray, ...]]
         xs = np.empty((t, c // 16), np.float32)  # (T, C/16)
         quant.quantize_act(xq, xd, xs, x)
         acts[c] = (xq, xd, xs)
+        acts[-c] = x  # the float rows, for the BLAS comparison
     return acts
 
 
@@ -63,6 +70,20 @@ def _new(out, acts, w, kind):
     gemm_int.qmatmul(out, xq, xd, xs, w.blocks, kind, np.ones(1, np.float32), w.dtype in quant.SIGNED)
 
 
+def _blas(out, acts, w, kind):
+    gemm_blas.blas_matmul(out, acts[-w.cols], w)
+
+
+def _qact(out, acts, w, kind):
+    x = acts[-w.cols]
+    t, c = x.shape
+    xq = np.empty((t, c), np.int8)  # (T, C)
+    xd = np.empty((t, c // 32), np.float32)  # (T, C/32)
+    xs = np.empty((t, c // 16), np.float32)  # (T, C/16)
+    quant.quantize_act(xq, xd, xs, x)
+    gemm_int.qmatmul(out, xq, xd, xs, w.blocks, kind, np.ones(1, np.float32), w.dtype in quant.SIGNED)
+
+
 def _pass(fn, layers, acts, outs, kind) -> tuple[float, float]:
     """(wall, CPU) seconds per layer for one pass over all layers. The CPU time (all
     threads) is the steadier figure on a shared machine: waiting for the CPU is not in it."""
@@ -73,7 +94,7 @@ def _pass(fn, layers, acts, outs, kind) -> tuple[float, float]:
     return (time.perf_counter() - t0) / len(layers), (time.process_time() - c0) / len(layers)
 
 
-def run(types: list[str], tokens: list[int], rounds: int) -> None:
+def run(types: list[str], tokens: list[int], rounds: int, blas: bool = False) -> None:
     rng = np.random.default_rng(0)
     for name in types:
         dt = DataType[name]
@@ -84,16 +105,17 @@ def run(types: list[str], tokens: list[int], rounds: int) -> None:
         for t in tokens:
             acts = _acts(t, rng)
             outs = {n: np.empty((t, n), np.float32) for n, _ in LAYER}
-            _pass(_old, layers[:1], acts, outs, kind)  # compile / warm
-            _pass(_new, layers[:1], acts, outs, kind)
+            fo, fn, ls = (_blas, _qact, layers[: max(2, 256 // t)]) if blas else (_old, _new, layers)
+            _pass(fo, layers[:1], acts, outs, kind)  # compile / warm
+            _pass(fn, layers[:1], acts, outs, kind)
             old, new = [], []
             for _ in range(rounds):
-                old.append(_pass(_old, layers, acts, outs, kind))
-                new.append(_pass(_new, layers, acts, outs, kind))
+                old.append(_pass(fo, ls, acts, outs, kind))
+                new.append(_pass(fn, ls, acts, outs, kind))
             wo, wn = (statistics.median(p[0] for p in v) * 1e3 for v in (old, new))
             co, cn = (statistics.median(p[1] for p in v) * 1e3 for v in (old, new))
             print(
-                f"  {name} T={t:2d}  wall ms/layer old {wo:7.2f} new {wn:7.2f} x{wo / wn:5.2f}"
+                f"  {name} T={t:3d}  wall ms/layer {'blas' if blas else 'old'} {wo:7.2f} new {wn:7.2f} x{wo / wn:5.2f}"
                 f"  | CPU ms/layer old {co:7.2f} new {cn:7.2f} x{co / cn:5.2f}  (load {os.getloadavg()[0]:.2f})",
                 flush=True,
             )
@@ -106,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", default="1,2,4,8,16")
     ap.add_argument("--threads", type=int, default=numba.get_num_threads())
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--blas", action="store_true", help="compare with the BLAS prefill path (gemm_blas)")
     a = ap.parse_args(argv)
     numba.set_num_threads(a.threads)
     numba.set_parallel_chunksize(linear.CHUNK)  # dynamic chunks, as linear.matmul runs them
@@ -113,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         f"AMX {HAS_AMX} (from T, per kind: {gemm_tile_amx.MIN_T}), threads {a.threads}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         flush=True,
     )
-    run(a.types.split(","), [int(t) for t in a.tokens.split(",")], a.rounds)
+    run(a.types.split(","), [int(t) for t in a.tokens.split(",")], a.rounds, a.blas)
     return 0
 
 

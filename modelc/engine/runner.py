@@ -222,7 +222,7 @@ class Runner:
         return time.perf_counter() - t0
 
     def _warm_prefill_kernels(self) -> None:
-        from modelc.kernels import attention, linear
+        from modelc.kernels import attention, gemm_blas, linear
         from modelc.kernels.attention_blas import attention_one_seq_blas
 
         t = max(linear.PREFILL_MIN_T, linear.PREFILL_MIN_T_FLOAT)
@@ -231,6 +231,9 @@ class Runner:
             part = dataclasses.replace(w, rows=r, blocks=w.blocks[:r], scale=None if w.scale is None else w.scale[:r])
             x = np.zeros((t, part.cols), np.float32)  # (T, C)
             self.model.kernels.matmul(np.empty((t, part.rows), np.float32), x, part)
+            # The dequantize + BLAS path too: where prefill of this type runs on the AMX tiles, 64+-row
+            # embedding lookups (gemm_blas.dequantize_into) and longer prefills still reach it.
+            gemm_blas.blas_matmul(np.empty((t, part.rows), np.float32), x, part)
         L, K, D = self.model.kv_shape()
         H = int(getattr(getattr(self.model, "args", None), "num_heads", K))
         n = attention.BLAS_MIN_ROWS

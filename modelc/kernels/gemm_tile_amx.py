@@ -1,4 +1,4 @@
-"""Q4_0 / Q8_0 / Q4_K matmul for MIN_T..31 tokens on Intel AMX int8 tiles (where qdot_tile.HAS_AMX).
+"""Q4_0 / Q8_0 / Q4_K matmul from MIN_T tokens on, prefill included, on Intel AMX int8 tiles (where qdot_tile.HAS_AMX).
 
 NOTE: the zmm tile (gemm_tile) spends ~4 vector ops per (row, token, 64
 elements), so its cost grows with T. Here, per 16-row panel of W and
@@ -44,6 +44,12 @@ MIN_T = {0: 4, 4: 6, 7: 6}
 (one thread, TinyLlama layer, weights streamed), ms per layer here vs the zmm tile at T = 4 / 8
 / 16: Q4_0 5.4 / 8.4 / 9.4 vs 6.2 / 11.8 / ~19; Q8_0 7.8 / 8.5 / 9.4 vs 7.6 / 11.0 / 17.7;
 Q4_K 6.5 / 7.1 / 11.5 vs 6.2 / 10.2 / 19.2."""
+
+PREFILL_MAX_T = {0: 1 << 30, 4: 1 << 30, 7: 1 << 30}
+"""Per kind: up to this many tokens linear.matmul keeps prefill (T >= linear.PREFILL_MIN_T) here
+instead of dequantize + BLAS (gemm_blas). Unbounded: faster at every T measured, 32..512 (the
+engine's prefill chunk), 2 threads, TinyLlama layers, benchmarks/small_gemm.py --blas; ms per layer
+here vs BLAS at T = 32 / 128 / 512: Q4_0 32 / 109 / 492 vs 642 / 718 / 990 (busy VM, load ~4)."""
 
 
 def config(tm: int) -> np.ndarray:

@@ -22,7 +22,16 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 from modelc.ir import DataType, TensorData
-from modelc.kernels import gemm_blas, gemm_float, gemm_fused, gemm_fused_k, gemm_int, quant, ref_linear
+from modelc.kernels import (
+    gemm_blas,
+    gemm_float,
+    gemm_fused,
+    gemm_fused_k,
+    gemm_int,
+    gemm_tile_amx,
+    quant,
+    ref_linear,
+)
 from modelc.kernels.gemm_weight import Weight, check_matmul_args, check_row_ids, make_weight, rows_cols
 
 __all__ = [
@@ -37,14 +46,15 @@ __all__ = [
 ]
 
 PREFILL_MIN_T = int(os.environ.get("MODELC_PREFILL_T", "32"))
-"""From this many tokens on, matmul dequantizes into scratch and uses BLAS.
+"""From this many tokens on, matmul dequantizes into scratch and uses BLAS (fp32
+results), except for the kinds the AMX int8 tiles serve (gemm_tile_amx.PREFILL_MAX_T:
+Q4_0, Q8_0, Q4_K where qdot_tile.HAS_AMX), which stay on the int8-activation path.
 
-Measured on the dev VM (2 threads, 5632 x 2048 Q4_0): int8 path 17 / 67 / 310 ms
+Measured on the dev VM (2 threads, 5632 x 2048 Q4_0): int8 zmm path 17 / 67 / 310 ms
 at T = 32 / 128 / 512, dequantize + OpenBLAS 72 / 72 / 149 ms (dequantizing
-costs ~9 ms, small-M sgemm is slow), so the crossover is near T = 150 there and
-a 128-token TinyLlama prefill ran at 16.9 tok/s with MODELC_PREFILL_T=160 vs
-10.6 at 32. The default stays 32 (the documented contract: fp32 results from
-32 tokens on, which tests/models/test_mlp.py relies on) until the lead decides."""
+costs ~9 ms, small-M sgemm is slow), so the crossover is near T = 150 there; the
+AMX tiles beat BLAS at every prefill T up to 512 (x2 at 512, x6-20 at 32..128,
+benchmarks/small_gemm.py --blas). Below this T every quantized weight runs int8."""
 
 PREFILL_MIN_T_FLOAT = int(os.environ.get("MODELC_PREFILL_T_FLOAT", "32"))
 """The same for F16/BF16/F32 weights: their small-T kernels are FMA-bound (~20-35
@@ -79,7 +89,8 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
 
     Quantized W: x is quantized to int8 blocks (error ~5e-3 relative, as in
     llama.cpp) below PREFILL_MIN_T tokens; at or above it the result is fp32 BLAS
-    (PREFILL_MIN_T_FLOAT for F16/BF16/F32 weights).
+    (PREFILL_MIN_T_FLOAT for F16/BF16/F32 weights), except for the AMX kinds
+    (see PREFILL_MIN_T), which keep int8 activations at every T.
     """
     check_matmul_args(out, x, w)
     t = x.shape[0]
@@ -103,7 +114,14 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
 def _use_blas(w: Weight, t: int) -> bool:
     if w.dtype in _FLOAT:
         return t >= PREFILL_MIN_T_FLOAT or (w.dtype is DataType.F32 and t == 1)  # sgemv is fine
-    return t >= PREFILL_MIN_T or not _int_path_ok(w)  # I8/I4 rows that are not whole 32-blocks
+    if not _int_path_ok(w):  # I8/I4 rows that are not whole 32-blocks
+        return True
+    return t >= PREFILL_MIN_T and not _amx_prefill(w, t)
+
+
+def _amx_prefill(w: Weight, t: int) -> bool:
+    """True when the AMX int8 tiles beat BLAS for this prefill (measured bound per kind)."""
+    return gemm_int.HAS_AMX and t <= gemm_tile_amx.PREFILL_MAX_T.get(quant.KIND[w.dtype], 0)
 
 
 _setter = None

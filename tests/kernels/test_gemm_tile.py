@@ -116,10 +116,11 @@ def test_other_kinds_keep_the_rows_path() -> None:
 
 
 @pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
-@pytest.mark.parametrize("t", [1, 2, 4, 8, 9, 15, 16, 17, 31, 33])
+@pytest.mark.parametrize("t", [1, 2, 4, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 65, 79, 80])
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K"])
 def test_amx_matches_qact(name: str, t: int) -> None:
-    """The AMX kernel for any T (qmatmul sends it T >= MIN_T): odd N, odd block count, 2+ token tiles."""
+    """The AMX kernel for any T (qmatmul sends it T >= MIN_T, prefill too): odd N, odd block count,
+    2..5 token tiles (full and partial)."""
     shapes = SHAPES_32 if DataType[name].block_size == 32 else SHAPES_256
     for k, (n, c) in enumerate(shapes + [(16, 2048)]):
         w, x, xq, xd, xs = _case(name, n, c, t, seed=77 * t + k)
@@ -129,6 +130,41 @@ def test_amx_matches_qact(name: str, t: int) -> None:
         gemm_tile_amx.qmatmul_amx(out, xq, xd, xs, w.blocks, quant.KIND[w.dtype])
         assert not np.isnan(out).any()
         assert _relerr(out, want) < EXACT_QACT, (n, c)
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
+def test_linear_prefill_routing(name: str) -> None:
+    """From linear.PREFILL_MIN_T tokens on, the AMX kinds keep int8 activations (the AMX tiles) where
+    the CPU has them; every other case is dequantize + BLAS (fp32 results)."""
+    t = max(linear.PREFILL_MIN_T, 1) + 17
+    w, x, _, _, _ = _case(name, 37, 512, t, seed=5)
+    out = np.full((t, 37), np.nan, np.float32)
+    linear.matmul(out, x, w)
+    want = np.empty_like(out)
+    amx = qdot_tile.HAS_AMX and quant.KIND[w.dtype] in gemm_tile_amx.PREFILL_MAX_T
+    assert linear._use_blas(w, t) == (not amx)
+    (ref_linear.matmul_qact if amx else ref_linear.matmul)(want, x, w)
+    assert _relerr(out, want) < EXACT_QACT
+
+
+def test_prefill_is_blas_without_amx() -> None:
+    """MODELC_NO_AMX=1: prefill of every quantized kind goes to BLAS as before."""
+    script = textwrap.dedent(
+        """
+        from modelc.ir import DataType
+        from modelc.kernels import linear, qdot_tile
+        from tests.kernels.test_gemm_tile import _case
+        print(qdot_tile.HAS_AMX, all(linear._use_blas(_case(n, 5, 512, 1, 0)[0], linear.PREFILL_MIN_T)
+              for n in ("Q4_0", "Q8_0", "Q4_K", "Q6_K")))
+        """
+    )
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {**os.environ, "MODELC_NO_AMX": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["False", "True"]
 
 
 _FALLBACK = textwrap.dedent(

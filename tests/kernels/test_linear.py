@@ -12,7 +12,8 @@ from modelc.kernels.gemm_random import random_scale, random_tensor
 
 QUANT = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "I8", "I4"]
 FLOAT = ["F32", "F16", "BF16"]
-# T >= PREFILL_MIN_T: the dequantize + BLAS path; the others the int8 / half kernels.
+# T >= PREFILL_MIN_T: the dequantize + BLAS path (but Q4_0 / Q8_0 / Q4_K stay on the int8 AMX
+# tiles where the CPU has them: linear._use_blas); the others the int8 / half kernels.
 TOKENS = [1, 3, 17, 100, max(linear.PREFILL_MIN_T, 1)]
 
 # Tolerances, in one place. Relative to max |ref|.
@@ -49,7 +50,7 @@ def test_quantized_matmul(name: str, t: int) -> None:
     out, x = _run(w, t, seed=100 + t)
     fp32 = np.empty_like(out)
     ref_linear.matmul(fp32, x, w)
-    if t < linear.PREFILL_MIN_T:
+    if not linear._use_blas(w, t):  # int8 activations
         qact = np.empty_like(out)
         ref_linear.matmul_qact(qact, x, w)
         assert _relerr(out, qact) < EXACT_QACT
@@ -204,7 +205,7 @@ def test_prefill_in_several_panels(monkeypatch: pytest.MonkeyPatch) -> None:
     from modelc.kernels import gemm_blas
 
     monkeypatch.setattr(gemm_blas, "PANEL_BYTES", 10 * 256 * 4)  # 10 rows per panel
-    w = _weight("Q4_K", 37, 256, seed=11)
+    w = _weight("Q5_K", 37, 256, seed=11)  # not an AMX kind: BLAS from PREFILL_MIN_T on everywhere
     out, x = _run(w, linear.PREFILL_MIN_T + 1, seed=12)
     want = np.empty_like(out)
     ref_linear.matmul(want, x, w)

@@ -48,8 +48,10 @@ Q4_K 6.5 / 7.1 / 11.5 vs 6.2 / 10.2 / 19.2."""
 PREFILL_MAX_T = {0: 1 << 30, 4: 1 << 30, 7: 1 << 30}
 """Per kind: up to this many tokens linear.matmul keeps prefill (T >= linear.PREFILL_MIN_T) here
 instead of dequantize + BLAS (gemm_blas). Unbounded: faster at every T measured, 32..512 (the
-engine's prefill chunk), 2 threads, TinyLlama layers, benchmarks/small_gemm.py --blas; ms per layer
-here vs BLAS at T = 32 / 128 / 512: Q4_0 32 / 109 / 492 vs 642 / 718 / 990 (busy VM, load ~4)."""
+engine's prefill chunk), benchmarks/small_gemm.py --blas (2 threads, TinyLlama layers, load ~1.8),
+wall ms per layer here vs BLAS at T = 32 / 128 / 512: Q4_0 16 / 59 / 189 vs 59 / 125 / 289;
+Q8_0 23 / 69 / 189 vs 71 / 115 / 289; Q4_K 20 / 65 / 169 vs 72 / 117 / 362. Both grow about
+linearly from T = 128 on, so no crossover is in sight."""
 
 
 def config(tm: int) -> np.ndarray:

@@ -53,8 +53,8 @@ Q4_0, Q8_0, Q4_K where qdot_tile.HAS_AMX), which stay on the int8-activation pat
 Measured on the dev VM (2 threads, 5632 x 2048 Q4_0): int8 zmm path 17 / 67 / 310 ms
 at T = 32 / 128 / 512, dequantize + OpenBLAS 72 / 72 / 149 ms (dequantizing
 costs ~9 ms, small-M sgemm is slow), so the crossover is near T = 150 there; the
-AMX tiles beat BLAS at every prefill T up to 512 (x2 at 512, x6-20 at 32..128,
-benchmarks/small_gemm.py --blas). Below this T every quantized weight runs int8."""
+AMX tiles beat BLAS at every prefill T up to 512 (x3.2-3.7 per layer at 32, x1.5-2.1
+at 512: gemm_tile_amx.PREFILL_MAX_T). Below this T every quantized weight runs int8."""
 
 PREFILL_MIN_T_FLOAT = int(os.environ.get("MODELC_PREFILL_T_FLOAT", "32"))
 """The same for F16/BF16/F32 weights: their small-T kernels are FMA-bound (~20-35

@@ -28,7 +28,9 @@ from modelc.kernels import (
     gemm_fused,
     gemm_fused_k,
     gemm_int,
+    gemm_tile,
     gemm_tile_amx,
+    qdot_tile,
     quant,
     ref_linear,
 )
@@ -120,8 +122,25 @@ def _use_blas(w: Weight, t: int) -> bool:
 
 
 def _amx_prefill(w: Weight, t: int) -> bool:
-    """True when the AMX int8 tiles beat BLAS for this prefill (measured bound per kind)."""
-    return gemm_int.HAS_AMX and t <= gemm_tile_amx.PREFILL_MAX_T.get(quant.KIND[w.dtype], 0)
+    """True when the int8 tile kernels beat dequantize + BLAS for this prefill (measured bounds per kind):
+    the AMX tiles where the CPU has them, else the 512-bit register tiles (gemm_tile) up to ZMM_PREFILL_MAX_T."""
+    kind = quant.KIND[w.dtype]
+    if gemm_int.HAS_AMX and kind in gemm_tile_amx.PREFILL_MAX_T:
+        return t <= gemm_tile_amx.PREFILL_MAX_T[kind]
+    return qdot_tile.HAS_VNNI512 and kind in gemm_tile.TILE_KINDS and t <= ZMM_PREFILL_MAX_T.get(kind, 0)
+
+
+ZMM_PREFILL_MAX_T = {
+    quant.KIND[DataType.Q4_0]: 96,
+    quant.KIND[DataType.Q8_0]: 96,
+    quant.KIND[DataType.Q4_K]: 96,
+    quant.KIND[DataType.Q6_K]: 256,
+}
+"""Per kind: up to this many tokens the 512-bit register-tile kernel (AVX512-VNNI, no AMX) runs prefill
+instead of dequantize + BLAS. `benchmarks/small_gemm.py --blas --tokens 32,64,128,256,512` (2 threads,
+TinyLlama layers, load ~3): with MODELC_NO_AMX=1, tile vs BLAS x2.2 / x1.3 / x0.96 / x0.77 (Q4_0) and
+x2.4 / x1.4 / x0.96 / x0.79 (Q4_K) at T = 32 / 64 / 128 / 256; Q6_K (no AMX path) x7.1 / x4.1 / x2.2 /
+x1.2 / x0.69 at T = 32 ... 512. Without AVX512-VNNI (256-bit halves) nothing was measured: BLAS."""
 
 
 _setter = None

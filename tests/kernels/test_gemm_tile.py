@@ -135,20 +135,23 @@ def test_amx_matches_qact(name: str, t: int) -> None:
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
 def test_linear_prefill_routing(name: str) -> None:
     """From linear.PREFILL_MIN_T tokens on, the AMX kinds keep int8 activations (the AMX tiles) where
-    the CPU has them; every other case is dequantize + BLAS (fp32 results)."""
+    the CPU has them, and the register-tile kinds up to linear.ZMM_PREFILL_MAX_T tokens with AVX512-VNNI;
+    every other case is dequantize + BLAS (fp32 results)."""
     t = max(linear.PREFILL_MIN_T, 1) + 17
     w, x, _, _, _ = _case(name, 37, 512, t, seed=5)
     out = np.full((t, 37), np.nan, np.float32)
     linear.matmul(out, x, w)
     want = np.empty_like(out)
-    amx = qdot_tile.HAS_AMX and quant.KIND[w.dtype] in gemm_tile_amx.PREFILL_MAX_T
-    assert linear._use_blas(w, t) == (not amx)
-    (ref_linear.matmul_qact if amx else ref_linear.matmul)(want, x, w)
+    kind = quant.KIND[w.dtype]
+    amx = qdot_tile.HAS_AMX and kind in gemm_tile_amx.PREFILL_MAX_T
+    zmm = not amx and qdot_tile.HAS_VNNI512 and t <= linear.ZMM_PREFILL_MAX_T.get(kind, 0)
+    assert linear._use_blas(w, t) == (not (amx or zmm))
+    (ref_linear.matmul_qact if amx or zmm else ref_linear.matmul)(want, x, w)
     assert _relerr(out, want) < EXACT_QACT
 
 
 def test_prefill_is_blas_without_amx() -> None:
-    """MODELC_NO_AMX=1: prefill of every quantized kind goes to BLAS as before."""
+    """MODELC_NO_AMX=1 MODELC_NO_VNNI=1: prefill of every quantized kind goes to BLAS as before."""
     script = textwrap.dedent(
         """
         from modelc.ir import DataType
@@ -159,7 +162,7 @@ def test_prefill_is_blas_without_amx() -> None:
         """
     )
     root = pathlib.Path(__file__).resolve().parents[2]
-    env = {**os.environ, "MODELC_NO_AMX": "1"}
+    env = {**os.environ, "MODELC_NO_AMX": "1", "MODELC_NO_VNNI": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=300
     )

@@ -59,7 +59,7 @@ FUSED_KINDS = frozenset(
 PREFETCH_BYTES = 4096
 """How far ahead of the bytes being dotted the Q4_0/Q8_0 rows prefetch (the next rows
 once a row's end is near). Measured on the dev VM (TinyLlama Q4_0, 2 threads, all
-matrices): 1024: 0.74x, 2048: 0.87x, 4096: 1x, 8192: 0.99x; none: 0.71x."""
+matrices, busy VM): 1024: 0.74x, 2048: 0.87x, 4096: 1x, 8192: 0.99x; none: 0.75x."""
 
 
 @njit(cache=True, nogil=True)

@@ -12,7 +12,7 @@ to the first variant. The load average is printed with the figures.
 
 Variants:
 - `kernel` (default): the T=1 kernel linear uses for the file's type, called
-  directly (gemm_fused.qmatvec on pre-quantized activations, or
+  directly (gemm_fused.qmatvec / gemm_fused_k.qmatvec_k on pre-quantized activations, or
   gemm_float.hmatmul), i.e. without linear's per-call Python work;
 - `linear` (default, unless --no-linear): linear.matmul, activation
   quantization and dispatch included;
@@ -68,7 +68,7 @@ def load_func(spec: str):
 def make_calls(ws: list, variants: dict, rng: np.random.Generator) -> dict:
     """name -> a no-argument function that runs the variant once over every weight."""
     from modelc.ir import DataType
-    from modelc.kernels import gemm_float, gemm_fused, linear, quant
+    from modelc.kernels import gemm_float, gemm_fused, gemm_fused_k, linear, quant
 
     xs = {}
     for w in ws:
@@ -103,10 +103,19 @@ def make_calls(ws: list, variants: dict, rng: np.random.Generator) -> dict:
             calls[name] = linear_call
         elif spec == "kernel":
             floaty = any(w.dtype in floats for w in ws)
-            calls[name] = kernel_call(gemm_float.hmatmul if floaty else gemm_fused.qmatvec)
+            calls[name] = kernel_call(gemm_float.hmatmul if floaty else _t1_kernel(gemm_fused, gemm_fused_k))
         else:
             calls[name] = kernel_call(load_func(spec))
     return calls
+
+
+def _t1_kernel(gemm_fused, gemm_fused_k):
+    """linear's T=1 choice for quantized weights: qmatvec_k for the K-quants, qmatvec for Q4_0/Q8_0."""
+
+    def call(out, xq, xd, xs, w, kind):
+        (gemm_fused_k.qmatvec_k if kind in gemm_fused_k.KINDS else gemm_fused.qmatvec)(out, xq, xd, xs, w, kind)
+
+    return call
 
 
 def main(argv: list[str] | None = None) -> int:

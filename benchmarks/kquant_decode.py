@@ -1,24 +1,18 @@
-"""T=1 K-quant matvec: gemm_fused.qmatvec (old) vs gemm_fused_k.qmatvec_k (new), A/B in one process.
+"""T=1 K-quant matvec: the generic unpack-rows kernel (gemm_int.qmatmul_rows) vs gemm_fused_k.qmatvec_k, A/B.
 
     .venv/bin/python benchmarks/kquant_decode.py [--gguf /tmp/modelc-bench/tinyllama-1.1b-Q4_K_M.gguf]
         [--threads 2] [--rounds 9]                      # kernels: every K-quant matrix of the file
-    .venv/bin/python benchmarks/kquant_decode.py --e2e [--decode-tokens 16] [--rounds 5]
-        # end to end: one Engine, decode with the old / new kernel alternated
     .venv/bin/python benchmarks/kquant_decode.py --synthetic Q4_K,Q5_K,Q6_K
         # kernels on random FFN-shaped matrices (copies rotating over > 384 MiB per type)
-    .venv/bin/python benchmarks/kquant_decode.py --compare-llamacpp -- <compare_llamacpp.py args>
-        # benchmarks/compare_llamacpp.py with the new kernel patched in
 
-Kernel mode: one pass (one decode token) is one T=1 matvec over every 2-D K-quant weight of the
-GGUF (token_embd excluded, output.weight included), read from the mmap'd file,
-so ~0.6 GB of weights stream from memory per pass (more than the L3). The
-activation quantization is done once per input width, outside the timing.
-Rounds alternate old, new, old, new, ...; medians are reported per stored type
-and in total (ms per pass, GB/s of weight bytes), with the load average.
-
-Until linear._small_t calls qmatvec_k itself, --e2e and --compare-llamacpp
-patch it in by replacing `gemm_fused.qmatvec` (which linear looks up at call
-time) with a wrapper that sends gemm_fused_k.KINDS to qmatvec_k.
+One pass (one decode token) is one T=1 matvec over every 2-D K-quant weight of the GGUF
+(token_embd excluded, output.weight included), read from the mmap'd file, so ~0.6 GB of
+weights stream from memory per pass (more than the L3). The activation quantization is
+done once per input width, outside the timing. Rounds alternate rows, new, rows, new, ...;
+medians are reported per stored type and in total (ms per pass, GB/s of weight bytes), with
+the load average. linear.matmul runs qmatvec_k for T=1 K-quants; end to end, use
+benchmarks/compare_llamacpp.py. (The kernel it replaced, gemm_fused's K-quant rows, was
+removed after it landed: 2.5x slower than qmatvec_k on these matrices, load 1.9.)
 """
 
 from __future__ import annotations
@@ -33,22 +27,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # what modelc.kernels.linea
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from modelc.kernels import gemm_fused, gemm_fused_k, quant  # noqa: E402
+from modelc.kernels import gemm_fused_k, gemm_int, quant  # noqa: E402
 
 DEFAULT_GGUF = "/tmp/modelc-bench/tinyllama-1.1b-Q4_K_M.gguf"
-_OLD = gemm_fused.qmatvec
+_ONE = np.ones(1, np.float32)
 
 
-def _patched(out, xq, xd, xs, w, kind):
-    if kind in gemm_fused_k.KINDS:
-        gemm_fused_k.qmatvec_k(out, xq, xd, xs, w, kind)
-    else:
-        _OLD(out, xq, xd, xs, w, kind)
-
-
-def use_new(on: bool) -> None:
-    """Route linear's T=1 K-quant matmuls to qmatvec_k (on) or back to gemm_fused.qmatvec."""
-    gemm_fused.qmatvec = _patched if on else _OLD
+def _rows(out, xq, xd, xs, w, kind):
+    """The generic int8-activation kernel (each row unpacked to L1, then dotted): the baseline."""
+    gemm_int.qmatmul_rows(out, xq, xd, xs, w, kind, _ONE, False)
 
 
 def load_matrices(path: str) -> list[tuple[str, int, int, np.ndarray]]:
@@ -100,7 +87,7 @@ def run_kernels(path: str, threads: int, rounds: int, synthetic: list[str]) -> N
             quant.quantize_act(xq, xd, xs, x)
             acts[c] = (xq, xd, xs)
     outs = [np.empty((1, w.shape[0]), np.float32) for *_, w in mats]  # (1, N) each
-    kernels = {"old": gemm_fused.qmatvec, "new": gemm_fused_k.qmatvec_k}
+    kernels = {"rows": _rows, "new": gemm_fused_k.qmatvec_k}
     names = sorted({m[0] for m in mats})
     nbytes = {k: sum(w.nbytes for name, _, _, w in mats if name == k) for k in names}
     times = {(label, k): [] for label in kernels for k in [*names, "all"]}
@@ -109,8 +96,8 @@ def run_kernels(path: str, threads: int, rounds: int, synthetic: list[str]) -> N
         for (_, kind, c, w), o in zip(mats, outs, strict=True):
             fn(o, *acts[c], w, kind)
         check[label] = np.concatenate([o.ravel() for o in outs])
-    rel = float(np.abs(check["old"] - check["new"]).max() / np.abs(check["old"]).max())
-    print(f"old vs new max rel diff {rel:.2e}; {len(mats)} matrices, {sum(nbytes.values()) / 1e6:.0f} MB")
+    rel = float(np.abs(check["rows"] - check["new"]).max() / np.abs(check["rows"]).max())
+    print(f"rows vs new max rel diff {rel:.2e}; {len(mats)} matrices, {sum(nbytes.values()) / 1e6:.0f} MB")
     load0 = os.getloadavg()
     for _ in range(rounds):
         for label, fn in kernels.items():
@@ -125,11 +112,11 @@ def run_kernels(path: str, threads: int, rounds: int, synthetic: list[str]) -> N
                 times[(label, k)].append(per[k])
     load1 = os.getloadavg()
     print(f"threads {threads}, {rounds} rounds A/B, load average {load0[0]:.2f} -> {load1[0]:.2f}")
-    print("| matrices | MB | old ms/pass | old GB/s | new ms/pass | new GB/s | speedup |")
+    print("| matrices | MB | rows ms/pass | rows GB/s | new ms/pass | new GB/s | speedup |")
     print("|---|---|---|---|---|---|---|")
     for k in [*names, "all"]:
         b = sum(nbytes.values()) if k == "all" else nbytes[k]
-        o_s = float(np.median(times[("old", k)]))
+        o_s = float(np.median(times[("rows", k)]))
         n_s = float(np.median(times[("new", k)]))
         print(
             f"| {k} | {b / 1e6:.0f} | {o_s * 1e3:.1f} | {b / o_s / 1e9:.2f} | {n_s * 1e3:.1f} | "
@@ -137,63 +124,17 @@ def run_kernels(path: str, threads: int, rounds: int, synthetic: list[str]) -> N
         )
 
 
-def run_e2e(path: str, threads: int, rounds: int, n_decode: int) -> None:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from compare_llamacpp import prompt_ids
-
-    from modelc.engine.api import Engine
-    from modelc.engine.params import SamplingParams
-
-    ids = prompt_ids(32)
-    eng = Engine.load(path, threads=threads, kv_cache_tokens=len(ids) + n_decode + 32)
-    p = SamplingParams(max_tokens=n_decode + 1, temperature=0.0, ignore_eos=True)
-    rates = {"old": [], "new": []}
-    toks = {}
-    for label in ("old", "new"):  # warm-up
-        use_new(label == "new")
-        toks[label] = list(eng.generate_ids(ids, p))
-    same = sum(a == b for a, b in zip(toks["old"], toks["new"], strict=True))
-    print(f"greedy tokens equal old vs new: {same}/{len(toks['old'])}")
-    load0 = os.getloadavg()
-    for _ in range(rounds):
-        for label in ("old", "new"):
-            use_new(label == "new")
-            it = eng.generate_ids(ids, p)
-            next(it)
-            t0 = time.perf_counter()
-            n = sum(1 for _ in it)
-            rates[label].append(n / (time.perf_counter() - t0))
-    use_new(False)
-    load1 = os.getloadavg()
-    print(f"threads {threads}, {rounds} rounds A/B, {n_decode} decode tokens, load {load0[0]:.2f} -> {load1[0]:.2f}")
-    for label, r in rates.items():
-        print(f"{label}: decode {np.median(r):.2f} tok/s (median; all {', '.join(f'{v:.2f}' for v in r)})")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if "--compare-llamacpp" in argv:
-        rest = argv[argv.index("--compare-llamacpp") + 1 :]
-        rest = rest[1:] if rest[:1] == ["--"] else rest
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import compare_llamacpp
-
-        use_new(True)
-        return compare_llamacpp.main(rest)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gguf", default=DEFAULT_GGUF)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--e2e", action="store_true", help="end-to-end decode with an Engine, old vs new")
-    ap.add_argument("--decode-tokens", type=int, default=16)
     ap.add_argument(
         "--synthetic", default="", help="e.g. Q5_K,Q4_K: random (5632, 2048) copies (> 384 MiB per type), not the GGUF"
     )
     a = ap.parse_args(argv)
-    if a.e2e:
-        run_e2e(a.gguf, a.threads, a.rounds, a.decode_tokens)
-    else:
-        run_kernels(a.gguf, a.threads, a.rounds, [t for t in a.synthetic.split(",") if t])
+    run_kernels(a.gguf, a.threads, a.rounds, [t for t in a.synthetic.split(",") if t])
     return 0
 
 

@@ -14,7 +14,8 @@ import numpy as np
 from numba import njit, prange
 
 from modelc.ir import DataType
-from modelc.kernels.qdot_k import hsum_f32x16, prefetch, q4k_block, q5k_block, q6k_block, zeros_f32x16
+from modelc.kernels.qdot import hsum_f32x16, prefetch, zeros_f32x16
+from modelc.kernels.qdot_k import q4k_block, q5k_block, q6k_block
 from modelc.kernels.quant import KIND
 
 KINDS = frozenset({KIND[DataType.Q4_K], KIND[DataType.Q5_K], KIND[DataType.Q6_K]})

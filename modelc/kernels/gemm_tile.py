@@ -23,19 +23,17 @@ from numba.extending import overload
 
 from modelc.ir import DataType
 from modelc.kernels.gemm_tile_parts import kcodes, kscales, pair, row_bases, write
+from modelc.kernels.qdot import fma_f32x16, load_f32x16, zeros_f32x16
 from modelc.kernels.qdot_tile import (
     WIDE_DOT_EXACT,
     dot_u8x64,
-    fma_f32x16,
     fmadot_f32x16,
     lanesum_i8x64,
-    load_f32x16,
     load_i8x64,
     load_i32x16,
     pair_f32x16,
     store_f32x16,
     store_i32x16,
-    zeros_f32x16,
     zeros_i32x16,
 )
 from modelc.kernels.quant import KIND

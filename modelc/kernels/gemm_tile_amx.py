@@ -22,12 +22,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from modelc.kernels.qdot import load_f32x16
 from modelc.kernels.qdot_tile import (
     amx_config,
     amx_dot1,
     amx_release,
     f16_strided_f32x16,
-    load_f32x16,
     load_i32x16,
     nib_vnni16,
     q4_0_vnni16,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from numba import njit
 
+from modelc.kernels.qdot import hsum_f32x16
 from modelc.kernels.qdot_tile import (
-    hsum_f32x16,
     q4_0_pair,
     q4_k_codes,
     q4_k_scales,

@@ -28,7 +28,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from modelc.kernels.qdot import HAS_AVX2, HAS_VNNI, VecType
+from modelc.kernels.qdot import HAS_AVX2, HAS_VNNI, F32x16
 
 
 def _host_has_avx512_vnni() -> bool:
@@ -41,7 +41,6 @@ def _host_has_avx512_vnni() -> bool:
 HAS_AVX512_VNNI = _host_has_avx512_vnni()
 """True when a pair of 32-element chunks is dotted by one 512-bit vpdpbusd."""
 
-F32x16 = VecType(types.float32, 16)
 
 _i1, _i8, _i16, _i32, _f32, _half = (
     ir.IntType(1),
@@ -295,44 +294,3 @@ def q6k_block(typingctx, acc, w, o, xq, xd, xs, xo):
         return acc
 
     return sig, codegen
-
-
-# ---- F32x16 helpers -------------------------------------------------------------------------
-
-
-@intrinsic
-def zeros_f32x16(typingctx):
-    def codegen(context, builder, sig, args):
-        return _splat(_f32, 16, 0.0)
-
-    return F32x16(), codegen
-
-
-@intrinsic
-def hsum_f32x16(typingctx, v):
-    """Sum of the 16 lanes as float32."""
-    if v != F32x16:
-        return None
-
-    def codegen(context, builder, sig, args):
-        x = args[0]
-        for n in (8, 4, 2, 1):
-            x = builder.fadd(_shuffle(builder, x, x, range(n)), _shuffle(builder, x, x, range(n, 2 * n)))
-        return builder.extract_element(x, _i32(0))
-
-    return types.float32(v), codegen
-
-
-@intrinsic
-def prefetch(typingctx, ary, idx):
-    """Hint the cache line holding byte ary[idx] into L1 (a uint8 1-D C array; never faults)."""
-    if not (_is_1d(ary, (types.uint8,)) and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        a = _Args(context, builder, sig.args[0], args[0])
-        p = builder.gep(a.data, [args[1]])
-        _call(builder, "llvm.prefetch.p0", ir.VoidType(), [p, _i32(0), _i32(3), _i32(1)])
-        return context.get_dummy_value()
-
-    return types.none(ary, idx), codegen

@@ -30,7 +30,16 @@ import llvmlite.binding as llb
 from llvmlite import ir
 from numba import types
 
-from modelc.kernels.qdot import HAS_AVX2, HAS_VNNI, VecType, _call, _check_1d, _ptr_at, intrinsic
+from modelc.kernels.qdot import (
+    HAS_AVX2,
+    HAS_VNNI,
+    F32x16,
+    VecType,
+    _call,
+    _check_1d,
+    _ptr_at,
+    intrinsic,
+)
 
 
 def _host_has_vnni512() -> bool:
@@ -49,7 +58,6 @@ the AVX2 vpmaddubsw pair saturates above 63, so Q8_0's 0..255 codes need this.""
 
 I8x64 = VecType(types.int8, 64)
 I32x16 = VecType(types.int32, 16)
-F32x16 = VecType(types.float32, 16)
 
 _i8, _i16, _i32, _f32, _half = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.FloatType(), ir.HalfType()
 _v16i8 = ir.VectorType(_i8, 16)
@@ -177,18 +185,6 @@ def load_i32x16(typingctx, ary, idx):
 
 
 @intrinsic
-def load_f32x16(typingctx, ary, idx):
-    """16 float32 at element idx of a 1-D C float32 array."""
-    if not (_check_1d(ary) and ary.dtype == types.float32 and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return _load(context, builder, sig.args[0], args[0], args[1], _v16f32)
-
-    return F32x16(ary, idx), codegen
-
-
-@intrinsic
 def store_f32x16(typingctx, ary, idx, v):
     if not (_check_1d(ary) and ary.dtype == types.float32 and v == F32x16):
         return None
@@ -218,14 +214,6 @@ def zeros_i32x16(typingctx):
         return ir.Constant(_v16i32, [0] * 16)
 
     return I32x16(), codegen
-
-
-@intrinsic
-def zeros_f32x16(typingctx):
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_v16f32, [0.0] * 16)
-
-    return F32x16(), codegen
 
 
 @intrinsic
@@ -269,35 +257,6 @@ def fmadot_f32x16(typingctx, acc, p, s, x):
         return _call(builder, "llvm.fma.v16f32", _v16f32, [pf, builder.fmul(args[2], args[3]), args[0]])
 
     return F32x16(acc, p, s, x), codegen
-
-
-@intrinsic
-def fma_f32x16(typingctx, acc, a, b):
-    """acc + a * b."""
-    if not (acc == F32x16 and a == F32x16 and b == F32x16):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return _call(builder, "llvm.fma.v16f32", _v16f32, [args[1], args[2], args[0]])
-
-    return F32x16(acc, a, b), codegen
-
-
-@intrinsic
-def hsum_f32x16(typingctx, v):
-    """Sum of the 16 lanes (pairwise tree, float32)."""
-    if v != F32x16:
-        return None
-
-    def codegen(context, builder, sig, args):
-        x = args[0]
-        n = 16
-        while n > 1:
-            n //= 2
-            x = builder.fadd(_half_of(builder, x, 0), _half_of(builder, x, 1))
-        return builder.extract_element(x, ir.Constant(_i32, 0))
-
-    return types.float32(v), codegen
 
 
 # ---- block unpacking: stored bytes -> 64 unsigned codes in natural order ----------------

@@ -231,9 +231,10 @@ class Runner:
             part = dataclasses.replace(w, rows=r, blocks=w.blocks[:r], scale=None if w.scale is None else w.scale[:r])
             x = np.zeros((t, part.cols), np.float32)  # (T, C)
             self.model.kernels.matmul(np.empty((t, part.rows), np.float32), x, part)
-            # The dequantize + BLAS path too: where prefill of this type runs on the AMX tiles, 64+-row
-            # embedding lookups (gemm_blas.dequantize_into) and longer prefills still reach it.
-            gemm_blas.blas_matmul(np.empty((t, part.rows), np.float32), x, part)
+            if not linear._use_blas(part, t):
+                # Prefill of this type runs on the int8 tiles, but 64+-row embedding lookups
+                # (gemm_blas.dequantize_into) and prefills past the tiles' bound still reach BLAS.
+                gemm_blas.blas_matmul(np.empty((t, part.rows), np.float32), x, part)
         L, K, D = self.model.kv_shape()
         H = int(getattr(getattr(self.model, "args", None), "num_heads", K))
         n = attention.BLAS_MIN_ROWS

@@ -118,10 +118,10 @@ def _use_blas(w: Weight, t: int) -> bool:
         return t >= PREFILL_MIN_T_FLOAT or (w.dtype is DataType.F32 and t == 1)  # sgemv is fine
     if not _int_path_ok(w):  # I8/I4 rows that are not whole 32-blocks
         return True
-    return t >= PREFILL_MIN_T and not _amx_prefill(w, t)
+    return t >= PREFILL_MIN_T and not _tile_prefill(w, t)
 
 
-def _amx_prefill(w: Weight, t: int) -> bool:
+def _tile_prefill(w: Weight, t: int) -> bool:
     """True when the int8 tile kernels beat dequantize + BLAS for this prefill (measured bounds per kind):
     the AMX tiles where the CPU has them, else the 512-bit register tiles (gemm_tile) up to ZMM_PREFILL_MAX_T."""
     kind = quant.KIND[w.dtype]

@@ -8,7 +8,6 @@ keep_alive is 0 (done_reason "unload"), as Ollama does. Generation reuses the se
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -21,7 +20,7 @@ from modelc.daemon import ollama_shapes as shapes
 from modelc.daemon.models import parse_keep_alive
 from modelc.daemon.ollama_routes import NDJSON, model_for, model_name, ndjson
 from modelc.engine.params import SamplingParams
-from modelc.errors import InvalidRequestError
+from modelc.errors import InvalidRequestError, ModelcError
 from modelc.server.embedding import embed_inputs, encode_vector, truncate
 from modelc.server.generation import ChoiceResult, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
@@ -237,6 +236,7 @@ async def _stream(
 ) -> AsyncIterator[bytes]:
     timings = Timings(start=gen_start)
     result = ChoiceResult(index=0, prompt_tokens=len(plan.prompt_token_ids))
+    prompt_lens = [len(plan.prompt_token_ids)]
 
     async def frames() -> AsyncGenerator[bytes, None]:
         async for _, ev in events_from(first, streams):
@@ -247,11 +247,13 @@ async def _stream(
             result.add_token(ev)
             if ev.text:
                 yield ndjson(_piece(plan, _message(plan, ev.text)))
-        account(state, rec, [result], [len(plan.prompt_token_ids)], timings)
+        account(state, rec, [result], prompt_lens, timings)
         yield ndjson({**_piece(plan, _message(plan, "")), **_final(plan, result, timings, rec.start)})
 
-    on_abort = functools.partial(account, state, rec, [result], [len(plan.prompt_token_ids)], timings)
-    async for frame in guarded(state, rec, streams, frames(), lambda e: (ndjson({"error": e.message}),), on_abort):
+    def error_frames(e: ModelcError) -> tuple[bytes, ...]:
+        return (ndjson({"error": e.message}),)
+
+    async for frame in guarded(state, rec, streams, frames(), error_frames, [result], prompt_lens, timings):
         yield frame
 
 

@@ -7,7 +7,6 @@ with the seed defaults (temperature 0 = greedy, top_p/min_p 0 = off).
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 import platform
@@ -19,7 +18,7 @@ import anyio
 from quart import Blueprint, Response
 
 from modelc import __version__
-from modelc.errors import InvalidRequestError
+from modelc.errors import InvalidRequestError, ModelcError
 from modelc.server.embedding import embed_inputs, encode_vector
 from modelc.server.errors import error_body
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
@@ -248,9 +247,10 @@ async def native_sse(
             if ev.text:
                 yield sse_event({"delta": ev.text, "done": False})
 
-    on_abort = functools.partial(account, state, rec, [result], [num_prompt], timings)
-    error = lambda e: (sse_event({**error_body(e), "done": True}),)  # noqa: E731
-    async for frame in guarded(state, rec, streams, frames(), error, on_abort):
+    def error_frames(e: ModelcError) -> tuple[bytes, ...]:
+        return (sse_event({**error_body(e), "done": True}),)
+
+    async for frame in guarded(state, rec, streams, frames(), error_frames, [result], [num_prompt], timings):
         yield frame
 
 

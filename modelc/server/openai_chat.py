@@ -6,7 +6,6 @@ With tools offered (tool_choice != none) the text is buffered and parsed for too
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
@@ -17,7 +16,6 @@ from quart import Blueprint, Response
 from modelc.engine.params import SamplingParams
 from modelc.errors import InvalidRequestError
 from modelc.server import openai_format as fmt
-from modelc.server.errors import error_body
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
     account,
@@ -42,7 +40,7 @@ from modelc.server.schema import (
 )
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, guarded, open_streams, sse_response
+from modelc.server.streaming import events_from, guarded, open_streams, openai_error_frames, sse_response
 
 bp = Blueprint("openai_chat", __name__)
 
@@ -182,6 +180,8 @@ async def chat_sse(
             )
         )
 
+    prompt_lens = [len(plan.prompt_token_ids)]
+
     async def frames() -> AsyncGenerator[bytes, None]:
         for i in range(len(results)):
             yield chunk(i, {"role": "assistant", "content": ""})
@@ -198,14 +198,13 @@ async def chat_sse(
                 k = len(r.token_ids) - 1
                 lp = {"content": fmt.chat_logprob_entries(tok, r, k, k + 1, plan.num_top)} if plan.logprobs else None
                 yield chunk(i, {"content": ev.text or ""}, None, lp)
-        account(state, rec, results, [len(plan.prompt_token_ids)], timings)
+        account(state, rec, results, prompt_lens, timings)
         if plan.include_usage:
             usage = fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens)
             yield sse_event(fmt.chat_chunk(rec.request_id, created, plan.model, [], True, usage))
         yield DONE
 
-    on_abort = functools.partial(account, state, rec, results, [len(plan.prompt_token_ids)], timings)
-    async for frame in guarded(state, rec, streams, frames(), lambda e: (sse_event(error_body(e)), DONE), on_abort):
+    async for frame in guarded(state, rec, streams, frames(), openai_error_frames, results, prompt_lens, timings):
         yield frame
 
 

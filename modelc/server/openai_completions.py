@@ -6,7 +6,6 @@ legacy logprobs {tokens, token_logprobs, top_logprobs, text_offset}.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, replace
@@ -16,7 +15,6 @@ from quart import Blueprint
 
 from modelc.errors import InvalidRequestError
 from modelc.server import openai_format as fmt
-from modelc.server.errors import error_body
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
     account,
@@ -42,7 +40,7 @@ from modelc.server.schema import (
 )
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, guarded, open_streams, sse_response
+from modelc.server.streaming import events_from, guarded, open_streams, openai_error_frames, sse_response
 
 bp = Blueprint("openai_completions", __name__)
 
@@ -163,6 +161,8 @@ async def completion_sse(
         choice = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}
         return sse_event(fmt.text_completion(rec.request_id, created, plan.model, [choice], None, plan.include_usage))
 
+    prompt_lens = [len(p) for p in plan.prompt_ids]
+
     async def frames() -> AsyncGenerator[bytes, None]:
         if plan.echo:
             for i in range(len(results)):
@@ -185,7 +185,5 @@ async def completion_sse(
             yield sse_event(fmt.text_completion(rec.request_id, created, plan.model, [], usage))
         yield DONE
 
-    prompt_lens = [len(p) for p in plan.prompt_ids]
-    on_abort = functools.partial(account, state, rec, results, prompt_lens, timings)
-    async for frame in guarded(state, rec, streams, frames(), lambda e: (sse_event(error_body(e)), DONE), on_abort):
+    async for frame in guarded(state, rec, streams, frames(), openai_error_frames, results, prompt_lens, timings):
         yield frame

@@ -12,9 +12,10 @@ from typing import Any
 from quart import Response
 
 from modelc.errors import ModelcError
-from modelc.server.generation import ChoiceStreams, Job
-from modelc.server.handling import RequestRecord, deadline, finish_record
-from modelc.server.sse import SSE_HEADERS
+from modelc.server.errors import error_body
+from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings
+from modelc.server.handling import RequestRecord, account, deadline, finish_record
+from modelc.server.sse import DONE, SSE_HEADERS, sse_event
 from modelc.server.state import ServerState
 
 
@@ -55,12 +56,15 @@ async def guarded(
     streams: ChoiceStreams,
     body: AsyncGenerator[bytes, None],
     error_frames: Callable[[ModelcError], Sequence[bytes]],
-    on_abort: Callable[[], None],
+    results: list[ChoiceResult],
+    prompt_lens: list[int],
+    timings: Timings,
 ) -> AsyncIterator[bytes]:
     """The frames of `body`, then the common end of every streamed route: a ModelcError ends the stream
     with error_frames(e) (the status is logged as the error's); any other end (the client went away, the
-    server is closing) runs on_abort (count what was generated) and propagates; in every case the
-    engine streams and the concurrency slot are released and the request's log line is written."""
+    server is closing) accounts what was generated so far (handling.account over results, prompt_lens,
+    timings: the body accounts a stream that ran to the end) and propagates; in every case the engine
+    streams and the concurrency slot are released and the request's log line is written."""
     status = 200
     try:
         async for frame in body:
@@ -71,7 +75,7 @@ async def guarded(
             yield frame
     except BaseException:
         rec.error = "stream closed before the end"
-        on_abort()
+        account(state, rec, results, prompt_lens, timings)
         raise
     finally:
         try:
@@ -79,6 +83,11 @@ async def guarded(
         finally:
             await finish_streams(state, streams)
             finish_record(state, rec, status)
+
+
+def openai_error_frames(e: ModelcError) -> tuple[bytes, ...]:
+    """How an OpenAI-style SSE stream ends on an error: the error body as an event, then [DONE]."""
+    return sse_event(error_body(e)), DONE
 
 
 _abandoned: set[asyncio.Task[None]] = set()  # cleanup tasks of bodies dropped unsent (kept alive here)

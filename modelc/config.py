@@ -89,6 +89,7 @@ class EngineConfig:
     request_timeout_s: float = 600.0
     max_engine_restarts: int = 5
     cpu_count: int = field(default_factory=lambda: usable_cpus(), compare=False)
+    warmup: bool = True  # compile (or load from numba's cache) every kernel before the engine counts as open
 
     def __post_init__(self) -> None:
         if self.engines < 1:

@@ -117,13 +117,16 @@ def run_cmd(
     def ready(host: str, bound_port: int) -> None:
         shown = f"[{host}]" if ":" in host else host
         print(
-            f"modelc: serving {default_name} on http://{shown}:{bound_port} (Ctrl+C to stop)",
+            f"modelc: ready in {time.monotonic() - started:.1f}s: serving {default_name} on "
+            f"http://{shown}:{bound_port} (Ctrl+C to stop)",
             file=sys.stderr,
             flush=True,
         )
         launch.record_daemon(launch.client_url(host, bound_port))
         if profile:
             print(f"modelc: ready in {time.monotonic() - started:.3f}s", file=sys.stderr, flush=True)
+
+    print(f"modelc: loading {default_name} (/health answers 503 until it is warm) ...", file=sys.stderr, flush=True)
 
     try:
         anyio.run(

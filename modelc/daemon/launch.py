@@ -185,7 +185,10 @@ def detach(args: list[str], *, api_key: str | None = None, timeout_s: float = 30
                     return info
         time.sleep(0.1)
     proc.terminate()
-    raise ModelcError(f"the daemon did not answer within {timeout_s:.0f}s; see {log_path}")
+    raise ModelcError(
+        f"the daemon was not ready within {timeout_s:.0f}s (still loading or compiling kernels?); "
+        f"stopped it; see {log_path}"
+    )
 
 
 def _last_line(path: Path) -> str:

@@ -268,6 +268,9 @@ def _default_runner_factory(source: Any, config: EngineConfig) -> Callable[[int]
     blocks = max(1, num_kv_blocks(config.cache, model_config, max_useful_tokens=useful) // config.engines)
 
     def make(engine_id: int) -> RunnerLike:
-        return Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine)
+        runner = Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine)
+        if config.warmup:
+            runner.warmup()  # in the engine's thread, before open() yields: the first request compiles nothing
+        return runner
 
     return make

@@ -54,6 +54,8 @@ async def open_engine(source: Any, engine_config: Any = None):
 
     adapter = adapter_for(source)
     if adapter is not None:
+        if getattr(adapter, "warmup", None) is not None and getattr(engine_config, "warmup", True):
+            await anyio.to_thread.run_sync(adapter.warmup)
         yield adapter
         return
     from modelc.engine.async_api import AsyncEngine

@@ -54,6 +54,10 @@ class EncoderEngine:
     def stats(self) -> dict[str, int]:
         return {"running": self._num_running}
 
+    def warmup(self) -> None:
+        """One 2-token embedding, so the encoder kernels are compiled (or loaded) before /health says ok."""
+        self._embedder.embed_token_ids([[0, 0]])
+
 
 class InferEngine:
     can_generate = False

@@ -13,6 +13,15 @@ from modelc.errors import InvalidRequestError
 BLOCK_SIZE = 16  # Z: tokens per page; fixed by docs/architecture.md
 
 _STORE = {"float32": np.dtype(np.float32), "float16": np.dtype(np.uint16)}
+_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16"}
+
+
+def parse_kv_dtype(name: str) -> str:
+    """A user's KV cache type (f32, f16, or the canonical names) -> the canonical name, else a clear error."""
+    canon = _ALIASES.get(name.lower(), name.lower())
+    if canon not in _STORE:
+        raise InvalidRequestError(f"KV cache type must be one of f32, f16, got {name!r}", param="kv_cache_dtype")
+    return canon
 
 
 class KVPages:

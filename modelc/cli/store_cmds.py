@@ -175,12 +175,26 @@ def pack_cmd(
     source_hash: bool = typer.Option(
         True, "--source-hash/--no-source-hash", help="Record the source file's sha256 in the provenance."
     ),
+    eval_text: Path | None = typer.Option(None, "--eval", help="Print the perplexity on this text before and "
+                                          "after packing (llama-perplexity's figure)."),
+    eval_ctx: int = typer.Option(512, "--eval-ctx", help="Window size for --eval."),
 ) -> None:
     """Pack weights into one .modelc file (into the store unless -o is given).
 
-    Example: modelc pack ./tiny-llama/hf --name tiny --quantize q8_0
+    Example: modelc pack ./tiny-llama/hf --name tiny --quantize q8_0 --eval wiki.test.raw
     """
     from modelc.artifact.pack import pack_model
+
+    before = None
+    if eval_text is not None:
+        from modelc.artifact.pack import load_source
+        from modelc.cli.eval_cmds import eval_perplexity, read_text
+
+        text = read_text(eval_text)
+        src = load_source(file, format=format)
+        if arch:
+            src.architecture = arch
+        before = eval_perplexity(src, text, ctx=eval_ctx, stride=None, label="perplexity (source)")
 
     with progress_bar("packing") as update:
         result = pack_model(
@@ -193,6 +207,15 @@ def pack_cmd(
     if quantize is not None:
         out.print(f"quantized {len(result.quantized)} tensors to {quantize}")
     out.print(f"packed {result.name} -> {result.path} ({human_bytes(result.path.stat().st_size)})")
+    if before is not None:
+        from modelc.artifact.reader import open_artifact
+        from modelc.cli.eval_cmds import format_result
+
+        after = eval_perplexity(open_artifact(result.path), text, ctx=eval_ctx, stride=None,
+                                label="perplexity (packed)")  # fmt: skip
+        out.print(f"perplexity before: {format_result(before)}")
+        out.print(f"perplexity after:  {format_result(after)}")
+        out.print(f"change: {(after.ppl / before.ppl - 1) * 100:+.3f}%")
 
 
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:

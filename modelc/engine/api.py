@@ -248,6 +248,20 @@ class Engine:
         """(T, V) float32 logits at every position of `token_ids`."""
         return self.runner.logits(list(token_ids), adapter=adapter)
 
+    def perplexity(self, text: str | Sequence[int], *, ctx: int = 512, stride: int | None = None,
+                   progress: Any = None) -> Any:  # fmt: skip
+        """llama-perplexity's figure for `text` (or token ids): a modelc.engine.perplexity.PerplexityResult."""
+        self._require_generation()
+        from modelc.engine.perplexity import perplexity
+
+        limit = getattr(self.runner.model, "max_positions", None)
+        if limit and ctx > limit:
+            raise InvalidRequestError(f"ctx {ctx} exceeds the model's {limit} positions", param="ctx")
+        ids = self.tokenize(text) if isinstance(text, str) else [int(t) for t in text]
+        bos = self.tokenizer.bos_id if isinstance(text, str) and self.tokenizer.adds_bos else None
+        return perplexity(lambda chunk, first: self.runner.logits(chunk, first=first), ids, ctx=ctx, stride=stride,
+                          bos_id=bos, progress=progress)  # fmt: skip
+
     def embed(self, texts: str | Sequence[str] | Sequence[Sequence[int]]) -> np.ndarray:
         """(S, C) mean-pooled, L2-normalized final hidden states of each text (or token id list)."""
         items = [texts] if isinstance(texts, str) else list(texts)

@@ -172,7 +172,8 @@ class Runner:
 
     # -- whole-sequence helpers (own scratch KV, never the scheduler's pages) ------------------------
 
-    def _scratch_forward(self, token_id_lists: list[Any], output: str, lora: LoraAdapter | None = None):
+    def _scratch_forward(self, token_id_lists: list[Any], output: str, lora: LoraAdapter | None = None,
+                         logit_rows: np.ndarray | None = None):  # fmt: skip
         lists = [np.asarray(t, np.int32).reshape(-1) for t in token_id_lists]
         if not lists or any(len(t) == 0 for t in lists):
             raise InvalidRequestError("every input needs at least one token")
@@ -186,12 +187,16 @@ class Runner:
         seqs = [(t, 0, np.arange(starts[i], starts[i + 1], dtype=np.int32)) for i, t in enumerate(lists)]
         rows = () if lora is None else (LoraRows(lora, np.arange(sum(len(t) for t in lists))),)
         self._set_threads()
-        return lists, self.model.forward(make_batch(seqs, lora=rows), kv, output=output)
+        return lists, self.model.forward(make_batch(seqs, lora=rows, logit_rows=logit_rows), kv, output=output)
 
-    def logits(self, token_ids: Any, *, adapter: str | None = None) -> np.ndarray:
-        """Logits (T, V) at every position of one sequence (tests, perplexity)."""
+    def logits(self, token_ids: Any, *, adapter: str | None = None, first: int = 0) -> np.ndarray:
+        """Logits (T - first, V) at positions first.. of one sequence (tests, perplexity)."""
         ad = self._adapter(SamplingParams(adapter=adapter))
-        return self._scratch_forward([token_ids], "logits", ad)[1]
+        n = len(token_ids)
+        if not 0 <= first < max(n, 1):
+            raise InvalidRequestError(f"first must be in [0, {n}), got {first}")
+        rows = None if first == 0 else np.arange(first, n, dtype=np.int64)
+        return self._scratch_forward([token_ids], "logits", ad, rows)[1]
 
     def embed(self, token_id_lists: list[Any]) -> np.ndarray:
         """(S, C) float32: final hidden state after the last norm, mean-pooled per input, L2-normalized."""

@@ -45,8 +45,12 @@ def perplexity_cmd(
     model: str = typer.Argument(..., help="A .modelc file, a store name, or raw weights (GGUF, HF folder...)."),
     text_file: Path = typer.Argument(..., help="UTF-8 text to score (e.g. wiki.test.raw)."),
     ctx: int = typer.Option(512, "--ctx", "-c", help="Tokens per evaluated window (llama.cpp -c)."),
-    stride: int | None = typer.Option(None, "--stride", help="Slide windows by N tokens and score the last N "
-                                      "(llama.cpp --ppl-stride); default: disjoint chunks, score the second half."),
+    stride: int | None = typer.Option(
+        None,
+        "--stride",
+        help="Slide windows by N tokens and score the last N "
+        "(llama.cpp --ppl-stride); default: disjoint chunks, score the second half.",
+    ),
     threads: int | None = typer.Option(None, "--threads", help="numba threads (default: all cores)."),
     kv_cache_dtype: str = typer.Option("f32", "--kv-cache-dtype", help="KV cache type (f32, f16, q8_0, mixed)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),

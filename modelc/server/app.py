@@ -11,8 +11,15 @@ import structlog
 from quart import Quart, Response, g, request
 
 from modelc.errors import ModelcError, PayloadTooLargeError
-from modelc.server import native_routes, openai_chat, openai_completions, openai_routes
-from modelc.server.auth import EXEMPT_PATHS, check_bearer
+from modelc.server import (
+    anthropic_routes,
+    native_routes,
+    openai_chat,
+    openai_completions,
+    openai_routes,
+    responses_routes,
+)
+from modelc.server.auth import EXEMPT_PATHS, check_key
 from modelc.server.errors import error_response, install_error_handlers
 from modelc.server.handling import STATE_KEY, RequestRecord, finish_record, new_id
 from modelc.server.openapi import openapi_spec
@@ -40,7 +47,14 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
     app.extensions[STATE_KEY] = state
     state.log = make_logger(log_stream)
     state.metrics.watch_engine(lambda: state.engine.stats() if state.engine is not None else None)
-    for bp in (openai_chat.bp, openai_completions.bp, openai_routes.bp, native_routes.bp):
+    for bp in (
+        openai_chat.bp,
+        openai_completions.bp,
+        openai_routes.bp,
+        native_routes.bp,
+        anthropic_routes.bp,
+        responses_routes.bp,
+    ):
         app.register_blueprint(bp)
     from modelc.daemon import ollama_chat, ollama_routes  # the Ollama-shaped API (modelc/daemon/)
 
@@ -61,7 +75,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         exempt = request.path in EXEMPT_PATHS
         try:
             if state.config.api_key is not None and not exempt:
-                check_bearer(request.headers.get("Authorization"), state.config.api_key)
+                check_key(request.headers, state.config.api_key)
             if state.limiter is not None and not exempt:
                 state.limiter.check(request.remote_addr or "unknown")
             length = request.content_length
@@ -71,6 +85,8 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
                 )
         except ModelcError as e:
             rec.error = e.message
+            if request.path.startswith("/v1/messages"):
+                return anthropic_routes.error_response(e)
             return error_response(e)
         return None
 

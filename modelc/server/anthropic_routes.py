@@ -1,0 +1,145 @@
+"""POST /v1/messages and /v1/messages/count_tokens: the Anthropic Messages API on the chat pipeline.
+
+The body becomes a chat-completions body (anthropic_shapes.chat_body) and runs through
+openai_chat.parse_chat; text streams as content_block_delta events; with tools offered the text is
+buffered and split into text + tool_use blocks at the end (as chat completions does). Errors
+come back in Anthropic's shape ({"type": "error", "error": {"type", "message"}}).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from quart import Blueprint, Response
+
+from modelc.errors import ModelcError, OverloadedError
+from modelc.server import anthropic_shapes as shapes
+from modelc.server import openapi_surfaces
+from modelc.server.chat_run import ChatStream, matched_stop, named_event, run_chat, stream_chat
+from modelc.server.errors import ServiceUnavailableError
+from modelc.server.handling import get_state, read_json, record
+from modelc.server.openai_chat import ChatPlan, parse_chat, split_tool_calls
+
+OPENAPI_PATHS = openapi_surfaces.ANTHROPIC
+bp = Blueprint("anthropic", __name__)
+
+
+def error_response(err: ModelcError) -> Response:
+    resp = Response(json.dumps(shapes.error_body(err)), status=err.http_status, content_type="application/json")
+    if isinstance(err, OverloadedError):
+        resp.headers["Retry-After"] = str(err.retry_after_s)
+    if isinstance(err, ServiceUnavailableError):
+        resp.headers["Retry-After"] = "1"
+    return resp
+
+
+@bp.errorhandler(ModelcError)
+async def _error(err: ModelcError) -> Response:
+    return error_response(err)
+
+
+async def _plan(body: dict[str, Any], *, count_only: bool = False) -> tuple[Any, ChatPlan]:
+    state = get_state()
+    chat = shapes.chat_body(body, count_only=count_only)
+    engine = await state.engine_for(chat.get("model"))
+    return engine, parse_chat(state, engine, chat)
+
+
+def content_blocks(plan: ChatPlan, text: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text or not calls else []
+    return blocks + [shapes.tool_use_block(c) for c in calls]
+
+
+def _stops(body: dict[str, Any]) -> list[str]:
+    return list(body.get("stop_sequences") or [])
+
+
+@bp.post("/v1/messages")
+async def messages() -> Any:
+    state = get_state()
+    body = await read_json()
+    engine, plan = await _plan(body)
+    if plan.stream:
+        return await stream_chat(state, engine, plan, lambda cs: message_events(cs, engine, _stops(body)), error_frames)
+    r = await run_chat(state, engine, plan)
+    content, calls = split_tool_calls(plan, r)
+    stop = None if calls else matched_stop(engine.tokenizer, r, _stops(body))
+    rec = record()
+    return shapes.message(
+        shapes.new_message_id(),
+        plan.model,
+        content_blocks(plan, content or "", calls),
+        shapes.stop_reason(r.finish_reason, stop, bool(calls)),
+        stop,
+        shapes.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
+    )
+
+
+@bp.post("/v1/messages/count_tokens")
+async def count_tokens() -> Any:
+    body = await read_json()
+    _, plan = await _plan(body, count_only=True)
+    return {"input_tokens": len(plan.prompt_token_ids)}
+
+
+def error_frames(e: ModelcError) -> tuple[bytes, ...]:
+    return (named_event("error", shapes.error_body(e)),)
+
+
+async def message_events(cs: ChatStream, engine: Any, stops: list[str]) -> AsyncGenerator[bytes, None]:
+    """message_start, one text block streamed token by token (or, with tools, the buffered text and
+    tool_use blocks at the end), message_delta with the stop reason and usage, message_stop."""
+    plan = cs.plan
+    start = shapes.message(
+        shapes.new_message_id(), plan.model, [], None, None, shapes.usage(len(plan.prompt_token_ids), 0)
+    )
+    yield named_event("message_start", {"type": "message_start", "message": start})
+    index = 0
+    text_open = False
+
+    def block_start(block: dict[str, Any]) -> bytes:
+        return named_event(
+            "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+        )
+
+    def delta(d: dict[str, Any]) -> bytes:
+        return named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+
+    def block_stop() -> bytes:
+        return named_event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+    if plan.tools is None:
+        yield block_start({"type": "text", "text": ""})
+        text_open = True
+    async for text in cs.texts():
+        if plan.tools is None:
+            yield delta({"type": "text_delta", "text": text})
+    rec = cs.account()
+    r = cs.result
+    content, calls = split_tool_calls(plan, r)
+    if plan.tools is not None and (content or not calls):
+        yield block_start({"type": "text", "text": ""})
+        text_open = True
+        if content:
+            yield delta({"type": "text_delta", "text": content})
+    if text_open:
+        yield block_stop()
+        index += 1
+    for call in calls:
+        block = shapes.tool_use_block(call)
+        yield block_start({**block, "input": {}})
+        yield delta({"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)})
+        yield block_stop()
+        index += 1
+    stop = None if calls else matched_stop(engine.tokenizer, r, stops)
+    yield named_event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": shapes.stop_reason(r.finish_reason, stop, bool(calls)), "stop_sequence": stop},
+            "usage": {"output_tokens": rec.completion_tokens},
+        },
+    )
+    yield named_event("message_stop", {"type": "message_stop"})

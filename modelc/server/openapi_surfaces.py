@@ -1,0 +1,113 @@
+"""Hand-written OpenAPI entries of the other API surfaces (Anthropic Messages, OpenAI Responses,
+infill, rerank, the web UI); each route module exposes its part as OPENAPI_PATHS, which
+openapi.other_paths picks up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelc.server.openapi import GEN_ERRORS, B, I, N, S, _obj, _op
+
+BLOCKS = {"oneOf": [S, {"type": "array", "items": _obj({"type": S})}]}
+ANTHROPIC_ERROR = _obj({"type": {"const": "error"}, "error": _obj({"type": S, "message": S})})
+MESSAGES_REQ = _obj(
+    {
+        "model": S,
+        "max_tokens": {**I, "minimum": 0},
+        "system": BLOCKS,
+        "messages": {
+            "type": "array",
+            "items": _obj({"role": {"enum": ["user", "assistant"]}, "content": BLOCKS}, ("role", "content")),
+        },
+        "stop_sequences": {"type": "array", "items": S},
+        "stream": B,
+        "temperature": N,
+        "top_p": N,
+        "top_k": I,
+        "tools": {"type": "array", "items": _obj({"name": S, "description": S, "input_schema": {"type": "object"}})},
+        "tool_choice": _obj({"type": {"enum": ["auto", "any", "tool", "none"]}, "name": S}),
+        "thinking": _obj({"type": S}),
+        "output_config": _obj({"format": _obj({"type": {"const": "json_schema"}, "schema": {"type": "object"}})}),
+    },
+    ("messages", "max_tokens"),
+)
+MESSAGE = _obj(
+    {
+        "id": S,
+        "type": {"const": "message"},
+        "role": {"const": "assistant"},
+        "model": S,
+        "content": {"type": "array", "items": _obj({"type": {"enum": ["text", "tool_use", "thinking"]}})},
+        "stop_reason": {"enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use"]},
+        "stop_sequence": {"type": ["string", "null"]},
+        "usage": _obj({"input_tokens": I, "output_tokens": I, "cache_read_input_tokens": I}),
+    }
+)
+RESPONSES_REQ = _obj(
+    {
+        "model": S,
+        "input": {"oneOf": [S, {"type": "array", "items": _obj({"type": S})}]},
+        "instructions": S,
+        "previous_response_id": S,
+        "store": B,
+        "stream": B,
+        "max_output_tokens": I,
+        "temperature": N,
+        "top_p": N,
+        "tools": {"type": "array", "items": _obj({"type": {"const": "function"}, "name": S, "parameters": _obj({})})},
+        "tool_choice": {"oneOf": [S, _obj({"type": {"const": "function"}, "name": S})]},
+        "parallel_tool_calls": B,
+        "text": _obj({"format": _obj({"type": {"enum": ["text", "json_object", "json_schema"]}, "schema": _obj({})})}),
+        "metadata": {"type": "object"},
+    },
+    ("input",),
+)
+RESPONSE = _obj(
+    {
+        "id": S,
+        "object": {"const": "response"},
+        "status": {"enum": ["completed", "incomplete", "in_progress"]},
+        "output": {"type": "array", "items": _obj({"type": {"enum": ["message", "function_call"]}})},
+        "usage": _obj({"input_tokens": I, "output_tokens": I, "total_tokens": I}),
+    }
+)
+
+
+def _anthropic(op: dict[str, Any]) -> dict[str, Any]:
+    for code, r in op["responses"].items():
+        if code != "200":
+            r["content"]["application/json"]["schema"] = ANTHROPIC_ERROR
+    return op
+
+
+ANTHROPIC = {
+    "/v1/messages": {
+        "post": _anthropic(
+            _op(
+                "Anthropic Messages API (SSE events when stream=true)",
+                MESSAGE,
+                MESSAGES_REQ,
+                sse=True,
+                errors=GEN_ERRORS,
+            )
+        )
+    },
+    "/v1/messages/count_tokens": {
+        "post": _anthropic(_op("Anthropic token count of a Messages request", _obj({"input_tokens": I}), MESSAGES_REQ))
+    },
+}
+RESPONSES = {
+    "/v1/responses": {
+        "post": _op(
+            "OpenAI Responses API (typed SSE events when stream=true)",
+            RESPONSE,
+            RESPONSES_REQ,
+            sse=True,
+            errors=GEN_ERRORS,
+        )
+    },
+    "/v1/responses/{response_id}": {
+        "get": _op("A stored response", RESPONSE, errors=(401, 404)),
+        "delete": _op("Delete a stored response", _obj({"id": S, "deleted": B}), errors=(401, 404)),
+    },
+}

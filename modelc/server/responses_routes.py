@@ -1,0 +1,220 @@
+"""POST /v1/responses (+ GET/DELETE /v1/responses/{id}): the OpenAI Responses API on the chat pipeline.
+
+The body (plus the stored conversation of previous_response_id) becomes a chat-completions body
+(responses_shapes.chat_body) run through openai_chat.parse_chat. Streams are typed events
+(`event: response.output_text.delta` ...) with a sequence_number; with tools offered the text is
+buffered and split into a message item and function_call items at the end. store (default true)
+keeps the conversation in a bounded in-memory LRU (responses_shapes.ResponseStore).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from quart import Blueprint, current_app
+
+from modelc.errors import ModelcError
+from modelc.server import openapi_surfaces
+from modelc.server import responses_shapes as shapes
+from modelc.server.chat_run import ChatStream, named_event, run_chat, stream_chat
+from modelc.server.generation import ChoiceResult
+from modelc.server.handling import get_state, read_json, record
+from modelc.server.openai_chat import parse_chat, split_tool_calls
+from modelc.server.schema import bad, get_bool
+
+OPENAPI_PATHS = openapi_surfaces.RESPONSES
+bp = Blueprint("responses", __name__)
+STORE_KEY = "modelc.responses"
+
+
+@bp.record_once
+def _make_store(setup: Any) -> None:
+    setup.app.extensions[STORE_KEY] = shapes.ResponseStore()
+
+
+def store() -> shapes.ResponseStore:
+    return current_app.extensions[STORE_KEY]
+
+
+class Turn:
+    """One request's pieces: the original body, its id, the conversation to store, the plan."""
+
+    def __init__(self, body: dict[str, Any], conversation: list[dict[str, Any]], plan: Any) -> None:
+        self.body = body
+        self.response_id = shapes.new_id("resp")
+        self.conversation = conversation
+        self.plan = plan
+        self.keep = get_bool(body, "store", True)
+        self.rec = record()  # streams run outside the request context: hold what they need
+        self.store = store()
+
+    def output(self, r: ChoiceResult) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The output items and the assistant message to store."""
+        content, calls = split_tool_calls(self.plan, r)
+        items: list[dict[str, Any]] = []
+        if content or not calls:
+            items.append(shapes.message_item(shapes.new_id("msg"), content or ""))
+        items += [shapes.function_call_item(c) for c in calls]
+        return items, shapes.assistant_message(content, calls)
+
+    def finish(self, r: ChoiceResult, items: list[dict[str, Any]], assistant: dict[str, Any]) -> dict[str, Any]:
+        rec = self.rec
+        status = "incomplete" if r.finish_reason == "length" else "completed"
+        resp = shapes.response_object(
+            self.response_id,
+            self.body,
+            self.plan.model,
+            status=status,
+            output=items,
+            usage_obj=shapes.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
+            finish_reason=r.finish_reason,
+        )
+        if self.keep:
+            self.store.put(self.response_id, shapes.Stored(tuple([*self.conversation, assistant]), resp))
+        return resp
+
+
+@bp.post("/v1/responses")
+async def create_response() -> Any:
+    state = get_state()
+    body = await read_json()
+    history: list[dict[str, Any]] = []
+    prev = body.get("previous_response_id")
+    if prev is not None:
+        if not isinstance(prev, str):
+            raise bad("previous_response_id", "must be a string")
+        history = list(store().get(prev).messages)
+    chat, conversation = shapes.chat_body(body, history)
+    engine = await state.engine_for(chat.get("model"))
+    turn = Turn(body, conversation, parse_chat(state, engine, chat))
+    if turn.plan.stream:
+        return await stream_chat(state, engine, turn.plan, lambda cs: response_events(cs, turn), error_frames)
+    r = await run_chat(state, engine, turn.plan)
+    items, assistant = turn.output(r)
+    return turn.finish(r, items, assistant)
+
+
+@bp.get("/v1/responses/<response_id>")
+async def get_response(response_id: str) -> Any:
+    return store().get(response_id).response
+
+
+@bp.delete("/v1/responses/<response_id>")
+async def delete_response(response_id: str) -> Any:
+    store().delete(response_id)
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+def error_frames(e: ModelcError) -> tuple[bytes, ...]:
+    return (
+        named_event("error", {"type": "error", "code": e.code or e.error_type, "message": e.message, "param": e.param}),
+    )
+
+
+async def response_events(cs: ChatStream, turn: Turn) -> AsyncGenerator[bytes, None]:
+    """created, in_progress, the message item streamed (or, with tools, buffered items at the end),
+    then completed (or incomplete) with the whole response."""
+    seq = 0
+
+    def event(kind: str, **fields: Any) -> bytes:
+        nonlocal seq
+        seq += 1
+        return named_event(kind, {"type": kind, "sequence_number": seq - 1, **fields})
+
+    plan = turn.plan
+    pending = shapes.response_object(
+        turn.response_id, turn.body, plan.model, status="in_progress", output=[], usage_obj=None
+    )
+    yield event("response.created", response=pending)
+    yield event("response.in_progress", response=pending)
+    msg_id = shapes.new_id("msg")
+    index = 0
+
+    def open_message() -> list[bytes]:
+        return [
+            event(
+                "response.output_item.added", output_index=index, item=shapes.message_item(msg_id, "", "in_progress")
+            ),
+            event(
+                "response.content_part.added",
+                item_id=msg_id,
+                output_index=index,
+                content_index=0,
+                part=shapes.output_text(""),
+            ),
+        ]
+
+    def close_message(text: str) -> list[bytes]:
+        return [
+            event(
+                "response.output_text.done", item_id=msg_id, output_index=index, content_index=0, text=text, logprobs=[]
+            ),
+            event(
+                "response.content_part.done",
+                item_id=msg_id,
+                output_index=index,
+                content_index=0,
+                part=shapes.output_text(text),
+            ),
+            event("response.output_item.done", output_index=index, item=shapes.message_item(msg_id, text)),
+        ]
+
+    streaming_text = plan.tools is None
+    if streaming_text:
+        for frame in open_message():
+            yield frame
+    async for text in cs.texts():
+        if streaming_text:
+            yield event(
+                "response.output_text.delta",
+                item_id=msg_id,
+                output_index=index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+    cs.account()
+    r = cs.result
+    items, assistant = turn.output(r)
+    for item in items:
+        if item["type"] == "message":
+            item["id"] = msg_id
+            text = item["content"][0]["text"]
+            if not streaming_text:
+                for frame in open_message():
+                    yield frame
+                if text:
+                    yield event(
+                        "response.output_text.delta",
+                        item_id=msg_id,
+                        output_index=index,
+                        content_index=0,
+                        delta=text,
+                        logprobs=[],
+                    )
+            for frame in close_message(text):
+                yield frame
+        else:
+            yield event(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+            yield event(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=index,
+                delta=item["arguments"],
+            )
+            yield event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
+            yield event("response.output_item.done", output_index=index, item=item)
+        index += 1
+    final = turn.finish(r, items, assistant)
+    yield event("response.completed" if final["status"] == "completed" else "response.incomplete", response=final)

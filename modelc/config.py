@@ -15,6 +15,7 @@ from modelc.errors import InvalidRequestError
 KV_DTYPE_BYTES = {"float32": 4, "float16": 2}  # the dtypes cache/kv_pages.py stores
 DEFAULT_KV_CAP_BYTES = 2 << 30  # the default budget never exceeds 2 GiB...
 DEFAULT_KV_FRACTION = 0.25  # ...nor 25% of MemAvailable
+MAX_GAMMA = 32  # the most drafted tokens one speculative step may verify
 
 
 def _bad(name: str, why: str) -> None:
@@ -57,6 +58,11 @@ class SchedulerConfig:
     max_queue: int = 256
     eos_token_ids: tuple[int, ...] = ()
     max_model_len: int | None = None
+    # Speculative decoding (docs/speculative.md): None = off unless a request asks (then prompt
+    # lookup), "ngram" = prompt lookup for every request, "draft" = the engine's draft model.
+    # spec_gamma: the most drafted tokens per step (a request's `gamma` may lower or raise it).
+    speculative: str | None = None
+    spec_gamma: int = 4
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -69,6 +75,10 @@ class SchedulerConfig:
             _bad("max_queue", "must be >= 0")
         if self.max_model_len is not None and self.max_model_len < 2:
             _bad("max_model_len", "must be >= 2")
+        if self.speculative not in (None, "ngram", "draft"):
+            _bad("speculative", "must be None, 'ngram' or 'draft'")
+        if not 0 <= self.spec_gamma <= MAX_GAMMA:
+            _bad("spec_gamma", f"must be in [0, {MAX_GAMMA}]")
         if not isinstance(self.eos_token_ids, tuple):
             object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
 

@@ -152,6 +152,20 @@ class BlockPool:
         table.extend(self._take_free() for _ in range(num_new))
         return True
 
+    def truncate(self, seq_id: int, num_tokens: int) -> None:
+        """Shrink a sequence's table to the blocks covering its first `num_tokens` positions
+        (speculative rollback). The dropped tail blocks were allocated for drafts and never
+        registered (only computed full blocks are), so they go to the front of the free list."""
+        table = self._tables[seq_id]
+        keep = _cdiv(num_tokens, self.block_size)
+        assert keep >= self._num_hashed.get(seq_id, 0), "truncating a registered block"
+        while len(table) > keep:
+            block = self._blocks[table.pop()]
+            block.ref_count -= 1
+            assert block.ref_count == 0 and block.hash is None, f"block {block.block_id} is shared or registered"
+            self._free[block.block_id] = None
+            self._free.move_to_end(block.block_id, last=False)
+
     def cache_blocks(self, seq: CachedSequence, num_computed_tokens: int) -> None:
         """Register the full blocks among the first `num_computed_tokens` (KV now written)."""
         if not self.enable_prefix_caching or seq.seq_id in self._uncacheable:

@@ -41,6 +41,8 @@ class SamplingParams:
     constraint: Constraint | None = None
     adapter: str | None = None  # LoRA adapter name, None = base (or the global adapter)
     priority: int = 0  # lower runs first; FCFS within a priority
+    speculative: bool | None = None  # speculative decoding: None = the engine's default
+    gamma: int | None = None  # the most drafted tokens per step; None = the engine's spec_gamma
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -69,6 +71,8 @@ class SamplingParams:
             bad("top_logprobs", "must be in [0, 20]")
         if self.min_tokens < 0:
             bad("min_tokens", "must be >= 0")
+        if self.gamma is not None and not 0 <= self.gamma <= 32:
+            bad("gamma", "must be in [0, 32]")
 
     @property
     def greedy(self) -> bool:

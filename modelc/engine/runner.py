@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
+from modelc.engine.drafter import Drafter, DraftJob
 from modelc.engine.lora import LoraAdapter, load_lora
 from modelc.engine.params import SamplingParams
 from modelc.engine.sampler import SeqSamplerState, sample
+from modelc.engine.spec_verify import verify
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, UnsupportedError
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import LoraRows, make_batch
@@ -32,17 +34,23 @@ class SeqState:
     params: SamplingParams
     prompt_len: int
     sampler: SeqSamplerState  # RNG, penalty counts, constraint matcher
+    history: list[int] | None = None  # tokens at positions 0.. (kept only with a draft model)
+    draft_pos: int = 0  # positions whose draft-model KV is valid
 
 
 class Runner:
     block_size = BLOCK_SIZE
 
     def __init__(self, source: Any, *, num_kv_blocks: int, kv_dtype: str = "float32", threads: int | None = None,
-                 kernels: KernelSet | None = None):  # fmt: skip
+                 kernels: KernelSet | None = None, draft_source: Any = None):  # fmt: skip
         self.source = source
         self.model = build_model(source, kernels)
         L, K, D = self.model.kv_shape()
         self.kv = KVPages(L, num_kv_blocks, K, D, kv_dtype)
+        self.drafter: Drafter | None = None  # speculative decoding's draft model (its pages mirror self.kv)
+        if draft_source is not None:
+            self.drafter = Drafter(draft_source, num_kv_blocks=num_kv_blocks, target_vocab=self.model.vocab_size,
+                                   kv_dtype=kv_dtype, kernels=kernels)  # fmt: skip
         self.threads = threads
         self.states: dict[int, SeqState] = {}
         self.adapters: dict[str, LoraAdapter] = {}
@@ -114,6 +122,13 @@ class Runner:
         n_prompt = max(0, min(len(c.token_ids), c.prompt_len - c.start_pos))
         if n_prompt:
             st.sampler.add_prompt_tokens(c.token_ids[:n_prompt].tolist())
+        if self.drafter is not None:
+            if st.history is None:
+                st.history = [] if c.context_ids is None else c.context_ids.tolist()
+            if len(st.history) >= c.start_pos:  # else a gap (cannot happen): this sequence never drafts
+                del st.history[c.start_pos :]
+                st.history.extend(c.token_ids[: len(c.token_ids) - c.num_draft].tolist())
+            st.draft_pos = min(st.draft_pos, c.start_pos)
         return st
 
     def _adapter(self, params: SamplingParams) -> LoraAdapter | None:
@@ -126,11 +141,15 @@ class Runner:
         return ad
 
     def _step(self, chunks: tuple[SeqChunk, ...]) -> tuple[SampledToken, ...]:
-        seqs, rows, sample_idx, groups = [], [], [], {}
+        states = [self._state(c) for c in chunks]
+        proposals = self._propose(chunks, states)  # chunk index -> (drafted tokens, draft distributions)
+        seqs, rows, plain_idx, spec_idx, groups = [], [], [], [], {}
         row = 0
-        states = []
         for i, c in enumerate(chunks):
-            n = len(c.token_ids)
+            ids = c.token_ids
+            if i in proposals:
+                ids = np.concatenate([ids, np.asarray(proposals[i][0], np.int32)])
+            n = len(ids)
             if n == 0:
                 raise EngineError(f"sequence {c.seq_id}: empty chunk")
             need = (c.start_pos + n + BLOCK_SIZE - 1) // BLOCK_SIZE
@@ -139,24 +158,66 @@ class Runner:
             used = c.block_table[:need]  # the kernels do no bounds checks: a bad page id would corrupt memory
             if int(used.min()) < 0 or int(used.max()) >= self.kv.num_blocks:
                 raise EngineError(f"sequence {c.seq_id}: block id outside the {self.kv.num_blocks} KV blocks")
-            if int(np.max(c.token_ids)) >= self.vocab_size or int(np.min(c.token_ids)) < 0:
+            if int(np.max(ids)) >= self.vocab_size or int(np.min(ids)) < 0:
                 raise InvalidRequestError(f"sequence {c.seq_id}: token id out of range [0, {self.vocab_size})")
-            states.append(self._state(c))
-            seqs.append((c.token_ids, c.start_pos, c.block_table))
+            seqs.append((ids, c.start_pos, c.block_table))
             ad = self._adapter(c.params)
             if ad is not None:
                 groups.setdefault(ad.name, (ad, []))[1].append(np.arange(row, row + n))
-            if c.sample:
+            num_draft = c.num_draft or len(proposals.get(i, ((),))[0])
+            if c.sample and num_draft:
+                spec_idx.append((i, len(rows), num_draft))
+                rows.extend(range(row + n - num_draft - 1, row + n))  # the last known token and each draft
+            elif c.sample:
+                plain_idx.append((i, len(rows)))
                 rows.append(row + n - 1)
-                sample_idx.append(i)
             row += n
         lora = tuple(LoraRows(ad, np.concatenate(r)) for ad, r in groups.values())
         batch = make_batch(seqs, logit_rows=np.array(rows, np.int64), lora=lora)
         self._set_threads()
         logits = self.model.forward(batch, self.kv)  # (R, V)
-        if not sample_idx:
-            return ()
-        return self._sample(logits, [chunks[i] for i in sample_idx], [states[i] for i in sample_idx])
+        tokens: list[SampledToken] = []
+        if plain_idx:
+            sel = [r for _, r in plain_idx]
+            tokens.extend(
+                self._sample(logits[sel], [chunks[i] for i, _ in plain_idx], [states[i] for i, _ in plain_idx])
+            )
+        for i, r, k in spec_idx:
+            c, st = chunks[i], states[i]
+            drafts = c.token_ids[len(c.token_ids) - k :].tolist() if c.num_draft else proposals[i][0]
+            q = proposals[i][1] if i in proposals else None
+            emitted = verify(logits[r : r + k + 1], drafts, q, st.sampler, c.params, c.num_output_tokens, self.eos_ids)
+            for e in emitted:
+                tokens.append(SampledToken(c.seq_id, e.token_id, e.logprob, e.top_logprobs))
+            accepted = len(emitted) - 1
+            if st.history is not None:
+                real = c.start_pos + len(c.token_ids) - c.num_draft
+                del st.history[real:]
+                st.history.extend(drafts[:accepted])
+                st.draft_pos = min(st.draft_pos, real + accepted)
+        return tuple(tokens)
+
+    def _propose(self, chunks: tuple[SeqChunk, ...], states: list[SeqState]) -> dict[int, tuple[list[int], Any]]:
+        """Run the draft model for every chunk that asks for draft_k tokens."""
+        want = [i for i, c in enumerate(chunks) if c.draft_k > 0 and c.sample]
+        if not want:
+            return {}
+        if self.drafter is None:
+            raise EngineError("a plan asked for draft-model tokens, and this engine has no draft model")
+        jobs, idx = [], []
+        for i in want:
+            c, st = chunks[i], states[i]
+            if st.history is None or len(st.history) != c.start_pos + len(c.token_ids):
+                continue  # history gap: decode this one plainly
+            jobs.append(DraftJob(st.history, st.draft_pos, c.block_table, c.draft_k, c.params, st.sampler.rng))
+            idx.append(i)
+        if not jobs:
+            return {}
+        self._set_threads()
+        out = self.drafter.propose(jobs)
+        for i, job in zip(idx, jobs, strict=True):
+            states[i].draft_pos = job.draft_pos
+        return dict(zip(idx, out, strict=True))
 
     def _sample(self, logits: np.ndarray, chunks: list[SeqChunk], states: list[SeqState]) -> tuple[SampledToken, ...]:
         out = sample(logits, [st.sampler for st in states], [c.params for c in chunks],

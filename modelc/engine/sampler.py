@@ -222,6 +222,18 @@ def _choose(x: np.ndarray, p: SamplingParams, rng: np.random.Generator, raw: np.
 
 def _draw(x: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
     """temperature -> top_k -> top_p -> min_p -> typical_p -> one categorical draw."""
+    dist = distribution(x, p)
+    if dist is None:
+        return int(np.argmax(x))
+    idx, probs = dist
+    j = _categorical(probs, rng.random())
+    return int(idx[j]) if idx is not None else j
+
+
+def distribution(x: np.ndarray, p: SamplingParams) -> tuple[np.ndarray | None, np.ndarray] | None:
+    """The distribution a non-greedy draw samples from, after temperature, top_k, top_p, min_p and
+    typical_p: (token ids or None for "all of them, in order", probabilities summing to 1), or None
+    when every token is masked. Speculative verification (engine/spec_verify.py) uses it as p."""
     vocab = x.shape[0]
     scaled = x / np.float32(p.temperature) if p.temperature != 1.0 else x  # (V,)
     if 0 < p.top_k < vocab:
@@ -232,7 +244,7 @@ def _draw(x: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
         vals = scaled
     m = vals.max()
     if not np.isfinite(m):
-        return int(np.argmax(x))
+        return None
     probs = np.exp(vals - m, dtype=np.float64)  # (n,)
     probs /= probs.sum()
     if p.top_p < 1.0:
@@ -242,8 +254,7 @@ def _draw(x: np.ndarray, p: SamplingParams, rng: np.random.Generator) -> int:
         idx, probs = _subset(idx, probs, keep)
     if p.typical_p < 1.0:
         idx, probs = _typical(idx, probs, p.typical_p)
-    j = _categorical(probs, rng.random())
-    return int(idx[j]) if idx is not None else j
+    return idx, probs
 
 
 def _categorical(probs: np.ndarray, u: float) -> int:

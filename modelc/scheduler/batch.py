@@ -4,7 +4,8 @@ NOTE: a plan is a flat token list built from per-sequence chunks. Chunk i comput
 tokens [start_pos, start_pos + len(token_ids)) of sequence seq_id; its KV goes to the
 slots given by its block table (slot = block_table[pos // block_size] * block_size +
 pos % block_size). When `sample` is set the chunk ends at the sequence's last known
-token and the engine samples the next one.
+token and the engine samples the next one (with speculation: the last known token plus the drafts,
+and the engine returns every accepted draft plus one more token).
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ class SeqChunk:
     prompt_len: int  # tokens of the prompt (penalties/min_tokens need the split)
     num_output_tokens: int  # output tokens already generated before this step
     is_new: bool = False  # first chunk ever scheduled for this seq (engine creates its state)
+    # Speculative decoding (docs/speculative.md). num_draft: the last num_draft token_ids are
+    # drafted (prompt lookup) and are verified; draft_k: the engine's draft model proposes up to
+    # draft_k tokens after token_ids and the target verifies them. Either way the block table
+    # covers start_pos + len(token_ids) + draft_k positions, `sample` is set, and the result holds
+    # 1 + (accepted drafts) tokens for this sequence, in order.
+    num_draft: int = 0
+    draft_k: int = 0
+    context_ids: np.ndarray | None = None  # tokens [0, start_pos) on a draft-model sequence's first chunk
 
 
 @dataclass(frozen=True, slots=True)

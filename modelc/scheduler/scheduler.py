@@ -24,7 +24,9 @@ from modelc.config import SchedulerConfig
 from modelc.errors import InvalidRequestError, OverloadedError
 from modelc.scheduler.batch import BatchPlan, BatchResult, SampledToken, SeqChunk
 from modelc.scheduler.output import Finish, SeqEvent, SequenceFinished, TokenEmitted
+from modelc.scheduler.prompt_lookup import propose
 from modelc.scheduler.sequence import FINISH_REASONS, Sequence, SequenceStatus
+from modelc.scheduler.speculation import SpecStats
 
 S = SequenceStatus
 
@@ -50,6 +52,8 @@ class Scheduler:
         self._scheduled: dict[int, int] = {}  # seq id -> tokens in the plan in flight
         self._freed: list[int] = []  # ended sequences the engine still holds state for
         self._pending_events: list[SeqEvent] = []  # ends decided inside schedule()
+        self._spec: dict[int, tuple[int, list[int] | None]] = {}  # seq id -> (k, prompt-lookup drafts) in flight
+        self.spec_stats = SpecStats()
         self.num_preemptions = 0
 
     # -- requests ------------------------------------------------------------------------------
@@ -127,6 +131,8 @@ class Scheduler:
 
     def _schedule_running(self, scheduled: dict[int, int], budget: int) -> tuple[int, bool]:
         preempted = False
+        # Drafts only use the budget left after every running sequence's own tokens.
+        spare = budget - sum(s.num_tokens - s.num_computed_tokens for s in self.running)
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
@@ -136,6 +142,14 @@ class Scheduler:
             if need > self.pool.num_blocks * self.pool.block_size:
                 finish = self._finish(seq, S.FINISHED_LENGTH)  # can never fit, even alone
                 self._pending_events.append(SequenceFinished(seq.seq_id, finish))
+                continue
+            k, drafts = self._draft(seq, min(spare, budget - n)) if seq.num_tokens - need == 0 else (0, None)
+            if k > 0 and self.pool.append(seq, need + k):
+                self._spec[seq.seq_id] = (k, drafts)
+                scheduled[seq.seq_id] = n + k
+                budget -= n + k
+                spare -= k
+                i += 1
                 continue
             while not self.pool.append(seq, need):
                 victim = self.running[-1]
@@ -148,6 +162,28 @@ class Scheduler:
                 budget -= n
                 i += 1
         return budget, preempted
+
+    def _draft(self, seq: Sequence, limit: int) -> tuple[int, list[int] | None]:
+        """(k, drafts) for a decoding sequence: drafts = prompt-lookup tokens (k of them), or None
+        when the engine's draft model proposes k. (0, None) = a plain decode step."""
+        p = seq.params
+        if limit <= 0 or p.constraint is not None or p.speculative is False:
+            return 0, None  # a grammar cannot be verified exactly: never speculate under one
+        mode = self.config.speculative
+        if mode is None and not p.speculative:
+            return 0, None
+        cap = min(
+            p.gamma if p.gamma is not None else self.config.spec_gamma, limit, p.max_tokens - seq.num_output_tokens - 1
+        )
+        if self.config.max_model_len is not None:
+            cap = min(cap, self.config.max_model_len - seq.num_tokens - 1)
+        k = seq.spec.next_k(cap) if cap > 0 else 0
+        if k <= 0:
+            return 0, None
+        if mode == "draft":
+            return k, None
+        drafts = propose(seq.token_ids, k)
+        return len(drafts), drafts
 
     def _schedule_waiting(self, scheduled: dict[int, int], budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
@@ -181,10 +217,12 @@ class Scheduler:
         for seq_id, n in scheduled.items():
             seq = self._seqs[seq_id]
             start = seq.num_computed_tokens
+            k, drafts = self._spec.get(seq_id, (0, None))
+            n -= k
             chunks.append(
                 SeqChunk(
                     seq_id=seq_id,
-                    token_ids=_frozen_i32(seq.token_ids[start : start + n]),  # (n,)
+                    token_ids=_frozen_i32(seq.token_ids[start : start + n] + (drafts or [])),  # (n + drafts,)
                     start_pos=start,
                     block_table=self._table_array(seq),  # (num_blocks,)
                     sample=start + n == seq.num_tokens,
@@ -192,6 +230,13 @@ class Scheduler:
                     prompt_len=seq.num_prompt_tokens,
                     num_output_tokens=seq.num_output_tokens,
                     is_new=not seq.engine_has_state,
+                    num_draft=len(drafts) if drafts else 0,
+                    draft_k=k if drafts is None else 0,
+                    context_ids=(
+                        _frozen_i32(seq.token_ids[:start])
+                        if start and not seq.engine_has_state and self.config.speculative == "draft"
+                        else None
+                    ),
                 )
             )
             seq.engine_has_state = True
@@ -225,7 +270,7 @@ class Scheduler:
     def update(self, plan: BatchPlan, result: BatchResult) -> list[SeqEvent]:
         """Apply the engine's result: advance, append tokens, apply stop rules, free finished."""
         assert plan is self._in_flight and result.step_id == plan.step_id, "result for another plan"
-        self._in_flight, self._scheduled = None, {}
+        self._in_flight, self._scheduled, self._spec = None, {}, {}
         events, self._pending_events = self._pending_events, []
         if result.error is not None:
             for chunk in plan.chunks:
@@ -233,20 +278,52 @@ class Scheduler:
                 if seq is not None:
                     events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ERROR, result.error)))
             return events
-        sampled = {t.seq_id: t for t in result.tokens}
+        sampled: dict[int, list[SampledToken]] = {}
+        for t in result.tokens:
+            sampled.setdefault(t.seq_id, []).append(t)
         for chunk in plan.chunks:
             seq = self._seqs[chunk.seq_id]
+            if chunk.num_draft or chunk.draft_k:  # verified drafts: nothing past the accepted ones is kept
+                if seq.abort_requested:
+                    events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ABORTED)))
+                else:
+                    events.extend(self._update_spec(seq, chunk, sampled.get(seq.seq_id, [])))
+                continue
             seq.num_computed_tokens += len(chunk.token_ids)
             self.pool.cache_blocks(seq, seq.num_computed_tokens)
             if seq.abort_requested:
                 events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ABORTED)))
             elif chunk.sample:
-                token = sampled.get(seq.seq_id)
-                if token is None:
+                tokens = sampled.get(seq.seq_id)
+                if not tokens:
                     error = f"the engine returned no token for sequence {seq.seq_id}"
                     events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ERROR, error)))
                 else:
-                    events.append(self._append_token(seq, token))
+                    events.append(self._append_token(seq, tokens[0]))
+        return events
+
+    def _update_spec(self, seq: Sequence, chunk: SeqChunk, tokens: list[SampledToken]) -> list[SeqEvent]:
+        """A verified chunk: append the accepted drafts and the target's next token (stop rules apply
+        token by token), keep the KV of the last known token and the accepted drafts, roll the rest
+        back: num_computed_tokens stops there and the blocks past it go back to the pool."""
+        drafted = chunk.num_draft or chunk.draft_k
+        accepted = len(tokens) - 1
+        if not 0 <= accepted <= drafted:
+            error = f"the engine returned {len(tokens)} tokens for {drafted} drafts of sequence {seq.seq_id}"
+            return [SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ERROR, error))]
+        seq.spec.record(drafted, accepted)
+        self.spec_stats.add(drafted, accepted)
+        computed = chunk.start_pos + len(chunk.token_ids) - chunk.num_draft + accepted
+        events: list[SeqEvent] = []
+        for token in tokens:
+            ev = self._append_token(seq, token)
+            events.append(ev)
+            if ev.finish is not None:
+                return events  # finished: its blocks are already free
+        seq.num_computed_tokens = computed
+        self.pool.cache_blocks(seq, computed)
+        self.pool.truncate(seq.seq_id, computed)
+        seq.table_array = None
         return events
 
     def take_events(self) -> list[SeqEvent]:
@@ -315,4 +392,5 @@ class Scheduler:
             "prefix_queries": pool.prefix_queries,
             "prefix_hits": pool.prefix_hits,
             "preemptions": self.num_preemptions,
+            **self.spec_stats.as_dict(),
         }

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from modelc.engine.params import SamplingParams
+from modelc.scheduler.speculation import SpecState
 
 
 class SequenceStatus(enum.IntEnum):
@@ -53,6 +54,7 @@ class Sequence:
     abort_requested: bool = False  # abort arrived while the sequence was in a running batch
     added_s: float = 0.0  # time.monotonic() at Scheduler.add
     queue_time_s: float | None = None  # add -> first admission to the running set
+    spec: SpecState = field(default_factory=lambda: SpecState())  # speculative decoding, per sequence
     adapter: str | None = field(init=False)
     table_array: np.ndarray | None = field(default=None, init=False, repr=False)  # scheduler's cache
 

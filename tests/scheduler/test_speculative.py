@@ -1,0 +1,137 @@
+"""Speculative decoding in continuous batching: greedy output equals plain greedy output token for
+token (prompt lookup and a draft model, alone and in a batch of 8), rollback frees the blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelc.cache.block_pool import BlockPool
+from modelc.engine.params import Constraint, SamplingParams
+from modelc.models.tiny import make_tiny_gpt2, make_tiny_llama
+from modelc.scheduler.prompt_lookup import propose
+from modelc.scheduler.sequence import Sequence
+from modelc.scheduler.speculation import SpecState
+from tests.scheduler.spec_driver import drive, make_pair
+
+PROMPT = [5, 17, 3, 88, 41, 9, 60, 5, 17, 3, 88, 41]
+PROMPTS = [[(7 * i + j * j) % 90 + 3 for j in range(10 + 3 * i)] for i in range(8)]
+
+
+def _greedy(max_tokens=30, **kw):
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
+
+
+def test_prompt_lookup_proposes_the_latest_continuation():
+    assert propose([1, 2, 3, 9, 1, 2, 3, 7, 8, 1, 2, 3], 3) == [7, 8, 1]
+    assert propose([1, 2, 3, 9, 4, 5], 3) == []
+    assert propose([4, 4, 4], 2) == [4]  # 2-gram (4, 4) seen at 0: continues with position 2
+    assert propose([1, 2, 1, 2], 0) == []
+
+
+def test_gamma_adapts_and_backs_off():
+    st = SpecState()
+    assert st.next_k(4) == 4
+    st.record(4, 4)
+    assert st.next_k(8) == 5
+    st.record(5, 1)
+    assert st.next_k(8) == 2
+    st.record(2, 0)  # nothing accepted: one plain step, then drafts again
+    assert st.next_k(8) == 0 and st.next_k(8) == 1
+    st.record(1, 0)
+    assert [st.next_k(8) for _ in range(3)] == [0, 0, 1]
+    assert (st.num_drafts, st.num_draft_tokens, st.num_accepted_tokens) == (4, 12, 5)
+
+
+def test_truncate_frees_the_tail_and_never_registers_it():
+    pool = BlockPool(8, 4)
+    seq = Sequence(1, list(range(10, 19)), _greedy())  # 9 tokens
+    assert pool.allocate(seq, 9 + 6)  # 15 positions: 4 blocks
+    pool.cache_blocks(seq, 8)
+    pool.truncate(1, 9)
+    assert len(pool.block_table(1)) == 3 and pool.num_used_blocks == 3
+    pool.check()
+    pool.free(1)
+    assert pool.num_used_blocks == 0 and pool.stats().num_cached_blocks == 2
+
+
+@pytest.mark.parametrize("make", [make_tiny_llama, make_tiny_gpt2])
+def test_prompt_lookup_greedy_equals_plain_alone(make):
+    src = make(3)
+    outs = {}
+    for mode in (None, "ngram"):
+        runner, sched = make_pair(src, speculative=mode)
+        outs[mode] = drive(runner, sched, [Sequence(1, PROMPT, _greedy(40))])[1]
+        assert sched.pool.num_used_blocks == 0
+    assert outs["ngram"] == outs[None]
+    assert sched.spec_stats.num_accepted_tokens > 0  # it did speculate, and it paid off
+
+
+def _batch(spec_every_other: bool = True) -> list[Sequence]:
+    return [
+        Sequence(i + 1, PROMPTS[i], _greedy(30, speculative=None if i % 2 == 0 or not spec_every_other else False))
+        for i in range(8)
+    ]
+
+
+@pytest.mark.parametrize("draft", [None, "self", "other"])
+def test_speculative_greedy_equals_plain_in_a_batch_of_8(draft):
+    src = make_tiny_llama(3)
+    runner, sched = make_pair(src, max_num_seqs=8, max_batch_tokens=64)
+    base = drive(runner, sched, _batch())
+    draft_src = {"self": src, "other": make_tiny_llama(9), None: None}[draft]
+    runner, sched = make_pair(src, max_num_seqs=8, max_batch_tokens=64, draft=draft_src,
+                              speculative="ngram" if draft is None else "draft", spec_gamma=5)  # fmt: skip
+    assert drive(runner, sched, _batch()) == base
+    stats = sched.stats()
+    assert stats["kv_blocks_used"] == 0 and not runner.states
+    assert stats["spec_decode_num_drafts"] > 0
+    if draft == "self":  # a draft equal to the target: every draft is accepted
+        assert stats["spec_decode_num_accepted_tokens"] == stats["spec_decode_num_draft_tokens"]
+
+
+def test_per_request_switches():
+    src = make_tiny_llama(3)
+    runner, sched = make_pair(src)  # engine default: off
+    seqs = [Sequence(1, PROMPT, _greedy(20, speculative=True, gamma=3)), Sequence(2, PROMPT, _greedy(20))]
+    out = drive(runner, sched, seqs)
+    assert out[1] == out[2]
+    assert sched.spec_stats.num_drafts > 0
+    assert sched.spec_stats.num_draft_tokens <= 3 * sched.spec_stats.num_drafts
+    runner, sched = make_pair(src, speculative="ngram")
+    json_only = Constraint("regex", "w[0-9]+")
+    seqs = [Sequence(1, PROMPT, _greedy(20, speculative=False)), Sequence(2, PROMPT, _greedy(20, gamma=0))]
+    drive(runner, sched, seqs)
+    assert sched.spec_stats.num_drafts == 0
+    # a grammar-constrained sequence never speculates (its mask cannot be verified ahead)
+    seq = Sequence(3, PROMPT, _greedy(5, constraint=json_only))
+    assert sched._draft(seq, 10) == (0, None)
+
+
+@pytest.mark.parametrize("draft", [False, True])
+def test_cancel_mid_verification_returns_every_block(draft):
+    src = make_tiny_llama(3)
+    runner, sched = make_pair(src, max_num_seqs=8, max_batch_tokens=64, draft=src if draft else None,
+                              speculative="draft" if draft else "ngram", spec_gamma=4)  # fmt: skip
+    aborted = []
+
+    def cancel(s, plan, step):
+        for c in plan.chunks:
+            if (c.num_draft or c.draft_k) and c.seq_id not in aborted and len(aborted) < 4:
+                assert s.abort(c.seq_id) == []  # in flight: ends at update
+                aborted.append(c.seq_id)
+
+    drive(runner, sched, _batch(spec_every_other=False), before_update=cancel)
+    assert len(aborted) == 4
+    assert sched.pool.num_used_blocks == 0 and not runner.states
+    sched.pool.check()
+
+
+def test_sampled_speculation_runs_and_respects_max_tokens():
+    src = make_tiny_llama(3)
+    runner, sched = make_pair(src, speculative="draft", draft=make_tiny_llama(4), spec_gamma=4)
+    params = SamplingParams(temperature=0.8, top_k=20, repetition_penalty=1.1, max_tokens=25, seed=1)
+    out = drive(runner, sched, [Sequence(1, PROMPT, params)])[1]
+    assert len(out) == 25 and all(0 <= t < 96 for t in out)
+    assert sched.spec_stats.num_drafts > 0
+    assert np.isfinite(sched.spec_stats.num_accepted_tokens)

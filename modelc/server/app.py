@@ -13,6 +13,7 @@ from quart import Quart, Response, g, request
 from modelc.errors import ModelcError, PayloadTooLargeError
 from modelc.server import (
     anthropic_routes,
+    infill_routes,
     native_routes,
     openai_chat,
     openai_completions,
@@ -54,6 +55,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         native_routes.bp,
         anthropic_routes.bp,
         responses_routes.bp,
+        infill_routes.bp,
     ):
         app.register_blueprint(bp)
     from modelc.daemon import ollama_chat, ollama_routes  # the Ollama-shaped API (modelc/daemon/)

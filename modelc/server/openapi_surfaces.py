@@ -111,3 +111,45 @@ RESPONSES = {
         "delete": _op("Delete a stored response", _obj({"id": S, "deleted": B}), errors=(401, 404)),
     },
 }
+INFILL_REQ = _obj(
+    {
+        "input_prefix": S,
+        "input_suffix": S,
+        "input_extra": {"type": "array", "items": _obj({"filename": S, "text": S})},
+        "prompt": {**S, "description": "text after the FIM middle token"},
+        "n_predict": I,
+        "max_tokens": I,
+        "temperature": N,
+        "top_k": I,
+        "top_p": N,
+        "min_p": N,
+        "seed": I,
+        "stop": {"type": "array", "items": S},
+        "repeat_penalty": N,
+        "stream": B,
+        "model": S,
+    }
+)
+INFILL_RESP = _obj(
+    {
+        "content": S,
+        "stop": B,
+        "tokens_predicted": I,
+        "tokens_evaluated": I,
+        "stop_type": {"enum": ["eos", "limit", "word"]},
+        "stopping_word": S,
+        "prompt": S,
+        "timings": {"type": "object"},
+    }
+)
+INFILL = {
+    "/infill": {
+        "post": _op(
+            "llama.cpp code infill (fill-in-the-middle models; SSE when stream=true)",
+            INFILL_RESP,
+            INFILL_REQ,
+            sse=True,
+            errors=GEN_ERRORS,
+        )
+    }
+}

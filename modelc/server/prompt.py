@@ -11,14 +11,6 @@ from typing import Any
 from modelc.errors import InvalidRequestError, ModelcError
 from modelc.server.schema import bad, check_token_ids
 
-# Fill-in-the-middle token triples: (prefix, suffix, middle), as the models' vocabularies spell them.
-FIM_TOKENS = (
-    ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
-    ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),  # StarCoder
-    ("<PRE>", "<SUF>", "<MID>"),  # CodeLlama
-    ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"),  # DeepSeek-Coder
-)
-
 
 def template_takes_tools(template: Any) -> bool:
     """ChatTemplate.takes_tools (the template reads `tools`); else look for `tools` in its source."""
@@ -84,25 +76,14 @@ def encode_prompt(tokenizer: Any, prompt: str | list[int], vocab_size: int | Non
     return list(tokenizer.encode(prompt, add_special=True))
 
 
-def _single_token_id(tokenizer: Any, text: str) -> int | None:
-    lookup = getattr(tokenizer, "token_to_id", None)
-    if callable(lookup):
-        tid = lookup(text)
-        return None if tid is None else int(tid)
-    ids = tokenizer.encode(text, add_special=False)
-    return int(ids[0]) if len(ids) == 1 else None
-
-
 def fim_prompt_ids(tokenizer: Any, prompt: str, suffix: str) -> list[int]:
-    """`prefix + suffix -> middle` for models whose vocabulary has FIM tokens; else a clear 400."""
-    for pre, suf, mid in FIM_TOKENS:
-        ids = [_single_token_id(tokenizer, t) for t in (pre, suf, mid)]
-        if all(i is not None for i in ids):
-            p = tokenizer.encode(prompt, add_special=False)
-            s = tokenizer.encode(suffix, add_special=False)
-            bos = [tokenizer.bos_id] if getattr(tokenizer, "bos_id", None) is not None else []
-            return [*bos, ids[0], *p, ids[1], *s, ids[2]]
-    raise bad("suffix", "is not supported by this model (its vocabulary has no fill-in-the-middle tokens)")
+    """`prefix + suffix -> middle` for models whose vocabulary has FIM tokens (modelc.server.fim); else a clear 400."""
+    from modelc.server.fim import find_fim_tokens, infill_ids
+
+    fim = find_fim_tokens(tokenizer)
+    if fim is None:
+        raise bad("suffix", "is not supported by this model (its vocabulary has no fill-in-the-middle tokens)")
+    return infill_ids(tokenizer, fim, prompt, suffix)
 
 
 def tool_constraint(tools: list[dict[str, Any]], tool_choice: Any, *, parallel: bool = False) -> Any:

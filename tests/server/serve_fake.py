@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--drain", type=float, default=30.0)
     ap.add_argument("--tiny", action="store_true", help="serve the tiny real model instead of the FakeEngine")
+    ap.add_argument("--fim", action="store_true", help="with --tiny: a vocabulary with fill-in-the-middle tokens")
     args = ap.parse_args()
 
     def ready(host: str, port: int) -> None:
@@ -34,7 +35,7 @@ def main() -> None:
         from modelc.config import CacheConfig, EngineConfig
         from tests.server.tiny_model import make_served_model
 
-        engine, engine_config = make_served_model(), EngineConfig(cache=CacheConfig(kv_cache_tokens=8192))
+        engine, engine_config = make_served_model(fim=args.fim), EngineConfig(cache=CacheConfig(kv_cache_tokens=8192))
     else:
         engine = FakeEngine(delay_s=args.delay)
     anyio.run(

@@ -1,0 +1,183 @@
+"""POST /infill: llama.cpp's code-infill endpoint (input_prefix, input_suffix, input_extra, prompt)
+for models whose vocabulary has fill-in-the-middle tokens (modelc.server.fim); a clear 400 otherwise.
+
+Answers in llama.cpp's /completion shape ({"content", "stop", "tokens_predicted", "stop_type", ...});
+with stream=true one `data:` object per token, then the final one with "stop": true.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Any
+
+from quart import Blueprint
+
+from modelc.errors import ModelcError
+from modelc.server import openapi_surfaces
+from modelc.server.chat_run import ChatStream, matched_stop, run_chat, stream_chat
+from modelc.server.errors import error_body
+from modelc.server.fim import find_fim_tokens, infill_ids
+from modelc.server.generation import ChoiceResult, Job
+from modelc.server.handling import check_model, get_state, precompile, read_json, record, require_generation
+from modelc.server.schema import bad, get_bool, get_str, parse_constraint, parse_sampling, with_constraint
+from modelc.server.sse import sse_event
+
+OPENAPI_PATHS = openapi_surfaces.INFILL
+bp = Blueprint("infill", __name__)
+
+# llama.cpp's sampling names -> modelc's (the rest are shared: temperature, top_k, top_p, min_p, seed, stop...).
+RENAMES = {"n_predict": "max_tokens", "repeat_penalty": "repetition_penalty"}
+PASSED = (
+    "max_tokens",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "typical_p",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "ignore_eos",
+    "min_tokens",
+    "grammar",
+    "json_schema",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class InfillPlan:
+    model: str
+    prompt_token_ids: tuple[int, ...]
+    jobs: tuple[Job, ...]
+    stream: bool
+    stops: tuple[str, ...]
+    prompt_text: str
+
+
+def _extra(body: dict[str, Any]) -> list[tuple[str, str]]:
+    v = body.get("input_extra")
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise bad("input_extra", "must be a list of {'filename': ..., 'text': ...}")
+    out = []
+    for i, chunk in enumerate(v):
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("text", ""), str):
+            raise bad(f"input_extra[{i}]", "must be {'filename': string, 'text': string}")
+        name = chunk.get("filename", "tmp")
+        if not isinstance(name, str):
+            raise bad(f"input_extra[{i}].filename", "must be a string")
+        out.append((name, chunk.get("text", "")))
+    return out
+
+
+def sampling_body(body: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in body.items():
+        name = RENAMES.get(k, k)
+        if name in PASSED and v is not None:
+            out[name] = v
+    if isinstance(out.get("max_tokens"), int) and out["max_tokens"] < 0:
+        del out["max_tokens"]  # llama.cpp's -1 = "until the end": the server's default limit here
+    return out
+
+
+def parse_infill(state: Any, engine: Any, body: dict[str, Any]) -> InfillPlan:
+    model = check_model(state, engine, body)
+    require_generation(engine)
+    tok = engine.tokenizer
+    fim = find_fim_tokens(tok)
+    if fim is None:
+        raise bad(
+            "input_suffix",
+            f"is not supported by model {engine.name!r}: its vocabulary has no fill-in-the-middle tokens",
+        )
+    ids = infill_ids(
+        tok,
+        fim,
+        get_str(body, "input_prefix", "") or "",
+        get_str(body, "input_suffix", "") or "",
+        _extra(body),
+        get_str(body, "prompt", "") or "",
+    )
+    sb = sampling_body(body)
+    params = parse_sampling(sb, state.config.defaults, vocab_size=getattr(tok, "vocab_size", None))
+    constraint = parse_constraint(sb)
+    precompile(engine, constraint)
+    return InfillPlan(
+        model=model,
+        prompt_token_ids=tuple(ids),
+        jobs=(Job(tuple(ids), with_constraint(params, constraint)),),
+        stream=get_bool(body, "stream"),
+        stops=params.stop,
+        prompt_text=tok.decode(ids, skip_special=False),
+    )
+
+
+def final_object(plan: InfillPlan, engine: Any, r: ChoiceResult, rec: Any, content: str) -> dict[str, Any]:
+    word = matched_stop(engine.tokenizer, r, plan.stops)
+    stop_type = "limit" if r.finish_reason == "length" else "word" if word else "eos"
+    elapsed_ms = (time.monotonic() - rec.start) * 1e3
+    ttft_ms = (rec.ttft_s or 0.0) * 1e3
+    predicted_ms = max(elapsed_ms - ttft_ms, 1e-6)
+    return {
+        "index": 0,
+        "content": content,
+        "tokens": [] if content == "" else list(r.token_ids),
+        "id_slot": 0,
+        "stop": True,
+        "model": plan.model,
+        "tokens_predicted": len(r.token_ids),
+        "tokens_evaluated": len(plan.prompt_token_ids),
+        "tokens_cached": r.cached_tokens,
+        "prompt": plan.prompt_text,
+        "has_new_line": "\n" in r.text,
+        "truncated": False,
+        "stop_type": stop_type,
+        "stopping_word": word or "",
+        "timings": {
+            "prompt_n": len(plan.prompt_token_ids) - r.cached_tokens,
+            "prompt_ms": ttft_ms,
+            "predicted_n": len(r.token_ids),
+            "predicted_ms": predicted_ms,
+            "predicted_per_second": len(r.token_ids) / predicted_ms * 1e3,
+        },
+    }
+
+
+@bp.post("/infill")
+async def infill() -> Any:
+    state = get_state()
+    body = await read_json()
+    engine = await state.engine_for(body.get("model"))
+    plan = parse_infill(state, engine, body)
+    if plan.stream:
+        return await stream_chat(state, engine, plan, lambda cs: infill_events(cs, engine), error_frames)
+    r = await run_chat(state, engine, plan)
+    return final_object(plan, engine, r, record(), r.text)
+
+
+def error_frames(e: ModelcError) -> tuple[bytes, ...]:
+    return (sse_event(error_body(e)),)
+
+
+async def infill_events(cs: ChatStream, engine: Any) -> AsyncGenerator[bytes, None]:
+    plan = cs.plan
+    async for text in cs.texts():
+        r = cs.result
+        yield sse_event(
+            {
+                "index": 0,
+                "content": text,
+                "tokens": [r.token_ids[-1]],
+                "stop": False,
+                "id_slot": 0,
+                "tokens_predicted": len(r.token_ids),
+                "tokens_evaluated": len(plan.prompt_token_ids),
+            }
+        )
+    rec = cs.account()
+    yield sse_event(final_object(plan, engine, cs.result, rec, ""))

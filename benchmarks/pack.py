@@ -1,6 +1,11 @@
-"""Packing benchmark: pack a ~1 GB safetensors file vs `cp`, open+map time, peak RSS while packing.
+"""Packing benchmark: pack a ~1 GiB GGUF (or safetensors) file vs `cp`, open+map time, peak RSS while packing.
 
-    .venv/bin/python benchmarks/pack.py [--size-mb 1024] [--tensor-mb 64] [--dir /tmp] [--runs 3] [--no-source-hash]
+    .venv/bin/python benchmarks/pack.py [--format gguf|safetensors] [--size-mb 1024] [--tensor-mb 64] [--dir /tmp]
+                                        [--runs 3] [--source-hash]
+
+--format gguf (default): a TinyLlama-1.1B-shaped Q8_0 GGUF (1.1 GiB, 201 tensors, benchmarks/make_tinyllama.py).
+--format safetensors: --size-mb of F32 tensors of --tensor-mb each.
+--source-hash: also time each run's pack with `--source-hash` (the source file's SHA-256 in the provenance).
 
 Each measurement runs in a fresh subprocess; RSS is sampled from /proc/self/statm every 5 ms
 (getrusage's ru_maxrss is useless here: Linux keeps the forking parent's high-water mark across exec).
@@ -15,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import shutil
 import statistics
 import subprocess
@@ -42,7 +48,7 @@ def sample():
 threading.Thread(target=sample, daemon=True).start()
 c0 = os.times()
 pack(sys.argv[1], out=sys.argv[2], compress=None if sys.argv[3] == "none" else sys.argv[3],
-     quantize=None if sys.argv[4] == "none" else sys.argv[4], source_hash=sys.argv[5:] != ["nohash"])
+     quantize=None if sys.argv[4] == "none" else sys.argv[4], source_hash=sys.argv[5:] == ["hash"])
 t2 = time.perf_counter()
 c1 = os.times()
 done.set()
@@ -108,12 +114,21 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="cp/pack pairs, alternating")
     ap.add_argument("--zstd", action="store_true", help="also pack with zstd level 3")
     ap.add_argument("--quantize", default=None, help="also pack with --quantize KIND (e.g. q8_0)")
-    ap.add_argument("--no-source-hash", action="store_true", help="also time each run's pack with source_hash=False")
+    ap.add_argument("--source-hash", action="store_true", help="also time each run's pack with source_hash=True")
+    ap.add_argument("--format", choices=("gguf", "safetensors"), default="gguf")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="modelc-bench-", dir=a.dir)
     try:
-        src = os.path.join(work, "src.safetensors")
-        largest = make_safetensors(src, a.size_mb, a.tensor_mb)
+        if a.format == "gguf":
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import make_tinyllama
+
+            src = os.path.join(work, "src.gguf")
+            make_tinyllama.write(pathlib.Path(src), "Q8_0")
+            largest = max(dt.nbytes(shape) for _, shape, dt in make_tinyllama.plan("Q8_0"))
+        else:
+            src = os.path.join(work, "src.safetensors")
+            largest = make_safetensors(src, a.size_mb, a.tensor_mb)
         size = os.path.getsize(src)
         subprocess.run(["cat", src], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
         art = os.path.join(work, "out.modelc")
@@ -127,20 +142,20 @@ def main() -> None:
                 os.unlink(art)
             packed = child(CHILD_PACK, src, art, "none", "none")
             row = {"cp_s": cp_s, **packed, "pack_over_cp": packed["pack_s"] / cp_s}
-            if a.no_source_hash:
+            if a.source_hash:
                 os.unlink(art)
-                nohash = child(CHILD_PACK, src, art, "none", "none", "nohash")
-                row.update(nohash_pack_s=nohash["pack_s"], nohash_pack_over_cp=nohash["pack_s"] / cp_s)
+                hashed = child(CHILD_PACK, src, art, "none", "none", "hash")
+                row.update(hash_pack_s=hashed["pack_s"], hash_pack_over_cp=hashed["pack_s"] / cp_s)
             runs.append({**row, "load_avg": _load()})
             print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in runs[-1].items()}), flush=True)
         opened = child(CHILD_OPEN, art)
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "load_avg"}
         result = {
-            "source_mb": size / 2**20, "largest_tensor_mb": largest / 2**20, "runs": len(runs), **med,
+            "format": a.format, "source_mb": size / 2**20, "largest_tensor_mb": largest / 2**20, "runs": len(runs), **med,
             "cp_over_pack_of_medians": med["cp_s"] / med["pack_s"], **opened, "load_avg": _load(),
         }  # fmt: skip
-        if a.no_source_hash:
-            result["cp_over_nohash_pack_of_medians"] = med["cp_s"] / med["nohash_pack_s"]
+        if a.source_hash:
+            result["cp_over_hash_pack_of_medians"] = med["cp_s"] / med["hash_pack_s"]
         if a.zstd:
             z = child(CHILD_PACK, src, os.path.join(work, "z.modelc"), "zstd", "none")
             result.update(zstd_pack_s=z["pack_s"], zstd_peak_rss_mb=z["peak_rss_mb"],

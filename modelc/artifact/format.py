@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from modelc.artifact.digest import DEFAULT_DIGEST, DIGEST_KINDS
 from modelc.errors import ArtifactError, ModelcError
 from modelc.ir import DataType
 
@@ -31,7 +32,9 @@ def align_up(n: int, align: int = ALIGN) -> int:
 
 @dataclass(frozen=True, slots=True)
 class TensorEntry:
-    """One row of the header's tensor table. offset is from the artifact's first byte."""
+    """One row of the header's tensor table. offset is from the artifact's first byte.
+
+    digest: hex digest of the stored bytes, of kind digest_kind ("blake3", or "sha256" in older files)."""
 
     name: str
     dtype: DataType
@@ -40,7 +43,8 @@ class TensorEntry:
     nbytes: int
     compression: str
     stored_nbytes: int
-    sha256: str
+    digest: str
+    digest_kind: str = DEFAULT_DIGEST
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,7 +55,7 @@ class TensorEntry:
             "nbytes": self.nbytes,
             "compression": self.compression,
             "stored_nbytes": self.stored_nbytes,
-            "sha256": self.sha256,
+            self.digest_kind: self.digest,
         }
 
 
@@ -118,7 +122,9 @@ def _parse_entry(raw: Any, i: int, where: str) -> TensorEntry:
         if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise ArtifactError(f"{where}: tensor {name} has a bad shape {raw['shape']}")
         offset, nbytes, stored = (raw[k] for k in ("offset", "nbytes", "stored_nbytes"))
-        compression, sha = raw["compression"], raw["sha256"]
+        compression = raw["compression"]
+        kind = next((k for k in DIGEST_KINDS if k in raw), DIGEST_KINDS[0])
+        digest = raw[kind]
     except KeyError as e:
         raise ArtifactError(f"{where}: tensor {name} lacks field {e.args[0]}") from None
     except ModelcError as e:
@@ -136,6 +142,6 @@ def _parse_entry(raw: Any, i: int, where: str) -> TensorEntry:
         raise ArtifactError(f"{where}: tensor {name} says {nbytes} bytes but {dtype.value}{list(shape)} needs {want}")
     if compression == "none" and stored != nbytes:
         raise ArtifactError(f"{where}: tensor {name} is uncompressed but stores {stored} of {nbytes} bytes")
-    if not isinstance(sha, str) or len(sha) != 64:
-        raise ArtifactError(f"{where}: tensor {name} has a bad sha256")
-    return TensorEntry(name, dtype, shape, offset, nbytes, compression, stored, sha)
+    if not isinstance(digest, str) or len(digest) != 64:
+        raise ArtifactError(f"{where}: tensor {name} has a bad {kind} digest")
+    return TensorEntry(name, dtype, shape, offset, nbytes, compression, stored, digest.lower(), kind)

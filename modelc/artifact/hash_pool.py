@@ -1,15 +1,17 @@
-"""HashPool: the sha256s a pack needs (every tensor's, the source file's), on worker threads.
+"""HashPool: the digests a pack needs (every tensor's BLAKE3, the source file's SHA-256), on worker threads.
 
-A pack hashes its bytes twice: each stored tensor (the format's checksum) and the whole
-source file (provenance.source_sha256). The pool runs both kinds of job beside the copy,
-one chunk at a time per worker (hashlib drops the GIL), so every core hashes while any job
-has bytes left. A file job is one sequential SHA-256 stream that cannot be split, the
-longest job of a pack, so a free worker always takes it first; tensor jobs fill the rest.
+A pack hashes each stored tensor (the format's digest, BLAKE3: digest.py) and, with
+`--source-hash`, the whole source file (provenance.source_sha256). The pool runs both kinds of
+job beside the copy, one chunk at a time per worker (hashlib and blake3 drop the GIL), so every
+core hashes while any job has bytes left. A file job is one sequential SHA-256 stream that
+cannot be split, the longest job of a pack, so a free worker always takes it first; tensor jobs
+fill the rest. A BLAKE3 chunk is itself split across cores (blake3's own threads), so even a
+pack of one huge tensor hashes at several GB/s.
 
 NOTE: hashlib, not a two-message SHA-NI kernel: one was written in numba (llvmlite SHA
 intrinsics) and measured, and two interleaved streams ran at only 1.3x one stream (the SHA
-unit's throughput is the limit), which saved less CPU on a 1 GiB pack than importing numba
-and loading the kernel cost; it was removed (git history: modelc/kernels/sha256_ni.py).
+unit's throughput is the limit); it was removed (git history: modelc/kernels/sha256_ni.py).
+That limit is why tensor digests moved to BLAKE3.
 
 Pages of a memory-mapped buffer are dropped from the process after they are hashed
 (`release_pages`), and a file job maps its file and drops each chunk the same way, so RSS
@@ -19,13 +21,14 @@ stays at a few chunks, not the model size.
 from __future__ import annotations
 
 import functools
-import hashlib
 import mmap
 import os
 import threading
 from typing import Any
 
 import numpy as np
+
+from modelc.artifact.digest import DEFAULT_DIGEST, new_hasher
 
 CHUNK_BYTES = 16 << 20
 
@@ -35,15 +38,16 @@ class HashCancelled(Exception):
 
 
 class HashJob:
-    """One pending sha256: of a (N,) uint8 buffer, or of a whole file."""
+    """One pending digest (of `kind`): of a (N,) uint8 buffer, or of a whole file."""
 
-    def __init__(self, pool: HashPool, data: np.ndarray | None, path: str | None) -> None:
+    def __init__(self, pool: HashPool, data: np.ndarray | None, path: str | None, kind: str = DEFAULT_DIGEST) -> None:
         self.pool, self.data, self.path = pool, data, path
         self.size = data.size if data is not None else 0
         self.pos = 0
         self.busy = False
         self.cancelled = False
-        self.sha = hashlib.sha256()
+        self.kind = kind
+        self.sha = new_hasher(kind)
         self._map: mmap.mmap | None = None
         self._done = threading.Event()
         self._value: str | None = None
@@ -87,17 +91,17 @@ class HashPool:
         self._cond = threading.Condition()
         self._jobs: list[HashJob] = []
         for i in range(num_workers):
-            threading.Thread(target=self._work, name=f"modelc-sha256-{i}", daemon=True).start()
+            threading.Thread(target=self._work, name=f"modelc-hash-{i}", daemon=True).start()
 
-    def submit(self, data: Any) -> HashJob:
-        """sha256 of a buffer (numpy array or bytes-like; kept referenced, not copied, until hashed)."""
+    def submit(self, data: Any, kind: str = DEFAULT_DIGEST) -> HashJob:
+        """The digest of a buffer (numpy array or bytes-like; kept referenced, not copied, until hashed)."""
         arr = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
-        job = HashJob(self, np.ascontiguousarray(arr).reshape(-1).view(np.uint8), None)
+        job = HashJob(self, np.ascontiguousarray(arr).reshape(-1).view(np.uint8), None, kind)
         return self._add(job)
 
-    def submit_file(self, path: str | os.PathLike[str]) -> HashJob:
-        """sha256 of a whole file, read through a map in order."""
-        job = HashJob(self, None, os.fspath(path))
+    def submit_file(self, path: str | os.PathLike[str], kind: str = "sha256") -> HashJob:
+        """The digest (sha256 by default: provenance) of a whole file, read through a map in order."""
+        job = HashJob(self, None, os.fspath(path), kind)
         job.size = -1  # unknown until the worker opens it
         return self._add(job)
 

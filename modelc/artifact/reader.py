@@ -6,17 +6,15 @@ decompressed once here. Every offset and length is checked before any view is ma
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Any
 
 import numpy as np
 
+from modelc.artifact.digest import HASH_CHUNK_BYTES, new_hasher
 from modelc.artifact.format import PREAMBLE_SIZE, TensorEntry, parse_entries, parse_header, parse_preamble
 from modelc.errors import ArtifactError, ChecksumError
 from modelc.ir import SCALE_SUFFIX, TensorData
-
-HASH_CHUNK_BYTES = 16 << 20
 
 
 class Artifact:
@@ -72,9 +70,10 @@ def open_artifact(
     """Map the artifact at `path` (or the `length` bytes at `offset` inside it, e.g. a zip member)."""
     art = read_layout(path, offset=offset, length=length)
     if verify:
-        bad = [e.name for e in art.entries.values() if not stored_sha_ok(art, e)]
+        bad = [e.name for e in art.entries.values() if not stored_digest_ok(art, e)]
         if bad:
-            raise ChecksumError(f"{art.path}: tensor {bad[0]} does not match its sha256" + _more(bad))
+            kind = art.entries[bad[0]].digest_kind
+            raise ChecksumError(f"{art.path}: tensor {bad[0]} does not match its {kind} digest" + _more(bad))
     _make_tensors(art)
     return art
 
@@ -108,12 +107,13 @@ def read_header_only(path: str | os.PathLike[str], *, offset: int = 0, length: i
     return Artifact(path, offset, size, header, entries)
 
 
-def stored_sha_ok(art: Artifact, e: TensorEntry) -> bool:
-    h = hashlib.sha256()
+def stored_digest_ok(art: Artifact, e: TensorEntry) -> bool:
+    """Whether a tensor's stored bytes match the digest its row declares (BLAKE3 or, in older files, SHA-256)."""
+    h = new_hasher(e.digest_kind)
     data = art.stored_bytes(e.name)
     for i in range(0, e.stored_nbytes, HASH_CHUNK_BYTES):
         h.update(memoryview(data[i : i + HASH_CHUNK_BYTES]))
-    return h.hexdigest() == e.sha256
+    return h.hexdigest() == e.digest
 
 
 def _make_tensors(art: Artifact) -> None:

@@ -1,4 +1,4 @@
-"""verify_artifact: check a .modelc file's structure and every tensor's sha256, without loading it."""
+"""verify_artifact: check a .modelc file's structure and every tensor's digest (BLAKE3, or SHA-256 in older files), without loading it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from modelc.artifact.reader import open_artifact, read_layout, stored_sha_ok
+from modelc.artifact.reader import open_artifact, read_layout, stored_digest_ok
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +31,7 @@ def verify_artifact(path: str | os.PathLike[str], progress: Callable[[int, int],
     total = sum(e.stored_nbytes for e in entries)
     bad, done = [], 0
     for e in entries:
-        if not stored_sha_ok(art, e):
+        if not stored_digest_ok(art, e):
             bad.append(e.name)
         done += e.stored_nbytes
         if progress is not None:
@@ -39,3 +39,14 @@ def verify_artifact(path: str | os.PathLike[str], progress: Callable[[int, int],
     if not bad:
         open_artifact(path)  # compressed tensors must also decompress to their declared size
     return VerifyReport(art.path, len(entries), total, tuple(bad))
+
+
+def require_intact(path: str | os.PathLike[str], progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+    """verify_artifact, raising ChecksumError (naming the first bad tensor) on any mismatch."""
+    from modelc.errors import ChecksumError
+
+    report = verify_artifact(path, progress)
+    if not report.ok:
+        more = f" (and {len(report.bad_tensors) - 1} more)" if len(report.bad_tensors) > 1 else ""
+        raise ChecksumError(f"{report.path}: tensor {report.bad_tensors[0]} does not match its digest{more}")
+    return report

@@ -1,9 +1,9 @@
 """write_artifact: stream a model source into one .modelc file, atomically.
 
-NOTE: the layout puts the header (with every tensor's offset and sha256) before the data,
+NOTE: the layout puts the header (with every tensor's offset and digest) before the data,
 but those are known only after the data is written (zstd sizes, hashes). So the writer
 reserves room for the header first: it serializes the header with placeholder numbers at
-least as wide as any real value (and a 64-hex sha256), starts the data after that region,
+least as wide as any real value (and a 64-hex digest), starts the data after that region,
 writes the tensors one at a time, then writes the real (never longer) header into the
 reserved region. The file is a temp file in the destination directory, fsynced and renamed
 over the destination; on any failure it is removed and nothing partial remains.
@@ -12,8 +12,8 @@ How it stays near `cp` speed: a raw tensor that is a view of a memory-mapped fil
 reader maps its source) is copied by the kernel (`copy_file_range`, no pass through this
 process's memory), and each 16 MiB written is handed to the disk at once
 (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), so the final fsync finds little left to do.
-The sha256s run meanwhile on the hash pool (hash_pool.py), reading the same bytes through
-the source's map. Anything else (an in-memory or transformed tensor, another filesystem)
+The tensor digests (BLAKE3, digest.py) run meanwhile on the hash pool (hash_pool.py), reading
+the same bytes through the source's map. Anything else (an in-memory or transformed tensor, another filesystem)
 is written from memory in 16 MiB chunks. Extra memory: one compressed or in-memory tensor
 at most (the writer waits for its hash before going on), plus the pool's chunks.
 """
@@ -25,7 +25,6 @@ import dataclasses
 import datetime as _dt
 import errno
 import functools
-import hashlib
 import json
 import mmap
 import os
@@ -36,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from modelc import __version__
+from modelc.artifact.digest import DEFAULT_DIGEST, DIGEST_KINDS, hexdigest
 from modelc.artifact.format import FORMAT_VERSION, PREAMBLE_SIZE, TensorEntry, align_up, pack_preamble
 from modelc.artifact.hash_pool import HashJob, hash_pool, release_pages
 from modelc.errors import ModelcError
@@ -64,6 +64,7 @@ def write_artifact(
     level: int = 3,
     progress: Progress | None = None,
     provenance: dict[str, Any] | None = None,
+    digest: str = DEFAULT_DIGEST,
 ) -> str:
     """Write `model` (an IR Model or an Artifact) to `path`; returns the path written.
 
@@ -71,7 +72,10 @@ def write_artifact(
     provenance: extra provenance fields (e.g. source_sha256) merged into the header's. A value may be
     a zero-argument callable returning a short string (<= LATE_FIELD_BYTES): it is called after the
     tensors are written, so a caller can hash the source meanwhile (pack does, on the hash pool).
+    digest: the per-tensor digest kind, "blake3" (default) or "sha256" (what files before BLAKE3 hold).
     """
+    if digest not in DIGEST_KINDS:
+        raise ArtifactWriteError(f"unknown digest {digest!r}; use {' or '.join(DIGEST_KINDS)}")
     if compress not in (None, "none", "zstd"):
         raise ArtifactWriteError(f"unknown compression {compress!r}; use zstd or none")
     if compress == "zstd" and not 1 <= level <= 22:
@@ -85,7 +89,7 @@ def write_artifact(
     try:
         os.fchmod(fd, default_file_mode())  # mkstemp makes 0600; artifacts are shared like any file
         with os.fdopen(fd, "wb", buffering=0) as f:
-            _write(f, model, compress == "zstd", level, progress, provenance)
+            _write(f, model, compress == "zstd", level, progress, provenance, digest)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
@@ -97,14 +101,14 @@ def write_artifact(
     return path
 
 
-def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None, extra: Any) -> None:
+def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None, extra: Any, kind: str) -> None:
     names = sorted(model.tensors)
     total = sum(model.tensors[n].nbytes for n in names)
     late = {k: v for k, v in (extra or {}).items() if callable(v)}
     header = header_fields(model, {k: "0" * LATE_FIELD_BYTES if k in late else v for k, v in (extra or {}).items()})
     # Placeholders: a number wider than any offset/size this file can reach, a full-width sha.
     wide = 10 ** len(str(2 * (total + 64 * len(names)) + len(_dumps(header)) * 2 + (1 << 20))) - 1
-    header["tensors"] = [_placeholder(n, model.tensors[n], wide) for n in names]
+    header["tensors"] = [_placeholder(n, model.tensors[n], wide, kind) for n in names]
     reserved = len(_dumps(header))
     pos = align_up(PREAMBLE_SIZE + reserved)
     compressor = _zstd(level) if use_zstd else None
@@ -114,7 +118,7 @@ def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None,
     try:
         for name in names:
             t = model.tensors[name]
-            entry, job = _write_tensor(f, name, t, pos, compressor, sources)
+            entry, job = _write_tensor(f, name, t, pos, compressor, sources, kind)
             written.append((entry, job))
             done += t.nbytes
             if progress is not None:
@@ -122,7 +126,7 @@ def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None,
             pos = align_up(entry.offset + entry.stored_nbytes)
         end = pos if not written else written[-1][0].offset + written[-1][0].stored_nbytes
         os.ftruncate(f.fileno(), end)  # a trailing empty tensor's offset must still lie inside the file
-        entries = [e if job is None else dataclasses.replace(e, sha256=job.result()) for e, job in written]
+        entries = [e if job is None else dataclasses.replace(e, digest=job.result()) for e, job in written]
     except BaseException:
         for _, job in written:
             if job is not None:
@@ -142,7 +146,7 @@ def _write(f, model: Any, use_zstd: bool, level: int, progress: Progress | None,
 
 
 def _write_tensor(
-    f, name: str, t: Any, offset: int, compressor: Any, sources: _Sources
+    f, name: str, t: Any, offset: int, compressor: Any, sources: _Sources, kind: str
 ) -> tuple[TensorEntry, HashJob | None]:
     """Write one tensor at `offset`; returns its entry and the pending hash (None: entry has it)."""
     fd = f.fileno()
@@ -152,10 +156,10 @@ def _write_tensor(
         release_pages(data)
         if len(packed) < t.nbytes:
             _pwrite_all(fd, packed, offset)
-            sha = hashlib.sha256(packed).hexdigest()
-            return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "zstd", len(packed), sha), None
-    entry = TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "none", t.nbytes, "")
-    job = hash_pool().submit(data)
+            digest = hexdigest(kind, packed)
+            return TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "zstd", len(packed), digest, kind), None
+    entry = TensorEntry(name, t.dtype, t.shape, offset, t.nbytes, "none", t.nbytes, "", kind)
+    job = hash_pool().submit(data, kind)
     try:
         region = sources.region(data)
         copied = _copy(region[0], fd, region[1], offset, t.nbytes, sources) if region is not None else 0
@@ -292,8 +296,8 @@ def _mapping_file_id(addr: int) -> tuple[int, int, int] | None:
     return None
 
 
-def _placeholder(name: str, t: Any, wide: int) -> dict[str, Any]:
-    return TensorEntry(name, t.dtype, t.shape, wide, wide, "zstd", wide, "0" * 64).to_json()
+def _placeholder(name: str, t: Any, wide: int, kind: str) -> dict[str, Any]:
+    return TensorEntry(name, t.dtype, t.shape, wide, wide, "zstd", wide, "0" * 64, kind).to_json()
 
 
 def header_fields(model: Any, extra: dict[str, Any]) -> dict[str, Any]:

@@ -72,6 +72,7 @@ def run_cmd(
         "5m", "--keep-alive", help="Unload other models idle this long (seconds or '5m'; 0 = at once, -1 = never)."
     ),
     max_loaded_models: int = typer.Option(3, "--max-loaded-models", help="Models loaded at once (LRU idle unloaded)."),
+    verify: bool = typer.Option(False, "--verify", help="Check every tensor's digest before serving (BLAKE3/SHA-256)."),
 ) -> None:
     """Serve a model: OpenAI-compatible /v1 API, the native API and the Ollama-shaped /api, on
     127.0.0.1:8080 by default. Requests may name other stored models: they load on first use.
@@ -113,6 +114,11 @@ def run_cmd(
     )
     manager = ModelManager(engine_config=ecfg, keep_alive_s=keep_alive_s, max_loaded_models=max_loaded_models)
     path, default_name = launch.serve_target(artifact)
+    if verify:
+        from modelc.artifact.verify import require_intact
+
+        report = require_intact(path)
+        print(f"modelc: verified {report.num_tensors} tensors of {path}", file=sys.stderr, flush=True)
 
     def ready(host: str, bound_port: int) -> None:
         shown = f"[{host}]" if ":" in host else host

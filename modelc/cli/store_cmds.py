@@ -173,7 +173,10 @@ def pack_cmd(
     quantize_embeddings: bool = typer.Option(False, "--quantize-embeddings", help="Quantize the embedding table too."),
     quantize_output: bool = typer.Option(False, "--quantize-output", help="Quantize the output head too."),
     source_hash: bool = typer.Option(
-        True, "--source-hash/--no-source-hash", help="Record the source file's sha256 in the provenance."
+        False,
+        "--source-hash/--no-source-hash",
+        help="Also record the source file's sha256 in the provenance (one more pass over the file); by default "
+        "the source is identified by its size and modification time. --no-source-hash is that default.",
     ),
     eval_text: Path | None = typer.Option(None, "--eval", help="Print the perplexity on this text before and "
                                           "after packing (llama-perplexity's figure)."),
@@ -290,7 +293,7 @@ def switch_cmd(
 
 
 def verify_cmd(file: str = typer.Argument(..., help=".modelc path or store name.")) -> None:
-    """Check an artifact's structure and every tensor's sha256.
+    """Check an artifact's structure and every tensor's digest (BLAKE3, or SHA-256 in older files).
 
     Example: modelc verify tiny
     """
@@ -302,7 +305,7 @@ def verify_cmd(file: str = typer.Argument(..., help=".modelc path or store name.
         report = verify_artifact(path, progress=update)
     if not report.ok:
         more = f" (and {len(report.bad_tensors) - 1} more)" if len(report.bad_tensors) > 1 else ""
-        raise ChecksumError(f"{path}: tensor {report.bad_tensors[0]} does not match its sha256{more}")
+        raise ChecksumError(f"{path}: tensor {report.bad_tensors[0]} does not match its digest{more}")
     out.print(f"ok: {path} ({report.num_tensors} tensors, {human_bytes(report.stored_bytes)} checked)")
 
 

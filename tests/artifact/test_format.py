@@ -93,7 +93,8 @@ def test_truncated_file_and_header_len_bounds(tmp_path):
         (lambda t: t[1].update(dtype="Q9_9"), "unsupported type Q9_9"),
         (lambda t: t[1].update(compression="lz4"), "unknown compression"),
         (lambda t: t[1].update(shape=[-1]), "bad shape"),
-        (lambda t: t[1].pop("sha256"), "lacks field sha256"),
+        (lambda t: t[1].pop("blake3"), "lacks field blake3"),
+        (lambda t: t[1].update(blake3="ab"), "bad blake3 digest"),
         (lambda t: t[1].update(offset=0), "outside the data region"),
     ],
 )

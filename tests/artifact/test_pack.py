@@ -40,7 +40,7 @@ def same(a: TensorData, b: TensorData) -> bool:
 
 def test_pack_generated_safetensors_bytes_identical(home, tmp_path):
     src = export_safetensors(float_model(), tmp_path / "gen.safetensors")
-    out = pack(src, out=tmp_path / "gen.modelc")
+    out = pack(src, out=tmp_path / "gen.modelc", source_hash=True)
     art = open_artifact(out, verify=True)
     again = read_model(src)
     assert sorted(art.tensors) == sorted(again.tensors)

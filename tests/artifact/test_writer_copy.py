@@ -6,6 +6,7 @@ import errno
 import hashlib
 import os
 
+import blake3
 import numpy as np
 import pytest
 
@@ -69,7 +70,7 @@ def assert_same_tensors(path, want: Model):
 @needs_copy_range
 def test_mapped_tensors_are_copied_by_the_kernel(tmp_path, copies):
     src = source(tmp_path)
-    out = pack(src, out=tmp_path / "o.modelc")
+    out = pack(src, out=tmp_path / "o.modelc", source_hash=True)
     assert copies.calls >= 6
     assert_same_tensors(out, read_model(src))
     want = hashlib.sha256(open(src, "rb").read()).hexdigest()
@@ -138,9 +139,11 @@ def test_hash_pool_matches_hashlib(tmp_path):
     path.write_bytes(b"abc" * 10_000)
     empty = tmp_path / "e.bin"
     empty.write_bytes(b"")
-    jobs = [pool.submit(b) for b in bufs] + [pool.submit(b"bytes too")]
+    jobs = [pool.submit(b, "sha256") for b in bufs] + [pool.submit(b"bytes too", "sha256")]
+    b3jobs = [pool.submit(b) for b in bufs]  # BLAKE3: the format's tensor digest
     fjob, ejob = pool.submit_file(path), pool.submit_file(empty)
     assert [j.result() for j in jobs] == [hashlib.sha256(b).hexdigest() for b in [*bufs, b"bytes too"]]
+    assert [j.result() for j in b3jobs] == [blake3.blake3(b.tobytes()).hexdigest() for b in bufs]
     assert fjob.result() == hashlib.sha256(b"abc" * 10_000).hexdigest()
     assert ejob.result() == hashlib.sha256(b"").hexdigest()
     with pytest.raises(FileNotFoundError):
@@ -164,6 +167,6 @@ def test_cancelled_jobs_stop(tmp_path):
 def test_failed_pack_cancels_the_source_hash(tmp_path):
     src = source(tmp_path)
     with pytest.raises(UnsupportedError):
-        pack(src, out=tmp_path / "o.modelc", arch="nope")
+        pack(src, out=tmp_path / "o.modelc", arch="nope", source_hash=True)
     assert all(j.path != str(src) for j in hp.hash_pool()._jobs)
     assert not (tmp_path / "o.modelc").exists()

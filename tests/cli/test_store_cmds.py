@@ -135,14 +135,17 @@ def test_pack_safetensors_with_prune_and_quantize(home, tmp_path, capsys):
     from modelc.models.tiny import make_tiny_llama
 
     src = export_safetensors(make_tiny_llama(), tmp_path / "llama.safetensors")
-    code, out, _ = run(capsys, "pack", src, "--name", "tl", "--prune", "0.05", "--quantize", "q8_0")
+    code, out, _ = run(capsys, "pack", src, "--name", "tl", "--prune", "0.05", "--quantize", "q8_0", "--source-hash")
     assert code == 0
     pruned = int(out.split("pruned ")[1].split(" of ")[0].replace(",", ""))
     assert pruned > 0 and "quantized 14 tensors to q8_0" in out
     art = open_artifact(store.resolve("tl"), verify=True)
     assert art.tensors["model.layers.0.mlp.up_proj.weight"].dtype.value == "Q8_0"
     assert art.provenance["source_format"] == "safetensors" and len(art.provenance["source_sha256"]) == 64
-    code, _, _ = run(capsys, "pack", src, "--name", "tl2", "--no-source-hash")
+    code, _, _ = run(capsys, "pack", src, "--name", "tl2", "--no-source-hash")  # the old flag: the default now
     assert code == 0 and "source_sha256" not in open_artifact(store.resolve("tl2")).provenance
+    code, _, _ = run(capsys, "pack", src, "--name", "tl3")
+    prov = open_artifact(store.resolve("tl3")).provenance
+    assert code == 0 and "source_sha256" not in prov and prov["source_bytes"] == os.path.getsize(src)
     code, _, err = run(capsys, "pack", src, "--name", "tl", "--quantize", "q9")
     assert code == 1 and "unknown quantization" in err and store.versions("tl") == []

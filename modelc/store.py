@@ -95,9 +95,18 @@ def resolve(name_or_path: str | os.PathLike[str]) -> Path:
     if p.is_file():
         return p
     m = _NAME_VERSION.match(raw)
-    name, version = (m["name"], int(m["n"])) if m else (raw, None)
-    if _looks_like_path(name) and not m:
+    if _looks_like_path(raw) and not m:
         raise NotFoundError(f"no such file: {raw}")
+    return lookup(raw)
+
+
+def lookup(spec: str) -> Path:
+    """A store name ("name" or "name:VERSION") -> its artifact path inside the store; never another file.
+
+    This is what requests may use: the name is checked against the name pattern before any path is
+    built, so "../x", "/etc/x" or "x.modelc" are refused."""
+    m = _NAME_VERSION.match(spec)
+    name, version = (m["name"], int(m["n"])) if m else (spec, None)
     check_name(name)
     if version is not None:
         if version == active_version(name):

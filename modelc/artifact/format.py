@@ -69,7 +69,7 @@ def parse_preamble(raw: bytes, size: int, where: str) -> int:
         raise ArtifactError(f"{where}: too short to be a .modelc file ({size} bytes)")
     magic, version, header_len = PREAMBLE.unpack(raw[:PREAMBLE_SIZE])
     if magic != MAGIC:
-        raise ArtifactError(f"{where}: not a .modelc file (bad magic {magic!r})")
+        raise ArtifactError(f"{where}: not a .modelc file (bad magic)")  # never quote a foreign file's bytes
     if version != FORMAT_VERSION:
         raise ArtifactError(f"{where}: unsupported .modelc version {version}; this modelc reads {FORMAT_VERSION}")
     if header_len == 0 or header_len > MAX_HEADER_BYTES or PREAMBLE_SIZE + header_len > size:

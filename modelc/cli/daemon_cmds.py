@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from modelc.daemon.client import DaemonClient
+from modelc.daemon.client import DaemonClient, NoDaemonError
 from modelc.daemon.launch import pid_alive
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)  # no wrapping in pipes
@@ -46,8 +46,12 @@ def ps_cmd() -> None:
 
     Example: modelc ps
     """
-    with DaemonClient() as c:
-        models = c.get("/api/ps")["models"]
+    try:
+        with DaemonClient() as c:
+            models = c.get("/api/ps")["models"]
+    except NoDaemonError:  # nothing recorded: show nothing rather than ask whoever listens on a port
+        out.print("no daemon running (none recorded in $MODELC_HOME)")
+        return
     if not models:
         out.print("no models loaded")
         return
@@ -192,7 +196,9 @@ def unload_cmd(model: str = typer.Argument(..., help="A loaded model's name.")) 
 @lora_app.command("load")
 def lora_load_cmd(
     model: str = typer.Argument(..., help="The base model's name (loaded if need be)."),
-    path: str = typer.Argument(..., help="LoRA adapter .safetensors file (a path the daemon can read)."),
+    path: str = typer.Argument(
+        ..., help="LoRA adapter: a name or a .safetensors file / PEFT folder inside the daemon's --adapters-dir."
+    ),
     name: str | None = typer.Option(None, "--name", help="Adapter name (default: the file name)."),
     alpha: float = typer.Option(1.0, "--alpha", help="Scale of the adapter's update."),
     global_: bool = typer.Option(False, "--global", help="Apply to every request, not only to MODEL:NAME."),
@@ -201,7 +207,8 @@ def lora_load_cmd(
 
     Example: modelc lora load tiny ./style.safetensors --name style && modelc generate tiny:style hi
     """
-    body: dict[str, Any] = {"model": model, "path": os.path.abspath(path), "alpha": alpha, "global": global_}
+    where = os.path.abspath(path) if os.path.exists(path) else path  # a file, or an adapter's name on the daemon
+    body: dict[str, Any] = {"model": model, "path": where, "alpha": alpha, "global": global_}
     if name:
         body["adapter"] = name
     with DaemonClient() as c:
@@ -232,8 +239,12 @@ def stop_cmd(
     """
     from urllib.parse import urlparse
 
+    from modelc.daemon.state_file import explicit_url, read_state
     from modelc.errors import ModelcError
 
+    info = read_state()
+    if explicit_url() is None and info is not None and not pid_alive(info.pid):
+        raise ModelcError(f"the recorded daemon (pid {info.pid}) is not running; nothing to stop")
     with DaemonClient() as c:
         pid = (c.post("/api/shutdown") or {}).get("pid")
         local = urlparse(c.url).hostname in ("127.0.0.1", "localhost", "::1")

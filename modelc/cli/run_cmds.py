@@ -73,6 +73,21 @@ def run_cmd(
     ),
     max_loaded_models: int = typer.Option(3, "--max-loaded-models", help="Models loaded at once (LRU idle unloaded)."),
     verify: bool = typer.Option(False, "--verify", help="Check every tensor's digest before serving (BLAKE3/SHA-256)."),
+    models_dir: list[str] = typer.Option(
+        [], "--models-dir", help="A folder whose .modelc files requests may name (repeatable; default: store only)."
+    ),
+    adapters_dir: str | None = typer.Option(
+        None, "--adapters-dir", help="The folder LoRA adapters load from (default $MODELC_HOME/adapters)."
+    ),
+    allowed_hosts: list[str] = typer.Option(
+        [], "--allowed-hosts", help="Host header names accepted besides loopback and IP addresses (repeatable; '*')."
+    ),
+    cors_origins: list[str] = typer.Option(
+        [], "--cors-origins", help="Browser origins allowed cross-origin (CORS), e.g. https://app.example (repeatable)."
+    ),
+    insecure_no_auth: bool = typer.Option(
+        False, "--insecure-no-auth", help="Allow a non-loopback --bind without --api-key (anyone may use it)."
+    ),
 ) -> None:
     """Serve a model: OpenAI-compatible /v1 API, the native API and the Ollama-shaped /api, on
     127.0.0.1:8080 by default. Requests may name other stored models: they load on first use.
@@ -89,10 +104,19 @@ def run_cmd(
         info = launch.detach(launch.argv_from_context(ctx), api_key=api_key)
         print(f"modelc: daemon running (pid {info.pid}) at {info.url}", flush=True)
         return
+    from modelc.daemon.state_file import new_token
+
     started = time.monotonic()
     keep_alive_s = parse_keep_alive(keep_alive)
+    token = new_token()  # recorded in daemon.json (0600): what lets the local CLI use control routes
     config = ServerConfig(
         api_key=api_key,
+        control_token=token,
+        allowed_hosts=_split(allowed_hosts),
+        cors_origins=_split(cors_origins),
+        models_dirs=tuple(os.path.abspath(os.path.expanduser(d)) for d in models_dir),
+        adapters_dir=os.path.abspath(os.path.expanduser(adapters_dir)) if adapters_dir else None,
+        insecure_no_auth=insecure_no_auth,
         rate_limit_per_min=rate_limit,
         max_concurrent=max_concurrent,
         request_timeout_s=request_timeout,
@@ -112,7 +136,13 @@ def run_cmd(
         max_queue=max_queue,
         kv_cache_mb=kv_cache_mb,
     )
-    manager = ModelManager(engine_config=ecfg, keep_alive_s=keep_alive_s, max_loaded_models=max_loaded_models)
+    manager = ModelManager(
+        engine_config=ecfg, keep_alive_s=keep_alive_s, max_loaded_models=max_loaded_models,
+        models_dirs=config.models_dirs,
+    )  # fmt: skip
+    from modelc.server.guard import check_bind
+
+    check_bind(bind, config)  # before packing or loading anything
     path, default_name = launch.serve_target(artifact)
     if verify:
         from modelc.artifact.verify import require_intact
@@ -128,7 +158,7 @@ def run_cmd(
             file=sys.stderr,
             flush=True,
         )
-        launch.record_daemon(launch.client_url(host, bound_port))
+        launch.record_daemon(launch.client_url(host, bound_port), token)
         if profile:
             print(f"modelc: ready in {time.monotonic() - started:.3f}s", file=sys.stderr, flush=True)
 
@@ -152,6 +182,11 @@ def run_cmd(
         launch.forget_daemon()
     if profile:
         print(f"modelc: stopped after {time.monotonic() - started:.1f}s", file=sys.stderr)
+
+
+def _split(values: list[str]) -> tuple[str, ...]:
+    """Repeatable options that also take comma-separated lists."""
+    return tuple(v.strip() for item in values for v in item.split(",") if v.strip())
 
 
 def register(app: typer.Typer) -> None:

@@ -1,7 +1,9 @@
 """DaemonClient: the CLI's HTTP client to a running daemon (httpx, synchronous).
 
-Finds the daemon through MODELC_HOST or $MODELC_HOME/daemon.json, sends MODELC_API_KEY as a bearer
-token, turns error bodies into ModelcErrors and a refused connection into DaemonUnavailableError.
+Talks only to the daemon recorded in $MODELC_HOME/daemon.json (sending its control token), or to
+MODELC_HOST when set (sending MODELC_API_KEY); with neither it guesses nothing and raises
+NoDaemonError. Turns error bodies into ModelcErrors and a refused connection into
+DaemonUnavailableError.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from modelc.daemon.state_file import daemon_url
+from modelc.daemon.state_file import explicit_url, read_state
 from modelc.errors import ModelcError
 
 
@@ -21,6 +23,10 @@ class DaemonUnavailableError(ModelcError):
     """No daemon answers at the URL."""
 
     http_status = 503
+
+
+class NoDaemonError(DaemonUnavailableError):
+    """No daemon is recorded in $MODELC_HOME (and MODELC_HOST is not set)."""
 
 
 class DaemonError(ModelcError):
@@ -32,10 +38,24 @@ class DaemonError(ModelcError):
 
 
 class DaemonClient:
-    def __init__(self, url: str | None = None, api_key: str | None = None, timeout_s: float | None = None) -> None:
-        self.url = (url or daemon_url()).rstrip("/")
+    def __init__(
+        self, url: str | None = None, api_key: str | None = None, timeout_s: float | None = None,
+        token: str | None = None,
+    ) -> None:  # fmt: skip
+        info = read_state()
+        if url is None:
+            url = explicit_url() or (info.url if info is not None else None)
+            if url is None:
+                raise NoDaemonError(
+                    "no modelc daemon is recorded in $MODELC_HOME (daemon.json); start one with "
+                    "`modelc run --detach`, or set MODELC_HOST to reach another one"
+                )
+        self.url = url.rstrip("/")
+        if token is None and info is not None and info.url.rstrip("/") == self.url:
+            token = info.token  # the recorded daemon's control token goes only to that daemon
         key = api_key if api_key is not None else os.environ.get("MODELC_API_KEY")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        secret = token or key  # the control token is accepted wherever the API key is
+        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0))
 
     def close(self) -> None:

@@ -92,7 +92,7 @@ def live_daemon() -> DaemonInfo | None:
         return info if c.healthy() else None
 
 
-def record_daemon(url: str) -> bool:
+def record_daemon(url: str, token: str | None = None) -> bool:
     """Write daemon.json for this process unless another live daemon is recorded; True if written."""
     other = live_daemon()
     if other is not None and other.pid != os.getpid():
@@ -103,7 +103,7 @@ def record_daemon(url: str) -> bool:
             flush=True,
         )
         return False
-    write_state(url)
+    write_state(url, token=token)
     return True
 
 
@@ -142,6 +142,9 @@ def argv_from_context(ctx: Any, drop: tuple[str, ...] = ("detach", "api_key")) -
                 positional.append(str(value))
         elif value is None or value == p.default:
             continue
+        elif isinstance(value, list | tuple):
+            for item in value:
+                args += [p.opts[0], str(item)]
         elif getattr(p, "is_flag", False):
             if value:
                 args.append(p.opts[0])

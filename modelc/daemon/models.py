@@ -11,6 +11,7 @@ sets its stop event and waits for the engine to close. No HTTP here.
 
 from __future__ import annotations
 
+import copy
 import re
 import time
 from collections.abc import Callable
@@ -52,6 +53,14 @@ def _default_opener() -> Callable[..., Any]:
     return open_engine
 
 
+def _without_path(e: ModelcError, entry: LoadedModel) -> ModelcError:
+    """The same error with the artifact's server path replaced by the model's name."""
+    out = copy.copy(e)
+    out.message = e.message.replace(str(entry.path), f"model {entry.name}")
+    out.args = (out.message,)
+    return out
+
+
 class ModelManager:
     """Loads, tracks and unloads the daemon's models. Start it with `await tg.start(manager.run)`."""
 
@@ -64,6 +73,7 @@ class ModelManager:
         opener: Callable[..., Any] | None = None,
         tick_s: float = 0.25,
         grace_s: float = GRACE_S,
+        models_dirs: tuple[str, ...] = (),
     ) -> None:
         if max_loaded_models is not None and max_loaded_models < 1:
             raise InvalidRequestError("--max-loaded-models must be >= 1", param="max_loaded_models")
@@ -72,6 +82,7 @@ class ModelManager:
         self.max_loaded_models = max_loaded_models
         self.tick_s = tick_s
         self.grace_s = grace_s
+        self.models_dirs = tuple(models_dirs)  # --models-dir: where requests may name files (daemon/lookup.py)
         self._opener = opener
         self._entries: dict[str, LoadedModel] = {}
         self._default: LoadedModel | None = None
@@ -105,6 +116,8 @@ class ModelManager:
         self._entries[entry.key] = entry
         self._default = entry
         self._aliases = {name, getattr(engine, "name", "") or name}
+        if resolved is not None:  # the operator's own command-line path names it too
+            self._aliases.add(str(resolved))
         return entry
 
     @property
@@ -149,9 +162,10 @@ class ModelManager:
         return self._entries.get(key)
 
     def _key(self, name: str) -> str:
-        from modelc import store
+        """The real path of the artifact `name` names: a store name or a file under --models-dir only."""
+        from modelc.daemon.lookup import resolve_model
 
-        return str(store.resolve(name).resolve())
+        return str(resolve_model(name, self.models_dirs).resolve())
 
     async def load(self, name: str, keep_alive_s: float | None = None) -> LoadedModel:
         """Load `name` (no adapter part) unless it is loaded; concurrent callers share one load."""
@@ -198,10 +212,12 @@ class ModelManager:
                 entry.touch()
                 entry.ready.set()
                 await entry.stop.wait()
-        except ModelcError as e:
-            entry.error = e
+        except ModelcError as e:  # answered to requests: the file's location stays on the server
+            entry.error = e if str(entry.path) not in e.message else _without_path(e, entry)
         except Exception as e:  # a broken model must not take the daemon's other models down
-            entry.error = EngineError(f"model {entry.name} failed: {type(e).__name__}: {e}")
+            entry.error = EngineError(
+                f"model {entry.name} failed: {type(e).__name__}: {e}".replace(str(entry.path), entry.name)
+            )
         finally:
             entry.engine = None
             if self._entries.get(entry.key) is entry:

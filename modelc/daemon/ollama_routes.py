@@ -19,8 +19,10 @@ import anyio
 from quart import Blueprint, Response
 
 from modelc.daemon import ollama_shapes as shapes
+from modelc.daemon.lookup import hidden_path, resolve_adapter, resolve_model
 from modelc.daemon.models import parse_keep_alive
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.server.guard import control_route
 from modelc.server.handling import check_model, current_engine, get_state, read_json
 from modelc.server.state import ServerState
 
@@ -188,7 +190,7 @@ async def show() -> Any:
         arch, cfg, n, template = art.architecture, art.config, art.num_params, art.chat_template
         det, modified = shapes.header_details(art), path.stat().st_mtime
     return {
-        "modelfile": f"# modelc artifact\nFROM {path or name}\n",
+        "modelfile": f"# modelc artifact\nFROM {name}\n",  # never the server's path
         "parameters": "",
         "template": template or "",
         "details": det,
@@ -200,8 +202,6 @@ async def show() -> Any:
 
 def _path_of(state: ServerState, name: str) -> Path | None:
     """The artifact file `name` refers to; None for a default model that has no file."""
-    from modelc import store
-
     manager = state.models
     base = manager.split_adapter(name)[0] if manager is not None else name
     default = manager.default if manager is not None else None
@@ -209,10 +209,11 @@ def _path_of(state: ServerState, name: str) -> Path | None:
         return default.path
     if manager is None and state.engine is not None and base == state.engine.name:
         return None
-    return store.resolve(base.removesuffix(":latest"))
+    return resolve_model(base.removesuffix(":latest"), state.config.models_dirs)
 
 
 @bp.post("/api/pull")
+@control_route
 async def pull() -> Any:
     """Download from the registry ($MODELC_REGISTRY or `registry` in the body) with NDJSON progress."""
     from modelc import registry
@@ -268,6 +269,7 @@ async def _pull_events(spec: str, loc: str, entry: Any) -> AsyncIterator[bytes]:
 
 
 @bp.delete("/api/delete")
+@control_route
 async def delete() -> Any:
     from modelc import store
 
@@ -280,6 +282,7 @@ async def delete() -> Any:
 
 
 @bp.post("/api/copy")
+@control_route
 async def copy() -> Any:
     from modelc import store
 
@@ -287,11 +290,16 @@ async def copy() -> Any:
     src, dst = body.get("source"), body.get("destination")
     if not isinstance(src, str) or not src or not isinstance(dst, str) or not dst:
         raise InvalidRequestError("'source' and 'destination' (model names) are required", param="source")
-    await anyio.to_thread.run_sync(store.copy, src.removesuffix(":latest"), dst.removesuffix(":latest"))
+    state = get_state()
+    source = _path_of(state, src)  # a store name or a file under --models-dir, never another path
+    if source is None:
+        raise InvalidRequestError(f"model {src!r} is served from memory and has no file to copy", param="source")
+    await anyio.to_thread.run_sync(store.copy, str(source), dst.removesuffix(":latest"))
     return Response("", status=200)
 
 
 @bp.post("/api/load")
+@control_route
 async def load() -> Any:
     state = get_state()
     body = await read_json()
@@ -303,6 +311,7 @@ async def load() -> Any:
 
 
 @bp.post("/api/unload")
+@control_route
 async def unload() -> Any:
     state = get_state()
     name = model_name(await read_json())
@@ -312,6 +321,7 @@ async def unload() -> Any:
 
 
 @bp.post("/api/lora/load")
+@control_route
 async def lora_load() -> Any:
     state = get_state()
     body = await read_json()
@@ -319,19 +329,21 @@ async def lora_load() -> Any:
     path = body.get("path")
     if not isinstance(path, str) or not path:
         raise InvalidRequestError("'path' (a LoRA adapter .safetensors file) is required", param="path")
-    adapter = body.get("adapter") or os.path.splitext(os.path.basename(path))[0]
+    adapter = body.get("adapter") or os.path.splitext(os.path.basename(path.rstrip("/")))[0]
+    path = str(resolve_adapter(path, state.config.adapters_dir))  # only inside --adapters-dir
     alpha, global_ = body.get("alpha", 1.0), body.get("global", False)
     if isinstance(alpha, bool) or not isinstance(alpha, int | float):
         raise InvalidRequestError("'alpha' must be a number", param="alpha")
     if not isinstance(global_, bool) or not isinstance(adapter, str):
         raise InvalidRequestError("'global' must be a boolean and 'adapter' a string", param="global")
     started = time.monotonic()
-    if state.models is None or not name:
-        info = await current_engine(state).load_adapter(adapter, path, alpha=float(alpha), global_=global_)
-        if state.models is not None and state.models.default is not None:
-            state.models.default.adapters.add(adapter)
-    else:
-        info = await state.models.load_adapter(name, adapter, path, float(alpha), global_)
+    with hidden_path(path, adapter):
+        if state.models is None or not name:
+            info = await current_engine(state).load_adapter(adapter, path, alpha=float(alpha), global_=global_)
+            if state.models is not None and state.models.default is not None:
+                state.models.default.adapters.add(adapter)
+        else:
+            info = await state.models.load_adapter(name, adapter, path, float(alpha), global_)
     info = info if isinstance(info, dict) else {}
     return {
         "model": name,
@@ -344,6 +356,7 @@ async def lora_load() -> Any:
 
 
 @bp.post("/api/lora/unload")
+@control_route
 async def lora_unload() -> Any:
     state = get_state()
     body = await read_json()
@@ -363,6 +376,7 @@ async def lora_unload() -> Any:
 
 
 @bp.post("/api/shutdown")
+@control_route
 async def shutdown() -> Any:
     """Graceful stop (`modelc stop`): answer, then stop accepting and drain in-flight requests."""
     state = get_state()

@@ -13,6 +13,7 @@ from quart import Quart, Response, g, request
 from modelc.errors import ModelcError, PayloadTooLargeError
 from modelc.server import (
     anthropic_routes,
+    guard,
     infill_routes,
     native_routes,
     openai_chat,
@@ -20,7 +21,7 @@ from modelc.server import (
     openai_routes,
     responses_routes,
 )
-from modelc.server.auth import EXEMPT_PATHS, check_key
+from modelc.server.auth import EXEMPT_PATHS
 from modelc.server.errors import error_response, install_error_handlers
 from modelc.server.handling import STATE_KEY, RequestRecord, finish_record, new_id
 from modelc.server.openapi import openapi_spec
@@ -76,8 +77,8 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         )
         exempt = request.path in EXEMPT_PATHS
         try:
-            if state.config.api_key is not None and not exempt:
-                check_key(request.headers, state.config.api_key)
+            # Host, Origin, Content-Type, API key and control token, for every route (server/guard.py)
+            guard.check_request(request, app.view_functions.get(request.endpoint or ""), state.config)
             if state.limiter is not None and not exempt:
                 state.limiter.check(request.remote_addr or "unknown")
             length = request.content_length
@@ -100,6 +101,6 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
                 rec.error = f"HTTP {response.status_code}"
             finish_record(state, rec, response.status_code)
         response.headers.setdefault("X-Request-Id", rec.request_id if rec else "")
-        return response
+        return guard.add_cors(request, response, state.config)
 
     return app

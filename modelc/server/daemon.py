@@ -20,6 +20,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from modelc.errors import ModelcError
 from modelc.server.app import create_app
+from modelc.server.guard import check_bind
 from modelc.server.state import ServerConfig, ServerState
 
 
@@ -88,6 +89,7 @@ async def serve(
     models: a modelc.daemon.models.ModelManager to serve other models on demand beside this default
     one (requests name them in `model`); default_name: what requests may call the default model."""
     state = ServerState(None, server_config or ServerConfig())
+    check_bind(host, state.config)
     state.models = models
     app = create_app(state, log_stream=log_stream)
     cfg = _BoundConfig()

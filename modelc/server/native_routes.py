@@ -22,6 +22,7 @@ from modelc.errors import InvalidRequestError, ModelcError
 from modelc.server.embedding import embed_inputs, encode_vector
 from modelc.server.errors import error_body
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
+from modelc.server.guard import control_route
 from modelc.server.handling import (
     account,
     current_engine,
@@ -330,30 +331,37 @@ async def detokenize() -> Any:
 
 
 @bp.post("/lora/load")
+@control_route
 async def lora_load() -> Any:
-    engine = current_engine(get_state())
+    state = get_state()
+    engine = current_engine(state)
     body = await read_json()
     path = get_str(body, "path")
     if not path:
         raise InvalidRequestError("'path' (a LoRA adapter .safetensors file) is required", param="path")
     alpha = get_float(body, "alpha", 1.0)
-    name = get_str(body, "name") or os.path.splitext(os.path.basename(path))[0]
+    name = get_str(body, "name") or os.path.splitext(os.path.basename(path.rstrip("/")))[0]
+    from modelc.daemon.lookup import hidden_path, resolve_adapter
+
+    shown, path = path, str(resolve_adapter(path, state.config.adapters_dir))  # only inside --adapters-dir
     global_ = body.get("global", True)
     if not isinstance(global_, bool):
         raise InvalidRequestError("'global' must be a boolean", param="global")
     started = time.monotonic()
-    out = await engine.load_adapter(name, path, alpha=alpha, global_=global_)
+    with hidden_path(path, name):
+        out = await engine.load_adapter(name, path, alpha=alpha, global_=global_)
     info = out if isinstance(out, dict) else {}
     return {
         "name": name,
         "applied": int(info.get("applied", 0)),
         "skipped": int(info.get("skipped", 0)),
         "global": global_,
-        "message": f"LoRA adapter {name!r} loaded from {path} (alpha={alpha}) in {time.monotonic() - started:.3f}s",
+        "message": f"LoRA adapter {name!r} loaded from {shown} (alpha={alpha}) in {time.monotonic() - started:.3f}s",
     }
 
 
 @bp.post("/lora/unload")
+@control_route
 async def lora_unload() -> Any:
     engine = current_engine(get_state())
     body = await read_json() if await _has_body() else {}

@@ -39,6 +39,13 @@ class ServerConfig:
     model_aliases: tuple[str, ...] = ()  # extra names accepted in the `model` field
     defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
     log_requests: bool = True
+    # security (modelc/server/guard.py, modelc/daemon/lookup.py; docs/daemon.md "Security")
+    control_token: str | None = None  # the daemon's own token (daemon.json): control routes accept it
+    allowed_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback names and IP literals; "*" = any
+    cors_origins: tuple[str, ...] = ()  # origins that get CORS headers and may send state-changing requests
+    models_dirs: tuple[str, ...] = ()  # --models-dir: folders whose .modelc files requests may name
+    adapters_dir: str | None = None  # --adapters-dir (None = $MODELC_HOME/adapters)
+    insecure_no_auth: bool = False  # allow a non-loopback bind without an API key
 
     def __post_init__(self) -> None:
         if self.api_key is not None and not self.api_key:

@@ -75,6 +75,14 @@ def test_no_daemon_is_one_line_error(tmp_path) -> None:
     assert r.stderr.strip() == f"error: no modelc daemon at {url}; start one with `modelc run --detach`"
 
 
+def test_no_daemon_recorded(tmp_path) -> None:
+    """Nothing in $MODELC_HOME: stop says so and fails, ps shows nothing; no port is guessed."""
+    stop = cli(tmp_path, "stop")
+    assert stop.returncode == 1 and "no modelc daemon is recorded" in stop.stderr
+    ps = cli(tmp_path, "ps")
+    assert ps.returncode == 0 and "no daemon running" in ps.stdout
+
+
 def test_help_has_examples(capsys) -> None:
     for cmd in (["ps"], ["chat"], ["generate"], ["load"], ["unload"], ["stop"], ["lora", "load"], ["lora", "unload"]):
         main([*cmd, "--help"])
@@ -95,7 +103,17 @@ def test_daemon_end_to_end(tmp_path, monkeypatch) -> None:
     try:
         assert url in r.stdout
         state = json.loads((tmp_path / "daemon.json").read_text())
-        assert state["pid"] == pid and state["url"] == url
+        assert state["pid"] == pid and state["url"] == url and len(state["token"]) >= 32
+        assert (tmp_path / "daemon.json").stat().st_mode & 0o777 == 0o600
+        # browser safety and control routes on the real daemon (no API key: the default)
+        with httpx.Client(base_url=url, timeout=30) as raw:
+            assert raw.post("/api/shutdown").status_code == 403  # no control token
+            assert raw.post("/api/copy", json={"source": "tiny", "destination": "x"}).status_code == 403
+            page = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
+            assert raw.post("/api/shutdown", content=b"{}", headers=page).status_code == 403
+            assert raw.get("/api/tags", headers={"Host": "evil.example"}).status_code == 403  # DNS rebinding
+            leak = raw.post("/api/show", json={"model": "/etc/passwd"})
+            assert leak.status_code == 404 and "root" not in leak.text
         again = cli(tmp_path, "run", "tiny", "--detach", "--port", str(free_port()))
         assert again.returncode == 1 and "already runs" in again.stderr
 
@@ -141,7 +159,8 @@ def test_daemon_end_to_end(tmp_path, monkeypatch) -> None:
             assert tags == ["tiny", "tiny2"]
 
             # a LoRA adapter on the default model, picked by the model name tiny:style
-            adapter = tmp_path / "style.safetensors"
+            adapter = tmp_path / "adapters" / "style.safetensors"  # the default --adapters-dir
+            adapter.parent.mkdir()
             save_adapter(adapter)
             lora = cli(tmp_path, "lora", "load", "tiny", str(adapter), "--name", "style", "--alpha", "16")
             assert lora.returncode == 0, lora.stderr

@@ -16,9 +16,10 @@ from modelc.errors import NotFoundError
 def test_state_file_round_trip_and_owner_only_removal(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("MODELC_HOME", str(tmp_path))
     monkeypatch.delenv("MODELC_HOST", raising=False)
-    assert state_file.read_state() is None and state_file.daemon_url() == state_file.DEFAULT_URL
-    info = state_file.write_state("http://127.0.0.1:9001")
-    assert state_file.read_state() == info and info.pid == os.getpid()
+    assert state_file.read_state() is None and state_file.daemon_url() is None  # nothing recorded: no guess
+    info = state_file.write_state("http://127.0.0.1:9001", token="t0k")
+    assert state_file.read_state() == info and info.pid == os.getpid() and info.token == "t0k"
+    assert (tmp_path / "daemon.json").stat().st_mode & 0o777 == 0o600  # the token is the owner's only
     assert state_file.daemon_url() == "http://127.0.0.1:9001"
     state_file.remove_state(pid=info.pid + 1)  # another process's record is not ours to remove
     assert (tmp_path / "daemon.json").exists()

@@ -19,8 +19,36 @@ pytestmark = pytest.mark.anyio
 DETAIL_KEYS = {"format", "family", "parameter_size", "quantization_level"}
 
 
+TOKEN = "control-token-for-tests"
+
+
+class TokenClient:
+    """The Quart test client sending the daemon's control token (as the CLI does), unless told otherwise."""
+
+    def __init__(self, client, token: str | None) -> None:
+        self._client, self._token = client, token
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def _headers(self, kw) -> dict:
+        headers = dict(kw.pop("headers", None) or {})
+        if self._token:
+            headers.setdefault("Authorization", f"Bearer {self._token}")
+        return headers
+
+    async def get(self, *a, **kw):
+        return await self._client.get(*a, headers=self._headers(kw), **kw)
+
+    async def post(self, *a, **kw):
+        return await self._client.post(*a, headers=self._headers(kw), **kw)
+
+    async def delete(self, *a, **kw):
+        return await self._client.delete(*a, headers=self._headers(kw), **kw)
+
+
 @contextlib.asynccontextmanager
-async def daemon_app(**manager_kw):
+async def daemon_app(token: str | None = TOKEN, config: dict | None = None, **manager_kw):
     opener = FakeOpener()
     manager = ModelManager(opener=opener, tick_s=0.02, grace_s=0.05, **manager_kw)
     with anyio.fail_after(20):
@@ -28,12 +56,12 @@ async def daemon_app(**manager_kw):
             await tg.start(manager.run)
             engine = FakeEngine(name="main")
             manager.set_default(engine, "main")
-            state = ServerState(engine, ServerConfig(log_requests=False))
+            state = ServerState(engine, ServerConfig(log_requests=False, control_token=TOKEN, **(config or {})))
             state.models = manager
             stopped = []
             state.request_shutdown = lambda: stopped.append(True)
             app = create_app(state, log_stream=io.StringIO())
-            client = app.test_client()
+            client = TokenClient(app.test_client(), token)
             client.opener, client.manager, client.stopped = opener, manager, stopped
             yield client
             tg.cancel_scope.cancel()
@@ -159,7 +187,9 @@ async def test_embed(home) -> None:
 
 async def test_lora_load_unload_and_adapter_model_name(home) -> None:
     async with daemon_app() as c:
-        r = await c.post("/api/lora/load", json={"model": "alpha", "path": "/x/style.safetensors"})
+        (home / "adapters").mkdir()
+        (home / "adapters" / "style.safetensors").write_bytes(b"")  # the fake engine does not read it
+        r = await c.post("/api/lora/load", json={"model": "alpha", "path": "style"})
         assert (await r.get_json())["adapter"] == "style"
         r = await c.post("/api/generate", json={"model": "alpha:style", "prompt": "x", "stream": False})
         assert r.status_code == 200 and (await r.get_json())["model"] == "alpha:style"

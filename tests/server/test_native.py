@@ -100,15 +100,19 @@ async def test_infer_on_llm_is_400(client) -> None:
     assert "MLP or ONNX" in err["message"]
 
 
-async def test_lora_load_unload(client) -> None:
-    body = await (await client.post("/lora/load", {"path": "/tmp/ad.safetensors", "alpha": 0.5})).get_json()
-    assert (
-        body["name"] == "ad" and body["applied"] == 4 and client.engine.adapters == {"ad": ("/tmp/ad.safetensors", 0.5)}
-    )
-    assert (await client.post("/lora/unload")).status_code == 200
+async def test_lora_load_unload(make_client, tmp_path) -> None:
+    (tmp_path / "ad.safetensors").write_bytes(b"")  # the fake engine does not read it
+    client = make_client(control_token="tok", adapters_dir=str(tmp_path))
+    auth = {"headers": {"Authorization": "Bearer tok"}}
+    body = await (await client.post("/lora/load", {"path": "ad.safetensors", "alpha": 0.5}, **auth)).get_json()
+    where = str((tmp_path / "ad.safetensors").resolve())
+    assert body["name"] == "ad" and body["applied"] == 4 and client.engine.adapters == {"ad": (where, 0.5)}
+    assert where not in body["message"]  # the server's path stays on the server
+    assert (await client.post("/lora/unload", **auth)).status_code == 200
     assert client.engine.adapters == {}
-    await error_of(await client.post("/lora/unload", {"name": "ad"}), 404)
-    await error_of(await client.post("/lora/load", {}), 400, "path")
+    await error_of(await client.post("/lora/unload", {"name": "ad"}, **auth), 404)
+    await error_of(await client.post("/lora/load", {}, **auth), 400, "path")
+    await error_of(await client.post("/lora/load", {"path": "ad.safetensors"}), 403)  # a control route
 
 
 async def test_metrics_and_log_lines(client) -> None:

@@ -93,17 +93,20 @@ async def test_lora_load_changes_output_and_unload_restores(tmp_path) -> None:
     body = {"prompt": "The cat", "max_tokens": 4, "temperature": 0, "logprobs": 0}
     with anyio.fail_after(120):
         async with AsyncEngine.open(make_served_model(), engine_config()) as eng:
-            c = create_app(ServerState(eng, ServerConfig(log_requests=False))).test_client()
+            config = ServerConfig(log_requests=False, control_token="tok", adapters_dir=str(tmp_path))
+            c = create_app(ServerState(eng, config)).test_client()
+            auth = {"Authorization": "Bearer tok"}
 
             async def logprobs() -> list[float]:
                 r = await (await c.post("/v1/completions", json=body)).get_json()
                 return r["choices"][0]["logprobs"]["token_logprobs"]
 
             base = await logprobs()
-            r = await c.post("/lora/load", json={"path": str(tmp_path / "ad.safetensors"), "alpha": 8.0})
+            r = await c.post("/lora/load", json={"path": str(tmp_path / "ad.safetensors"), "alpha": 8.0}, headers=auth)
             assert r.status_code == 200, await r.get_data()
             assert (await r.get_json())["name"] == "ad"
             assert await logprobs() != pytest.approx(base, abs=1e-4)
-            assert (await c.post("/lora/unload", json={"name": "ad"})).status_code == 200
+            assert (await c.post("/lora/unload", json={"name": "ad"}, headers=auth)).status_code == 200
             assert await logprobs() == pytest.approx(base, abs=1e-5)
-            await error_of(await c.post("/lora/load", json={"path": str(tmp_path / "missing.safetensors")}), 400)
+            missing = await c.post("/lora/load", json={"path": "missing.safetensors"}, headers=auth)
+            await error_of(missing, 404)

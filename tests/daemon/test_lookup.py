@@ -1,0 +1,132 @@
+"""Requests name models by store name or under --models-dir only, adapters under --adapters-dir only;
+errors quote neither file bytes nor server paths (daemon/lookup.py and the routes using it)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from modelc import store
+from modelc.artifact.tiny import make_model
+from modelc.artifact.writer import write_artifact
+from modelc.daemon.lookup import resolve_adapter, resolve_model
+from modelc.errors import NotFoundError
+from tests.daemon.test_ollama_routes import daemon_app
+
+SECRET = b"root:*:SECRET-BYTES\n"
+
+
+@pytest.fixture
+def outside(tmp_path):
+    """A file outside the store and an artifact outside the store (both must stay unreachable)."""
+    d = tmp_path / "elsewhere"
+    d.mkdir()
+    (d / "shadow").write_bytes(SECRET)
+    write_artifact(make_model(name="stray"), d / "stray.modelc")
+    return d
+
+
+def test_store_names_only(home, outside) -> None:
+    assert resolve_model("alpha") == store.active_path("alpha")
+    for spec in (str(outside / "shadow"), str(outside / "stray.modelc"), "../elsewhere/stray.modelc",
+                 "/proc/self/environ", "models/alpha.modelc", "alpha/../../elsewhere/shadow", "", "a\0b"):  # fmt: skip
+        with pytest.raises(NotFoundError) as e:
+            resolve_model(spec)
+        told = e.value.message.replace(repr(spec), "")  # the client's own words may be echoed, nothing more
+        assert str(home) not in told and "SECRET" not in told
+    with pytest.raises(NotFoundError) as e:
+        resolve_model("nope")
+    assert str(home) not in e.value.message  # the store's location is not told to clients
+
+
+def test_relative_name_never_reads_the_working_directory(home, outside, monkeypatch) -> None:
+    monkeypatch.chdir(outside)
+    with pytest.raises(NotFoundError):
+        resolve_model("shadow")  # a valid store name, but only the store is searched
+
+
+def test_models_dir(home, outside, tmp_path) -> None:
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    write_artifact(make_model(name="m"), allowed / "m.modelc")
+    (allowed / "link.modelc").symlink_to(outside / "stray.modelc")  # a symlink out of the folder
+    dirs = (str(allowed),)
+    assert resolve_model("m.modelc", dirs) == (allowed / "m.modelc").resolve()
+    assert resolve_model("m", dirs) == (allowed / "m.modelc").resolve()
+    assert resolve_model(str(allowed / "m.modelc"), dirs) == (allowed / "m.modelc").resolve()
+    for spec in ("link.modelc", str(outside / "stray.modelc"), "../elsewhere/stray.modelc", str(allowed)):
+        with pytest.raises(NotFoundError) as e:
+            resolve_model(spec, dirs)
+        assert str(allowed) not in e.value.message.replace(repr(spec), "")
+
+
+def test_adapters_dir(home, outside, tmp_path) -> None:
+    ad = home / "adapters"
+    (ad / "peft").mkdir(parents=True)
+    (ad / "style.safetensors").write_bytes(b"")
+    assert resolve_adapter("style") == (ad / "style.safetensors").resolve()
+    assert resolve_adapter("peft") == (ad / "peft").resolve()
+    assert resolve_adapter(str(ad / "style.safetensors")) == (ad / "style.safetensors").resolve()
+    for spec in (str(outside / "shadow"), "../elsewhere/shadow", "/etc/passwd", ""):
+        with pytest.raises(NotFoundError) as e:
+            resolve_adapter(spec)
+        assert str(home) not in e.value.message and "SECRET" not in e.value.message
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "x.safetensors").write_bytes(b"")
+    assert resolve_adapter("x", str(other)) == (other / "x.safetensors").resolve()
+
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_requests_cannot_open_paths(home, outside) -> None:
+    async with daemon_app() as c:
+        for spec in (str(outside / "shadow"), "/proc/self/environ", str(outside / "stray.modelc")):
+            for path, body in (
+                ("/api/show", {"model": spec}),
+                ("/api/generate", {"model": spec, "prompt": "x", "stream": False}),
+                ("/v1/chat/completions", {"model": spec, "messages": [{"role": "user", "content": "x"}]}),
+                ("/api/load", {"model": spec}),
+                ("/api/copy", {"source": spec, "destination": "copied"}),
+            ):
+                r = await c.post(path, json=body)
+                text = (await r.get_data()).decode().replace(spec, "")
+                assert r.status_code == 404, (path, spec, text)
+                assert "SECRET" not in text and "root" not in text and str(home) not in text
+        assert c.opener.opened == []  # nothing outside the store was ever opened
+        assert not store.exists("copied")
+        r = await c.post("/api/lora/load", json={"model": "alpha", "path": str(outside / "shadow")})
+        assert r.status_code == 404 and str(outside) not in (await r.get_data()).decode()
+
+
+async def test_show_names_no_server_path(home) -> None:
+    async with daemon_app() as c:
+        body = await (await c.post("/api/show", json={"model": "alpha"})).get_json()
+        assert str(home) not in str(body) and "FROM alpha" in body["modelfile"]
+
+
+async def test_models_dir_serves_files_there(home, tmp_path) -> None:
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    write_artifact(make_model(name="m"), allowed / "m.modelc")
+    async with daemon_app(models_dirs=(str(allowed),), config={"models_dirs": (str(allowed),)}) as c:
+        r = await c.post("/api/generate", json={"model": "m.modelc", "prompt": "x", "stream": False})
+        assert r.status_code == 200, await r.get_data()
+        assert (await c.post("/api/show", json={"model": "m.modelc"})).status_code == 200
+        assert c.opener.opened == ["m"]
+
+
+async def test_load_error_hides_the_path(home) -> None:
+    bad = store.active_path("beta")
+    bad.write_bytes(SECRET + b"\0" * 64)
+    async with daemon_app() as c:
+        from modelc.daemon.lookup import resolve_model as rm
+        from modelc.server.daemon import open_engine
+
+        c.manager._opener = open_engine  # the real opener: reads the header and fails
+        r = await c.post("/api/generate", json={"model": "beta", "prompt": "x", "stream": False})
+        text = (await r.get_data()).decode()
+        assert r.status_code >= 400 and "SECRET" not in text and "root" not in text
+        assert str(home) not in text and os.fspath(rm("beta")) not in text

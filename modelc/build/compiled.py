@@ -15,6 +15,7 @@ USAGE = """usage: APP [--listen ADDR:PORT] [--check] [--help]
 Serves the model compiled into this file with modelc's HTTP API (OpenAI-compatible /v1 and native).
   --listen ADDR:PORT  listen here instead of the compiled-in address ({host}:{port})
   --check             verify the embedded model's checksums and exit
+MODELC_API_KEY in the environment requires 'Authorization: Bearer KEY' (needed to listen beyond loopback).
 """
 
 
@@ -64,5 +65,11 @@ def _serve(art, host: str, port: int) -> int:
         print(f"modelc: serving {art.name} on http://{shown}:{bound_port} (Ctrl+C to stop)", file=sys.stderr,
               flush=True)  # fmt: skip
 
-    anyio.run(lambda: serve(art, host=host, port=port, ready_cb=ready))
+    import os
+
+    from modelc.server.state import ServerConfig
+
+    # MODELC_API_KEY protects it; listening beyond loopback without one is refused by serve()
+    config = ServerConfig(api_key=os.environ.get("MODELC_API_KEY") or None)
+    anyio.run(lambda: serve(art, host=host, port=port, ready_cb=ready, server_config=config))
     return 0

@@ -58,6 +58,9 @@ def test_containerize_writes_expected_instructions(home, src, tmp_path, capsys):
     (fake / "modelc").chmod(0o755)
     env = {"PATH": f"{fake}:/usr/bin:/bin", "MODELC_PORT": "9000", "MODELC_MAX_CONCURRENT": "4",
            "MODELC_KV_CACHE_MB": "64", "MODELC_PROFILE": "1"}  # fmt: skip
+    keyless = subprocess.run([str(entry)], env=env, capture_output=True, text=True)
+    assert keyless.returncode == 1 and "MODELC_API_KEY" in keyless.stderr and not keyless.stdout  # refused
+    env["MODELC_API_KEY"] = "k"
     argv = subprocess.run([str(entry), "--temperature", "0"], env=env, capture_output=True, text=True, check=True)
     assert argv.stdout.split("\n")[:-1] == [
         "run", "/models/model.modelc", "--bind", "0.0.0.0", "--port", "9000", "--temperature", "0",

@@ -98,6 +98,9 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     request_timeout_s: float = 600.0
     max_engine_restarts: int = 5
+    # Speculative decoding's draft model (a .modelc path, a store name or a model source) sharing the
+    # target's tokenizer; AsyncEngine.open loads it next to the target and sets scheduler.speculative.
+    draft: Any = field(default=None, compare=False)
     cpu_count: int = field(default_factory=lambda: usable_cpus(), compare=False)
     warmup: bool = True  # compile (or load from numba's cache) every kernel before the engine counts as open
 

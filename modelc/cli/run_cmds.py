@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -26,16 +27,25 @@ def engine_config(
     max_batch_tokens: int,
     max_queue: int,
     kv_cache_mb: float | None,
+    draft: str | None = None,
+    gamma: int | None = None,
 ) -> Any:
     from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
 
+    # --draft: speculate with that model; --gamma alone: prompt lookup; --gamma 0: off.
+    speculative = None if gamma == 0 else "draft" if draft else "ngram" if gamma else None
     return EngineConfig(
         engines=engines,
         threads=threads,
         cache=CacheConfig(kv_cache_mb=kv_cache_mb),
         scheduler=SchedulerConfig(
-            max_num_seqs=max_num_seqs, max_batch_tokens=max(max_batch_tokens, max_num_seqs), max_queue=max_queue
+            max_num_seqs=max_num_seqs,
+            max_batch_tokens=max(max_batch_tokens, max_num_seqs),
+            max_queue=max_queue,
+            speculative=speculative,
+            spec_gamma=4 if gamma is None else gamma,
         ),
+        draft=draft if speculative == "draft" else None,
     )
 
 
@@ -88,6 +98,16 @@ def run_cmd(
     insecure_no_auth: bool = typer.Option(
         False, "--insecure-no-auth", help="Allow a non-loopback --bind without --api-key (anyone may use it)."
     ),
+    draft: str | None = typer.Option(
+        None, "--draft", help="Speculative decoding with this draft model (same tokenizer; a .modelc or store name)."
+    ),
+    gamma: int | None = typer.Option(
+        None,
+        "--gamma",
+        min=0,
+        max=32,
+        help="Most drafted tokens per step (default 4 with --draft; alone: prompt-lookup speculation; 0 = off).",
+    ),  # fmt: skip
 ) -> None:
     """Serve a model: OpenAI-compatible /v1 API, the native API and the Ollama-shaped /api, on
     127.0.0.1:8080 by default. Requests may name other stored models: they load on first use.
@@ -128,6 +148,9 @@ def run_cmd(
             repetition_penalty=repetition_penalty,
         ),
     )
+    from modelc.server.guard import check_bind
+
+    check_bind(bind, config)  # before packing or loading anything
     ecfg = engine_config(
         engines=engines,
         threads=threads,
@@ -135,14 +158,16 @@ def run_cmd(
         max_batch_tokens=max_batch_tokens,
         max_queue=max_queue,
         kv_cache_mb=kv_cache_mb,
+        draft=str(launch.serve_target(draft)[0]) if draft else None,
+        gamma=gamma,
     )
+    # The draft belongs to the served model; other models named by requests get prompt lookup at most.
+    other = ecfg.scheduler.speculative and "ngram"
+    others = replace(ecfg, draft=None, scheduler=replace(ecfg.scheduler, speculative=other))
     manager = ModelManager(
-        engine_config=ecfg, keep_alive_s=keep_alive_s, max_loaded_models=max_loaded_models,
+        engine_config=others, keep_alive_s=keep_alive_s, max_loaded_models=max_loaded_models,
         models_dirs=config.models_dirs,
     )  # fmt: skip
-    from modelc.server.guard import check_bind
-
-    check_bind(bind, config)  # before packing or loading anything
     path, default_name = launch.serve_target(artifact)
     if verify:
         from modelc.artifact.verify import require_intact

@@ -126,7 +126,12 @@ class AsyncEngine:
         source = _load_source(source_or_path)
         tokenizer = _tokenizer(source)
         config = _effective_config(config or EngineConfig(), source, tokenizer)
-        make_runner = runner_factory or _default_runner_factory(source, config)
+        draft = None
+        if config.draft is not None and runner_factory is None:
+            draft = _load_source(config.draft)
+            _check_draft(source, draft)
+            config = replace(config, scheduler=replace(config.scheduler, speculative="draft"))
+        make_runner = runner_factory or _default_runner_factory(source, config, draft)
         try:
             async with anyio.create_task_group() as tg:
                 supervisor = Supervisor(config, make_runner)
@@ -259,16 +264,35 @@ def _raise(error: BaseException | None, what: str) -> None:
     raise EngineError(f"{what}: {type(error).__name__}: {error}") from error
 
 
-def _default_runner_factory(source: Any, config: EngineConfig) -> Callable[[int], RunnerLike]:
+def _check_draft(source: Any, draft: Any) -> None:
+    """A draft must speak the target's tokens: the same tokenizer where both have one, else the same vocabulary."""
+    t_text, d_text = getattr(source, "tokenizer_json", None), getattr(draft, "tokenizer_json", None)
+    t_vocab = int((getattr(source, "config", None) or {}).get("vocab_size") or 0)
+    d_vocab = int((getattr(draft, "config", None) or {}).get("vocab_size") or 0)
+    if getattr(draft, "architecture", None) in ("bert", "mlp", "onnx"):
+        raise InvalidRequestError("the draft model must be a text generation model", param="draft")
+    if (t_text and d_text and t_text != d_text) or (not (t_text and d_text) and t_vocab != d_vocab):
+        raise InvalidRequestError("the draft model does not share the target model's tokenizer", param="draft")
+
+
+def _default_runner_factory(source: Any, config: EngineConfig, draft: Any = None) -> Callable[[int], RunnerLike]:
+    from modelc.config import kv_bytes_per_block
     from modelc.engine.runner import Runner
 
     model_config = getattr(source, "config", {}) or {}
     context = config.scheduler.max_model_len or int(model_config.get("max_position_embeddings") or 0)
     useful = config.scheduler.max_num_seqs * context if context else None
     blocks = max(1, num_kv_blocks(config.cache, model_config, max_useful_tokens=useful) // config.engines)
+    if draft is not None and config.cache.kv_cache_tokens is None:
+        # The draft's pages mirror the target's block ids: split the byte budget over both.
+        bs, dt = config.cache.block_size, config.cache.kv_dtype
+        per_target = kv_bytes_per_block(model_config, bs, dt)
+        per_draft = kv_bytes_per_block(getattr(draft, "config", {}) or {}, bs, dt)
+        blocks = max(1, blocks * per_target // (per_target + per_draft))
 
     def make(engine_id: int) -> RunnerLike:
-        runner = Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine)
+        runner = Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine,
+                        draft_source=draft)  # fmt: skip
         if config.warmup:
             runner.warmup()  # in the engine's thread, before open() yields: the first request compiles nothing
         return runner

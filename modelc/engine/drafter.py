@@ -50,6 +50,14 @@ class Drafter:
         self.vocab = min(int(self.model.vocab_size), int(target_vocab))  # tokens both models know
         self.target_vocab = int(target_vocab)
 
+    def warmup(self) -> None:
+        """The draft's decode path at T=1 and T=2, on a scratch page (never the mirrored pages)."""
+        L, K, D = self.model.kv_shape()
+        kv = KVPages(L, 2, K, D, self.kv.kv_dtype)
+        one = np.zeros(1, np.int32)
+        self.model.forward(make_batch([(one, 0, np.array([0], np.int32))]), kv)
+        self.model.forward(make_batch([(one, 0, np.array([0], np.int32)), (one, 0, np.array([1], np.int32))]), kv)
+
     def propose(self, jobs: list[DraftJob]) -> list[tuple[list[int], list[np.ndarray] | None]]:
         """Per job: (k drafted tokens, their (V_target,) draft distributions or None when greedy).
         Sets job.draft_pos to the positions whose draft KV is now written (len(history) + k - 1)."""

@@ -285,6 +285,8 @@ class Runner:
         self._scratch_forward([ids[:1], ids[1:]], "logits")
         if self.model.kernels.name == "numba":
             self._warm_prefill_kernels()
+        if self.drafter is not None:
+            self.drafter.warmup()
         return time.perf_counter() - t0
 
     def _warm_prefill_kernels(self) -> None:

@@ -27,6 +27,20 @@ ENGINE_SERIES = (
     ("prefix_hits", "modelc_prefix_cache_hits", "Prompt tokens found in the prefix cache.", "counter"),
     ("preemptions", "modelc_num_preemptions", "Sequences preempted for lack of KV blocks.", "counter"),
     ("engine_restarts", "modelc_engine_restarts", "Engine workers restarted after a failed forward.", "counter"),
+    # speculative decoding, as vLLM names it (vllm:spec_decode_*)
+    (
+        "spec_decode_num_drafts",
+        "modelc_spec_decode_num_drafts",
+        "Speculative verifications (steps with drafts).",
+        "counter",
+    ),
+    ("spec_decode_num_draft_tokens", "modelc_spec_decode_num_draft_tokens", "Drafted tokens verified.", "counter"),
+    (
+        "spec_decode_num_accepted_tokens",
+        "modelc_spec_decode_num_accepted_tokens",
+        "Drafted tokens accepted.",
+        "counter",
+    ),
 )
 
 
@@ -47,6 +61,14 @@ class EngineStatsCollector(Collector):
             family = GaugeMetricFamily(name, doc) if kind == "gauge" else CounterMetricFamily(name, doc)
             family.add_metric([], float(value))
             yield family
+        drafted = stats.get("spec_decode_num_draft_tokens")
+        if drafted is not None:
+            rate = GaugeMetricFamily(
+                "modelc_spec_decode_draft_acceptance_rate",
+                "Accepted / drafted tokens since start (0 before any draft).",
+            )
+            rate.add_metric([], float(stats.get("spec_decode_num_accepted_tokens", 0)) / drafted if drafted else 0.0)
+            yield rate
 
 
 class Metrics:

@@ -82,8 +82,10 @@ async def info() -> Any:
     return model_summary(current_engine(get_state()))
 
 
-def default_generation(state: ServerState) -> dict[str, Any]:
+def default_generation(state: ServerState, engine: Any = None) -> dict[str, Any]:
     d = state.config.defaults
+    sched = getattr(getattr(engine, "config", None), "scheduler", None)
+    gamma = sched.spec_gamma if sched is not None and sched.speculative else 0
     return {
         "max_tokens": d.max_tokens if d.max_tokens is not None else 128,
         "temperature": d.temperature if d.temperature is not None else 0.0,
@@ -92,7 +94,8 @@ def default_generation(state: ServerState) -> dict[str, Any]:
         "repetition_penalty": d.repetition_penalty if d.repetition_penalty is not None else 1.0,
         "presence_penalty": d.presence_penalty if d.presence_penalty is not None else 0.0,
         "frequency_penalty": d.frequency_penalty if d.frequency_penalty is not None else 0.0,
-        "gamma": 0,
+        "gamma": gamma,
+        "speculative": getattr(sched, "speculative", None),
     }
 
 
@@ -108,7 +111,7 @@ async def props() -> Any:
         "total_params": summary["total_params"],
         "total_bytes": summary["total_bytes"],
         "chat_template": getattr(template, "source", None) if template is not None else None,
-        "default_generation": default_generation(state),
+        "default_generation": default_generation(state, engine),
     }
 
 

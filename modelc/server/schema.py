@@ -162,6 +162,8 @@ def parse_sampling(
             stop_token_ids=parse_token_ids(body, "stop_token_ids", vocab_size),
             ignore_eos=get_bool(body, "ignore_eos"),
             min_tokens=get_int(body, "min_tokens", 0, lo=0) or 0,
+            speculative=None if body.get("speculative") is None else get_bool(body, "speculative"),
+            gamma=get_int(body, "gamma", None, lo=0, hi=32),
         )
     except InvalidRequestError as e:
         raise bad(e.param or "request", e.message.split(" ", 1)[1] if e.param else e.message) from None

@@ -135,3 +135,12 @@ def test_sampled_speculation_runs_and_respects_max_tokens():
     assert len(out) == 25 and all(0 <= t < 96 for t in out)
     assert sched.spec_stats.num_drafts > 0
     assert np.isfinite(sched.spec_stats.num_accepted_tokens)
+
+
+def test_a_draft_with_another_tokenizer_is_refused():
+    from modelc.engine.async_api import _check_draft
+    from modelc.errors import InvalidRequestError
+
+    _check_draft(make_tiny_llama(0), make_tiny_llama(1, num_layers=1))
+    with pytest.raises(InvalidRequestError, match="tokenizer"):
+        _check_draft(make_tiny_llama(0), make_tiny_llama(1, vocab_size=64))

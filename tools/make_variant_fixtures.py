@@ -121,6 +121,43 @@ def variants() -> dict[str, tuple[type, dict]]:
             hidden_size=64, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
             partial_rotary_factor=0.5, tie_word_embeddings=False, sliding_window=None,
         )),
+        # Phi-3.5/Phi-4 long-RoPE: short factors (the prompt is within the original 64 positions) and the
+        # attention factor sqrt(1 + ln 8 / ln 64) on the rotated dims only (partial rotary 0.5)
+        "phi3-longrope": (t.Phi3Config, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+            partial_rotary_factor=0.5, tie_word_embeddings=False, sliding_window=None,
+            original_max_position_embeddings=64,
+            rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "original_max_position_embeddings": 64,
+                             "short_factor": [1.0, 1.5, 3.0, 6.0], "long_factor": [1.0, 2.0, 8.0, 16.0]},
+        )),
+        # Llama 3.2: llama3 rope scaling with lm_head tied to the embeddings
+        "llama32-tied": (t.LlamaConfig, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                             "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+        )),
+        # Qwen3: RMSNorm on each head of q and k before RoPE, no biases
+        "qwen3": (t.Qwen3Config, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+            tie_word_embeddings=False, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        )),
+        # OLMo 2: norms after attention and FFN (no pre-norms), RMSNorm over the full q and k width
+        "olmo2": (t.Olmo2Config, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
+            tie_word_embeddings=False,
+        )),
+        # Granite: embedding, residual and attention multipliers, logits divided by logits_scaling
+        "granite": (t.GraniteConfig, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+            tie_word_embeddings=False, embedding_multiplier=6.0, residual_multiplier=0.5,
+            attention_multiplier=0.15, logits_scaling=4.0,
+        )),
+        # SmolLM3: every 4th layer has no RoPE (4 layers: layer 3 is RoPE-less)
+        "smollm3": (t.SmolLM3Config, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+            tie_word_embeddings=False, num_hidden_layers=4, no_rope_layer_interval=4,
+        )),
     }  # fmt: skip
 
 
@@ -182,7 +219,7 @@ def reference(model: torch.nn.Module, ids: list[int]) -> tuple[np.ndarray, list[
 
 
 def build(name: str, cls: type, kw: dict, tok: Tokenizer, ids: list[int], out: pathlib.Path, std: float) -> None:
-    cfg = cls(**COMMON, **kw)
+    cfg = cls(**{**COMMON, **kw})
     cfg._attn_implementation = "eager"
     for seed in range(MAX_SEEDS):
         torch.manual_seed(seed)
@@ -229,11 +266,41 @@ def build(name: str, cls: type, kw: dict, tok: Tokenizer, ids: list[int], out: p
     print(f"{name}: seed {seed}, min margin {min(margins):.4f}, max |logit| {info['max_abs_logit']:.2f}, {new}")
 
 
+# Runs llama.cpp's convert_hf_to_gguf.py on a fixture. Our tiny BPE's pre-tokenizer hash is unknown to
+# llama.cpp, so it is declared "gpt-2" (ByteLevel, as trained above); Gemma's converters want a
+# sentencepiece model (Phi-3's too) and get the BPE vocab instead. Nothing else of the converter is changed.
+_CONVERT = """
+import sys
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + "/gguf-py")
+import convert_hf_to_gguf as c
+from conversion import base
+base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
+base.TextModel._set_vocab_sentencepiece = base.TextModel._set_vocab_gpt2
+from conversion import phi
+phi.Phi3MiniModel.set_vocab = base.TextModel._set_vocab_gpt2
+sys.argv = ["convert_hf_to_gguf.py", sys.argv[2], "--outfile", sys.argv[3], "--outtype", "f32"]
+c.main()
+"""
+
+
+def convert_gguf(converter: pathlib.Path, d: pathlib.Path) -> None:
+    """NAME/gguf/model-f32.gguf from NAME/hf with llama.cpp's converter (a llama.cpp checkout's root)."""
+    import subprocess
+    import sys
+
+    out = d / "gguf" / "model-f32.gguf"
+    out.parent.mkdir(exist_ok=True)
+    subprocess.run([sys.executable, "-c", _CONVERT, str(converter), str(d / "hf"), str(out)], check=True)
+    print(f"{d.name}: {out} ({out.stat().st_size} bytes)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("tests/fixtures/models/variants"))
     ap.add_argument("--std", type=float, default=0.2)
     ap.add_argument("--only", nargs="*", help="variant names (default: all)")
+    ap.add_argument("--gguf", type=pathlib.Path, help="llama.cpp checkout: also write NAME/gguf/model-f32.gguf")
+    ap.add_argument("--gguf-only", action="store_true", help="convert the existing HF folders, build nothing")
     args = ap.parse_args()
     torch.set_num_threads(1)
     tok = train_tokenizer()
@@ -241,7 +308,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for name, (cls, kw) in variants().items():
         if not args.only or name in args.only:
-            build(name, cls, kw, tok, ids, args.out, args.std)
+            if not args.gguf_only:
+                build(name, cls, kw, tok, ids, args.out, args.std)
+            if args.gguf:
+                convert_gguf(args.gguf, args.out / name)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,11 @@ NEOX_ROPE_ARCHS = {
 
 # general.architecture -> modelc architecture name (others are kept as they are).
 _ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "bert": "bert"}
-_ACT = {"llama": "silu", "qwen2": "silu", "phi3": "silu", "gpt2": "gelu", "bert": "gelu"}
+_ACT = {
+    "llama": "silu", "qwen2": "silu", "phi3": "silu", "qwen3": "silu", "qwen3moe": "silu", "olmo2": "silu",
+    "granite": "silu", "smollm3": "silu", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
+    "gpt2": "gelu", "bert": "gelu",
+}  # fmt: skip
 
 # `{arch}.<key>` -> normalized config key.
 _HPARAMS = {
@@ -58,7 +62,24 @@ _HPARAMS = {
     "vocab_size": "vocab_size",
     "attention.causal": "causal",
     "attention.sliding_window": "sliding_window",
+    # Granite's multipliers, Gemma 2's soft-capping, long-RoPE's attention factor
+    "embedding_scale": "embedding_multiplier",
+    "residual_scale": "residual_multiplier",
+    "attention.scale": "attention_multiplier",
+    "logit_scale": "logits_scaling",
+    "attn_logit_softcapping": "attn_logit_softcapping",
+    "final_logit_softcapping": "final_logit_softcapping",
+    "rope.scaling.attn_factor": "rope_attn_factor",
+    # mixture of experts
+    "expert_count": "num_experts",
+    "expert_used_count": "num_experts_per_tok",
+    "expert_feed_forward_length": "moe_intermediate_size",
 }
+# llama.cpp's fixed per-architecture rules that no GGUF key carries:
+# (sliding-window layer pattern, RoPE-less layer interval, local RoPE base)
+_SWA_EVERY = {"gemma2": 2, "gemma3": 6}  # layer i slides unless (i + 1) % every == 0
+_NO_ROPE_EVERY = {"smollm3": 4}
+_LOCAL_ROPE_BASE = {"gemma3": 10000.0}
 
 
 def _jsonable(v: Any) -> Any:
@@ -133,6 +154,26 @@ def _scalar(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
+def _layer_rules(cfg: dict[str, Any], arch: str, tensors: dict[str, TensorData]) -> None:
+    """Per-layer switches: window pattern, RoPE-less layers, norm layout (from which norms exist), Gemma's scales."""
+    n = cfg.get("num_hidden_layers")
+    if not isinstance(n, int):
+        return
+    every = _SWA_EVERY.get(arch)
+    if every and cfg.get("sliding_window"):
+        cfg["sliding_window_layers"] = [(i + 1) % every != 0 for i in range(n)]
+    every = _NO_ROPE_EVERY.get(arch)
+    if every:
+        cfg["rope_layers"] = [(i + 1) % every != 0 for i in range(n)]
+    if arch in _LOCAL_ROPE_BASE:
+        cfg["local_rope_theta"] = _LOCAL_ROPE_BASE[arch]
+    if arch in ("gemma2", "gemma3") and cfg.get("hidden_size"):
+        cfg["embedding_multiplier"] = float(cfg["hidden_size"]) ** 0.5  # (the converter already added 1 to norms)
+    pre, post = "blk.0.attn_norm.weight" in tensors, "blk.0.post_attention_norm.weight" in tensors
+    if post:
+        cfg["norm_layout"] = "sandwich" if pre else "post"
+
+
 def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str, Any]:
     f = g.fields
     cfg: dict[str, Any] = {}
@@ -161,6 +202,9 @@ def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str,
         cfg["rope_scaling"] = scaling
     if "rope_freqs.weight" in tensors:
         cfg["rope_freqs_tensor"] = "rope_freqs.weight"  # llama3-style per-dim frequency factors
+    elif "rope_factors_short.weight" in tensors:  # long-RoPE (Phi-3.5/Phi-4): contexts <= the original
+        cfg["rope_freqs_tensor"] = "rope_factors_short.weight"
+    _layer_rules(cfg, arch, tensors)
     cfg["rope_neox"] = arch in NEOX_ROPE_ARCHS
     cfg["tie_word_embeddings"] = "output.weight" not in tensors
     cfg["attention_bias"] = "blk.0.attn_q.bias" in tensors or "blk.0.attn_qkv.bias" in tensors

@@ -15,6 +15,14 @@ ARCHITECTURES = {
     "mistral": "llama",
     "qwen2": "qwen2",
     "phi3": "phi3",
+    "qwen3": "qwen3",
+    "olmo2": "olmo2",
+    "granite": "granite",
+    "smollm3": "smollm3",
+    "gemma2": "gemma2",
+    "gemma3_text": "gemma3",
+    "mixtral": "mixtral",
+    "qwen3_moe": "qwen3moe",
     "gpt2": "gpt2",
     "bert": "bert",
     "roberta": "bert",
@@ -35,14 +43,36 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "layer_norm_eps": ("layer_norm_eps", "layer_norm_epsilon"),
     "tie_word_embeddings": ("tie_word_embeddings",),
     "attention_bias": ("attention_bias",),
-    "hidden_act": ("hidden_act", "activation_function"),
+    "hidden_act": ("hidden_activation", "hidden_act", "activation_function"),
     "partial_rotary_factor": ("partial_rotary_factor",),
     "sliding_window": ("sliding_window",),
     "type_vocab_size": ("type_vocab_size",),
     "pad_token_id": ("pad_token_id",),
     "position_embedding_type": ("position_embedding_type",),
     "model_type": ("model_type",),
+    # Granite's multipliers; Gemma 2's soft-capping
+    "embedding_multiplier": ("embedding_multiplier",),
+    "residual_multiplier": ("residual_multiplier",),
+    "attention_multiplier": ("attention_multiplier",),
+    "logits_scaling": ("logits_scaling",),
+    "attn_logit_softcapping": ("attn_logit_softcapping",),
+    "final_logit_softcapping": ("final_logit_softcapping",),
+    # mixture of experts (Mixtral, Qwen3-MoE)
+    "num_experts": ("num_local_experts", "num_experts"),
+    "num_experts_per_tok": ("num_experts_per_tok",),
+    "moe_intermediate_size": ("moe_intermediate_size",),
+    "norm_topk_prob": ("norm_topk_prob",),
 }
+# decoder families run by models.llama, and the switches each implies beyond its config.json keys
+LLAMA_FAMILY = ("llama", "qwen2", "phi3", "qwen3", "olmo2", "granite", "smollm3", "gemma2", "gemma3", "mixtral", "qwen3moe")
+_SWITCHES: dict[str, dict[str, Any]] = {
+    "olmo2": {"norm_layout": "post"},
+    "gemma2": {"norm_layout": "sandwich", "norm_offset": 1.0},
+    "gemma3": {"norm_layout": "sandwich", "norm_offset": 1.0},
+    "mixtral": {"norm_topk_prob": True},  # softmax over the top-k router logits = renormalized top-k
+}
+# families whose window is used only with use_sliding_window (their configs carry one regardless)
+_WINDOW_FLAG = ("qwen2", "qwen3", "qwen3moe", "smollm3")
 
 _DEFAULT_TIE = {"gpt2": True, "bert": True}
 
@@ -96,21 +126,62 @@ def check_config_types(out: dict[str, Any], source: str = "config.json") -> None
         raise FormatError(f"{source}: rope_scaling must be an object")
 
 
-def _qwen2_window(cfg: dict[str, Any], out: dict[str, Any]) -> None:
-    """Qwen2 slides its window only with use_sliding_window, and only on layers >= max_window_layers
-    (transformers 5 spells the layers out in layer_types). Mixed layers -> sliding_window_layers (bools)."""
+def _default_layer_types(arch: str, cfg: dict[str, Any], n: int) -> list[str]:
+    """transformers 4 configs without layer_types: each family's own rule for which layers slide."""
+    if arch == "gemma2":
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+    if arch == "gemma3":
+        every = cfg.get("sliding_window_pattern") or 6
+        return ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(n)]
+    if arch == "smollm3":  # only the RoPE-less layers slide
+        return ["sliding_attention" if not r else "full_attention" for r in _rope_layers(cfg, n)]
+    first = cfg.get("max_window_layers")
+    first = first if isinstance(first, int) and not isinstance(first, bool) else 28  # transformers' default
+    return ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+
+
+def _window(arch: str, cfg: dict[str, Any], out: dict[str, Any]) -> None:
+    """Which layers slide: layer_types (transformers 5) else the family's rule; Qwen2/Qwen3/SmolLM3 slide
+    only with use_sliding_window. Mixed layers -> sliding_window_layers (bools); Mistral slides everywhere."""
     n = out.get("num_hidden_layers")
     n = n if isinstance(n, int) else 0  # a bad type is reported by check_config_types
+    if arch not in _WINDOW_FLAG and arch not in ("gemma2", "gemma3"):
+        return
     types = cfg.get("layer_types")
     if not (isinstance(types, list) and len(types) == n):
-        first = cfg.get("max_window_layers")
-        first = first if isinstance(first, int) and not isinstance(first, bool) else 28  # transformers' default
-        types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+        types = _default_layer_types(arch, cfg, n)
     sliding = [t == "sliding_attention" for t in types]
-    if not (cfg.get("use_sliding_window") and out.get("sliding_window") and any(sliding)):
+    used = cfg.get("use_sliding_window") if arch in _WINDOW_FLAG else True
+    if not (used and out.get("sliding_window") and any(sliding)):
         out.pop("sliding_window", None)  # Qwen2 configs carry a window they do not use
     elif not all(sliding):
         out["sliding_window_layers"] = sliding
+
+
+def _rope_layers(cfg: dict[str, Any], n: int) -> list[bool]:
+    """SmolLM3: no_rope_layers (1 = rotate) else a RoPE-less layer every no_rope_layer_interval layers."""
+    given = cfg.get("no_rope_layers")
+    if isinstance(given, list) and len(given) == n:
+        return [bool(x) for x in given]
+    every = cfg.get("no_rope_layer_interval") or 4
+    return [(i + 1) % every != 0 for i in range(n)]
+
+
+def _gemma(cfg: dict[str, Any], out: dict[str, Any]) -> None:
+    """Gemma 2/3: embeddings scaled by sqrt(hidden), scores by query_pre_attn_scalar^-0.5, local RoPE base."""
+    out["embedding_multiplier"] = float(out["hidden_size"]) ** 0.5
+    qpas = cfg.get("query_pre_attn_scalar")
+    if qpas:
+        out["attention_multiplier"] = float(qpas) ** -0.5
+    out.setdefault("hidden_act", "gelu_pytorch_tanh")
+    params = cfg.get("rope_parameters")
+    if isinstance(params, dict) and isinstance(params.get("full_attention"), dict):  # transformers 5 Gemma 3
+        _rope({"rope_parameters": params["full_attention"]}, out)
+        local = params.get("sliding_attention") or {}
+        if local.get("rope_theta"):
+            out["local_rope_theta"] = float(local["rope_theta"])
+    elif cfg.get("rope_local_base_freq"):
+        out["local_rope_theta"] = float(cfg["rope_local_base_freq"])
 
 
 def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -131,15 +202,23 @@ def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
                 break
     if arch == "gpt2" and "intermediate_size" not in out and "hidden_size" in out:
         out["intermediate_size"] = 4 * out["hidden_size"]
-    if arch in ("llama", "qwen2", "phi3"):
+    if arch in LLAMA_FAMILY:
         out.setdefault("num_key_value_heads", out.get("num_attention_heads"))
         out.setdefault("rope_theta", 10000.0)
         out["rope_neox"] = True  # HF checkpoints keep Q/K unpermuted: rotate-half RoPE
         _rope(cfg, out)
+        if arch in ("gemma2", "gemma3") and "hidden_size" in out:
+            _gemma(cfg, out)
         out.setdefault("hidden_act", "silu")
+        out.update(_SWITCHES.get(arch, {}))
+        _window(arch, cfg, out)
+        if arch == "smollm3" and isinstance(out.get("num_hidden_layers"), int):
+            out["rope_layers"] = _rope_layers(cfg, out["num_hidden_layers"])
+        sc = out.get("rope_scaling")
+        if sc and sc.get("rope_type") in ("longrope", "su") and cfg.get("original_max_position_embeddings"):
+            sc.setdefault("original_max_position_embeddings", cfg["original_max_position_embeddings"])
     if arch == "qwen2":
         out.setdefault("attention_bias", True)  # Qwen2 always has q/k/v biases
-        _qwen2_window(cfg, out)
     if out.get("num_attention_heads") and out.get("hidden_size") and "head_dim" not in out:
         out["head_dim"] = out["hidden_size"] // out["num_attention_heads"]
     out.setdefault("tie_word_embeddings", _DEFAULT_TIE.get(arch, False))

@@ -20,7 +20,7 @@ from modelc.errors import UnsupportedError
 
 
 def rope_inv_freq(rotary_dim: int, theta: float, scaling: dict[str, Any] | None = None) -> np.ndarray:
-    """Inverse frequencies (rotary_dim // 2,) float64, with HF-style linear or llama3 scaling applied."""
+    """Inverse frequencies (rotary_dim // 2,) float64, with HF-style linear, llama3 or long-RoPE scaling applied."""
     half = rotary_dim // 2
     inv = 1.0 / (float(theta) ** (np.arange(0, half, dtype=np.float64) * 2.0 / rotary_dim))  # (R/2,)
     if not scaling:
@@ -31,6 +31,11 @@ def rope_inv_freq(rotary_dim: int, theta: float, scaling: dict[str, Any] | None 
     factor = float(scaling.get("factor", 1.0))
     if kind == "linear":
         return inv / factor
+    if kind in ("longrope", "su"):  # Phi-3.5/Phi-4: per-dim divisors (short factors: contexts <= the original)
+        short = np.asarray(scaling.get("short_factor") or [], np.float64)
+        if short.shape != (half,):
+            raise UnsupportedError(f"longrope short_factor must have {half} entries, got {short.shape[0]}")
+        return inv / short
     if kind == "llama3":
         low = float(scaling.get("low_freq_factor", 1.0))
         high = float(scaling.get("high_freq_factor", 4.0))

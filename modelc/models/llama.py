@@ -6,160 +6,20 @@ tensors are resolved at load; `forward` is one batched pass over a flat token li
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from modelc.cache.kv_pages import KVPages
-from modelc.errors import FormatError, UnsupportedError
+from modelc.errors import UnsupportedError
 from modelc.kernels.linear import Weight
 from modelc.kernels.rope import rope_inv_freq
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import ForwardBatch, LoraRows
+from modelc.models.llama_args import LlamaArgs
+from modelc.models.llama_layer import HF_NORMS, NAMES, PROJECTIONS, LlamaLayer, load_layer
 from modelc.models.scratch import Scratch
 from modelc.models.weights import WeightReader
-
-
-@dataclass(frozen=True, slots=True)
-class LlamaArgs:
-    vocab_size: int
-    hidden_size: int  # C
-    intermediate_size: int  # F
-    num_layers: int
-    num_heads: int  # H
-    num_kv_heads: int  # K
-    head_dim: int  # D
-    rms_norm_eps: float
-    rope_theta: float
-    rope_scaling: dict | None
-    rope_neox: bool
-    sliding_window: int
-    layer_windows: tuple[int, ...]  # per layer: sliding_window, or 0 where the layer attends to everything
-    rotary_dim: int  # R <= D: only the first R dims of each head rotate (Phi-4-mini style partial rotary)
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any], naming: str, architecture: str) -> LlamaArgs:
-        try:
-            C = int(cfg["hidden_size"])
-            H = int(cfg["num_attention_heads"])
-            D = int(cfg.get("head_dim") or C // H)
-            # GGUF: rope.dimension_count; HF: int(head_dim * partial_rotary_factor), as transformers does
-            R = int(cfg.get("rotary_dim") or D * float(cfg.get("partial_rotary_factor") or 1.0))
-            L, win = int(cfg["num_hidden_layers"]), int(cfg.get("sliding_window") or 0)
-            slides = cfg.get("sliding_window_layers") or [True] * L  # Qwen2: only some layers slide
-            if len(slides) != L:
-                raise FormatError(f"sliding_window_layers has {len(slides)} entries for {L} layers")
-            args = cls(
-                vocab_size=int(cfg["vocab_size"]),
-                hidden_size=C,
-                intermediate_size=int(cfg["intermediate_size"]),
-                num_layers=L,
-                num_heads=H,
-                num_kv_heads=int(cfg.get("num_key_value_heads") or H),
-                head_dim=D,
-                rms_norm_eps=float(cfg.get("rms_norm_eps") or 1e-6),
-                rope_theta=float(cfg.get("rope_theta") or 10000.0),
-                rope_scaling=cfg.get("rope_scaling") or None,
-                rope_neox=bool(cfg.get("rope_neox", naming == "hf" or architecture in ("qwen2", "phi3"))),
-                sliding_window=win,
-                layer_windows=tuple(win if s else 0 for s in slides),
-                rotary_dim=R,
-            )
-        except KeyError as e:
-            raise FormatError(f"model config lacks {e.args[0]}") from None
-        if args.num_heads % args.num_kv_heads:
-            raise FormatError(f"num_attention_heads {H} is not a multiple of num_key_value_heads {args.num_kv_heads}")
-        if not (0 < R <= D and R % 2 == 0):
-            raise FormatError(f"rotary dimension {R} must be even and in 1..head_dim {D}")
-        act = cfg.get("hidden_act") or "silu"
-        if act not in ("silu", "swish"):  # the MLP is SwiGLU: another activation would be silently wrong
-            raise UnsupportedError(f"hidden_act {act!r} is not supported for {architecture} (only silu)")
-        return args
-
-
-@dataclass(slots=True)
-class LlamaLayer:
-    attn_norm: np.ndarray  # (C,)
-    q: Weight  # (H*D, C)
-    k: Weight  # (K*D, C)
-    v: Weight
-    o: Weight  # (C, H*D)
-    q_bias: np.ndarray | None
-    k_bias: np.ndarray | None
-    v_bias: np.ndarray | None
-    ffn_norm: np.ndarray
-    gate: Weight  # (F, C)
-    up: Weight
-    down: Weight  # (C, F)
-    o_bias: np.ndarray | None = None  # (C,) HF llama attention_bias=True biases o_proj too
-    gate_bias: np.ndarray | None = None  # (F,) HF llama mlp_bias=True
-    up_bias: np.ndarray | None = None
-    down_bias: np.ndarray | None = None  # (C,)
-
-
-_HF = {
-    "embed": "model.embed_tokens.weight",
-    "norm": "model.norm.weight",
-    "lm_head": "lm_head.weight",
-    "attn_norm": "model.layers.{i}.input_layernorm.weight",
-    "ffn_norm": "model.layers.{i}.post_attention_layernorm.weight",
-    "q": "model.layers.{i}.self_attn.q_proj",
-    "k": "model.layers.{i}.self_attn.k_proj",
-    "v": "model.layers.{i}.self_attn.v_proj",
-    "o": "model.layers.{i}.self_attn.o_proj",
-    "qkv": "model.layers.{i}.self_attn.qkv_proj",
-    "gate": "model.layers.{i}.mlp.gate_proj",
-    "up": "model.layers.{i}.mlp.up_proj",
-    "down": "model.layers.{i}.mlp.down_proj",
-    "gate_up": "model.layers.{i}.mlp.gate_up_proj",
-}
-_GGUF = {
-    "embed": "token_embd.weight",
-    "norm": "output_norm.weight",
-    "lm_head": "output.weight",
-    "attn_norm": "blk.{i}.attn_norm.weight",
-    "ffn_norm": "blk.{i}.ffn_norm.weight",
-    "q": "blk.{i}.attn_q",
-    "k": "blk.{i}.attn_k",
-    "v": "blk.{i}.attn_v",
-    "o": "blk.{i}.attn_output",
-    "qkv": "blk.{i}.attn_qkv",
-    "gate": "blk.{i}.ffn_gate",
-    "up": "blk.{i}.ffn_up",
-    "down": "blk.{i}.ffn_down",
-    "gate_up": "blk.{i}.ffn_up",  # GGUF phi3 stores gate and up fused in ffn_up (2F rows)
-}
-NAMES = {"hf": _HF, "gguf": _GGUF}
-PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
-
-
-def _load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int) -> LlamaLayer:
-    n = {k: v.format(i=i) for k, v in names.items()}
-    C, F, qd, kd = a.hidden_size, a.intermediate_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
-    if w.has(n["q"] + ".weight"):
-        q, k, v = (w.matrix(n[p] + ".weight", r, C) for p, r in (("q", qd), ("k", kd), ("v", kd)))
-        qb, kb, vb = (w.maybe_vector(n[p] + ".bias", r) for p, r in (("q", qd), ("k", kd), ("v", kd)))
-    elif w.has(n["qkv"] + ".weight"):
-        q, k, v = w.split_matrix(n["qkv"] + ".weight", [qd, kd, kd], C)
-        qkv_b = n["qkv"] + ".bias"
-        qb, kb, vb = w.split_vector(qkv_b, [qd, kd, kd]) if w.has(qkv_b) else (None, None, None)
-    else:
-        raise FormatError(f"model {w.name} has no attention weights for layer {i} ({n['q']}.weight)")
-    if w.has(n["gate"] + ".weight"):
-        gate, up = w.matrix(n["gate"] + ".weight", F, C), w.matrix(n["up"] + ".weight", F, C)
-        gb, ub = w.maybe_vector(n["gate"] + ".bias", F), w.maybe_vector(n["up"] + ".bias", F)
-    else:
-        gate, up = w.split_matrix(n["gate_up"] + ".weight", [F, F], C)
-        gu_b = n["gate_up"] + ".bias"
-        gb, ub = w.split_vector(gu_b, [F, F]) if w.has(gu_b) else (None, None)
-    return LlamaLayer(
-        attn_norm=w.vector(n["attn_norm"], C), q=q, k=k, v=v, o=w.matrix(n["o"] + ".weight", C, qd),
-        q_bias=qb, k_bias=kb, v_bias=vb, ffn_norm=w.vector(n["ffn_norm"], C),
-        gate=gate, up=up, down=w.matrix(n["down"] + ".weight", C, F),
-        o_bias=w.maybe_vector(n["o"] + ".bias", C), gate_bias=gb, up_bias=ub,
-        down_bias=w.maybe_vector(n["down"] + ".bias", C),
-    )  # fmt: skip
 
 
 def apply_lora(out: np.ndarray, x: np.ndarray, lora: tuple[LoraRows, ...], key: tuple[int, str]) -> None:
@@ -182,18 +42,26 @@ class LlamaModel:
             raise UnsupportedError(f"unknown tensor naming {naming!r}")
         self.args = a = LlamaArgs.from_config(dict(source.config), naming, source.architecture)
         self.kernels = kernels
-        names = NAMES[naming]
+        names = {**NAMES[naming], **(HF_NORMS[a.norm_layout] if naming == "hf" else {})}
         w = WeightReader(source, kernels)
         self.embed = w.tensor(names["embed"])  # (V, C) stored dtype, rows looked up per forward
-        self.layers = [_load_layer(w, names, a, i) for i in range(a.num_layers)]
-        self.norm = w.vector(names["norm"], a.hidden_size)
+        self.layers = [load_layer(w, names, a, i) for i in range(a.num_layers)]
+        self.norm = w.vector(names["norm"], a.hidden_size) + np.float32(a.norm_offset)
         lm = names["lm_head"] if w.has(names["lm_head"]) else names["embed"]
         self.lm_head = w.matrix(lm, a.vocab_size, a.hidden_size)
         inv = rope_inv_freq(a.rotary_dim, a.rope_theta, a.rope_scaling)  # (R/2,)
         freqs = source.config.get("rope_freqs_tensor")
-        if freqs:  # llama3 GGUF: per-dim frequency divisors
+        if freqs:  # llama3 / long-RoPE GGUF: per-dim frequency divisors
             inv = inv / w.vector(freqs, a.rotary_dim // 2).astype(np.float64)
         self.inv_freq = np.ascontiguousarray(inv)  # (R/2,) float64
+        local = self.inv_freq
+        if a.local_rope_theta:  # Gemma 3: sliding-window layers rotate with their own base, unscaled
+            local = np.ascontiguousarray(rope_inv_freq(a.rotary_dim, a.local_rope_theta))
+        rope_on = a.rope_layers or (True,) * a.num_layers
+        # per layer: the frequencies it rotates q and k with, or None (SmolLM3's RoPE-less layers)
+        self.layer_inv_freq = [
+            (local if a.layer_windows[i] else self.inv_freq) if rope_on[i] else None for i in range(a.num_layers)
+        ]
         qd, kd = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
         self.scratch = Scratch(
             {
@@ -238,22 +106,22 @@ class LlamaModel:
         output="hidden": (T, C) final hidden states after the last norm.
         """
         a, K, sc = self.args, self.kernels, self.scratch
-        T, lora = batch.num_tokens, batch.lora
+        T, lora, eps = batch.num_tokens, batch.lora, a.rms_norm_eps
         sc.reserve(T)
         x, h, o = sc.get("x", T), sc.get("h", T), sc.get("o", T)  # (T, C)
         q, k, v, attn = sc.get("q", T), sc.get("k", T), sc.get("v", T), sc.get("attn", T)
-        gate, up, act = sc.get("gate", T), sc.get("up", T), sc.get("act", T)  # (T, F)
         q3 = q.reshape(T, a.num_heads, a.head_dim)  # (T, H, D)
         k3 = k.reshape(T, a.num_kv_heads, a.head_dim)  # (T, K, D)
         v3 = v.reshape(T, a.num_kv_heads, a.head_dim)
         attn3 = attn.reshape(T, a.num_heads, a.head_dim)
         x[...] = K.dequantize_rows(self.embed, batch.token_ids)  # (T, C)
-        scale = 1.0 / float(np.sqrt(a.head_dim))
+        if a.embed_scale != 1.0:
+            x *= np.float32(a.embed_scale)
         for i, L in enumerate(self.layers):
             if i == 0:
-                K.rms_norm(h, x, L.attn_norm, a.rms_norm_eps)
+                self._norm_or_copy(h, x, L.attn_norm)
             else:
-                K.add_rms_norm(h, x, o, L.attn_norm, a.rms_norm_eps)  # x += previous FFN output
+                self._residual(h, x, o, L.attn_norm)  # x += previous FFN output
             self._lin(q, h, L.q, lora, (i, "q"))
             self._lin(k, h, L.k, lora, (i, "k"))
             self._lin(v, h, L.v, lora, (i, "v"))
@@ -261,29 +129,85 @@ class LlamaModel:
                 q += L.q_bias
                 k += L.k_bias
                 v += L.v_bias
-            K.rope(q3, batch.positions, self.inv_freq, a.rope_neox)
-            K.rope(k3, batch.positions, self.inv_freq, a.rope_neox)
+            if L.q_norm is not None:  # per head (D,) or full width (H*D,): the same rows either way
+                K.rms_norm(q.reshape(-1, L.q_norm.shape[0]), q.reshape(-1, L.q_norm.shape[0]), L.q_norm, eps)
+                K.rms_norm(k.reshape(-1, L.k_norm.shape[0]), k.reshape(-1, L.k_norm.shape[0]), L.k_norm, eps)
+            inv = self.layer_inv_freq[i]
+            if inv is not None:
+                K.rope(q3, batch.positions, inv, a.rope_neox)
+                K.rope(k3, batch.positions, inv, a.rope_neox)
+                if a.rope_attn_factor != 1.0:  # long-RoPE scales cos and sin: the rotated dims only
+                    q3[:, :, : a.rotary_dim] *= np.float32(a.rope_attn_factor)
+                    k3[:, :, : a.rotary_dim] *= np.float32(a.rope_attn_factor)
             kp, vp = kv.layer(i)
             K.kv_write(kp, vp, k3, v3, batch.slots)
-            K.paged_attention(
-                attn3, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, scale, a.layer_windows[i]
-            )
+            self._attention(attn3, q3, kp, vp, batch, a.layer_windows[i])
             self._lin(o, attn, L.o, lora, (i, "o"))
             if L.o_bias is not None:
                 o += L.o_bias
-            K.add_rms_norm(h, x, o, L.ffn_norm, a.rms_norm_eps)  # x += attention output
-            self._lin(gate, h, L.gate, lora, (i, "gate"))
-            self._lin(up, h, L.up, lora, (i, "up"))
-            if L.gate_bias is not None:
-                gate += L.gate_bias
-            if L.up_bias is not None:
-                up += L.up_bias
-            K.silu_mul(act, gate, up)  # not in place: aliased operands defeat vectorization
-            self._lin(o, act, L.down, lora, (i, "down"))
-            if L.down_bias is not None:
-                o += L.down_bias
+            self._post(o, L.post_attn_norm)
+            self._residual(h, x, o, L.ffn_norm)  # x += attention output
+            if L.moe is not None:
+                L.moe.forward(o, h, K)  # type: ignore[attr-defined]
+            else:
+                self._mlp(o, h, L, lora, i)
+            self._post(o, L.post_ffn_norm)
         x += o
         return self._head(x, batch, output)
+
+    def _attention(self, out, q3, kp, vp, batch: ForwardBatch, window: int) -> None:
+        a = self.args
+        if a.attn_softcap:
+            from modelc.kernels.attention_ext import paged_attention_ext
+
+            paged_attention_ext(
+                out, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, a.scale, window,
+                a.attn_softcap, self.kernels.name == "ref",
+            )  # fmt: skip
+            return
+        self.kernels.paged_attention(
+            out, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, a.scale, window
+        )
+
+    def _mlp(self, o: np.ndarray, h: np.ndarray, L: LlamaLayer, lora: tuple[LoraRows, ...], i: int) -> None:
+        """o = down(act(gate(h)) * up(h)) with the layer's biases."""
+        T, sc, K = h.shape[0], self.scratch, self.kernels
+        gate, up, act = sc.get("gate", T), sc.get("up", T), sc.get("act", T)  # (T, F)
+        self._lin(gate, h, L.gate, lora, (i, "gate"))
+        self._lin(up, h, L.up, lora, (i, "up"))
+        if L.gate_bias is not None:
+            gate += L.gate_bias
+        if L.up_bias is not None:
+            up += L.up_bias
+        if self.args.activation == "silu":
+            K.silu_mul(act, gate, up)  # not in place: aliased operands defeat vectorization
+        else:
+            K.gelu(act, gate)
+            act *= up
+        self._lin(o, act, L.down, lora, (i, "down"))
+        if L.down_bias is not None:
+            o += L.down_bias
+
+    def _norm_or_copy(self, h: np.ndarray, x: np.ndarray, w: np.ndarray | None) -> None:
+        if w is None:
+            h[...] = x
+        else:
+            self.kernels.rms_norm(h, x, w, self.args.rms_norm_eps)
+
+    def _residual(self, h: np.ndarray, x: np.ndarray, o: np.ndarray, w: np.ndarray | None) -> None:
+        """x += o, then h = norm(x) (or a copy of x where the block has no pre-norm)."""
+        if w is None:
+            x += o
+            h[...] = x
+        else:
+            self.kernels.add_rms_norm(h, x, o, w, self.args.rms_norm_eps)
+
+    def _post(self, o: np.ndarray, w: np.ndarray | None) -> None:
+        """The branch output before its residual add: post-norm (OLMo 2, Gemma), residual multiplier (Granite)."""
+        if w is not None:
+            self.kernels.rms_norm(o, o, w, self.args.rms_norm_eps)
+        if self.args.residual_scale != 1.0:
+            o *= np.float32(self.args.residual_scale)
 
     def _head(self, x: np.ndarray, batch: ForwardBatch, output: str) -> np.ndarray:
         a, K = self.args, self.kernels
@@ -296,4 +220,9 @@ class LlamaModel:
         K.rms_norm(hn, rows, self.norm, a.rms_norm_eps)
         logits = np.empty((rows.shape[0], a.vocab_size), np.float32)  # (R, V)
         K.matmul(logits, hn, self.lm_head)
+        if a.logit_scale != 1.0:
+            logits *= np.float32(a.logit_scale)
+        if a.final_softcap:
+            np.tanh(logits / np.float32(a.final_softcap), out=logits)
+            logits *= np.float32(a.final_softcap)
         return logits

@@ -1,0 +1,132 @@
+"""LlamaArgs: the llama family's hyper-parameters and switches, read once from the normalized config.
+
+Families that differ from LLaMA by a switch (Qwen3's per-head q/k norm, OLMo 2's post-norms,
+Granite's multipliers, SmolLM3's RoPE-less layers, Gemma's sandwich norms and soft-capping,
+Phi-3's long-RoPE factors) set these fields; `forward` never asks which family it runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from modelc.errors import FormatError, UnsupportedError
+
+# MLP activations: SwiGLU (silu) or GeGLU with the tanh GELU (Gemma's gelu_pytorch_tanh)
+ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_tanh": "gelu_tanh"}
+NORM_LAYOUTS = ("pre", "post", "sandwich")
+
+
+def _per_layer(cfg: dict[str, Any], key: str, n: int, default: Any) -> list:
+    v = cfg.get(key)
+    if v is None:
+        return [default] * n
+    if not isinstance(v, list) or len(v) != n:
+        raise FormatError(f"{key} must list one entry per layer ({n})")
+    return list(v)
+
+
+def longrope_attention_factor(scaling: dict[str, Any] | None, max_pos: int | None) -> float:
+    """The cos/sin multiplier of long-RoPE (Phi-3.5/Phi-4): attention_factor, else sqrt(1 + ln s / ln orig)."""
+    if not scaling or scaling.get("rope_type", scaling.get("type")) not in ("longrope", "su"):
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    orig = float(scaling.get("original_max_position_embeddings") or max_pos or 1)
+    factor = scaling.get("factor") or ((max_pos or orig) / orig)
+    return math.sqrt(1.0 + math.log(factor) / math.log(orig)) if factor > 1.0 else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaArgs:
+    vocab_size: int
+    hidden_size: int  # C
+    intermediate_size: int  # F
+    num_layers: int
+    num_heads: int  # H
+    num_kv_heads: int  # K
+    head_dim: int  # D
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict | None
+    rope_neox: bool
+    sliding_window: int
+    layer_windows: tuple[int, ...]  # per layer: sliding_window, or 0 where the layer attends to everything
+    rotary_dim: int  # R <= D: only the first R dims of each head rotate (Phi-4-mini style partial rotary)
+    rope_layers: tuple[bool, ...] = ()  # per layer: False where the layer applies no RoPE (SmolLM3)
+    local_rope_theta: float = 0.0  # RoPE base of the sliding-window layers when it differs (Gemma 3)
+    rope_attn_factor: float = 1.0  # multiplies the rotated dims of q and k (long-RoPE)
+    norm_layout: str = "pre"  # pre: x + f(norm(x)); post: x + norm(f(x)) (OLMo 2); sandwich: both (Gemma 2/3)
+    norm_offset: float = 0.0  # Gemma's RMSNorm scales by (1 + w)
+    activation: str = "silu"
+    embed_scale: float = 1.0  # Granite embedding_multiplier, Gemma sqrt(hidden)
+    residual_scale: float = 1.0  # Granite residual_multiplier
+    attn_scale: float = 0.0  # score scale; 0 = 1/sqrt(head_dim)
+    logit_scale: float = 1.0  # logits multiplied by this (Granite: 1 / logits_scaling)
+    final_softcap: float = 0.0  # Gemma 2: logits = cap * tanh(logits / cap)
+    attn_softcap: float = 0.0  # Gemma 2: scores = cap * tanh(scores / cap)
+
+    @classmethod
+    def from_config(cls, cfg: dict[str, Any], naming: str, architecture: str) -> LlamaArgs:
+        try:
+            C = int(cfg["hidden_size"])
+            H = int(cfg["num_attention_heads"])
+            D = int(cfg.get("head_dim") or C // H)
+            # GGUF: rope.dimension_count; HF: int(head_dim * partial_rotary_factor), as transformers does
+            R = int(cfg.get("rotary_dim") or D * float(cfg.get("partial_rotary_factor") or 1.0))
+            L, win = int(cfg["num_hidden_layers"]), int(cfg.get("sliding_window") or 0)
+            slides = _per_layer(cfg, "sliding_window_layers", L, True)  # Qwen2/Gemma: only some layers slide
+            scaling = cfg.get("rope_scaling") or None
+            logits_div = float(cfg.get("logits_scaling") or 1.0)
+            args = cls(
+                vocab_size=int(cfg["vocab_size"]),
+                hidden_size=C,
+                intermediate_size=int(cfg["intermediate_size"]),
+                num_layers=L,
+                num_heads=H,
+                num_kv_heads=int(cfg.get("num_key_value_heads") or H),
+                head_dim=D,
+                rms_norm_eps=float(cfg.get("rms_norm_eps") or 1e-6),
+                rope_theta=float(cfg.get("rope_theta") or 10000.0),
+                rope_scaling=scaling,
+                rope_neox=bool(cfg.get("rope_neox", naming == "hf" or architecture in ("qwen2", "phi3"))),
+                sliding_window=win,
+                layer_windows=tuple(win if s else 0 for s in slides),
+                rotary_dim=R,
+                rope_layers=tuple(bool(x) for x in _per_layer(cfg, "rope_layers", L, True)),
+                local_rope_theta=float(cfg.get("local_rope_theta") or 0.0),
+                rope_attn_factor=float(
+                    cfg.get("rope_attn_factor")
+                    or longrope_attention_factor(scaling, cfg.get("max_position_embeddings"))
+                ),
+                norm_layout=str(cfg.get("norm_layout") or "pre"),
+                norm_offset=float(cfg.get("norm_offset") or 0.0),
+                activation=ACTIVATIONS.get(str(cfg.get("hidden_act") or "silu"), ""),
+                embed_scale=float(cfg.get("embedding_multiplier") or 1.0),
+                residual_scale=float(cfg.get("residual_multiplier") or 1.0),
+                attn_scale=float(cfg.get("attention_multiplier") or 0.0),
+                logit_scale=1.0 / logits_div,
+                final_softcap=float(cfg.get("final_logit_softcapping") or 0.0),
+                attn_softcap=float(cfg.get("attn_logit_softcapping") or 0.0),
+            )
+        except KeyError as e:
+            raise FormatError(f"model config lacks {e.args[0]}") from None
+        except (TypeError, ValueError) as e:
+            raise FormatError(f"bad model config value: {e}") from None
+        if args.num_heads % args.num_kv_heads:
+            raise FormatError(f"num_attention_heads {H} is not a multiple of num_key_value_heads {args.num_kv_heads}")
+        if not (0 < R <= D and R % 2 == 0):
+            raise FormatError(f"rotary dimension {R} must be even and in 1..head_dim {D}")
+        if not args.activation:  # another activation would be silently wrong
+            act = cfg.get("hidden_act")
+            raise UnsupportedError(f"hidden_act {act!r} is not supported for {architecture} (only silu)")
+        if args.norm_layout not in NORM_LAYOUTS:
+            raise FormatError(f"norm_layout {args.norm_layout!r} is not one of {NORM_LAYOUTS}")
+        if logits_div <= 0 or args.attn_scale < 0:
+            raise FormatError("logits_scaling and attention_multiplier must be positive")
+        return args
+
+    @property
+    def scale(self) -> float:
+        return self.attn_scale or 1.0 / math.sqrt(self.head_dim)

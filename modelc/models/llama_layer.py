@@ -1,0 +1,140 @@
+"""LlamaLayer: one decoder block's weights, and how they are named (HF by norm layout, GGUF) and loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from modelc.errors import FormatError
+from modelc.kernels.linear import Weight
+from modelc.models.llama_args import LlamaArgs
+from modelc.models.weights import WeightReader
+
+
+@dataclass(slots=True)
+class LlamaLayer:
+    attn_norm: np.ndarray | None  # (C,) pre-attention norm (None: OLMo 2 has only post-norms)
+    q: Weight  # (H*D, C)
+    k: Weight  # (K*D, C)
+    v: Weight
+    o: Weight  # (C, H*D)
+    q_bias: np.ndarray | None
+    k_bias: np.ndarray | None
+    v_bias: np.ndarray | None
+    ffn_norm: np.ndarray | None  # (C,) pre-FFN norm
+    gate: Weight  # (F, C)
+    up: Weight
+    down: Weight  # (C, F)
+    o_bias: np.ndarray | None = None  # (C,) HF llama attention_bias=True biases o_proj too
+    gate_bias: np.ndarray | None = None  # (F,) HF llama mlp_bias=True
+    up_bias: np.ndarray | None = None
+    down_bias: np.ndarray | None = None  # (C,)
+    q_norm: np.ndarray | None = None  # (D,) per head (Qwen3, Gemma 3) or (H*D,) full width (OLMo 2)
+    k_norm: np.ndarray | None = None
+    post_attn_norm: np.ndarray | None = None  # (C,) on the attention output before the residual add
+    post_ffn_norm: np.ndarray | None = None  # (C,) on the FFN output before the residual add
+    moe: object | None = None  # a models.moe.MoeFFN instead of gate/up/down (Mixtral, Qwen3-MoE)
+
+
+_HF: dict[str, str | None] = {
+    "embed": "model.embed_tokens.weight",
+    "norm": "model.norm.weight",
+    "lm_head": "lm_head.weight",
+    "attn_norm": "model.layers.{i}.input_layernorm.weight",
+    "ffn_norm": "model.layers.{i}.post_attention_layernorm.weight",
+    "post_attn_norm": None,  # see HF_NORMS
+    "post_ffn_norm": "model.layers.{i}.post_feedforward_layernorm.weight",
+    "q_norm": "model.layers.{i}.self_attn.q_norm.weight",
+    "k_norm": "model.layers.{i}.self_attn.k_norm.weight",
+    "q": "model.layers.{i}.self_attn.q_proj",
+    "k": "model.layers.{i}.self_attn.k_proj",
+    "v": "model.layers.{i}.self_attn.v_proj",
+    "o": "model.layers.{i}.self_attn.o_proj",
+    "qkv": "model.layers.{i}.self_attn.qkv_proj",
+    "gate": "model.layers.{i}.mlp.gate_proj",
+    "up": "model.layers.{i}.mlp.up_proj",
+    "down": "model.layers.{i}.mlp.down_proj",
+    "gate_up": "model.layers.{i}.mlp.gate_up_proj",
+}
+_GGUF: dict[str, str | None] = {
+    "embed": "token_embd.weight",
+    "norm": "output_norm.weight",
+    "lm_head": "output.weight",
+    "attn_norm": "blk.{i}.attn_norm.weight",
+    "ffn_norm": "blk.{i}.ffn_norm.weight",
+    "post_attn_norm": "blk.{i}.post_attention_norm.weight",
+    "post_ffn_norm": "blk.{i}.post_ffw_norm.weight",
+    "q_norm": "blk.{i}.attn_q_norm.weight",
+    "k_norm": "blk.{i}.attn_k_norm.weight",
+    "q": "blk.{i}.attn_q",
+    "k": "blk.{i}.attn_k",
+    "v": "blk.{i}.attn_v",
+    "o": "blk.{i}.attn_output",
+    "qkv": "blk.{i}.attn_qkv",
+    "gate": "blk.{i}.ffn_gate",
+    "up": "blk.{i}.ffn_up",
+    "down": "blk.{i}.ffn_down",
+    "gate_up": "blk.{i}.ffn_up",  # GGUF phi3 stores gate and up fused in ffn_up (2F rows)
+}
+NAMES = {"hf": _HF, "gguf": _GGUF}
+# HF spells the norms by position in the block, and "post_attention_layernorm" means the pre-FFN
+# norm in LLaMA but the norm on the attention output in OLMo 2 and Gemma. GGUF names are uniform.
+HF_NORMS = {
+    "pre": {},
+    "post": {"attn_norm": None, "ffn_norm": None, "post_attn_norm": "model.layers.{i}.post_attention_layernorm.weight"},
+    "sandwich": {
+        "post_attn_norm": "model.layers.{i}.post_attention_layernorm.weight",
+        "ffn_norm": "model.layers.{i}.pre_feedforward_layernorm.weight",
+    },
+}
+REQUIRED_NORMS = {
+    "pre": ("attn_norm", "ffn_norm"),
+    "post": ("post_attn_norm", "post_ffn_norm"),
+    "sandwich": ("attn_norm", "ffn_norm", "post_attn_norm", "post_ffn_norm"),
+}
+PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int) -> LlamaLayer:
+    n = {k: v.format(i=i) if v else "" for k, v in names.items()}
+    C, F, qd, kd = a.hidden_size, a.intermediate_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+    if w.has(n["q"] + ".weight"):
+        q, k, v = (w.matrix(n[p] + ".weight", r, C) for p, r in (("q", qd), ("k", kd), ("v", kd)))
+        qb, kb, vb = (w.maybe_vector(n[p] + ".bias", r) for p, r in (("q", qd), ("k", kd), ("v", kd)))
+    elif w.has(n["qkv"] + ".weight"):
+        q, k, v = w.split_matrix(n["qkv"] + ".weight", [qd, kd, kd], C)
+        qkv_b = n["qkv"] + ".bias"
+        qb, kb, vb = w.split_vector(qkv_b, [qd, kd, kd]) if w.has(qkv_b) else (None, None, None)
+    else:
+        raise FormatError(f"model {w.name} has no attention weights for layer {i} ({n['q']}.weight)")
+    if w.has(n["gate"] + ".weight"):
+        gate, up = w.matrix(n["gate"] + ".weight", F, C), w.matrix(n["up"] + ".weight", F, C)
+        gb, ub = w.maybe_vector(n["gate"] + ".bias", F), w.maybe_vector(n["up"] + ".bias", F)
+    else:
+        gate, up = w.split_matrix(n["gate_up"] + ".weight", [F, F], C)
+        gu_b = n["gate_up"] + ".bias"
+        gb, ub = w.split_vector(gu_b, [F, F]) if w.has(gu_b) else (None, None)
+    D, off = a.head_dim, a.norm_offset
+    qn, kn = w.maybe_vector(n["q_norm"]), w.maybe_vector(n["k_norm"])
+    if qn is not None and (qn.shape[0] not in (D, qd) or kn is None or kn.shape[0] not in (D, kd)):
+        raise FormatError(f"model {w.name}: q/k norm of layer {i} fits neither head_dim {D} nor the projections")
+
+    def norm(key: str) -> np.ndarray | None:
+        if key in REQUIRED_NORMS[a.norm_layout]:
+            v = w.vector(n[key], C)
+        else:
+            v = w.maybe_vector(n[key], C) if n[key] else None
+        return v + np.float32(off) if v is not None and off else v
+
+    def head_norm(v: np.ndarray | None) -> np.ndarray | None:
+        return v + np.float32(off) if v is not None and off else v
+
+    return LlamaLayer(
+        attn_norm=norm("attn_norm"), q=q, k=k, v=v, o=w.matrix(n["o"] + ".weight", C, qd),
+        q_bias=qb, k_bias=kb, v_bias=vb, ffn_norm=norm("ffn_norm"),
+        gate=gate, up=up, down=w.matrix(n["down"] + ".weight", C, F),
+        o_bias=w.maybe_vector(n["o"] + ".bias", C), gate_bias=gb, up_bias=ub,
+        down_bias=w.maybe_vector(n["down"] + ".bias", C), q_norm=head_norm(qn), k_norm=head_norm(kn),
+        post_attn_norm=norm("post_attn_norm"), post_ffn_norm=norm("post_ffn_norm"),
+    )  # fmt: skip

@@ -68,7 +68,7 @@ def load_func(spec: str):
 def make_calls(ws: list, variants: dict, rng: np.random.Generator) -> dict:
     """name -> a no-argument function that runs the variant once over every weight."""
     from modelc.ir import DataType
-    from modelc.kernels import gemm_float, gemm_fused, gemm_fused_k, linear, quant
+    from modelc.kernels import gemm_float, gemm_fused, gemm_fused_iq, gemm_fused_k, linear, quant
 
     xs = {}
     for w in ws:
@@ -103,17 +103,23 @@ def make_calls(ws: list, variants: dict, rng: np.random.Generator) -> dict:
             calls[name] = linear_call
         elif spec == "kernel":
             floaty = any(w.dtype in floats for w in ws)
-            calls[name] = kernel_call(gemm_float.hmatmul if floaty else _t1_kernel(gemm_fused, gemm_fused_k))
+            calls[name] = kernel_call(gemm_float.hmatmul if floaty else _t1_kernel(gemm_fused, gemm_fused_k, gemm_fused_iq))
         else:
             calls[name] = kernel_call(load_func(spec))
     return calls
 
 
-def _t1_kernel(gemm_fused, gemm_fused_k):
-    """linear's T=1 choice for quantized weights: qmatvec_k for the K-quants, qmatvec for Q4_0/Q8_0."""
+def _t1_kernel(gemm_fused, gemm_fused_k, gemm_fused_iq):
+    """linear's T=1 choice for quantized weights: qmatvec_k for the K-quants, qmatvec_iq for
+    IQ4_NL/IQ4_XS/MXFP4, qmatvec for Q4_0/Q8_0."""
 
     def call(out, xq, xd, xs, w, kind):
-        (gemm_fused_k.qmatvec_k if kind in gemm_fused_k.KINDS else gemm_fused.qmatvec)(out, xq, xd, xs, w, kind)
+        if kind in gemm_fused_k.KINDS:
+            gemm_fused_k.qmatvec_k(out, xq, xd, xs, w, kind)
+        elif kind in gemm_fused_iq.KINDS:
+            gemm_fused_iq.qmatvec_iq(out, xq, xd, xs, w, kind)
+        else:
+            gemm_fused.qmatvec(out, xq, xd, xs, w, kind)
 
     return call
 

@@ -7,7 +7,9 @@ metadata, and the SentencePiece tokenizer (tokenizer.ggml.* keys) copied from
 the tiny-llama fixture. Weights are seeded random blocks with sane fp16 scales
 (modelc.kernels.gemm_random), so speed is real and text is gibberish.
 Type mixes follow llama.cpp: Q4_0 keeps output.weight in Q6_K; Q4_K_M uses
-Q6_K for output.weight and for attn_v / ffn_down in its "more bits" layers.
+Q6_K for output.weight and for attn_v / ffn_down in its "more bits" layers; IQ4_XS
+keeps output.weight in Q6_K and every other matrix in IQ4_XS (llama.cpp's mix
+bumps a few attn_v to other types at some shapes; not modelled).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ TOKENIZER_GGUF = ROOT.parent / "shared" / "fixtures" / "models" / "tiny-llama" /
 
 LAYERS, HIDDEN, FFN, HEADS, KV_HEADS, VOCAB, CTX = 22, 2048, 5632, 32, 4, 32000, 2048
 HEAD_DIM = HIDDEN // HEADS
-FILE_TYPE = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15}  # llama_ftype
+FILE_TYPE = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15, "IQ4_XS": 30}  # llama_ftype
 
 
 def _more_bits(layer: int) -> bool:
@@ -39,8 +41,9 @@ def _more_bits(layer: int) -> bool:
 
 def plan(mix: str) -> list[tuple[str, tuple[int, ...], DataType]]:
     """(name, row-major shape, dtype) for every tensor, in file order."""
-    base = {"F16": DataType.F16, "Q4_0": DataType.Q4_0, "Q8_0": DataType.Q8_0, "Q4_K_M": DataType.Q4_K}[mix]
-    out_t = {"F16": DataType.F16, "Q4_0": DataType.Q6_K, "Q8_0": DataType.Q8_0, "Q4_K_M": DataType.Q6_K}[mix]
+    base = {"F16": DataType.F16, "Q4_0": DataType.Q4_0, "Q8_0": DataType.Q8_0, "Q4_K_M": DataType.Q4_K}.get(mix)
+    base = base or DataType[mix]
+    out_t = {"F16": DataType.F16, "Q8_0": DataType.Q8_0}.get(mix, DataType.Q6_K)
     kv = KV_HEADS * HEAD_DIM
     ts: list[tuple[str, tuple[int, ...], DataType]] = [("token_embd.weight", (VOCAB, HIDDEN), base)]
     for i in range(LAYERS):

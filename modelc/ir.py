@@ -41,6 +41,18 @@ class DataType(enum.Enum):
     Q5_K = "Q5_K"
     Q6_K = "Q6_K"
     Q8_K = "Q8_K"
+    IQ4_NL = "IQ4_NL"
+    IQ4_XS = "IQ4_XS"
+    IQ3_S = "IQ3_S"
+    IQ3_XXS = "IQ3_XXS"
+    IQ2_XXS = "IQ2_XXS"
+    IQ2_XS = "IQ2_XS"
+    IQ2_S = "IQ2_S"
+    IQ1_S = "IQ1_S"
+    IQ1_M = "IQ1_M"
+    TQ1_0 = "TQ1_0"
+    TQ2_0 = "TQ2_0"
+    MXFP4 = "MXFP4"
 
     @property
     def block_size(self) -> int:
@@ -125,6 +137,18 @@ _LAYOUT: dict[DataType, tuple[int, int]] = {
     DataType.Q5_K: (256, 176),
     DataType.Q6_K: (256, 210),
     DataType.Q8_K: (256, 292),
+    DataType.IQ4_NL: (32, 18),
+    DataType.IQ4_XS: (256, 136),
+    DataType.IQ3_S: (256, 110),
+    DataType.IQ3_XXS: (256, 98),
+    DataType.IQ2_XXS: (256, 66),
+    DataType.IQ2_XS: (256, 74),
+    DataType.IQ2_S: (256, 82),
+    DataType.IQ1_S: (256, 50),
+    DataType.IQ1_M: (256, 56),
+    DataType.TQ1_0: (256, 54),
+    DataType.TQ2_0: (256, 66),
+    DataType.MXFP4: (32, 17),
 }
 
 _NUMPY: dict[DataType, np.dtype] = {
@@ -154,6 +178,18 @@ _GGML_ID: dict[DataType, int] = {
     DataType.Q5_K: 13,
     DataType.Q6_K: 14,
     DataType.Q8_K: 15,
+    DataType.IQ2_XXS: 16,
+    DataType.IQ2_XS: 17,
+    DataType.IQ3_XXS: 18,
+    DataType.IQ1_S: 19,
+    DataType.IQ4_NL: 20,
+    DataType.IQ3_S: 21,
+    DataType.IQ2_S: 22,
+    DataType.IQ4_XS: 23,
+    DataType.IQ1_M: 29,
+    DataType.TQ1_0: 34,
+    DataType.TQ2_0: 35,
+    DataType.MXFP4: 39,
     DataType.I8: 24,
     DataType.I16: 25,
     DataType.I32: 26,
@@ -162,11 +198,7 @@ _GGML_ID: dict[DataType, int] = {
     DataType.BF16: 30,
 }
 
-_GGML_NAMES = {
-    9: "Q8_1", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S", 20: "IQ4_NL",
-    21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0",
-    39: "MXFP4",
-}
+_GGML_NAMES = {9: "Q8_1", 40: "NVFP4", 41: "Q1_0"}
 
 SCALE_SUFFIX = "@scale"
 """int8/int4 pack-time quantization stores tensor X's per-output-channel F32 scales as X@scale."""

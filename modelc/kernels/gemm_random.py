@@ -22,7 +22,20 @@ _F16_FIELDS: dict[DataType, tuple[int, ...]] = {
     DataType.Q4_K: (0, 2),
     DataType.Q5_K: (0, 2),
     DataType.Q6_K: (208,),
+    DataType.IQ4_NL: (0,),
+    DataType.IQ4_XS: (0,),
+    DataType.TQ1_0: (52,),
+    DataType.TQ2_0: (64,),
+    DataType.IQ2_XXS: (0,),
+    DataType.IQ2_XS: (0,),
+    DataType.IQ2_S: (0,),
+    DataType.IQ3_XXS: (0,),
+    DataType.IQ3_S: (0,),
+    DataType.IQ1_S: (0,),
 }
+
+# Divisors that keep d * (largest code) O(scale) where codes are large (default: 8 / 256 by block size).
+_DIV = {DataType.IQ4_NL: 128.0, DataType.IQ4_XS: 4096.0, DataType.TQ1_0: 1.0, DataType.TQ2_0: 1.0}
 
 
 def random_tensor(
@@ -43,9 +56,18 @@ def random_tensor(
     if dtype is DataType.Q8_K:
         d = (rng.random(raw.shape[0]) * scale / 64).astype("<f4")
         raw[:, 0:4] = d.view(np.uint8).reshape(-1, 4)
+    elif dtype is DataType.MXFP4:  # e8m0 exponent: 2^(e - 128) times codes up to 12
+        raw[:, 0] = rng.integers(110, 118, raw.shape[0], dtype=np.uint8)
+    elif dtype is DataType.IQ1_M:  # fp16 d lives in the top nibbles of the four scale words
+        d = (rng.random(raw.shape[0]) * scale / 16 + scale / 128).astype("<f2").view("<u2")
+        for k in range(4):
+            off = 48 + 2 * k
+            word = raw[:, off : off + 2].copy().view("<u2")[:, 0]
+            word = (word & 0x0FFF) | (((d >> (4 * k)) & 15) << 12).astype(np.uint16)
+            raw[:, off : off + 2] = word.astype("<u2").view(np.uint8).reshape(-1, 2)
     else:
         # K-quant super-block scales multiply 4..6-bit sub-scales: keep the product O(scale).
-        div = 8.0 if dtype.block_size == 32 else 256.0
+        div = _DIV.get(dtype, 8.0 if dtype.block_size == 32 else 256.0)
         for off in _F16_FIELDS[dtype]:
             d = (rng.random(raw.shape[0]) * scale / div + scale / (8 * div)).astype("<f2")
             raw[:, off : off + 2] = d.view(np.uint8).reshape(-1, 2)

@@ -32,6 +32,18 @@ MATMUL_TYPES = frozenset(
         DataType.Q5_K,
         DataType.Q6_K,
         DataType.Q8_K,
+        DataType.IQ4_NL,
+        DataType.IQ4_XS,
+        DataType.IQ3_S,
+        DataType.IQ3_XXS,
+        DataType.IQ2_XXS,
+        DataType.IQ2_XS,
+        DataType.IQ2_S,
+        DataType.IQ1_S,
+        DataType.IQ1_M,
+        DataType.TQ1_0,
+        DataType.TQ2_0,
+        DataType.MXFP4,
     }
 )
 SCALED_TYPES = frozenset({DataType.I8, DataType.I4})

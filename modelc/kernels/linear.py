@@ -26,6 +26,7 @@ from modelc.kernels import (
     gemm_blas,
     gemm_float,
     gemm_fused,
+    gemm_fused_iq,
     gemm_fused_k,
     gemm_int,
     gemm_tile,
@@ -176,6 +177,8 @@ def _small_t(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     kind = quant.KIND[w.dtype]
     if t == 1 and kind in gemm_fused_k.KINDS:
         gemm_fused_k.qmatvec_k(out, xq, xd, xs, w.blocks, kind)
+    elif t == 1 and kind in gemm_fused_iq.KINDS:
+        gemm_fused_iq.qmatvec_iq(out, xq, xd, xs, w.blocks, kind)
     elif t == 1 and kind in gemm_fused.FUSED_KINDS:
         gemm_fused.qmatvec(out, xq, xd, xs, w.blocks, kind)
     else:

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit, prange
 
 from modelc.ir import DataType
+from modelc.kernels import quant_iq
 from modelc.kernels.qdot import (
     amax32,
     bits32_i8x32,
@@ -32,6 +33,7 @@ from modelc.kernels.qdot import (
     store_f32x8,
     store_i8x32,
 )
+from modelc.kernels.quant_iq import unpack_iq
 
 # kind codes the kernels branch on (one per stored type they unpack)
 KIND: dict[DataType, int] = {
@@ -48,8 +50,23 @@ KIND: dict[DataType, int] = {
     DataType.Q8_K: 10,
     DataType.I8: 11,
     DataType.I4: 12,
+    DataType.IQ4_NL: quant_iq.IQ4_NL,
+    DataType.IQ4_XS: quant_iq.IQ4_XS,
+    DataType.MXFP4: quant_iq.MXFP4,
+    DataType.TQ1_0: quant_iq.TQ1_0,
+    DataType.TQ2_0: quant_iq.TQ2_0,
+    DataType.IQ3_S: quant_iq.IQ3_S,
+    DataType.IQ3_XXS: quant_iq.IQ3_XXS,
+    DataType.IQ2_XXS: quant_iq.IQ2_XXS,
+    DataType.IQ2_XS: quant_iq.IQ2_XS,
+    DataType.IQ2_S: quant_iq.IQ2_S,
+    DataType.IQ1_S: quant_iq.IQ1_S,
+    DataType.IQ1_M: quant_iq.IQ1_M,
 }
-SIGNED = frozenset({DataType.Q8_0, DataType.Q8_K, DataType.I8})
+SIGNED = frozenset(
+    {DataType.Q8_0, DataType.Q8_K, DataType.I8}
+    | {dt for dt, k in KIND.items() if k >= quant_iq.FIRST_KIND and k not in quant_iq.UNSIGNED_KINDS}
+)
 """Types whose unpacked q is signed int8 (full range); all others are unsigned 0..63 with an mn term."""
 
 
@@ -211,6 +228,8 @@ def unpack_row(kind, q, sc, mn, w, base, rscale):
         _unpack_q2_q3_k(kind, q, sc, mn, w, base)
     elif kind == 9:
         _unpack_q6_k(q, sc, mn, w, base)
+    elif kind >= 13:  # i-quants, MXFP4, ternary (quant_iq.py)
+        unpack_iq(kind, q, sc, mn, w, base)
     else:
         _unpack_plain(kind, q, sc, mn, w, base, rscale)
 

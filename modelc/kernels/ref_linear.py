@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelc.ir import DataType, TensorData
+from modelc.kernels import ref_iquant
 from modelc.kernels.gemm_weight import Weight, check_matmul_args, check_row_ids, make_weight
 
 QK = 32  # elements per activation block (Q8_0-style)
@@ -146,6 +147,7 @@ _BLOCK_DEQUANT = {
     DataType.Q5_K: _q5_k,
     DataType.Q6_K: _q6_k,
     DataType.Q8_K: _q8_k,
+    **ref_iquant.BLOCK_DEQUANT,
 }
 
 

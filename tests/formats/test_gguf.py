@@ -149,10 +149,10 @@ def test_duplicate_tensor_names(tmp_path):
         read_gguf(p)
 
 
-def test_iq_type_is_unsupported(tmp_path):
+def test_q8_1_type_is_unsupported(tmp_path):
     p = tmp_path / "x.gguf"
-    p.write_bytes(raw_gguf([("blk.0.ffn_up.weight", (256, 1), 17, 0)], data=b"\0" * 128))
-    with pytest.raises(UnsupportedError, match="unsupported type IQ2_XS in tensor blk.0.ffn_up.weight"):
+    p.write_bytes(raw_gguf([("blk.0.ffn_up.weight", (32, 1), 9, 0)], data=b"\0" * 64))
+    with pytest.raises(UnsupportedError, match="unsupported type Q8_1 in tensor blk.0.ffn_up.weight"):
         read_gguf(p)
 
 

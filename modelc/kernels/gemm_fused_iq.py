@@ -1,0 +1,117 @@
+"""Single-token (T=1) matvec for the 4-bit code-book types (IQ4_NL, IQ4_XS, MXFP4) from the stored blocks.
+
+gemm_fused.qmatvec's contract for these kinds: each 32-element block's 16 code
+bytes go through one vpshufb (qdot_iq) into signed int8 values and straight into
+the int8 dot with the quantized activation (qdot.dot_i8x32), times the block's
+scale and the activation block's scale; nothing is unpacked to memory. Two weight
+rows go through the loop together so they share the activation loads, and each
+row prefetches PREFETCH_BYTES ahead. The numpy twin is ref_linear.matmul_qact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.kernels.qdot import dot_i8x32, f16_at, fma_i32x8, hsum_f32x8, load_i8x32, prefetch, splat_f32x8, zeros_f32x8
+from modelc.kernels.qdot_iq import iq4nl_i8x32, mxfp4_i8x32
+from modelc.kernels.quant_iq import E8M0_HALF, IQ4_NL, IQ4_XS, MXFP4
+
+KINDS = frozenset({IQ4_NL, IQ4_XS, MXFP4})
+"""Kinds qmatvec_iq serves."""
+
+_ROWS_PER_TASK = 16
+PREFETCH_BYTES = 8192
+"""Prefetch distance, as gemm_fused_k (the same streaming pattern)."""
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rows_32(kind, out, w, nbytes, xq, xd, nb, r0, r1):
+    """IQ4_NL / MXFP4 rows r0..r1-1 (32-element blocks), two rows per pass."""
+    bsize = 18 if kind == IQ4_NL else 17
+    for r in range(r0, r1, 2):
+        a0 = zeros_f32x8()
+        a1 = zeros_f32x8()
+        o0 = r * nbytes
+        o1 = o0 + nbytes if r + 1 < r1 else o0  # an odd last row is computed twice, stored once
+        for b in range(nb):
+            p0 = o0 + b * bsize
+            p1 = o1 + b * bsize
+            if b % 4 == 0:
+                prefetch(w, p0 + PREFETCH_BYTES)
+                prefetch(w, p1 + PREFETCH_BYTES)
+            x = load_i8x32(xq, b * 32)
+            if kind == IQ4_NL:
+                d0 = f16_at(w, p0)
+                d1 = f16_at(w, p1)
+                v0 = iq4nl_i8x32(w, p0 + 2)
+                v1 = iq4nl_i8x32(w, p1 + 2)
+            else:
+                d0 = E8M0_HALF[w[p0]]
+                d1 = E8M0_HALF[w[p1]]
+                v0 = mxfp4_i8x32(w, p0 + 1)
+                v1 = mxfp4_i8x32(w, p1 + 1)
+            a0 = fma_i32x8(a0, dot_i8x32(v0, x), splat_f32x8(d0 * xd[b]))
+            a1 = fma_i32x8(a1, dot_i8x32(v1, x), splat_f32x8(d1 * xd[b]))
+        out[0, r] = hsum_f32x8(a0)
+        if r + 1 < r1:
+            out[0, r + 1] = hsum_f32x8(a1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scale_xs(w, o, ib, sh):
+    """IQ4_XS sub-block ib's 6-bit scale minus 32 (low 4 bits in scales_l, high 2 in scales_h)."""
+    return np.float32((((np.int32(w[o + 4 + ib // 2]) >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rows_xs(out, w, nbytes, xq, xd, nsb, r0, r1):
+    """IQ4_XS rows r0..r1-1 (256-element super-blocks of 8 sub-blocks), two rows per pass."""
+    for r in range(r0, r1, 2):
+        a0 = zeros_f32x8()
+        a1 = zeros_f32x8()
+        o0 = r * nbytes
+        o1 = o0 + nbytes if r + 1 < r1 else o0
+        for b in range(nsb):
+            p0 = o0 + b * 136
+            p1 = o1 + b * 136
+            for k in range(0, 192, 64):
+                prefetch(w, p0 + PREFETCH_BYTES + k)
+                prefetch(w, p1 + PREFETCH_BYTES + k)
+            d0 = f16_at(w, p0)
+            d1 = f16_at(w, p1)
+            sh0 = np.int32(w[p0 + 2]) | (np.int32(w[p0 + 3]) << 8)
+            sh1 = np.int32(w[p1 + 2]) | (np.int32(w[p1 + 3]) << 8)
+            for ib in range(8):
+                x = load_i8x32(xq, b * 256 + ib * 32)
+                xs = xd[b * 8 + ib]
+                s0 = d0 * _scale_xs(w, p0, ib, sh0) * xs
+                s1 = d1 * _scale_xs(w, p1, ib, sh1) * xs
+                a0 = fma_i32x8(a0, dot_i8x32(iq4nl_i8x32(w, p0 + 8 + 16 * ib), x), splat_f32x8(s0))
+                a1 = fma_i32x8(a1, dot_i8x32(iq4nl_i8x32(w, p1 + 8 + 16 * ib), x), splat_f32x8(s1))
+        out[0, r] = hsum_f32x8(a0)
+        if r + 1 < r1:
+            out[0, r + 1] = hsum_f32x8(a1)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def qmatvec_iq(out, xq, xd, xs, w, kind):
+    """out (1, N) f32 = one activation row (quant.quantize_act form) @ W.T, W of a KINDS type.
+
+    parallel=True over tasks of 16 output rows; the caller sets the thread count.
+    xq (1, C) int8, xd (1, C/32), xs (1, C/16) f32 (unused: every kind is signed);
+    w (N, row_bytes) uint8 C-contig; C % 32 == 0 (IQ4_XS: C % 256 == 0).
+    """
+    c = xq.shape[1]
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xqf = xq.reshape(-1)
+    xdf = xd.reshape(-1)
+    ntask = max(1, min(n, n // _ROWS_PER_TASK))
+    for t in prange(ntask):
+        r0 = t * n // ntask
+        r1 = (t + 1) * n // ntask
+        if kind == IQ4_XS:
+            _rows_xs(out, wf, nbytes, xqf, xdf, c // 256, r0, r1)
+        else:
+            _rows_32(kind, out, wf, nbytes, xqf, xdf, c // 32, r0, r1)

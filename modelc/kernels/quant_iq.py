@@ -1,0 +1,237 @@
+"""Unpack i-quant, MXFP4 and ternary rows to quant.py's normalized form w = sc[i//16] * q[i] - mn[i//16].
+
+IQ4_NL, IQ4_XS, MXFP4: q = the code book value (int8, signed), sc = the block
+(or sub-block) scale; the nibbles go through one vpshufb (qdot_iq). IQ2_*,
+IQ3_*: q = grid value times its sign (|q| <= 62), sc = the sub-block scale.
+IQ1_S / IQ1_M: q = 8 * grid + the group's delta sign (values in -9..9), sc =
+the scale / 8, so sc * q = scale * (grid +- 1/8) exactly. TQ1_0 / TQ2_0: q =
+the stored trit (unsigned 0..2), sc = mn = d. mn is 0 for every signed kind.
+Layouts: ref_iquant.py (the numpy twins); tables: iq_tables.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from modelc.kernels import iq_tables as tb
+from modelc.kernels.half import half_to_float
+from modelc.kernels.qdot import bits_i8x32, f16_at, store_i8x32
+from modelc.kernels.qdot_iq import iq4nl_i8x32, mxfp4_i8x32
+from modelc.kernels.ref_iquant import e8m0_half
+
+# kind codes (quant.KIND), in one place so quant.py and the kernels agree
+IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M = range(13, 25)
+FIRST_KIND = IQ4_NL
+UNSIGNED_KINDS = (TQ1_0, TQ2_0)
+
+_G2XXS = np.ascontiguousarray(tb.IQ2XXS_GRID.reshape(-1))
+_G2XS = np.ascontiguousarray(tb.IQ2XS_GRID.reshape(-1))
+_G2S = np.ascontiguousarray(tb.IQ2S_GRID.reshape(-1))
+_G3XXS = np.ascontiguousarray(tb.IQ3XXS_GRID.reshape(-1))
+_G3S = np.ascontiguousarray(tb.IQ3S_GRID.reshape(-1))
+_G1S = np.ascontiguousarray(tb.IQ1S_GRID.reshape(-1))
+_KS = np.ascontiguousarray(tb.KSIGNS)
+E8M0_HALF = e8m0_half(np.arange(256, dtype=np.uint32)).astype(np.float32)  # (256,) MXFP4 scale byte -> float
+_POW3 = np.array([1, 3, 9, 27, 81], np.int64)
+
+_HALF = np.float32(0.5)
+_QUARTER = np.float32(0.25)
+_EIGHTH = np.float32(0.125)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _u16(row, o):
+    return np.int64(row[o]) | (np.int64(row[o + 1]) << 8)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _u32(row, o):
+    return _u16(row, o) | (_u16(row, o + 2) << 16)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set(sc, mn, g, s0, s1):
+    """Scales of the two 16-element halves of sub-block g // 2 (g even), mn = 0."""
+    sc[g] = s0
+    sc[g + 1] = s1
+    mn[g] = np.float32(0.0)
+    mn[g + 1] = np.float32(0.0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _signed(q, qo, grid, go, n, signs, sbit):
+    """q[qo:qo+n] = grid[go:go+n] with element j negated where bit sbit+j of signs is set."""
+    for j in range(n):
+        v = np.int64(grid[go + j])
+        q[qo + j] = -v if (signs >> (sbit + j)) & 1 else v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _iq4(kind, q, sc, mn, row, base):
+    c = q.shape[0]
+    if kind == IQ4_NL or kind == MXFP4:
+        tsize = 18 if kind == IQ4_NL else 17
+        for b in range(c // 32):
+            o = base + b * tsize
+            if kind == IQ4_NL:
+                d = f16_at(row, o)
+                store_i8x32(q, b * 32, iq4nl_i8x32(row, o + 2))
+            else:
+                d = E8M0_HALF[row[o]]
+                store_i8x32(q, b * 32, mxfp4_i8x32(row, o + 1))
+            _set(sc, mn, 2 * b, d, d)
+        return
+    for b in range(c // 256):
+        o = base + b * 136
+        d = f16_at(row, o)
+        sh = _u16(row, o + 2)
+        for ib in range(8):
+            ls = ((np.int64(row[o + 4 + ib // 2]) >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4)
+            dl = d * np.float32(ls - 32)
+            store_i8x32(q, b * 256 + ib * 32, iq4nl_i8x32(row, o + 8 + 16 * ib))
+            _set(sc, mn, b * 16 + 2 * ib, dl, dl)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _ternary(kind, q, sc, mn, row, base):
+    c = q.shape[0]
+    for b in range(c // 256):
+        if kind == TQ2_0:
+            o = base + b * 66
+            d = f16_at(row, o + 64)
+            for k in range(8):  # element h*128 + s*32 + l = (qs[h*32 + l] >> 2s) & 3
+                store_i8x32(q, b * 256 + k * 32, bits_i8x32(row, o + (k // 4) * 32, 2 * (k % 4), 3))
+        else:
+            o = base + b * 54
+            d = f16_at(row, o + 52)
+            qo = b * 256
+            for n in range(5):
+                for m in range(32):
+                    q[qo + n * 32 + m] = (((np.int64(row[o + m]) * _POW3[n]) & 255) * 3) >> 8
+                for m in range(16):
+                    q[qo + 160 + n * 16 + m] = (((np.int64(row[o + 32 + m]) * _POW3[n]) & 255) * 3) >> 8
+            for n in range(4):
+                for m in range(4):
+                    q[qo + 240 + n * 4 + m] = (((np.int64(row[o + 48 + m]) * _POW3[n]) & 255) * 3) >> 8
+        for g in range(16):
+            sc[b * 16 + g] = d
+            mn[b * 16 + g] = d
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _iq2(kind, q, sc, mn, row, base):
+    c = q.shape[0]
+    tsize = 66 if kind == IQ2_XXS else (74 if kind == IQ2_XS else 82)
+    for b in range(c // 256):
+        o = base + b * tsize
+        d = f16_at(row, o)
+        for ib in range(8):
+            qo = b * 256 + ib * 32
+            if kind == IQ2_XXS:
+                a = o + 2 + 8 * ib
+                aux = _u32(row, a + 4)
+                db = d * (_HALF + np.float32(aux >> 28)) * _QUARTER
+                _set(sc, mn, b * 16 + 2 * ib, db, db)
+                for l in range(4):
+                    _signed(q, qo + 8 * l, _G2XXS, np.int64(row[a + l]) * 8, 8, _KS[(aux >> (7 * l)) & 127], 0)
+                continue
+            s = np.int64(row[o + (66 if kind == IQ2_XS else 74) + ib])
+            _set(
+                sc,
+                mn,
+                b * 16 + 2 * ib,
+                d * (_HALF + np.float32(s & 15)) * _QUARTER,
+                d * (_HALF + np.float32(s >> 4)) * _QUARTER,
+            )
+            for l in range(4):
+                if kind == IQ2_XS:
+                    v = _u16(row, o + 2 + 8 * ib + 2 * l)
+                    _signed(q, qo + 8 * l, _G2XS, (v & 511) * 8, 8, _KS[v >> 9], 0)
+                else:
+                    gi = np.int64(row[o + 2 + 4 * ib + l]) | (((np.int64(row[o + 66 + ib]) >> (2 * l)) & 3) << 8)
+                    _signed(q, qo + 8 * l, _G2S, gi * 8, 8, np.int64(row[o + 34 + 4 * ib + l]), 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _iq3(kind, q, sc, mn, row, base):
+    c = q.shape[0]
+    tsize = 98 if kind == IQ3_XXS else 110
+    for b in range(c // 256):
+        o = base + b * tsize
+        d = f16_at(row, o)
+        for ib in range(8):
+            qo = b * 256 + ib * 32
+            a = o + 2 + 8 * ib
+            if kind == IQ3_XXS:
+                aux = _u32(row, o + 66 + 4 * ib)
+                db = d * (_HALF + np.float32(aux >> 28)) * _HALF
+                _set(sc, mn, b * 16 + 2 * ib, db, db)
+                for l in range(4):
+                    s = np.int64(_KS[(aux >> (7 * l)) & 127])
+                    _signed(q, qo + 8 * l, _G3XXS, np.int64(row[a + 2 * l]) * 4, 4, s, 0)
+                    _signed(q, qo + 8 * l + 4, _G3XXS, np.int64(row[a + 2 * l + 1]) * 4, 4, s, 4)
+                continue
+            ls = (np.int64(row[o + 106 + ib // 2]) >> (4 * (ib % 2))) & 15
+            db = d * np.float32(1 + 2 * ls)
+            _set(sc, mn, b * 16 + 2 * ib, db, db)
+            qh = np.int64(row[o + 66 + ib])
+            for l in range(4):
+                s = np.int64(row[o + 74 + 4 * ib + l])
+                g1 = np.int64(row[a + 2 * l]) | (((qh >> (2 * l)) & 1) << 8)
+                g2 = np.int64(row[a + 2 * l + 1]) | (((qh >> (2 * l + 1)) & 1) << 8)
+                _signed(q, qo + 8 * l, _G3S, g1 * 4, 4, s, 0)
+                _signed(q, qo + 8 * l + 4, _G3S, g2 * 4, 4, s, 4)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _grid1(q, qo, gi, neg):
+    """q[qo:qo+8] = 8 * iq1s_grid[gi] + (-1 if neg else +1)."""
+    dl = -1 if neg else 1
+    for j in range(8):
+        q[qo + j] = 8 * np.int64(_G1S[gi * 8 + j]) + dl
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _iq1(kind, q, sc, mn, row, base):
+    c = q.shape[0]
+    for b in range(c // 256):
+        if kind == IQ1_S:
+            o = base + b * 50
+            d = f16_at(row, o)
+            for ib in range(8):
+                qh = _u16(row, o + 34 + 2 * ib)
+                dl = d * np.float32(2 * ((qh >> 12) & 7) + 1) * _EIGHTH
+                _set(sc, mn, b * 16 + 2 * ib, dl, dl)
+                for l in range(4):
+                    gi = np.int64(row[o + 2 + 4 * ib + l]) | (((qh >> (3 * l)) & 7) << 8)
+                    _grid1(q, b * 256 + ib * 32 + 8 * l, gi, (qh & 0x8000) != 0)
+            continue
+        o = base + b * 56
+        w0, w1, w2, w3 = _u16(row, o + 48), _u16(row, o + 50), _u16(row, o + 52), _u16(row, o + 54)
+        bits = (w0 >> 12) | ((w1 >> 8) & 0xF0) | ((w2 >> 4) & 0xF00) | (w3 & 0xF000)
+        d = half_to_float(np.uint16(bits))
+        for ib in range(8):
+            sw = _u16(row, o + 48 + 2 * (ib // 2)) >> (6 * (ib % 2))
+            d1 = d * np.float32(2 * (sw & 7) + 1) * _EIGHTH
+            d2 = d * np.float32(2 * ((sw >> 3) & 7) + 1) * _EIGHTH
+            _set(sc, mn, b * 16 + 2 * ib, d1, d2)
+            for l in range(4):
+                nib = (np.int64(row[o + 32 + 2 * ib + l // 2]) >> (4 * (l % 2))) & 15
+                gi = np.int64(row[o + 4 * ib + l]) | ((nib & 7) << 8)
+                _grid1(q, b * 256 + ib * 32 + 8 * l, gi, (nib & 8) != 0)
+
+
+@njit(cache=True, nogil=True)
+def unpack_iq(kind, q, sc, mn, row, base):
+    """One stored row of an i-quant / MXFP4 / ternary kind (quant.unpack_row's contract)."""
+    if kind == IQ4_NL or kind == IQ4_XS or kind == MXFP4:
+        _iq4(kind, q, sc, mn, row, base)
+    elif kind == TQ1_0 or kind == TQ2_0:
+        _ternary(kind, q, sc, mn, row, base)
+    elif kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S:
+        _iq2(kind, q, sc, mn, row, base)
+    elif kind == IQ3_S or kind == IQ3_XXS:
+        _iq3(kind, q, sc, mn, row, base)
+    else:
+        _iq1(kind, q, sc, mn, row, base)

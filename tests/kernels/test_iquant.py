@@ -1,0 +1,98 @@
+"""i-quants, MXFP4 and ternary types: numpy twins vs gguf's dequantizer, numba kernels vs the twins."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from modelc.ir import DataType
+from modelc.kernels import linear, ref_linear
+from modelc.kernels.gemm_random import random_tensor
+
+IQ_TYPES = [
+    "IQ4_NL",
+    "IQ4_XS",
+    "MXFP4",
+    "TQ1_0",
+    "TQ2_0",
+    "IQ3_S",
+    "IQ3_XXS",
+    "IQ2_XXS",
+    "IQ2_XS",
+    "IQ2_S",
+    "IQ1_S",
+    "IQ1_M",
+]
+GGML_IDS = {"IQ2_XXS": 16, "IQ2_XS": 17, "IQ3_XXS": 18, "IQ1_S": 19, "IQ4_NL": 20, "IQ3_S": 21, "IQ2_S": 22,
+            "IQ4_XS": 23, "IQ1_M": 29, "TQ1_0": 34, "TQ2_0": 35, "MXFP4": 39}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", IQ_TYPES)
+def test_layout_matches_ggml(name: str) -> None:
+    dt = DataType[name]
+    q = gguf.GGMLQuantizationType[name]
+    assert dt.ggml_type == GGML_IDS[name] == int(q)
+    assert (dt.block_size, dt.type_size) == gguf.GGML_QUANT_SIZES[q]
+    assert DataType.from_ggml(GGML_IDS[name]) is dt
+
+
+@pytest.mark.parametrize("name", IQ_TYPES)
+def test_reference_matches_gguf_on_random_blocks(name: str) -> None:
+    rng = np.random.default_rng(11)
+    rows, cols = 5, 512
+    t = random_tensor(DataType[name], rows, cols, rng)
+    want = gguf.quants.dequantize(t.data.reshape(rows, -1), gguf.GGMLQuantizationType[name])
+    got = ref_linear.dequantize(t)
+    assert got.dtype == np.float32 and np.isfinite(want).all() and np.abs(want).max() > 0
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", IQ_TYPES)
+def test_kernel_dequantize_matches_reference(name: str) -> None:
+    rng = np.random.default_rng(12)
+    t = random_tensor(DataType[name], 9, 512, rng)
+    full = ref_linear.dequantize(t)
+    np.testing.assert_array_equal(linear.dequantize(t), full)
+    ids = np.array([8, 0, 3, 3], np.int64)
+    np.testing.assert_array_equal(linear.dequantize_rows(t, ids), full[ids])
+
+
+@pytest.mark.parametrize("name", IQ_TYPES)
+@pytest.mark.parametrize("tokens", [1, 3, 6])
+def test_matmul_matches_quantized_activation_twin(name: str, tokens: int) -> None:
+    rng = np.random.default_rng(13)
+    w = linear.prepare_weight(random_tensor(DataType[name], 40, 512, rng))
+    x = rng.standard_normal((tokens, 512)).astype(np.float32)
+    out = np.empty((tokens, 40), np.float32)
+    linear.matmul(out, x, w)
+    want = np.empty_like(out)
+    ref_linear.matmul_qact(want, x, w)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("name", ["IQ4_XS", "IQ2_XXS", "TQ1_0"])
+def test_prefill_path_is_fp32(name: str) -> None:
+    rng = np.random.default_rng(14)
+    w = linear.prepare_weight(random_tensor(DataType[name], 24, 256, rng))
+    x = rng.standard_normal((linear.PREFILL_MIN_T + 3, 256)).astype(np.float32)
+    out = np.empty((x.shape[0], 24), np.float32)
+    linear.matmul(out, x, w)
+    want = x @ ref_linear.dequantize(w).T
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(("name", "rows", "cols"), [("IQ4_NL", 33, 96), ("MXFP4", 17, 160), ("IQ4_XS", 35, 768)])
+def test_t1_fused_kernel_odd_shapes(name: str, rows: int, cols: int) -> None:
+    """The T=1 code-book kernel (two rows per pass) on odd row counts and rows that are not whole 256-blocks."""
+    from modelc.kernels import gemm_fused_iq, quant
+
+    rng = np.random.default_rng(15)
+    w = linear.prepare_weight(random_tensor(DataType[name], rows, cols, rng))
+    assert quant.KIND[w.dtype] in gemm_fused_iq.KINDS
+    x = rng.standard_normal((1, cols)).astype(np.float32)
+    out = np.empty((1, rows), np.float32)
+    linear.matmul(out, x, w)
+    want = np.empty_like(out)
+    ref_linear.matmul_qact(want, x, w)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

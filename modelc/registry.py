@@ -11,6 +11,7 @@ file server in modelc/build/static_server.py. No numba here.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,11 @@ from modelc.errors import ChecksumError, ModelcError, NotFoundError
 
 INDEX = "index.json"
 CHUNK_BYTES = 1 << 20
+MAX_REDIRECTS = 5
+MAX_INDEX_BYTES = 64 << 20
 Progress = Callable[[int, int], None]
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_REL_PATH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
 
 
 class RegistryError(ModelcError):
@@ -67,12 +72,16 @@ def load_index(loc: str) -> list[RegistryModel]:
         import httpx
 
         try:
-            resp = httpx.get(_join(loc, INDEX), timeout=30, follow_redirects=True)
+            with _open(loc, _join(loc, INDEX)) as resp:
+                if resp.status_code != 200:
+                    raise RegistryError(f"registry {loc} answered {resp.status_code} for {INDEX}")
+                raw = bytearray()
+                for chunk in resp.iter_bytes():
+                    raw += chunk
+                    if len(raw) > MAX_INDEX_BYTES:
+                        raise RegistryError(f"registry {loc}: {INDEX} is larger than {MAX_INDEX_BYTES} bytes")
         except httpx.HTTPError as e:
-            raise RegistryError(f"cannot reach registry {loc}: {e}") from None
-        if resp.status_code != 200:
-            raise RegistryError(f"registry {loc} answered {resp.status_code} for {INDEX}")
-        raw = resp.content
+            raise RegistryError(f"cannot reach registry {loc}: {type(e).__name__}") from None
     else:
         try:
             raw = (Path(loc) / INDEX).read_bytes()
@@ -85,28 +94,40 @@ def load_index(loc: str) -> list[RegistryModel]:
 
 
 def parse_index(data: Any) -> list[RegistryModel]:
+    """Every entry, each checked by pattern before anything uses it to build a path or a URL: names
+    are store names, sha256 64 hex digits, paths relative without '..', sizes and versions >= 0/1.
+    Errors say which entry, never quote the index's bytes."""
     if not isinstance(data, dict) or not isinstance(data.get("models"), list):
         raise RegistryError(f"{INDEX} has no models list")
     out = []
-    for m in data["models"]:
+    for i, m in enumerate(data["models"]):
         try:
-            name = str(m["name"])
+            name = store.check_name(m["name"]) if isinstance(m["name"], str) else None
+            if name is None:
+                raise ValueError("the name is not a string")
             for v in m["versions"]:
-                out.append(
-                    RegistryModel(
-                        name,
-                        int(v["version"]),
-                        str(v.get("architecture") or ""),
-                        str(v.get("quant") or ""),
-                        int(v.get("params") or 0),
-                        int(v["size"]),
-                        str(v["sha256"]),
-                        str(v["path"]),
-                    )  # fmt: skip
-                )
-        except (KeyError, TypeError, ValueError) as e:
-            raise RegistryError(f"{INDEX}: malformed entry {str(m)[:80]} ({e})") from None
+                out.append(_entry(name, v))
+        except (KeyError, TypeError, ValueError, ModelcError) as e:
+            why = e.message if isinstance(e, ModelcError) else f"{type(e).__name__} {e}"[:120]
+            raise RegistryError(f"{INDEX}: malformed models[{i}] ({why})") from None
     return out
+
+
+def _entry(name: str, v: dict[str, Any]) -> RegistryModel:
+    sha, rel, size, version = v["sha256"], v["path"], v["size"], v["version"]
+    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        raise ValueError("sha256 must be 64 lowercase hex digits")
+    if not isinstance(rel, str) or not _REL_PATH.fullmatch(rel) or ".." in rel.split("/"):
+        raise ValueError("path must be relative, of [A-Za-z0-9._-] segments, without '..'")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError("size must be a non-negative integer")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError("version must be a positive integer")
+    params = v.get("params") or 0
+    return RegistryModel(
+        name, version, str(v.get("architecture") or "")[:64], str(v.get("quant") or "")[:64],
+        int(params) if isinstance(params, int) else 0, size, sha, rel,
+    )  # fmt: skip
 
 
 def search(query: str, *, arch: str | None = None, loc: str | None = None) -> list[RegistryModel]:
@@ -154,6 +175,9 @@ def pull(
         try:
             _fetch(loc, entry, part, progress)
             break
+        except RegistryError:
+            part.unlink(missing_ok=True)
+            raise
         except (OSError, _Interrupted) as e:
             if attempt == retries:
                 raise RegistryError(f"download of {entry.name} failed after {retries + 1} tries: {e}") from None
@@ -174,19 +198,19 @@ def _fetch(loc: str, entry: RegistryModel, part: Path, progress: Progress | None
     if have == entry.size:
         return
     if is_remote(loc):
-        _fetch_http(_join(loc, entry.path), entry, part, have, progress)
+        _fetch_http(loc, _join(loc, entry.path), entry, part, have, progress)
     else:
         _fetch_file(Path(loc) / entry.path, entry, part, have, progress)
     if part.stat().st_size < entry.size:
         raise _Interrupted(f"got {part.stat().st_size} of {entry.size} bytes")
 
 
-def _fetch_http(url: str, entry: RegistryModel, part: Path, have: int, progress: Progress | None) -> None:
+def _fetch_http(loc: str, url: str, entry: RegistryModel, part: Path, have: int, progress: Progress | None) -> None:
     import httpx
 
     headers = {"Range": f"bytes={have}-"} if have else {}
     try:
-        with httpx.stream("GET", url, headers=headers, timeout=30, follow_redirects=True) as resp:
+        with _open(loc, url, headers) as resp:
             if resp.status_code == 416 and have:
                 part.unlink()  # our partial file does not fit the server's: start over
                 raise _Interrupted("server refused the resume range")
@@ -197,12 +221,17 @@ def _fetch_http(url: str, entry: RegistryModel, part: Path, have: int, progress:
             with open(part, "r+b" if have else "wb") as f:
                 f.seek(have)
                 for chunk in resp.iter_bytes():  # unbuffered: every byte received is kept for a resume
+                    if have + len(chunk) > entry.size:  # never more than the index declared
+                        f.truncate(0)
+                        raise RegistryError(
+                            f"registry sent more than the {entry.size} bytes its index declares for {entry.name}"
+                        )
                     f.write(chunk)
                     have += len(chunk)
                     if progress is not None:
                         progress(have, entry.size)
     except httpx.HTTPError as e:
-        raise _Interrupted(str(e) or type(e).__name__) from None
+        raise _Interrupted(type(e).__name__) from None
 
 
 def _fetch_file(src: Path, entry: RegistryModel, part: Path, have: int, progress: Progress | None) -> None:
@@ -210,7 +239,10 @@ def _fetch_file(src: Path, entry: RegistryModel, part: Path, have: int, progress
         with open(src, "rb") as r, open(part, "r+b" if have else "wb") as f:
             r.seek(have)
             f.seek(have)
-            while chunk := r.read(CHUNK_BYTES):
+            while chunk := r.read(min(CHUNK_BYTES, entry.size + 1 - have)):
+                if have + len(chunk) > entry.size:
+                    f.truncate(0)
+                    raise RegistryError(f"registry file for {entry.name} is larger than its index declares")
                 f.write(chunk)
                 have += len(chunk)
                 if progress is not None:
@@ -263,8 +295,41 @@ def _install(entry: RegistryModel, part: Path) -> Path:
 
 
 def _part_path(entry: RegistryModel) -> Path:
-    safe = entry.name.replace("/", "--")
-    return store.home() / "downloads" / f"{safe}.v{entry.version}.{entry.sha256[:16]}.part"
+    """$MODELC_HOME/downloads/NAME.vN.SHA.part: built from pattern-checked fields only, and checked."""
+    store.check_name(entry.name)
+    if not _SHA256.fullmatch(entry.sha256):
+        raise RegistryError(f"bad sha256 for {entry.name}")
+    root = store.home() / "downloads"
+    part = root / f"{entry.name.replace('/', '--')}.v{int(entry.version)}.{entry.sha256[:16]}.part"
+    if part.parent != root:
+        raise RegistryError(f"bad download name for {entry.name}")
+    return part
+
+
+@contextlib.contextmanager
+def _open(loc: str, url: str, headers: dict[str, str] | None = None) -> Iterator[Any]:
+    """GET url as a stream, following redirects only within the registry's own origin (scheme,
+    host, port): an index cannot send the client to another server."""
+    import httpx
+
+    base = _origin(loc)
+    with httpx.Client(timeout=30, follow_redirects=False) as client:
+        for _ in range(MAX_REDIRECTS + 1):
+            if _origin(url) != base:
+                raise RegistryError(f"registry {loc} redirected outside itself; refused")
+            with client.stream("GET", url, headers=headers or {}) as resp:
+                if not resp.is_redirect:
+                    yield resp
+                    return
+                url = str(resp.url.join(resp.headers.get("Location", "")))
+    raise RegistryError(f"registry {loc}: more than {MAX_REDIRECTS} redirects")
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    return u.scheme.lower(), (u.hostname or "").lower(), u.port or {"http": 80, "https": 443}.get(u.scheme.lower())
 
 
 def _join(base: str, rel: str) -> str:

@@ -108,6 +108,9 @@ def run_cmd(
         max=32,
         help="Most drafted tokens per step (default 4 with --draft; alone: prompt-lookup speculation; 0 = off).",
     ),  # fmt: skip
+    registry: list[str] = typer.Option(
+        [], "--registry", help="A registry /api/pull may download from (repeatable; default $MODELC_REGISTRY)."
+    ),
 ) -> None:
     """Serve a model: OpenAI-compatible /v1 API, the native API and the Ollama-shaped /api, on
     127.0.0.1:8080 by default. Requests may name other stored models: they load on first use.
@@ -137,6 +140,7 @@ def run_cmd(
         models_dirs=tuple(os.path.abspath(os.path.expanduser(d)) for d in models_dir),
         adapters_dir=os.path.abspath(os.path.expanduser(adapters_dir)) if adapters_dir else None,
         insecure_no_auth=insecure_no_auth,
+        registries=tuple(registry),
         rate_limit_per_min=rate_limit,
         max_concurrent=max_concurrent,
         request_timeout_s=request_timeout,

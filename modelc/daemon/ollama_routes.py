@@ -22,7 +22,7 @@ from modelc.daemon import ollama_shapes as shapes
 from modelc.daemon.lookup import hidden_path, resolve_adapter, resolve_model
 from modelc.daemon.models import parse_keep_alive
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
-from modelc.server.guard import control_route
+from modelc.server.guard import ForbiddenError, control_route
 from modelc.server.handling import check_model, current_engine, get_state, read_json
 from modelc.server.state import ServerState
 
@@ -220,13 +220,26 @@ async def pull() -> Any:
 
     body = await read_json()
     name = model_name(body)
-    loc = registry.location(body.get("registry") if isinstance(body.get("registry"), str) else None)
+    loc = registry.location(_pull_registry(get_state(), body.get("registry")))
     entry = await anyio.to_thread.run_sync(registry.find, name.removesuffix(":latest"), loc)
     stream = body.get("stream", True)
     if not stream:
         await anyio.to_thread.run_sync(lambda: registry.pull(name.removesuffix(":latest"), loc=loc))
         return {"status": "success"}
     return Response(_pull_events(name.removesuffix(":latest"), loc, entry), content_type=NDJSON)
+
+
+def _pull_registry(state: ServerState, asked: Any) -> str | None:
+    """The registry a pull may use: one the operator configured (--registry, else $MODELC_REGISTRY);
+    a request may pick among them but never name another URL or folder."""
+    allowed = state.config.registries or tuple(filter(None, [os.environ.get("MODELC_REGISTRY")]))
+    if asked is None or asked == "":
+        return allowed[0] if allowed else None
+    if not isinstance(asked, str) or asked not in allowed:
+        raise ForbiddenError(
+            "'registry' must be one the server's operator configured (modelc run --registry, MODELC_REGISTRY)"
+        )
+    return asked
 
 
 async def _pull_events(spec: str, loc: str, entry: Any) -> AsyncIterator[bytes]:

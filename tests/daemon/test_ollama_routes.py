@@ -226,7 +226,9 @@ async def test_pull_streams_progress_from_a_registry_folder(home, tmp_path) -> N
 
     reg = tmp_path / "registry"
     registry.add(reg, "beta", name="pulled")
-    async with daemon_app() as c:
+    async with daemon_app(config={"registries": (str(reg),)}) as c:
+        bad = await c.post("/api/pull", json={"model": "pulled", "registry": "http://169.254.169.254/latest"})
+        assert bad.status_code == 403 and "169.254" not in (await bad.get_data()).decode()  # never fetched
         r = await c.post("/api/pull", json={"model": "pulled", "registry": str(reg)})
         assert r.content_type.startswith("application/x-ndjson")
         lines = ndjson(await r.get_data())

@@ -111,6 +111,7 @@ def run_cmd(
     registry: list[str] = typer.Option(
         [], "--registry", help="A registry /api/pull may download from (repeatable; default $MODELC_REGISTRY)."
     ),
+    no_webui: bool = typer.Option(False, "--no-webui", help="Do not serve the chat web UI at / (API only)."),
 ) -> None:
     """Serve a model: OpenAI-compatible /v1 API, the native API and the Ollama-shaped /api, on
     127.0.0.1:8080 by default. Requests may name other stored models: they load on first use.
@@ -144,6 +145,7 @@ def run_cmd(
         rate_limit_per_min=rate_limit,
         max_concurrent=max_concurrent,
         request_timeout_s=request_timeout,
+        webui=not no_webui,
         defaults=GenerationDefaults(
             max_tokens=max_tokens,
             temperature=temperature,

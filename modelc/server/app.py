@@ -20,6 +20,7 @@ from modelc.server import (
     openai_completions,
     openai_routes,
     responses_routes,
+    webui,
 )
 from modelc.server.auth import EXEMPT_PATHS
 from modelc.server.errors import error_response, install_error_handlers
@@ -57,6 +58,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         anthropic_routes.bp,
         responses_routes.bp,
         infill_routes.bp,
+        webui.bp,
     ):
         app.register_blueprint(bp)
     from modelc.daemon import ollama_chat, ollama_routes  # the Ollama-shaped API (modelc/daemon/)
@@ -75,7 +77,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         g.modelc_record = rec = RequestRecord(
             new_id("chatcmpl" if rule == "/v1/chat/completions" else "cmpl"), request.method, rule
         )
-        exempt = request.path in EXEMPT_PATHS
+        exempt = request.path in EXEMPT_PATHS or webui.is_public(request.path)
         try:
             # Host, Origin, Content-Type, API key and control token, for every route (server/guard.py)
             guard.check_request(request, app.view_functions.get(request.endpoint or ""), state.config)

@@ -1,24 +1,12 @@
-"""API-key check (constant-time compare): a bearer token or x-api-key. Probe and metrics routes are exempt."""
+"""Bearer-token check (constant-time compare). Probe and metrics routes are exempt."""
 
 from __future__ import annotations
 
 import hmac
-from typing import Any
 
 from modelc.errors import AuthError
 
 EXEMPT_PATHS = frozenset({"/health", "/info", "/props", "/metrics"})
-
-
-def check_key(headers: Any, api_key: str) -> None:
-    """`Authorization: Bearer KEY`, or `x-api-key: KEY` (what the Anthropic SDK sends) when there is
-    no Authorization header."""
-    alt = headers.get("x-api-key")
-    if alt and not headers.get("Authorization"):
-        if not hmac.compare_digest(alt.strip().encode(), api_key.encode()):
-            raise AuthError("incorrect API key provided")
-        return
-    check_bearer(headers.get("Authorization"), api_key)
 
 
 def check_bearer(authorization: str | None, api_key: str) -> None:

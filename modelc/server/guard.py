@@ -36,6 +36,7 @@ from modelc.server.state import ServerConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONTROL_ATTR = "modelc_control"
+PUBLIC_ATTR = "modelc_public"
 STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 CORS_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version"
@@ -61,6 +62,17 @@ def control_route(fn: F) -> F:
 
 def is_control(view: Any) -> bool:
     return bool(getattr(view, CONTROL_ATTR, False))
+
+
+def public_route(fn: F) -> F:
+    """Mark a GET view that needs no API key: the web UI's page and static files (they hold no data;
+    the API calls the page makes carry the key). Host and Origin checks still apply."""
+    setattr(fn, PUBLIC_ATTR, True)
+    return fn
+
+
+def is_public(view: Any) -> bool:
+    return bool(getattr(view, PUBLIC_ATTR, False))
 
 
 def split_host(host: str) -> str:
@@ -155,6 +167,8 @@ def check_request(request: Any, view: Any, config: ServerConfig) -> None:
         sent_type = request.headers.get("Content-Type")
         if (sent_type is not None or _has_body(request)) and not _is_json(request.mimetype):
             raise UnsupportedMediaTypeError("send the body as JSON with 'Content-Type: application/json'")
+    if is_public(view) and method in ("GET", "HEAD"):
+        return
     headers = request.headers
     check_auth(headers.get("Authorization"), request.path, is_control(view), config, headers.get("x-api-key"))
 

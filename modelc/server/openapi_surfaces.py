@@ -153,3 +153,7 @@ INFILL = {
         )
     }
 }
+WEBUI = {
+    "/": {"get": _op("The chat web UI (browsers) or 'Ollama is running' (API clients)", S, text=True, errors=())},
+    "/webui/{name}": {"get": _op("A static file of the web UI", S, text=True, errors=(404,))},
+}

@@ -47,6 +47,7 @@ class ServerConfig:
     adapters_dir: str | None = None  # --adapters-dir (None = $MODELC_HOME/adapters)
     insecure_no_auth: bool = False  # allow a non-loopback bind without an API key
     registries: tuple[str, ...] = ()  # --registry: where /api/pull may download from (default $MODELC_REGISTRY)
+    webui: bool = True  # the chat page at / (--no-webui: only the plain-text answer)
 
     def __post_init__(self) -> None:
         if self.api_key is not None and not self.api_key:

@@ -25,6 +25,8 @@ def main() -> None:
     ap.add_argument("--drain", type=float, default=30.0)
     ap.add_argument("--tiny", action="store_true", help="serve the tiny real model instead of the FakeEngine")
     ap.add_argument("--fim", action="store_true", help="with --tiny: a vocabulary with fill-in-the-middle tokens")
+    ap.add_argument("--reply", default=None, help="FakeEngine: this fixed output text")
+    ap.add_argument("--alias", action="append", default=[], help="another name the served model answers to")
     args = ap.parse_args()
 
     def ready(host: str, port: int) -> None:
@@ -37,13 +39,13 @@ def main() -> None:
 
         engine, engine_config = make_served_model(fim=args.fim), EngineConfig(cache=CacheConfig(kv_cache_tokens=8192))
     else:
-        engine = FakeEngine(delay_s=args.delay)
+        engine = FakeEngine(delay_s=args.delay, reply=args.reply)
     anyio.run(
         lambda: serve(
             engine,
             port=args.port,
             engine_config=engine_config,
-            server_config=ServerConfig(api_key=args.api_key, log_requests=False),
+            server_config=ServerConfig(api_key=args.api_key, log_requests=False, model_aliases=tuple(args.alias)),
             ready_cb=ready,
             drain_timeout_s=args.drain,
         )

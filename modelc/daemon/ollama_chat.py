@@ -32,10 +32,18 @@ from modelc.server.handling import (
     record,
     require_generation,
 )
-from modelc.server.prompt import encode_chat, encode_prompt, fim_prompt_ids, parse_tool_calls, render_chat
+from modelc.server.prompt import (
+    encode_chat,
+    encode_prompt,
+    fim_prompt_ids,
+    model_reasoning_syntax,
+    parse_tool_calls,
+    render_chat,
+)
 from modelc.server.schema import parse_messages, parse_tools, with_constraint
 from modelc.server.state import ServerState
 from modelc.server.streaming import events_from, guarded, open_streams
+from modelc.tokenizer.reasoning import ReasoningSplitter, split_reasoning, starts_in_reasoning
 
 bp = Blueprint("ollama_chat", __name__)
 
@@ -51,6 +59,8 @@ class OllamaPlan:
     stream: bool
     tools: tuple[dict[str, Any], ...] | None
     load_s: float
+    reasoning: Any = None  # ReasoningSyntax: its thoughts go to message.thinking (chat only)
+    in_reasoning: bool = False  # the prompt already opened the reasoning
 
 
 def _stream_flag(body: dict[str, Any]) -> bool:
@@ -94,7 +104,20 @@ def _generate_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
     return encode_chat(tok, text, getattr(engine.chat_template, "bos_token", None))
 
 
-def _chat_prompt(engine: Any, body: dict[str, Any]) -> tuple[list[int], tuple[dict[str, Any], ...] | None]:
+def _think_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """Ollama's `think`: true/false switch the template's thinking (Qwen3/SmolLM3 enable_thinking, Granite
+    thinking); "low"/"medium"/"high" set gpt-oss's reasoning_effort."""
+    think = body.get("think")
+    if think is None:
+        return {}
+    if isinstance(think, bool):
+        return {"enable_thinking": think, "thinking": think}
+    if think in ("low", "medium", "high"):
+        return {"reasoning_effort": think}
+    raise InvalidRequestError("'think' must be a boolean or one of low, medium, high", param="think")
+
+
+def _chat_prompt(engine: Any, body: dict[str, Any]) -> tuple[list[int], tuple[dict[str, Any], ...] | None, str]:
     messages = parse_messages(body)
     for m in messages:  # Ollama sends tool-call arguments as objects; templates expect JSON text
         for call in m.get("tool_calls") or []:
@@ -102,9 +125,9 @@ def _chat_prompt(engine: Any, body: dict[str, Any]) -> tuple[list[int], tuple[di
             if isinstance(fn, dict) and isinstance(fn.get("arguments"), dict):
                 fn["arguments"] = json.dumps(fn["arguments"])
     tools, _ = parse_tools({"tools": body["tools"]} if body.get("tools") else {})
-    text = render_chat(engine, messages, tools)
+    text = render_chat(engine, messages, tools, _think_kwargs(body))
     ids = encode_chat(engine.tokenizer, text, getattr(engine.chat_template, "bos_token", None))
-    return ids, tuple(tools) if tools else None
+    return ids, tuple(tools) if tools else None, text
 
 
 async def _load_only(state: ServerState, name: str, body: dict[str, Any], chat: bool) -> dict[str, Any]:
@@ -144,11 +167,14 @@ async def _run(chat: bool) -> Any:
     engine = await model_for(state, name, body.get("keep_alive"))
     load_s = time.monotonic() - started
     params = _params(state, engine, body)
+    syntax, opened = None, False
     if chat:
-        ids, tools = _chat_prompt(engine, body)
+        ids, tools, text = _chat_prompt(engine, body)
+        syntax = model_reasoning_syntax(engine)
+        opened = starts_in_reasoning(syntax, text)
     else:
         ids, tools = _generate_prompt(engine, body), None
-    plan = OllamaPlan(name, chat, tuple(ids), params, stream, tools, load_s)
+    plan = OllamaPlan(name, chat, tuple(ids), params, stream, tools, load_s, syntax, opened)
     rec = record()
     rec.inference = True
     job = Job(plan.prompt_token_ids, plan.params)
@@ -161,7 +187,8 @@ async def _run(chat: bool) -> Any:
             state.release_slot()
         account(state, rec, results, [len(ids)], timings)
         r = results[0]
-        message = _message(plan, r.text)
+        thinking, answer = split_reasoning(r.text, plan.reasoning, in_reasoning=plan.in_reasoning)
+        message = _message(plan, answer, thinking)
         if not stream:
             return {**_piece(plan, message), **_final(plan, r, timings, rec.start)}
         lines = [
@@ -180,11 +207,13 @@ async def _lines(lines: list[bytes]) -> AsyncIterator[bytes]:
         yield line
 
 
-def _message(plan: OllamaPlan, text: str) -> Any:
+def _message(plan: OllamaPlan, text: str, thinking: str | None = None) -> Any:
     """A message (chat) or response text (generate); with tools offered, tool calls are split out."""
     if not plan.chat:
         return text
     msg: dict[str, Any] = {"role": "assistant", "content": text}
+    if thinking:
+        msg["thinking"] = thinking
     if plan.tools and text:
         content, calls = parse_tool_calls(text, list(plan.tools))
         if calls:
@@ -237,6 +266,7 @@ async def _stream(
     timings = Timings(start=gen_start)
     result = ChoiceResult(index=0, prompt_tokens=len(plan.prompt_token_ids))
     prompt_lens = [len(plan.prompt_token_ids)]
+    splitter = ReasoningSplitter(plan.reasoning, in_reasoning=plan.in_reasoning)
 
     async def frames() -> AsyncGenerator[bytes, None]:
         async for _, ev in events_from(first, streams):
@@ -245,8 +275,12 @@ async def _stream(
                 continue
             timings.on_token()
             result.add_token(ev)
-            if ev.text:
-                yield ndjson(_piece(plan, _message(plan, ev.text)))
+            thinking, said = splitter.feed(ev.text or "")
+            if said or thinking:
+                yield ndjson(_piece(plan, _message(plan, said, thinking)))
+        thinking, said = splitter.finish()
+        if said or thinking:
+            yield ndjson(_piece(plan, _message(plan, said, thinking)))
         account(state, rec, [result], prompt_lens, timings)
         yield ndjson({**_piece(plan, _message(plan, "")), **_final(plan, result, timings, rec.start)})
 

@@ -27,7 +27,7 @@ from modelc.server.handling import (
     record,
     require_generation,
 )
-from modelc.server.prompt import encode_chat, parse_tool_calls, render_chat, tool_constraint
+from modelc.server.prompt import encode_chat, model_reasoning_syntax, parse_tool_calls, render_chat, tool_constraint
 from modelc.server.schema import (
     get_bool,
     parse_constraint,
@@ -41,6 +41,7 @@ from modelc.server.schema import (
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
 from modelc.server.streaming import events_from, guarded, open_streams, openai_error_frames, sse_response
+from modelc.tokenizer.reasoning import ReasoningSplitter, check_reasoning_format, split_reasoning, starts_in_reasoning
 
 bp = Blueprint("openai_chat", __name__)
 
@@ -58,6 +59,8 @@ class ChatPlan:
     parallel_tool_calls: bool
     logprobs: bool
     num_top: int
+    reasoning: Any = None  # ReasoningSyntax whose thoughts go to reasoning_content (None: all is content)
+    in_reasoning: bool = False  # the prompt already opened the reasoning
 
 
 def make_jobs(prompt_ids: list[int], params: SamplingParams, n: int) -> list[Job]:
@@ -98,6 +101,7 @@ def parse_chat(state: ServerState, engine: Any, body: dict[str, Any]) -> ChatPla
     template = engine.chat_template
     ids = encode_chat(tok, text, getattr(template, "bos_token", None) if template is not None else None)
     params = with_constraint(params, constraint)
+    syntax = model_reasoning_syntax(engine) if check_reasoning_format(body.get("reasoning_format")) != "none" else None
     return ChatPlan(
         model=model,
         prompt_token_ids=tuple(ids),
@@ -108,21 +112,34 @@ def parse_chat(state: ServerState, engine: Any, body: dict[str, Any]) -> ChatPla
         parallel_tool_calls=get_bool(body, "parallel_tool_calls", True),
         logprobs=params.logprobs,
         num_top=params.top_logprobs,
+        reasoning=syntax,
+        in_reasoning=starts_in_reasoning(syntax, text),
     )
 
 
+def split_reasoning_of(plan: ChatPlan, r: ChoiceResult) -> tuple[str | None, str]:
+    """(reasoning_content or None, the rest) of a choice's text."""
+    if plan.reasoning is None:
+        return None, r.text
+    return split_reasoning(r.text, plan.reasoning, in_reasoning=plan.in_reasoning)
+
+
 def split_tool_calls(plan: ChatPlan, r: ChoiceResult) -> tuple[str | None, list[dict[str, Any]]]:
+    _, text = split_reasoning_of(plan, r)
     if plan.tools is None:
-        return r.text, []
-    content, calls = parse_tool_calls(r.text, list(plan.tools))
+        return text, []
+    content, calls = parse_tool_calls(text, list(plan.tools))
     if calls and not plan.parallel_tool_calls:
         calls = calls[:1]
-    return (content or None) if calls else r.text, calls
+    return (content or None) if calls else text, calls
 
 
 def chat_choice(tok: Any, plan: ChatPlan, r: ChoiceResult) -> dict[str, Any]:
     content, calls = split_tool_calls(plan, r)
     message: dict[str, Any] = {"role": "assistant", "content": content}
+    reasoning, _ = split_reasoning_of(plan, r)
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
     finish = r.finish_reason
     if calls:
         message["tool_calls"] = calls
@@ -181,6 +198,20 @@ async def chat_sse(
         )
 
     prompt_lens = [len(plan.prompt_token_ids)]
+    splitters = [ReasoningSplitter(plan.reasoning, in_reasoning=plan.in_reasoning) for _ in results]
+
+    def deltas(i: int, text: str, lp: Any, *, last: bool = False) -> list[bytes]:
+        """Content chunks of streamed text, its reasoning apart (reasoning_content deltas)."""
+        if last:
+            thought, said = splitters[i].finish()
+        else:
+            thought, said = splitters[i].feed(text)
+        out = []
+        if thought:
+            out.append(chunk(i, {"reasoning_content": thought}, None, None if said else lp))
+        if said or (lp is not None and not thought):  # a held-back token still reports its logprobs
+            out.append(chunk(i, {"content": said}, None, lp))
+        return out
 
     async def frames() -> AsyncGenerator[bytes, None]:
         for i in range(len(results)):
@@ -189,6 +220,9 @@ async def chat_sse(
             r = results[i]
             if is_finished(ev):
                 apply_finish(r, ev)
+                if plan.tools is None and plan.reasoning is not None:
+                    for piece in deltas(i, "", None, last=True):
+                        yield piece
                 for piece in final_chunks(tok, plan, r, chunk):
                     yield piece
                 continue
@@ -197,7 +231,11 @@ async def chat_sse(
             if plan.tools is None and (ev.text or plan.logprobs):
                 k = len(r.token_ids) - 1
                 lp = {"content": fmt.chat_logprob_entries(tok, r, k, k + 1, plan.num_top)} if plan.logprobs else None
-                yield chunk(i, {"content": ev.text or ""}, None, lp)
+                if plan.reasoning is None:
+                    yield chunk(i, {"content": ev.text or ""}, None, lp)
+                else:
+                    for piece in deltas(i, ev.text or "", lp):
+                        yield piece
         account(state, rec, results, prompt_lens, timings)
         if plan.include_usage:
             usage = fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens)
@@ -213,13 +251,14 @@ def final_chunks(tok: Any, plan: ChatPlan, r: ChoiceResult, chunk: Any) -> list[
     if plan.tools is None:
         return [chunk(r.index, {}, r.finish_reason)]
     content, calls = split_tool_calls(plan, r)
+    reasoning, text = split_reasoning_of(plan, r)
     lp = {"content": fmt.chat_logprob_entries(tok, r, num_top=plan.num_top)} if plan.logprobs else None
+    out = [chunk(r.index, {"reasoning_content": reasoning})] if reasoning is not None else []
     if calls:
-        out = []
         if content:
             out.append(chunk(r.index, {"content": content}, None, lp))
             lp = None
         out.append(chunk(r.index, {"tool_calls": fmt.tool_call_deltas(calls)}, None, lp))
         out.append(chunk(r.index, {}, "tool_calls"))
         return out
-    return [chunk(r.index, {"content": r.text}, None, lp), chunk(r.index, {}, r.finish_reason)]
+    return [*out, chunk(r.index, {"content": text}, None, lp), chunk(r.index, {}, r.finish_reason)]

@@ -63,6 +63,17 @@ def render_chat(
         raise InvalidRequestError(f"chat template failed: {type(e).__name__}: {e}", param="messages") from None
 
 
+def model_reasoning_syntax(engine: Any) -> Any:
+    """The reasoning syntax (modelc.tokenizer.reasoning) the model's chat template or vocabulary shows, or None."""
+    from modelc.tokenizer.reasoning import reasoning_syntax
+
+    template = getattr(engine, "chat_template", None)
+    tok = getattr(engine, "tokenizer", None)
+    to_id = getattr(tok, "token_to_id", None)
+    vocab = [t for t in ("</think>",) if to_id is not None and to_id(t) is not None]
+    return reasoning_syntax(getattr(template, "source", None), vocab)
+
+
 def encode_chat(tokenizer: Any, text: str, bos_token: str | None) -> list[int]:
     """Encode a rendered chat; templates usually write BOS themselves, so do not add a second one."""
     add_special = not (bos_token and text.startswith(bos_token))

@@ -116,7 +116,30 @@ def stored_digest_ok(art: Artifact, e: TensorEntry) -> bool:
     return h.hexdigest() == e.digest
 
 
+# zstd tensors: the declared sizes of all of them together may be at most this many times the file's
+# size (or ZSTD_FLOOR_BYTES for small files): a tiny file cannot claim gigabytes. Real weights shrink
+# by well under 2x with zstd; only near-constant tensors compress more.
+ZSTD_MAX_RATIO = 64
+ZSTD_FLOOR_BYTES = 64 << 20
+
+
+def zstd_budget_bytes(file_size: int) -> int:
+    return max(ZSTD_FLOOR_BYTES, ZSTD_MAX_RATIO * file_size)
+
+
+def check_zstd_budget(art: Artifact) -> None:
+    """Refuse (before decompressing anything) an artifact whose zstd tensors claim more than the budget."""
+    claimed = sum(e.nbytes for e in art.entries.values() if e.compression != "none")
+    budget = zstd_budget_bytes(art.file_size)
+    if claimed > budget:
+        raise ArtifactError(
+            f"{art.path}: compressed tensors claim {claimed} bytes, more than {ZSTD_MAX_RATIO}x the file's "
+            f"{art.file_size} bytes (limit {budget}); refusing to decompress"
+        )
+
+
 def _make_tensors(art: Artifact) -> None:
+    check_zstd_budget(art)
     for e in art.entries.values():
         stored = art.stored_bytes(e.name)
         data = stored if e.compression == "none" else _decompress(art.path, e, stored)
@@ -127,6 +150,9 @@ def _decompress(path: str, e: TensorEntry, stored: np.ndarray) -> np.ndarray:
     import zstandard
 
     try:
+        declared = zstandard.get_frame_parameters(memoryview(stored)).content_size
+        if declared not in (zstandard.CONTENTSIZE_UNKNOWN, e.nbytes):  # checked before any allocation
+            raise ArtifactError(f"{path}: tensor {e.name}: its zstd frame declares {declared} bytes, not {e.nbytes}")
         raw = zstandard.ZstdDecompressor().decompress(memoryview(stored), max_output_size=e.nbytes)
     except zstandard.ZstdError as err:
         raise ArtifactError(f"{path}: tensor {e.name} does not decompress ({err})") from None

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from modelc.artifact.reader import open_artifact, read_layout, stored_digest_ok
+from modelc.artifact.reader import check_zstd_budget, open_artifact, read_layout, stored_digest_ok
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,7 @@ def verify_artifact(path: str | os.PathLike[str], progress: Callable[[int, int],
     progress(done_bytes, total_bytes) is called after each tensor is hashed.
     """
     art = read_layout(path)
+    check_zstd_budget(art)  # a small file claiming gigabytes of zstd output is refused, not "ok"
     entries = list(art.entries.values())
     total = sum(e.stored_nbytes for e in entries)
     bad, done = [], 0

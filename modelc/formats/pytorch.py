@@ -184,7 +184,13 @@ def _tensor_data(name: str, ref: _TensorRef, notes: list[str]) -> TensorData:
         raise FormatError(f"tensor {name}: size {ref.size} stride {ref.stride} runs past its storage")
     if all(s == c for d, s, c in zip(ref.size, ref.stride, contiguous, strict=True) if d > 1):
         return TensorData(ref.size, dtype, ref.storage.data[ref.offset * item : (ref.offset + n) * item])
-    # Non-contiguous (e.g. a saved transpose): one copy of this tensor, never of the whole model.
+    # Non-contiguous (e.g. a saved transpose): one copy of this tensor, never of the whole model. A copy
+    # must not outgrow its storage: stride 0 (a broadcast) or overlapping strides could turn a few bytes
+    # into gigabytes, so both are refused before anything is allocated.
+    if any(s == 0 for d, s in zip(ref.size, ref.stride, strict=True) if d > 1):
+        raise FormatError(f"tensor {name}: stride 0 (a broadcast view) is not supported; save a contiguous tensor")
+    if n > numel - ref.offset:
+        raise FormatError(f"tensor {name}: a view of {n} elements is larger than its storage ({numel})")
     notes.append(name)
     base = ref.storage.data.view(f"V{item}")
     arr = np.lib.stride_tricks.as_strided(base[ref.offset :], shape=ref.size, strides=[s * item for s in ref.stride])

@@ -162,6 +162,9 @@ def test_huge_claims_and_bad_geometry(tmp_path):
         (1 << 60, (1 << 30, 1 << 30), (1 << 30, 1), "storage 0 has 16 bytes"),
         (4, (4, 4), (4, 1), "runs past its storage"),
         (4, (-1,), (1,), "bad tensor geometry"),
+        (4, (1 << 16, 1 << 16), (0, 0), "stride 0"),  # 16 bytes broadcast to 16 GiB
+        (4, (1 << 28, 4), (0, 1), "stride 0"),  # a row repeated 2^28 times
+        (4, (3, 2), (1, 1), "larger than its storage"),  # overlapping strides: 6 elements from 4
     ]:
         with fake_torch() as (torch, utils):
             st = _Storage("0", np.zeros(4, np.float32))

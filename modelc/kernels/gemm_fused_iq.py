@@ -13,12 +13,27 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.qdot import dot_i8x32, f16_at, fma_i32x8, hsum_f32x8, load_i8x32, prefetch, splat_f32x8, zeros_f32x8
-from modelc.kernels.qdot_iq import iq4nl_i8x32, mxfp4_i8x32
+from modelc.kernels.qdot import (
+    dot_i8x32,
+    f16_at,
+    fma_i32x8,
+    hsum_f32x8,
+    hsum_f32x16,
+    load_i8x32,
+    prefetch,
+    splat_f32x8,
+    zeros_f32x8,
+    zeros_f32x16,
+)
+from modelc.kernels.qdot_iq import iq4nl_i8x32, iq4xs_block, mxfp4_i8x32
+from modelc.kernels.qdot_k import HAS_AVX512_VNNI
 from modelc.kernels.quant_iq import E8M0_HALF, IQ4_NL, IQ4_XS, MXFP4
 
 KINDS = frozenset({IQ4_NL, IQ4_XS, MXFP4})
 """Kinds qmatvec_iq serves."""
+
+WIDE = HAS_AVX512_VNNI
+"""IQ4_XS on AVX512-VNNI: whole super-blocks with the codes as unsigned kvalue + 128 (qdot_iq.iq4xs_block)."""
 
 _ROWS_PER_TASK = 16
 PREFETCH_BYTES = 8192
@@ -94,12 +109,33 @@ def _rows_xs(out, w, nbytes, xq, xd, nsb, r0, r1):
             out[0, r + 1] = hsum_f32x8(a1)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _rows_xs16(out, w, nbytes, xq, xd, xm, nsb, r0, r1):
+    """IQ4_XS rows r0..r1-1 with a whole super-block per qdot_iq.iq4xs_block (AVX512-VNNI), two rows per pass."""
+    for r in range(r0, r1, 2):
+        a0 = zeros_f32x16()
+        a1 = zeros_f32x16()
+        o0 = r * nbytes
+        o1 = o0 + nbytes if r + 1 < r1 else o0
+        for b in range(nsb):
+            p0 = o0 + b * 136
+            p1 = o1 + b * 136
+            for k in range(0, 192, 64):
+                prefetch(w, p0 + PREFETCH_BYTES + k)
+                prefetch(w, p1 + PREFETCH_BYTES + k)
+            a0 = iq4xs_block(a0, w, p0, xq, xd, xm, b * 256)
+            a1 = iq4xs_block(a1, w, p1, xq, xd, xm, b * 256)
+        out[0, r] = hsum_f32x16(a0)
+        if r + 1 < r1:
+            out[0, r + 1] = hsum_f32x16(a1)
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def qmatvec_iq(out, xq, xd, xs, w, kind):
     """out (1, N) f32 = one activation row (quant.quantize_act form) @ W.T, W of a KINDS type.
 
     parallel=True over tasks of 16 output rows; the caller sets the thread count.
-    xq (1, C) int8, xd (1, C/32), xs (1, C/16) f32 (unused: every kind is signed);
+    xq (1, C) int8, xd (1, C/32), xs (1, C/16) f32 (its per-32 sums undo the +128 offset of the wide IQ4_XS path);
     w (N, row_bytes) uint8 C-contig; C % 32 == 0 (IQ4_XS: C % 256 == 0).
     """
     c = xq.shape[1]
@@ -107,11 +143,17 @@ def qmatvec_iq(out, xq, xd, xs, w, kind):
     wf = w.reshape(-1)
     xqf = xq.reshape(-1)
     xdf = xd.reshape(-1)
+    xsf = xs.reshape(-1)
+    xm = np.empty(c // 32, np.float32)  # (C/32,) per-32 activation sums, for the +128 code offset
+    for k in range(c // 32):
+        xm[k] = xsf[2 * k] + xsf[2 * k + 1]
     ntask = max(1, min(n, n // _ROWS_PER_TASK))
     for t in prange(ntask):
         r0 = t * n // ntask
         r1 = (t + 1) * n // ntask
-        if kind == IQ4_XS:
+        if kind == IQ4_XS and WIDE:
+            _rows_xs16(out, wf, nbytes, xqf, xdf, xm, c // 256, r0, r1)
+        elif kind == IQ4_XS:
             _rows_xs(out, wf, nbytes, xqf, xdf, c // 256, r0, r1)
         else:
             _rows_32(kind, out, wf, nbytes, xqf, xdf, c // 32, r0, r1)

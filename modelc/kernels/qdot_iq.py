@@ -13,8 +13,9 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from modelc.kernels import qdot_k as qk
 from modelc.kernels.iq_tables import KVALUES_IQ4NL, KVALUES_MXFP4
-from modelc.kernels.qdot import HAS_AVX2, I8x32, _call, _check_1d, _i8, _i32, _ptr_at, _v32i8
+from modelc.kernels.qdot import HAS_AVX2, I8x32, _call, _check_1d, _f32, _i8, _i32, _ptr_at, _v32i8
 
 _v16i8 = ir.VectorType(_i8, 16)
 
@@ -60,3 +61,87 @@ def iq4nl_i8x32(typingctx, ary, idx):
 def mxfp4_i8x32(typingctx, ary, idx):
     """MXFP4 codes of the 16 bytes ary[idx:idx+16] -> I8x32 of KVALUES_MXFP4 values (GGML order)."""
     return _lut_typer(ary, idx, KVALUES_MXFP4)
+
+
+# ---- IQ4_XS: a whole super-block into a 16-lane accumulator (AVX512-VNNI) ------------------------
+#
+# The codes go through the table as kvalue + 128 (1..241, unsigned), so one 512-bit vpdpbusd dots two
+# sub-blocks with the activations exactly in int32; the +128 comes back out as 128 * scale * (sum of
+# the sub-block's activations), from the per-32 activation sums quantize_act already returns.
+
+
+def _lut64(builder, nib, table):
+    """<64 x i8> nibbles -> table[nib] + 128 as unsigned bytes (vpshufb on AVX512-BW, selects elsewhere)."""
+    vals = [(int(v) + 128) & 0xFF for v in table]
+    v64 = ir.VectorType(_i8, 64)
+    if qk.HAS_AVX512_VNNI:
+        return _call(builder, "llvm.x86.avx512.pshuf.b.512", v64, [ir.Constant(v64, vals * 4), nib])
+    out = ir.Constant(v64, [vals[0]] * 64)
+    for k in range(1, 16):
+        hit = builder.icmp_unsigned("==", nib, ir.Constant(v64, [k] * 64))
+        out = builder.select(hit, ir.Constant(v64, [vals[k]] * 64), out)
+    return out
+
+
+def _dotu_wide(builder, u, a):
+    """<64 x i8> u (any unsigned byte) . <64 x i8> a (signed) -> <16 x i32>, exact (no i16 saturation)."""
+    v16 = ir.VectorType(_i32, 16)
+    if qk.HAS_AVX512_VNNI:
+        args = [ir.Constant(v16, [0] * 16), builder.bitcast(u, v16), builder.bitcast(a, v16)]
+        return _call(builder, "llvm.x86.avx512.vpdpbusd.512", v16, args)
+    v64 = ir.VectorType(_i32, 64)
+    p = builder.mul(builder.zext(u, v64), builder.sext(a, v64))
+    s = builder.add(qk._shuffle(builder, p, p, range(0, 64, 2)), qk._shuffle(builder, p, p, range(1, 64, 2)))
+    return builder.add(qk._shuffle(builder, s, s, range(0, 32, 2)), qk._shuffle(builder, s, s, range(1, 32, 2)))
+
+
+@intrinsic
+def iq4xs_block(typingctx, acc, w, o, xq, xd, xm, xo):
+    """acc + the IQ4_XS super-block at byte o of w dotted with xq[xo:xo+256] (xo % 256 == 0).
+
+    xd: per-32 activation scales; xm: per-32 activation sums (xs[2k] + xs[2k+1]), both
+    indexed by xo // 32 (qdot_k.q4k_block's contract). Exact int32 dots on AVX512-VNNI;
+    portable vector IR elsewhere (gemm_fused_iq uses it only where HAS_AVX512_VNNI).
+    """
+    sig = qk._q45k_typer(acc, w, o, xq, xd, xm, xo)
+    if sig is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        acc, wa, o, xqa, xda, xma, xo = qk._same_int(context, builder, sig, args)
+        w = qk._Args(context, builder, sig.args[1], wa)
+        xq = qk._Args(context, builder, sig.args[3], xqa)
+        xd = qk._Args(context, builder, sig.args[4], xda)
+        xm = qk._Args(context, builder, sig.args[5], xma)
+        v8i, v8f, v16f = ir.VectorType(_i32, 8), ir.VectorType(_f32, 8), ir.VectorType(_f32, 16)
+        d = builder.fpext(w.load(o, ir.HalfType()), _f32)
+        sh = builder.zext(w.load(qk._off(builder, o, 2), ir.IntType(16)), _i32)
+        sl = w.load(qk._off(builder, o, 4), _i32)
+        # sub-block ib: ((sl >> 4 ib) & 15) | ((sh >> 2 ib) & 3) << 4, minus 32
+        slv = builder.insert_element(ir.Constant(v8i, ir.Undefined), sl, _i32(0))
+        slv = qk._shuffle(builder, slv, slv, [0] * 8)
+        shv = builder.insert_element(ir.Constant(v8i, ir.Undefined), sh, _i32(0))
+        shv = qk._shuffle(builder, shv, shv, [0] * 8)
+        lo = builder.and_(builder.lshr(slv, ir.Constant(v8i, [4 * k for k in range(8)])), ir.Constant(v8i, [15] * 8))
+        hi = builder.and_(builder.lshr(shv, ir.Constant(v8i, [2 * k for k in range(8)])), ir.Constant(v8i, [3] * 8))
+        ls = builder.sub(builder.or_(lo, builder.shl(hi, ir.Constant(v8i, [4] * 8))), ir.Constant(v8i, [32] * 8))
+        s = builder.fmul(builder.sitofp(ls, v8f), qk._bcast(builder, d, 8))  # d * (ls - 32) per sub-block
+        xc = builder.lshr(xo, ir.Constant(xo.type, 5))
+        fac = builder.fmul(s, xd.load(xc, v8f, 4))
+        corr = builder.fmul(builder.fmul(s, xm.load(xc, v8f, 4)), ir.Constant(v8f, [128.0] * 8))
+        acc = builder.fsub(acc, qk._shuffle(builder, corr, ir.Constant(v8f, [0.0] * 8), range(16)))
+        v32 = ir.VectorType(_i8, 32)
+        for j in range(4):  # sub-blocks 2j, 2j+1: 32 code bytes, 64 activations
+            q = w.load(qk._off(builder, o, 8 + 32 * j), v32)
+            lo8 = builder.and_(q, ir.Constant(v32, [15] * 32))
+            hi8 = builder.lshr(q, ir.Constant(v32, [4] * 32))
+            nib = qk._shuffle(builder, lo8, hi8, [*range(16), *range(32, 48), *range(16, 32), *range(48, 64)])
+            u = _lut64(builder, nib, KVALUES_IQ4NL)
+            p = builder.sitofp(
+                _dotu_wide(builder, u, xq.load(qk._off(builder, xo, 64 * j), ir.VectorType(_i8, 64))), v16f
+            )
+            f = qk._shuffle(builder, fac, fac, [2 * j] * 8 + [2 * j + 1] * 8)
+            acc = _call(builder, "llvm.fma.v16f32", v16f, [p, f, acc])
+        return acc
+
+    return sig, codegen

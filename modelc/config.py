@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from modelc.cache.kv_pages import KV_DTYPES, KVPages, parse_kv_dtype
 from modelc.errors import InvalidRequestError
 
-KV_DTYPE_BYTES = {"float32": 4, "float16": 2}  # the dtypes cache/kv_pages.py stores
 DEFAULT_KV_CAP_BYTES = 2 << 30  # the default budget never exceeds 2 GiB...
 DEFAULT_KV_FRACTION = 0.25  # ...nor 25% of MemAvailable
 MAX_GAMMA = 32  # the most drafted tokens one speculative step may verify
@@ -41,8 +41,8 @@ class CacheConfig:
             _bad("kv_cache_mb", "must be > 0")
         if self.kv_cache_tokens is not None and self.kv_cache_tokens < self.block_size:
             _bad("kv_cache_tokens", f"must be >= {self.block_size}")
-        if self.kv_dtype not in KV_DTYPE_BYTES:
-            _bad("kv_dtype", f"must be one of {sorted(KV_DTYPE_BYTES)}")
+        if self.kv_dtype not in KV_DTYPES:  # f32/f16/q8/... spellings are accepted and normalized
+            object.__setattr__(self, "kv_dtype", parse_kv_dtype(self.kv_dtype))
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,12 +133,12 @@ def usable_cpus() -> int:
 
 
 def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dtype: str = "float32") -> int:
-    """Bytes of K and V for one block across all layers (2 * L * K * D * Z * itemsize)."""
+    """Bytes of K and V for one block across all layers (2 * L * K * Z * bytes per row, see KVPages)."""
     num_layers = int(model_config.get("num_hidden_layers") or 0)
     num_heads = int(model_config.get("num_attention_heads") or 1)
     num_kv_heads = int(model_config.get("num_key_value_heads") or num_heads)
     head_dim = model_config.get("head_dim") or int(model_config.get("hidden_size") or 0) // num_heads
-    per_block = 2 * num_layers * num_kv_heads * int(head_dim) * block_size * KV_DTYPE_BYTES[kv_dtype]
+    per_block = KVPages.bytes_per_block(num_layers, num_kv_heads, int(head_dim), kv_dtype) * block_size / 16
     return max(1, int(per_block))
 
 

@@ -1,10 +1,17 @@
-"""KVPages: the engine's physical KV cache, per layer K and V arrays of (P, Z, K, D) pages.
+"""KVPages: the engine's physical KV cache, per layer K and V pages of (P, Z, K, D) rows.
 
 Owned by one Runner; the scheduler's BlockPool does the accounting (which page is whose).
-fp16 pages hold IEEE half bit patterns as uint16 (numba has no CPU float16).
+Types (docs/scheduler.md, "KV cache types"):
+- float32, float16: plain arrays (fp16 as IEEE half bit patterns in uint16; numba has no CPU float16).
+- q8_0: int8 rows with one fp16 scale per block of QB head-dim elements (kernels/kv_q8.py).
+- mixed: q8_0 for every page, plus f32 copies ("hot" slots) of the pages that may still be in
+  some query's most recent `window` positions; a query at position pos reads row p in f32 iff
+  pos - p < window and the page still has its hot slot, else int8.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -13,25 +20,36 @@ from modelc.errors import InvalidRequestError
 BLOCK_SIZE = 16  # Z: tokens per page; fixed by docs/architecture.md
 
 _STORE = {"float32": np.dtype(np.float32), "float16": np.dtype(np.uint16)}
-_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16"}
+KV_DTYPES = ("float32", "float16", "q8_0", "mixed")
+_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "q8": "q8_0", "int8": "q8_0"}
+MIXED_WINDOW = 64  # tokens read in f32 by the mixed cache (the seed spec's default hot window)
+HOT_FRACTION = 0.25  # the mixed cache keeps f32 copies for at most this share of the pages...
+HOT_MIN_PAGES = 96  # ...or this many (a 512-token prefill chunk plus several sequences' windows)
 
 
 def parse_kv_dtype(name: str) -> str:
-    """A user's KV cache type (f32, f16, or the canonical names) -> the canonical name, else a clear error."""
-    canon = _ALIASES.get(name.lower(), name.lower())
-    if canon not in _STORE:
-        raise InvalidRequestError(f"KV cache type must be one of f32, f16, got {name!r}", param="kv_cache_dtype")
+    """A user's KV cache type (f32, f16, q8_0, mixed, or the canonical names) -> the canonical name."""
+    canon = _ALIASES.get(str(name).lower(), str(name).lower())
+    if canon not in KV_DTYPES:
+        raise InvalidRequestError(f"KV cache type must be one of f32, f16, q8_0, mixed; got {name!r}",
+                                  param="kv_cache_dtype")  # fmt: skip
     return canon
 
 
+def hot_pages(num_blocks: int) -> int:
+    return min(num_blocks, max(math.ceil(num_blocks * HOT_FRACTION), HOT_MIN_PAGES))
+
+
 class KVPages:
-    """k, v: (L, P, Z, K, D) arrays; layer l's pages are the C-contiguous views k[l], v[l]."""
+    """k, v: (L, P, Z, K, D); for q8_0/mixed also ks, vs (L, P, Z, K, NB) fp16 scales and the hot slots."""
 
-    __slots__ = ("num_layers", "num_blocks", "num_kv_heads", "head_dim", "kv_dtype", "k", "v")
+    __slots__ = ("num_layers", "num_blocks", "num_kv_heads", "head_dim", "kv_dtype", "k", "v", "ks", "vs",
+                 "hot_of", "kh", "vh", "window", "_free_hot", "_idle")  # fmt: skip
 
-    def __init__(self, num_layers: int, num_blocks: int, num_kv_heads: int, head_dim: int, kv_dtype: str = "float32"):
-        if kv_dtype not in _STORE:
-            raise InvalidRequestError(f"kv_dtype must be one of {sorted(_STORE)}, got {kv_dtype!r}", param="kv_dtype")
+    def __init__(self, num_layers: int, num_blocks: int, num_kv_heads: int, head_dim: int, kv_dtype: str = "float32",
+                 *, window: int = MIXED_WINDOW, num_hot: int | None = None):  # fmt: skip
+        if kv_dtype not in KV_DTYPES:
+            raise InvalidRequestError(f"kv_dtype must be one of {list(KV_DTYPES)}, got {kv_dtype!r}", param="kv_dtype")
         if num_blocks < 1:
             raise InvalidRequestError(f"num_kv_blocks must be >= 1, got {num_blocks}", param="num_kv_blocks")
         self.num_layers = num_layers
@@ -40,8 +58,29 @@ class KVPages:
         self.head_dim = head_dim
         self.kv_dtype = kv_dtype
         shape = (num_layers, num_blocks, BLOCK_SIZE, num_kv_heads, head_dim)  # (L, P, Z, K, D)
-        self.k = np.zeros(shape, _STORE[kv_dtype])
-        self.v = np.zeros(shape, _STORE[kv_dtype])
+        self.window = 0
+        self.ks = self.vs = self.kh = self.vh = None
+        self.hot_of = np.full(num_blocks, -1, np.int32)  # (P,)
+        self._free_hot: list[int] = []
+        self._idle: dict[int, None] = {}  # hot pages no running sequence holds, oldest first (LRU)
+        if kv_dtype in _STORE:
+            self.k = np.zeros(shape, _STORE[kv_dtype])
+            self.v = np.zeros(shape, _STORE[kv_dtype])
+            return
+        from modelc.kernels.kv_q8 import quant_block
+
+        nb = head_dim // quant_block(head_dim)
+        self.k = np.zeros(shape, np.int8)
+        self.v = np.zeros(shape, np.int8)
+        self.ks = np.zeros((*shape[:-1], nb), np.uint16)  # (L, P, Z, K, NB)
+        self.vs = np.zeros((*shape[:-1], nb), np.uint16)
+        ph = 1  # q8_0: a one-page dummy the kernels never read (window 0)
+        if kv_dtype == "mixed":
+            self.window = int(window)
+            ph = num_hot if num_hot is not None else hot_pages(num_blocks)
+            self._free_hot = list(range(ph - 1, -1, -1))
+        self.kh = np.zeros((num_layers, ph, *shape[2:]), np.float32)  # (L, PH, Z, K, D)
+        self.vh = np.zeros_like(self.kh)
 
     @property
     def block_size(self) -> int:
@@ -49,25 +88,102 @@ class KVPages:
 
     @property
     def nbytes(self) -> int:
-        return int(self.k.nbytes + self.v.nbytes)
+        arrays = [self.k, self.v] + ([self.ks, self.vs] if self.ks is not None else [])
+        if self.window:
+            arrays += [self.kh, self.vh]
+        return int(sum(a.nbytes for a in arrays))
 
     @staticmethod
-    def bytes_per_block(num_layers: int, num_kv_heads: int, head_dim: int, kv_dtype: str = "float32") -> int:
-        """Bytes one block costs across all layers, K and V (for sizing the cache from a memory budget)."""
-        if kv_dtype not in _STORE:
-            raise InvalidRequestError(f"kv_dtype must be one of {sorted(_STORE)}, got {kv_dtype!r}", param="kv_dtype")
-        return 2 * num_layers * BLOCK_SIZE * num_kv_heads * head_dim * _STORE[kv_dtype].itemsize
+    def bytes_per_block(num_layers: int, num_kv_heads: int, head_dim: int, kv_dtype: str = "float32") -> float:
+        """Bytes one block costs across all layers, K and V (for sizing the cache from a memory budget).
+        mixed counts its hot copies at HOT_FRACTION of the pages (a small cache keeps HOT_MIN_PAGES)."""
+        if kv_dtype not in KV_DTYPES:
+            raise InvalidRequestError(f"kv_dtype must be one of {list(KV_DTYPES)}, got {kv_dtype!r}", param="kv_dtype")
+        rows = 2 * num_layers * BLOCK_SIZE * num_kv_heads
+        if kv_dtype in _STORE:
+            return rows * head_dim * _STORE[kv_dtype].itemsize
+        from modelc.kernels.kv_q8 import quant_block
 
-    def layer(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """Layer i's (K pages, V pages), each (P, Z, K, D)."""
-        return self.k[i], self.v[i]
+        q8 = rows * (head_dim + 2 * (head_dim // quant_block(head_dim)))
+        return q8 + (rows * head_dim * 4 * HOT_FRACTION if kv_dtype == "mixed" else 0)
+
+    def layer(self, i: int):
+        """Layer i's (K pages, V pages): (P, Z, K, D) arrays, or kv_q8.QPages for q8_0 / mixed."""
+        if self.ks is None:
+            return self.k[i], self.v[i]
+        from modelc.kernels.kv_q8 import QPages
+
+        return (QPages(self.k[i], self.ks[i], self.hot_of, self.kh[i], self.window),
+                QPages(self.v[i], self.vs[i], self.hot_of, self.vh[i], self.window))  # fmt: skip
+
+    # -- the mixed cache's hot slots (no-ops for the other types) ---------------------------------
+
+    def prepare(self, slots: np.ndarray, windows: list[tuple[np.ndarray, int, int]] = ()) -> None:
+        """Before a forward writes `slots`: give each page whose row 0 is written a hot slot, from the free
+        slots, else taken from the least recently parked page. windows: (block_table, start, end) of each
+        sequence in the forward; the pages its rows may read in f32 stop being parked.
+        A page without a hot slot is read as int8 everywhere (exact to the rule while slots last)."""
+        if not self.window:
+            return
+        for table, start, end in windows:
+            lo = max(0, start - self.window + 1) // BLOCK_SIZE
+            for page in np.asarray(table)[lo : (end + BLOCK_SIZE - 1) // BLOCK_SIZE].tolist():
+                self._idle.pop(page, None)
+        s = np.asarray(slots)
+        starts = np.unique(s[(s >= 0) & (s % BLOCK_SIZE == 0)] // BLOCK_SIZE)
+        for page in starts.tolist():
+            self._idle.pop(page, None)
+            if self.hot_of[page] >= 0:
+                continue
+            if not self._free_hot and self._idle:
+                old = next(iter(self._idle))
+                del self._idle[old]
+                self.release(np.array([old]))
+            if self._free_hot:
+                self.hot_of[page] = self._free_hot.pop()
+
+    def retire(self, block_table: np.ndarray, length: int) -> None:
+        """After a forward: a sequence of `length` tokens never again reads its pages that lie wholly more than
+        `window` positions back in f32, so their hot slots are freed."""
+        if not self.window:
+            return
+        n_old = max(0, (length - self.window + 1) // BLOCK_SIZE)  # pages with last position <= length - window
+        self.release(np.asarray(block_table)[:n_old])
+
+    def park(self, pages: np.ndarray) -> None:
+        """A finished sequence's pages keep their hot copies (a prefix-cache hit reads them as the first run
+        did) until another page needs the slot, least recently parked first."""
+        if not self.window:
+            return
+        for page in np.asarray(pages, np.int64).tolist():
+            if self.hot_of[page] >= 0:
+                self._idle.pop(page, None)
+                self._idle[page] = None
+
+    def release(self, pages: np.ndarray) -> None:
+        """Drop the hot copies of `pages`."""
+        if not self.window:
+            return
+        for page in np.asarray(pages, np.int64).tolist():
+            hs = int(self.hot_of[page])
+            if hs >= 0:
+                self.hot_of[page] = -1
+                self._free_hot.append(hs)
+                self._idle.pop(page, None)
 
     def read(self, layer: int, block_table: np.ndarray, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-        """Debug/test helper: a sequence's first num_tokens K and V rows as float32 (n, K, D) copies."""
+        """Debug/test helper: a sequence's first num_tokens K and V rows as float32 (n, K, D) copies (int8 rows
+        dequantized; the mixed cache's hot copies ignored)."""
         p = np.arange(num_tokens)
         slots = np.asarray(block_table, np.int64)[p // BLOCK_SIZE]
         k = self.k[layer][slots, p % BLOCK_SIZE]
         v = self.v[layer][slots, p % BLOCK_SIZE]
+        if self.ks is not None:
+            from modelc.kernels.ref_kv_q8 import dequant_rows
+
+            ks = self.ks[layer][slots, p % BLOCK_SIZE]
+            vs = self.vs[layer][slots, p % BLOCK_SIZE]
+            return dequant_rows(k, ks), dequant_rows(v, vs)
         if self.kv_dtype == "float16":
             return k.view(np.float16).astype(np.float32), v.view(np.float16).astype(np.float32)
         return k.copy(), v.copy()

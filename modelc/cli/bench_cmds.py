@@ -111,7 +111,7 @@ def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int
     result["token_latency_ms"] = {"p50": _percentile(lat, 50) * 1e3, "p99": _percentile(lat, 99) * 1e3}
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result["weights_mb"] = eng.source.total_bytes / 2**20  # tensors as stored (the RSS budget counts these)
-    result["kv_cache_mb"] = (runner.kv.k.nbytes + runner.kv.v.nbytes) / 2**20
+    result["kv_cache_mb"] = runner.kv.nbytes / 2**20
     result["load_avg_after"] = list(os.getloadavg())
     return result
 

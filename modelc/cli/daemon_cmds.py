@@ -170,14 +170,19 @@ def load_cmd(
     keep_alive: str | None = typer.Option(
         None, "--keep-alive", help="Keep it loaded this long when idle: seconds, '5m', '-1' (forever)."
     ),
+    kv_cache_dtype: str | None = typer.Option(
+        None, "--kv-cache-dtype", help="KV cache type for this model: f32, f16, q8_0 or mixed (default: the daemon's)."
+    ),
 ) -> None:
     """Load a model into the running daemon now (instead of on its first request).
 
-    Example: modelc load tiny --keep-alive 10m
+    Example: modelc load tiny --keep-alive 10m --kv-cache-dtype q8_0
     """
     body: dict[str, Any] = {"model": model}
     if keep_alive is not None:
         body["keep_alive"] = keep_alive
+    if kv_cache_dtype is not None:
+        body["options"] = {"kv_cache_dtype": kv_cache_dtype}
     with DaemonClient() as c:
         r = c.post("/api/load", body)
     out.print(f"loaded {model} ({r['load_duration'] / 1e9:.2f}s)")

@@ -29,6 +29,7 @@ def engine_config(
     kv_cache_mb: float | None,
     draft: str | None = None,
     gamma: int | None = None,
+    kv_dtype: str = "float32",
 ) -> Any:
     from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
 
@@ -37,7 +38,7 @@ def engine_config(
     return EngineConfig(
         engines=engines,
         threads=threads,
-        cache=CacheConfig(kv_cache_mb=kv_cache_mb),
+        cache=CacheConfig(kv_cache_mb=kv_cache_mb, kv_dtype=kv_dtype),
         scheduler=SchedulerConfig(
             max_num_seqs=max_num_seqs,
             max_batch_tokens=max(max_batch_tokens, max_num_seqs),
@@ -67,6 +68,11 @@ def run_cmd(
     max_num_seqs: int = typer.Option(64, "--max-num-seqs", help="Sequences in one running batch."),
     max_batch_tokens: int = typer.Option(512, "--max-batch-tokens", help="Tokens per engine step (prefill chunks)."),
     kv_cache_mb: float | None = typer.Option(None, "--kv-cache-mb", help="KV cache size (default: from free RAM)."),
+    kv_cache_dtype: str = typer.Option(
+        "f32",
+        "--kv-cache-dtype",
+        help="KV cache type: f32, f16, q8_0 (int8 + fp16 scale per 32), mixed (recent 64 tokens f32, older int8).",
+    ),
     request_timeout: float | None = typer.Option(None, "--request-timeout", help="Seconds per request (408)."),
     engines: int = typer.Option(1, "--engines", help="Engine workers (data parallel)."),
     threads: int | None = typer.Option(None, "--threads", help="numba threads per engine (default cores/engines)."),
@@ -120,6 +126,7 @@ def run_cmd(
     """
     import os
 
+    from modelc.cache.kv_pages import parse_kv_dtype
     from modelc.daemon import launch
     from modelc.daemon.models import ModelManager, parse_keep_alive
     from modelc.server.daemon import serve
@@ -166,6 +173,7 @@ def run_cmd(
         kv_cache_mb=kv_cache_mb,
         draft=str(launch.serve_target(draft)[0]) if draft else None,
         gamma=gamma,
+        kv_dtype=parse_kv_dtype(kv_cache_dtype),
     )
     # The draft belongs to the served model; other models named by requests get prompt lookup at most.
     other = ecfg.scheduler.speculative and "ngram"

@@ -167,8 +167,9 @@ class ModelManager:
 
         return str(resolve_model(name, self.models_dirs).resolve())
 
-    async def load(self, name: str, keep_alive_s: float | None = None) -> LoadedModel:
-        """Load `name` (no adapter part) unless it is loaded; concurrent callers share one load."""
+    async def load(self, name: str, keep_alive_s: float | None = None, kv_dtype: str | None = None) -> LoadedModel:
+        """Load `name` (no adapter part) unless it is loaded; concurrent callers share one load.
+        kv_dtype: the KV cache type to load it with (a loaded model with another type is a 400)."""
         if name.endswith(":latest"):
             name = name[: -len(":latest")]
         if name in self._aliases and self._default is not None:
@@ -179,23 +180,43 @@ class ModelManager:
             if entry is None or entry.stop.is_set():
                 if entry is not None:
                     await entry.done.wait()  # an unload in progress: wait, then load afresh
-                entry = self._entries.get(key) or await self._start_load(key, name)
+                entry = self._entries.get(key) or await self._start_load(key, name, kv_dtype)
         await entry.ready.wait()
         if entry.error is not None:
             raise entry.error
+        if kv_dtype is not None and kv_dtype != self._kv_dtype(entry):
+            raise InvalidRequestError(f"model {entry.name} is loaded with KV cache type {self._kv_dtype(entry)}; "
+                                      "unload it first to load it with another", param="kv_cache_dtype")  # fmt: skip
         if keep_alive_s is not None and not entry.pinned:
             entry.keep_alive_s = keep_alive_s
         entry.touch()
         return entry
 
-    async def _start_load(self, key: str, name: str) -> LoadedModel:
+    def _config(self, kv_dtype: str | None) -> Any:
+        """The engine config a model loads with: the daemon's, with the requested KV cache type."""
+        if kv_dtype is None:
+            return self.engine_config
+        import dataclasses
+
+        from modelc.config import EngineConfig
+
+        cfg = self.engine_config or EngineConfig()
+        return dataclasses.replace(cfg, cache=dataclasses.replace(cfg.cache, kv_dtype=kv_dtype))
+
+    def _kv_dtype(self, entry: LoadedModel) -> str:
+        if entry.kv_dtype is not None:
+            return entry.kv_dtype
+        cache = getattr(self.engine_config, "cache", None)
+        return getattr(cache, "kv_dtype", "float32")
+
+    async def _start_load(self, key: str, name: str, kv_dtype: str | None = None) -> LoadedModel:
         if self._tg is None:
             raise ManagerUnavailableError("the daemon's model manager is not running; retry shortly")
         await self._make_room()
         existing = self._entries.get(key)  # another request may have started it while we made room
         if existing is not None:
             return existing
-        entry = LoadedModel(key, name, Path(key), self.keep_alive_s)
+        entry = LoadedModel(key, name, Path(key), self.keep_alive_s, kv_dtype=kv_dtype)
         self._entries[key] = entry
         self._tg.start_soon(self._hold, entry)
         return entry
@@ -205,7 +226,7 @@ class ModelManager:
         started = time.monotonic()
         opener = self._opener or _default_opener()
         try:
-            async with opener(entry.path, self.engine_config) as engine:
+            async with opener(entry.path, self._config(entry.kv_dtype)) as engine:
                 entry.engine = engine
                 entry.loaded_at = time.time()
                 entry.load_duration_s = time.monotonic() - started

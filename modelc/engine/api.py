@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from modelc.cache.kv_pages import BLOCK_SIZE
+from modelc.cache.kv_pages import BLOCK_SIZE, parse_kv_dtype
 from modelc.engine.embedder import Embedder, supports_embeddings
 from modelc.engine.infer import Inferencer, supports_infer
 from modelc.engine.params import SamplingParams
@@ -77,7 +77,7 @@ class Engine:
             self._inferencer = Inferencer(source)
             return
         num_blocks = (kv_cache_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE
-        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=kv_dtype, threads=threads)
+        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=parse_kv_dtype(kv_dtype), threads=threads)
         # learned position tables (GPT-2) cap the sequence length too
         limit = getattr(self.runner.model, "max_positions", None)
         self.max_tokens_in_cache = min(num_blocks * BLOCK_SIZE, limit or num_blocks * BLOCK_SIZE)

@@ -36,6 +36,7 @@ class SeqState:
     sampler: SeqSamplerState  # RNG, penalty counts, constraint matcher
     history: list[int] | None = None  # tokens at positions 0.. (kept only with a draft model)
     draft_pos: int = 0  # positions whose draft-model KV is valid
+    block_table: np.ndarray | None = None  # the latest one seen (the mixed KV cache frees its hot pages)
 
 
 class Runner:
@@ -84,7 +85,9 @@ class Runner:
     def execute(self, plan: BatchPlan) -> BatchResult:
         """Forward every chunk, sample where asked. A failing forward returns BatchResult(error=...)."""
         for sid in plan.freed_seq_ids:
-            self.states.pop(sid, None)
+            st = self.states.pop(sid, None)
+            if st is not None and st.block_table is not None:
+                self.kv.park(st.block_table)
         if not plan.chunks:
             return BatchResult(plan.step_id, ())
         t0 = time.perf_counter()
@@ -175,7 +178,11 @@ class Runner:
         lora = tuple(LoraRows(ad, np.concatenate(r)) for ad, r in groups.values())
         batch = make_batch(seqs, logit_rows=np.array(rows, np.int64), lora=lora)
         self._set_threads()
+        self.kv.prepare(batch.slots, [(bt, start, start + len(ids)) for ids, start, bt in seqs])
         logits = self.model.forward(batch, self.kv)  # (R, V)
+        for c, st in zip(chunks, states, strict=True):
+            st.block_table = c.block_table
+            self.kv.retire(c.block_table, c.start_pos + len(c.token_ids) - c.num_draft)  # drafts may roll back
         tokens: list[SampledToken] = []
         if plain_idx:
             sel = [r for _, r in plain_idx]
@@ -243,12 +250,14 @@ class Runner:
                 raise InvalidRequestError(f"token id out of range [0, {self.vocab_size})")
         nblocks = [(len(t) + BLOCK_SIZE - 1) // BLOCK_SIZE for t in lists]
         L, K, D = self.model.kv_shape()
-        kv = KVPages(L, sum(nblocks), K, D, self.kv.kv_dtype)
+        kv = KVPages(L, sum(nblocks), K, D, self.kv.kv_dtype, num_hot=sum(nblocks))
         starts = np.concatenate([[0], np.cumsum(nblocks)])
         seqs = [(t, 0, np.arange(starts[i], starts[i + 1], dtype=np.int32)) for i, t in enumerate(lists)]
         rows = () if lora is None else (LoraRows(lora, np.arange(sum(len(t) for t in lists))),)
         self._set_threads()
-        return lists, self.model.forward(make_batch(seqs, lora=rows, logit_rows=logit_rows), kv, output=output)
+        batch = make_batch(seqs, lora=rows, logit_rows=logit_rows)
+        kv.prepare(batch.slots)
+        return lists, self.model.forward(batch, kv, output=output)
 
     def logits(self, token_ids: Any, *, adapter: str | None = None, first: int = 0) -> np.ndarray:
         """Logits (T - first, V) at positions first.. of one sequence (tests, perplexity)."""
@@ -311,8 +320,14 @@ class Runner:
         q = np.zeros((n, H, D), np.float32)  # (T, H, D)
         attention_one_seq_blas(np.empty_like(q), q, kp, vp, table, 0, 1.0, 0)
         q2 = q[:2]
-        attention.paged_attention_parallel(np.empty_like(q2), q2, kp, vp, table[None, :1], np.array([0, 2], np.int32),
-                                           np.zeros(1, np.int32), 1.0, 0)  # fmt: skip
+        args = (table[None, :1], np.array([0, 2], np.int32), np.zeros(1, np.int32), 1.0, 0)
+        if isinstance(kp, tuple):  # kv_q8.QPages
+            from modelc.kernels.attention_q8 import paged_attention_q8_parallel
+
+            paged_attention_q8_parallel(np.empty_like(q2), q2, kp.data, kp.scales, vp.data, vp.scales, kp.hot_of,
+                                        kp.hot, vp.hot, kp.window, *args)  # fmt: skip
+        else:
+            attention.paged_attention_parallel(np.empty_like(q2), q2, kp, vp, *args)
 
     # -- adapters ------------------------------------------------------------------------------------
 

@@ -138,12 +138,22 @@ def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_st
 
 def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
     items = q.shape[0] * k_pages.shape[2]
+    parallel = False
     if items >= 2 and pos_start.shape[0]:
         ctx = int(pos_start.max()) + q.shape[0]  # upper bound of any row's context
         # get_num_threads costs ~10 us, so it is asked only when the work could be shared
-        if items * ctx >= PARALLEL_MIN_WORK and get_num_threads() > 1:
-            paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
-            return
+        parallel = items * ctx >= PARALLEL_MIN_WORK and get_num_threads() > 1
+    if isinstance(k_pages, tuple):  # kv_q8.QPages: the q8_0 / mixed cache
+        from modelc.kernels import attention_q8
+
+        fn = attention_q8.paged_attention_q8_parallel if parallel else attention_q8.paged_attention_q8
+        k, v = k_pages, v_pages
+        fn(out, q, k.data, k.scales, v.data, v.scales, k.hot_of, k.hot, v.hot, k.window, block_tables, q_start,
+           pos_start, scale, window)  # fmt: skip
+        return
+    if parallel:
+        paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+        return
     paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
 
 

@@ -56,7 +56,13 @@ def causal_softmax_rows(s, n, pos0, window):
 
 
 def _gather(pages: np.ndarray, table: np.ndarray, length: int) -> np.ndarray:
-    """(length, K, D) float32 rows of one sequence from (P, Z, K, D) pages."""
+    """(length, K, D) float32 rows of one sequence from (P, Z, K, D) pages (or q8_0 QPages, dequantized)."""
+    if isinstance(pages, tuple):  # kv_q8.QPages
+        from modelc.kernels.kv_q8 import gather_q8
+
+        out = np.empty((length, *pages.data.shape[2:]), np.float32)  # (L, K, D)
+        gather_q8(out, pages.data, pages.scales, np.ascontiguousarray(table, np.int32), length)
+        return out
     Z = pages.shape[1]
     nb = (length + Z - 1) // Z
     rows = pages[table[:nb]].reshape(nb * Z, *pages.shape[2:])[:length]  # (L, K, D)
@@ -71,6 +77,7 @@ def attention_one_seq_blas(out, q, k_pages, v_pages, table, pos0, scale, window)
     L = pos0 + n
     keys = _gather(k_pages, table, L)  # (L, K, D)
     vals = _gather(v_pages, table, L)
+    hot = _hot_rows(k_pages, v_pages, table, L)
     for kh in range(K):
         kk = np.ascontiguousarray(keys[:, kh, :])  # (L, D)
         vv = np.ascontiguousarray(vals[:, kh, :])
@@ -79,7 +86,41 @@ def attention_one_seq_blas(out, q, k_pages, v_pages, table, pos0, scale, window)
             m = b - a
             qg = np.ascontiguousarray(q[a:b, kh * G : (kh + 1) * G, :].transpose(1, 0, 2)).reshape(G * m, D)
             s = qg @ kk[: pos0 + b].T  # (G * m, pos0 + b)
+            band = None if hot is None else _hot_scores(s, qg, hot, kh, m, pos0 + a)
             s *= np.float32(scale)
             causal_softmax_rows(s, m, pos0 + a, window)
-            o = (s @ vv[: pos0 + b]).reshape(G, m, D)  # (G, m, D)
-            out[a:b, kh * G : (kh + 1) * G, :] = o.transpose(1, 0, 2)
+            o = s @ vv[: pos0 + b]  # (G * m, D)
+            if band is not None:  # the mixed cache: hot rows' V in f32 = q8 part + (f32 - q8) correction
+                c0, mask = band
+                o += (s[:, c0:] * mask) @ (hot[1][c0 : pos0 + b, kh] - vv[c0 : pos0 + b])
+            out[a:b, kh * G : (kh + 1) * G, :] = o.reshape(G, m, D).transpose(1, 0, 2)
+
+
+def _hot_rows(k_pages, v_pages, table, length):
+    """The mixed cache's f32 copies of a sequence's rows: (K rows, V rows, available) or None."""
+    if not isinstance(k_pages, tuple) or k_pages.window <= 0:
+        return None
+    Z = k_pages.data.shape[1]
+    p = np.arange(length)
+    pages = np.asarray(table, np.int64)[p // Z]
+    slot = k_pages.hot_of[pages]  # (L,)
+    ok = slot >= 0
+    kh = np.zeros((length, *k_pages.data.shape[2:]), np.float32)  # (L, K, D)
+    vh = np.zeros_like(kh)
+    kh[ok] = k_pages.hot[slot[ok], p[ok] % Z]
+    vh[ok] = v_pages.hot[slot[ok], p[ok] % Z]
+    return kh, vh, ok, int(k_pages.window)
+
+
+def _hot_scores(s, qg, hot, kh, m, pos_a):
+    """Overwrite s's scores with the f32 keys where the mixed rule reads f32: pos - p < window on a hot page.
+
+    s: (G * m, pos_a + m) unscaled scores; rows r hold position pos_a + r % m. Returns (c0, mask)."""
+    k_hot, _, ok, win = hot
+    c0 = max(0, pos_a - win + 1)
+    cols = np.arange(c0, s.shape[1])  # (B,)
+    pos = pos_a + np.arange(s.shape[0]) % m  # (G * m,)
+    mask = ok[cols][None, :] & (pos[:, None] - cols[None, :] < win) & (cols[None, :] <= pos[:, None])
+    sh = qg @ k_hot[c0 : s.shape[1], kh].T  # (G * m, B)
+    s[:, c0:] = np.where(mask, sh, s[:, c0:])
+    return c0, mask.astype(np.float32)

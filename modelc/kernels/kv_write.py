@@ -33,3 +33,14 @@ def kv_write(k_pages, v_pages, k, v, slots):
             for d in range(D):
                 k_pages[page, off, h, d] = store_like(k[t, h, d], k_pages)
                 v_pages[page, off, h, d] = store_like(v[t, h, d], v_pages)
+
+
+def write_pages(k_pages, v_pages, k, v, slots) -> None:
+    """kv_write for any page type: plain (P, Z, K, D) arrays, or kv_q8.QPages (the q8_0 / mixed cache)."""
+    if isinstance(k_pages, tuple):
+        from modelc.kernels.kv_q8 import kv_write_q8
+
+        kp, vp = k_pages, v_pages
+        kv_write_q8(kp.data, kp.scales, vp.data, vp.scales, kp.hot_of, kp.hot, vp.hot, k, v, slots)
+        return
+    kv_write(k_pages, v_pages, k, v, slots)

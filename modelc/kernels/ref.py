@@ -98,6 +98,11 @@ def softmax(out, x):
 
 
 def kv_write(k_pages, v_pages, k, v, slots):
+    if isinstance(k_pages, tuple):  # kv_q8.QPages
+        from modelc.kernels.ref_kv_q8 import kv_write_q8
+
+        kp, vp = k_pages, v_pages
+        return kv_write_q8(kp.data, kp.scales, vp.data, vp.scales, kp.hot_of, kp.hot, vp.hot, k, v, slots)
     Z = k_pages.shape[1]
     keep = slots >= 0
     s = slots[keep]
@@ -111,6 +116,12 @@ def kv_write(k_pages, v_pages, k, v, slots):
 
 
 def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
+    if isinstance(k_pages, tuple):  # kv_q8.QPages
+        from modelc.kernels.ref_kv_q8 import paged_attention_q8
+
+        kp, vp = k_pages, v_pages
+        return paged_attention_q8(out, q, kp.data, kp.scales, vp.data, vp.scales, kp.hot_of, kp.hot, vp.hot,
+                                  kp.window, block_tables, q_start, pos_start, scale, window)  # fmt: skip
     T, H, D = q.shape
     Z, K = k_pages.shape[1], k_pages.shape[2]
     G = H // K

@@ -68,7 +68,7 @@ def kernel_set(name: str | None = None) -> KernelSet:
         activation.gelu,
         activation.gelu_erf,
         activation.softmax,
-        kv_write.kv_write,
+        kv_write.write_pages,
         attention.paged_attention_auto,
         linear.matmul,
         linear.dequantize,

@@ -112,6 +112,7 @@ async def props() -> Any:
         "total_bytes": summary["total_bytes"],
         "chat_template": getattr(template, "source", None) if template is not None else None,
         "default_generation": default_generation(state, engine),
+        "kv_cache_dtype": getattr(getattr(getattr(engine, "config", None), "cache", None), "kv_dtype", None),
     }
 
 

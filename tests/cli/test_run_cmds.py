@@ -26,6 +26,7 @@ def test_run_help_lists_options(capsys) -> None:
         "--max-num-seqs",
         "--max-batch-tokens",
         "--kv-cache-mb",
+        "--kv-cache-dtype",
         "--request-timeout",
         "--engines",
         "--threads",
@@ -83,6 +84,8 @@ def test_run_serves_an_artifact_and_stops_on_sigterm(tmp_path) -> None:
             "0",
             "--kv-cache-mb",
             "8",
+            "--kv-cache-dtype",
+            "q8_0",
             "--max-tokens",
             "3",
             "--temperature",
@@ -117,3 +120,11 @@ def test_run_serves_an_artifact_and_stops_on_sigterm(tmp_path) -> None:
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_kv_cache_dtype_option(capsys) -> None:
+    cfg = engine_config(engines=1, threads=1, max_num_seqs=8, max_batch_tokens=64, max_queue=3, kv_cache_mb=16.0,
+                        kv_dtype="q8_0")  # fmt: skip
+    assert cfg.cache.kv_dtype == "q8_0"
+    assert main(["run", "x", "--kv-cache-dtype", "int3"]) == 1
+    assert "q8_0" in capsys.readouterr().err

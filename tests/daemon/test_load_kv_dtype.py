@@ -13,6 +13,7 @@ from modelc.daemon.models import ModelManager
 from modelc.server.app import create_app
 from modelc.server.state import ServerConfig, ServerState
 from tests.daemon.conftest import FakeOpener
+from tests.daemon.test_ollama_routes import TOKEN, TokenClient
 from tests.server.fake_engine import FakeEngine
 
 pytestmark = pytest.mark.anyio
@@ -37,9 +38,9 @@ async def test_load_with_kv_cache_dtype(home) -> None:
         async with anyio.create_task_group() as tg:
             await tg.start(manager.run)
             manager.set_default(FakeEngine(name="main"), "main")
-            state = ServerState(FakeEngine(name="main"), ServerConfig(log_requests=False))
+            state = ServerState(FakeEngine(name="main"), ServerConfig(log_requests=False, control_token=TOKEN))
             state.models = manager
-            c = create_app(state, log_stream=io.StringIO()).test_client()
+            c = TokenClient(create_app(state, log_stream=io.StringIO()).test_client(), TOKEN)
             r = await c.post("/api/load", json={"model": "alpha", "options": {"kv_cache_dtype": "q8_0"}})
             assert r.status_code == 200
             assert opener.configs["alpha"].cache.kv_dtype == "q8_0"

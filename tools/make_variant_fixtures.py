@@ -153,6 +153,22 @@ def variants() -> dict[str, tuple[type, dict]]:
             tie_word_embeddings=False, embedding_multiplier=6.0, residual_multiplier=0.5,
             attention_multiplier=0.15, logits_scaling=4.0,
         )),
+        # Gemma 2: sandwich norms with (1 + w), sqrt(hidden) embedding scale, GeGLU (tanh GELU), attention and
+        # final logit soft-capping (small caps so they bite at these logit sizes), layer 0 slides over 4
+        # positions and layer 1 is global; query_pre_attn_scalar = head_dim (llama.cpp assumes it below 27B)
+        "gemma2": (t.Gemma2Config, dict(
+            hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+            query_pre_attn_scalar=16, sliding_window=4, attn_logit_softcapping=2.0,
+            final_logit_softcapping=3.0, tie_word_embeddings=True,
+        )),
+        # Gemma 3 text: per-head q/k norm, 5 local layers (window 4, RoPE base 10000) then 1 global layer
+        # (base 1e6, linear scaling 8): llama.cpp's fixed pattern, so 6 layers
+        "gemma3": (t.Gemma3TextConfig, dict(
+            hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+            num_hidden_layers=6, query_pre_attn_scalar=16, sliding_window=4, tie_word_embeddings=True,
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        )),
         # SmolLM3: every 4th layer has no RoPE (4 layers: layer 3 is RoPE-less)
         "smollm3": (t.SmolLM3Config, dict(
             hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
@@ -186,7 +202,9 @@ def randomize(model: torch.nn.Module, seed: int, std: float) -> None:
         noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
         if name.endswith("bias"):
             p.copy_(0.1 * noise)
-        elif p.dim() == 1:  # RMSNorm weights
+        elif p.dim() == 1 and name.endswith("sinks"):  # gpt-oss attention sinks
+            p.copy_(noise)
+        elif p.dim() == 1:  # RMSNorm weights (Gemma's scale by 1 + w: theirs end up near 2)
             p.copy_(1.0 + 0.1 * noise)
         else:
             p.copy_(std * noise)

@@ -33,6 +33,9 @@ def apply_lora(out: np.ndarray, x: np.ndarray, lora: tuple[LoraRows, ...], key: 
         out[rows] += ((x[rows] @ a_mat.T) @ b_mat.T) * np.float32(scale)
 
 
+_NO_SINKS = np.zeros(0, np.float32)
+
+
 class LlamaModel:
     """Weights + a batched forward. Not thread-safe: one forward at a time (its Scratch is shared)."""
 
@@ -141,7 +144,7 @@ class LlamaModel:
                     k3[:, :, : a.rotary_dim] *= np.float32(a.rope_attn_factor)
             kp, vp = kv.layer(i)
             K.kv_write(kp, vp, k3, v3, batch.slots)
-            self._attention(attn3, q3, kp, vp, batch, a.layer_windows[i])
+            self._attention(attn3, q3, kp, vp, batch, a.layer_windows[i], L.sinks)
             self._lin(o, attn, L.o, lora, (i, "o"))
             if L.o_bias is not None:
                 o += L.o_bias
@@ -155,19 +158,19 @@ class LlamaModel:
         x += o
         return self._head(x, batch, output)
 
-    def _attention(self, out, q3, kp, vp, batch: ForwardBatch, window: int) -> None:
-        a = self.args
-        if a.attn_softcap:
-            from modelc.kernels.attention_ext import paged_attention_ext
-
+    def _attention(self, out, q3, kp, vp, batch: ForwardBatch, window: int, sinks: np.ndarray | None) -> None:
+        a, K = self.args, self.kernels
+        if a.attn_softcap or sinks is not None:  # Gemma 2 soft-capping, gpt-oss sinks: their own kernel
+            if K.name == "ref":
+                from modelc.kernels.ref_attention_ext import paged_attention_ext
+            else:
+                from modelc.kernels.attention_ext import paged_attention_ext
             paged_attention_ext(
                 out, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, a.scale, window,
-                a.attn_softcap, self.kernels.name == "ref",
+                a.attn_softcap, _NO_SINKS if sinks is None else sinks,
             )  # fmt: skip
             return
-        self.kernels.paged_attention(
-            out, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, a.scale, window
-        )
+        K.paged_attention(out, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, a.scale, window)
 
     def _mlp(self, o: np.ndarray, h: np.ndarray, L: LlamaLayer, lora: tuple[LoraRows, ...], i: int) -> None:
         """o = down(act(gate(h)) * up(h)) with the layer's biases."""

@@ -34,6 +34,7 @@ class LlamaLayer:
     k_norm: np.ndarray | None = None
     post_attn_norm: np.ndarray | None = None  # (C,) on the attention output before the residual add
     post_ffn_norm: np.ndarray | None = None  # (C,) on the FFN output before the residual add
+    sinks: np.ndarray | None = None  # (H,) attention-sink logits (gpt-oss)
     moe: object | None = None  # a models.moe.MoeFFN instead of gate/up/down (Mixtral, Qwen3-MoE)
 
 
@@ -46,6 +47,7 @@ _HF: dict[str, str | None] = {
     "post_attn_norm": None,  # see HF_NORMS
     "post_ffn_norm": "model.layers.{i}.post_feedforward_layernorm.weight",
     "q_norm": "model.layers.{i}.self_attn.q_norm.weight",
+    "sinks": "model.layers.{i}.self_attn.sinks",
     "k_norm": "model.layers.{i}.self_attn.k_norm.weight",
     "q": "model.layers.{i}.self_attn.q_proj",
     "k": "model.layers.{i}.self_attn.k_proj",
@@ -66,6 +68,7 @@ _GGUF: dict[str, str | None] = {
     "post_attn_norm": "blk.{i}.post_attention_norm.weight",
     "post_ffn_norm": "blk.{i}.post_ffw_norm.weight",
     "q_norm": "blk.{i}.attn_q_norm.weight",
+    "sinks": "blk.{i}.attn_sinks.weight",
     "k_norm": "blk.{i}.attn_k_norm.weight",
     "q": "blk.{i}.attn_q",
     "k": "blk.{i}.attn_k",
@@ -137,4 +140,5 @@ def load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int) -> 
         o_bias=w.maybe_vector(n["o"] + ".bias", C), gate_bias=gb, up_bias=ub,
         down_bias=w.maybe_vector(n["down"] + ".bias", C), q_norm=head_norm(qn), k_norm=head_norm(kn),
         post_attn_norm=norm("post_attn_norm"), post_ffn_norm=norm("post_ffn_norm"),
+        sinks=w.maybe_vector(n["sinks"], a.num_heads),
     )  # fmt: skip

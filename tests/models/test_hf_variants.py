@@ -36,9 +36,11 @@ VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "olmo2": ("olmo2", "post-norms only, full-width q/k RMSNorm"),
     "granite": ("granite", "embedding, residual and attention multipliers, logits_scaling"),
     "smollm3": ("smollm3", "a RoPE-less layer every 4 layers"),
+    "gemma2": ("gemma2", "sandwich (1+w) norms, GeGLU, attention + final soft-capping, alternating window 4"),
+    "gemma3": ("gemma3", "q/k norm, 5 local (window 4, base 1e4) : 1 global (base 1e6, linear 8) layers"),
 }
 # variants with a llama.cpp-converted F32 GGUF next to the HF folder (tools/make_variant_fixtures.py --gguf)
-GGUF_VARIANTS = ["phi3-longrope", "llama32-tied", "qwen3", "olmo2", "granite", "smollm3"]
+GGUF_VARIANTS = ["phi3-longrope", "llama32-tied", "qwen3", "olmo2", "granite", "smollm3", "gemma2", "gemma3"]
 MAX_REL_ERR = 1e-4
 
 
@@ -146,6 +148,14 @@ def _perturbed_err(d, **config):
         ("granite", {"attention_multiplier": None}),
         ("granite", {"logits_scaling": None}),
         ("smollm3", {"rope_layers": None}),
+        ("gemma2", {"attn_logit_softcapping": None}),
+        ("gemma2", {"final_logit_softcapping": None}),
+        ("gemma2", {"sliding_window_layers": None}),
+        ("gemma2", {"embedding_multiplier": None}),
+        ("gemma3", {"local_rope_theta": None}),
+        ("gemma3", {"sliding_window": None}),
+        ("gemma3", {"norm_offset": None}),
+        ("gemma3", {"attention_multiplier": 0.5}),
     ],
 )
 def test_fixtures_are_sensitive_to_each_feature(variants_dir, name, override):
@@ -262,7 +272,7 @@ def anyio_backend():
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("name", ["llama3", "mistral-swa8", "qwen2-swa", "phi3"])
+@pytest.mark.parametrize("name", ["llama3", "mistral-swa8", "qwen2-swa", "phi3", "gemma2", "gemma3"])
 async def test_batched_serving_reproduces_greedy(variants_dir, name):
     """Three concurrent requests through AsyncEngine (scheduler + runner actors), 8-token steps: chunked
     prefill across KV blocks and windows, decodes batched with other sequences' prefill, prefix-cache hits."""

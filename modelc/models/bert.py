@@ -180,7 +180,8 @@ class BertModel:
         self.pos = self._table(f"{p}embeddings.position_embeddings.weight")  # (max_pos, C)
         C = self.cfg.hidden_size
         tt = f"{p}embeddings.token_type_embeddings.weight"
-        self.type0 = self._table(tt)[0] if tt in self._tensors else np.zeros(C, np.float32)  # (C,)
+        self.types = self._table(tt) if tt in self._tensors else np.zeros((1, C), np.float32)  # (num types, C)
+        self.type0 = self.types[0]  # (C,)
         self.emb_ln = self._ln(f"{p}embeddings.LayerNorm")
         self.layers = [self._layer(f"{p}encoder.layer.{i}.") for i in range(self.cfg.num_hidden_layers)]
         del self._tensors
@@ -238,8 +239,8 @@ class BertModel:
             self.ks.gelu(out, x)
         return out
 
-    def embeddings(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """(S, T) ids and 0/1 mask -> (S*T, C) normalized input embeddings."""
+    def embeddings(self, ids: np.ndarray, mask: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
+        """(S, T) ids and 0/1 mask (and segment ids for pairs, else all 0) -> (S*T, C) normalized input embeddings."""
         cfg = self.cfg
         S, T = ids.shape
         if T > cfg.max_position_embeddings - cfg.position_offset:
@@ -253,17 +254,23 @@ class BertModel:
             pos = np.broadcast_to(np.arange(T), (S, T))
         flat = ids.reshape(-1)
         x = self.ks.dequantize_rows(self.word, flat, self.word_scale).astype(np.float32, copy=False)  # (S*T, C)
-        x = x + self.pos[pos.reshape(-1)] + self.type0
+        if type_ids is None:
+            x = x + self.pos[pos.reshape(-1)] + self.type0
+        else:
+            if type_ids.size and (type_ids.min() < 0 or type_ids.max() >= len(self.types)):
+                raise InvalidRequestError(f"token type id out of range [0, {len(self.types)})")
+            x = x + self.pos[pos.reshape(-1)] + self.types[np.asarray(type_ids, np.int64).reshape(-1)]
         return self._layer_norm(np.ascontiguousarray(x, dtype=np.float32), self.emb_ln)
 
-    def encode(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Last hidden state (S, T, C) of right-padded `ids` (S, T) with 0/1 `mask` (S, T)."""
+    def encode(self, ids: np.ndarray, mask: np.ndarray, type_ids: np.ndarray | None = None) -> np.ndarray:
+        """Last hidden state (S, T, C) of right-padded `ids` (S, T) with 0/1 `mask` (S, T) (and
+        `type_ids` (S, T), the segment of each token of a sentence pair)."""
         ids = np.asarray(ids, dtype=np.int64)
         mask = np.asarray(mask, dtype=np.int64)
         S, T = ids.shape
         cfg = self.cfg
         H, D, C = cfg.num_attention_heads, cfg.head_dim, cfg.hidden_size
-        x = self.embeddings(ids, mask)  # (S*T, C)
+        x = self.embeddings(ids, mask, type_ids)  # (S*T, C)
         bias = None  # (S, 1, 1, T) additive key mask; None when nothing is padded
         if not mask.all():
             bias = ((1 - mask) * np.float32(-1e30)).astype(np.float32)[:, None, None, :]

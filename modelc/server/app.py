@@ -19,6 +19,7 @@ from modelc.server import (
     openai_chat,
     openai_completions,
     openai_routes,
+    rerank_routes,
     responses_routes,
     webui,
 )
@@ -58,6 +59,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         anthropic_routes.bp,
         responses_routes.bp,
         infill_routes.bp,
+        rerank_routes.bp,
         webui.bp,
     ):
         app.register_blueprint(bp)

@@ -1,5 +1,6 @@
 """Engine-like adapters so one server serves every kind of model through the same routes:
-EncoderEngine (BERT-family embeddings: /v1/embeddings, /embeddings, /tokenize) and InferEngine
+EncoderEngine (BERT-family embeddings: /v1/embeddings, /embeddings, /tokenize; cross-encoders also
+/v1/rerank) and InferEngine
 (MLP/ONNX: /infer). Generation routes answer 400 for them (`can_generate = False`).
 
 The heavy work runs in a worker thread (anyio.to_thread), one request at a time per model.
@@ -32,10 +33,11 @@ class EncoderEngine:
     can_generate = False
 
     def __init__(self, source: Any) -> None:
-        from modelc.engine.embedder import Embedder
+        from modelc.engine.embedder import Embedder, open_source
 
         self.source = source
-        self._embedder = Embedder(source)
+        self._embedder_source = open_source(source)
+        self._embedder = Embedder(self._embedder_source)
         self.name = getattr(source, "name", "") or self._embedder.name
         self.architecture = getattr(source, "architecture", "bert")
         tok = getattr(self._embedder, "_tok", None)  # the truncating tokenizer the embedder itself uses
@@ -43,6 +45,25 @@ class EncoderEngine:
         self.chat_template = None
         self._limiter = anyio.CapacityLimiter(1)
         self._num_running = 0
+        self._reranker = None  # cross-encoders (...ForSequenceClassification) also score pairs: /v1/rerank
+        from modelc.models.cross_encoder import is_cross_encoder
+
+        if is_cross_encoder(self._embedder_source):
+            from modelc.engine.reranker import Reranker
+
+            self._reranker = Reranker(self._embedder_source, encoder=self._embedder.model)
+
+    @property
+    def can_rerank(self) -> bool:
+        return self._reranker is not None
+
+    async def rerank(self, query: str, documents: list[str]) -> Any:
+        """modelc.engine.reranker.Ranking of `documents` for `query` (in document order)."""
+        self._num_running += 1
+        try:
+            return await anyio.to_thread.run_sync(self._reranker.rank, query, documents, limiter=self._limiter)
+        finally:
+            self._num_running -= 1
 
     async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
         self._num_running += 1

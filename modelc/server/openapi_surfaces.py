@@ -157,3 +157,28 @@ WEBUI = {
     "/": {"get": _op("The chat web UI (browsers) or 'Ollama is running' (API clients)", S, text=True, errors=())},
     "/webui/{name}": {"get": _op("A static file of the web UI", S, text=True, errors=(404,))},
 }
+RERANK_REQ = _obj(
+    {
+        "model": S,
+        "query": S,
+        "documents": {"type": "array", "items": {"oneOf": [S, _obj({"text": S}, ("text",))]}},
+        "top_n": {**I, "minimum": 1},
+        "return_documents": B,
+    },
+    ("query", "documents"),
+)
+RERANK_RESP = _obj(
+    {
+        "id": S,
+        "model": S,
+        "results": {
+            "type": "array",
+            "items": _obj({"index": I, "relevance_score": N, "logit": N, "document": _obj({"text": S})}),
+        },
+        "usage": _obj({"prompt_tokens": I, "total_tokens": I}),
+    }
+)
+_RERANK_OP = _op(
+    "Rerank documents for a query with a cross-encoder (Jina/Cohere shape)", RERANK_RESP, RERANK_REQ, errors=GEN_ERRORS
+)
+RERANK = {"/v1/rerank": {"post": _RERANK_OP}, "/rerank": {"post": _RERANK_OP}}

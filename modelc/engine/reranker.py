@@ -1,0 +1,91 @@
+"""Reranker: (query, documents) -> relevance scores with a cross-encoder, batched by length.
+
+Owns pair tokenization (the model's tokenizer lays out [CLS] q [SEP] d [SEP] / <s> q </s></s> d </s>
+with segment ids; longest-first truncation to max_seq_length, as transformers does), length-sorted
+batching (embedder.plan_batches) and token counts for usage. Synchronous; callers run it in a worker
+thread. The maths is modelc.models.cross_encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from modelc.engine.embedder import open_source, plan_batches
+from modelc.errors import InvalidRequestError, UnsupportedError
+from modelc.kernels.select import KernelSet
+from modelc.models.cross_encoder import CrossEncoderModel, is_cross_encoder, relevance
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    logits: np.ndarray  # (S, num_labels) float32, document order
+    scores: np.ndarray  # (S,) float64 relevance in [0, 1]
+    token_counts: tuple[int, ...]  # tokens per (query, document) pair, special tokens included
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.token_counts)
+
+
+class Reranker:
+    """`Reranker(source).rank(query, documents) -> Ranking`."""
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        max_batch_size: int = 32,
+        max_batch_tokens: int = 8192,
+        kernels: KernelSet | None = None,
+        encoder: Any = None,
+    ) -> None:
+        """`encoder`: the BertModel an Embedder already built from this source (shared, not built twice)."""
+        source = open_source(source)
+        if not is_cross_encoder(source):
+            raise UnsupportedError(f"model {getattr(source, 'name', '?')} is not a cross-encoder (reranker)")
+        if not source.tokenizer_json:
+            raise UnsupportedError(f"model {getattr(source, 'name', '?')} has no tokenizer")
+        import tokenizers
+
+        self.model = CrossEncoderModel(source, kernels, encoder)
+        self.max_seq_length = self.model.cfg.max_seq_length
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self._tok = tokenizers.Tokenizer.from_str(source.tokenizer_json)
+        self._tok.no_padding()
+        self._tok.enable_truncation(max_length=self.max_seq_length, strategy="longest_first")
+
+    def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Any]:
+        return self._tok.encode_batch([(query, d) for d in documents])
+
+    def rank(self, query: str, documents: Sequence[str]) -> Ranking:
+        encs = self.encode_pairs(query, documents)
+        for i, e in enumerate(encs):
+            if not e.ids:
+                raise InvalidRequestError(f"document {i} tokenizes to nothing", param="documents")
+        logits = np.empty((len(encs), self.model.num_labels), np.float32)
+        cfg = self.model.cfg
+        C, F, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+        batches = plan_batches(
+            [len(e.ids) for e in encs],
+            max_batch_size=self.max_batch_size,
+            max_batch_tokens=self.max_batch_tokens,
+            token_flops=2 * L * (4 * C * C + 2 * C * F),
+            attention_flops=4 * L * C,
+        )
+        for batch in batches:
+            T = max(len(encs[i].ids) for i in batch)
+            ids = np.full((len(batch), T), cfg.pad_token_id, np.int64)  # (S, T)
+            types = np.zeros((len(batch), T), np.int64)
+            mask = np.zeros((len(batch), T), np.int64)
+            for row, i in enumerate(batch):
+                n = len(encs[i].ids)
+                ids[row, :n] = encs[i].ids
+                types[row, :n] = encs[i].type_ids
+                mask[row, :n] = 1
+            logits[batch] = self.model.scores(ids, mask, types)
+        return Ranking(logits, relevance(logits), tuple(len(e.ids) for e in encs))

@@ -59,9 +59,15 @@ class AuthError(ModelcError):
 
 
 class RateLimitError(ModelcError):
+    """Too many requests from one client (HTTP 429 with Retry-After)."""
+
     http_status = 429
     error_type = "rate_limit_error"
     code = "rate_limit_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class OverloadedError(ModelcError):

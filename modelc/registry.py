@@ -89,7 +89,7 @@ def load_index(loc: str) -> list[RegistryModel]:
             raise RegistryError(f"cannot read registry index {Path(loc) / INDEX}: {e.strerror or e}") from None
     try:
         return parse_index(json.loads(raw))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise RegistryError(f"registry {loc}: {INDEX} is not valid JSON ({e})") from None
 
 

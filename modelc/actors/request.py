@@ -24,6 +24,7 @@ from modelc.engine.events import Finished, TokenEvent
 from modelc.engine.params import SamplingParams
 from modelc.errors import EngineError
 from modelc.scheduler.output import Finish
+from modelc.tokenizer.stop import StopMatcher
 
 
 class TextStream:
@@ -37,7 +38,8 @@ class TextStream:
             from modelc.tokenizer.incremental import IncrementalDecoder
 
             self.decoder = IncrementalDecoder(tokenizer, prompt_ids[-8:])
-        self.pending = ""  # decoded, not yet released
+        self.matcher = StopMatcher(self.stop)
+        self.pending = ""  # decoded, not yet released: at most the longest stop string minus one char
         self.stopped = False
 
     def add(self, token_id: int, *, check_stop: bool = True) -> str:
@@ -45,17 +47,18 @@ class TextStream:
         check_stop=False (before min_tokens): release everything, match nothing."""
         if self.decoder is None:
             return ""
-        self.pending += self.decoder.add(token_id)
+        piece = self.decoder.add(token_id)
+        self.pending += piece
         if not self.stop or not check_stop:
+            self.matcher.reset()
             out, self.pending = self.pending, ""
             return out
-        hits = [i for i in (self.pending.find(s) for s in self.stop) if i >= 0]
-        if hits:
+        back = self.matcher.feed(piece)  # linear in the piece, whatever the stop lengths
+        if back is not None:
             self.stopped = True
-            out, self.pending = self.pending[: min(hits)], ""
+            out, self.pending = self.pending[: len(self.pending) - back], ""
             return out
-        keep = max((k for s in self.stop for k in range(1, len(s)) if self.pending.endswith(s[:k])), default=0)
-        cut = len(self.pending) - keep
+        cut = len(self.pending) - self.matcher.held
         out, self.pending = self.pending[:cut], self.pending[cut:]
         return out
 

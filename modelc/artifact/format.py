@@ -80,7 +80,7 @@ def parse_preamble(raw: bytes, size: int, where: str) -> int:
 def parse_header(raw: bytes, where: str) -> dict[str, Any]:
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ArtifactError(f"{where}: header is not valid JSON ({e})") from None
     if not isinstance(header, dict) or not isinstance(header.get("tensors"), list):
         raise ArtifactError(f"{where}: header has no tensor table")

@@ -96,8 +96,24 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "Abort":
             print("error: aborted", file=sys.stderr)
             return 1
-        raise
+        return _unexpected(e)
     return 0
+
+
+def _unexpected(e: Exception) -> int:
+    """Anything else still ends in one `error:` line (MODELC_TRACEBACK=1 shows the traceback)."""
+    if os.environ.get("MODELC_TRACEBACK"):
+        raise e
+    if isinstance(e, RecursionError):
+        print("error: the input is nested too deeply to read (recursion limit)", file=sys.stderr)
+    elif isinstance(e, OSError):
+        where = f": {e.filename}" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
+    elif isinstance(e, MemoryError):
+        print("error: out of memory", file=sys.stderr)
+    else:
+        print(f"error: internal error: {type(e).__name__}: {e}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ No loading or unloading here (models.py); no HTTP.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -32,13 +33,18 @@ def parse_keep_alive(value: Any) -> float | None:
             "'keep_alive' must be a number of seconds or a duration like '5m'", param="keep_alive"
         )
     if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise InvalidRequestError("'keep_alive' must be a finite number of seconds", param="keep_alive")
         return float(value)
     if isinstance(value, str):
         text = value.strip()
         try:
-            return float(text)
+            seconds = float(text)
         except ValueError:
             pass
+        else:
+            if math.isfinite(seconds):
+                return seconds
         units = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
         parts = re.findall(r"(-?[0-9.]+)(ms|s|m|h)", text)
         if parts and "".join(n + u for n, u in parts) == text:

@@ -21,16 +21,19 @@ from modelc.daemon.models import parse_keep_alive
 from modelc.daemon.ollama_routes import NDJSON, model_for, model_name, ndjson
 from modelc.engine.params import SamplingParams
 from modelc.errors import InvalidRequestError, ModelcError
-from modelc.server.embedding import embed_inputs, encode_vector, truncate
+from modelc.server.context import context_length
+from modelc.server.embedding import encode_vector, run_embeddings, truncate
 from modelc.server.generation import ChoiceResult, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
     account,
     deadline,
     get_state,
+    offload,
     precompile,
     read_json,
     record,
     require_generation,
+    require_tokenizer,
 )
 from modelc.server.prompt import (
     encode_chat,
@@ -95,13 +98,13 @@ def _generate_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
         raise InvalidRequestError("'template' overrides are not supported; the model's chat template is used")
     tok = engine.tokenizer
     if suffix:
-        return fim_prompt_ids(tok, prompt, suffix)
+        return fim_prompt_ids(tok, prompt, suffix, context_length(engine))
     if body.get("raw") or engine.chat_template is None:
         text = f"{system}\n\n{prompt}" if system else prompt
-        return encode_prompt(tok, text, None)
+        return encode_prompt(tok, text, None, limit=context_length(engine))
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     text = render_chat(engine, messages, None)
-    return encode_chat(tok, text, getattr(engine.chat_template, "bos_token", None))
+    return encode_chat(tok, text, getattr(engine.chat_template, "bos_token", None), context_length(engine))
 
 
 def _think_kwargs(body: dict[str, Any]) -> dict[str, Any]:
@@ -126,8 +129,23 @@ def _chat_prompt(engine: Any, body: dict[str, Any]) -> tuple[list[int], tuple[di
                 fn["arguments"] = json.dumps(fn["arguments"])
     tools, _ = parse_tools({"tools": body["tools"]} if body.get("tools") else {})
     text = render_chat(engine, messages, tools, _think_kwargs(body))
-    ids = encode_chat(engine.tokenizer, text, getattr(engine.chat_template, "bos_token", None))
+    bos = getattr(engine.chat_template, "bos_token", None)
+    ids = encode_chat(engine.tokenizer, text, bos, context_length(engine))
     return ids, tuple(tools) if tools else None, text
+
+
+def _prepare(
+    state: ServerState, engine: Any, body: dict[str, Any], chat: bool
+) -> tuple[SamplingParams, list[int], tuple[dict[str, Any], ...] | None, Any, bool]:
+    """Parameters, prompt ids, offered tools, the reasoning syntax and whether the prompt opens a thought:
+    templates, tokenizer and grammar (run in a worker thread)."""
+    params = _params(state, engine, body)
+    require_tokenizer(engine)
+    if chat:
+        ids, tools, text = _chat_prompt(engine, body)
+        syntax = model_reasoning_syntax(engine)
+        return params, ids, tools, syntax, starts_in_reasoning(syntax, text)
+    return params, _generate_prompt(engine, body), None, None, False
 
 
 async def _load_only(state: ServerState, name: str, body: dict[str, Any], chat: bool) -> dict[str, Any]:
@@ -166,14 +184,7 @@ async def _run(chat: bool) -> Any:
     started = time.monotonic()
     engine = await model_for(state, name, body.get("keep_alive"))
     load_s = time.monotonic() - started
-    params = _params(state, engine, body)
-    syntax, opened = None, False
-    if chat:
-        ids, tools, text = _chat_prompt(engine, body)
-        syntax = model_reasoning_syntax(engine)
-        opened = starts_in_reasoning(syntax, text)
-    else:
-        ids, tools = _generate_prompt(engine, body), None
+    params, ids, tools, syntax, opened = await offload(_prepare, state, engine, body, chat)
     plan = OllamaPlan(name, chat, tuple(ids), params, stream, tools, load_s, syntax, opened)
     rec = record()
     rec.inference = True
@@ -306,7 +317,10 @@ async def embed() -> Any:
     dims = body.get("dimensions")
     if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
         raise InvalidRequestError("'dimensions' must be a positive integer", param="dimensions")
-    vectors, num_tokens = await _embed(state, engine, inputs)
+    cut = body.get("truncate", True)  # Ollama: true cuts each input to the context, false answers an error
+    if not isinstance(cut, bool):
+        raise InvalidRequestError("'truncate' must be a boolean", param="truncate")
+    vectors, num_tokens = await run_embeddings(state, engine, inputs, "input", truncate=cut)
     return {
         "model": name,
         "embeddings": [encode_vector(v, "float") for v in truncate(vectors, dims)],
@@ -325,19 +339,5 @@ async def embeddings_legacy() -> Any:
     prompt = body.get("prompt")
     if not isinstance(prompt, str) or not prompt:
         raise InvalidRequestError("'prompt' must be a non-empty string", param="prompt")
-    vectors, _ = await _embed(state, engine, [prompt])
+    vectors, _ = await run_embeddings(state, engine, [prompt], "prompt", truncate=True)
     return {"embedding": encode_vector(vectors[0], "float")}
-
-
-async def _embed(state: ServerState, engine: Any, inputs: list[str]) -> tuple[Any, int]:
-    ids, num_tokens = embed_inputs(engine, inputs, "input")
-    rec = record()
-    rec.inference = True
-    rec.prompt_tokens = num_tokens
-    state.acquire_slot()
-    try:
-        vectors = await engine.embed(ids)  # (S, C)
-    finally:
-        state.release_slot()
-    state.metrics.prompt_tokens.inc(num_tokens)
-    return vectors, num_tokens

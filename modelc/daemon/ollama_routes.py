@@ -23,7 +23,7 @@ from modelc.daemon.lookup import hidden_path, resolve_adapter, resolve_model
 from modelc.daemon.models import parse_keep_alive
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server.guard import ForbiddenError, control_route
-from modelc.server.handling import check_model, current_engine, get_state, read_json
+from modelc.server.handling import check_model, current_engine, get_state, managed_engine, read_json
 from modelc.server.state import ServerState
 
 bp = Blueprint("ollama", __name__)
@@ -53,7 +53,7 @@ async def model_for(state: ServerState, name: str, keep_alive: Any = None) -> An
         engine = current_engine(state)
         check_model(state, engine, {"model": name})
         return engine
-    return await state.models.get(name, keep)
+    return await managed_engine(state, name, keep)
 
 
 def _default_row(state: ServerState) -> dict[str, Any] | None:

@@ -63,8 +63,13 @@ def sampling_params(options: Any, defaults: GenerationDefaults, vocab_size: int 
         if key not in body and getattr(defaults, key, None) is None:
             body[key] = value
     n = body.get("max_tokens")
-    if isinstance(n, int) and not isinstance(n, bool) and n < 0:  # -1 infinite, -2 fill the context
+    if isinstance(n, int) and not isinstance(n, bool) and n in (-1, -2):  # -1 infinite, -2 fill the context
         body.pop("max_tokens")
+    elif isinstance(n, int) and not isinstance(n, bool) and n < 0:
+        raise InvalidRequestError(
+            f"'options.num_predict' must be >= 0, -1 (no limit) or -2 (fill the context), got {n}",
+            param="options.num_predict",
+        )
     if "max_tokens" not in body and defaults.max_tokens is None:
         body["max_tokens"] = DEFAULT_NUM_PREDICT
     if isinstance(body.get("stop"), str):

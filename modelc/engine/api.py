@@ -21,6 +21,7 @@ from modelc.engine.params import SamplingParams
 from modelc.engine.runner import Runner
 from modelc.errors import EngineError, InvalidRequestError, UnsupportedError
 from modelc.scheduler.batch import BatchPlan, SeqChunk
+from modelc.tokenizer.stop import StopMatcher
 
 ARTIFACT_MAGIC = b"MODELC\0\0"
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds scratch memory on long prompts
@@ -169,22 +170,24 @@ class Engine:
         params = self._params(sampling)
         ids = self._prompt_ids(prompt)
         dec = IncrementalDecoder(self.tokenizer, ids)
-        stops = tuple(s for s in params.stop if s)
+        matcher = StopMatcher(params.stop)
         held = ""  # text not yet yielded because it may begin a stop string
         for tok in self.generate_ids(ids, params):
-            held += dec.add(tok)
-            cut = _stop_cut(held, stops)
-            if cut is not None:
-                if held[:cut]:
-                    yield held[:cut]
+            piece = dec.add(tok)
+            held += piece
+            back = matcher.feed(piece)
+            if back is not None:
+                if held[: len(held) - back]:
+                    yield held[: len(held) - back]
                 return
-            safe = len(held) - _stop_prefix_len(held, stops)
+            safe = len(held) - matcher.held
             if safe > 0:
                 yield held[:safe]
                 held = held[safe:]
-        held += dec.flush()
-        cut = _stop_cut(held, stops)
-        held = held if cut is None else held[:cut]
+        piece = dec.flush()
+        held += piece
+        back = matcher.feed(piece)
+        held = held if back is None else held[: len(held) - back]
         if held:
             yield held
 
@@ -286,20 +289,3 @@ class Engine:
 
     def unload_adapter(self, name: str) -> None:
         self.runner.unload_adapter(name)
-
-
-def _stop_cut(text: str, stops: tuple[str, ...]) -> int | None:
-    """Index where the earliest stop string starts in text, or None."""
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else None
-
-
-def _stop_prefix_len(text: str, stops: tuple[str, ...]) -> int:
-    """Length of the longest tail of text that is a proper prefix of some stop string (held back)."""
-    best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:k]):
-                best = max(best, k)
-                break
-    return best

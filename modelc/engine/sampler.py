@@ -56,7 +56,8 @@ class SeqSamplerState:
         matcher: TokenMatcher | None = None,
     ) -> SeqSamplerState:
         """A fresh state; the RNG is seeded from params.seed, or from OS entropy when it is None."""
-        rng = np.random.default_rng(params.seed)
+        # Any integer seed (OpenAI allows negative ones) maps to one uint64 numpy accepts.
+        rng = np.random.default_rng(None if params.seed is None else params.seed % 2**64)
         return cls(rng=rng, seen={int(t) for t in prompt_token_ids}, matcher=matcher)
 
     def add_prompt_tokens(self, token_ids: Iterable[int]) -> None:

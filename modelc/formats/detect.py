@@ -45,7 +45,7 @@ def _sniff(p: pathlib.Path) -> str | None:
                     f.seek(8)
                     json.loads(f.read(n))
                     return "safetensors"
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return None
 

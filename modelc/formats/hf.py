@@ -22,7 +22,7 @@ from modelc.ir import Model, TensorData
 def _json(path: pathlib.Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise FormatError(f"{path.parent.name}/{path.name}: not valid JSON ({e})") from None
 
 
@@ -184,7 +184,7 @@ def read_folder_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
     if tok_text is not None:
         try:
             tok_json = json.loads(tok_text)
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:
             raise FormatError(f"{f.name}/tokenizer.json: not valid JSON ({e})") from None
     architecture, config = normalize_config(cfg)
     pooling = _pooling(f)

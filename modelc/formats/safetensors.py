@@ -57,7 +57,7 @@ def read_header(
         raise FormatError(f"{p}: cannot read: {e.strerror or e}") from None
     try:
         header = json.loads(raw, object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise FormatError(f"{p.name}: safetensors header is not valid JSON ({e})") from None
     except _DuplicateKey as e:
         raise FormatError(f"{p.name}: duplicate tensor name {e.args[0]!r} in safetensors header") from None
@@ -141,7 +141,7 @@ def read_index(path: str | os.PathLike[str]) -> dict[str, str]:
     p = pathlib.Path(path)
     try:
         index = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise FormatError(f"{p.name}: cannot read the shard index ({e})") from None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):

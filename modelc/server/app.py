@@ -24,7 +24,7 @@ from modelc.server import (
     webui,
 )
 from modelc.server.auth import EXEMPT_PATHS
-from modelc.server.errors import error_response, install_error_handlers
+from modelc.server.errors import count_rejection, error_response, install_error_handlers
 from modelc.server.handling import STATE_KEY, RequestRecord, finish_record, new_id
 from modelc.server.openapi import openapi_spec
 from modelc.server.state import ServerState
@@ -92,6 +92,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
                 )
         except ModelcError as e:
             rec.error = e.message
+            count_rejection(e)
             if request.path.startswith("/v1/messages"):
                 return anthropic_routes.error_response(e)
             return error_response(e)
@@ -106,5 +107,14 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
             finish_record(state, rec, response.status_code)
         response.headers.setdefault("X-Request-Id", rec.request_id if rec else "")
         return guard.add_cors(request, response, state.config)
+
+    @app.teardown_request
+    async def _gone(exc: BaseException | None) -> None:
+        # A handler cancelled because the client disconnected never reaches after_request: log it
+        # as 499 here. (Streamed responses log themselves when the stream ends.)
+        rec: RequestRecord | None = g.get("modelc_record")
+        if rec is not None and not rec.streaming and not rec.logged:
+            rec.error = rec.error or "client closed the connection before the response"
+            finish_record(state, rec, 499)
 
     return app

@@ -2,14 +2,19 @@
 
 Order: bind and answer /health (503 "loading") at once, open the engine, then mark ready.
 SIGINT/SIGTERM (or `shutdown`): stop accepting, let in-flight requests finish (bounded by
-drain_timeout_s), close the engine, return. Binds 127.0.0.1 unless told otherwise.
+drain_timeout_s: shortly before it, every open generation ends with a "shutting_down" error event
+instead of being cut off), close the engine, return. A second signal exits at once, and a process
+that a signal asked to stop exits by force if it is still alive DRAIN_GRACE_S after the drain
+timeout (a forward pass in a worker thread cannot be cancelled). Binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -20,8 +25,18 @@ from hypercorn.config import Config as HypercornConfig
 
 from modelc.errors import ModelcError
 from modelc.server.app import create_app
+from modelc.server.errors import ShuttingDownError
+from modelc.server.generation import interrupt_all
 from modelc.server.guard import check_bind
 from modelc.server.state import ServerConfig, ServerState
+
+DRAIN_GRACE_S = 10.0  # after the drain timeout, a signalled process exits by force
+
+
+def stream_cut_s(drain_timeout_s: float) -> float:
+    """When, after the stop, open generations end with an error event: before hypercorn's own
+    graceful timeout, so the event is still sent."""
+    return max(0.0, drain_timeout_s - min(3.0, drain_timeout_s * 0.1))
 
 
 class _BoundConfig(HypercornConfig):
@@ -101,10 +116,21 @@ async def serve(
     state.request_shutdown = stop.set
     loop = asyncio.get_running_loop()
     handled: list[int] = []
+    watchdog: list[threading.Timer] = []
+
+    def on_signal(sig: int) -> None:
+        if stop.is_set():
+            os._exit(128 + sig)  # a second signal: the user wants it gone now
+        timer = threading.Timer(drain_timeout_s + DRAIN_GRACE_S, os._exit, (128 + sig,))
+        timer.daemon = True
+        timer.start()
+        watchdog.append(timer)
+        stop.set()
+
     if install_signal_handlers:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(sig, stop.set)
+                loop.add_signal_handler(sig, on_signal, int(sig))
                 handled.append(sig)
     errors: list[ModelcError] = []
     server_done = anyio.Event()
@@ -121,11 +147,17 @@ async def serve(
         await event.wait()
         stop.set()
 
+    async def _cut_streams() -> None:
+        await stop.wait()
+        await anyio.sleep(stream_cut_s(drain_timeout_s))
+        interrupt_all(ShuttingDownError("the server is shutting down: the drain timeout ended this request"))
+
     try:
         async with anyio.create_task_group() as tg:
             if shutdown is not None:
                 tg.start_soon(_relay, shutdown)
             tg.start_soon(_run_server)
+            tg.start_soon(_cut_streams)
             if models is not None:
                 await tg.start(models.run)
             try:
@@ -148,6 +180,8 @@ async def serve(
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
+        for timer in watchdog:
+            timer.cancel()
     if errors:
         raise errors[0]
 

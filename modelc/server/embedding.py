@@ -1,4 +1,6 @@
-"""Embeddings for /v1/embeddings and /embeddings: token ids -> engine.embed -> optional `dimensions`
+"""Embeddings for /v1/embeddings, /embeddings and /api/embed: texts -> token ids (in a worker thread,
+each input within the context length: 400 beyond it, or cut to it with `truncate`) -> engine.embed in
+batches of bounded size (a disconnect or shutdown stops between batches) -> optional `dimensions`
 truncation (renormalized) -> float lists or base64 (little-endian float32)."""
 
 from __future__ import annotations
@@ -9,20 +11,66 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import InvalidRequestError
+from modelc.server.context import context_length
+from modelc.server.handling import offload, record
 from modelc.server.prompt import encode_prompt
 
+MAX_INPUTS = 2048  # inputs per request (OpenAI's limit)
+BATCH_TOKENS = 2048  # tokens per engine call (or one input, when longer)
 
-def embed_inputs(engine: Any, inputs: list[str | list[int]], param: str) -> tuple[np.ndarray, int]:
-    """(S, C) float32 unit vectors and the number of input tokens."""
+
+def embed_inputs(
+    engine: Any, inputs: list[str | list[int]], param: str, *, truncate: bool = False
+) -> tuple[list[list[int]], int]:
+    """The token ids of every input and their total. Synchronous: run it in a worker thread."""
+    if len(inputs) > MAX_INPUTS:
+        raise InvalidRequestError(f"'{param}' may hold at most {MAX_INPUTS} inputs, got {len(inputs)}", param=param)
     if getattr(engine, "embed", None) is None:
         raise InvalidRequestError(f"model {engine.name!r} does not produce embeddings", param=param)
     tok = engine.tokenizer
     if tok is None and any(isinstance(x, str) for x in inputs):
         raise InvalidRequestError(f"model {engine.name!r} has no tokenizer: send token ids", param=param)
-    ids = [encode_prompt(tok, x, getattr(tok, "vocab_size", None), param) for x in inputs]
+    limit = context_length(engine)
+    vocab = getattr(tok, "vocab_size", None)
+    ids = [encode_prompt(tok, x, vocab, param, limit=limit, truncate=truncate) for x in inputs]
     if any(len(t) == 0 for t in ids):
         raise InvalidRequestError(f"'{param}' must not contain empty inputs", param=param)
     return ids, sum(len(t) for t in ids)
+
+
+async def embed_batched(engine: Any, ids: list[list[int]]) -> np.ndarray:
+    """(S, C) vectors, computed BATCH_TOKENS at a time: each engine call is bounded, and cancelling
+    the request (client gone, server stopping) ends it at the next batch boundary."""
+    budget = max(BATCH_TOKENS, max(len(t) for t in ids))
+    parts: list[np.ndarray] = []
+    batch: list[list[int]] = []
+    num = 0
+    for t in ids:
+        if batch and num + len(t) > budget:
+            parts.append(np.asarray(await engine.embed(batch), dtype=np.float32))
+            batch, num = [], 0
+        batch.append(t)
+        num += len(t)
+    parts.append(np.asarray(await engine.embed(batch), dtype=np.float32))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)  # (S, C)
+
+
+async def run_embeddings(
+    state: Any, engine: Any, inputs: list[str | list[int]], param: str, *, truncate: bool = False
+) -> tuple[np.ndarray, int]:
+    """What every embeddings route does: ids off the loop, a concurrency slot, batched engine calls,
+    the request's record and metrics. (S, C) unit vectors and the number of input tokens."""
+    ids, num_tokens = await offload(lambda: embed_inputs(engine, inputs, param, truncate=truncate))
+    rec = record()
+    rec.inference = True
+    rec.prompt_tokens = num_tokens
+    state.acquire_slot()
+    try:
+        vectors = await embed_batched(engine, ids)  # (S, C)
+    finally:
+        state.release_slot()
+    state.metrics.prompt_tokens.inc(num_tokens)
+    return vectors, num_tokens
 
 
 def truncate(vectors: np.ndarray, dimensions: int | None) -> np.ndarray:

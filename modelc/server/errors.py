@@ -1,6 +1,7 @@
 """ModelcError -> OpenAI-style error responses, and the HTTP errors Quart raises (404, 405, 413).
 
-Body: {"error": {"message", "type", "param", "code"}}; 503 carries Retry-After.
+Body: {"error": {"message", "type", "param", "code"}}, except on the Ollama-shaped /api/* routes, where
+Ollama clients expect {"error": "<message>"}. 429 and 503 carry Retry-After.
 """
 
 from __future__ import annotations
@@ -8,10 +9,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from quart import Quart, Response
+from quart import Quart, Response, current_app, has_app_context, has_request_context, request
 from werkzeug.exceptions import HTTPException
 
-from modelc.errors import EngineError, ModelcError, OverloadedError
+from modelc.errors import (
+    AuthError,
+    EngineError,
+    ModelcError,
+    OverloadedError,
+    PayloadTooLargeError,
+    RateLimitError,
+)
 
 
 class ServiceUnavailableError(ModelcError):
@@ -22,15 +30,55 @@ class ServiceUnavailableError(ModelcError):
     code = "model_loading"
 
 
+class ShuttingDownError(ModelcError):
+    """The server is stopping: the drain time ran out before this request finished."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "shutting_down"
+
+
+def rejection_reason(err: ModelcError) -> str | None:
+    """The `reason` label of modelc_requests_rejected_total for a refused request, None for other errors."""
+    if isinstance(err, OverloadedError):
+        return getattr(err, "reason", None) or ("shutting_down" if "shutting down" in err.message else "queue_full")
+    return {
+        RateLimitError: "rate_limit",
+        ShuttingDownError: "shutting_down",
+        ServiceUnavailableError: "model_loading",
+        PayloadTooLargeError: "payload_too_large",
+        AuthError: "unauthorized",
+    }.get(type(err))
+
+
+def count_rejection(err: ModelcError) -> None:
+    if not has_app_context():
+        return
+    state = current_app.extensions.get("modelc")
+    reason = rejection_reason(err)
+    if state is not None and reason is not None:
+        state.metrics.rejected.labels(reason=reason).inc()
+
+
 def error_body(err: ModelcError) -> dict[str, Any]:
     return {"error": {"message": err.message, "type": err.error_type, "param": err.param, "code": err.code}}
 
 
+def ollama_shaped() -> bool:
+    """Whether the current request is on the Ollama API (/api/*), whose clients read {"error": "..."}."""
+    return has_request_context() and request.path.startswith("/api/")
+
+
+def shaped_body(message: str, openai_body: dict[str, Any]) -> dict[str, Any]:
+    return {"error": message} if ollama_shaped() else openai_body
+
+
 def error_response(err: ModelcError) -> Response:
-    resp = Response(json.dumps(error_body(err)), status=err.http_status, content_type="application/json")
-    if isinstance(err, OverloadedError):
+    body = shaped_body(err.message, error_body(err))
+    resp = Response(json.dumps(body), status=err.http_status, content_type="application/json")
+    if isinstance(err, OverloadedError | RateLimitError):
         resp.headers["Retry-After"] = str(err.retry_after_s)
-    if isinstance(err, ServiceUnavailableError):
+    if isinstance(err, ServiceUnavailableError | ShuttingDownError):
         resp.headers["Retry-After"] = "1"
     return resp
 
@@ -48,7 +96,7 @@ def http_error_response(exc: HTTPException) -> Response:
     message = {404: "no such route", 405: "method not allowed for this route", 413: "request body too large"}.get(
         status, exc.description or exc.name
     )
-    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    body = shaped_body(message, {"error": {"message": message, "type": error_type, "param": None, "code": code}})
     resp = Response(json.dumps(body), status=status, content_type="application/json")
     if status == 405 and getattr(exc, "valid_methods", None):
         resp.headers["Allow"] = ", ".join(exc.valid_methods)
@@ -58,6 +106,7 @@ def http_error_response(exc: HTTPException) -> Response:
 def install_error_handlers(app: Quart) -> None:
     @app.errorhandler(ModelcError)
     async def _modelc_error(err: ModelcError) -> Response:
+        count_rejection(err)
         return error_response(err)
 
     @app.errorhandler(HTTPException)

@@ -2,19 +2,32 @@
 and the bookkeeping every route needs (text, token ids, logprobs, finish reason, usage, timings).
 
 No HTTP here. Leaving a ChoiceStreams block (done, error, timeout or client disconnect) cancels
-each choice's task, which leaves its engine iterator and so aborts that sequence.
+each choice's task, which leaves its engine iterator and so aborts that sequence. Every open
+ChoiceStreams is in LIVE, so a server whose drain time is up can end them all with an error
+(interrupt_all) rather than have them cut off mid-stream.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from modelc.engine.params import SamplingParams
 from modelc.errors import EngineError, ModelcError, RequestTimeoutError
+
+LIVE: weakref.WeakSet[ChoiceStreams] = weakref.WeakSet()  # open ChoiceStreams of this process
+
+
+def interrupt_all(error: ModelcError) -> int:
+    """End every open ChoiceStreams with `error` at its next event (the drain timeout). Returns how many."""
+    live = list(LIVE)
+    for streams in live:
+        streams.interrupt(error)
+    return len(live)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +97,18 @@ class ChoiceStreams:
         for i, job in enumerate(self._jobs):
             rid = self._request_id if len(self._jobs) == 1 else f"{self._request_id}-{i}"
             self._tasks.append(asyncio.create_task(self._pump(i, job, rid)))
+        LIVE.add(self)
         return self
+
+    def interrupt(self, error: ModelcError) -> None:
+        """Make the next __anext__ raise `error` (whatever the choices are doing)."""
+        self._queue.put_nowait((-1, error))
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self) -> None:
+        LIVE.discard(self)
         for t in self._tasks:
             t.cancel()
         if self._tasks:

@@ -4,21 +4,24 @@ eager constraint compilation, the per-request record (id, timings, tokens) and i
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 from quart import current_app, g, request
 
 from modelc.engine.params import Constraint
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.server.body import OFFLOAD_BYTES, parse_body
 from modelc.server.errors import ServiceUnavailableError
 from modelc.server.generation import ChoiceResult, Timings
 from modelc.server.state import ServerState
 
 STATE_KEY = "modelc"
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -37,6 +40,7 @@ class RequestRecord:
     ttft_s: float | None = None
     error: str | None = None
     accounted: bool = False  # account() ran: token metrics are counted once, even if the stream then breaks
+    logged: bool = False  # finish_record() ran: one log line and one count per request
 
 
 def get_state() -> ServerState:
@@ -72,16 +76,39 @@ def new_id(prefix: str) -> str:
 
 
 async def read_json() -> dict[str, Any]:
+    """The body as a checked JSON object (modelc.server.body); large bodies are parsed off the loop."""
     raw = await request.get_data(as_text=False)
-    if not raw:
-        raise InvalidRequestError("request body is empty: send a JSON object")
+    if len(raw) > OFFLOAD_BYTES:
+        return await anyio.to_thread.run_sync(parse_body, raw)
+    return parse_body(raw)
+
+
+async def offload(fn: Callable[..., T], *args: Any) -> T:
+    """Run CPU work of a request (tokenizing, rendering a template, compiling a grammar) in a worker
+    thread so the event loop keeps serving /health and streams meanwhile."""
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+MAX_MODEL_NAME_BYTES = 255  # a store name is a file name
+
+
+async def managed_engine(state: ServerState, name: str, keep_alive_s: float | None = None) -> Any:
+    """The ModelManager's engine for a request's `model` name: a name that can never exist is a 400,
+    and no error shows where the store lives on disk."""
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_MODEL_NAME_BYTES:
+        raise InvalidRequestError(f"'model' must be at most {MAX_MODEL_NAME_BYTES} bytes", param="model")
     try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InvalidRequestError(f"request body is not valid JSON: {e}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("request body must be a JSON object")
-    return body
+        return await state.models.get(name, keep_alive_s)
+    except ModelcError as e:
+        from modelc import store
+
+        hidden = e.message.replace(f" ({store.models_dir()})", "").replace(str(store.models_dir()), "the store")
+        if hidden != e.message:
+            e.message = hidden
+            e.args = (hidden,)
+        raise
+    except OSError as e:  # a name the file system refuses (too long a component, ...)
+        raise NotFoundError(f"model {name[:80]!r} not found ({e.strerror or 'bad name'})", param="model") from None
 
 
 def check_model(state: ServerState, engine: Any, body: dict[str, Any]) -> str:
@@ -152,7 +179,10 @@ def account(
 
 
 def finish_record(state: ServerState, rec: RequestRecord, status: int) -> None:
-    """Write the one log line and count the request."""
+    """Write the one log line and count the request (once)."""
+    if rec.logged:
+        return
+    rec.logged = True
     elapsed = time.monotonic() - rec.start
     state.metrics.requests.labels(route=rec.path if status != 404 else "unknown", status=str(status)).inc()
     if rec.inference:

@@ -19,7 +19,8 @@ from quart import Blueprint, Response
 
 from modelc import __version__
 from modelc.errors import InvalidRequestError, ModelcError
-from modelc.server.embedding import embed_inputs, encode_vector
+from modelc.server.context import context_length, encode_bounded
+from modelc.server.embedding import encode_vector, run_embeddings
 from modelc.server.errors import error_body
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.guard import control_route
@@ -28,6 +29,7 @@ from modelc.server.handling import (
     current_engine,
     deadline,
     get_state,
+    offload,
     precompile,
     read_json,
     record,
@@ -37,6 +39,7 @@ from modelc.server.handling import (
 from modelc.server.prompt import encode_chat, encode_prompt, render_chat
 from modelc.server.schema import (
     check_token_ids,
+    get_bool,
     get_float,
     get_str,
     parse_constraint,
@@ -192,9 +195,24 @@ def native_params(state: ServerState, engine: Any, body: dict[str, Any]) -> Any:
 
 
 def chat_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
+    require_tokenizer(engine)
     text = render_chat(engine, parse_messages(body), None)
     template = engine.chat_template
-    return encode_chat(engine.tokenizer, text, getattr(template, "bos_token", None) if template else None)
+    bos = getattr(template, "bos_token", None) if template else None
+    return encode_chat(engine.tokenizer, text, bos, context_length(engine))
+
+
+def chat_request(state: ServerState, engine: Any, body: dict[str, Any]) -> tuple[Any, list[int]]:
+    """Sampling parameters and prompt ids of /chat and /chat/stream (run in a worker thread)."""
+    return native_params(state, engine, body), chat_prompt(engine, body)
+
+
+def complete_request(state: ServerState, engine: Any, body: dict[str, Any]) -> tuple[Any, list[int]]:
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise InvalidRequestError("'prompt' must be a string", param="prompt")
+    params = native_params(state, engine, body)
+    return params, encode_prompt(require_tokenizer(engine), prompt, None, limit=context_length(engine))
 
 
 async def run_one(state: ServerState, engine: Any, ids: list[int], params: Any) -> str:
@@ -215,8 +233,8 @@ async def chat() -> Any:
     state = get_state()
     engine = current_engine(state)
     body = await read_json()
-    params = native_params(state, engine, body)
-    text = await run_one(state, engine, chat_prompt(engine, body), params)
+    params, ids = await offload(chat_request, state, engine, body)
+    text = await run_one(state, engine, ids, params)
     return {"message": {"role": "assistant", "content": text}}
 
 
@@ -225,8 +243,7 @@ async def chat_stream() -> Any:
     state = get_state()
     engine = current_engine(state)
     body = await read_json()
-    params = native_params(state, engine, body)
-    ids = chat_prompt(engine, body)
+    params, ids = await offload(chat_request, state, engine, body)
     rec = record()
     rec.inference = True
     streams, first = await open_streams(state, engine, [Job(tuple(ids), params)], rec)
@@ -264,11 +281,7 @@ async def complete() -> Any:
     state = get_state()
     engine = current_engine(state)
     body = await read_json()
-    prompt = body.get("prompt")
-    if not isinstance(prompt, str):
-        raise InvalidRequestError("'prompt' must be a string", param="prompt")
-    params = native_params(state, engine, body)
-    ids = encode_prompt(engine.tokenizer, prompt, None)
+    params, ids = await offload(complete_request, state, engine, body)
     return {"completion": await run_one(state, engine, ids, params)}
 
 
@@ -291,15 +304,8 @@ async def native_embeddings() -> Any:
     engine = current_engine(state)
     body = await read_json()
     texts, batch = single_or_batch(body, str)
-    ids, num_tokens = embed_inputs(engine, texts, "inputs" if batch else "input")
-    rec = record()
-    rec.inference = True
-    rec.prompt_tokens = num_tokens
-    state.acquire_slot()
-    try:
-        vectors = await engine.embed(ids)  # (S, C)
-    finally:
-        state.release_slot()
+    truncate = get_bool(body, "truncate", False)
+    vectors, _ = await run_embeddings(state, engine, texts, "inputs" if batch else "input", truncate=truncate)
     if not batch:
         return {"embedding": encode_vector(vectors[0], "float"), "model": engine.name}
     return {
@@ -317,7 +323,13 @@ async def tokenize() -> Any:
     if not isinstance(add_special, bool):
         raise InvalidRequestError("'add_special' must be a boolean", param="add_special")
     tok = require_tokenizer(engine)
-    lists = [list(tok.encode(t, add_special=add_special)) for t in texts]
+    limit = context_length(engine)
+
+    def encode_all() -> list[list[int]]:
+        # Bounded like prompts: a text that could never be a prompt is not tokenized either.
+        return [encode_bounded(tok, t, add_special=add_special, limit=limit, param="input") for t in texts]
+
+    lists = await offload(encode_all)
     count = sum(len(t) for t in lists)
     return {"tokens_batch": lists, "count": count} if batch else {"tokens": lists[0], "count": count}
 
@@ -331,7 +343,7 @@ async def detokenize() -> Any:
         raise InvalidRequestError("'tokens' must be a list of token ids", param="tokens")
     tok = require_tokenizer(engine)
     check_token_ids(tokens, "tokens", getattr(tok, "vocab_size", None))
-    return {"text": tok.decode(tokens)}
+    return {"text": await offload(tok.decode, tokens)}
 
 
 @bp.post("/lora/load")

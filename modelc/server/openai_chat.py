@@ -16,12 +16,14 @@ from quart import Blueprint, Response
 from modelc.engine.params import SamplingParams
 from modelc.errors import InvalidRequestError
 from modelc.server import openai_format as fmt
+from modelc.server.context import context_length
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
     account,
     check_model,
     deadline,
     get_state,
+    offload,
     precompile,
     read_json,
     record,
@@ -99,7 +101,8 @@ def parse_chat(state: ServerState, engine: Any, body: dict[str, Any]) -> ChatPla
         raise InvalidRequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     text = render_chat(engine, messages, offered, kwargs)
     template = engine.chat_template
-    ids = encode_chat(tok, text, getattr(template, "bos_token", None) if template is not None else None)
+    bos = getattr(template, "bos_token", None) if template is not None else None
+    ids = encode_chat(tok, text, bos, context_length(engine))
     params = with_constraint(params, constraint)
     syntax = model_reasoning_syntax(engine) if check_reasoning_format(body.get("reasoning_format")) != "none" else None
     return ChatPlan(
@@ -153,7 +156,7 @@ async def chat_completions() -> Any:
     state = get_state()
     body = await read_json()
     engine = await state.engine_for(body.get("model"))
-    plan = parse_chat(state, engine, body)
+    plan = await offload(parse_chat, state, engine, body)  # templates, tokenizer, grammar: off the loop
     rec = record()
     rec.inference = True
     if plan.stream:

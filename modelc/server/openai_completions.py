@@ -15,12 +15,14 @@ from quart import Blueprint
 
 from modelc.errors import InvalidRequestError
 from modelc.server import openai_format as fmt
+from modelc.server.context import check_num_sequences, context_length
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
     account,
     check_model,
     deadline,
     get_state,
+    offload,
     precompile,
     read_json,
     record,
@@ -75,13 +77,15 @@ def parse_completion(state: ServerState, engine: Any, body: dict[str, Any]) -> C
             "echo with logprobs is not supported: modelc does not compute prompt logprobs", param="echo"
         )
     prompts = parse_prompts(body)
+    check_num_sequences(engine, len(prompts) * best_of)
+    limit = context_length(engine)
     suffix = get_str(body, "suffix")
     if suffix:
         if any(not isinstance(p, str) for p in prompts):
             raise InvalidRequestError("'suffix' needs text prompts", param="suffix")
-        ids = [fim_prompt_ids(tok, p, suffix) for p in prompts]
+        ids = [fim_prompt_ids(tok, p, suffix, limit) for p in prompts]
     else:
-        ids = [encode_prompt(tok, p, vocab) for p in prompts]
+        ids = [encode_prompt(tok, p, vocab, limit=limit) for p in prompts]
     texts = [p if isinstance(p, str) else tok.decode(p) for p in prompts] if echo else ["" for _ in prompts]
     constraint = parse_constraint(body)
     precompile(engine, constraint)
@@ -120,7 +124,7 @@ async def completions() -> Any:
     state = get_state()
     body = await read_json()
     engine = await state.engine_for(body.get("model"))
-    plan = parse_completion(state, engine, body)
+    plan = await offload(parse_completion, state, engine, body)  # tokenizing runs off the loop
     rec = record()
     rec.inference = True
     if plan.stream:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelc.errors import InvalidRequestError, ModelcError
+from modelc.server.context import char_budget, check_ids, context_length, encode_bounded, too_long
 from modelc.server.schema import bad, check_token_ids
 
 
@@ -38,12 +39,24 @@ def fallback_render(messages: list[dict[str, Any]], add_generation_prompt: bool 
     return "".join(lines)
 
 
+def check_chat_size(engine: Any, messages: list[dict[str, Any]]) -> None:
+    """A chat whose text alone is far beyond the context is a 400 before any template renders it."""
+    limit = context_length(engine)
+    tok = getattr(engine, "tokenizer", None)
+    if limit is None or tok is None:
+        return
+    num_chars = sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
+    if num_chars > char_budget(tok, limit):
+        raise too_long("messages", f"{num_chars} characters of content", limit)
+
+
 def render_chat(
     engine: Any,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any] | None = None,
 ) -> str:
+    check_chat_size(engine, messages)
     template = engine.chat_template
     kwargs = dict(template_kwargs or {})
     if tools and not template_takes_tools(template):
@@ -74,27 +87,41 @@ def model_reasoning_syntax(engine: Any) -> Any:
     return reasoning_syntax(getattr(template, "source", None), vocab)
 
 
-def encode_chat(tokenizer: Any, text: str, bos_token: str | None) -> list[int]:
-    """Encode a rendered chat; templates usually write BOS themselves, so do not add a second one."""
+def encode_chat(tokenizer: Any, text: str, bos_token: str | None, limit: int | None = None) -> list[int]:
+    """Encode a rendered chat; templates usually write BOS themselves, so do not add a second one.
+    A chat that cannot fit `limit` tokens is a 400 (decided before tokenizing when it is far too long)."""
     add_special = not (bos_token and text.startswith(bos_token))
-    return list(tokenizer.encode(text, add_special=add_special))
+    return encode_bounded(tokenizer, text, add_special=add_special, limit=limit, param="messages")
 
 
-def encode_prompt(tokenizer: Any, prompt: str | list[int], vocab_size: int | None, param: str = "prompt") -> list[int]:
+def encode_prompt(
+    tokenizer: Any,
+    prompt: str | list[int],
+    vocab_size: int | None,
+    param: str = "prompt",
+    *,
+    limit: int | None = None,
+    truncate: bool = False,
+) -> list[int]:
+    """Token ids of a text or token-id prompt, checked against the vocabulary and `limit` (the context
+    length: 400 beyond it, or cut to it when `truncate`)."""
     if isinstance(prompt, list):
         check_token_ids(prompt, param, vocab_size)
-        return prompt
-    return list(tokenizer.encode(prompt, add_special=True))
+        return check_ids(prompt, limit=limit, param=param, truncate=truncate)
+    return encode_bounded(tokenizer, prompt, add_special=True, limit=limit, param=param, truncate=truncate)
 
 
-def fim_prompt_ids(tokenizer: Any, prompt: str, suffix: str) -> list[int]:
-    """`prefix + suffix -> middle` for models whose vocabulary has FIM tokens (modelc.server.fim); else a clear 400."""
+def fim_prompt_ids(tokenizer: Any, prompt: str, suffix: str, limit: int | None = None) -> list[int]:
+    """`prefix + suffix -> middle` for models whose vocabulary has FIM tokens (modelc.server.fim); else a clear 400.
+    Within `limit` tokens (the context length) or a 400."""
     from modelc.server.fim import find_fim_tokens, infill_ids
 
     fim = find_fim_tokens(tokenizer)
     if fim is None:
         raise bad("suffix", "is not supported by this model (its vocabulary has no fill-in-the-middle tokens)")
-    return infill_ids(tokenizer, fim, prompt, suffix)
+    if limit is not None and len(prompt) + len(suffix) > char_budget(tokenizer, limit):
+        raise too_long("prompt", f"{len(prompt) + len(suffix)} characters with the suffix", limit)
+    return check_ids(infill_ids(tokenizer, fim, prompt, suffix), limit=limit, param="prompt")
 
 
 def tool_constraint(tools: list[dict[str, Any]], tool_choice: Any, *, parallel: bool = False) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -26,7 +27,8 @@ class RateLimiter:
             self._buckets[client] = (tokens, now)
             wait_s = (1.0 - tokens) * 60.0 / self.rate_per_min
             raise RateLimitError(
-                f"rate limit of {self.rate_per_min} requests per minute exceeded; retry in {wait_s:.1f}s"
+                f"rate limit of {self.rate_per_min} requests per minute exceeded; retry in {wait_s:.1f}s",
+                retry_after_s=max(1, math.ceil(wait_s)),
             )
         if len(self._buckets) >= self._max_clients and client not in self._buckets:
             self._forget_full_buckets(now)

@@ -16,6 +16,7 @@ from modelc.server.state import GenerationDefaults
 
 MAX_N = 20
 MAX_STOP = 16
+MAX_STOP_CHARS = 4096  # per stop string: longer ones cost matching time and never occur in real output
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
@@ -88,6 +89,8 @@ def parse_stop(body: dict) -> tuple[str, ...]:
         raise bad("stop", f"may hold at most {MAX_STOP} strings")
     if any(s == "" for s in items):
         raise bad("stop", "must not contain empty strings")
+    if any(len(s) > MAX_STOP_CHARS for s in items):
+        raise bad("stop", f"strings may be at most {MAX_STOP_CHARS} characters long")
     return tuple(items)
 
 
@@ -299,8 +302,8 @@ def parse_messages(body: dict) -> list[dict[str, Any]]:
         if not isinstance(m, dict):
             raise bad(where, "must be an object with 'role' and 'content'")
         role = m.get("role")
-        if role not in ROLES:
-            raise bad(f"{where}.role", f"must be one of {sorted(ROLES)}, got {role!r}")
+        if not isinstance(role, str) or role not in ROLES:
+            raise bad(f"{where}.role", f"must be one of {sorted(ROLES)}, got {json.dumps(role)[:40]}")
         msg = dict(m)
         msg["content"] = content_text(m.get("content"), f"{where}.content")
         if msg["content"] is None and not (role == "assistant" and m.get("tool_calls")):

@@ -84,21 +84,22 @@ class ServerState:
     async def engine_for(self, model: Any) -> Any:
         """The engine serving a request's `model` field: the default engine when it is empty (or no
         ModelManager is attached); else the manager's view of that model, loaded on first use."""
-        if self.models is None or not model or not isinstance(model, str):
-            from modelc.server.handling import current_engine
+        from modelc.server.handling import current_engine, managed_engine
 
+        if self.models is None or not model or not isinstance(model, str):
             return current_engine(self)
-        return await self.models.get(model)
+        return await managed_engine(self, model)
 
     def acquire_slot(self) -> None:
         """Count one inference request in; 503 at --max-concurrent (no queueing here: the engine queues)."""
         limit = self.config.max_concurrent
         if limit is not None and self.num_in_flight >= limit:
-            self.metrics.rejected.labels(reason="max_concurrent").inc()
-            raise OverloadedError(
+            err = OverloadedError(
                 f"server is at --max-concurrent={limit} in-flight requests; retry later",
                 retry_after_s=self.config.retry_after_s,
             )
+            err.reason = "max_concurrent"  # counted by the error handler (server/errors.rejection_reason)
+            raise err
         self.num_in_flight += 1
         self.metrics.active.inc()
 

@@ -74,7 +74,8 @@ async def guarded(
         for frame in error_frames(e):
             yield frame
     except BaseException:
-        rec.error = "stream closed before the end"
+        # The client went away (the generator is closed or cancelled): nginx's 499, as docs promise.
+        status, rec.error = 499, "client closed the stream before the end"
         account(state, rec, results, prompt_lens, timings)
         raise
     finally:

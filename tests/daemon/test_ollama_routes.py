@@ -115,7 +115,7 @@ async def test_generate_not_streamed_and_options(home) -> None:
         assert params.max_tokens == 3 and params.temperature == 0 and params.top_k == 40
         bad = await c.post("/api/generate", json={"model": "main", "prompt": "x", "options": {"top_p": 7}})
         err = (await bad.get_json())["error"]
-        assert bad.status_code == 400 and err["param"] == "options.top_p" and "options.top_p" in err["message"]
+        assert bad.status_code == 400 and isinstance(err, str) and "options.top_p" in err  # Ollama's shape
 
 
 async def test_chat_streams_messages(home) -> None:

@@ -20,7 +20,7 @@ from modelc.server import openapi_surfaces
 from modelc.server.chat_run import ChatStream, matched_stop, named_event, run_chat, stream_chat
 from modelc.server.errors import ServiceUnavailableError
 from modelc.server.handling import get_state, read_json, record
-from modelc.server.openai_chat import ChatPlan, parse_chat, split_tool_calls
+from modelc.server.openai_chat import ChatPlan, parse_chat, split_reasoning_of, split_tool_calls
 
 OPENAPI_PATHS = openapi_surfaces.ANTHROPIC
 bp = Blueprint("anthropic", __name__)
@@ -47,9 +47,16 @@ async def _plan(body: dict[str, Any], *, count_only: bool = False) -> tuple[Any,
     return engine, parse_chat(state, engine, chat)
 
 
-def content_blocks(plan: ChatPlan, text: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text or not calls else []
-    return blocks + [shapes.tool_use_block(c) for c in calls]
+def content_blocks(plan: ChatPlan, r: Any) -> tuple[list[dict[str, Any]], bool]:
+    """The message's blocks (thinking, text, tool_use) and whether it called tools."""
+    reasoning, _ = split_reasoning_of(plan, r)
+    content, calls = split_tool_calls(plan, r)
+    blocks: list[dict[str, Any]] = []
+    if reasoning:
+        blocks.append({"type": "thinking", "thinking": reasoning, "signature": ""})
+    if content or not calls:
+        blocks.append({"type": "text", "text": content or ""})
+    return blocks + [shapes.tool_use_block(c) for c in calls], bool(calls)
 
 
 def _stops(body: dict[str, Any]) -> list[str]:
@@ -64,14 +71,14 @@ async def messages() -> Any:
     if plan.stream:
         return await stream_chat(state, engine, plan, lambda cs: message_events(cs, engine, _stops(body)), error_frames)
     r = await run_chat(state, engine, plan)
-    content, calls = split_tool_calls(plan, r)
-    stop = None if calls else matched_stop(engine.tokenizer, r, _stops(body))
+    blocks, called = content_blocks(plan, r)
+    stop = None if called else matched_stop(engine.tokenizer, r, _stops(body))
     rec = record()
     return shapes.message(
         shapes.new_message_id(),
         plan.model,
-        content_blocks(plan, content or "", calls),
-        shapes.stop_reason(r.finish_reason, stop, bool(calls)),
+        blocks,
+        shapes.stop_reason(r.finish_reason, stop, called),
         stop,
         shapes.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
     )
@@ -89,50 +96,80 @@ def error_frames(e: ModelcError) -> tuple[bytes, ...]:
 
 
 async def message_events(cs: ChatStream, engine: Any, stops: list[str]) -> AsyncGenerator[bytes, None]:
-    """message_start, one text block streamed token by token (or, with tools, the buffered text and
-    tool_use blocks at the end), message_delta with the stop reason and usage, message_stop."""
+    """message_start; a thinking block (the model's reasoning) and a text block streamed token by
+    token (or, with tools, the buffered text and tool_use blocks at the end); message_delta with the
+    stop reason and usage; message_stop."""
     plan = cs.plan
     start = shapes.message(
         shapes.new_message_id(), plan.model, [], None, None, shapes.usage(len(plan.prompt_token_ids), 0)
     )
     yield named_event("message_start", {"type": "message_start", "message": start})
-    index = 0
-    text_open = False
+    index = -1
+    open_kind: str | None = None  # the kind of the block now open
 
-    def block_start(block: dict[str, Any]) -> bytes:
-        return named_event(
-            "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
-        )
+    def switch(kind: str | None) -> list[bytes]:
+        """Close the open block and open one of `kind` (None: just close)."""
+        nonlocal index, open_kind
+        out = []
+        if open_kind is not None:
+            out.append(named_event("content_block_stop", {"type": "content_block_stop", "index": index}))
+        open_kind = kind
+        if kind is not None:
+            index += 1
+            block = (
+                {"type": "thinking", "thinking": "", "signature": ""}
+                if kind == "thinking"
+                else {"type": "text", "text": ""}
+            )
+            out.append(
+                named_event(
+                    "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+                )
+            )
+        return out
 
     def delta(d: dict[str, Any]) -> bytes:
         return named_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
 
-    def block_stop() -> bytes:
-        return named_event("content_block_stop", {"type": "content_block_stop", "index": index})
-
-    if plan.tools is None:
-        yield block_start({"type": "text", "text": ""})
-        text_open = True
-    async for text in cs.texts():
-        if plan.tools is None:
-            yield delta({"type": "text_delta", "text": text})
+    async for thought, said in cs.parts():
+        if plan.tools is not None:
+            continue  # buffered: parsed for tool calls at the end
+        if thought:
+            for frame in switch("thinking") if open_kind != "thinking" else []:
+                yield frame
+            yield delta({"type": "thinking_delta", "thinking": thought})
+        if said:
+            for frame in switch("text") if open_kind != "text" else []:
+                yield frame
+            yield delta({"type": "text_delta", "text": said})
     rec = cs.account()
     r = cs.result
     content, calls = split_tool_calls(plan, r)
-    if plan.tools is not None and (content or not calls):
-        yield block_start({"type": "text", "text": ""})
-        text_open = True
-        if content:
-            yield delta({"type": "text_delta", "text": content})
-    if text_open:
-        yield block_stop()
-        index += 1
+    if plan.tools is not None:
+        reasoning, _ = split_reasoning_of(plan, r)
+        if reasoning:
+            for frame in switch("thinking"):
+                yield frame
+            yield delta({"type": "thinking_delta", "thinking": reasoning})
+        if content or not calls:
+            for frame in switch("text"):
+                yield frame
+            if content:
+                yield delta({"type": "text_delta", "text": content})
+    elif open_kind != "text":
+        for frame in switch("text"):  # an answer with no text still has its (empty) text block
+            yield frame
+    for frame in switch(None):
+        yield frame
     for call in calls:
         block = shapes.tool_use_block(call)
-        yield block_start({**block, "input": {}})
-        yield delta({"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)})
-        yield block_stop()
         index += 1
+        yield named_event(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}},
+        )
+        yield delta({"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)})
+        yield named_event("content_block_stop", {"type": "content_block_stop", "index": index})
     stop = None if calls else matched_stop(engine.tokenizer, r, stops)
     yield named_event(
         "message_delta",

@@ -19,6 +19,7 @@ from modelc.server.handling import RequestRecord, account, deadline, record
 from modelc.server.openai_chat import ChatPlan
 from modelc.server.state import ServerState
 from modelc.server.streaming import events_from, guarded, open_streams, sse_response
+from modelc.tokenizer.reasoning import ReasoningSplitter
 
 
 async def run_chat(state: ServerState, engine: Any, plan: ChatPlan) -> ChoiceResult:
@@ -60,6 +61,20 @@ class ChatStream:
             self.result.add_token(ev)
             if ev.text:
                 yield ev.text
+
+    async def parts(self) -> AsyncIterator[tuple[str, str]]:
+        """(reasoning delta, content delta) per token, the model's thoughts apart from its answer
+        (modelc.tokenizer.reasoning, as chat completions' reasoning_content); the held-back rest last."""
+        splitter = ReasoningSplitter(
+            getattr(self.plan, "reasoning", None), in_reasoning=getattr(self.plan, "in_reasoning", False)
+        )
+        async for text in self.texts():
+            thought, said = splitter.feed(text)
+            if thought or said:
+                yield thought, said
+        thought, said = splitter.finish()
+        if thought or said:
+            yield thought, said
 
     def account(self) -> RequestRecord:
         account(self.state, self.rec, [self.result], self.prompt_lens, self.timings)

@@ -20,7 +20,7 @@ from modelc.server import responses_shapes as shapes
 from modelc.server.chat_run import ChatStream, named_event, run_chat, stream_chat
 from modelc.server.generation import ChoiceResult
 from modelc.server.handling import get_state, read_json, record
-from modelc.server.openai_chat import parse_chat, split_tool_calls
+from modelc.server.openai_chat import parse_chat, split_reasoning_of, split_tool_calls
 from modelc.server.schema import bad, get_bool
 
 OPENAPI_PATHS = openapi_surfaces.RESPONSES
@@ -52,7 +52,8 @@ class Turn:
     def output(self, r: ChoiceResult) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The output items and the assistant message to store."""
         content, calls = split_tool_calls(self.plan, r)
-        items: list[dict[str, Any]] = []
+        reasoning, _ = split_reasoning_of(self.plan, r)
+        items: list[dict[str, Any]] = [shapes.reasoning_item(shapes.new_id("rs"), reasoning)] if reasoning else []
         if content or not calls:
             items.append(shapes.message_item(shapes.new_id("msg"), content or ""))
         items += [shapes.function_call_item(c) for c in calls]
@@ -113,8 +114,9 @@ def error_frames(e: ModelcError) -> tuple[bytes, ...]:
 
 
 async def response_events(cs: ChatStream, turn: Turn) -> AsyncGenerator[bytes, None]:
-    """created, in_progress, the message item streamed (or, with tools, buffered items at the end),
-    then completed (or incomplete) with the whole response."""
+    """created, in_progress; a reasoning item (the model's thoughts) and the message item streamed
+    token by token (or, with tools, buffered items at the end); then completed (or incomplete)
+    with the whole response."""
     seq = 0
 
     def event(kind: str, **fields: Any) -> bytes:
@@ -128,93 +130,102 @@ async def response_events(cs: ChatStream, turn: Turn) -> AsyncGenerator[bytes, N
     )
     yield event("response.created", response=pending)
     yield event("response.in_progress", response=pending)
-    msg_id = shapes.new_id("msg")
-    index = 0
+    ids = {"reasoning": shapes.new_id("rs"), "message": shapes.new_id("msg")}
+    texts = {"reasoning": "", "message": ""}
+    index = -1
+    open_kind: str | None = None
 
-    def open_message() -> list[bytes]:
+    def where(kind: str) -> dict[str, Any]:
+        return {"item_id": ids[kind], "output_index": index, "content_index": 0}
+
+    def close() -> list[bytes]:
+        if open_kind == "reasoning":
+            text = texts["reasoning"]
+            return [
+                event("response.reasoning_text.done", **where("reasoning"), text=text),
+                event(
+                    "response.output_item.done", output_index=index, item=shapes.reasoning_item(ids["reasoning"], text)
+                ),
+            ]
+        if open_kind == "message":
+            text = texts["message"]
+            return [
+                event("response.output_text.done", **where("message"), text=text, logprobs=[]),
+                event("response.content_part.done", **where("message"), part=shapes.output_text(text)),
+                event("response.output_item.done", output_index=index, item=shapes.message_item(ids["message"], text)),
+            ]
+        return []
+
+    def switch(kind: str) -> list[bytes]:
+        nonlocal index, open_kind
+        out = close()
+        index += 1
+        open_kind = kind
+        if kind == "reasoning":
+            item = {**shapes.reasoning_item(ids["reasoning"], ""), "status": "in_progress", "content": []}
+            return [*out, event("response.output_item.added", output_index=index, item=item)]
         return [
+            *out,
             event(
-                "response.output_item.added", output_index=index, item=shapes.message_item(msg_id, "", "in_progress")
-            ),
-            event(
-                "response.content_part.added",
-                item_id=msg_id,
+                "response.output_item.added",
                 output_index=index,
-                content_index=0,
-                part=shapes.output_text(""),
+                item=shapes.message_item(ids["message"], "", "in_progress"),
             ),
+            event("response.content_part.added", **where("message"), part=shapes.output_text("")),
         ]
 
-    def close_message(text: str) -> list[bytes]:
-        return [
-            event(
-                "response.output_text.done", item_id=msg_id, output_index=index, content_index=0, text=text, logprobs=[]
-            ),
-            event(
-                "response.content_part.done",
-                item_id=msg_id,
-                output_index=index,
-                content_index=0,
-                part=shapes.output_text(text),
-            ),
-            event("response.output_item.done", output_index=index, item=shapes.message_item(msg_id, text)),
-        ]
+    def add(kind: str, text: str) -> list[bytes]:
+        out = switch(kind) if open_kind != kind else []
+        texts[kind] += text
+        name = "response.reasoning_text.delta" if kind == "reasoning" else "response.output_text.delta"
+        extra = {} if kind == "reasoning" else {"logprobs": []}
+        return [*out, event(name, **where(kind), delta=text, **extra)]
 
-    streaming_text = plan.tools is None
-    if streaming_text:
-        for frame in open_message():
-            yield frame
-    async for text in cs.texts():
-        if streaming_text:
-            yield event(
-                "response.output_text.delta",
-                item_id=msg_id,
-                output_index=index,
-                content_index=0,
-                delta=text,
-                logprobs=[],
-            )
+    async for thought, said in cs.parts():
+        if plan.tools is not None:
+            continue  # buffered: parsed for tool calls at the end
+        for kind, text in (("reasoning", thought), ("message", said)):
+            if text:
+                for frame in add(kind, text):
+                    yield frame
     cs.account()
     r = cs.result
     items, assistant = turn.output(r)
+    if plan.tools is None and open_kind != "message":
+        for frame in switch("message"):  # an answer with no text still has its message item
+            yield frame
     for item in items:
-        if item["type"] == "message":
-            item["id"] = msg_id
+        kind = item["type"]
+        if kind == "reasoning":
+            item["id"] = ids["reasoning"]
+        if kind == "message":
+            item["id"] = ids["message"]
+        if plan.tools is None:
+            continue  # streamed above
+        if kind in ("reasoning", "message"):
             text = item["content"][0]["text"]
-            if not streaming_text:
-                for frame in open_message():
-                    yield frame
-                if text:
-                    yield event(
-                        "response.output_text.delta",
-                        item_id=msg_id,
-                        output_index=index,
-                        content_index=0,
-                        delta=text,
-                        logprobs=[],
-                    )
-            for frame in close_message(text):
+            for frame in add(kind, text) if text else switch(kind):
                 yield frame
-        else:
-            yield event(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "status": "in_progress", "arguments": ""},
-            )
-            yield event(
-                "response.function_call_arguments.delta",
-                item_id=item["id"],
-                output_index=index,
-                delta=item["arguments"],
-            )
-            yield event(
-                "response.function_call_arguments.done",
-                item_id=item["id"],
-                output_index=index,
-                name=item["name"],
-                arguments=item["arguments"],
-            )
-            yield event("response.output_item.done", output_index=index, item=item)
+            continue
+        for frame in close():
+            yield frame
+        open_kind = None
         index += 1
+        yield event(
+            "response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""}
+        )
+        yield event(
+            "response.function_call_arguments.delta", item_id=item["id"], output_index=index, delta=item["arguments"]
+        )
+        yield event(
+            "response.function_call_arguments.done",
+            item_id=item["id"],
+            output_index=index,
+            name=item["name"],
+            arguments=item["arguments"],
+        )
+        yield event("response.output_item.done", output_index=index, item=item)
+    for frame in close():
+        yield frame
     final = turn.finish(r, items, assistant)
     yield event("response.completed" if final["status"] == "completed" else "response.incomplete", response=final)

@@ -214,6 +214,17 @@ def message_item(item_id: str, text: str, status: str = "completed") -> dict[str
     }
 
 
+def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
+    """The model's thoughts (its reasoning text as generated; no summary is made)."""
+    return {
+        "id": item_id,
+        "type": "reasoning",
+        "status": "completed",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": text}],
+    }
+
+
 def output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+
 import pytest
 
 from modelc.errors import NotFoundError
 from modelc.server import anthropic_shapes, responses_shapes
 from modelc.server.sse import parse_sse
+from tests.server.fake_engine import FakeEngine, FakeTemplate
 
 pytestmark = pytest.mark.anyio
 
@@ -108,3 +112,57 @@ async def test_responses_store_false_and_tools(make_client) -> None:
     assert [o["type"] for o in out] == ["function_call"] and out[0]["arguments"] == '{"a": 1}'
     bad = await c.post("/v1/responses", {"input": "x", "tools": [{"type": "web_search"}]})
     assert bad.status_code == 400 and (await bad.get_json())["error"]["param"] == "tools[0].type"
+
+
+@dataclass
+class ThinkTemplate(FakeTemplate):
+    """The source shows <think>, so the reasoning parser (modelc.tokenizer.reasoning) is on."""
+
+    @property
+    def source(self) -> str:
+        return "{{ '<think>' }}"
+
+
+THINKER = "<think>\nTwo plus two.\n</think>\n\nIt is 4."
+
+
+def sse_events(text: str) -> list[tuple[str, dict]]:
+    out = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+async def test_thinking_blocks(make_client) -> None:
+    c = make_client(FakeEngine(reply=THINKER, chat_template=ThinkTemplate()))
+    body = {"max_tokens": 200, "messages": [{"role": "user", "content": "2+2?"}]}
+    m = await (await c.post("/v1/messages", body)).get_json()
+    assert m["content"] == [
+        {"type": "thinking", "thinking": "Two plus two.", "signature": ""},
+        {"type": "text", "text": "It is 4."},
+    ]
+    events = sse_events((await (await c.post("/v1/messages", {**body, "stream": True})).get_data()).decode())
+    starts = [d["content_block"]["type"] for e, d in events if e == "content_block_start"]
+    assert starts == ["thinking", "text"]
+    deltas = [d["delta"] for e, d in events if e == "content_block_delta"]
+    assert "".join(d.get("thinking", "") for d in deltas).strip() == "Two plus two."
+    assert "".join(d.get("text", "") for d in deltas) == "It is 4."
+    assert [d["index"] for e, d in events if e == "content_block_stop"] == [0, 1]
+
+
+async def test_reasoning_items(make_client) -> None:
+    c = make_client(FakeEngine(reply=THINKER, chat_template=ThinkTemplate()))
+    r = await (await c.post("/v1/responses", {"input": "2+2?", "max_output_tokens": 200})).get_json()
+    assert [o["type"] for o in r["output"]] == ["reasoning", "message"]
+    assert r["output"][0]["content"][0]["text"] == "Two plus two."
+    assert r["output"][1]["content"][0]["text"] == "It is 4."
+    raw = await (await c.post("/v1/responses", {"input": "2+2?", "max_output_tokens": 200, "stream": True})).get_data()
+    events = sse_events(raw.decode())
+    added = [(d["output_index"], d["item"]["type"]) for e, d in events if e == "response.output_item.added"]
+    assert added == [(0, "reasoning"), (1, "message")]
+    thought = "".join(d["delta"] for e, d in events if e == "response.reasoning_text.delta")
+    assert thought.strip() == "Two plus two."
+    said = "".join(d["delta"] for e, d in events if e == "response.output_text.delta")
+    assert said == "It is 4." and events[-1][1]["response"]["output"][1]["content"][0]["text"] == said
+    assert [d["sequence_number"] for _, d in events] == list(range(len(events)))

@@ -19,6 +19,7 @@ from modelc.server.anthropic_shapes import EXTENSIONS
 from modelc.server.schema import bad
 
 MAX_STORED = 512  # responses kept for previous_response_id (least recently used dropped first)
+MAX_STORED_BYTES = 64 * 1024 * 1024  # and at most this much of their JSON text in all
 TEXT_PARTS = ("input_text", "output_text", "text")
 
 
@@ -34,19 +35,32 @@ class Stored:
     messages: tuple[dict[str, Any], ...]
     response: dict[str, Any]
 
+    @property
+    def num_bytes(self) -> int:
+        return len(json.dumps([self.messages, self.response], ensure_ascii=False).encode())
+
 
 class ResponseStore:
-    """An in-memory LRU of stored responses, bounded by count. Lost on restart (documented)."""
+    """An in-memory LRU of stored responses, bounded by count and by bytes. Lost on restart (documented)."""
 
-    def __init__(self, max_items: int = MAX_STORED) -> None:
+    def __init__(self, max_items: int = MAX_STORED, max_bytes: int = MAX_STORED_BYTES) -> None:
         self.max_items = max_items
-        self._items: OrderedDict[str, Stored] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.num_bytes = 0
+        self._items: OrderedDict[str, tuple[Stored, int]] = OrderedDict()
 
     def put(self, response_id: str, item: Stored) -> None:
-        self._items[response_id] = item
-        self._items.move_to_end(response_id)
-        while len(self._items) > self.max_items:
-            self._items.popitem(last=False)
+        if response_id in self._items:
+            self._drop(response_id)
+        size = item.num_bytes
+        self._items[response_id] = (item, size)
+        self.num_bytes += size
+        while len(self._items) > self.max_items or (self.num_bytes > self.max_bytes and len(self._items) > 1):
+            self._drop(next(iter(self._items)))
+
+    def _drop(self, response_id: str) -> None:
+        _, size = self._items.pop(response_id)
+        self.num_bytes -= size
 
     def get(self, response_id: str) -> Stored:
         item = self._items.get(response_id)
@@ -56,11 +70,11 @@ class ResponseStore:
                 param="previous_response_id",
             )
         self._items.move_to_end(response_id)
-        return item
+        return item[0]
 
     def delete(self, response_id: str) -> None:
         self.get(response_id)
-        del self._items[response_id]
+        self._drop(response_id)
 
     def __len__(self) -> int:
         return len(self._items)

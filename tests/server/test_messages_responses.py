@@ -68,6 +68,13 @@ def test_responses_items_and_store_bound() -> None:
     assert len(store) == 2
     with pytest.raises(NotFoundError):
         store.get("r0")
+    big = responses_shapes.Stored(({"role": "user", "content": "x" * 1000},), {})
+    store = responses_shapes.ResponseStore(max_items=10, max_bytes=2500)
+    for i in range(4):
+        store.put(f"b{i}", big)
+    assert len(store) == 2 and store.num_bytes <= 2500 and store.get("b3") is big
+    store.delete("b3")
+    assert len(store) == 1 and store.num_bytes == big.num_bytes
 
 
 async def test_messages_stream_events_and_errors(make_client) -> None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelc import tmpfiles
 from modelc.errors import ModelcError, NotFoundError, StoreError
 
 SUFFIX = ".modelc"
@@ -35,6 +35,9 @@ def models_dir() -> Path:
     return home() / "models"
 
 
+MAX_SEGMENT_CHARS = 200  # ASCII only (see _SEGMENT): bytes == characters
+
+
 def check_name(name: str) -> str:
     """A store name: segments of [A-Za-z0-9._-] joined by '/', not ending in .vN."""
     parts = name.split("/")
@@ -42,6 +45,9 @@ def check_name(name: str) -> str:
         raise StoreError(f"invalid model name {name!r}: use letters, digits, '.', '_', '-' and '/' (like user/model)")
     if re.search(r"\.v[0-9]+$", name) or name.endswith(SUFFIX) or name.endswith(".active"):
         raise StoreError(f"invalid model name {name!r}: it must not end in .vN, .modelc or .active")
+    if any(len(p) > MAX_SEGMENT_CHARS for p in parts):
+        # the longest file name it becomes (NAME.vNNN.modelc) must stay within the file system's 255 bytes
+        raise StoreError(f"invalid model name {name[:60]!r}...: each part may be at most {MAX_SEGMENT_CHARS} characters")
     return name
 
 
@@ -124,14 +130,25 @@ def lookup(spec: str) -> Path:
     raise NotFoundError(f"model {name} is not in the store ({models_dir()}) and is not a file")
 
 
+def sweep_orphans() -> list[Path]:
+    """Remove temp files that writers killed mid-write left in the store (modelc.tmpfiles); every
+    store operation that writes or lists calls it."""
+    root = models_dir()
+    return tmpfiles.sweep(root) if root.is_dir() else []
+
+
 def add(name: str, write: Callable[[Path], object]) -> Path:
     """Add a new active version of `name`: write(tmp_path) writes the artifact, then it is installed.
 
     The previous active file (if any) becomes `<name>.v<N>.modelc`. Returns the active path.
     """
     dest = active_path(name)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    sweep_orphans()
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tmpfiles.make(dest.parent, dest.name)
+    except OSError as e:
+        raise StoreError(f"cannot add {name} to the store: {e.strerror or e}") from None
     os.close(fd)
     try:
         write(Path(tmp))
@@ -178,6 +195,7 @@ def switch(name: str, version: int) -> Path:
 def remove(name: str, *, all_versions: bool = False, force: bool = False) -> list[Path]:
     """Remove the active file; with versions present this needs all_versions (remove them too) or force."""
     check_name(name)
+    sweep_orphans()
     olds = versions(name)
     active = active_path(name)
     if not active.is_file() and not olds:
@@ -212,8 +230,12 @@ def copy(src: str, dst: str) -> Path:
 
     read_header_only(source)  # refuse to copy something that is not an artifact
     dest = active_path(dst)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    sweep_orphans()
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tmpfiles.make(dest.parent, dest.name)
+    except OSError as e:
+        raise StoreError(f"cannot copy {src} to {dst}: {e.strerror or e}") from None
     os.close(fd)
     try:
         from modelc.artifact.writer import default_file_mode
@@ -249,6 +271,7 @@ def list_models() -> list[StoreEntry]:
     root = models_dir()
     if not root.is_dir():
         return []
+    sweep_orphans()
     out = []
     for p in sorted(root.rglob(f"*{SUFFIX}")):
         if p.name.startswith("."):
@@ -301,7 +324,7 @@ def _versions_text(name: str) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tmpfiles.make(path.parent, path.name)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from modelc import store
+from modelc import store, tmpfiles
 from modelc.artifact import open_artifact, write_artifact
 from modelc.artifact.tiny import make_model
 from modelc.errors import ArtifactError, NotFoundError, StoreError
@@ -38,7 +38,9 @@ def test_versions_rule(home):
     add("m", 4)  # a new pack is always the next number, and active
     assert store.active_version("m") == 4 and store.versions("m") == [1, 2, 3]
     assert open_artifact(store.resolve("m:3")).name == "m-3"
-    assert not any(n.startswith(".") and n.endswith((".part", ".tmp")) for n in names_in(home / "models"))
+    assert not any(
+        n.startswith(".") and n.endswith((".part", ".tmp", tmpfiles.SUFFIX)) for n in names_in(home / "models")
+    )
     with pytest.raises(NotFoundError, match="no version 9"):
         store.switch("m", 9)
 
@@ -120,3 +122,36 @@ def test_failed_write_leaves_store_unchanged(home):
     with pytest.raises(StoreError, match="boom"):
         store.add("m", boom)
     assert names_in(home / "models") == before and store.active_version("m") == 1
+
+
+KILLED_PACK = """
+import os, signal, sys
+from modelc import store
+from modelc.artifact import write_artifact
+from modelc.artifact.tiny import make_model
+
+def write(tmp):
+    def progress(*a, **k):
+        os.kill(os.getpid(), signal.SIGKILL)  # kill -9 in the middle of writing the artifact
+    write_artifact(make_model(0, name="k"), tmp, progress=progress)
+
+store.add("killed/model", write)
+"""
+
+
+def test_kill_9_during_pack_leaves_nothing_after_the_next_store_operation(home) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "MODELC_HOME": str(home)}
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", KILLED_PACK], env=env, cwd=root, capture_output=True)
+        assert proc.returncode == -9, proc.stderr
+    left = [p for p in (home / "models").rglob("*") if p.is_file()]
+    assert left and all(tmpfiles.writer_pid(p.name) is not None for p in left)  # the orphans of the kills
+    fd, mine = tmpfiles.make(home / "models", "live.modelc")  # a live writer's temp file stays
+    os.close(fd)
+    assert store.list_models() == []
+    assert [p for p in (home / "models").rglob("*") if p.is_file()] == [mine]

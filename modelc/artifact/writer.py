@@ -28,13 +28,12 @@ import functools
 import json
 import mmap
 import os
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from modelc import __version__
+from modelc import __version__, tmpfiles
 from modelc.artifact.digest import DEFAULT_DIGEST, DIGEST_KINDS, hexdigest
 from modelc.artifact.format import FORMAT_VERSION, PREAMBLE_SIZE, TensorEntry, align_up, pack_preamble
 from modelc.artifact.hash_pool import HashJob, hash_pool, release_pages
@@ -83,7 +82,7 @@ def write_artifact(
     path = os.fspath(path)
     dest_dir = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+        fd, tmp = tmpfiles.make(dest_dir, os.path.basename(path))  # an orphan is swept by the store
     except OSError as e:
         raise ArtifactWriteError(f"cannot write {path}: {e.strerror or e}") from None
     try:

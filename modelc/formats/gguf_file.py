@@ -129,7 +129,10 @@ def _string_array(cur: _Cursor, count: int, key: str) -> list[str]:
     return out
 
 
-def _value(cur: _Cursor, vtype: int, key: str) -> Any:
+MAX_ARRAY_DEPTH = 8  # arrays of arrays: real files nest one level; deeper is malformed (and recursion)
+
+
+def _value(cur: _Cursor, vtype: int, key: str, depth: int = 0) -> Any:
     if vtype in _SCALARS:
         code, size = _SCALARS[vtype]
         return cur.scalar(code, size, f"value of {key}")
@@ -148,8 +151,10 @@ def _value(cur: _Cursor, vtype: int, key: str) -> Any:
             cur.need(count * 8, f"array {key} ({count} strings)")  # each string has at least its u64 length
             return _string_array(cur, count, key)
         if itype == _ARRAY:
+            if depth >= MAX_ARRAY_DEPTH:
+                raise FormatError(f"{cur.fname}: GGUF array {key} is nested more than {MAX_ARRAY_DEPTH} deep")
             cur.need(count * 12, f"array {key} ({count} nested arrays)")
-            return [_value(cur, _ARRAY, key) for _ in range(count)]
+            return [_value(cur, _ARRAY, key, depth + 1) for _ in range(count)]
         raise FormatError(f"{cur.fname}: unknown GGUF array element type {itype} in {key}")
     raise FormatError(f"{cur.fname}: unknown GGUF value type {vtype} in {key}")
 

@@ -29,3 +29,46 @@ def test_modelc_error_is_one_line(tmp_path):
     assert r.returncode == 1
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ")
+
+
+def _deep_files(tmp_path):
+    """Files whose headers nest far past Python's recursion limit, and a GGUF with nested arrays."""
+    import json
+    import struct
+
+    deep = b"[" * 100_000 + b"]" * 100_000
+    st = tmp_path / "deep.safetensors"
+    st.write_bytes(struct.pack("<Q", len(deep)) + deep)
+    mc = tmp_path / "deep.modelc"
+    mc.write_bytes(b"MODELC\0\0" + struct.pack("<IQ", 1, len(deep)) + deep)
+    gg = bytearray(b"GGUF" + struct.pack("<IQQ", 3, 0, 1))
+    key = b"x.nested"
+    gg += struct.pack("<Q", len(key)) + key + struct.pack("<I", 9)  # an array ...
+    for _ in range(2000):
+        gg += struct.pack("<IQ", 9, 1)  # ... of one array of one array ...
+    gg += struct.pack("<IQ", 4, 0)  # ... ending in an empty u32 array
+    (tmp_path / "deep.gguf").write_bytes(bytes(gg))
+    reg = tmp_path / "registry"
+    reg.mkdir()
+    (reg / "index.json").write_text('{"models": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    return st, mc, tmp_path / "deep.gguf", reg, json
+
+
+def test_recursion_never_surfaces_as_a_traceback(tmp_path, capsys):
+    st, mc, gg, reg, _ = _deep_files(tmp_path)
+    for argv in (
+        ["inspect", str(st)],
+        ["inspect", str(mc)],
+        ["inspect", str(gg)],
+        ["search", "x", "--registry", str(reg)],
+    ):
+        assert main(argv) == 1, argv
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert len(err) == 1 and err[0].startswith("error: ") and "internal error" not in err[0], (argv, err)
+
+
+def test_names_over_255_bytes_are_a_clean_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path / "home"))
+    assert main(["rm", "x" * 300]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: invalid model name")

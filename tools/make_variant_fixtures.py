@@ -169,6 +169,17 @@ def variants() -> dict[str, tuple[type, dict]]:
             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
         )),
+        # Mixtral: 4 experts, top-2 (softmax over the chosen two), sliding window off
+        "mixtral": (t.MixtralConfig, dict(
+            hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+            num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False, sliding_window=None,
+        )),
+        # Qwen3-MoE: q/k norm, 6 experts, top-2 renormalized (norm_topk_prob, as the released models and llama.cpp)
+        "qwen3moe": (t.Qwen3MoeConfig, dict(
+            hidden_size=32, intermediate_size=64, moe_intermediate_size=32, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=16, num_experts=6, num_experts_per_tok=2, norm_topk_prob=True,
+            decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
+        )),
         # SmolLM3: every 4th layer has no RoPE (4 layers: layer 3 is RoPE-less)
         "smollm3": (t.SmolLM3Config, dict(
             hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
@@ -296,20 +307,25 @@ base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt-2"
 base.TextModel._set_vocab_sentencepiece = base.TextModel._set_vocab_gpt2
 from conversion import phi
 phi.Phi3MiniModel.set_vocab = base.TextModel._set_vocab_gpt2
-sys.argv = ["convert_hf_to_gguf.py", sys.argv[2], "--outfile", sys.argv[3], "--outtype", "f32"]
+sys.argv = ["convert_hf_to_gguf.py", sys.argv[2], "--outfile", sys.argv[3], "--outtype", sys.argv[4]]
 c.main()
 """
 
 
+# variants that also get a Q8_0 GGUF (the converter's own quantizer): expert tensors stay quantized
+Q8_0_GGUF = ("mixtral",)
+
+
 def convert_gguf(converter: pathlib.Path, d: pathlib.Path) -> None:
-    """NAME/gguf/model-f32.gguf from NAME/hf with llama.cpp's converter (a llama.cpp checkout's root)."""
+    """NAME/gguf/model-f32.gguf (and -q8_0) from NAME/hf with llama.cpp's converter (a llama.cpp checkout)."""
     import subprocess
     import sys
 
-    out = d / "gguf" / "model-f32.gguf"
-    out.parent.mkdir(exist_ok=True)
-    subprocess.run([sys.executable, "-c", _CONVERT, str(converter), str(d / "hf"), str(out)], check=True)
-    print(f"{d.name}: {out} ({out.stat().st_size} bytes)")
+    for outtype in ("f32", "q8_0") if d.name in Q8_0_GGUF else ("f32",):
+        out = d / "gguf" / f"model-{outtype}.gguf"
+        out.parent.mkdir(exist_ok=True)
+        subprocess.run([sys.executable, "-c", _CONVERT, str(converter), str(d / "hf"), str(out), outtype], check=True)
+        print(f"{d.name}: {out} ({out.stat().st_size} bytes)")
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ NEOX_ROPE_ARCHS = {
 # general.architecture -> modelc architecture name (others are kept as they are).
 _ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "bert": "bert"}
 _ACT = {
-    "llama": "silu", "qwen2": "silu", "phi3": "silu", "qwen3": "silu", "qwen3moe": "silu", "olmo2": "silu",
+    "llama": "silu", "mixtral": "silu", "qwen2": "silu", "phi3": "silu", "qwen3": "silu", "qwen3moe": "silu", "olmo2": "silu",
     "granite": "silu", "smollm3": "silu", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
     "gpt2": "gelu", "bert": "gelu",
 }  # fmt: skip
@@ -74,6 +74,7 @@ _HPARAMS = {
     "expert_count": "num_experts",
     "expert_used_count": "num_experts_per_tok",
     "expert_feed_forward_length": "moe_intermediate_size",
+    "expert_weights_norm": "norm_topk_prob",
 }
 # llama.cpp's fixed per-architecture rules that no GGUF key carries:
 # (sliding-window layer pattern, RoPE-less layer interval, local RoPE base)
@@ -169,6 +170,8 @@ def _layer_rules(cfg: dict[str, Any], arch: str, tensors: dict[str, TensorData])
         cfg["local_rope_theta"] = _LOCAL_ROPE_BASE[arch]
     if arch in ("gemma2", "gemma3") and cfg.get("hidden_size"):
         cfg["embedding_multiplier"] = float(cfg["hidden_size"]) ** 0.5  # (the converter already added 1 to norms)
+    if cfg.get("num_experts"):  # llama.cpp renormalizes the top-k weights unless told otherwise (qwen2moe)
+        cfg.setdefault("norm_topk_prob", arch not in ("qwen2moe",))
     pre, post = "blk.0.attn_norm.weight" in tensors, "blk.0.post_attention_norm.weight" in tensors
     if post:
         cfg["norm_layout"] = "sandwich" if pre else "post"

@@ -18,6 +18,7 @@ from modelc.kernels.select import KernelSet
 from modelc.models.batch import ForwardBatch, LoraRows
 from modelc.models.llama_args import LlamaArgs
 from modelc.models.llama_layer import HF_NORMS, NAMES, PROJECTIONS, LlamaLayer, load_layer
+from modelc.models.moe import load_moe
 from modelc.models.scratch import Scratch
 from modelc.models.weights import WeightReader
 
@@ -48,7 +49,10 @@ class LlamaModel:
         names = {**NAMES[naming], **(HF_NORMS[a.norm_layout] if naming == "hf" else {})}
         w = WeightReader(source, kernels)
         self.embed = w.tensor(names["embed"])  # (V, C) stored dtype, rows looked up per forward
-        self.layers = [load_layer(w, names, a, i) for i in range(a.num_layers)]
+        cfg = dict(source.config)
+        self.layers = [
+            load_layer(w, names, a, i, load_moe(w, naming, i, cfg, a.hidden_size)) for i in range(a.num_layers)
+        ]
         self.norm = w.vector(names["norm"], a.hidden_size) + np.float32(a.norm_offset)
         lm = names["lm_head"] if w.has(names["lm_head"]) else names["embed"]
         self.lm_head = w.matrix(lm, a.vocab_size, a.hidden_size)
@@ -91,7 +95,12 @@ class LlamaModel:
 
     def projection_shapes(self) -> dict[tuple[int, str], tuple[int, int]]:
         """{(layer, proj): (out, in)} of every projection a LoRA adapter may target."""
-        return {(i, p): getattr(L, p).shape for i, L in enumerate(self.layers) for p in PROJECTIONS}
+        return {
+            (i, p): getattr(L, p).shape
+            for i, L in enumerate(self.layers)
+            for p in PROJECTIONS
+            if getattr(L, p) is not None
+        }
 
     def kv_shape(self) -> tuple[int, int, int]:
         """(num_layers, num_kv_heads, head_dim) for sizing KVPages."""

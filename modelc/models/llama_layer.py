@@ -23,9 +23,9 @@ class LlamaLayer:
     k_bias: np.ndarray | None
     v_bias: np.ndarray | None
     ffn_norm: np.ndarray | None  # (C,) pre-FFN norm
-    gate: Weight  # (F, C)
-    up: Weight
-    down: Weight  # (C, F)
+    gate: Weight | None  # (F, C); None in a mixture-of-experts layer
+    up: Weight | None
+    down: Weight | None  # (C, F)
     o_bias: np.ndarray | None = None  # (C,) HF llama attention_bias=True biases o_proj too
     gate_bias: np.ndarray | None = None  # (F,) HF llama mlp_bias=True
     up_bias: np.ndarray | None = None
@@ -99,7 +99,7 @@ REQUIRED_NORMS = {
 PROJECTIONS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
-def load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int) -> LlamaLayer:
+def load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int, moe: object = None) -> LlamaLayer:
     n = {k: v.format(i=i) if v else "" for k, v in names.items()}
     C, F, qd, kd = a.hidden_size, a.intermediate_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
     if w.has(n["q"] + ".weight"):
@@ -111,7 +111,10 @@ def load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int) -> 
         qb, kb, vb = w.split_vector(qkv_b, [qd, kd, kd]) if w.has(qkv_b) else (None, None, None)
     else:
         raise FormatError(f"model {w.name} has no attention weights for layer {i} ({n['q']}.weight)")
-    if w.has(n["gate"] + ".weight"):
+    gb = ub = None
+    if moe is not None:
+        gate = up = None
+    elif w.has(n["gate"] + ".weight"):
         gate, up = w.matrix(n["gate"] + ".weight", F, C), w.matrix(n["up"] + ".weight", F, C)
         gb, ub = w.maybe_vector(n["gate"] + ".bias", F), w.maybe_vector(n["up"] + ".bias", F)
     else:
@@ -136,9 +139,9 @@ def load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int) -> 
     return LlamaLayer(
         attn_norm=norm("attn_norm"), q=q, k=k, v=v, o=w.matrix(n["o"] + ".weight", C, qd),
         q_bias=qb, k_bias=kb, v_bias=vb, ffn_norm=norm("ffn_norm"),
-        gate=gate, up=up, down=w.matrix(n["down"] + ".weight", C, F),
+        gate=gate, up=up, down=w.matrix(n["down"] + ".weight", C, F) if moe is None else None,
         o_bias=w.maybe_vector(n["o"] + ".bias", C), gate_bias=gb, up_bias=ub,
         down_bias=w.maybe_vector(n["down"] + ".bias", C), q_norm=head_norm(qn), k_norm=head_norm(kn),
         post_attn_norm=norm("post_attn_norm"), post_ffn_norm=norm("post_ffn_norm"),
-        sinks=w.maybe_vector(n["sinks"], a.num_heads),
+        sinks=w.maybe_vector(n["sinks"], a.num_heads), moe=moe,
     )  # fmt: skip

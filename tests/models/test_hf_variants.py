@@ -38,9 +38,14 @@ VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "smollm3": ("smollm3", "a RoPE-less layer every 4 layers"),
     "gemma2": ("gemma2", "sandwich (1+w) norms, GeGLU, attention + final soft-capping, alternating window 4"),
     "gemma3": ("gemma3", "q/k norm, 5 local (window 4, base 1e4) : 1 global (base 1e6, linear 8) layers"),
+    "mixtral": ("mixtral", "4 experts, top-2 renormalized"),
+    "qwen3moe": ("qwen3moe", "q/k norm, 6 experts of width 32, top-2 renormalized"),
 }
+GGUF_ARCH = {"mixtral": "llama"}  # llama.cpp writes Mixtral as a llama with expert tensors
 # variants with a llama.cpp-converted F32 GGUF next to the HF folder (tools/make_variant_fixtures.py --gguf)
-GGUF_VARIANTS = ["phi3-longrope", "llama32-tied", "qwen3", "olmo2", "granite", "smollm3", "gemma2", "gemma3"]
+GGUF_VARIANTS = [
+    "phi3-longrope", "llama32-tied", "qwen3", "olmo2", "granite", "smollm3", "gemma2", "gemma3", "mixtral", "qwen3moe",
+]  # fmt: skip
 MAX_REL_ERR = 1e-4
 
 
@@ -88,7 +93,7 @@ def test_gguf_matches_transformers(variants_dir, name):
     """llama.cpp's convert_hf_to_gguf.py output (F32, llama.cpp's tensor names and metadata keys)."""
     d = variants_dir / name
     eng = Engine.load(d / "gguf" / "model-f32.gguf")
-    assert eng.architecture == VARIANTS[name][0]
+    assert eng.architecture == GGUF_ARCH.get(name, VARIANTS[name][0])
     _check(eng, d)
 
 
@@ -156,6 +161,8 @@ def _perturbed_err(d, **config):
         ("gemma3", {"sliding_window": None}),
         ("gemma3", {"norm_offset": None}),
         ("gemma3", {"attention_multiplier": 0.5}),
+        ("mixtral", {"norm_topk_prob": False}),
+        ("qwen3moe", {"num_experts_per_tok": 1}),
     ],
 )
 def test_fixtures_are_sensitive_to_each_feature(variants_dir, name, override):
@@ -272,7 +279,7 @@ def anyio_backend():
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("name", ["llama3", "mistral-swa8", "qwen2-swa", "phi3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("name", ["llama3", "mistral-swa8", "qwen2-swa", "phi3", "gemma2", "gemma3", "qwen3moe"])
 async def test_batched_serving_reproduces_greedy(variants_dir, name):
     """Three concurrent requests through AsyncEngine (scheduler + runner actors), 8-token steps: chunked
     prefill across KV blocks and windows, decodes batched with other sequences' prefill, prefix-cache hits."""

@@ -1,0 +1,187 @@
+"""Mixture-of-experts feed-forward (Mixtral, Qwen3-MoE, gpt-oss): router top-k, then the tokens of the
+whole batch grouped by expert, so each chosen expert's weights are read once per forward.
+
+Expert weights stay as stored (quantized, memory-mapped): GGUF's 3-D ffn_*_exps tensors and
+transformers' fused experts are sliced per expert without copying; HF's per-expert tensors are
+used as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from modelc.errors import FormatError
+from modelc.ir import SCALE_SUFFIX, TensorData
+from modelc.kernels.linear import Weight, prepare_weight
+from modelc.kernels.select import KernelSet
+from modelc.models.weights import WeightReader
+
+# gpt-oss's clamped SwiGLU
+OSS_ALPHA, OSS_LIMIT = 1.702, 7.0
+
+_NAMES = {  # naming -> (router, [per-expert gate, up, down] or fused 3-D gate, up, down, gate_up)
+    "gguf": {
+        "router": "blk.{i}.ffn_gate_inp", "gate": "blk.{i}.ffn_gate_exps", "up": "blk.{i}.ffn_up_exps",
+        "down": "blk.{i}.ffn_down_exps", "gate_up": "blk.{i}.ffn_gate_up_exps",
+    },
+    "mixtral": {
+        "router": "model.layers.{i}.block_sparse_moe.gate", "gate": "model.layers.{i}.block_sparse_moe.experts.{e}.w1",
+        "up": "model.layers.{i}.block_sparse_moe.experts.{e}.w3",
+        "down": "model.layers.{i}.block_sparse_moe.experts.{e}.w2",
+    },
+    "hf": {
+        "router": "model.layers.{i}.mlp.gate", "gate": "model.layers.{i}.mlp.experts.{e}.gate_proj",
+        "up": "model.layers.{i}.mlp.experts.{e}.up_proj", "down": "model.layers.{i}.mlp.experts.{e}.down_proj",
+    },
+    "hf-fused": {  # transformers 5's in-memory layout (and gpt-oss checkpoints): (E, 2F, C) and (E, C, F)
+        "router": "model.layers.{i}.mlp.router", "gate_up": "model.layers.{i}.mlp.experts.gate_up_proj",
+        "down": "model.layers.{i}.mlp.experts.down_proj",
+    },
+}  # fmt: skip
+
+
+@dataclass(slots=True)
+class MoeFFN:
+    router: Weight  # (E, C)
+    router_bias: np.ndarray | None  # (E,)
+    gate: list[Weight]  # per expert (F, C)
+    up: list[Weight]
+    down: list[Weight]  # per expert (C, F)
+    gate_bias: np.ndarray | None  # (E, F) gpt-oss
+    up_bias: np.ndarray | None
+    down_bias: np.ndarray | None  # (E, C)
+    top_k: int
+    normalize: bool  # renormalize the chosen experts' weights to sum 1
+    activation: str  # "silu" | "oss" (gpt-oss's clamped SwiGLU)
+
+    @property
+    def num_experts(self) -> int:
+        return len(self.gate)
+
+    def route(self, h: np.ndarray, kernels: KernelSet) -> tuple[np.ndarray, np.ndarray]:
+        """(experts (T, k) int64, weights (T, k) f32): softmax over all experts, top-k, optionally renormalized
+        (with renormalization this equals a softmax over the top-k logits, as Mixtral and gpt-oss do)."""
+        T, E, k = h.shape[0], self.num_experts, self.top_k
+        logits = np.empty((T, E), np.float32)
+        kernels.matmul(logits, h, self.router)
+        if self.router_bias is not None:
+            logits += self.router_bias
+        top = np.argpartition(-logits, k - 1, axis=1)[:, :k] if k < E else np.tile(np.arange(E), (T, 1))
+        chosen = np.take_along_axis(logits, top, axis=1).astype(np.float64)
+        m = logits.max(axis=1, keepdims=True).astype(np.float64)
+        e = np.exp(chosen - m)
+        if self.normalize:
+            w = e / e.sum(axis=1, keepdims=True)
+        else:
+            w = e / np.exp(logits.astype(np.float64) - m).sum(axis=1, keepdims=True)
+        return top.astype(np.int64), w.astype(np.float32)
+
+    def forward(self, out: np.ndarray, h: np.ndarray, kernels: KernelSet) -> None:
+        """out (T, C) = sum over each token's chosen experts of weight * expert(h)."""
+        T = h.shape[0]
+        experts, weights = self.route(h, kernels)
+        out[...] = 0.0
+        flat = experts.reshape(-1)
+        order = np.argsort(flat, kind="stable")  # (T*k,) grouped by expert
+        counts = np.bincount(flat, minlength=self.num_experts)
+        start = 0
+        for e in np.nonzero(counts)[0]:
+            sel = order[start : start + counts[e]]
+            start += counts[e]
+            rows = sel // self.top_k  # a token picks an expert at most once: rows are distinct
+            y = self._expert(int(e), np.ascontiguousarray(h[rows]), kernels)  # (n, C)
+            y *= weights.reshape(-1)[sel][:, None]
+            out[rows] += y
+        assert start == T * self.top_k
+
+    def _expert(self, e: int, x: np.ndarray, kernels: KernelSet) -> np.ndarray:
+        n, F = x.shape[0], self.gate[e].rows
+        gate, up = np.empty((n, F), np.float32), np.empty((n, F), np.float32)
+        kernels.matmul(gate, x, self.gate[e])
+        kernels.matmul(up, x, self.up[e])
+        if self.gate_bias is not None:
+            gate += self.gate_bias[e]
+            up += self.up_bias[e]  # type: ignore[index]
+        act = np.empty_like(gate)
+        if self.activation == "oss":
+            g = np.minimum(gate, np.float32(OSS_LIMIT))
+            u = np.clip(up, np.float32(-OSS_LIMIT), np.float32(OSS_LIMIT))
+            act[...] = g / (np.float32(1.0) + np.exp(-np.float32(OSS_ALPHA) * g)) * (u + np.float32(1.0))
+        else:
+            kernels.silu_mul(act, gate, up)
+        y = np.empty((n, self.down[e].rows), np.float32)
+        kernels.matmul(y, act, self.down[e])
+        if self.down_bias is not None:
+            y += self.down_bias[e]
+        return y
+
+
+def expert_slices(t: TensorData, name: str) -> list[TensorData]:
+    """A stored (E, R, C) tensor as E zero-copy (R, C) TensorData views."""
+    if len(t.shape) != 3:
+        raise FormatError(f"tensor {name} has shape {t.shape}, expected (experts, rows, cols)")
+    E = t.shape[0]
+    per = t.nbytes // E if E else 0
+    return [TensorData(t.shape[1:], t.dtype, t.data[e * per : (e + 1) * per]) for e in range(E)]
+
+
+def _stacked(w: WeightReader, name: str, E: int, rows: int, cols: int) -> list[Weight]:
+    t = w.tensor(name)
+    if t.shape != (E, rows, cols):
+        raise FormatError(f"tensor {name} has shape {t.shape}, expected ({E}, {rows}, {cols})")
+    scale = w.tensors.get(name + SCALE_SUFFIX)
+    scales = expert_slices(scale, name) if scale is not None and len(scale.shape) == 3 else [None] * E
+    return [prepare_weight(p, s) for p, s in zip(expert_slices(t, name), scales, strict=True)]
+
+
+def _split_gate_up(F: int, t: TensorData, name: str) -> tuple[list[Weight], list[Weight]]:
+    """transformers' fused gate_up (E, 2F, C): the gate's F rows, then the up's."""
+    from modelc.models.weights import split_rows
+
+    gate, up = [], []
+    for part in expert_slices(t, name):
+        g, u = split_rows(part, [F, F], name)
+        gate.append(prepare_weight(g))
+        up.append(prepare_weight(u))
+    return gate, up
+
+
+def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN | None:
+    """Layer i's MoE feed-forward, or None when the layer has a dense MLP."""
+    E, k = int(cfg.get("num_experts") or 0), int(cfg.get("num_experts_per_tok") or 0)
+    if E <= 0:
+        return None
+    F = int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
+    kinds = ["gguf"] if naming == "gguf" else ["mixtral", "hf", "hf-fused"]
+    for kind in kinds:
+        n = {key: v.replace("{i}", str(i)) for key, v in _NAMES[kind].items()}
+        if w.has(n["router"] + ".weight"):
+            break
+    else:
+        return None
+    if not 0 < k <= E:
+        raise FormatError(f"num_experts_per_tok {k} must be in 1..num_experts {E}")
+    if kind == "gguf":
+        gate, up = _stacked(w, n["gate"] + ".weight", E, F, C), _stacked(w, n["up"] + ".weight", E, F, C)
+        down = _stacked(w, n["down"] + ".weight", E, C, F)
+    elif "gate" in n:
+        gate = [w.matrix(n["gate"].format(e=e) + ".weight", F, C) for e in range(E)]
+        up = [w.matrix(n["up"].format(e=e) + ".weight", F, C) for e in range(E)]
+        down = [w.matrix(n["down"].format(e=e) + ".weight", C, F) for e in range(E)]
+    else:
+        t = w.tensor(n["gate_up"])
+        gate, up = _split_gate_up(F, t, n["gate_up"])
+        down = _stacked(w, n["down"], E, C, F)
+
+    def bias(key: str, size: int) -> np.ndarray | None:
+        name = n.get(key, "") + ".bias"
+        return w.vector(name, E * size).reshape(E, size) if key in n and w.has(name) else None
+
+    return MoeFFN(
+        router=w.matrix(n["router"] + ".weight", E, C), router_bias=w.maybe_vector(n["router"] + ".bias", E),
+        gate=gate, up=up, down=down, gate_bias=bias("gate", F), up_bias=bias("up", F), down_bias=bias("down", C),
+        top_k=k, normalize=bool(cfg.get("norm_topk_prob", True)),
+        activation="oss" if cfg.get("moe_activation") == "oss" else "silu",
+    )  # fmt: skip

@@ -63,6 +63,10 @@ class SchedulerConfig:
     # spec_gamma: the most drafted tokens per step (a request's `gamma` may lower or raise it).
     speculative: str | None = None
     spec_gamma: int = 4
+    # Drafts ride only in steps of at most this many tokens in all: below the matmul kernels'
+    # prefill threshold (kernels/linear.py PREFILL_MIN_T = 32) an extra row costs a fraction of a
+    # decode; past it the step switches to dequantize + BLAS and every row costs a full share.
+    spec_max_step_tokens: int = 31
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -79,6 +83,8 @@ class SchedulerConfig:
             _bad("speculative", "must be None, 'ngram' or 'draft'")
         if not 0 <= self.spec_gamma <= MAX_GAMMA:
             _bad("spec_gamma", f"must be in [0, {MAX_GAMMA}]")
+        if self.spec_max_step_tokens < 1:
+            _bad("spec_max_step_tokens", "must be >= 1")
         if not isinstance(self.eos_token_ids, tuple):
             object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
 

@@ -131,8 +131,11 @@ class Scheduler:
 
     def _schedule_running(self, scheduled: dict[int, int], budget: int) -> tuple[int, bool]:
         preempted = False
-        # Drafts only use the budget left after every running sequence's own tokens.
-        spare = budget - sum(s.num_tokens - s.num_computed_tokens for s in self.running)
+        # Drafts only use the budget left after every running sequence's own tokens, in small steps.
+        own = sum(s.num_tokens - s.num_computed_tokens for s in self.running)
+        spare = min(budget, self.config.spec_max_step_tokens) - own
+        # ...shared fairly: a few drafts for every decoding sequence beat many for the first ones
+        decoders = sum(1 for s in self.running if s.num_tokens - s.num_computed_tokens == 1)
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
@@ -143,7 +146,10 @@ class Scheduler:
                 finish = self._finish(seq, S.FINISHED_LENGTH)  # can never fit, even alone
                 self._pending_events.append(SequenceFinished(seq.seq_id, finish))
                 continue
-            k, drafts = self._draft(seq, min(spare, budget - n)) if seq.num_tokens - need == 0 else (0, None)
+            k, drafts = 0, None
+            if seq.num_tokens - need == 0:
+                k, drafts = self._draft(seq, min(spare // max(decoders, 1), budget - n))
+                decoders -= 1
             if k > 0 and self.pool.append(seq, need + k):
                 self._spec[seq.seq_id] = (k, drafts)
                 scheduled[seq.seq_id] = n + k
@@ -177,6 +183,8 @@ class Scheduler:
         )
         if self.config.max_model_len is not None:
             cap = min(cap, self.config.max_model_len - seq.num_tokens - 1)
+        if seq.spec.num_drafts == 0 and not seq.spec.started:
+            seq.spec.start(self.spec_stats.acceptance_rate(), costly=mode == "draft")
         k = seq.spec.next_k(cap) if cap > 0 else 0
         if k <= 0:
             return 0, None

@@ -5,6 +5,9 @@ NOTE: adaptive gamma. A sequence's gamma follows its acceptance: every draft acc
 next time (up to the request's or the engine's maximum); otherwise the accepted length plus one.
 A verification that accepts nothing also backs off: the sequence decodes plainly for 1, 2, 4, ...
 32 steps before it drafts again (reset by any acceptance), so a poor draft costs a few percent.
+A draft model that has been useless so far (engine-wide acceptance under 10% over 32+ drafted
+tokens) makes new sequences start fully backed off: they probe every 32 steps instead of paying
+the draft's catch-up over their prompt at once.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_BACKOFF = 32
+POOR_RATE = 0.1  # engine-wide acceptance below this (once MIN_EVIDENCE tokens were drafted) = useless
+MIN_EVIDENCE = 32
 
 
 @dataclass(slots=True)
@@ -19,9 +24,16 @@ class SpecState:
     gamma: int | None = None  # None: start at the maximum
     skip: int = 0  # plain decode steps left before the next draft
     backoff: int = 1
+    started: bool = False
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+
+    def start(self, engine_rate: float | None, *, costly: bool) -> None:
+        """First draft opportunity: start backed off when a costly draft (a model) has been useless."""
+        self.started = True
+        if costly and engine_rate is not None and engine_rate < POOR_RATE:
+            self.skip = self.backoff = MAX_BACKOFF
 
     def next_k(self, max_gamma: int) -> int:
         """Tokens to draft this step (0 = plain decode); counts a skipped step."""
@@ -61,6 +73,12 @@ class SpecStats:
             self.num_drafts += 1
             self.num_draft_tokens += drafted
             self.num_accepted_tokens += accepted
+
+    def acceptance_rate(self) -> float | None:
+        """Accepted / drafted tokens so far, None before MIN_EVIDENCE drafted tokens."""
+        if self.num_draft_tokens < MIN_EVIDENCE:
+            return None
+        return self.num_accepted_tokens / self.num_draft_tokens
 
     def as_dict(self) -> dict[str, int]:
         return {

@@ -41,6 +41,13 @@ def test_gamma_adapts_and_backs_off():
     st.record(1, 0)
     assert [st.next_k(8) for _ in range(3)] == [0, 0, 1]
     assert (st.num_drafts, st.num_draft_tokens, st.num_accepted_tokens) == (4, 12, 5)
+    # a draft model that has been useless engine-wide: new sequences start backed off
+    late = SpecState()
+    late.start(0.05, costly=True)
+    assert [late.next_k(4) for _ in range(33)] == [0] * 32 + [4]
+    cheap = SpecState()
+    cheap.start(0.05, costly=False)  # prompt lookup costs no draft forwards: no prior
+    assert cheap.next_k(4) == 4
 
 
 def test_truncate_frees_the_tail_and_never_registers_it():
@@ -82,7 +89,12 @@ def test_speculative_greedy_equals_plain_in_a_batch_of_8(draft):
     draft_src = {"self": src, "other": make_tiny_llama(9), None: None}[draft]
     runner, sched = make_pair(src, max_num_seqs=8, max_batch_tokens=64, draft=draft_src,
                               speculative="ngram" if draft is None else "draft", spec_gamma=5)  # fmt: skip
-    assert drive(runner, sched, _batch()) == base
+
+    def small_steps(s, plan, step):  # the running sequences' drafts keep their share of a step <= 31 tokens
+        if any(c.num_draft or c.draft_k for c in plan.chunks):
+            assert sum(len(c.token_ids) + c.draft_k for c in plan.chunks if not c.is_new) <= 31
+
+    assert drive(runner, sched, _batch(), before_update=small_steps) == base
     stats = sched.stats()
     assert stats["kv_blocks_used"] == 0 and not runner.states
     assert stats["spec_decode_num_drafts"] > 0

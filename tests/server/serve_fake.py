@@ -14,7 +14,15 @@ import anyio
 
 from modelc.server.daemon import serve
 from modelc.server.state import ServerConfig
-from tests.server.fake_engine import FakeEngine
+from tests.server.fake_engine import FakeEngine, FakeTemplate
+
+
+class ThinkTemplate(FakeTemplate):
+    """FakeTemplate whose source shows <think>: the server splits the reply's reasoning off."""
+
+    @property
+    def source(self) -> str:
+        return "{{ '<think>' }}"
 
 
 def main() -> None:
@@ -27,6 +35,9 @@ def main() -> None:
     ap.add_argument("--fim", action="store_true", help="with --tiny: a vocabulary with fill-in-the-middle tokens")
     ap.add_argument("--reply", default=None, help="FakeEngine: this fixed output text")
     ap.add_argument("--alias", action="append", default=[], help="another name the served model answers to")
+    ap.add_argument(
+        "--think", action="store_true", help="FakeEngine: a chat template that shows <think> (reasoning on)"
+    )
     args = ap.parse_args()
 
     def ready(host: str, port: int) -> None:
@@ -40,6 +51,8 @@ def main() -> None:
         engine, engine_config = make_served_model(fim=args.fim), EngineConfig(cache=CacheConfig(kv_cache_tokens=8192))
     else:
         engine = FakeEngine(delay_s=args.delay, reply=args.reply)
+        if args.think:
+            engine.chat_template = ThinkTemplate()
     anyio.run(
         lambda: serve(
             engine,

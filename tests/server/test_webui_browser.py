@@ -251,8 +251,8 @@ def test_rendering_errors_export_import_phone(server, page, tmp_path) -> None:
     shot(page, "phone-sidebar")
 
 
-def test_api_key_from_the_page(browser) -> None:
-    s = LiveServer("--api-key", "s3cret", "--reply", "Hello **there**")
+def test_api_key_reasoning_and_a_real_400(browser) -> None:
+    s = LiveServer("--api-key", "s3cret", "--think", "--reply", "<think>pondering the greeting</think>Hello **there**")
     try:
         ctx = browser.new_context()
         page = ctx.new_page()
@@ -267,7 +267,17 @@ def test_api_key_from_the_page(browser) -> None:
         page.fill("#input", "hi")
         page.press("#input", "Enter")
         page.wait_for_selector("article.message.assistant .stats")
-        assert page.locator("article.message.assistant .content strong").inner_text() == "there"
+        msg = page.locator("article.message.assistant").last
+        assert msg.locator(".content").inner_text() == "Hello there"
+        assert msg.locator(".content strong").inner_text() == "there"
+        # the server's reasoning_content deltas, shown collapsed
+        assert msg.locator("details.reasoning").get_attribute("open") is None
+        assert msg.locator(".reasoning-body").text_content() == "pondering the greeting"  # hidden: not inner_text
+        settings(page, extra='{"temperature": -1}')
+        page.fill("#input", "again")
+        page.click("#send")
+        page.wait_for_selector("#error:has-text('HTTP 400')")
+        assert "temperature" in page.locator("#error").inner_text()
         ctx.close()
     finally:
         s.stop()

@@ -19,6 +19,13 @@ from modelc.errors import InvalidRequestError
 
 _ID_ALPHABET = string.ascii_letters + string.digits
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)
+# harmony (gpt-oss): a commentary-channel message addressed to=functions.NAME, ended by <|call|>
+_HARMONY = re.compile(
+    r"(?:<\|start\|>assistant)?([^<]*)<\|channel\|>commentary([^<]*)(?:<\|constrain\|>[^<]*)?<\|message\|>(.*?)"
+    r"(?:<\|call\|>|<\|end\|>|$)",
+    re.S,
+)
+_TO_FUNCTION = re.compile(r"to=functions\.([\w.-]+)")
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 _DECODER = json.JSONDecoder()
 
@@ -65,7 +72,9 @@ def render_tools_system_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
 def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]] | None) -> tuple[str, list[dict[str, Any]]]:
     """Split generated `text` into (content, tool_calls in OpenAI's shape).
 
-    Recognised: Hermes/Qwen `<tool_call>{...}</tool_call>` blocks (several = parallel calls),
+    Recognised: Hermes/Qwen/SmolLM3 `<tool_call>{...}</tool_call>` blocks (several = parallel calls),
+    Granite `<|tool_call|>[{...}, ...]`, gpt-oss harmony `<|channel|>commentary to=functions.NAME
+    <|constrain|>json<|message|>{...}<|call|>`,
     Mistral `[TOOL_CALLS] [{...}, ...]` (and `[TOOL_CALLS]name[ARGS]{...}`), Llama 3
     `{"name": ..., "parameters": {...}}` optionally after `<|python_tag|>` (several joined by
     ";"), and plain JSON `{"name", "arguments"}` or a list of them (optionally in a ```json
@@ -73,7 +82,7 @@ def parse_tool_calls(text: str, tools: Sequence[Mapping[str, Any]] | None) -> tu
     content. With no calls found, returns (text, []).
     """
     names = {fn["name"] for fn in _functions(tools)}
-    for parse in (_parse_hermes, _parse_mistral, _parse_json_text):
+    for parse in (_parse_hermes, _parse_granite, _parse_harmony, _parse_mistral, _parse_json_text):
         found = parse(text, names)
         if found is not None:
             content, calls = found
@@ -124,6 +133,33 @@ def _parse_hermes(text: str, names: set[str]) -> tuple[str, list[Call]] | None:
         calls.extend(found)
     content = _HERMES.sub("", text).strip()
     return content, calls
+
+
+def _parse_granite(text: str, names: set[str]) -> tuple[str, list[Call]] | None:
+    head, sep, rest = text.partition("<|tool_call|>")
+    if not sep:
+        return None
+    obj = _load_json_prefix(rest)
+    calls = _as_calls(obj, names) if obj is not None else None
+    return (head.strip(), calls) if calls else None
+
+
+def _parse_harmony(text: str, names: set[str]) -> tuple[str, list[Call]] | None:
+    if "<|channel|>commentary" not in text or "to=functions." not in text:
+        return None
+    calls: list[Call] = []
+    for m in _HARMONY.finditer(text):
+        to = _TO_FUNCTION.search(m.group(1) + m.group(2))
+        if to is None:
+            continue  # a commentary message to the user, not a call
+        call = _as_call({"name": to.group(1), "arguments": _load_json_prefix(m.group(3))}, names)
+        if call is None:
+            return None
+        calls.append(call)
+    if not calls:
+        return None
+    content = _HARMONY.sub(lambda m: "" if _TO_FUNCTION.search(m.group(1) + m.group(2)) else m.group(0), text)
+    return content.strip(), calls
 
 
 def _parse_mistral(text: str, names: set[str]) -> tuple[str, list[Call]] | None:

@@ -151,3 +151,32 @@ def test_tool_constraint_choices():
 def test_tool_constraint_errors(tools, choice, message):
     with pytest.raises(InvalidRequestError, match=message):
         tool_constraint(tools, choice)
+
+
+_WEATHER_TOOL = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize(
+    "text,city",
+    [
+        ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris"}}]', "Paris"),  # Granite 3.x
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>', "Rome"),  # Qwen3/SmolLM3
+        (  # gpt-oss harmony, recipient in the channel header
+            '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Oslo"}<|call|>',
+            "Oslo",
+        ),
+        (  # harmony with the recipient before the channel
+            '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city":"Bern"}<|call|>',
+            "Bern",
+        ),
+    ],
+)
+def test_family_tool_call_syntaxes(text, city):
+    content, calls = parse_tool_calls(text, _WEATHER_TOOL)
+    assert content == "" and [c["function"]["name"] for c in calls] == ["get_weather"]
+    assert json.loads(calls[0]["function"]["arguments"]) == {"city": city}
+
+
+def test_harmony_commentary_without_recipient_is_not_a_call():
+    text = "<|channel|>commentary<|message|>Let me check.<|end|>"
+    assert parse_tool_calls(text, _WEATHER_TOOL) == (text, [])

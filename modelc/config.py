@@ -109,6 +109,7 @@ class EngineConfig:
     draft: Any = field(default=None, compare=False)
     cpu_count: int = field(default_factory=lambda: usable_cpus(), compare=False)
     warmup: bool = True  # compile (or load from numba's cache) every kernel before the engine counts as open
+    replicas: ReplicaConfig | None = None  # serve through Ray engine replicas (modelc/replicas/)
 
     def __post_init__(self) -> None:
         if self.engines < 1:
@@ -181,3 +182,34 @@ def num_kv_blocks(
         if max_useful_tokens:
             budget = min(budget, -(-max_useful_tokens // cache.block_size) * per_block)
     return max(1, budget // per_block)
+
+
+ROUTING_POLICIES = ("affinity", "least_loaded", "random")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """Scale-out on Ray: `replicas` engine replicas, each a Ray actor with `cpus_per_replica` CPUs.
+
+    address: a running Ray cluster ("auto" or "HOST:PORT"); None starts a local one on 127.0.0.1
+    and stops it with the server. max_in_flight: requests the front sends one replica before it
+    counts as full (None = its max_num_seqs + max_queue); all full -> 503.
+    """
+
+    replicas: int = 2
+    cpus_per_replica: float = 1.0
+    address: str | None = None
+    policy: str = "affinity"
+    max_in_flight: int | None = None
+    registry: str | None = None  # where replicas on other nodes pull the artifact from
+    registry_spec: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            _bad("replicas", "must be >= 1")
+        if self.cpus_per_replica <= 0:
+            _bad("cpus_per_replica", "must be > 0")
+        if self.policy not in ROUTING_POLICIES:
+            _bad("policy", f"must be one of {', '.join(ROUTING_POLICIES)}")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            _bad("max_in_flight", "must be >= 1")

@@ -49,6 +49,23 @@ class BlockPoolStats:
         return self.num_used_blocks / self.num_blocks
 
 
+def block_key(parent: int | None, token_ids: SequenceABC[int], adapter: str | None) -> tuple:
+    """The prefix-cache key of one full block; its hash chains to the next block's key."""
+    return (parent, tuple(token_ids), adapter)
+
+
+def prefix_hashes(token_ids: SequenceABC[int], block_size: int, adapter: str | None = None, max_blocks: int = 8) -> list[int]:
+    """The chained hashes of the first full blocks of a prompt, as the pool computes them (the
+    last token is never cached, so neither is a block ending on it). Used to route by prefix."""
+    limit = min(max_blocks, (len(token_ids) - 1) // block_size)
+    hashes: list[int] = []
+    parent: int | None = None
+    for i in range(limit):
+        parent = hash(block_key(parent, token_ids[i * block_size : (i + 1) * block_size], adapter))
+        hashes.append(parent)
+    return hashes
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -106,7 +123,7 @@ class BlockPool:
         blocks: list[int] = []
         parent: int | None = None
         for i in range(limit):
-            key = (parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]), seq.adapter)
+            key = block_key(parent, seq.token_ids[i * bs : (i + 1) * bs], seq.adapter)
             h = hash(key)
             block_id = self._cached.get(h)
             if block_id is None or self._blocks[block_id].key != key:
@@ -176,7 +193,7 @@ class BlockPool:
         end = min(num_computed_tokens // bs, len(table))
         parent = self._last_hash[seq.seq_id]
         for i in range(start, end):
-            key = (parent, tuple(seq.token_ids[i * bs : (i + 1) * bs]), seq.adapter)
+            key = block_key(parent, seq.token_ids[i * bs : (i + 1) * bs], seq.adapter)
             h = hash(key)
             block = self._blocks[table[i]]
             if block.hash is None and h not in self._cached:

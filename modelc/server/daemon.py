@@ -23,7 +23,7 @@ import anyio
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
-from modelc.errors import ModelcError
+from modelc.errors import ModelcError, UnsupportedError
 from modelc.server.app import create_app
 from modelc.server.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
@@ -62,10 +62,11 @@ async def open_engine(source: Any, engine_config: Any = None):
     if is_engine(source):
         yield source
         return
-    if isinstance(source, str | Path):
+    path = source if isinstance(source, str | Path) else None
+    if path is not None:
         from modelc.artifact.reader import open_artifact
 
-        source = open_artifact(source)
+        source = open_artifact(path)
     from modelc.server.engines import adapter_for
 
     adapter = adapter_for(source)
@@ -73,6 +74,14 @@ async def open_engine(source: Any, engine_config: Any = None):
         if getattr(adapter, "warmup", None) is not None and getattr(engine_config, "warmup", True):
             await anyio.to_thread.run_sync(adapter.warmup)
         yield adapter
+        return
+    if engine_config is not None and engine_config.replicas is not None:
+        if path is None:
+            raise UnsupportedError("Ray replicas load the model from its .modelc file; pass a path or store name")
+        from modelc.replicas.engine import ReplicaEngine
+
+        async with ReplicaEngine.open(path, engine_config) as engine:
+            yield engine
         return
     from modelc.engine.async_api import AsyncEngine
 

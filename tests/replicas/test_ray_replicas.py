@@ -1,0 +1,225 @@
+"""Engine replicas on a real Ray cluster of simulated nodes (ray.cluster_utils.Cluster, every socket
+on 127.0.0.1): generation, routing, cancellation, backpressure, failover, LoRA broadcast, sha checks.
+
+Marked `ray`: the default run deselects them; CI installs the extra and runs `pytest -m ray`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import anyio
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from modelc.artifact.writer import write_artifact
+from modelc.config import CacheConfig, EngineConfig, ReplicaConfig, SchedulerConfig
+from modelc.engine.async_api import AsyncEngine
+from modelc.engine.events import Finished, TokenEvent
+from modelc.engine.params import SamplingParams
+from modelc.errors import ChecksumError, OverloadedError
+from modelc.replicas.replica import ModelRef, fetch_model, file_sha256
+from tests.server.tiny_model import make_served_model
+
+pytestmark = [pytest.mark.ray, pytest.mark.anyio]
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # read when ray is imported: keeps Ray on 127.0.0.1
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+NODE = {"num_cpus": 1, "object_store_memory": 80 * 2**20, "node_ip_address": "127.0.0.1"}
+GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # Ray's object refs are asyncio awaitables
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = cluster_utils.Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "object_store_memory": 80 * 2**20, "include_dashboard": False,
+                        "node_ip_address": "127.0.0.1"},
+    )  # fmt: skip
+    nodes = [c.add_node(**NODE) for _ in range(2)]
+    ray.init(address=c.address, log_to_driver=False)
+    try:
+        yield c, nodes
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    path = tmp_path_factory.mktemp("replicas") / "tiny.modelc"
+    write_artifact(make_served_model(), path)
+    return path
+
+
+def config(**kw) -> EngineConfig:
+    return EngineConfig(
+        threads=1,
+        cache=CacheConfig(kv_cache_mb=4),
+        scheduler=SchedulerConfig(max_num_seqs=8, max_queue=8),
+        replicas=ReplicaConfig(replicas=2, cpus_per_replica=1, **kw),
+    )
+
+
+async def tokens(engine, prompt, params=GREEDY) -> list[int]:
+    out = []
+    async for ev in engine.generate(prompt, params):
+        if isinstance(ev, TokenEvent):
+            out.append(ev.token_id)
+        else:
+            assert ev.finish_reason == "length", ev
+    return out
+
+
+async def replica_stats(engine) -> list[dict]:
+    return [await a.stats.remote() for a in engine._actors]
+
+
+async def wait_for(predicate, timeout_s: float = 120.0) -> None:
+    with anyio.fail_after(timeout_s):
+        while not await predicate():
+            await anyio.sleep(0.2)
+
+
+async def test_replicas_generate_what_one_engine_generates_and_route_by_prefix(cluster, artifact):
+    from modelc.replicas.engine import ReplicaEngine
+
+    system = list(range(3, 3 + 64))
+    prompts = [system + [100 + i, 101 + i] for i in range(4)]
+    async with AsyncEngine.open(str(artifact), EngineConfig(threads=1, cache=CacheConfig(kv_cache_mb=4))) as local:
+        want = [await tokens(local, p) for p in prompts]
+    async with ReplicaEngine.open(artifact, config()) as engine:
+        got = [await tokens(engine, p) for p in prompts]
+        assert got == want
+        rows = await replica_stats(engine)
+        hits = sorted(r["prefix_hits"] for r in rows)
+        assert hits[0] == 0 and hits[1] >= 3 * 64  # one replica got all four; three hit the cached system prompt
+        assert engine.stats()["replicas"][0]["healthy"]
+
+
+async def test_leaving_a_stream_cancels_it_on_the_replica_and_frees_its_kv(cluster, artifact):
+    from modelc.replicas.engine import ReplicaEngine
+
+    long = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+    async with ReplicaEngine.open(artifact, config()) as engine:
+        events = engine.generate(list(range(3, 40)), long)
+        seen = 0
+        async for ev in events:
+            seen += isinstance(ev, TokenEvent)
+            if seen == 3:
+                break
+        await events.aclose()
+
+        async def freed() -> bool:
+            return all(r["kv_blocks_used"] == 0 and r["running"] == 0 for r in await replica_stats(engine))
+
+        await wait_for(freed, 30)
+
+
+async def test_every_queue_full_is_overloaded(cluster, artifact):
+    from modelc.replicas.engine import ReplicaEngine
+
+    long = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+    async with ReplicaEngine.open(artifact, config(max_in_flight=1)) as engine:
+        streams = [engine.generate([5 + i] * 20, long) for i in range(2)]
+        for s in streams:
+            assert isinstance(await s.__anext__(), TokenEvent)  # each replica holds one request
+        with pytest.raises(OverloadedError):
+            await engine.generate([9] * 20, long).__anext__()
+        for s in streams:
+            await s.aclose()
+
+
+async def test_a_dead_replica_loses_no_unstreamed_request_and_rejoins(cluster, artifact):
+    from modelc.replicas.engine import ReplicaEngine
+
+    prompt = list(range(3, 60))
+    async with ReplicaEngine.open(artifact, config(policy="affinity")) as engine:
+        want = await tokens(engine, prompt)
+        owner = engine._router._owner[engine._router._owner.__iter__().__next__()]
+        pid = await engine._actors[owner].ping.remote()
+        os.kill(pid, 9)  # the replica's process dies; the front has not noticed yet
+        assert await tokens(engine, prompt) == want  # routed to the dead one, retried on the other
+        assert engine.num_failovers >= 1 and not engine._loads[owner].healthy
+
+        async def back() -> bool:
+            return engine._loads[owner].healthy
+
+        await wait_for(back, 180)  # Ray restarted the actor; the watch task reloaded it
+        assert await engine._actors[owner].ping.remote() != pid
+
+
+async def test_a_replica_dying_mid_stream_ends_it_with_an_error_event(cluster, artifact):
+    from modelc.replicas.engine import ReplicaEngine
+
+    long = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+    async with ReplicaEngine.open(artifact, config()) as engine:
+        events = engine.generate(list(range(3, 30)), long)
+        assert isinstance(await events.__anext__(), TokenEvent)
+        rid = next(iter(engine._live.values()))[0]
+        os.kill(await engine._actors[rid].ping.remote(), 9)
+        last = None
+        async for ev in events:
+            last = ev
+        assert isinstance(last, Finished) and last.finish_reason == "error" and "died" in last.error
+
+
+async def test_lora_is_broadcast_to_every_replica(cluster, artifact, tmp_path):
+    from modelc.replicas.engine import ReplicaEngine
+
+    rng = np.random.default_rng(0)
+    t = {}
+    for i in (0, 1):
+        base = f"base_model.model.model.layers.{i}.self_attn.q_proj"
+        t[base + ".lora_A.weight"] = (rng.standard_normal((4, 64)) * 0.5).astype(np.float32)
+        t[base + ".lora_B.weight"] = (rng.standard_normal((64, 4)) * 0.5).astype(np.float32)
+    save_file(t, str(tmp_path / "adapter_model.safetensors"))
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "peft_type": "LORA"}))
+    async with ReplicaEngine.open(artifact, config(policy="least_loaded")) as engine:
+        prompt = [20] * 40
+        base = await tokens(engine, prompt)
+        await engine.load_adapter("a1", str(tmp_path))
+        assert engine.adapters == ["a1"]
+        with_adapter = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, adapter="a1")
+        outs: list[list[int]] = []
+        async with anyio.create_task_group() as tg:  # two at once: one on each replica
+            for _ in range(2):
+                tg.start_soon(_collect, engine, prompt, with_adapter, outs)
+        assert outs[0] == outs[1] != base
+        await engine.unload_adapter("a1")
+        assert engine.adapters == [] and await tokens(engine, prompt) == base
+
+
+async def _collect(engine, prompt, params, outs) -> None:
+    outs.append(await tokens(engine, prompt, params))
+
+
+async def test_a_replica_refuses_a_mismatched_artifact(cluster, artifact, tmp_path):
+    from modelc.replicas.engine import ReplicaEngine
+
+    good = file_sha256(artifact)
+    assert fetch_model(ModelRef(sha256=good, path=str(artifact))) == artifact
+    with pytest.raises(ChecksumError):
+        fetch_model(ModelRef(sha256="0" * 64, path=str(artifact)))
+    other = tmp_path / "other.modelc"
+    write_artifact(make_served_model(seed=1), other)
+    engine_cm = ReplicaEngine.open(artifact, config())
+    # The front's sha256 is of its own file; a replica whose copy differs refuses to serve.
+    import modelc.replicas.engine as front
+
+    real = front.file_sha256
+    front.file_sha256 = lambda p: real(other)
+    try:
+        with pytest.raises(ChecksumError):
+            async with engine_cm:
+                pass
+    finally:
+        front.file_sha256 = real

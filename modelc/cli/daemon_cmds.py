@@ -68,6 +68,14 @@ def ps_cmd() -> None:
             str(m.get("waiting", 0)), _until(m["expires_at"]), ", ".join(m.get("adapters") or []) or "-",
         )  # fmt: skip
     out.print(table)
+    for m in models:
+        for r in m.get("replicas") or []:
+            state = "up" if r["healthy"] else "restarting"
+            out.print(
+                f"  {m['name']} replica {r['replica']}: {state}, {r['running']} running, {r['waiting']} waiting, "
+                f"KV {r['kv_blocks_used']}/{r['kv_blocks_total']} blocks, prefix hits "
+                f"{r['prefix_hits']}/{r['prefix_queries']} tokens"
+            )
 
 
 def _options(max_tokens: int | None, temperature: float | None, seed: int | None) -> dict[str, Any]:
@@ -173,16 +181,28 @@ def load_cmd(
     kv_cache_dtype: str | None = typer.Option(
         None, "--kv-cache-dtype", help="KV cache type for this model: f32, f16, q8_0 or mixed (default: the daemon's)."
     ),
+    ray: str | None = typer.Option(
+        None, "--ray", help="Serve it through Ray engine replicas: 'local', 'auto' or HOST:PORT."
+    ),
+    replicas: int = typer.Option(2, "--replicas", help="Engine replicas with --ray."),
+    cpus_per_replica: float = typer.Option(1.0, "--cpus-per-replica", help="CPUs per replica with --ray."),
+    routing: str = typer.Option("affinity", "--routing", help="affinity, least_loaded or random (with --ray)."),
 ) -> None:
     """Load a model into the running daemon now (instead of on its first request).
 
     Example: modelc load tiny --keep-alive 10m --kv-cache-dtype q8_0
+             modelc load tiny --ray local --replicas 2
     """
     body: dict[str, Any] = {"model": model}
     if keep_alive is not None:
         body["keep_alive"] = keep_alive
+    options: dict[str, Any] = {}
     if kv_cache_dtype is not None:
-        body["options"] = {"kv_cache_dtype": kv_cache_dtype}
+        options["kv_cache_dtype"] = kv_cache_dtype
+    if ray is not None:
+        options.update(ray=ray, replicas=replicas, cpus_per_replica=cpus_per_replica, routing=routing)
+    if options:
+        body["options"] = options
     with DaemonClient() as c:
         r = c.post("/api/load", body)
     out.print(f"loaded {model} ({r['load_duration'] / 1e9:.2f}s)")

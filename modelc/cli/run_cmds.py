@@ -30,14 +30,23 @@ def engine_config(
     draft: str | None = None,
     gamma: int | None = None,
     kv_dtype: str = "float32",
+    ray: str | None = None,
+    replicas: int = 2,
+    cpus_per_replica: float = 1.0,
+    routing: str = "affinity",
 ) -> Any:
-    from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
+    from modelc.config import CacheConfig, EngineConfig, ReplicaConfig, SchedulerConfig
 
     # --draft: speculate with that model; --gamma alone: prompt lookup; --gamma 0: off.
     speculative = None if gamma == 0 else "draft" if draft else "ngram" if gamma else None
+    scale_out = None
+    if ray is not None:
+        address = None if ray == "local" else ray
+        scale_out = ReplicaConfig(replicas=replicas, cpus_per_replica=cpus_per_replica, address=address, policy=routing)
     return EngineConfig(
         engines=engines,
         threads=threads,
+        replicas=scale_out,
         cache=CacheConfig(kv_cache_mb=kv_cache_mb, kv_dtype=kv_dtype),
         scheduler=SchedulerConfig(
             max_num_seqs=max_num_seqs,
@@ -118,6 +127,15 @@ def run_cmd(
         [], "--registry", help="A registry /api/pull may download from (repeatable; default $MODELC_REGISTRY)."
     ),
     no_webui: bool = typer.Option(False, "--no-webui", help="Do not serve the chat web UI at / (API only)."),
+    ray: str | None = typer.Option(
+        None,
+        "--ray",
+        help="Serve through Ray engine replicas: 'local' starts a Ray cluster on 127.0.0.1 (stopped with the "
+        "server); 'auto' or HOST:PORT joins a running one (pip install 'modelc[ray]').",
+    ),
+    replicas: int = typer.Option(2, "--replicas", help="Engine replicas with --ray."),
+    cpus_per_replica: float = typer.Option(1.0, "--cpus-per-replica", help="CPUs (and numba threads) per replica."),
+    routing: str = typer.Option("affinity", "--routing", help="Replica routing: affinity, least_loaded or random."),
 ) -> None:
     """Serve a model: OpenAI-compatible /v1 API, the native API and the Ollama-shaped /api, on
     127.0.0.1:8080 by default. Requests may name other stored models: they load on first use.
@@ -174,6 +192,10 @@ def run_cmd(
         draft=str(launch.serve_target(draft)[0]) if draft else None,
         gamma=gamma,
         kv_dtype=parse_kv_dtype(kv_cache_dtype),
+        ray=ray,
+        replicas=replicas,
+        cpus_per_replica=cpus_per_replica,
+        routing=routing,
     )
     # The draft belongs to the served model; other models named by requests get prompt lookup at most.
     other = ecfg.scheduler.speculative and "ngram"

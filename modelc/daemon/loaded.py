@@ -71,7 +71,7 @@ class LoadedModel:
     last_used: float = field(default_factory=time.monotonic)
     num_in_flight: int = 0
     adapters: set[str] = field(default_factory=set)
-    kv_dtype: str | None = None  # the KV cache type it was loaded with (None = the daemon's default)
+    engine_config: Any = None  # its own load options (None = the daemon's)
     ready: anyio.Event = field(default_factory=anyio.Event)
     stop: anyio.Event = field(default_factory=anyio.Event)
     done: anyio.Event = field(default_factory=anyio.Event)

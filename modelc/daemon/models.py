@@ -126,11 +126,12 @@ class ModelManager:
 
     # -- lookup and loading ---------------------------------------------------------------------
 
-    async def get(self, name: str, keep_alive_s: float | None = None) -> ModelView:
+    async def get(self, name: str, keep_alive_s: float | None = None, engine_config: Any = None) -> ModelView:
         """The model `name` (a store name, name:VERSION, name:latest, a .modelc path, or base:adapter),
-        loaded if need be. keep_alive_s (a request's keep_alive) resets its keep-alive."""
+        loaded if need be. keep_alive_s (a request's keep_alive) resets its keep-alive; engine_config
+        (load options) applies when this call loads it."""
         base, adapter = self.split_adapter(name)
-        entry = await self.load(base, keep_alive_s)
+        entry = await self.load(base, keep_alive_s, engine_config)
         if adapter is not None and adapter not in entry.adapters and adapter not in engine_adapters(entry.engine):
             raise NotFoundError(
                 f"model {base!r} has no LoRA adapter {adapter!r} loaded; load it with "
@@ -167,9 +168,10 @@ class ModelManager:
 
         return str(resolve_model(name, self.models_dirs).resolve())
 
-    async def load(self, name: str, keep_alive_s: float | None = None, kv_dtype: str | None = None) -> LoadedModel:
+    async def load(self, name: str, keep_alive_s: float | None = None, engine_config: Any = None) -> LoadedModel:
         """Load `name` (no adapter part) unless it is loaded; concurrent callers share one load.
-        kv_dtype: the KV cache type to load it with (a loaded model with another type is a 400)."""
+        engine_config: this model's own load options (None = the daemon's); a model loaded with
+        other options must be unloaded first."""
         if name.endswith(":latest"):
             name = name[: -len(":latest")]
         if name in self._aliases and self._default is not None:
@@ -180,7 +182,11 @@ class ModelManager:
             if entry is None or entry.stop.is_set():
                 if entry is not None:
                     await entry.done.wait()  # an unload in progress: wait, then load afresh
-                entry = self._entries.get(key) or await self._start_load(key, name, kv_dtype)
+                entry = self._entries.get(key) or await self._start_load(key, name, engine_config)
+        if engine_config is not None and engine_config != (entry.engine_config or self.engine_config):
+            raise InvalidRequestError(
+                f"model {name!r} is loaded with other options; unload it first to change them", param="options"
+            )
         await entry.ready.wait()
         if entry.error is not None:
             raise entry.error
@@ -192,31 +198,14 @@ class ModelManager:
         entry.touch()
         return entry
 
-    def _config(self, kv_dtype: str | None) -> Any:
-        """The engine config a model loads with: the daemon's, with the requested KV cache type."""
-        if kv_dtype is None:
-            return self.engine_config
-        import dataclasses
-
-        from modelc.config import EngineConfig
-
-        cfg = self.engine_config or EngineConfig()
-        return dataclasses.replace(cfg, cache=dataclasses.replace(cfg.cache, kv_dtype=kv_dtype))
-
-    def _kv_dtype(self, entry: LoadedModel) -> str:
-        if entry.kv_dtype is not None:
-            return entry.kv_dtype
-        cache = getattr(self.engine_config, "cache", None)
-        return getattr(cache, "kv_dtype", "float32")
-
-    async def _start_load(self, key: str, name: str, kv_dtype: str | None = None) -> LoadedModel:
+    async def _start_load(self, key: str, name: str, engine_config: Any = None) -> LoadedModel:
         if self._tg is None:
             raise ManagerUnavailableError("the daemon's model manager is not running; retry shortly")
         await self._make_room()
         existing = self._entries.get(key)  # another request may have started it while we made room
         if existing is not None:
             return existing
-        entry = LoadedModel(key, name, Path(key), self.keep_alive_s, kv_dtype=kv_dtype)
+        entry = LoadedModel(key, name, Path(key), self.keep_alive_s, engine_config=engine_config)
         self._entries[key] = entry
         self._tg.start_soon(self._hold, entry)
         return entry
@@ -226,7 +215,7 @@ class ModelManager:
         started = time.monotonic()
         opener = self._opener or _default_opener()
         try:
-            async with opener(entry.path, self._config(entry.kv_dtype)) as engine:
+            async with opener(entry.path, entry.engine_config or self.engine_config) as engine:
                 entry.engine = engine
                 entry.loaded_at = time.time()
                 entry.load_duration_s = time.monotonic() - started
@@ -350,4 +339,5 @@ class ModelManager:
             "loaded_at": entry.loaded_at,
             "load_duration_s": entry.load_duration_s,
             "expires_at": entry.expires_at(),
+            "replicas": stats.get("replicas") or [],  # Ray engine replicas (modelc/replicas/), if any
         }

@@ -20,6 +20,7 @@ from quart import Blueprint, Response
 
 from modelc.daemon import ollama_shapes as shapes
 from modelc.daemon.lookup import hidden_path, resolve_adapter, resolve_model
+from modelc.daemon.load_options import engine_config_for
 from modelc.daemon.models import parse_keep_alive
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server.guard import ForbiddenError, control_route
@@ -318,31 +319,15 @@ async def load() -> Any:
     body = await read_json()
     name = model_name(body)
     started = time.monotonic()
-    kv_dtype = load_kv_dtype(body)
-    if kv_dtype is not None and state.models is not None and name:
-        await state.models.load(state.models.split_adapter(name)[0], parse_keep_alive(body.get("keep_alive")),
-                                kv_dtype=kv_dtype)  # fmt: skip
-    elif kv_dtype is not None:
-        raise InvalidRequestError("kv_cache_dtype needs a model name (the default model keeps the type it "
-                                  "was started with)", param="kv_cache_dtype")  # fmt: skip
+    cfg = engine_config_for(state.models.engine_config if state.models is not None else None, body)
+    if cfg is not None:
+        if state.models is None or not name:
+            raise InvalidRequestError("load options need a model name (the default model keeps the options it "
+                                      "was started with)", param="options")  # fmt: skip
+        await state.models.load(state.models.split_adapter(name)[0], parse_keep_alive(body.get("keep_alive")), cfg)
     engine = await model_for(state, name, body.get("keep_alive"))
     return {"model": name, "loaded": True, "architecture": engine.architecture, "load_duration": shapes.ns(
         time.monotonic() - started)}  # fmt: skip
-
-
-def load_kv_dtype(body: dict[str, Any]) -> str | None:
-    """options.kv_cache_dtype (or a top-level kv_cache_dtype) of a load request, canonical; None = default."""
-    from modelc.cache.kv_pages import parse_kv_dtype
-
-    opts = body.get("options") or {}
-    if not isinstance(opts, dict):
-        raise InvalidRequestError("'options' must be an object", param="options")
-    value = opts.get("kv_cache_dtype", body.get("kv_cache_dtype"))
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidRequestError("kv_cache_dtype must be a string (f32, f16, q8_0, mixed)", param="kv_cache_dtype")
-    return parse_kv_dtype(value)
 
 
 @bp.post("/api/unload")

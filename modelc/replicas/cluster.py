@@ -1,5 +1,6 @@
 """Connecting to Ray: a cluster the operator runs (ADDRESS), or a local one started here on
-127.0.0.1 and shut down with the server. The only module that calls ray.init / ray.shutdown.
+127.0.0.1 and shut down when the last model using it closes. The only module that calls ray.init
+and ray.shutdown; both run in a worker thread (starting a cluster takes seconds).
 
 Ray's servers listen on every interface unless told otherwise; a local cluster is pinned to the
 loopback address. `ray stop` is never used (it kills every Ray process on the machine).
@@ -8,14 +9,22 @@ loopback address. `ray stop` is never used (it kills every Ray process on the ma
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+import signal
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
+
+import anyio
 
 from modelc.errors import ModelcError, UnsupportedError
 
+_users = 0  # open `connected()` contexts in this process
+_started_here = False  # this process called ray.init (and so must call ray.shutdown)
+
 
 def import_ray() -> Any:
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # read at import: keeps Ray on loopback
     try:
         import ray
     except ImportError:
@@ -23,25 +32,41 @@ def import_ray() -> Any:
     return ray
 
 
-@contextmanager
-def connected(address: str | None, *, num_cpus: float | None = None) -> Iterator[Any]:
-    """Yield the ray module, connected. Starts (and later stops) a local cluster when address is
-    None and this process is not connected yet; an existing connection is used as is."""
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+@asynccontextmanager
+async def connected(address: str | None) -> AsyncIterator[Any]:
+    """Yield the ray module, connected: to `address`, or to a new local cluster when it is None.
+    A connection this process already has (another model, a test's cluster) is shared."""
+    global _users, _started_here
     ray = import_ray()
-    if ray.is_initialized():
-        yield ray
-        return
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-    if address is None:
-        kwargs.update(_node_ip_address="127.0.0.1", num_cpus=num_cpus)
-    else:
-        kwargs["address"] = address
-    try:
-        ray.init(**kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ModelcError(f"could not connect to Ray at {address or 'a new local cluster'}: {exc}") from None
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+        if address is None:
+            kwargs["_node_ip_address"] = "127.0.0.1"
+        else:
+            kwargs["address"] = address
+        try:
+            await anyio.to_thread.run_sync(lambda: ray.init(**kwargs))
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ModelcError(f"could not connect to Ray at {address or 'a new local cluster'}: {exc}") from None
+        _started_here = True
+        _restore_signal_handlers()
+    _users += 1
     try:
         yield ray
     finally:
-        ray.shutdown()
+        _users -= 1
+        if _users == 0 and _started_here:
+            _started_here = False
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(ray.shutdown)
+
+
+def _restore_signal_handlers() -> None:
+    """ray.init installs a native handler for SIGTERM/SIGINT that prints a stack and aborts; put
+    Python's own back so the server still drains and exits cleanly on SIGTERM."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(sig)
+        if handler is not None:
+            signal.signal(sig, handler)

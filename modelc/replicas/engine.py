@@ -69,9 +69,11 @@ class ReplicaEngine:
             raise InvalidRequestError("ReplicaEngine needs engine_config.replicas", param="replicas")
         source = open_artifact(path)
         sha = await anyio.to_thread.run_sync(file_sha256, path)
-        ref = ModelRef(sha256=sha, path=str(os.path.abspath(path)), registry=rc.registry, registry_spec=rc.registry_spec)
+        ref = ModelRef(
+            sha256=sha, path=str(os.path.abspath(path)), registry=rc.registry, registry_spec=rc.registry_spec
+        )
         per_replica = replace(config, replicas=None, engines=1, threads=max(1, int(rc.cpus_per_replica)))
-        with connected(rc.address, num_cpus=None) as ray:
+        async with connected(rc.address) as ray:
             remote = ray.remote(EngineReplica).options(num_cpus=rc.cpus_per_replica, max_restarts=-1)
             actors = [remote.remote(ref, per_replica, i) for i in range(rc.replicas)]
             try:

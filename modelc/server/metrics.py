@@ -69,6 +69,29 @@ class EngineStatsCollector(Collector):
             )
             rate.add_metric([], float(stats.get("spec_decode_num_accepted_tokens", 0)) / drafted if drafted else 0.0)
             yield rate
+        yield from _replica_series(stats.get("replicas") or [])
+
+
+# Per Ray engine replica (modelc/replicas/): stats row key -> (metric name, help)
+REPLICA_SERIES = (
+    ("healthy", "modelc_replica_up", "1 while the engine replica serves, 0 while it restarts."),
+    ("running", "modelc_replica_requests_running", "Sequences in the replica's running batch."),
+    ("waiting", "modelc_replica_requests_waiting", "Sequences waiting on the replica."),
+    ("kv_blocks_used", "modelc_replica_kv_blocks_used", "KV cache blocks in use on the replica."),
+    ("kv_blocks_total", "modelc_replica_kv_blocks_total", "KV cache blocks of the replica."),
+    ("prefix_queries", "modelc_replica_prefix_cache_queries", "Prompt tokens looked up in the replica's prefix cache."),
+    ("prefix_hits", "modelc_replica_prefix_cache_hits", "Prompt tokens found in the replica's prefix cache."),
+)
+
+
+def _replica_series(rows: list[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
+    if not rows:
+        return
+    for key, name, doc in REPLICA_SERIES:
+        family = GaugeMetricFamily(name, doc, labels=["replica"])
+        for row in rows:
+            family.add_metric([str(row["replica"])], float(row.get(key, 0)))
+        yield family
 
 
 class Metrics:

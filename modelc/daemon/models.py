@@ -190,9 +190,6 @@ class ModelManager:
         await entry.ready.wait()
         if entry.error is not None:
             raise entry.error
-        if kv_dtype is not None and kv_dtype != self._kv_dtype(entry):
-            raise InvalidRequestError(f"model {entry.name} is loaded with KV cache type {self._kv_dtype(entry)}; "
-                                      "unload it first to load it with another", param="kv_cache_dtype")  # fmt: skip
         if keep_alive_s is not None and not entry.pinned:
             entry.keep_alive_s = keep_alive_s
         entry.touch()

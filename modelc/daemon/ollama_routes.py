@@ -19,8 +19,8 @@ import anyio
 from quart import Blueprint, Response
 
 from modelc.daemon import ollama_shapes as shapes
-from modelc.daemon.lookup import hidden_path, resolve_adapter, resolve_model
 from modelc.daemon.load_options import engine_config_for
+from modelc.daemon.lookup import hidden_path, resolve_adapter, resolve_model
 from modelc.daemon.models import parse_keep_alive
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server.guard import ForbiddenError, control_route

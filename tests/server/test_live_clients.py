@@ -117,6 +117,10 @@ def test_responses_function_call_round_trip(oai) -> None:
         model="tiny-llama", input=[out], previous_response_id=r.id, tools=tools, max_output_tokens=3, temperature=0
     )
     assert r2.status in ("completed", "incomplete") and r2.usage.input_tokens > r.usage.input_tokens
+    # without the store: the client sends the whole conversation back, the output items as they came
+    history = [{"role": "user", "content": "weather?"}, *r.output, out]
+    r3 = oai.responses.create(model="tiny-llama", input=history, tools=tools, max_output_tokens=3, temperature=0)
+    assert r3.usage.input_tokens == r2.usage.input_tokens
     events = list(
         oai.responses.create(
             model="tiny-llama",

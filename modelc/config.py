@@ -58,6 +58,8 @@ class SchedulerConfig:
     max_queue: int = 256
     eos_token_ids: tuple[int, ...] = ()
     max_model_len: int | None = None
+    anchor_tokens: int = 0  # context shift keeps at least this many first tokens (StreamingLLM's sinks)
+    context_shift_ok: bool = True  # the model's keys can be re-rotated (RoPE); AsyncEngine sets it
     # Speculative decoding (docs/speculative.md): None = off unless a request asks (then prompt
     # lookup), "ngram" = prompt lookup for every request, "draft" = the engine's draft model.
     # spec_gamma: the most drafted tokens per step (a request's `gamma` may lower or raise it).
@@ -79,6 +81,8 @@ class SchedulerConfig:
             _bad("max_queue", "must be >= 0")
         if self.max_model_len is not None and self.max_model_len < 2:
             _bad("max_model_len", "must be >= 2")
+        if self.anchor_tokens < 0:
+            _bad("anchor_tokens", "must be >= 0")
         if self.speculative not in (None, "ngram", "draft"):
             _bad("speculative", "must be None, 'ngram' or 'draft'")
         if not 0 <= self.spec_gamma <= MAX_GAMMA:

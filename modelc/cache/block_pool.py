@@ -183,6 +183,44 @@ class BlockPool:
             self._free[block.block_id] = None
             self._free.move_to_end(block.block_id, last=False)
 
+    def shift(self, seq_id: int, keep: int, drop: int) -> tuple[list[int], list[tuple[int, int]]] | None:
+        """Context shift: remove blocks [keep, keep + drop) from a table; the blocks behind them move down.
+        Moved blocks get rotated keys, so they leave the prefix index (their old hash no longer describes
+        them) and the sequence registers nothing more; a moved block another sequence shares is copied
+        first (copy-on-write). Returns (the moved blocks' new ids, (src, dst) copies), or None, changing
+        nothing, when the copies do not fit in the free list."""
+        table = self._tables[seq_id]
+        dropped, moved = table[keep : keep + drop], table[keep + drop :]
+        shared = sum(1 for b in moved if self._blocks[b].ref_count > 1)
+        if shared > len(self._free) + sum(1 for b in dropped if self._blocks[b].ref_count == 1):
+            return None
+        for block_id in reversed(dropped):
+            block = self._blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self._free[block_id] = None
+                if block.hash is None:
+                    self._free.move_to_end(block_id, last=False)
+        new_ids: list[int] = []
+        copies: list[tuple[int, int]] = []
+        for block_id in moved:
+            block = self._blocks[block_id]
+            if block.ref_count > 1:
+                block.ref_count -= 1
+                dst = self._take_free()
+                copies.append((block_id, dst))
+                new_ids.append(dst)
+                continue
+            if block.hash is not None:
+                if self._cached.get(block.hash) == block_id:
+                    del self._cached[block.hash]
+                block.hash = block.key = None
+            new_ids.append(block_id)
+        table[keep:] = new_ids
+        self._num_hashed[seq_id] = min(self._num_hashed.get(seq_id, 0), keep)
+        self._uncacheable.add(seq_id)
+        return new_ids, copies
+
     def cache_blocks(self, seq: CachedSequence, num_computed_tokens: int) -> None:
         """Register the full blocks among the first `num_computed_tokens` (KV now written)."""
         if not self.enable_prefix_caching or seq.seq_id in self._uncacheable:

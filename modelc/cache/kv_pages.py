@@ -171,6 +171,47 @@ class KVPages:
                 self._free_hot.append(hs)
                 self._idle.pop(page, None)
 
+    # -- context shift -------------------------------------------------------------------------------
+
+    def copy_pages(self, src: int, dst: int) -> None:
+        """Page dst becomes a copy of page src in every layer (copy-on-write before a shift); no hot copy."""
+        for arr in (self.k, self.v, self.ks, self.vs):
+            if arr is not None:
+                arr[:, dst] = arr[:, src]
+        self.release(np.array([dst]))
+
+    def rotate_keys(self, layer: int, pages: np.ndarray, rotate) -> None:
+        """Apply rotate(x) in place to every key row of `pages` in `layer`, x: (n * Z, K, D) float32 (the mixed
+        cache's hot copies too; int8 rows are dequantized, rotated and quantized again)."""
+        pages = np.asarray(pages, np.int64)
+        if len(pages) == 0:
+            return
+        k = self.k[layer]
+        if self.kv_dtype == "float32":
+            x = np.ascontiguousarray(k[pages].reshape(-1, *k.shape[2:]))  # (n*Z, K, D)
+            rotate(x)
+            k[pages] = x.reshape(len(pages), *k.shape[1:])
+            return
+        if self.kv_dtype == "float16":
+            x = np.ascontiguousarray(k[pages].view(np.float16).astype(np.float32).reshape(-1, *k.shape[2:]))
+            rotate(x)
+            k[pages] = x.astype(np.float16).view(np.uint16).reshape(len(pages), *k.shape[1:])
+            return
+        from modelc.kernels.ref_kv_q8 import dequant_rows, quant_rows
+
+        ks = self.ks[layer]
+        x = np.ascontiguousarray(dequant_rows(k[pages], ks[pages]).reshape(-1, *k.shape[2:]))
+        rotate(x)
+        q, sc = quant_rows(x.reshape(len(pages), *k.shape[1:]), ks.shape[-1])
+        k[pages], ks[pages] = q, sc
+        hot = self.hot_of[pages]
+        if self.window and (hot >= 0).any():
+            kh = self.kh[layer]
+            slots = hot[hot >= 0]
+            y = np.ascontiguousarray(kh[slots].reshape(-1, *kh.shape[2:]))
+            rotate(y)
+            kh[slots] = y.reshape(len(slots), *kh.shape[1:])
+
     def read(self, layer: int, block_table: np.ndarray, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
         """Debug/test helper: a sequence's first num_tokens K and V rows as float32 (n, K, D) copies (int8 rows
         dequantized; the mixed cache's hot copies ignored)."""

@@ -34,6 +34,7 @@ def engine_config(
     replicas: int = 2,
     cpus_per_replica: float = 1.0,
     routing: str = "affinity",
+    anchor_tokens: int = 0,
 ) -> Any:
     from modelc.config import CacheConfig, EngineConfig, ReplicaConfig, SchedulerConfig
 
@@ -52,6 +53,7 @@ def engine_config(
             max_num_seqs=max_num_seqs,
             max_batch_tokens=max(max_batch_tokens, max_num_seqs),
             max_queue=max_queue,
+            anchor_tokens=anchor_tokens,
             speculative=speculative,
             spec_gamma=4 if gamma is None else gamma,
         ),
@@ -77,6 +79,9 @@ def run_cmd(
     max_num_seqs: int = typer.Option(64, "--max-num-seqs", help="Sequences in one running batch."),
     max_batch_tokens: int = typer.Option(512, "--max-batch-tokens", help="Tokens per engine step (prefill chunks)."),
     kv_cache_mb: float | None = typer.Option(None, "--kv-cache-mb", help="KV cache size (default: from free RAM)."),
+    anchor_tokens: int = typer.Option(
+        0, "--anchor-tokens", help="A context shift keeps at least this many first tokens (attention sinks)."
+    ),
     kv_cache_dtype: str = typer.Option(
         "f32",
         "--kv-cache-dtype",
@@ -196,6 +201,7 @@ def run_cmd(
         replicas=replicas,
         cpus_per_replica=cpus_per_replica,
         routing=routing,
+        anchor_tokens=anchor_tokens,
     )
     # The draft belongs to the served model; other models named by requests get prompt lookup at most.
     other = ecfg.scheduler.speculative and "ngram"

@@ -87,6 +87,10 @@ def _effective_config(config: EngineConfig, source: Any, tokenizer: Any) -> Engi
     max_pos = (getattr(source, "config", None) or {}).get("max_position_embeddings")
     if sched.max_model_len is None and max_pos:
         sched = replace(sched, max_model_len=int(max_pos))
+    from modelc.models.registry import ARCHITECTURES
+
+    if ARCHITECTURES.get(str(getattr(source, "architecture", ""))) != "llama":
+        sched = replace(sched, context_shift_ok=False)  # learned positions: keys cannot move
     return replace(config, scheduler=sched)
 
 

@@ -43,6 +43,10 @@ class SamplingParams:
     priority: int = 0  # lower runs first; FCFS within a priority
     speculative: bool | None = None  # speculative decoding: None = the engine's default
     gamma: int | None = None  # the most drafted tokens per step; None = the engine's spec_gamma
+    context_shift: bool = False  # at the context limit drop old tokens and go on, instead of finish "length"
+    n_keep: int = 0  # tokens kept at the start on a shift or truncation (-1 = the whole prompt)
+    max_context: int | None = None  # this request's context limit (<= the model's)
+    truncate: bool = False  # a prompt longer than the context is cut (llama.cpp's rule) instead of a 400
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +77,10 @@ class SamplingParams:
             bad("min_tokens", "must be >= 0")
         if self.gamma is not None and not 0 <= self.gamma <= 32:
             bad("gamma", "must be in [0, 32]")
+        if self.n_keep < -1:
+            bad("n_keep", "must be >= -1")
+        if self.max_context is not None and self.max_context < 2:
+            bad("max_context", "must be >= 2")
 
     @property
     def greedy(self) -> bool:

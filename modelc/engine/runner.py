@@ -23,7 +23,7 @@ from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoun
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import LoraRows, make_batch
 from modelc.models.registry import build_model
-from modelc.scheduler.batch import BatchPlan, BatchResult, SampledToken, SeqChunk
+from modelc.scheduler.batch import BatchPlan, BatchResult, KVShift, SampledToken, SeqChunk
 
 
 @dataclass(slots=True)
@@ -88,9 +88,13 @@ class Runner:
             st = self.states.pop(sid, None)
             if st is not None and st.block_table is not None:
                 self.kv.park(st.block_table)
+        t0 = time.perf_counter()
+        try:
+            self._shift(plan.kv_shifts)
+        except Exception as e:  # noqa: BLE001 - a failed shift fails the batch, not the engine
+            return BatchResult(plan.step_id, (), time.perf_counter() - t0, error=f"context shift: {e}")
         if not plan.chunks:
             return BatchResult(plan.step_id, ())
-        t0 = time.perf_counter()
         try:
             tokens = self._step(plan.chunks)
         except ModelcError as e:
@@ -98,6 +102,17 @@ class Runner:
         except Exception as e:  # a kernel bug must fail the batch's requests, not the engine
             return BatchResult(plan.step_id, (), time.perf_counter() - t0, error=f"{type(e).__name__}: {e}")
         return BatchResult(plan.step_id, tokens, time.perf_counter() - t0)
+
+    def _shift(self, shifts: tuple[KVShift, ...]) -> None:
+        """Context shifts (scheduler.context_shift): copy shared pages, then re-rotate the moved keys."""
+        for sh in shifts:
+            for src, dst in sh.copies:
+                self.kv.copy_pages(src, dst)
+            shift_keys = getattr(self.model, "shift_keys", None)
+            if shift_keys is None:
+                raise EngineError(f"{type(self.model).__name__} cannot shift its context (no RoPE)")
+            self._set_threads()
+            shift_keys(self.kv, np.asarray(sh.pages, np.int64), sh.delta)
 
     def _matcher(self, params: SamplingParams) -> Any:
         if params.constraint is None:

@@ -102,6 +102,14 @@ class LlamaModel:
             if getattr(L, p) is not None
         }
 
+    def shift_keys(self, kv: KVPages, pages: np.ndarray, delta: int) -> None:
+        """Context shift: the rows of `pages` moved by `delta` positions; RoPE composes, so rotating the
+        stored (already rotated) keys by delta puts them where a prefill at the new positions would."""
+        for i, inv in enumerate(self.layer_inv_freq):
+            if inv is not None:  # layers without RoPE (SmolLM3's NoPE layers) keep their keys
+                kv.rotate_keys(i, pages, lambda x, inv=inv: self.kernels.rope(
+                    x, np.full(x.shape[0], delta, np.int32), inv, self.args.rope_neox))  # fmt: skip
+
     def kv_shape(self) -> tuple[int, int, int]:
         """(num_layers, num_kv_heads, head_dim) for sizing KVPages."""
         return self.args.num_layers, self.args.num_kv_heads, self.args.head_dim

@@ -39,10 +39,22 @@ class SeqChunk:
 
 
 @dataclass(frozen=True, slots=True)
+class KVShift:
+    """A context shift of one sequence: copy pages (src, dst) first (copy-on-write of shared pages),
+    then re-rotate the keys of `pages` by `delta` positions (every row they hold moved by delta)."""
+
+    seq_id: int
+    pages: tuple[int, ...]
+    delta: int
+    copies: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class BatchPlan:
     step_id: int
     chunks: tuple[SeqChunk, ...]
     freed_seq_ids: tuple[int, ...] = ()  # sequences that ended: engines drop their per-seq state
+    kv_shifts: tuple[KVShift, ...] = ()  # context shifts, applied before the forward
 
     @property
     def num_tokens(self) -> int:

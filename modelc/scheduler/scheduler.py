@@ -22,7 +22,8 @@ import numpy as np
 from modelc.cache.block_pool import BlockPool
 from modelc.config import SchedulerConfig
 from modelc.errors import InvalidRequestError, OverloadedError
-from modelc.scheduler.batch import BatchPlan, BatchResult, SampledToken, SeqChunk
+from modelc.scheduler.batch import BatchPlan, BatchResult, KVShift, SampledToken, SeqChunk
+from modelc.scheduler.context_shift import context_limit, plan_shift, resolve_keep, truncate_prompt
 from modelc.scheduler.output import Finish, SeqEvent, SequenceFinished, TokenEmitted
 from modelc.scheduler.prompt_lookup import propose
 from modelc.scheduler.sequence import FINISH_REASONS, Sequence, SequenceStatus
@@ -55,6 +56,8 @@ class Scheduler:
         self._spec: dict[int, tuple[int, list[int] | None]] = {}  # seq id -> (k, prompt-lookup drafts) in flight
         self.spec_stats = SpecStats()
         self.num_preemptions = 0
+        self.num_context_shifts = 0
+        self._shifts: list[KVShift] = []  # context shifts decided in this schedule()
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -65,11 +68,16 @@ class Scheduler:
         if seq.num_tokens == 0:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         capacity = self.pool.num_blocks * self.pool.block_size
+        limit = self._limit(seq)
+        if seq.num_tokens >= limit and seq.params.truncate:
+            keep = resolve_keep(seq.params.n_keep, self.config.anchor_tokens, seq.num_tokens)
+            seq.token_ids = truncate_prompt(seq.token_ids, limit, keep)
+            seq.num_prompt_tokens = len(seq.token_ids)
         if seq.num_tokens >= capacity:
             raise InvalidRequestError(f"the prompt has {seq.num_tokens} tokens; the KV cache holds {capacity}")
-        limit = self.config.max_model_len
-        if limit is not None and seq.num_tokens >= limit:
-            raise InvalidRequestError(f"the prompt has {seq.num_tokens} tokens; the context is {limit}")
+        if seq.num_tokens >= limit:
+            raise InvalidRequestError(f"the prompt has {seq.num_tokens} tokens; the context is {limit} "
+                                      "(send truncate: true to cut it)", param="prompt")  # fmt: skip
         if len(self.waiting) >= self.config.max_queue:
             raise OverloadedError(f"the waiting queue is full ({self.config.max_queue} requests)")
         seq.arrival = next(self._arrivals)
@@ -123,6 +131,7 @@ class Scheduler:
         if not preempted:
             self._schedule_waiting(scheduled, budget)
         if not scheduled:
+            self._shifts.clear()
             return None
         plan = self._build_plan(scheduled)
         self._check_invariants(plan, scheduled)
@@ -139,6 +148,9 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
+            if self._shifting(seq) and seq.num_tokens >= self._limit(seq) and not self._shift(seq):
+                self._pending_events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_LENGTH)))
+                continue
             n = min(seq.num_tokens - seq.num_computed_tokens, budget)
             assert n > 0, f"running sequence {seq.seq_id} has nothing to compute"
             need = seq.num_computed_tokens + n
@@ -181,8 +193,7 @@ class Scheduler:
         cap = min(
             p.gamma if p.gamma is not None else self.config.spec_gamma, limit, p.max_tokens - seq.num_output_tokens - 1
         )
-        if self.config.max_model_len is not None:
-            cap = min(cap, self.config.max_model_len - seq.num_tokens - 1)
+        cap = min(cap, self._limit(seq) - seq.num_tokens - 1)
         if seq.spec.num_drafts == 0 and not seq.spec.started:
             seq.spec.start(self.spec_stats.acceptance_rate(), costly=mode == "draft")
         k = seq.spec.next_k(cap) if cap > 0 else 0
@@ -196,6 +207,9 @@ class Scheduler:
     def _schedule_waiting(self, scheduled: dict[int, int], budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
+            if self._shifting(seq) and seq.num_tokens >= self._limit(seq) and not self._shift(seq):  # preempted
+                self._pending_events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_LENGTH)))
+                continue
             computed, num_hit = self.pool.get_computed_blocks(seq)
             n = min(seq.num_tokens - num_hit, budget)
             if not self.pool.allocate(seq, num_hit + n, computed):
@@ -209,6 +223,36 @@ class Scheduler:
             bisect.insort(self.running, seq, key=lambda s: s.sort_key)
             scheduled[seq.seq_id] = n
             budget -= n
+
+    def _limit(self, seq: Sequence) -> int:
+        capacity = self.pool.num_blocks * self.pool.block_size
+        return context_limit(self.config.max_model_len, seq.params.max_context, capacity)
+
+    def _shifting(self, seq: Sequence) -> bool:
+        return seq.params.context_shift and self.config.context_shift_ok
+
+    def _shift(self, seq: Sequence) -> bool:
+        """Context shift (context_shift.py) of a sequence at its limit; False when it cannot shift."""
+        if not self._shifting(seq):
+            return False
+        keep = resolve_keep(seq.params.n_keep, self.config.anchor_tokens, seq.num_prompt_tokens)
+        bs = self.pool.block_size
+        running = seq.status is S.RUNNING
+        plan = plan_shift(seq.num_tokens, seq.num_computed_tokens if running else seq.num_tokens - 1, keep, bs)
+        if plan is None:
+            return False
+        kb, db = plan
+        if running:  # the KV moves too; a waiting (preempted) sequence just recomputes the shorter context
+            moved = self.pool.shift(seq.seq_id, kb, db)
+            if moved is None:
+                return False
+            self._shifts.append(KVShift(seq.seq_id, tuple(moved[0]), -db * bs, tuple(moved[1])))
+            seq.num_computed_tokens -= db * bs
+            seq.table_array = None
+        del seq.token_ids[kb * bs : (kb + db) * bs]
+        seq.num_dropped += db * bs
+        self.num_context_shifts += 1
+        return True
 
     def _preempt(self, seq: Sequence) -> None:
         self.running.remove(seq)
@@ -235,7 +279,7 @@ class Scheduler:
                     block_table=self._table_array(seq),  # (num_blocks,)
                     sample=start + n == seq.num_tokens,
                     params=seq.params,
-                    prompt_len=seq.num_prompt_tokens,
+                    prompt_len=max(0, seq.num_tokens - seq.num_output_tokens),  # prompt tokens still in context
                     num_output_tokens=seq.num_output_tokens,
                     is_new=not seq.engine_has_state,
                     num_draft=len(drafts) if drafts else 0,
@@ -249,7 +293,10 @@ class Scheduler:
             )
             seq.engine_has_state = True
         freed, self._freed = tuple(self._freed), []
-        return BatchPlan(step_id=next(self._step_ids), chunks=tuple(chunks), freed_seq_ids=freed)
+        # a sequence preempted after its shift recomputes instead: its moved pages may be another's now
+        shifts = tuple(s for s in self._shifts if s.seq_id in scheduled)
+        self._shifts = []
+        return BatchPlan(step_id=next(self._step_ids), chunks=tuple(chunks), freed_seq_ids=freed, kv_shifts=shifts)
 
     def _table_array(self, seq: Sequence) -> np.ndarray:
         """The block table as a read-only int32 array, rebuilt only when it grew (tables only
@@ -345,10 +392,11 @@ class Scheduler:
         num_out = seq.num_output_tokens
         is_stop_id = (token.token_id in self.eos_ids and not p.ignore_eos) or token.token_id in p.stop_token_ids
         stop_token = is_stop_id and num_out > p.min_tokens
-        limit = self.config.max_model_len
+        limit = context_limit(self.config.max_model_len, p.max_context, 1 << 62)  # the pool's bound: schedule()
+        at_limit = seq.num_tokens >= limit and not self._shifting(seq)
         if stop_token or token.constraint_done:
             status = S.FINISHED_STOPPED
-        elif num_out >= p.max_tokens or (limit is not None and seq.num_tokens >= limit):
+        elif num_out >= p.max_tokens or at_limit:
             status = S.FINISHED_LENGTH
         else:
             return TokenEmitted(seq.seq_id, token)
@@ -400,5 +448,6 @@ class Scheduler:
             "prefix_queries": pool.prefix_queries,
             "prefix_hits": pool.prefix_hits,
             "preemptions": self.num_preemptions,
+            "context_shifts": self.num_context_shifts,
             **self.spec_stats.as_dict(),
         }

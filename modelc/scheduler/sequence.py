@@ -50,6 +50,7 @@ class Sequence:
     num_computed_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at first admission
     num_preemptions: int = 0
+    num_dropped: int = 0  # tokens a context shift removed from token_ids (which then holds the context only)
     engine_has_state: bool = False  # the engine created its per-sequence sampler state
     abort_requested: bool = False  # abort arrived while the sequence was in a running batch
     added_s: float = 0.0  # time.monotonic() at Scheduler.add
@@ -70,11 +71,12 @@ class Sequence:
 
     @property
     def num_output_tokens(self) -> int:
-        return len(self.token_ids) - self.num_prompt_tokens
+        return len(self.token_ids) + self.num_dropped - self.num_prompt_tokens
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens :]
+        """The output tokens still in the context (all of them unless a context shift dropped some)."""
+        return self.token_ids[len(self.token_ids) - min(self.num_output_tokens, len(self.token_ids)) :]
 
     @property
     def sort_key(self) -> tuple[int, int]:

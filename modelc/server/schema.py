@@ -167,6 +167,11 @@ def parse_sampling(
             min_tokens=get_int(body, "min_tokens", 0, lo=0) or 0,
             speculative=None if body.get("speculative") is None else get_bool(body, "speculative"),
             gamma=get_int(body, "gamma", None, lo=0, hi=32),
+            # native endpoints generate past the context (llama.cpp's /completion); OpenAI ones stop
+            context_shift=get_bool(body, "context_shift") if body.get("context_shift") is not None else native,
+            n_keep=get_int(body, "n_keep", 0, lo=-1) or 0,
+            max_context=get_int(body, "max_context", None, lo=2),
+            truncate=get_bool(body, "truncate"),
         )
     except InvalidRequestError as e:
         raise bad(e.param or "request", e.message.split(" ", 1)[1] if e.param else e.message) from None

@@ -173,3 +173,16 @@ async def test_reasoning_items(make_client) -> None:
     said = "".join(d["delta"] for e, d in events if e == "response.output_text.delta")
     assert said == "It is 4." and events[-1][1]["response"]["output"][1]["content"][0]["text"] == said
     assert [d["sequence_number"] for _, d in events] == list(range(len(events)))
+
+
+async def test_errors_mid_stream(make_client) -> None:
+    c = make_client(FakeEngine(fail_after_tokens=2))
+    raw = await (
+        await c.post("/v1/messages", {"max_tokens": 9, "messages": [{"role": "user", "content": "x"}], "stream": True})
+    ).get_data()
+    event, data = sse_events(raw.decode())[-1]
+    assert event == "error" and data["type"] == "error" and data["error"]["type"] == "api_error"
+    raw = await (await c.post("/v1/responses", {"input": "x", "max_output_tokens": 9, "stream": True})).get_data()
+    event, data = sse_events(raw.decode())[-1]
+    assert event == "error" and data["type"] == "error" and "injected engine failure" in data["message"]
+    assert c.engine.num_active == 0

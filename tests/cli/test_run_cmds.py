@@ -112,6 +112,16 @@ def test_run_serves_an_artifact_and_stops_on_sigterm(tmp_path) -> None:
             r = c.post("/v1/completions", json={"prompt": "hi"}).json()
             assert r["usage"]["completion_tokens"] == 3  # the --max-tokens default applies
             assert c.get("/props").json()["default_generation"]["max_tokens"] == 3
+            assert c.get("/props").json()["kv_cache_dtype"] == "q8_0"
+            # native /complete shifts the context (here a 48-token request context) and keeps going;
+            # the OpenAI route stops at it with finish_reason "length"
+            body = {"prompt": "hello", "max_tokens": 100, "max_context": 48, "ignore_eos": True}
+            assert c.post("/complete", json=body).status_code == 200
+            r = c.post("/v1/completions", json={**body, "temperature": 0}).json()
+            assert r["choices"][0]["finish_reason"] == "length" and r["usage"]["completion_tokens"] < 48
+            r = c.post("/v1/completions", json={**body, "temperature": 0, "context_shift": True}).json()
+            assert r["usage"]["completion_tokens"] == 100
+            assert c.post("/v1/completions", json={"prompt": "x " * 40, "max_context": 48}).status_code == 400
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:

@@ -13,6 +13,7 @@ from typing import Any
 
 from modelc.artifact.format import MAGIC
 from modelc.artifact.hash_pool import HashJob, hash_pool
+from modelc.artifact.structure import check_structure
 from modelc.artifact.writer import write_artifact
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import Model
@@ -81,6 +82,7 @@ def pack_model(
     with _SourceHash(src if single_file and source_hash else None) as source_sha:
         model, result, stats = _prepared(src, format, name, arch, chat_template, prune, quantize,
                                          quantize_embeddings, quantize_output)  # fmt: skip
+        check_structure(model)  # nothing its architecture cannot load enters the store
         provenance: dict[str, Any] = {"source_sha256": source_sha.result} if source_sha.active else {}
         if single_file:
             st = src.stat()

@@ -215,5 +215,7 @@ def _parse(buf: Any, size: int, p: pathlib.Path) -> GGUFFile:
         if name in seen:
             raise FormatError(f"{p.name}: duplicate tensor name {name}")
         seen.add(name)
+        if offset % alignment:  # the spec: every tensor's data starts on a general.alignment boundary
+            raise FormatError(f"{p.name}: tensor {name} offset {offset} is not a multiple of the alignment {alignment}")
         infos.append(TensorInfo(name, dims, ggml_type, data_offset + offset))
     return GGUFFile(p, version, fields, infos, data_offset, alignment, size)

@@ -23,6 +23,7 @@ from modelc.onnx.registry import SUPPORTED_OPS
 
 PLAN_KEY = "onnx.execution_plan"
 MIN_OPSET = 13
+MAX_OPSET = 21  # the op semantics modelc.onnx implements; newer opsets may change an op's meaning
 
 # TensorProto.DataType ids -> IR types.
 _ONNX_DTYPES: dict[int, DataType] = {
@@ -102,8 +103,8 @@ def _default_opset(proto: Any) -> int:
     for imp in proto.opset_import:
         if imp.domain in ("", "ai.onnx"):
             v = int(imp.version)
-            if v < MIN_OPSET:
-                raise UnsupportedError(f"ONNX opset {v} is not supported (need {MIN_OPSET} or newer)")
+            if not MIN_OPSET <= v <= MAX_OPSET:
+                raise UnsupportedError(f"ONNX opset {v} is not supported (this modelc knows {MIN_OPSET}-{MAX_OPSET})")
             return v
     raise FormatError("ONNX model imports no default-domain opset")
 

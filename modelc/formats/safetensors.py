@@ -117,9 +117,12 @@ def read_tensors(
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict):
         raise FormatError(f"{p.name}: __metadata__ is not an object")
+    bad = next((k for k, v in meta.items() if not isinstance(v, str)), None)
+    if bad is not None:  # the safetensors library refuses these too (metadata is str -> str)
+        raise FormatError(f"{p.name}: __metadata__ value of {bad!r} is a {type(meta[bad]).__name__}, not a string")
     data_len = size - start
     entries = {name: _entry(name, spec, data_len, p.name) for name, spec in header.items()}
-    _check_overlap(entries, p.name)
+    _check_layout(entries, data_len, p.name)
     mm = np.memmap(p, dtype=np.uint8, mode="r") if base + size > 0 else np.zeros(0, np.uint8)
     first = base + start
     tensors = {
@@ -129,11 +132,20 @@ def read_tensors(
     return tensors, {str(k): str(v) for k, v in meta.items()}
 
 
-def _check_overlap(entries: dict[str, tuple[DataType, tuple[int, ...], int, int]], fname: str) -> None:
+def _check_layout(entries: dict[str, tuple[DataType, tuple[int, ...], int, int]], data_len: int, fname: str) -> None:
+    """The tensors tile the data section exactly, as the safetensors library requires: no overlap,
+    no hole between two tensors, no unclaimed bytes at the end."""
     spans = sorted((b, e, n) for n, (_, _, b, e) in entries.items() if e > b)
-    for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:], strict=False):
-        if b1 < e0:
-            raise FormatError(f"{fname}: tensors {n0} and {n1} overlap in the data section")
+    pos, prev = 0, None
+    for b, e, n in spans:
+        if b < pos:
+            raise FormatError(f"{fname}: tensors {prev} and {n} overlap in the data section")
+        if b > pos:
+            after = f"after tensor {prev}" if prev else "before the first tensor"
+            raise FormatError(f"{fname}: a hole of {b - pos} bytes in the data section {after} (at {pos})")
+        pos, prev = e, n
+    if pos != data_len:
+        raise FormatError(f"{fname}: {data_len - pos} bytes at the end of the data section belong to no tensor")
 
 
 def read_index(path: str | os.PathLike[str]) -> dict[str, str]:

@@ -99,6 +99,7 @@ def test_an_old_sha256_artifact_still_opens_and_verifies(tmp_path, capsys):
     assert digest_keys(OLD) == {"sha256"}
     art = open_artifact(OLD, verify=True)
     assert art.name == "sha256-era" and {e.compression for e in art.entries.values()} == {"none", "zstd"}
+    assert art.architecture == "llama" and art.config["num_hidden_layers"] == 1
     assert verify_artifact(OLD).ok and main(["verify", str(OLD)]) == 0
     copy = shutil.copy(OLD, tmp_path / "old.modelc")
     tamper(copy, "model.layers.0.self_attn.q_proj.weight")

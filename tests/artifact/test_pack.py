@@ -11,7 +11,6 @@ from modelc.artifact import open_artifact
 from modelc.artifact.pack import pack, pack_model
 from modelc.artifact.prune import prune_tensor
 from modelc.artifact.quantize import quantize_tensor
-from modelc.artifact.tiny import make_model
 from modelc.errors import FormatError, ModelcError
 from modelc.formats.detect import read_model
 from modelc.formats.export_safetensors import export_safetensors
@@ -90,12 +89,13 @@ def test_pack_int8_writes_scales(home, tmp_path):
 
 def test_repack_an_artifact(home, tmp_path):
     from modelc.artifact import write_artifact
+    from modelc.models.tiny import make_tiny_llama
 
-    first = write_artifact(make_model(), tmp_path / "a.modelc")
+    first = write_artifact(make_tiny_llama(0), tmp_path / "a.modelc")
     second = pack(first, out=tmp_path / "b.modelc", compress="zstd")
     a, b = open_artifact(first), open_artifact(second, verify=True)
     assert all(same(a.tensors[n], b.tensors[n]) for n in a.tensors)
-    assert b.entries["model.norm.weight"].compression == "zstd"
+    assert "zstd" in {e.compression for e in b.entries.values()}
 
 
 def test_pack_errors(home, tmp_path):

@@ -11,6 +11,7 @@ from modelc import store
 from modelc.artifact import open_artifact, write_artifact
 from modelc.artifact.tiny import make_model
 from modelc.cli.main import main
+from modelc.models.tiny import make_tiny_llama
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,9 +22,21 @@ def home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
+def runnable_model():
+    """A complete tiny llama: pack refuses models their architecture cannot load (artifact/structure.py)."""
+    m = make_tiny_llama(0)
+    m.name = "tiny"
+    return m
+
+
 @pytest.fixture
 def src(tmp_path):
     return write_artifact(make_model(), tmp_path / "src.modelc")
+
+
+@pytest.fixture
+def runnable(tmp_path):
+    return write_artifact(runnable_model(), tmp_path / "runnable.modelc")
 
 
 def run(capsys, *argv):
@@ -32,14 +45,14 @@ def run(capsys, *argv):
     return code, cap.out, cap.err
 
 
-def test_pack_list_switch_rm_cycle(home, src, capsys):
-    assert run(capsys, "pack", src, "--name", "team/tiny")[0] == 0
-    code, out, _ = run(capsys, "pack", src, "--name", "team/tiny", "--compress", "zstd", "--compress-level", "9")
+def test_pack_list_switch_rm_cycle(home, runnable, capsys):
+    assert run(capsys, "pack", runnable, "--name", "team/tiny")[0] == 0
+    code, out, _ = run(capsys, "pack", runnable, "--name", "team/tiny", "--compress", "zstd", "--compress-level", "9")
     assert code == 0 and "team/tiny.modelc" in out
     code, out, _ = run(capsys, "list", "--json")
     rows = json.loads(out)
     assert [(r["name"], r["version"], r["active"]) for r in rows] == [("team/tiny", 1, False), ("team/tiny", 2, True)]
-    assert rows[0]["architecture"] == "llama" and rows[0]["num_params"] == make_model().num_params
+    assert rows[0]["architecture"] == "llama" and rows[0]["num_params"] == runnable_model().num_params
     code, out, _ = run(capsys, "list")
     assert code == 0 and "team/tiny" in out and "v2*" in out
     assert run(capsys, "switch", "team/tiny", "1")[0] == 0
@@ -88,21 +101,21 @@ def test_verify_ok_and_corrupt(home, src, capsys):
     assert code == 1 and "model.embed_tokens.weight" in err and err.count("\n") == 1
 
 
-def test_pack_chat_template_override(home, src, tmp_path, capsys):
+def test_pack_chat_template_override(home, runnable, tmp_path, capsys):
     good = tmp_path / "t.jinja"
     good.write_text("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
-    code, out, _ = run(capsys, "pack", src, "-o", str(tmp_path / "o.modelc"), "--chat-template", str(good))
+    code, out, _ = run(capsys, "pack", runnable, "-o", str(tmp_path / "o.modelc"), "--chat-template", str(good))
     assert code == 0 and open_artifact(tmp_path / "o.modelc").chat_template == good.read_text()
     bad = tmp_path / "bad.jinja"
     bad.write_text("{% for m in messages %}")
-    code, _, err = run(capsys, "pack", src, "-o", str(tmp_path / "p.modelc"), "--chat-template", str(bad))
+    code, _, err = run(capsys, "pack", runnable, "-o", str(tmp_path / "p.modelc"), "--chat-template", str(bad))
     assert code == 1 and "does not compile" in err and not (tmp_path / "p.modelc").exists()
 
 
-def test_pack_arch_override_and_unknown(home, src, tmp_path, capsys):
-    assert run(capsys, "pack", src, "-o", str(tmp_path / "o.modelc"), "--arch", "qwen2")[0] == 0
+def test_pack_arch_override_and_unknown(home, runnable, tmp_path, capsys):
+    assert run(capsys, "pack", runnable, "-o", str(tmp_path / "o.modelc"), "--arch", "qwen2")[0] == 0
     assert open_artifact(tmp_path / "o.modelc").architecture == "qwen2"
-    code, _, err = run(capsys, "pack", src, "-o", str(tmp_path / "x.modelc"), "--arch", "nope")
+    code, _, err = run(capsys, "pack", runnable, "-o", str(tmp_path / "x.modelc"), "--arch", "nope")
     assert code == 1 and "unknown architecture" in err
 
 

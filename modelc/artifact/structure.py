@@ -109,16 +109,19 @@ def _config_ints(cfg: dict[str, Any], what: str, *keys: str) -> list[int]:
 
 
 def _check_llama(w: _Tensors, cfg: dict[str, Any], names: dict[str, str]) -> None:
-    C, H, L, V, F = _config_ints(
-        cfg, w.what, "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size", "intermediate_size"
-    )
+    C, H, L, V = _config_ints(cfg, w.what, "hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size")
+    moe = bool(cfg.get("num_experts"))  # expert FFN tensors are the MoE loader's to check (models/moe.py)
+    (F,) = (0,) if moe else _config_ints(cfg, w.what, "intermediate_size")
+    pre_norms = str(cfg.get("norm_layout") or "pre") == "pre"  # post / sandwich layouts: other norm tensors
     K = int(cfg.get("num_key_value_heads") or H)
     D = int(cfg.get("head_dim") or C // H)
     qd, kd = H * D, K * D
     _embedding(w, names["embed"], V, C)
     for i in range(L):
         n = {k: v.format(i=i) for k, v in names.items()}
-        w.vector(n["attn_norm"], C)
+        if pre_norms:
+            w.vector(n["attn_norm"], C)
+            w.vector(n["ffn_norm"], C)
         if w.has(n["q"] + ".weight"):
             for p, rows in (("q", qd), ("k", kd), ("v", kd)):
                 w.matrix(n[p] + ".weight", rows, C)
@@ -130,7 +133,8 @@ def _check_llama(w: _Tensors, cfg: dict[str, Any], names: dict[str, str]) -> Non
             raise StructureError(f"{w.what} lacks tensor {n['q']}.weight (layer {i} has no attention weights)")
         w.matrix(n["o"] + ".weight", C, qd)
         w.maybe_vector(n["o"] + ".bias", C)
-        w.vector(n["ffn_norm"], C)
+        if moe:
+            continue
         if w.has(n["gate"] + ".weight"):
             for p in ("gate", "up"):
                 w.matrix(n[p] + ".weight", F, C)

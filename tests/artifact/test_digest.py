@@ -20,6 +20,7 @@ from tests.conftest import FIXTURES
 
 LOCAL = sorted(
     [p.relative_to(FIXTURES) for p in (FIXTURES / "models" / "variants").glob("*/hf")]
+    + [p.relative_to(FIXTURES) for p in (FIXTURES / "models" / "variants").glob("*/gguf/*.gguf")]
     + [p.relative_to(FIXTURES) for p in (FIXTURES / "embeddings").glob("tiny_*") if p.is_dir()]
     + [p.relative_to(FIXTURES) for p in (FIXTURES / "onnx").glob("*.onnx")]
 )

@@ -135,3 +135,14 @@ def test_onnx_opset_outside_the_interpreter_refused(home, tmp_path, capsys, opse
     src = tmp_path / "m.onnx"
     onnx.save(model, str(src))
     refused(capsys, tmp_path, src, f"ONNX opset {opset}", "13-21")
+
+
+def test_mixture_of_experts_ffn_is_left_to_its_loader():
+    m = make_tiny_llama(0)
+    for i in range(2):
+        for p in ("gate", "up", "down"):
+            del m.tensors[f"model.layers.{i}.mlp.{p}_proj.weight"]
+    with pytest.raises(StructureError, match="gate_up_proj"):
+        check_structure(m)
+    m.config["num_experts"] = 4
+    check_structure(m)

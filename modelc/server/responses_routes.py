@@ -4,7 +4,7 @@ The body (plus the stored conversation of previous_response_id) becomes a chat-c
 (responses_shapes.chat_body) run through openai_chat.parse_chat. Streams are typed events
 (`event: response.output_text.delta` ...) with a sequence_number; with tools offered the text is
 buffered and split into a message item and function_call items at the end. store (default true)
-keeps the conversation in a bounded in-memory LRU (responses_shapes.ResponseStore).
+keeps the conversation in a bounded in-memory LRU (responses_store.ResponseStore).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from quart import Blueprint, current_app
 
 from modelc.errors import ModelcError
-from modelc.server import openapi_surfaces
+from modelc.server import openapi_surfaces, responses_store
 from modelc.server import responses_shapes as shapes
 from modelc.server.chat_run import ChatStream, named_event, run_chat, stream_chat
 from modelc.server.generation import ChoiceResult
@@ -30,10 +30,10 @@ STORE_KEY = "modelc.responses"
 
 @bp.record_once
 def _make_store(setup: Any) -> None:
-    setup.app.extensions[STORE_KEY] = shapes.ResponseStore()
+    setup.app.extensions[STORE_KEY] = responses_store.ResponseStore()
 
 
-def store() -> shapes.ResponseStore:
+def store() -> responses_store.ResponseStore:
     return current_app.extensions[STORE_KEY]
 
 
@@ -72,7 +72,7 @@ class Turn:
             finish_reason=r.finish_reason,
         )
         if self.keep:
-            self.store.put(self.response_id, shapes.Stored(tuple([*self.conversation, assistant]), resp))
+            self.store.put(self.response_id, responses_store.Stored(tuple([*self.conversation, assistant]), resp))
         return resp
 
 

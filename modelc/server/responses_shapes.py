@@ -1,83 +1,25 @@
 """The OpenAI Responses API's shapes: a /v1/responses body -> chat messages + a chat-completions body
-(so openai_chat.parse_chat serves it), a finished choice -> output items and the `response` object,
-and the bounded store behind previous_response_id.
+(so openai_chat.parse_chat serves it), a finished choice -> output items and the `response` object.
+The store behind previous_response_id is responses_store.py.
 
 Pure, no awaits. Field names follow the OpenAI API reference (platform.openai.com/docs/api-reference/responses).
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
-from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
-from modelc.errors import InvalidRequestError, NotFoundError
+from modelc.errors import InvalidRequestError
 from modelc.server.anthropic_shapes import EXTENSIONS
 from modelc.server.schema import bad
 
-MAX_STORED = 512  # responses kept for previous_response_id (least recently used dropped first)
-MAX_STORED_BYTES = 64 * 1024 * 1024  # and at most this much of their JSON text in all
 TEXT_PARTS = ("input_text", "output_text", "text")
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """One stored response: the conversation so far as chat messages (instructions excluded, as
-    OpenAI does not carry them over) and the response object for GET /v1/responses/{id}."""
-
-    messages: tuple[dict[str, Any], ...]
-    response: dict[str, Any]
-
-    @property
-    def num_bytes(self) -> int:
-        return len(json.dumps([self.messages, self.response], ensure_ascii=False).encode())
-
-
-class ResponseStore:
-    """An in-memory LRU of stored responses, bounded by count and by bytes. Lost on restart (documented)."""
-
-    def __init__(self, max_items: int = MAX_STORED, max_bytes: int = MAX_STORED_BYTES) -> None:
-        self.max_items = max_items
-        self.max_bytes = max_bytes
-        self.num_bytes = 0
-        self._items: OrderedDict[str, tuple[Stored, int]] = OrderedDict()
-
-    def put(self, response_id: str, item: Stored) -> None:
-        if response_id in self._items:
-            self._drop(response_id)
-        size = item.num_bytes
-        self._items[response_id] = (item, size)
-        self.num_bytes += size
-        while len(self._items) > self.max_items or (self.num_bytes > self.max_bytes and len(self._items) > 1):
-            self._drop(next(iter(self._items)))
-
-    def _drop(self, response_id: str) -> None:
-        _, size = self._items.pop(response_id)
-        self.num_bytes -= size
-
-    def get(self, response_id: str) -> Stored:
-        item = self._items.get(response_id)
-        if item is None:
-            raise NotFoundError(
-                f"response {response_id!r} not found (it was not stored, or this server restarted or dropped it)",
-                param="previous_response_id",
-            )
-        self._items.move_to_end(response_id)
-        return item[0]
-
-    def delete(self, response_id: str) -> None:
-        self.get(response_id)
-        self._drop(response_id)
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 def _parts_text(content: Any, where: str) -> str:
@@ -307,7 +249,3 @@ def assistant_message(text: str | None, calls: list[dict[str, Any]]) -> dict[str
     if calls:
         msg["tool_calls"] = calls
     return msg
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)

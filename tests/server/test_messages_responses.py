@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from modelc.errors import NotFoundError
-from modelc.server import anthropic_shapes, responses_shapes
+from modelc.server import anthropic_shapes, responses_shapes, responses_store
 from modelc.server.sse import parse_sse
 from tests.server.fake_engine import FakeEngine, FakeTemplate
 
@@ -62,14 +62,14 @@ def test_responses_items_and_store_bound() -> None:
     )
     assert [m["role"] for m in msgs] == ["user", "assistant", "tool"]
     assert [c["id"] for c in msgs[1]["tool_calls"]] == ["c1", "c2"]
-    store = responses_shapes.ResponseStore(max_items=2)
+    store = responses_store.ResponseStore(max_items=2)
     for i in range(3):
-        store.put(f"r{i}", responses_shapes.Stored((), {}))
+        store.put(f"r{i}", responses_store.Stored((), {}))
     assert len(store) == 2
     with pytest.raises(NotFoundError):
         store.get("r0")
-    big = responses_shapes.Stored(({"role": "user", "content": "x" * 1000},), {})
-    store = responses_shapes.ResponseStore(max_items=10, max_bytes=2500)
+    big = responses_store.Stored(({"role": "user", "content": "x" * 1000},), {})
+    store = responses_store.ResponseStore(max_items=10, max_bytes=2500)
     for i in range(4):
         store.put(f"b{i}", big)
     assert len(store) == 2 and store.num_bytes <= 2500 and store.get("b3") is big

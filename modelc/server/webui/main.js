@@ -2,6 +2,7 @@
 // API (api.js), the browser store (store.js) and the renderer (view.js).
 
 import { ApiError, listModels, streamChat } from "./api.js";
+import { chatRequest } from "./request.js";
 import * as store from "./store.js";
 import { renderConversationList, renderMessages, updateMessage } from "./view.js";
 
@@ -92,19 +93,6 @@ function readFields() {
   persist();
 }
 
-function extraFields() {
-  const raw = state.settings.extra.trim();
-  if (!raw) return {};
-  let obj;
-  try {
-    obj = JSON.parse(raw);
-  } catch (e) {
-    throw new ApiError(0, `Extra request JSON is not valid JSON: ${e.message}`);
-  }
-  if (!obj || typeof obj !== "object" || Array.isArray(obj)) throw new ApiError(0, "Extra request JSON must be an object");
-  return obj;
-}
-
 // ---- models
 async function loadModels() {
   try {
@@ -126,22 +114,6 @@ function openSettings(open) {
 }
 
 // ---- chat
-function requestBody(conv) {
-  const s = state.settings;
-  const messages = [];
-  if (s.system.trim()) messages.push({ role: "system", content: s.system });
-  conv.messages.forEach((m, i) => {
-    const next = conv.messages[i + 1];
-    const failed = next?.role === "assistant" && next.error && !next.content; // a turn that got no answer
-    if ((m.role === "user" && !failed) || (m.role === "assistant" && m.content)) {
-      messages.push({ role: m.role, content: m.content });
-    }
-  });
-  const body = { model: ui.model.value, messages };
-  for (const k of ["temperature", "top_p", "max_tokens"]) if (s[k] !== "" && s[k] != null) body[k] = s[k];
-  return { ...body, ...extraFields() };
-}
-
 function setStreaming(on) {
   ui.send.hidden = on;
   ui.stop.hidden = !on;
@@ -161,7 +133,7 @@ async function send(text) {
   conv.messages.push({ role: "user", content: text });
   let body;
   try {
-    body = requestBody(conv);
+    body = chatRequest(conv, state.settings, ui.model.value);
   } catch (e) {
     conv.messages.pop();
     showError(e.describe());

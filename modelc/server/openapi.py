@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from modelc import __version__
+from modelc.server.auth import EXEMPT_PATHS
 
 
 def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -39,6 +40,7 @@ PROMPT = {
     ]
 }
 
+MODEL = {**S, "maxLength": 255, "description": "a served or stored model name (at most 255 bytes of UTF-8)"}
 SAMPLING = {
     "max_tokens": {**I, "minimum": 0},
     "max_completion_tokens": {**I, "minimum": 0, "description": "wins over max_tokens"},
@@ -48,7 +50,13 @@ SAMPLING = {
     "min_p": {**N, "minimum": 0, "maximum": 1},
     "typical_p": {**N, "minimum": 0, "maximum": 1},
     "seed": I,
-    "stop": {**STR_OR_LIST, "description": "stop strings; the stop text is not returned"},
+    "stop": {
+        "oneOf": [
+            {**S, "minLength": 1, "maxLength": 4096},
+            {"type": "array", "items": {**S, "minLength": 1, "maxLength": 4096}, "maxItems": 16},
+        ],
+        "description": "stop strings; the stop text is not returned",
+    },
     "stop_token_ids": {"type": "array", "items": I},
     "presence_penalty": {**N, "minimum": -2, "maximum": 2},
     "frequency_penalty": {**N, "minimum": -2, "maximum": 2},
@@ -70,7 +78,7 @@ SAMPLING = {
     },
     "json_schema": {"type": "object", "description": "native shorthand for response_format json_schema"},
     "user": S,
-    "model": S,
+    "model": MODEL,
 }
 OPENAI_GEN = {
     **SAMPLING,
@@ -107,10 +115,11 @@ USAGE = _obj(
 )
 EMBED_REQ = _obj(
     {
-        "model": S,
+        "model": MODEL,
         "input": PROMPT,
         "encoding_format": {"enum": ["float", "base64"]},
         "dimensions": {**I, "minimum": 1},
+        "truncate": {**B, "description": "cut each input to the context length instead of answering 400"},
         "user": S,
     },
     ("input",),
@@ -267,6 +276,10 @@ def openapi_spec(app: Any = None) -> dict[str, Any]:
     spec = server_spec()
     if app is not None:
         spec["paths"].update(other_paths(app, spec["paths"]))
+    for path in EXEMPT_PATHS & spec["paths"].keys():  # probes answer without the API key
+        for op in spec["paths"][path].values():
+            op["security"] = []
+            op["responses"].pop("401", None)
     return spec
 
 

@@ -182,3 +182,12 @@ async def test_drain_timeout_ends_streams_with_an_error_event(make_client) -> No
 async def test_unknown_json_structure_errors_stay_4xx(client) -> None:
     for body in ([], "x", 3, None):
         assert (await raw(client, "/v1/chat/completions", json.dumps(body).encode())).status_code == 400
+
+
+async def test_openapi_probes_need_no_auth_and_limits_are_declared(client) -> None:
+    spec = await (await client.get("/openapi.json")).get_json()
+    for path in ("/health", "/metrics"):
+        assert spec["paths"][path]["get"]["security"] == []
+    chat = spec["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert chat["properties"]["stop"]["oneOf"][0]["maxLength"] == 4096
+    assert chat["properties"]["model"]["maxLength"] == 255

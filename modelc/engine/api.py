@@ -284,8 +284,10 @@ class Engine:
         payload = inputs if isinstance(inputs, Mapping) else {"input": np.asarray(inputs).tolist()}
         return self._inferencer.infer(dict(payload))
 
-    def load_adapter(self, name: str, path_or_tensors: Any, alpha: float = 1.0, *, global_: bool = False) -> None:
-        self.runner.load_adapter(name, path_or_tensors, alpha, global_=global_)
+    def load_adapter(
+        self, name: str, path_or_tensors: Any, alpha: float = 1.0, *, global_: bool = False
+    ) -> dict[str, int]:
+        return self.runner.load_adapter(name, path_or_tensors, alpha, global_=global_)
 
     def unload_adapter(self, name: str) -> None:
         self.runner.unload_adapter(name)

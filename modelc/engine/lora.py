@@ -46,6 +46,7 @@ class LoraAdapter:
     pairs: dict[
         tuple[int, str], tuple[np.ndarray, np.ndarray, float]
     ]  # (layer, proj) -> (A (r, in), B (out, r), scale)
+    num_skipped: int = 0  # tensors in the file that are not LoRA pairs of a supported projection
 
 
 def _as_f32(v: Any) -> np.ndarray:
@@ -104,6 +105,7 @@ def load_lora(
     """Parse an adapter and check every pair against the model's projection shapes {(layer, proj): (out, in)}."""
     tensors, config = _read(path_or_tensors)
     found: dict[tuple[int, str], dict[str, np.ndarray]] = {}
+    num_skipped = 0
     for key, val in tensors.items():
         m = _KEY.search(key)
         g = _GGUF_KEY.search(key) if m is None else None
@@ -115,6 +117,7 @@ def load_lora(
         elif h:
             layer, proj, ab = int(h.group(1)), _GPT2_PROJ[h.group(2)], h.group(3)
         else:
+            num_skipped += 1
             continue
         found.setdefault((layer, proj), {})[ab] = _as_f32(val)
     _split_fused_qkv(name, found, shapes)
@@ -141,4 +144,4 @@ def load_lora(
         rank = max(rank, r)
     if not np.isfinite(alpha):
         raise InvalidRequestError(f"adapter {name}: alpha must be finite", param="alpha")
-    return LoraAdapter(name, rank, next(iter(pairs.values()))[2], pairs)
+    return LoraAdapter(name, rank, next(iter(pairs.values()))[2], pairs, num_skipped)

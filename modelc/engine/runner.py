@@ -346,13 +346,18 @@ class Runner:
 
     # -- adapters ------------------------------------------------------------------------------------
 
-    def load_adapter(self, name: str, path_or_tensors: Any, alpha: float = 1.0, *, global_: bool = False) -> None:
-        """Load (or replace) adapter `name`; with global_=True it also applies to requests naming no adapter."""
+    def load_adapter(
+        self, name: str, path_or_tensors: Any, alpha: float = 1.0, *, global_: bool = False
+    ) -> dict[str, int]:
+        """Load (or replace) adapter `name`; with global_=True it also applies to requests naming no adapter.
+        Returns {"applied": projections adapted, "skipped": tensors that were not LoRA pairs, "rank"}."""
         if not name:
             raise InvalidRequestError("adapter name must not be empty", param="name")
-        self.adapters[name] = load_lora(name, path_or_tensors, alpha, shapes=self.model.projection_shapes())
+        adapter = load_lora(name, path_or_tensors, alpha, shapes=self.model.projection_shapes())
+        self.adapters[name] = adapter
         if global_:
             self.global_adapter = name
+        return {"applied": len(adapter.pairs), "skipped": adapter.num_skipped, "rank": adapter.rank}
 
     def unload_adapter(self, name: str) -> None:
         if self.adapters.pop(name, None) is None:

@@ -17,6 +17,7 @@ from modelc.engine.params import Constraint
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server.body import OFFLOAD_BYTES, parse_body
 from modelc.server.errors import ServiceUnavailableError
+from modelc.server.fields import unknown_fields
 from modelc.server.generation import ChoiceResult, Timings
 from modelc.server.state import ServerState
 
@@ -78,9 +79,17 @@ def new_id(prefix: str) -> str:
 async def read_json() -> dict[str, Any]:
     """The body as a checked JSON object (modelc.server.body); large bodies are parsed off the loop."""
     raw = await request.get_data(as_text=False)
-    if len(raw) > OFFLOAD_BYTES:
-        return await anyio.to_thread.run_sync(parse_body, raw)
-    return parse_body(raw)
+    body = await anyio.to_thread.run_sync(parse_body, raw) if len(raw) > OFFLOAD_BYTES else parse_body(raw)
+    rule = request.url_rule.rule if request.url_rule is not None else ""
+    ignored = unknown_fields(rule, body)
+    if ignored:
+        state = get_state()
+        rec = g.get("modelc_record")
+        if state.log is not None:
+            state.log.warning(
+                "ignored request fields", id=rec.request_id if rec else None, path=rule, fields=ignored[:20]
+            )
+    return body
 
 
 async def offload(fn: Callable[..., T], *args: Any) -> T:

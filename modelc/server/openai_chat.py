@@ -28,6 +28,7 @@ from modelc.server.handling import (
     read_json,
     record,
     require_generation,
+    require_tokenizer,
 )
 from modelc.server.prompt import encode_chat, model_reasoning_syntax, parse_tool_calls, render_chat, tool_constraint
 from modelc.server.schema import (
@@ -79,7 +80,7 @@ def parse_chat(state: ServerState, engine: Any, body: dict[str, Any]) -> ChatPla
     stream = get_bool(body, "stream")
     include_usage = parse_stream_options(body, stream)
     n, _ = parse_n(body, stream=stream, allow_best_of=False)
-    tok = engine.tokenizer
+    tok = require_tokenizer(engine)  # a chat is text: a model without a tokenizer cannot take one (400)
     params = parse_sampling(body, state.config.defaults, vocab_size=getattr(tok, "vocab_size", None))
     messages = parse_messages(body)
     tools, tool_choice = parse_tools(body)

@@ -27,6 +27,7 @@ from modelc.server.handling import (
     read_json,
     record,
     require_generation,
+    require_tokenizer,
 )
 from modelc.server.openai_chat import make_jobs
 from modelc.server.prompt import encode_prompt, fim_prompt_ids
@@ -77,6 +78,8 @@ def parse_completion(state: ServerState, engine: Any, body: dict[str, Any]) -> C
             "echo with logprobs is not supported: modelc does not compute prompt logprobs", param="echo"
         )
     prompts = parse_prompts(body)
+    if any(isinstance(p, str) for p in prompts) or echo:
+        require_tokenizer(engine)  # text in or out needs the tokenizer: a 400, never an AttributeError
     check_num_sequences(engine, len(prompts) * best_of)
     limit = context_length(engine)
     suffix = get_str(body, "suffix")

@@ -142,3 +142,10 @@ def test_gpt2_peft_adapter_with_fused_c_attn():
     want = reference_logits(merged_src, ids)
     assert np.abs(want - reference_logits(src, ids)).max() > 0.05
     np.testing.assert_allclose(runner.logits(ids, adapter="g"), want, rtol=1e-4, atol=1e-4)
+
+
+def test_load_reports_applied_and_skipped_counts():
+    runner = Runner(make_tiny_llama(0), num_kv_blocks=4)
+    tensors = {**_adapter(3), "base_model.model.lm_head.modules_to_save.weight": np.zeros((2, 2), np.float32)}
+    info = runner.load_adapter("counted", tensors)
+    assert info == {"applied": 8, "skipped": 1, "rank": R}  # 2 layers x 4 projections; the extra tensor skipped

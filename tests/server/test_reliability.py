@@ -191,3 +191,23 @@ async def test_openapi_probes_need_no_auth_and_limits_are_declared(client) -> No
     chat = spec["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert chat["properties"]["stop"]["oneOf"][0]["maxLength"] == 4096
     assert chat["properties"]["model"]["maxLength"] == 255
+
+
+async def test_a_model_without_a_tokenizer_is_400_on_text_routes(make_client) -> None:
+    c = make_client(FakeEngine(tokenizer=None))
+    await error_of(await c.post("/v1/chat/completions", CHAT), 400)
+    await error_of(await c.post("/v1/completions", {"prompt": "hi"}), 400)
+    await error_of(await c.post("/v1/embeddings", {"input": "hi"}), 400, "input")
+    await error_of(await c.post("/tokenize", {"input": "hi"}), 400)
+    await error_of(await c.post("/chat", CHAT), 400)
+    await error_of(await c.post("/complete", {"prompt": "hi"}), 400)
+    resp = await c.post("/api/generate", {"model": "fake-model", "prompt": "hi", "stream": False})
+    assert resp.status_code == 400 and "no tokenizer" in (await resp.get_json())["error"]
+
+
+async def test_unknown_request_fields_are_logged_as_a_warning(client) -> None:
+    assert (await client.post("/v1/chat/completions", {**CHAT, "temprature": 0.5, "store": True})).status_code == 200
+    warned = [r for r in client.log_lines() if r.get("event") == "ignored request fields"]
+    assert len(warned) == 1 and warned[0]["fields"] == ["store", "temprature"]
+    assert (await client.post("/v1/chat/completions", {**CHAT, "temperature": 0.5})).status_code == 200
+    assert len([r for r in client.log_lines() if r.get("event") == "ignored request fields"]) == 1

@@ -181,4 +181,4 @@ RERANK_RESP = _obj(
 _RERANK_OP = _op(
     "Rerank documents for a query with a cross-encoder (Jina/Cohere shape)", RERANK_RESP, RERANK_REQ, errors=GEN_ERRORS
 )
-RERANK = {"/v1/rerank": {"post": _RERANK_OP}, "/rerank": {"post": _RERANK_OP}}
+RERANK = {path: {"post": _RERANK_OP} for path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")}

@@ -1,5 +1,6 @@
-"""POST /v1/rerank and /rerank (Jina / Cohere shape): query + documents -> results sorted by
-relevance_score, for cross-encoder models (BERT/XLM-R ...ForSequenceClassification packed from HF).
+"""POST /v1/rerank and /rerank (and llama.cpp's /reranking spellings), in the Jina / Cohere shape:
+query + documents -> results sorted by relevance_score, for cross-encoder models (BERT/XLM-R
+...ForSequenceClassification packed from HF).
 
 relevance_score is the sigmoid of the model's logit (sentence-transformers' CrossEncoder default;
 softmax of the last label for multi-label heads); the raw logit is returned too. The scoring runs
@@ -39,6 +40,8 @@ def parse_documents(body: dict[str, Any]) -> list[str]:
 
 @bp.post("/v1/rerank")
 @bp.post("/rerank")
+@bp.post("/v1/reranking")  # llama.cpp's other spellings
+@bp.post("/reranking")
 async def rerank() -> Any:
     state = get_state()
     body = await read_json()

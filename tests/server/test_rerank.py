@@ -29,7 +29,7 @@ def packed(request, tmp_path_factory) -> tuple[str, pathlib.Path]:
 async def test_scores_match_transformers(packed, make_client) -> None:
     name, path = packed
     c = make_client(EncoderEngine(open_artifact(path)))
-    for route in ("/v1/rerank", "/rerank"):
+    for route in ("/v1/rerank", "/rerank", "/reranking"):
         resp = await c.post(route, {"model": name, "query": REF["query"], "documents": REF["documents"]})
         assert resp.status_code == 200, await resp.get_data()
         body = await resp.get_json()

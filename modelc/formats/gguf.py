@@ -16,7 +16,14 @@ import numpy as np
 
 from modelc.errors import FormatError
 from modelc.formats.gguf_file import GGUFFile, parse_gguf
-from modelc.formats.gguf_tokenizer import build_tokenizer_json, default_add_bos
+from modelc.formats.gguf_tokenizer import (
+    EOG_TEXTS,
+    EOT_TEXTS,
+    TOKEN_CONTROL,
+    build_tokenizer_json,
+    default_add_bos,
+    token_types,
+)
 from modelc.formats.hf_config import check_config_types
 from modelc.ir import DataType, Model, TensorData
 
@@ -221,27 +228,13 @@ def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str,
     return cfg
 
 
-# llama.cpp's vocab loader treats these control tokens as end-of-generation even when the GGUF
-# names no eot/eom id (e.g. Qwen's <|im_end|> next to eos <|endoftext|>).
-EOT_TEXTS = (
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<EOT>",
-    "_<EOT>",
-    "<｜end▁of▁sentence｜>",
-)
-EOG_TEXTS = (*EOT_TEXTS, "<|eom_id|>", "<EOS_TOKEN>", "<|return|>", "<|call|>")
-_CONTROL = 3
-
-
-def _end_of_generation_ids(tokens: list[str], types: Any) -> list[int]:
-    if types is None or len(types) != len(tokens):
+def _end_of_generation_ids(fields: dict[str, Any], tokens: list[str]) -> list[int]:
+    """Ids of the EOG texts llama.cpp's vocab loader looks for (typed control there whatever the GGUF says)."""
+    if not tokens:
         return []
+    types = token_types(fields)  # checks the lengths; every EOG text is control-typed there
     wanted = set(EOG_TEXTS)
-    return [i for i, (t, ty) in enumerate(zip(tokens, types, strict=True)) if ty == _CONTROL and t in wanted]
+    return [i for i, t in enumerate(tokens) if t in wanted and types[i] == TOKEN_CONTROL]
 
 
 def _special_tokens(g: GGUFFile) -> dict[str, Any]:
@@ -264,7 +257,7 @@ def _special_tokens(g: GGUFFile) -> dict[str, Any]:
     if eos is None and model == "bert":
         eos = tid("seperator_token_id")
     eot, eom, pad = tid("eot_token_id"), tid("eom_token_id"), tid("padding_token_id")
-    eog = _end_of_generation_ids(tokens, f.get("tokenizer.ggml.token_type"))
+    eog = _end_of_generation_ids(f, tokens)
     if eot is None:  # the most specific turn-end text wins, in EOT_TEXTS order
         by_text = {tokens[i]: i for i in eog}
         eot = next((by_text[t] for t in EOT_TEXTS if t in by_text and by_text[t] != eos), None)

@@ -19,9 +19,36 @@ from typing import Any
 from modelc.errors import FormatError, UnsupportedError
 from modelc.formats.gguf_pretokenizer import PRE_TOKENIZERS, default_add_bos
 
-__all__ = ["PRE_TOKENIZERS", "build_tokenizer_json", "default_add_bos"]
+__all__ = ["EOG_TEXTS", "EOT_TEXTS", "PRE_TOKENIZERS", "build_tokenizer_json", "default_add_bos", "token_types"]
 
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
+
+# llama.cpp's vocab loader (src/llama-vocab.cpp) finds the turn-end and end-of-generation tokens by
+# their text, and forces each one it finds to control type even when the GGUF says otherwise ("control-
+# looking token ... its type will be overridden"): e.g. Gemma's <end_of_turn>, a fine-tune's <|im_end|>.
+EOT_TEXTS = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<EOT>",
+    "_<EOT>",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
+)
+EOG_TEXTS = (*EOT_TEXTS, "<|eom_id|>", "<EOS_TOKEN>", "<|return|>", "<|call|>", "<|end_of_text|>")
+
+
+def token_types(fields: dict[str, Any]) -> list[int]:
+    """tokenizer.ggml.token_type as llama.cpp uses it: end-of-generation texts forced to control (3)."""
+    tokens = fields.get("tokenizer.ggml.tokens") or []
+    raw = fields.get("tokenizer.ggml.token_type")
+    types = [int(t) for t in raw] if raw is not None else [TOKEN_NORMAL] * len(tokens)
+    if len(types) != len(tokens):
+        raise FormatError("GGUF tokenizer.ggml.token_type has a different length than tokenizer.ggml.tokens")
+    eog = set(EOG_TEXTS)
+    return [TOKEN_CONTROL if tok in eog else ty for tok, ty in zip(tokens, types, strict=True)]
 
 
 def _added_token(tid: int, content: str, special: bool) -> dict[str, Any]:
@@ -218,10 +245,7 @@ def build_tokenizer_json(fields: dict[str, Any]) -> str:
     tokens = fields.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, list) or not tokens:
         raise FormatError("GGUF file has no tokenizer.ggml.tokens")
-    raw_types = fields.get("tokenizer.ggml.token_type")
-    types = [int(t) for t in raw_types] if raw_types is not None else [TOKEN_NORMAL] * len(tokens)
-    if len(types) != len(tokens):
-        raise FormatError("GGUF tokenizer.ggml.token_type has a different length than tokenizer.ggml.tokens")
+    types = token_types(fields)
     kind = fields.get("tokenizer.ggml.model")
     if kind == "gpt2":
         body = _gpt2(fields, tokens)

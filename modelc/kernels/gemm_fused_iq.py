@@ -26,14 +26,14 @@ from modelc.kernels.qdot import (
     zeros_f32x16,
 )
 from modelc.kernels.qdot_iq import iq4nl_i8x32, iq4xs_block, mxfp4_i8x32
-from modelc.kernels.qdot_k import HAS_AVX512_VNNI
 from modelc.kernels.quant_iq import E8M0_HALF, IQ4_NL, IQ4_XS, MXFP4
 
 KINDS = frozenset({IQ4_NL, IQ4_XS, MXFP4})
 """Kinds qmatvec_iq serves."""
 
-WIDE = HAS_AVX512_VNNI
-"""IQ4_XS on AVX512-VNNI: whole super-blocks with the codes as unsigned kvalue + 128 (qdot_iq.iq4xs_block)."""
+WIDE = True
+"""IQ4_XS: whole super-blocks per qdot_iq.iq4xs_block (every instruction set); False: the 8-lane rows
+(_rows_xs), kept as the plain-numba-shaped twin of the same sums."""
 
 _ROWS_PER_TASK = 16
 PREFETCH_BYTES = 8192
@@ -111,7 +111,7 @@ def _rows_xs(out, w, nbytes, xq, xd, nsb, r0, r1):
 
 @njit(cache=True, nogil=True, inline="always")
 def _rows_xs16(out, w, nbytes, xq, xd, xm, nsb, r0, r1):
-    """IQ4_XS rows r0..r1-1 with a whole super-block per qdot_iq.iq4xs_block (AVX512-VNNI), two rows per pass."""
+    """IQ4_XS rows r0..r1-1 with a whole super-block per qdot_iq.iq4xs_block, two rows per pass."""
     for r in range(r0, r1, 2):
         a0 = zeros_f32x16()
         a1 = zeros_f32x16()

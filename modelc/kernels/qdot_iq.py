@@ -15,7 +15,20 @@ from numba.extending import intrinsic
 
 from modelc.kernels import qdot_k as qk
 from modelc.kernels.iq_tables import KVALUES_IQ4NL, KVALUES_MXFP4
-from modelc.kernels.qdot import HAS_AVX2, I8x32, _call, _check_1d, _f32, _i8, _i32, _ptr_at, _v32i8
+from modelc.kernels.qdot import (
+    HAS_AVX2,
+    HAS_VNNI,
+    I8x32,
+    _call,
+    _check_1d,
+    _dot_avx2,
+    _dot_u_avx2,
+    _f32,
+    _i8,
+    _i32,
+    _ptr_at,
+    _v32i8,
+)
 
 _v16i8 = ir.VectorType(_i8, 16)
 
@@ -63,19 +76,29 @@ def mxfp4_i8x32(typingctx, ary, idx):
     return _lut_typer(ary, idx, KVALUES_MXFP4)
 
 
-# ---- IQ4_XS: a whole super-block into a 16-lane accumulator (AVX512-VNNI) ------------------------
+# ---- IQ4_XS: a whole super-block into a 16-lane accumulator ---------------------------------------
 #
-# The codes go through the table as kvalue + 128 (1..241, unsigned), so one 512-bit vpdpbusd dots two
-# sub-blocks with the activations exactly in int32; the +128 comes back out as 128 * scale * (sum of
-# the sub-block's activations), from the per-32 activation sums quantize_act already returns.
+# Where the dot is vpdpbusd (AVX512-VNNI, AVX-VNNI) or portable IR, the codes go through the table as
+# kvalue + 128 (1..241, unsigned): one unsigned x signed dot per pair of sub-blocks, exact in int32,
+# and the +128 comes back out as 128 * scale * (the sub-block's activation sum), from the per-32 sums
+# quantize_act already returns. Plain AVX2 (vpmaddubsw would saturate on codes > 128) dots the signed
+# values with the abs/sign trick instead and needs no correction.
+
+OFFSET = 0 if (HAS_AVX2 and not HAS_VNNI) else 128
+"""What iq4xs_block adds to each code before the unsigned dot (0: the signed AVX2 path)."""
 
 
 def _lut64(builder, nib, table):
-    """<64 x i8> nibbles -> table[nib] + 128 as unsigned bytes (vpshufb on AVX512-BW, selects elsewhere)."""
-    vals = [(int(v) + 128) & 0xFF for v in table]
+    """<64 x i8> nibbles -> (table[nib] + OFFSET) as bytes: vpshufb (512 or 2 x 256 bits), selects elsewhere."""
+    vals = [(int(v) + OFFSET) & 0xFF for v in table]
     v64 = ir.VectorType(_i8, 64)
     if qk.HAS_AVX512_VNNI:
         return _call(builder, "llvm.x86.avx512.pshuf.b.512", v64, [ir.Constant(v64, vals * 4), nib])
+    if HAS_AVX2:
+        tab = ir.Constant(_v32i8, vals * 2)
+        lo = _call(builder, "llvm.x86.avx2.pshuf.b", _v32i8, [tab, qk._shuffle(builder, nib, nib, range(32))])
+        hi = _call(builder, "llvm.x86.avx2.pshuf.b", _v32i8, [tab, qk._shuffle(builder, nib, nib, range(32, 64))])
+        return qk._shuffle(builder, lo, hi, range(64))
     out = ir.Constant(v64, [vals[0]] * 64)
     for k in range(1, 16):
         hit = builder.icmp_unsigned("==", nib, ir.Constant(v64, [k] * 64))
@@ -83,12 +106,18 @@ def _lut64(builder, nib, table):
     return out
 
 
-def _dotu_wide(builder, u, a):
-    """<64 x i8> u (any unsigned byte) . <64 x i8> a (signed) -> <16 x i32>, exact (no i16 saturation)."""
+def _dot64(builder, u, a):
+    """<64 x i8> codes (OFFSET-shifted) . <64 x i8> a (signed) -> <16 x i32>, lane k = bytes 4k..4k+3, exact."""
     v16 = ir.VectorType(_i32, 16)
     if qk.HAS_AVX512_VNNI:
         args = [ir.Constant(v16, [0] * 16), builder.bitcast(u, v16), builder.bitcast(a, v16)]
         return _call(builder, "llvm.x86.avx512.vpdpbusd.512", v16, args)
+    if HAS_AVX2:  # two 256-bit halves: vpdpbusd (AVX-VNNI / AVX512-VL) or signed vpmaddubsw
+        halves = []
+        for h in (range(32), range(32, 64)):
+            uh, ah = qk._shuffle(builder, u, u, h), qk._shuffle(builder, a, a, h)
+            halves.append(_dot_u_avx2(builder, uh, ah) if HAS_VNNI else _dot_avx2(builder, uh, ah))
+        return qk._shuffle(builder, halves[0], halves[1], range(16))
     v64 = ir.VectorType(_i32, 64)
     p = builder.mul(builder.zext(u, v64), builder.sext(a, v64))
     s = builder.add(qk._shuffle(builder, p, p, range(0, 64, 2)), qk._shuffle(builder, p, p, range(1, 64, 2)))
@@ -100,8 +129,7 @@ def iq4xs_block(typingctx, acc, w, o, xq, xd, xm, xo):
     """acc + the IQ4_XS super-block at byte o of w dotted with xq[xo:xo+256] (xo % 256 == 0).
 
     xd: per-32 activation scales; xm: per-32 activation sums (xs[2k] + xs[2k+1]), both
-    indexed by xo // 32 (qdot_k.q4k_block's contract). Exact int32 dots on AVX512-VNNI;
-    portable vector IR elsewhere (gemm_fused_iq uses it only where HAS_AVX512_VNNI).
+    indexed by xo // 32 (qdot_k.q4k_block's contract). Exact int32 dots on every path.
     """
     sig = qk._q45k_typer(acc, w, o, xq, xd, xm, xo)
     if sig is None:
@@ -128,8 +156,9 @@ def iq4xs_block(typingctx, acc, w, o, xq, xd, xm, xo):
         s = builder.fmul(builder.sitofp(ls, v8f), qk._bcast(builder, d, 8))  # d * (ls - 32) per sub-block
         xc = builder.lshr(xo, ir.Constant(xo.type, 5))
         fac = builder.fmul(s, xd.load(xc, v8f, 4))
-        corr = builder.fmul(builder.fmul(s, xm.load(xc, v8f, 4)), ir.Constant(v8f, [128.0] * 8))
-        acc = builder.fsub(acc, qk._shuffle(builder, corr, ir.Constant(v8f, [0.0] * 8), range(16)))
+        if OFFSET:
+            corr = builder.fmul(builder.fmul(s, xm.load(xc, v8f, 4)), ir.Constant(v8f, [float(OFFSET)] * 8))
+            acc = builder.fsub(acc, qk._shuffle(builder, corr, ir.Constant(v8f, [0.0] * 8), range(16)))
         v32 = ir.VectorType(_i8, 32)
         for j in range(4):  # sub-blocks 2j, 2j+1: 32 code bytes, 64 activations
             q = w.load(qk._off(builder, o, 8 + 32 * j), v32)
@@ -137,9 +166,7 @@ def iq4xs_block(typingctx, acc, w, o, xq, xd, xm, xo):
             hi8 = builder.lshr(q, ir.Constant(v32, [4] * 32))
             nib = qk._shuffle(builder, lo8, hi8, [*range(16), *range(32, 48), *range(16, 32), *range(48, 64)])
             u = _lut64(builder, nib, KVALUES_IQ4NL)
-            p = builder.sitofp(
-                _dotu_wide(builder, u, xq.load(qk._off(builder, xo, 64 * j), ir.VectorType(_i8, 64))), v16f
-            )
+            p = builder.sitofp(_dot64(builder, u, xq.load(qk._off(builder, xo, 64 * j), ir.VectorType(_i8, 64))), v16f)
             f = qk._shuffle(builder, fac, fac, [2 * j] * 8 + [2 * j + 1] * 8)
             acc = _call(builder, "llvm.fma.v16f32", v16f, [p, f, acc])
         return acc

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from modelc.capabilities import source_capabilities
 from modelc.errors import ChecksumError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX
 
@@ -90,6 +91,7 @@ def describe(source: Any, path: Path) -> dict[str, Any]:
         "special_tokens": source.special_tokens,
         "has_tokenizer": bool(source.tokenizer_json),
         "has_chat_template": bool(source.chat_template),
+        "capabilities": source_capabilities(source),
         "provenance": (header or {}).get("provenance"),
         "metadata": source.metadata,
         "tensors": [
@@ -104,6 +106,7 @@ def _print_summary(info: dict[str, Any]) -> None:
     out.print(f"[bold]{info['name']}[/bold]  ({info['path']})")
     out.print(f"architecture: {info['architecture']}   format: {info['format']}")
     out.print(f"parameters: {info['num_params']:,}   tensor bytes: {human_bytes(info['total_bytes'])}")
+    out.print("capabilities: " + (", ".join(info["capabilities"]) or "none"))
     if info["provenance"]:
         p = info["provenance"]
         out.print(f"packed by modelc {p.get('modelc_version', '?')} at {p.get('created', '?')}")

@@ -185,10 +185,14 @@ async def show() -> Any:
         src = getattr(engine, "source", None)
         arch, cfg, n = engine.architecture, dict(getattr(src, "config", None) or {}), _num_params(engine)
         template = getattr(src, "chat_template", None)
+        from modelc.server.openai_routes import engine_capabilities
+
+        caps = engine_capabilities(engine)
         det, modified = shapes.details(arch, n, "-"), state.started_at
     else:
         art = await anyio.to_thread.run_sync(read_header_only, path)
         arch, cfg, n, template = art.architecture, art.config, art.num_params, art.chat_template
+        caps = shapes.capabilities(arch, cfg, template)
         det, modified = shapes.header_details(art), path.stat().st_mtime
     return {
         "modelfile": f"# modelc artifact\nFROM {name}\n",  # never the server's path
@@ -196,7 +200,7 @@ async def show() -> Any:
         "template": template or "",
         "details": det,
         "model_info": shapes.model_info(arch, cfg, n),
-        "capabilities": shapes.capabilities(arch),
+        "capabilities": caps,
         "modified_at": shapes.iso_time(modified),
     }
 

@@ -157,7 +157,8 @@ def model_info(architecture: str, config: dict[str, Any], num_params: int) -> di
     return info
 
 
-def capabilities(architecture: str, can_generate: bool = True) -> list[str]:
-    if architecture == "bert" or not can_generate:
-        return ["embedding"] if architecture == "bert" else []
-    return ["completion"]
+def capabilities(architecture: str, config: dict | None = None, chat_template: str | None = None) -> list[str]:
+    """modelc.capabilities' names (completion, chat, tools, thinking, embedding)."""
+    from modelc.capabilities import capabilities as caps
+
+    return caps(architecture, config, chat_template)

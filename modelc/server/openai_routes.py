@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from quart import Blueprint
 
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
@@ -15,8 +16,37 @@ from modelc.server.schema import get_bool, get_int, get_str, parse_prompts
 bp = Blueprint("openai", __name__)
 
 
-def model_card(name: str, created: int) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": created, "owned_by": "modelc"}
+def model_card(name: str, created: int, capabilities: list[str] | None = None) -> dict[str, Any]:
+    card: dict[str, Any] = {"id": name, "object": "model", "created": created, "owned_by": "modelc"}
+    if capabilities is not None:
+        card["capabilities"] = capabilities  # modelc's extension (completion, chat, tools, thinking, embedding)
+    return card
+
+
+def engine_capabilities(engine: Any) -> list[str]:
+    """modelc.capabilities of a served engine, from its source (or the engine's own attributes)."""
+    from modelc.capabilities import capabilities
+
+    src = getattr(engine, "source", None) or engine
+    template = getattr(src, "chat_template", None)
+    if template is not None and not isinstance(template, str):
+        template = getattr(template, "source", None)
+    return capabilities(str(getattr(src, "architecture", "") or ""), getattr(src, "config", None), template)
+
+
+def _stored_capabilities(names: list[str]) -> dict[str, list[str]]:
+    """Capabilities of stored models from their headers only (run in a worker thread)."""
+    from modelc import store
+    from modelc.artifact.reader import read_header_only
+    from modelc.capabilities import source_capabilities
+
+    out: dict[str, list[str]] = {}
+    for n in names:
+        try:
+            out[n] = source_capabilities(read_header_only(store.lookup(n)))
+        except (ModelcError, OSError):
+            continue
+    return out
 
 
 @bp.get("/v1/models")
@@ -24,9 +54,14 @@ async def list_models() -> Any:
     state = get_state()
     engine = current_engine(state)
     names = [engine.name, *state.config.model_aliases]
+    caps = {n: engine_capabilities(engine) for n in names}
     if state.models is not None:  # the daemon also serves every stored model (loaded on first use)
-        names += [n for n in state.models.available() if n not in names]
-    return {"object": "list", "data": [model_card(n, int(state.started_at)) for n in names]}
+        entries = {e.name: e for e in state.models.loaded()}
+        stored = [n for n in state.models.available() if n not in names]
+        caps.update({n: engine_capabilities(entries[n].engine) for n in stored if n in entries})
+        caps.update(await anyio.to_thread.run_sync(_stored_capabilities, [n for n in stored if n not in caps]))
+        names += stored
+    return {"object": "list", "data": [model_card(n, int(state.started_at), caps.get(n)) for n in names]}
 
 
 def model_known(state: Any, engine: Any, model_id: str) -> bool:
@@ -65,7 +100,7 @@ async def get_model(model_id: str) -> Any:
     engine = current_engine(state)
     if not model_known(state, engine, model_id):
         raise NotFoundError(f"model {model_id!r} not found; this server serves {engine.name!r}", param="model")
-    return model_card(model_id, int(state.started_at))
+    return model_card(model_id, int(state.started_at), engine_capabilities(engine) if model_id == engine.name else None)
 
 
 @bp.post("/v1/embeddings")

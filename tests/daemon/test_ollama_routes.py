@@ -167,7 +167,7 @@ async def test_show_copy_delete(home) -> None:
     async with daemon_app() as c:
         show = await (await c.post("/api/show", json={"model": "alpha"})).get_json()
         assert show["details"]["family"] == "llama" and show["model_info"]["general.architecture"] == "llama"
-        assert show["capabilities"] == ["completion"] and show["template"]
+        assert show["capabilities"] == ["completion", "chat"] and show["template"]  # modelc.capabilities
         assert (await c.post("/api/copy", json={"source": "alpha", "destination": "delta"})).status_code == 200
         await c.post("/api/load", json={"model": "delta"})
         assert (await c.delete("/api/delete", json={"model": "delta"})).status_code == 200

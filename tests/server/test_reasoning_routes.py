@@ -96,3 +96,13 @@ async def test_ollama_chat_thinking(make_client):
     assert prompt.endswith("<think>\n\n</think>\n\n")  # think:false reached the template as enable_thinking
     bad = await c.post("/api/chat", {**body, "think": "very"})
     assert bad.status_code == 400 and isinstance((await bad.get_json())["error"], str)  # Ollama's error shape
+
+
+async def test_models_report_capabilities(make_client):
+    c = make_client(engine())
+    cards = (await (await c.get("/v1/models")).get_json())["data"]
+    assert cards[0]["capabilities"] == ["completion", "chat", "thinking"]
+    one = await (await c.get(f"/v1/models/{cards[0]['id']}")).get_json()
+    assert one["capabilities"] == ["completion", "chat", "thinking"]
+    show = await (await c.post("/api/show", {"model": cards[0]["id"]})).get_json()
+    assert show["capabilities"] == ["completion", "chat", "thinking"]

@@ -1,0 +1,39 @@
+"""What a model can do, from its architecture, config and chat template: completion, chat, tools, thinking,
+embedding. One answer for GET /v1/models, /api/show and `modelc inspect`; pure data, no weights read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+EMBEDDING_ARCHITECTURES = ("bert",)
+
+
+def capabilities(architecture: str, config: Mapping[str, Any] | None, chat_template: str | None) -> list[str]:
+    """The capability names, in a fixed order: completion, chat, tools, thinking, embedding."""
+    from modelc.models.registry import ARCHITECTURES
+    from modelc.tokenizer.reasoning import reasoning_syntax
+
+    cfg = config or {}
+    out: list[str] = []
+    generates = architecture in ARCHITECTURES
+    if generates:
+        out.append("completion")
+        if chat_template:
+            out.append("chat")
+            if "tools" in chat_template:
+                out.append("tools")
+            if reasoning_syntax(chat_template) is not None:
+                out.append("thinking")
+    if architecture in EMBEDDING_ARCHITECTURES or cfg.get("pooling"):
+        out.append("embedding")
+    return out
+
+
+def source_capabilities(source: Any) -> list[str]:
+    """capabilities() of an IR Model, an Artifact or an artifact header (anything with these attributes)."""
+    return capabilities(
+        str(getattr(source, "architecture", "") or ""),
+        getattr(source, "config", None),
+        getattr(source, "chat_template", None),
+    )

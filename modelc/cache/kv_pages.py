@@ -24,7 +24,7 @@ KV_DTYPES = ("float32", "float16", "q8_0", "mixed")
 _ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "q8": "q8_0", "int8": "q8_0"}
 MIXED_WINDOW = 64  # tokens read in f32 by the mixed cache (the seed spec's default hot window)
 HOT_FRACTION = 0.25  # the mixed cache keeps f32 copies for at most this share of the pages...
-HOT_MIN_PAGES = 96  # ...or this many (a 512-token prefill chunk plus several sequences' windows)
+HOT_MIN_PAGES = 40  # ...or this many in a small cache (a 512-token prefill chunk plus a few windows)
 
 
 def parse_kv_dtype(name: str) -> str:

@@ -34,6 +34,8 @@ OPTION_FIELDS = {
     "frequency_penalty": "frequency_penalty",
     "seed": "seed",
     "stop": "stop",
+    "num_keep": "n_keep",
+    "num_ctx": "max_context",  # Ollama sizes the context at load; here it caps the request's (<= the model's)
 }
 
 
@@ -50,7 +52,7 @@ def ns(seconds: float) -> int:
 
 
 def sampling_params(options: Any, defaults: GenerationDefaults, vocab_size: int | None) -> Any:
-    """Ollama `options` -> SamplingParams (unknown options such as num_ctx are accepted and ignored)."""
+    """Ollama `options` -> SamplingParams (unknown options such as mirostat are accepted and ignored)."""
     if options is None:
         options = {}
     if not isinstance(options, dict):
@@ -74,6 +76,9 @@ def sampling_params(options: Any, defaults: GenerationDefaults, vocab_size: int 
         body["max_tokens"] = DEFAULT_NUM_PREDICT
     if isinstance(body.get("stop"), str):
         body["stop"] = [body["stop"]]
+    # Ollama shifts a full context and truncates a too-long prompt by default (its `shift`/`truncate`)
+    body.setdefault("context_shift", True)
+    body.setdefault("truncate", True)
     try:
         return parse_sampling(body, defaults, vocab_size=vocab_size)
     except ModelcError as e:

@@ -158,3 +158,11 @@ def test_request_fields_and_defaults():
     cfg = engine_config(engines=1, threads=1, max_num_seqs=4, max_batch_tokens=64, max_queue=3, kv_cache_mb=None,
                         anchor_tokens=8)  # fmt: skip
     assert cfg.scheduler.anchor_tokens == 8
+
+
+def test_ollama_options_shift_and_truncate_by_default():
+    from modelc.daemon.ollama_shapes import sampling_params
+    from modelc.server.state import GenerationDefaults
+
+    p = sampling_params({"num_keep": 4, "num_ctx": 64}, GenerationDefaults(), 96)
+    assert (p.n_keep, p.max_context, p.context_shift, p.truncate) == (4, 64, True, True)

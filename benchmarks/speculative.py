@@ -2,7 +2,7 @@
 without it, through AsyncEngine (the actors, scheduler and runner a server uses).
 
     .venv/bin/python benchmarks/speculative.py [--tokens 192] [--runs 3] [--gamma 8] [--streams 8]
-        [--threads 2] [--cases plain,lookup,draft-self,draft-random] [--json]
+        [--threads 2] [--cases plain,lookup,draft-self,draft-random,draft-random-1layer] [--json]
 
 Workload "code edit": a Python file followed by an instruction to repeat it with a small change and
 the start of the copy, so most of the output repeats the input (what prompt lookup is for). Greedy,
@@ -11,7 +11,8 @@ ignore_eos, exactly --tokens tokens per stream. Cases:
 - lookup: prompt lookup (n-gram drafts), gamma up to --gamma;
 - draft-self: the target as its own draft (every draft accepted: the ceiling of a draft model);
 - draft-random: a draft with the target's shapes and tokenizer and random weights (nothing accepted:
-  what adaptive gamma's back-off leaves of the cost of a useless draft).
+  what adaptive gamma's back-off leaves of the cost of a useless draft as large as the target);
+- draft-random-1layer: the same with only the first layer (a draft smaller than its target).
 One stream: decode tokens/s after the first token (median of --runs). --streams concurrent streams
 (each its own variation of the file): aggregate tokens/s over the wall time. Every greedy output is
 compared with the plain one token for token. The runs of the cases alternate (the VM is shared).
@@ -76,13 +77,19 @@ def code_edit_prompt(variant: int) -> str:
     return f"{code}\n\n# The same module again, unchanged except for a docstring on every method:\n\nimport json\n"
 
 
-def random_draft(source):
-    """The target's architecture, shapes and tokenizer with random weights (a useless draft)."""
+def random_draft(source, layers: int | None = None):
+    """The target's architecture, shapes and tokenizer with random weights (a useless draft);
+    `layers`: keep only the first ones (a smaller draft, as drafts usually are)."""
     from modelc.ir import DataType, Model, TensorData
 
     rng = np.random.default_rng(0)
     tensors = {}
+    config = dict(source.config)
+    if layers is not None:
+        config["num_hidden_layers"] = layers
     for name, t in source.tensors.items():
+        if layers is not None and any(f"layers.{i}." in name for i in range(layers, 1000)):
+            continue
         if len(t.shape) < 2:
             tensors[name] = t  # norms stay: keeps activations in range
             continue
@@ -93,7 +100,7 @@ def random_draft(source):
         name="random-draft",
         architecture=source.architecture,
         tensors=tensors,
-        config=dict(source.config),
+        config=config,
         tokenizer_json=source.tokenizer_json,
         special_tokens=dict(source.special_tokens or {}),
         naming=source.naming,
@@ -104,7 +111,7 @@ def engine_config(case: str, args, draft_random):
     from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
 
     spec = {"plain": None, "lookup": "ngram"}.get(case, "draft")
-    draft = {"draft-self": str(MODEL), "draft-random": draft_random}.get(case)
+    draft = {"draft-self": str(MODEL), "draft-random": draft_random[0], "draft-random-1layer": draft_random[1]}.get(case)
     return EngineConfig(
         threads=args.threads,
         cache=CacheConfig(kv_cache_tokens=args.streams * 1024 * (2 if draft is not None else 1)),
@@ -162,7 +169,7 @@ def main() -> None:
     ap.add_argument("--gamma", type=int, default=8)
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--cases", default="plain,lookup,draft-self,draft-random")
+    ap.add_argument("--cases", default="plain,lookup,draft-self,draft-random,draft-random-1layer")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     from modelc.artifact.reader import open_artifact
@@ -171,7 +178,7 @@ def main() -> None:
     src = open_artifact(MODEL)
     tok = Tokenizer.from_json(src.tokenizer_json, src.special_tokens or {})
     prompts = [tok.encode(code_edit_prompt(i)) for i in range(max(1, args.streams))]
-    draft_random = random_draft(src)
+    draft_random = (random_draft(src), random_draft(src, layers=1))
     cases = args.cases.split(",")
     runs: dict[str, list[dict]] = {c: [] for c in cases}
     for _ in range(args.runs):

@@ -27,7 +27,11 @@ from modelc.kernels.select import KernelSet
 from modelc.models.batch import make_batch
 from modelc.models.registry import build_model
 
-CATCH_UP_CHUNK = 256  # draft catch-up tokens per sequence per forward
+# Draft catch-up tokens per forward, all sequences together: kept below the matmul prefill threshold
+# (kernels/linear.py PREFILL_MIN_T = 32) so catch-up runs on the small-T kernels, as decoding does.
+# On the shared 2-core VM the dequantize + BLAS path cost ~1 s per forward of the bundled model under
+# load (OpenBLAS threads competing with other processes), against ~25 ms for 31 rows here.
+CATCH_UP_TOKENS = 31
 
 
 @dataclass(slots=True)
@@ -86,12 +90,15 @@ class Drafter:
     def _catch_up(self, jobs: list[DraftJob]) -> None:
         """Compute the draft KV of every history token but the last (the first draft step feeds it)."""
         while True:
-            seqs = []
+            seqs, room = [], CATCH_UP_TOKENS
             for j in jobs:
-                end = min(len(j.history) - 1, j.draft_pos + CATCH_UP_CHUNK)
+                end = min(len(j.history) - 1, j.draft_pos + room)
                 if end > j.draft_pos:
                     seqs.append((np.asarray(j.history[j.draft_pos : end], np.int32), j.draft_pos, j.block_table))
+                    room -= end - j.draft_pos
                     j.draft_pos = end
+                if room == 0:
+                    break
             if not seqs:
                 return
             self.model.forward(make_batch(seqs, logit_rows=np.zeros(0, np.int64)), self.kv)

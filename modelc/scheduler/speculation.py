@@ -5,9 +5,10 @@ NOTE: adaptive gamma. A sequence's gamma follows its acceptance: every draft acc
 next time (up to the request's or the engine's maximum); otherwise the accepted length plus one.
 A verification that accepts nothing also backs off: the sequence decodes plainly for 1, 2, 4, ...
 32 steps before it drafts again (reset by any acceptance), so a poor draft costs a few percent.
-A draft model that has been useless so far (engine-wide acceptance under 10% over 32+ drafted
-tokens) makes new sequences start fully backed off: they probe every 32 steps instead of paying
-the draft's catch-up over their prompt at once.
+With a draft model (which costs forwards) the back-off goes to 64 steps, and a new sequence starts
+from what the engine's drafts have achieved so far (16+ drafted tokens): under 10% accepted -> fully
+backed off (first probe after 64 steps, instead of paying the draft's catch-up over its prompt at
+once); else gamma starts near the expected accepted run, rate / (1 - rate) + 1.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_BACKOFF = 32
+MAX_BACKOFF_MODEL = 64  # a draft model costs forwards: back off further
 POOR_RATE = 0.1  # engine-wide acceptance below this (once MIN_EVIDENCE tokens were drafted) = useless
-MIN_EVIDENCE = 32
+MIN_EVIDENCE = 16
 
 
 @dataclass(slots=True)
@@ -24,6 +26,7 @@ class SpecState:
     gamma: int | None = None  # None: start at the maximum
     skip: int = 0  # plain decode steps left before the next draft
     backoff: int = 1
+    max_backoff: int = MAX_BACKOFF
     started: bool = False
     num_drafts: int = 0
     num_draft_tokens: int = 0
@@ -32,8 +35,15 @@ class SpecState:
     def start(self, engine_rate: float | None, *, costly: bool) -> None:
         """First draft opportunity: start backed off when a costly draft (a model) has been useless."""
         self.started = True
-        if costly and engine_rate is not None and engine_rate < POOR_RATE:
-            self.skip = self.backoff = MAX_BACKOFF
+        if not costly:
+            return
+        self.max_backoff = MAX_BACKOFF_MODEL
+        if engine_rate is None:
+            return
+        if engine_rate < POOR_RATE:
+            self.skip = self.backoff = self.max_backoff
+        elif engine_rate < 1.0:  # start near the run length the engine's drafts have been reaching
+            self.gamma = max(1, round(engine_rate / (1.0 - engine_rate)) + 1)
 
     def next_k(self, max_gamma: int) -> int:
         """Tokens to draft this step (0 = plain decode); counts a skipped step."""
@@ -55,7 +65,7 @@ class SpecState:
             self.gamma = max(1, accepted + 1)
         if accepted == 0:
             self.skip = self.backoff
-            self.backoff = min(2 * self.backoff, MAX_BACKOFF)
+            self.backoff = min(2 * self.backoff, self.max_backoff)
         else:
             self.backoff = 1
 

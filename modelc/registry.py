@@ -131,11 +131,14 @@ def _entry(name: str, v: dict[str, Any]) -> RegistryModel:
 
 
 def search(query: str, *, arch: str | None = None, loc: str | None = None) -> list[RegistryModel]:
-    """Latest version of each model whose name contains `query` (case-insensitive), optionally of one architecture."""
+    """Latest version of each model whose name or architecture contains `query` (case-insensitive),
+    optionally of one architecture."""
     q = query.lower()
     latest: dict[str, RegistryModel] = {}
     for m in load_index(location(loc)):
-        if q in m.name.lower() and (arch is None or m.architecture.lower() == arch.lower()):
+        if (q in m.name.lower() or q in m.architecture.lower()) and (
+            arch is None or m.architecture.lower() == arch.lower()
+        ):
             if m.name not in latest or m.version > latest[m.name].version:
                 latest[m.name] = m
     return sorted(latest.values(), key=lambda m: m.name)

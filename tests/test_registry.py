@@ -78,6 +78,7 @@ def test_serve_pull_and_search(home, served):
     assert [m.name for m in registry.search("", loc=served)] == ["other/gpt", "user/tiny"]
     assert [(m.name, m.version) for m in registry.search("TINY", loc=served)] == [("user/tiny", 2)]
     assert [m.name for m in registry.search("", arch="gpt2", loc=served)] == ["other/gpt"]
+    assert [m.name for m in registry.search("GPT2", loc=served)] == ["other/gpt"]  # architectures match too
     assert not list((home / "downloads").iterdir())
     with pytest.raises(NotFoundError, match="no version 7"):
         registry.pull("user/tiny:7", loc=served)

@@ -114,6 +114,11 @@ def _prepared(
         if arch not in ARCHITECTURES:
             raise UnsupportedError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
         model.architecture = arch
+    elif not model.architecture:
+        from modelc.models.mlp import looks_like_mlp
+
+        if looks_like_mlp(model.tensors):
+            model.architecture = "mlp"  # dense layers and nothing else: servable on /infer
     if chat_template is not None:
         model.chat_template = read_chat_template(Path(chat_template))
     result = PackResult(Path(), model.name or src.stem, num_params=model.num_params)

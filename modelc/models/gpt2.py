@@ -12,6 +12,7 @@ import numpy as np
 
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import FormatError, UnsupportedError
+from modelc.ir import SCALE_SUFFIX
 from modelc.kernels.linear import Weight, prepare_weight
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import ForwardBatch, LoraRows
@@ -119,6 +120,7 @@ class Gpt2Model:
         w = WeightReader(source, kernels)
         self.conv1d = naming == "hf"
         self.wte = w.tensor(names["wte"])  # (V, C)
+        self.wte_rscale = w.tensors.get(names["wte"] + SCALE_SUFFIX)  # (V,) I8/I4 per-row scales, else None
         self.wpe = w.vector(names["wpe"]).reshape(-1, a.hidden_size)  # (max_pos, C) f32
         self.layers = [self._load_layer(w, i) for i in range(a.num_layers)]
         self.ln_f = (
@@ -191,7 +193,7 @@ class Gpt2Model:
         q, k, v, attn = sc.get("q", T), sc.get("k", T), sc.get("v", T), sc.get("attn", T)  # (T, C)
         up, act = sc.get("up", T), sc.get("act", T)  # (T, F)
         q3, k3, v3, attn3 = (t.reshape(T, H, D) for t in (q, k, v, attn))  # (T, H, D)
-        x[...] = K.dequantize_rows(self.wte, batch.token_ids)
+        x[...] = K.dequantize_rows(self.wte, batch.token_ids, self.wte_rscale)
         x += self.wpe[batch.positions]
         scale = 1.0 / float(np.sqrt(D))
         for i, L in enumerate(self.layers):

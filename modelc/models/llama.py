@@ -12,6 +12,7 @@ import numpy as np
 
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import UnsupportedError
+from modelc.ir import SCALE_SUFFIX
 from modelc.kernels.linear import Weight
 from modelc.kernels.rope import rope_inv_freq
 from modelc.kernels.select import KernelSet
@@ -49,6 +50,7 @@ class LlamaModel:
         names = {**NAMES[naming], **(HF_NORMS[a.norm_layout] if naming == "hf" else {})}
         w = WeightReader(source, kernels)
         self.embed = w.tensor(names["embed"])  # (V, C) stored dtype, rows looked up per forward
+        self.embed_rscale = w.tensors.get(names["embed"] + SCALE_SUFFIX)  # (V,) I8/I4 per-row scales, else None
         cfg = dict(source.config)
         self.layers = [
             load_layer(w, names, a, i, load_moe(w, naming, i, cfg, a.hidden_size)) for i in range(a.num_layers)
@@ -134,7 +136,7 @@ class LlamaModel:
         k3 = k.reshape(T, a.num_kv_heads, a.head_dim)  # (T, K, D)
         v3 = v.reshape(T, a.num_kv_heads, a.head_dim)
         attn3 = attn.reshape(T, a.num_heads, a.head_dim)
-        x[...] = K.dequantize_rows(self.embed, batch.token_ids)  # (T, C)
+        x[...] = K.dequantize_rows(self.embed, batch.token_ids, self.embed_rscale)  # (T, C)
         if a.embed_scale != 1.0:
             x *= np.float32(a.embed_scale)
         for i, L in enumerate(self.layers):

@@ -96,6 +96,23 @@ def layer_names(tensors: dict[str, TensorData]) -> list[tuple[str, str | None]]:
     return out
 
 
+def looks_like_mlp(tensors: dict[str, Any]) -> bool:
+    """Whether tensors with no architecture are a stack of dense layers (2-D weights whose shapes chain,
+    1-D biases): what pack calls "mlp" when the source names no architecture."""
+    try:
+        layers = layer_names(tensors)
+    except FormatError:
+        return False
+    if len(layers) + sum(b is not None for _, b in layers) != len(tensors):
+        return False  # other tensors too: something else
+    shapes = [tuple(tensors[w].shape) for w, _ in layers]
+    if any(len(s) != 2 for s in shapes):
+        return False
+    chained = all(shapes[i][1] == shapes[i - 1][0] for i in range(1, len(shapes)))
+    biased = all(b is None or tuple(tensors[b].shape) == (shapes[i][0],) for i, (_, b) in enumerate(layers))
+    return chained and biased
+
+
 class MlpModel:
     """`forward(x (B, in) f32) -> (B, out) f32`: GEMM + bias per layer, ReLU between layers."""
 

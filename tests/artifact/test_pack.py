@@ -119,3 +119,43 @@ def test_pack_fixture_roundtrip(home, shared_fixtures, tmp_path, rel):
     assert all(same(art.tensors[n], model.tensors[n]) for n in model.tensors)
     assert art.architecture == model.architecture and art.tokenizer_json == model.tokenizer_json
     assert art.chat_template == model.chat_template and art.naming == model.naming
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_int_quantized_embeddings_serve(tmp_path, kind) -> None:
+    """--quantize int8|int4 --quantize-embeddings: the (tied) table keeps its per-row scales at lookup."""
+    from modelc.artifact import write_artifact
+    from modelc.engine.runner import Runner
+    from modelc.models.tiny import make_tiny_llama
+
+    src = tmp_path / "tiny.modelc"
+    write_artifact(make_tiny_llama(0), src)
+    base = Runner(open_artifact(src), num_kv_blocks=4).logits([5, 6, 7])  # (T, V)
+    out = pack(src, out=tmp_path / f"tiny-{kind}.modelc", quantize=kind, quantize_embeddings=True)
+    art = open_artifact(out)
+    emb = [n for n in art.tensors if "embed" in n and not n.endswith("@scale")]
+    assert emb and all(art.tensors[n].dtype.value.startswith("I") for n in emb)
+    got = Runner(art, num_kv_blocks=4).logits([5, 6, 7])
+    assert np.isfinite(got).all() and np.corrcoef(got.ravel(), base.ravel())[0, 1] > 0.9
+
+
+def test_mlp_without_arch_is_packed_as_mlp(tmp_path) -> None:
+    from safetensors.numpy import save_file
+
+    from modelc.engine.infer import Inferencer
+
+    rng = np.random.default_rng(0)
+    tensors = {
+        "0.weight": rng.standard_normal((16, 8)).astype(np.float32),
+        "0.bias": np.zeros(16, np.float32),
+        "2.weight": rng.standard_normal((4, 16)).astype(np.float32),
+        "2.bias": np.zeros(4, np.float32),
+    }
+    save_file(tensors, str(tmp_path / "mlp.safetensors"))
+    out = pack(tmp_path / "mlp.safetensors", out=tmp_path / "mlp.modelc")
+    assert open_artifact(out).architecture == "mlp"
+    got = Inferencer(out).infer({"input": [1.0] * 8})["output"]
+    want = np.maximum(tensors["0.weight"] @ np.ones(8, np.float32), 0) @ tensors["2.weight"].T
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    save_file({"a.weight": tensors["0.weight"], "b": tensors["0.bias"]}, str(tmp_path / "other.safetensors"))
+    assert open_artifact(pack(tmp_path / "other.safetensors", out=tmp_path / "o.modelc")).architecture != "mlp"

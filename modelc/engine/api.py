@@ -20,7 +20,8 @@ from modelc.engine.infer import Inferencer, supports_infer
 from modelc.engine.params import SamplingParams
 from modelc.engine.runner import Runner
 from modelc.errors import EngineError, InvalidRequestError, UnsupportedError
-from modelc.scheduler.batch import BatchPlan, SeqChunk
+from modelc.scheduler.batch import BatchPlan, KVShift, SeqChunk
+from modelc.scheduler.context_shift import context_limit, plan_shift, resolve_keep, truncate_prompt
 from modelc.tokenizer.stop import StopMatcher
 
 ARTIFACT_MAGIC = b"MODELC\0\0"
@@ -206,10 +207,12 @@ class Engine:
         n = len(ids)
         if n == 0:
             raise InvalidRequestError("the prompt has no tokens")
-        if n >= self.max_tokens_in_cache:
-            raise InvalidRequestError(
-                f"prompt of {n} tokens does not fit the context ({self.max_tokens_in_cache} tokens)"
-            )
+        limit = context_limit(None, p.max_context, self.max_tokens_in_cache)
+        if n >= limit and p.truncate:
+            ids = np.asarray(truncate_prompt(ids.tolist(), limit, resolve_keep(p.n_keep, 0, n)), np.int32)
+            n = len(ids)
+        if n >= limit:
+            raise InvalidRequestError(f"prompt of {n} tokens does not fit the context ({limit} tokens)")
         eos = set() if p.ignore_eos else set(self.runner.eos_ids)
         stop_ids = eos | set(p.stop_token_ids)
         table = np.arange(self.runner.num_kv_blocks, dtype=np.int32)
@@ -217,19 +220,41 @@ class Engine:
         self._next_seq += 1
         try:
             tok = self._prefill(seq_id, ids, table, p)
-            num_out = 0
+            num_out = dropped = 0
             while num_out < p.max_tokens:
                 num_out += 1
                 if tok in stop_ids and num_out > p.min_tokens:
                     return
                 yield tok
-                pos = n + num_out - 1
-                if num_out >= p.max_tokens or pos + 1 >= self.max_tokens_in_cache:
+                pos = n + num_out - 1 - dropped
+                if num_out >= p.max_tokens:
                     return
-                c = SeqChunk(seq_id, np.array([tok], np.int32), pos, table, True, p, n, num_out)
-                tok = self._run(BatchPlan(self._step, (c,)))
+                shifts: tuple[KVShift, ...] = ()
+                if pos + 1 >= limit:  # the context is full: shift it (context_shift.py) or stop
+                    shift = self._shift_plan(seq_id, p, table, pos, n)
+                    if shift is None:
+                        return
+                    table, shifts = shift[0], (shift[1],)
+                    dropped -= shift[1].delta
+                    pos += shift[1].delta
+                c = SeqChunk(seq_id, np.array([tok], np.int32), pos, table, True, p, max(0, pos + 1 - num_out), num_out)
+                tok = self._run(BatchPlan(self._step, (c,), kv_shifts=shifts))
         finally:
             self.runner.execute(BatchPlan(self._step, (), freed_seq_ids=(seq_id,)))
+
+    def _shift_plan(self, seq_id: int, p: SamplingParams, table: np.ndarray, pos: int,
+                    num_prompt: int) -> tuple[np.ndarray, KVShift] | None:  # fmt: skip
+        """The new block table and the KVShift of a context shift at position `pos`, or None (no shift)."""
+        if not p.context_shift or not hasattr(self.runner.model, "shift_keys"):
+            return None
+        plan = plan_shift(pos + 1, pos, resolve_keep(p.n_keep, 0, num_prompt), BLOCK_SIZE)
+        if plan is None:
+            return None
+        kb, db = plan
+        used = (pos + BLOCK_SIZE - 1) // BLOCK_SIZE
+        moved = tuple(int(b) for b in table[kb + db : used])
+        new = np.concatenate([table[:kb], table[kb + db :], table[kb : kb + db]]).astype(np.int32)  # recycle
+        return new, KVShift(seq_id, moved, -db * BLOCK_SIZE)
 
     def _prefill(self, seq_id: int, ids: np.ndarray, table: np.ndarray, p: SamplingParams) -> int:
         n = len(ids)

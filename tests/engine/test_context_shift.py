@@ -166,3 +166,25 @@ def test_ollama_options_shift_and_truncate_by_default():
 
     p = sampling_params({"num_keep": 4, "num_ctx": 64}, GenerationDefaults(), 96)
     assert (p.n_keep, p.max_context, p.context_shift, p.truncate) == (4, 64, True, True)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_python_engine_shifts_like_the_scheduler(anyio_backend):
+    from modelc.engine.api import Engine
+
+    model = make_tiny_llama(2)
+    prompt = [int(t) for t in np.random.default_rng(3).integers(3, 96, 20)]
+    p = SamplingParams(temperature=0.0, max_tokens=150, ignore_eos=True, context_shift=True)
+    sync = list(Engine(model, kv_cache_tokens=64).generate_ids(prompt, p))
+    with anyio.fail_after(120):
+        async with AsyncEngine.open(model, _config()) as eng:
+            served = [e.token_id for e in [ev async for ev in eng.generate(prompt, p)][:-1]]
+    assert len(sync) == 150 and sync == served
+    plain = list(Engine(model, kv_cache_tokens=64).generate_ids(prompt, SamplingParams(temperature=0.0,
+                                                                                        max_tokens=150)))  # fmt: skip
+    assert len(plain) <= 64 - 20
+    with pytest.raises(InvalidRequestError):
+        list(Engine(model, kv_cache_tokens=64).generate_ids(prompt * 4, p))
+    cut = list(Engine(model, kv_cache_tokens=64).generate_ids(prompt * 4, SamplingParams(max_tokens=3, truncate=True)))
+    assert len(cut) <= 3

@@ -14,7 +14,7 @@ import typer
 from modelc import __version__
 from modelc.errors import ModelcError
 
-AREAS = ("store_cmds", "run_cmds", "daemon_cmds", "bench_cmds", "registry_cmds", "build_cmds", "eval_cmds")
+AREAS = ("store_cmds", "run_cmds", "daemon_cmds", "bench_cmds", "registry_cmds", "build_cmds", "eval_cmds", "warmup_cmds")
 
 
 def git_sha() -> str:

@@ -297,8 +297,10 @@ def _default_runner_factory(source: Any, config: EngineConfig, draft: Any = None
     def make(engine_id: int) -> RunnerLike:
         runner = Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine,
                         draft_source=draft)  # fmt: skip
-        if config.warmup:
-            runner.warmup()  # in the engine's thread, before open() yields: the first request compiles nothing
+        if config.warmup:  # in the engine's thread, before open() yields: the first request compiles nothing
+            from modelc.engine.warm import warmup
+
+            warmup(runner)
         return runner
 
     return make

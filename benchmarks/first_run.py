@@ -1,0 +1,120 @@
+"""First-run benchmark: install, ready time and first token from an empty numba cache, then warm.
+
+    .venv/bin/python benchmarks/first_run.py [--models default,tinyllama-q4_0] [--dir /tmp] [--no-install]
+
+For each model, `modelc run MODEL --port P` is started in a fresh process with an empty
+NUMBA_CACHE_DIR (cold) and then again with the cache it left (warm); measured from process start:
+ready_s (/health answers 200, i.e. loaded and every kernel compiled) and first_token_s (the first
+streamed token of a 16-token /v1/completions request sent as soon as /health is 200).
+`install_s`: `pip install --no-deps --target TMP .` of this checkout (builds and installs modelc itself, its
+build backend fetched by pip; its dependencies are already installed in the running environment).
+tinyllama-q4_0 is a TinyLlama-1.1B-shaped random Q4_0 GGUF (benchmarks/make_tinyllama.py), packed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_to_first_token(model: str | None, env: dict[str, str], timeout_s: float = 1200.0) -> dict[str, float]:
+    port = free_port()
+    argv = [sys.executable, "-m", "modelc", "run", *([model] if model else []), "--port", str(port)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=timeout_s) as c:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"modelc run exited: {proc.stderr.read()[-2000:]}")
+                if time.perf_counter() - t0 > timeout_s:
+                    raise RuntimeError("not ready in time")
+                try:
+                    if c.get("/health", timeout=2).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+            ready = time.perf_counter() - t0
+            body = {"prompt": "def fibonacci(n):", "max_tokens": 16, "temperature": 0, "stream": True}
+            with c.stream("POST", "/v1/completions", json=body) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        first = time.perf_counter() - t0
+                        break
+                for _ in r.iter_lines():
+                    pass
+        return {"ready_s": ready, "first_token_s": first}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def install_s(work: pathlib.Path) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(work / "site"),
+                    str(ROOT)], check=True, capture_output=True)  # fmt: skip
+    return time.perf_counter() - t0
+
+
+def tinyllama(work: pathlib.Path, env: dict[str, str]) -> str:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import make_tinyllama
+
+    gguf = work / "tinyllama-1.1b-Q4_0.gguf"
+    make_tinyllama.write(gguf, "Q4_0")
+    out = work / "tinyllama-q4_0.modelc"
+    subprocess.run([sys.executable, "-m", "modelc", "pack", str(gguf), "-o", str(out)], env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    gguf.unlink()
+    return str(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="default,tinyllama-q4_0")
+    ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--no-install", action="store_true")
+    a = ap.parse_args()
+    work = pathlib.Path(tempfile.mkdtemp(prefix="modelc-first-run-", dir=a.dir))
+    try:
+        env = {**os.environ, "MODELC_HOME": str(work / "home"), "PYTHONPATH": str(ROOT)}
+        result: dict[str, object] = {"load_avg_before": os.getloadavg(), "cpus": os.cpu_count()}
+        if not a.no_install:
+            result["install_s"] = install_s(work)
+        for name in a.models.split(","):
+            model = None if name == "default" else tinyllama(work, env) if name == "tinyllama-q4_0" else name
+            cache = work / f"numba-{name}"
+            cache.mkdir()
+            run_env = {**env, "NUMBA_CACHE_DIR": str(cache)}
+            cold = start_to_first_token(model, run_env)
+            warm = start_to_first_token(model, run_env)
+            result[name] = {"cold": cold, "warm": warm}
+            print(json.dumps({name: result[name]}), flush=True)
+        result["load_avg_after"] = os.getloadavg()
+        print(json.dumps(result, indent=1))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""`modelc warmup [MODEL]`: compile (into numba's on-disk cache) every kernel the model's requests reach.
+
+For images and CI: run it once at build time, and the first `modelc run` of that model starts warm.
+"""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from modelc.cli.store_cmds import out
+
+
+def warmup_cmd(
+    model: str | None = typer.Argument(
+        None, help="A .modelc file, a store name or raw weights (packed first); none = the bundled default model."
+    ),
+    threads: int | None = typer.Option(None, "--threads", help="numba threads (the compiled kernels are the same)."),
+) -> None:
+    """Compile ahead the kernels MODEL needs (its weight types, this CPU), so serving starts warm.
+
+    Example: modelc warmup tiny
+    """
+    started = time.perf_counter()
+    from modelc.artifact.reader import open_artifact
+    from modelc.daemon.launch import serve_target
+    from modelc.server.engines import adapter_for
+
+    path, name = serve_target(model)
+    source = open_artifact(path)
+    adapter = adapter_for(source)
+    if adapter is not None:
+        if getattr(adapter, "warmup", None) is not None:
+            adapter.warmup()
+    else:
+        from modelc.engine.runner import Runner
+        from modelc.engine.warm import warmup
+
+        warmup(Runner(source, num_kv_blocks=2, threads=threads))
+    cache = _cache_dir()
+    out.print(f"warm: {name} in {time.perf_counter() - started:.1f}s (numba cache: {cache})")
+
+
+def _cache_dir() -> str:
+    from modelc.kernels import norm
+
+    try:
+        return str(norm.rms_norm._cache.cache_path)
+    except AttributeError:
+        return "unknown"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("warmup")(warmup_cmd)

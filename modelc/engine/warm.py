@@ -40,6 +40,8 @@ def warmup(runner: Any, *, parallel: bool | None = None) -> float:
 def _worth_a_helper(runner: Any) -> bool:
     if getattr(runner.model.kernels, "name", "") != "numba" or (os.cpu_count() or 1) < 2:
         return False
+    if getattr(sys, "frozen", False):  # a compiled executable: sys.executable is the app, not Python
+        return False
     if _artifact_args(runner.source) is None:
         return False
     return not _cached("modelc.kernels.attention", "paged_attention_parallel")

@@ -180,6 +180,14 @@ def variants() -> dict[str, tuple[type, dict]]:
             num_key_value_heads=1, head_dim=16, num_experts=6, num_experts_per_tok=2, norm_topk_prob=True,
             decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
         )),
+        # gpt-oss: attention sinks, sliding (window 4) / full layers, q/k/v/o biases, 4 experts top-2 with
+        # router and expert biases and the clamped SwiGLU, YaRN RoPE (factor 8 over 16 original positions)
+        "gpt-oss": (t.GptOssConfig, dict(
+            hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+            num_local_experts=4, num_experts_per_tok=2, sliding_window=4, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 8.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False},
+        )),
         # SmolLM3: every 4th layer has no RoPE (4 layers: layer 3 is RoPE-less)
         "smollm3": (t.SmolLM3Config, dict(
             hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,

@@ -24,6 +24,7 @@ from modelc.formats.gguf_tokenizer import (
     default_add_bos,
     token_types,
 )
+from modelc.formats.hf import keep_special_text
 from modelc.formats.hf_config import check_config_types
 from modelc.ir import DataType, Model, TensorData
 
@@ -41,7 +42,7 @@ MAX_METADATA_ARRAY = 4096
 NEOX_ROPE_ARCHS = {
     "falcon", "grok", "dbrx", "bert", "jina-bert-v2", "nomic-bert", "nomic-bert-moe", "stablelm",
     "bitnet", "qwen", "qwen2", "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "olmo2", "olmoe",
-    "phi2", "phi3", "phimoe", "plamo", "gemma", "gemma2", "gemma3", "starcoder2", "openelm",
+    "phi2", "phi3", "phimoe", "gpt-oss", "plamo", "gemma", "gemma2", "gemma3", "starcoder2", "openelm",
     "gptneox", "codeshell", "exaone", "minicpm3", "nemotron", "deepseek2",
 }  # fmt: skip
 
@@ -50,7 +51,7 @@ _ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "phi3": "phi3",
 _ACT = {
     "llama": "silu", "mixtral": "silu", "qwen2": "silu", "phi3": "silu", "qwen3": "silu", "qwen3moe": "silu", "olmo2": "silu",
     "granite": "silu", "smollm3": "silu", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
-    "gpt2": "gelu", "bert": "gelu",
+    "gpt-oss": "silu", "gpt2": "gelu", "bert": "gelu",
 }  # fmt: skip
 
 # `{arch}.<key>` -> normalized config key.
@@ -83,9 +84,11 @@ _HPARAMS = {
     "expert_feed_forward_length": "moe_intermediate_size",
     "expert_weights_norm": "norm_topk_prob",
 }
+# `{arch}.rope.scaling.<key>` -> rope_scaling key
+_ROPE_SCALING = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow", "attn_factor": "attention_factor"}
 # llama.cpp's fixed per-architecture rules that no GGUF key carries:
 # (sliding-window layer pattern, RoPE-less layer interval, local RoPE base)
-_SWA_EVERY = {"gemma2": 2, "gemma3": 6}  # layer i slides unless (i + 1) % every == 0
+_SWA_EVERY = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}  # layer i slides unless (i + 1) % every == 0
 _NO_ROPE_EVERY = {"smollm3": 4}
 _LOCAL_ROPE_BASE = {"gemma3": 10000.0}
 
@@ -177,6 +180,12 @@ def _layer_rules(cfg: dict[str, Any], arch: str, tensors: dict[str, TensorData])
         cfg["local_rope_theta"] = _LOCAL_ROPE_BASE[arch]
     if arch in ("gemma2", "gemma3") and cfg.get("hidden_size"):
         cfg["embedding_multiplier"] = float(cfg["hidden_size"]) ** 0.5  # (the converter already added 1 to norms)
+    if arch == "gpt-oss":  # llama.cpp names its pre-FFN norm post_attention_norm; the experts use the clamped SwiGLU
+        for i in range(n):
+            old = tensors.pop(f"blk.{i}.post_attention_norm.weight", None)
+            if old is not None:
+                tensors[f"blk.{i}.ffn_norm.weight"] = old
+        cfg["moe_activation"] = "oss"
     if cfg.get("num_experts"):  # llama.cpp renormalizes the top-k weights unless told otherwise (qwen2moe)
         cfg.setdefault("norm_topk_prob", arch not in ("qwen2moe",))
     pre, post = "blk.0.attn_norm.weight" in tensors, "blk.0.post_attention_norm.weight" in tensors
@@ -209,6 +218,12 @@ def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str,
         orig = f.get(f"{arch}.rope.scaling.original_context_length")
         if orig:
             scaling["original_max_position_embeddings"] = int(orig)
+        for key, norm in _ROPE_SCALING.items():
+            v = f.get(f"{arch}.rope.scaling.{key}")
+            if isinstance(v, int | float | np.number) and not isinstance(v, bool):
+                scaling[norm] = float(v)
+        if arch == "gpt-oss":  # its YaRN ramp is not truncated to whole dims (config.json: truncate false)
+            scaling["truncate"] = False
         cfg["rope_scaling"] = scaling
     if "rope_freqs.weight" in tensors:
         cfg["rope_freqs_tensor"] = "rope_freqs.weight"  # llama3-style per-dim frequency factors
@@ -298,7 +313,7 @@ def read_gguf(path: str | os.PathLike[str], name: str | None = None) -> Model:
         metadata=_metadata(g),
         tokenizer_json=tok_json,
         chat_template=template if isinstance(template, str) else None,
-        special_tokens=_special_tokens(g),
+        special_tokens={**_special_tokens(g), **keep_special_text(template if isinstance(template, str) else None)},
         source_format="gguf",
         naming="gguf",
     )

@@ -107,6 +107,14 @@ def _ints(v: Any) -> list[int]:
     return []
 
 
+def keep_special_text(template: str | None) -> dict[str, bool]:
+    """{"keep_special_text": True} for harmony (gpt-oss), whose channel markers are special tokens that the
+    generated text must keep so the reasoning can be split from the answer; else {}."""
+    from modelc.tokenizer.reasoning import HARMONY, reasoning_syntax
+
+    return {"keep_special_text": True} if template and reasoning_syntax(template) is HARMONY else {}
+
+
 def _chat_template(folder: pathlib.Path, tok_cfg: dict[str, Any]) -> str | None:
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
@@ -195,13 +203,14 @@ def read_folder_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
         config["max_seq_length"] = st_cfg["max_seq_length"]
     if "vocab_size" not in config and tok_json:
         config["vocab_size"] = len(_token_ids(tok_json))
+    template = _chat_template(f, tok_cfg if isinstance(tok_cfg, dict) else {})
     return {
         "architecture": architecture,
         "config": config,
         "metadata": {"hf_config": cfg},
         "tokenizer_json": tok_text,
-        "chat_template": _chat_template(f, tok_cfg if isinstance(tok_cfg, dict) else {}),
-        "special_tokens": _special_tokens(cfg, tok_cfg, gen, tok_json),
+        "chat_template": template,
+        "special_tokens": {**_special_tokens(cfg, tok_cfg, gen, tok_json), **keep_special_text(template)},
         "generation_config": {k: v for k, v in gen.items() if not k.startswith("_") and k != "transformers_version"},
     }
 

@@ -23,6 +23,7 @@ ARCHITECTURES = {
     "gemma3_text": "gemma3",
     "mixtral": "mixtral",
     "qwen3_moe": "qwen3moe",
+    "gpt_oss": "gpt-oss",
     "gpt2": "gpt2",
     "bert": "bert",
     "roberta": "bert",
@@ -64,12 +65,13 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "norm_topk_prob": ("norm_topk_prob",),
 }
 # decoder families run by models.llama, and the switches each implies beyond its config.json keys
-LLAMA_FAMILY = ("llama", "qwen2", "phi3", "qwen3", "olmo2", "granite", "smollm3", "gemma2", "gemma3", "mixtral", "qwen3moe")
+LLAMA_FAMILY = ("llama", "qwen2", "phi3", "qwen3", "olmo2", "granite", "smollm3", "gemma2", "gemma3", "mixtral", "qwen3moe", "gpt-oss")
 _SWITCHES: dict[str, dict[str, Any]] = {
     "olmo2": {"norm_layout": "post"},
     "gemma2": {"norm_layout": "sandwich", "norm_offset": 1.0},
     "gemma3": {"norm_layout": "sandwich", "norm_offset": 1.0},
     "mixtral": {"norm_topk_prob": True},  # softmax over the top-k router logits = renormalized top-k
+    "gpt-oss": {"norm_topk_prob": True, "moe_activation": "oss"},  # the clamped SwiGLU in every expert
 }
 # families whose window is used only with use_sliding_window (their configs carry one regardless)
 _WINDOW_FLAG = ("qwen2", "qwen3", "qwen3moe", "smollm3")
@@ -145,10 +147,10 @@ def _window(arch: str, cfg: dict[str, Any], out: dict[str, Any]) -> None:
     only with use_sliding_window. Mixed layers -> sliding_window_layers (bools); Mistral slides everywhere."""
     n = out.get("num_hidden_layers")
     n = n if isinstance(n, int) else 0  # a bad type is reported by check_config_types
-    if arch not in _WINDOW_FLAG and arch not in ("gemma2", "gemma3"):
-        return
     types = cfg.get("layer_types")
     if not (isinstance(types, list) and len(types) == n):
+        if arch not in _WINDOW_FLAG and arch not in ("gemma2", "gemma3"):
+            return  # Mistral: the window applies to every layer
         types = _default_layer_types(arch, cfg, n)
     sliding = [t == "sliding_attention" for t in types]
     used = cfg.get("use_sliding_window") if arch in _WINDOW_FLAG else True

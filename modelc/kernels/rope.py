@@ -31,6 +31,8 @@ def rope_inv_freq(rotary_dim: int, theta: float, scaling: dict[str, Any] | None 
     factor = float(scaling.get("factor", 1.0))
     if kind == "linear":
         return inv / factor
+    if kind == "yarn":
+        return _yarn(inv, rotary_dim, float(theta), factor, scaling)
     if kind in ("longrope", "su"):  # Phi-3.5/Phi-4: per-dim divisors (short factors: contexts <= the original)
         short = np.asarray(scaling.get("short_factor") or [], np.float64)
         if short.shape != (half,):
@@ -49,6 +51,26 @@ def rope_inv_freq(rotary_dim: int, theta: float, scaling: dict[str, Any] | None 
         is_mid = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
         return np.where(is_mid, mid, out)
     raise UnsupportedError(f"unsupported rope scaling type {kind!r}")
+
+
+def _yarn(inv: np.ndarray, dim: int, base: float, factor: float, sc: dict[str, Any]) -> np.ndarray:
+    """YaRN (gpt-oss, Qwen long context): interpolated (inv / factor) below a band of dims, kept above it,
+    a linear ramp between; the band from beta_fast/beta_slow rotations over the original context."""
+    orig = float(sc.get("original_max_position_embeddings") or 4096)
+    fast, slow = float(sc.get("beta_fast") or 32.0), float(sc.get("beta_slow") or 1.0)
+
+    def corr_dim(rotations: float) -> float:
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = corr_dim(fast), corr_dim(slow)
+    if sc.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2, dtype=np.float64) - low) / (high - low), 0.0, 1.0)
+    keep = 1.0 - ramp  # 1: extrapolate (the original frequency), 0: interpolate
+    return inv / factor * (1.0 - keep) + inv * keep
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

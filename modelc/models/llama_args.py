@@ -28,11 +28,22 @@ def _per_layer(cfg: dict[str, Any], key: str, n: int, default: Any) -> list:
 
 
 def longrope_attention_factor(scaling: dict[str, Any] | None, max_pos: int | None) -> float:
-    """The cos/sin multiplier of long-RoPE (Phi-3.5/Phi-4): attention_factor, else sqrt(1 + ln s / ln orig)."""
-    if not scaling or scaling.get("rope_type", scaling.get("type")) not in ("longrope", "su"):
+    """The cos/sin multiplier of long-RoPE (Phi-3.5/Phi-4): attention_factor, else sqrt(1 + ln s / ln orig);
+    of YaRN: attention_factor, else 0.1 ln(factor) + 1 (transformers' defaults for both)."""
+    kind = scaling.get("rope_type", scaling.get("type")) if scaling else None
+    if kind not in ("longrope", "su", "yarn"):
         return 1.0
+    assert scaling is not None
     if scaling.get("attention_factor") is not None:
         return float(scaling["attention_factor"])
+    if kind == "yarn":
+        f = float(scaling.get("factor") or 1.0)
+        m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+
+        def mscale(s: float) -> float:
+            return 0.1 * s * math.log(f) + 1.0 if f > 1.0 else 1.0
+
+        return mscale(float(m)) / mscale(float(m_all)) if m and m_all else mscale(1.0)
     orig = float(scaling.get("original_max_position_embeddings") or max_pos or 1)
     factor = scaling.get("factor") or ((max_pos or orig) / orig)
     return math.sqrt(1.0 + math.log(factor) / math.log(orig)) if factor > 1.0 else 1.0

@@ -24,7 +24,7 @@ OSS_ALPHA, OSS_LIMIT = 1.702, 7.0
 _NAMES = {  # naming -> (router, [per-expert gate, up, down] or fused 3-D gate, up, down, gate_up)
     "gguf": {
         "router": "blk.{i}.ffn_gate_inp", "gate": "blk.{i}.ffn_gate_exps", "up": "blk.{i}.ffn_up_exps",
-        "down": "blk.{i}.ffn_down_exps", "gate_up": "blk.{i}.ffn_gate_up_exps",
+        "down": "blk.{i}.ffn_down_exps",
     },
     "mixtral": {
         "router": "model.layers.{i}.block_sparse_moe.gate", "gate": "model.layers.{i}.block_sparse_moe.experts.{e}.w1",
@@ -35,7 +35,7 @@ _NAMES = {  # naming -> (router, [per-expert gate, up, down] or fused 3-D gate, 
         "router": "model.layers.{i}.mlp.gate", "gate": "model.layers.{i}.mlp.experts.{e}.gate_proj",
         "up": "model.layers.{i}.mlp.experts.{e}.up_proj", "down": "model.layers.{i}.mlp.experts.{e}.down_proj",
     },
-    "hf-fused": {  # transformers 5's in-memory layout (and gpt-oss checkpoints): (E, 2F, C) and (E, C, F)
+    "hf-oss": {  # gpt-oss: gate_up (E, C, 2F) with gate and up columns interleaved, down (E, F, C), "_bias"es
         "router": "model.layers.{i}.mlp.router", "gate_up": "model.layers.{i}.mlp.experts.gate_up_proj",
         "down": "model.layers.{i}.mlp.experts.down_proj",
     },
@@ -136,16 +136,25 @@ def _stacked(w: WeightReader, name: str, E: int, rows: int, cols: int) -> list[W
     return [prepare_weight(p, s) for p, s in zip(expert_slices(t, name), scales, strict=True)]
 
 
-def _split_gate_up(F: int, t: TensorData, name: str) -> tuple[list[Weight], list[Weight]]:
-    """transformers' fused gate_up (E, 2F, C): the gate's F rows, then the up's."""
-    from modelc.models.weights import split_rows
+def _load_oss(w: WeightReader, n: dict[str, str], E: int, k: int, F: int, C: int, cfg: dict) -> MoeFFN:
+    """gpt-oss's HF layout, stored (in, out): float weights are transposed and de-interleaved once at load
+    (a copy; its MXFP4 *_blocks checkpoints are not read here)."""
+    gu, dn = w.tensor(n["gate_up"]), w.tensor(n["down"])
+    if gu.shape != (E, C, 2 * F) or dn.shape != (E, F, C):
+        raise FormatError(f"gpt-oss experts have shapes {gu.shape} and {dn.shape}, expected ({E}, {C}, {2 * F}), ({E}, {F}, {C})")
+    gu_f, dn_f = w.kernels.dequantize(gu).reshape(E, C, 2 * F), w.kernels.dequantize(dn).reshape(E, F, C)
 
-    gate, up = [], []
-    for part in expert_slices(t, name):
-        g, u = split_rows(part, [F, F], name)
-        gate.append(prepare_weight(g))
-        up.append(prepare_weight(u))
-    return gate, up
+    def f32(a: np.ndarray) -> Weight:
+        return prepare_weight(TensorData.from_array(np.ascontiguousarray(a, dtype=np.float32)))
+
+    gb = w.vector(n["gate_up"] + "_bias", E * 2 * F).reshape(E, 2 * F)
+    return MoeFFN(
+        router=w.matrix(n["router"] + ".weight", E, C), router_bias=w.maybe_vector(n["router"] + ".bias", E),
+        gate=[f32(gu_f[e, :, 0::2].T) for e in range(E)], up=[f32(gu_f[e, :, 1::2].T) for e in range(E)],
+        down=[f32(dn_f[e].T) for e in range(E)], gate_bias=np.ascontiguousarray(gb[:, 0::2]),
+        up_bias=np.ascontiguousarray(gb[:, 1::2]), down_bias=w.vector(n["down"] + "_bias", E * C).reshape(E, C),
+        top_k=k, normalize=True, activation="oss",
+    )  # fmt: skip
 
 
 def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN | None:
@@ -154,7 +163,7 @@ def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN 
     if E <= 0:
         return None
     F = int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
-    kinds = ["gguf"] if naming == "gguf" else ["mixtral", "hf", "hf-fused"]
+    kinds = ["gguf"] if naming == "gguf" else ["mixtral", "hf", "hf-oss"]
     for kind in kinds:
         n = {key: v.replace("{i}", str(i)) for key, v in _NAMES[kind].items()}
         if w.has(n["router"] + ".weight"):
@@ -171,9 +180,7 @@ def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN 
         up = [w.matrix(n["up"].format(e=e) + ".weight", F, C) for e in range(E)]
         down = [w.matrix(n["down"].format(e=e) + ".weight", C, F) for e in range(E)]
     else:
-        t = w.tensor(n["gate_up"])
-        gate, up = _split_gate_up(F, t, n["gate_up"])
-        down = _stacked(w, n["down"], E, C, F)
+        return _load_oss(w, n, E, k, F, C, cfg)
 
     def bias(key: str, size: int) -> np.ndarray | None:
         name = n.get(key, "") + ".bias"

@@ -10,7 +10,7 @@ from modelc.kernels.select import KernelSet, kernel_set
 ARCHITECTURES = {
     "llama": "llama", "mistral": "llama", "qwen2": "llama", "phi3": "llama", "qwen3": "llama", "olmo2": "llama",
     "granite": "llama", "smollm3": "llama", "gemma2": "llama", "gemma3": "llama", "mixtral": "llama",
-    "qwen3moe": "llama", "gpt2": "gpt2",
+    "qwen3moe": "llama", "gpt-oss": "llama", "gpt2": "gpt2",
 }  # fmt: skip
 
 

@@ -24,9 +24,12 @@ class IncrementalDecoder:
 
     __slots__ = ("_tok", "_ids", "_prefix_offset", "_read_offset", "_skip_special")
 
-    def __init__(self, tokenizer: Tokenizer, prompt_ids: list[int] | None = None, *, skip_special: bool = True) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, prompt_ids: list[int] | None = None, *, skip_special: bool | None = None
+    ) -> None:
         self._tok = tokenizer
-        self._skip_special = skip_special
+        # default: skip special tokens unless the model's text format needs them (harmony's channel markers)
+        self._skip_special = not getattr(tokenizer, "keep_special_text", False) if skip_special is None else skip_special
         self._ids: list[int] = list(prompt_ids or [])
         # Keep a few prompt tokens in the window (vLLM uses 5) so SentencePiece spacing is right.
         self._read_offset = len(self._ids)

@@ -72,6 +72,8 @@ class Tokenizer:
             | ({self.bos_id} if self.bos_id is not None else set())
         )
         self._add_bos: bool | None = st.get("add_bos_token")
+        # generated text keeps special tokens (harmony's channel markers) when the model's format needs them
+        self.keep_special_text: bool = bool(st.get("keep_special_text"))
         self._post_adds_bos = self._post_processor_adds_bos()
         self._token_bytes: list[bytes] | None = None
 

@@ -40,11 +40,13 @@ VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "gemma3": ("gemma3", "q/k norm, 5 local (window 4, base 1e4) : 1 global (base 1e6, linear 8) layers"),
     "mixtral": ("mixtral", "4 experts, top-2 renormalized"),
     "qwen3moe": ("qwen3moe", "q/k norm, 6 experts of width 32, top-2 renormalized"),
+    "gpt-oss": ("gpt-oss", "sinks, window 4 / full layers, biases, 4 experts top-2 with clamped SwiGLU, YaRN"),
 }
 GGUF_ARCH = {"mixtral": "llama"}  # llama.cpp writes Mixtral as a llama with expert tensors
 # variants with a llama.cpp-converted F32 GGUF next to the HF folder (tools/make_variant_fixtures.py --gguf)
 GGUF_VARIANTS = [
     "phi3-longrope", "llama32-tied", "qwen3", "olmo2", "granite", "smollm3", "gemma2", "gemma3", "mixtral", "qwen3moe",
+    "gpt-oss",
 ]  # fmt: skip
 MAX_REL_ERR = 1e-4
 
@@ -163,6 +165,8 @@ def _perturbed_err(d, **config):
         ("gemma3", {"attention_multiplier": 0.5}),
         ("mixtral", {"norm_topk_prob": False}),
         ("qwen3moe", {"num_experts_per_tok": 1}),
+        ("gpt-oss", {"rope_scaling": None}),  # YaRN (and its attention factor)
+        ("gpt-oss", {"sliding_window_layers": None}),
     ],
 )
 def test_fixtures_are_sensitive_to_each_feature(variants_dir, name, override):
@@ -279,7 +283,7 @@ def anyio_backend():
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("name", ["llama3", "mistral-swa8", "qwen2-swa", "phi3", "gemma2", "gemma3", "qwen3moe"])
+@pytest.mark.parametrize("name", ["llama3", "mistral-swa8", "qwen2-swa", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss"])
 async def test_batched_serving_reproduces_greedy(variants_dir, name):
     """Three concurrent requests through AsyncEngine (scheduler + runner actors), 8-token steps: chunked
     prefill across KV blocks and windows, decodes batched with other sequences' prefill, prefix-cache hits."""

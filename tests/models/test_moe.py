@@ -69,3 +69,20 @@ def test_q8_0_gguf_experts_stay_quantized_and_mapped(mixtral_dir):
     got = eng.logits(ids)
     cos = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
     assert np.median(cos) >= 0.999 and (cos < 0.99).sum() <= 1  # a near-tie may flip one routing choice
+
+
+def test_gpt_oss_sinks_and_clamped_swiglu_matter(fixtures_dir):
+    """Dropping the attention sinks or using the plain SwiGLU moves gpt-oss's logits far past the 1e-4 check."""
+    d = fixtures_dir / "models" / "variants" / "gpt-oss"
+    ids = np.load(d / "ref" / "prompt_ids.npy").tolist()
+    want = np.load(d / "ref" / "logits_hf_fp32.npy")
+
+    def err(change):
+        eng = Engine.load(d / "hf")
+        for layer in eng.runner.model.layers:
+            change(layer)
+        return float(np.abs(eng.logits(ids) - want).max() / np.abs(want).max())
+
+    assert err(lambda L: None) <= 1e-4
+    assert err(lambda L: setattr(L, "sinks", None)) > 1e-2
+    assert err(lambda L: setattr(L.moe, "activation", "silu")) > 1e-2

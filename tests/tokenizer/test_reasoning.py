@@ -80,3 +80,23 @@ def test_reasoning_format_values():
     assert check_reasoning_format("none") == "none"
     with pytest.raises(InvalidRequestError, match="reasoning_format"):
         check_reasoning_format("yes")
+
+
+def test_harmony_markers_survive_decoding(fixtures_dir):
+    """gpt-oss's channel markers are special tokens: a model whose template is harmony keeps them in its
+    generated text (special_tokens keep_special_text, set by the readers), so the analysis splits off."""
+    import tokenizers
+
+    from modelc.formats.hf import keep_special_text
+    from modelc.tokenizer import IncrementalDecoder, Tokenizer
+
+    template = (fixtures_dir / "templates" / "families" / "openai-gpt-oss-120b.jinja").read_text()
+    assert keep_special_text(template) == {"keep_special_text": True} and keep_special_text("{{ x }}") == {}
+    raw = tokenizers.Tokenizer.from_file(str(fixtures_dir / "models" / "variants" / "gpt-oss" / "hf" / "tokenizer.json"))
+    raw.add_special_tokens(["<|channel|>", "<|message|>", "<|end|>", "<|start|>"])
+    text = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hi!"
+    for keep, want in ((True, ("Think.", "Hi!")), (False, (None, "analysisThink.assistantfinalHi!"))):
+        tok = Tokenizer.from_json(raw.to_str(), {"keep_special_text": True} if keep else {})
+        dec = IncrementalDecoder(tok, [])
+        out = "".join(dec.add(i) for i in tok.encode(text, add_special=False))
+        assert split_reasoning(out, HARMONY) == want

@@ -188,7 +188,7 @@ class Scheduler:
         if limit <= 0 or p.constraint is not None or p.speculative is False:
             return 0, None  # a grammar cannot be verified exactly: never speculate under one
         mode = self.config.speculative
-        if mode is None and not p.speculative:
+        if mode is None and not p.speculative and not p.gamma:  # the seed spec: gamma > 0 turns it on
             return 0, None
         cap = min(
             p.gamma if p.gamma is not None else self.config.spec_gamma, limit, p.max_tokens - seq.num_output_tokens - 1

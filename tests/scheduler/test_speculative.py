@@ -113,6 +113,9 @@ def test_per_request_switches():
     assert out[1] == out[2]
     assert sched.spec_stats.num_drafts > 0
     assert sched.spec_stats.num_draft_tokens <= 3 * sched.spec_stats.num_drafts
+    runner, sched = make_pair(src)
+    drive(runner, sched, [Sequence(1, PROMPT, _greedy(20, gamma=2))])  # the seed spec: gamma > 0 turns it on
+    assert 0 < sched.spec_stats.num_draft_tokens <= 2 * sched.spec_stats.num_drafts
     runner, sched = make_pair(src, speculative="ngram")
     json_only = Constraint("regex", "w[0-9]+")
     seqs = [Sequence(1, PROMPT, _greedy(20, speculative=False)), Sequence(2, PROMPT, _greedy(20, gamma=0))]

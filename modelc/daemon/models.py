@@ -221,6 +221,8 @@ class ModelManager:
                 await entry.stop.wait()
         except ModelcError as e:  # answered to requests: the file's location stays on the server
             entry.error = e if str(entry.path) not in e.message else _without_path(e, entry)
+            # keep no frames of the failed load alive (their locals may hold whatever it allocated)
+            entry.error.__traceback__ = entry.error.__context__ = entry.error.__cause__ = None
         except Exception as e:  # a broken model must not take the daemon's other models down
             entry.error = EngineError(
                 f"model {entry.name} failed: {type(e).__name__}: {e}".replace(str(entry.path), entry.name)

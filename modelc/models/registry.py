@@ -20,6 +20,9 @@ def build_model(source: Any, kernels: KernelSet | None = None):
     family = ARCHITECTURES.get(arch)
     if family is None:
         raise UnsupportedError(f"architecture {arch!r} cannot generate text (supported: {', '.join(ARCHITECTURES)})")
+    from modelc.models.bounds import check_counts
+
+    check_counts(source)  # config counts against the tensors present, before anything is allocated from them
     ks = kernels or kernel_set()
     if family == "gpt2":
         from modelc.models.gpt2 import Gpt2Model

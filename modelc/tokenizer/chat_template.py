@@ -15,7 +15,8 @@ from typing import Any
 
 import minijinja
 
-from modelc.errors import InvalidRequestError, ModelcError
+from modelc.errors import InvalidRequestError
+from modelc.tokenizer import template_budget, template_worker
 
 # Used when a model ships no template and its vocabulary knows ChatML's markers.
 CHATML_TEMPLATE = (
@@ -170,15 +171,16 @@ class ChatTemplate:
             "tools": list(tools) if tools is not None else None,
             "add_generation_prompt": add_generation_prompt,
         }
+        # Rendered in a memory-limited worker process with fuel, an output cap (both growing with the
+        # conversation) and a timeout (tokenizer/template_worker.py): a hostile template fails this
+        # request with a 400; it can neither hang nor abort the daemon.
+        fuel, limit = template_budget.fuel_for(context), template_budget.max_output_chars(context)
         try:
-            return self._env.render_template("chat", **context)
-        except TemplateError:
-            raise
-        except minijinja.TemplateError as exc:
-            cause = exc.__cause__ or exc.__context__
-            if isinstance(cause, ModelcError):
-                raise TemplateError(cause.message) from exc
-            raise TemplateError(f"chat template failed: {_one_line(exc)}") from exc
+            return template_worker.shared_worker().render(self.source, context, fuel, limit)
+        except template_worker.RenderFailed as e:
+            if e.kind == "raise":  # the template's own raise_exception: its message as is
+                raise TemplateError(e.message) from None
+            raise TemplateError(f"chat template failed: {e.message}") from None
 
 
 def _one_line(exc: Exception) -> str:

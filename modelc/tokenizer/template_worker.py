@@ -1,0 +1,159 @@
+"""Chat templates render in a separate, memory-limited worker process (one per modelc process).
+
+A template comes from a model file and may be hostile. minijinja's fuel stops most runaway loops,
+but not all (iterating a lazily concatenated list of 2^33 items hangs), and a failed allocation in
+Rust aborts the whole process. So the render runs in a child process with an address-space limit,
+fuel, an output cap and a wall-clock timeout: whatever the template does, the request gets a
+TemplateError (HTTP 400) and the daemon keeps running; a dead or stuck worker is replaced.
+
+Protocol: one JSON line per request {"source", "context", "fuel", "limit"} and one JSON line per
+reply {"text"} or {"error", "kind"}. `python -m modelc.tokenizer.template_worker` is the worker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+TIMEOUT_S = 5.0  # real templates render in milliseconds
+WORKER_MEMORY_BYTES = 2 << 30  # the worker's address-space limit
+MAX_CACHED = 16  # compiled templates kept by the worker
+
+
+class RenderFailed(Exception):
+    """The worker reported an error ("raise": the template's own raise_exception) or died."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.message, self.kind = message, kind
+
+
+class RenderWorker:
+    """The parent's handle on the worker: started on first use, restarted after a failure."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def render(self, source: str, context: dict[str, Any], fuel: int, limit: int) -> str:
+        line = json.dumps({"source": source, "context": context, "fuel": fuel, "limit": limit}, default=str)
+        with self._lock:
+            proc = self._ensure()
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(line.encode() + b"\n")
+                proc.stdin.flush()
+                reply = self._read(proc, TIMEOUT_S)
+            except (OSError, ValueError):
+                reply = None
+            if reply is None:
+                self._kill()
+                raise RenderFailed("the template exhausted its time or memory budget", "budget")
+        if "text" in reply:
+            return str(reply["text"])
+        raise RenderFailed(str(reply.get("error") or "unknown error"), str(reply.get("kind") or "other"))
+
+    def _ensure(self) -> subprocess.Popen[bytes]:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "modelc.tokenizer.template_worker"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ),
+            )  # fmt: skip
+        return self._proc
+
+    @staticmethod
+    def _read(proc: subprocess.Popen[bytes], timeout_s: float) -> dict[str, Any] | None:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        chunks: list[bytes] = []
+        fd = proc.stdout.fileno()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None  # the worker died (an aborted allocation, a crash)
+            chunks.append(chunk)
+            if chunk.endswith(b"\n"):
+                return json.loads(b"".join(chunks))
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                self._proc.kill()
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                self._proc.wait(timeout=5)
+            self._proc = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._kill()
+
+
+_WORKER: RenderWorker | None = None
+_WORKER_LOCK = threading.Lock()
+
+
+def shared_worker() -> RenderWorker:
+    global _WORKER
+    with _WORKER_LOCK:
+        if _WORKER is None:
+            _WORKER = RenderWorker()
+            atexit.register(_WORKER.close)
+        return _WORKER
+
+
+def _serve() -> None:
+    """The worker: limit its own memory, then answer render requests until stdin closes."""
+    import resource
+
+    import minijinja
+
+    from modelc.errors import ModelcError
+    from modelc.tokenizer.chat_template import _environment
+
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+    envs: dict[str, Any] = {}
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        req = json.loads(line)
+        env = envs.get(req["source"])
+        if env is None:
+            env = _environment()
+            env.add_template("chat", req["source"])
+            if len(envs) >= MAX_CACHED:
+                envs.pop(next(iter(envs)))
+            envs[req["source"]] = env
+        env.fuel = int(req["fuel"])
+        try:
+            text = env.render_template("chat", **req["context"])
+            reply: dict[str, Any] = {"text": text}
+            if len(text) > int(req["limit"]):
+                reply = {"error": f"it produced {len(text)} characters, more than the limit of {req['limit']}",
+                         "kind": "output"}  # fmt: skip
+        except minijinja.TemplateError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, ModelcError):
+                reply = {"error": cause.message, "kind": "raise"}
+            elif "out of fuel" in str(exc):
+                reply = {"error": "it ran past its work budget (a loop too long)", "kind": "fuel"}
+            else:
+                reply = {"error": " ".join(str(exc).split())[:300], "kind": "other"}
+        except Exception as exc:  # noqa: BLE001 - everything becomes a reply; the parent decides
+            reply = {"error": f"{type(exc).__name__}: {exc}"[:300], "kind": "other"}
+        out.write(json.dumps(reply).encode() + b"\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    _serve()

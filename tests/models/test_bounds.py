@@ -1,0 +1,40 @@
+"""Config counts are checked against the tensors present before a model allocates from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from modelc.errors import FormatError
+from modelc.models.bounds import check_counts
+from modelc.models.registry import build_model
+from modelc.models.tiny import make_tiny_llama
+
+
+def with_config(model, **changes):
+    model.config = {**model.config, **changes}
+    return model
+
+
+def test_tiny_model_passes() -> None:
+    check_counts(make_tiny_llama())
+
+
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("num_hidden_layers", 10**9, "num_hidden_layers = 1000000000 but the weights hold 2 layers"),
+        ("num_attention_heads", 1 << 20, "num_attention_heads x head_dim"),
+        ("num_key_value_heads", 1 << 24, "num_key_value_heads x head_dim"),
+        ("vocab_size", 1 << 30, "vocab_size"),
+        ("intermediate_size", 1 << 30, "intermediate_size"),
+        ("max_position_embeddings", 1 << 40, "max_position_embeddings"),
+        ("num_hidden_layers", -3, "not a positive integer"),
+        ("hidden_size", "64; x", "not a positive integer"),
+    ],
+)
+def test_hostile_counts_refused_before_allocating(key, value, match) -> None:
+    model = with_config(make_tiny_llama(), **{key: value})
+    with pytest.raises(FormatError, match=match):
+        check_counts(model)
+    with pytest.raises(FormatError):  # build_model checks first: no per-layer list of 1e9 entries
+        build_model(model)

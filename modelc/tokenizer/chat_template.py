@@ -176,7 +176,8 @@ class ChatTemplate:
         # request with a 400; it can neither hang nor abort the daemon.
         fuel, limit = template_budget.fuel_for(context), template_budget.max_output_chars(context)
         try:
-            return template_worker.shared_worker().render(self.source, context, fuel, limit)
+            now = datetime.now().isoformat()
+            return template_worker.shared_worker().render(self.source, context, fuel, limit, now)
         except template_worker.RenderFailed as e:
             if e.kind == "raise":  # the template's own raise_exception: its message as is
                 raise TemplateError(e.message) from None

@@ -43,8 +43,10 @@ class RenderWorker:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def render(self, source: str, context: dict[str, Any], fuel: int, limit: int) -> str:
-        line = json.dumps({"source": source, "context": context, "fuel": fuel, "limit": limit}, default=str)
+    def render(self, source: str, context: dict[str, Any], fuel: int, limit: int, now: str = "") -> str:
+        """now: the parent's current time (ISO), what the template's strftime_now() sees."""
+        req = {"source": source, "context": context, "fuel": fuel, "limit": limit, "now": now}
+        line = json.dumps(req, default=str)
         with self._lock:
             proc = self._ensure()
             try:
@@ -115,11 +117,24 @@ def shared_worker() -> RenderWorker:
 def _serve() -> None:
     """The worker: limit its own memory, then answer render requests until stdin closes."""
     import resource
+    from datetime import datetime
 
     import minijinja
 
     from modelc.errors import ModelcError
+    from modelc.tokenizer import chat_template
     from modelc.tokenizer.chat_template import _environment
+
+    class ParentClock(datetime):
+        """strftime_now() shows the parent's clock (so a caller that fixes the time fixes it here too)."""
+
+        at: datetime | None = None
+
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return cls.at or datetime.now(tz)
+
+    chat_template.datetime = ParentClock  # type: ignore[misc]
 
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
@@ -135,6 +150,7 @@ def _serve() -> None:
                 envs.pop(next(iter(envs)))
             envs[req["source"]] = env
         env.fuel = int(req["fuel"])
+        ParentClock.at = datetime.fromisoformat(req["now"]) if req.get("now") else None
         try:
             text = env.render_template("chat", **req["context"])
             reply: dict[str, Any] = {"text": text}

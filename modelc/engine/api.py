@@ -286,7 +286,9 @@ class Engine:
         if limit and ctx > limit:
             raise InvalidRequestError(f"ctx {ctx} exceeds the model's {limit} positions", param="ctx")
         ids = self.tokenize(text) if isinstance(text, str) else [int(t) for t in text]
-        bos = self.tokenizer.bos_id if isinstance(text, str) and self.tokenizer.adds_bos else None
+        bos = None  # llama.cpp replaces each chunk's first token by BOS when its vocab adds BOS
+        if isinstance(text, str) or getattr(self.source, "tokenizer_json", None):
+            bos = self.tokenizer.bos_id if self.tokenizer.adds_bos else None
         return perplexity(lambda chunk, first: self.runner.logits(chunk, first=first), ids, ctx=ctx, stride=stride,
                           bos_id=bos, progress=progress)  # fmt: skip
 

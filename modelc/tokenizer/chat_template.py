@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import minijinja
 
-from modelc.errors import InvalidRequestError
+from modelc.errors import InvalidRequestError, ModelcError
 from modelc.tokenizer import template_budget, template_worker
 
 # Used when a model ships no template and its vocabulary knows ChatML's markers.
@@ -139,6 +140,7 @@ class ChatTemplate:
         self.eos_token = eos_token or ""
         self._special = {k: v for k, v in special.items() if isinstance(v, str)}
         self._env = _environment()
+        self._lock = threading.Lock()  # the in-process fallback sets fuel on the environment per render
         try:
             self._env.add_template("chat", source)
             names = self._env.undeclared_variables_in_template("chat")
@@ -182,6 +184,24 @@ class ChatTemplate:
             if e.kind == "raise":  # the template's own raise_exception: its message as is
                 raise TemplateError(e.message) from None
             raise TemplateError(f"chat template failed: {e.message}") from None
+        except template_worker.WorkerUnavailable:
+            return self._render_here(context, fuel, limit)  # no subprocess here: fuel and the output cap only
+
+    def _render_here(self, context: dict[str, Any], fuel: int, limit: int) -> str:
+        try:
+            with self._lock:
+                self._env.fuel = fuel
+                text = self._env.render_template("chat", **context)
+        except TemplateError:
+            raise
+        except minijinja.TemplateError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if isinstance(cause, ModelcError):
+                raise TemplateError(cause.message) from exc
+            raise TemplateError(f"chat template failed: {_one_line(exc)}") from exc
+        if len(text) > limit:
+            raise TemplateError(f"chat template failed: it produced {len(text)} characters, more than {limit}")
+        return text
 
 
 def _one_line(exc: Exception) -> str:

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 TIMEOUT_S = 5.0  # real templates render in milliseconds
+STARTUP_TIMEOUT_S = 30.0
 WORKER_MEMORY_BYTES = 2 << 30  # the worker's address-space limit
 MAX_CACHED = 16  # compiled templates kept by the worker
 
@@ -36,6 +37,10 @@ class RenderFailed(Exception):
         self.message, self.kind = message, kind
 
 
+class WorkerUnavailable(Exception):
+    """No worker process could be started here (the caller renders in process instead)."""
+
+
 class RenderWorker:
     """The parent's handle on the worker: started on first use, restarted after a failure."""
 
@@ -44,6 +49,10 @@ class RenderWorker:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def render(self, source: str, context: dict[str, Any], fuel: int, limit: int, now: str = "") -> str:
+        """Raises RenderFailed for a failed render, WorkerUnavailable when no worker can be started."""
+        return self._render(source, context, fuel, limit, now)
+
+    def _render(self, source: str, context: dict[str, Any], fuel: int, limit: int, now: str) -> str:
         """now: the parent's current time (ISO), what the template's strftime_now() sees."""
         req = {"source": source, "context": context, "fuel": fuel, "limit": limit, "now": now}
         line = json.dumps(req, default=str)
@@ -65,10 +74,20 @@ class RenderWorker:
 
     def _ensure(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
-            self._proc = subprocess.Popen(
+            import modelc
+
+            # the child must import this very modelc (a compiled app puts it on sys.path at run time)
+            root = os.path.dirname(os.path.dirname(os.path.abspath(modelc.__file__)))
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "modelc.tokenizer.template_worker"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
             )  # fmt: skip
+            if self._read(proc, STARTUP_TIMEOUT_S) != {"ready": True}:
+                with contextlib.suppress(OSError):
+                    proc.kill()
+                raise WorkerUnavailable("the chat template worker process did not start")
+            self._proc = proc
         return self._proc
 
     @staticmethod
@@ -140,6 +159,8 @@ def _serve() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     envs: dict[str, Any] = {}
     out = sys.stdout.buffer
+    out.write(b'{"ready": true}\n')
+    out.flush()
     for line in sys.stdin.buffer:
         req = json.loads(line)
         env = envs.get(req["source"])

@@ -68,3 +68,21 @@ async def test_server_answers_400_and_keeps_serving() -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # Quart is asyncio-only
+
+
+def test_dead_worker_is_replaced_and_missing_worker_falls_back(monkeypatch) -> None:
+    import sys
+
+    from modelc.tokenizer import template_worker
+
+    tpl = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
+    assert tpl.render(MSGS) == "hi"
+    worker = template_worker.shared_worker()
+    worker._proc.kill()  # a crash between requests
+    assert tpl.render(MSGS) == "hi"
+    fresh = template_worker.RenderWorker()
+    monkeypatch.setattr(template_worker, "_WORKER", fresh)
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # no worker can start here
+    assert tpl.render(MSGS) == "hi"  # rendered in process, with fuel and the output cap
+    with pytest.raises(TemplateError, match="work budget|fuel"):
+        ChatTemplate(HOSTILE["string doubling"]).render(MSGS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,11 +41,13 @@ async def connected(address: str | None) -> AsyncIterator[Any]:
     ray = import_ray()
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-        if address is None:
-            kwargs["_node_ip_address"] = "127.0.0.1"
+        if address is None:  # "local": a new cluster, even where RAY_ADDRESS names another one
+            kwargs.update(address="local", _node_ip_address="127.0.0.1")
         else:
             kwargs["address"] = address
         try:
+            if address not in (None, "auto"):
+                await anyio.to_thread.run_sync(_reachable, address)
             await anyio.to_thread.run_sync(lambda: ray.init(**kwargs))
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ModelcError(f"could not connect to Ray at {address or 'a new local cluster'}: {exc}") from None
@@ -70,3 +73,14 @@ def _restore_signal_handlers() -> None:
         handler = signal.getsignal(sig)
         if handler is not None:
             signal.signal(sig, handler)
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not minutes, when nothing listens at HOST:PORT (ray.init retries a long time)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ModelcError(f"--ray takes 'local', 'auto' or HOST:PORT, not {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {address} ({exc.strerror or exc})") from None

@@ -49,7 +49,7 @@ class ReplicaEngine:
         cap = rc.max_in_flight or config.scheduler.max_num_seqs + config.scheduler.max_queue
         self._loads = [ReplicaLoad(i, max_in_flight=cap) for i in range(len(actors))]
         self._full_stats: list[dict[str, Any]] = [{} for _ in actors]
-        self._router = Router(rc.policy)
+        self._router = Router(rc.policy, max_imbalance=max(2, config.scheduler.max_num_seqs // 2))
         self._adapters: dict[str, tuple[str, float, bool]] = {}  # name -> (path, alpha, global)
         self._live: dict[str, tuple[int, Any]] = {}  # request id -> (replica, stream)
         self._ids = itertools.count(1)

@@ -1,8 +1,10 @@
 """Router: which engine replica serves a new request. Pure, synchronous; no Ray here.
 
-A replica is scored by how many of the request's leading KV blocks it has probably cached (the
-chained block hashes the prefix cache itself computes, remembered per replica as requests are
-routed) against how loaded it is (its waiting sequences and KV blocks in use, as it last reported).
+A request goes to the replica that probably has its leading KV blocks cached (the chained block
+hashes the prefix cache itself computes, remembered per replica as requests are routed), unless that
+replica is clearly busier than the least loaded one: more than `max_imbalance` requests ahead, or
+its KV pool nearly full (where it would preempt). Cache-aware routers (SGLang's) use the same rule:
+a modest imbalance costs less than recomputing a long prefix somewhere else.
 
 NOTE: the affinity table is the router's memory of where it sent each prefix, not the replica's
 real cache: a replica may since have evicted the blocks. That only costs a recompute there, never
@@ -36,26 +38,32 @@ class ReplicaLoad:
     def has_room(self) -> bool:
         return self.healthy and self.in_flight < self.max_in_flight
 
-    def load(self) -> float:
-        """0 (idle) .. about 2 (queue full and KV full): what affinity is weighed against."""
-        queue = self.in_flight / max(1, self.max_in_flight)
-        kv = self.kv_blocks_used / max(1, self.kv_blocks_total)
-        return queue + kv
+    @property
+    def kv_fill(self) -> float:
+        return self.kv_blocks_used / max(1, self.kv_blocks_total)
+
+    def load(self) -> tuple[int, float]:
+        """Requests ahead of a new one here, then KV fill: the least loaded replica is the minimum."""
+        return (self.in_flight + self.waiting, self.kv_fill)
 
 
 class Router:
     """`pick(hashes, replicas)` -> a replica id with room, or None when every queue is full.
 
-    policy "affinity": the replica holding the longest run of the request's leading block hashes,
-    unless its load exceeds the least loaded replica's by more than `load_slack`; "least_loaded";
-    "random" (a baseline for the load tests).
+    policy "affinity": the replica holding the request's first block hash, unless it has more than
+    `max_imbalance` requests beyond the least loaded replica or its KV fill exceeds `kv_full`;
+    "least_loaded"; "random" (a baseline for the load tests).
     """
 
-    def __init__(self, policy: str = "affinity", *, load_slack: float = 0.5, max_entries: int = 65536, seed: int = 0):
+    def __init__(
+        self, policy: str = "affinity", *, max_imbalance: int = 4, kv_full: float = 0.95, max_entries: int = 65536,
+        seed: int = 0,
+    ) -> None:  # fmt: skip
         if policy not in POLICIES:
             raise ValueError(f"unknown routing policy {policy!r} (one of {', '.join(POLICIES)})")
         self.policy = policy
-        self.load_slack = load_slack
+        self.max_imbalance = max_imbalance
+        self.kv_full = kv_full
         self.max_entries = max_entries
         self._owner: OrderedDict[int, int] = OrderedDict()  # block hash -> replica id, LRU order
         self._rng = random.Random(seed)
@@ -69,10 +77,14 @@ class Router:
         least = min(open_, key=lambda r: (r.load(), r.replica_id))
         if self.policy == "least_loaded":
             return least.replica_id
-        best = self._longest_prefix_owner(hashes, {r.replica_id: r for r in open_})
-        if best is not None and best.load() <= least.load() + self.load_slack:
-            return best.replica_id
+        owner = self._prefix_owner(hashes, {r.replica_id: r for r in open_})
+        if owner is not None and not self._much_busier(owner, least):
+            return owner.replica_id
         return least.replica_id
+
+    def _much_busier(self, owner: ReplicaLoad, least: ReplicaLoad) -> bool:
+        ahead = owner.load()[0] - least.load()[0]
+        return ahead > self.max_imbalance or (owner.kv_fill > self.kv_full and least.kv_fill <= self.kv_full)
 
     def record(self, hashes: Sequence[int], replica_id: int) -> None:
         """Remember that `replica_id` now holds these blocks (it was sent the request)."""
@@ -87,7 +99,7 @@ class Router:
         for h in [h for h, r in self._owner.items() if r == replica_id]:
             del self._owner[h]
 
-    def _longest_prefix_owner(self, hashes: Sequence[int], open_: dict[int, ReplicaLoad]) -> ReplicaLoad | None:
+    def _prefix_owner(self, hashes: Sequence[int], open_: dict[int, ReplicaLoad]) -> ReplicaLoad | None:
         """The replica that was last sent this request's first block (record() writes a request's
         whole chain to one replica, so the chain's leading run names where the prefix lives)."""
         owner = self._owner.get(hashes[0]) if hashes else None

@@ -45,3 +45,13 @@ def test_metrics_have_a_series_per_replica():
     assert 'modelc_replica_up{replica="0"} 1.0' in text and 'modelc_replica_up{replica="1"} 0.0' in text
     assert 'modelc_replica_prefix_cache_hits{replica="0"} 48.0' in text
     assert "modelc_num_requests_running 2.0" in text
+
+
+def test_an_unreachable_ray_address_fails_in_seconds():
+    from modelc.errors import ModelcError
+    from modelc.replicas.cluster import _reachable
+
+    with pytest.raises(ConnectionError, match="nothing answers"):
+        _reachable("127.0.0.1:1", timeout_s=2)
+    with pytest.raises(ModelcError, match="HOST:PORT"):
+        _reachable("no-port-here")

@@ -11,7 +11,7 @@ from modelc.replicas.router import ReplicaLoad, Router
 
 
 def _loads(n: int, cap: int = 4) -> list[ReplicaLoad]:
-    return [ReplicaLoad(i, max_in_flight=cap) for i in range(n)]
+    return [ReplicaLoad(i, max_in_flight=cap, kv_blocks_total=100) for i in range(n)]
 
 
 def test_prefix_hashes_are_the_pools_own_chain():
@@ -35,22 +35,26 @@ def test_affinity_sends_a_shared_prefix_to_the_replica_that_has_it():
     system = prefix_hashes(list(range(100)), 16)
     first = r.pick(system, loads)
     r.record(system, first)
-    loads[first].in_flight = 1  # busier than the other one, but within the slack
+    loads[first].in_flight, loads[first].kv_blocks_used = 1, 3  # busier than the other one, within bounds
     assert r.pick(system, loads) == first
     other = prefix_hashes([7] * 100, 16)
     assert r.pick(other, loads) == 1 - first  # an unknown prefix goes to the least loaded
 
 
-def test_affinity_yields_to_load_and_full_queues():
-    r, loads = Router("affinity", load_slack=0.5), _loads(2, cap=4)
+def test_affinity_yields_to_clear_imbalance_full_kv_and_full_queues():
+    r, loads = Router("affinity", max_imbalance=2), _loads(2, cap=8)
     h = prefix_hashes(list(range(64)), 16)
     r.record(h, 0)
-    loads[0].in_flight, loads[0].kv_blocks_used, loads[0].kv_blocks_total = 3, 9, 10  # load 1.65 vs 0
+    loads[0].in_flight = 2  # two requests ahead: still worth the cached prefix
+    assert r.pick(h, loads) == 0
+    loads[0].in_flight = 3  # three ahead: go to the idle one
+    assert r.pick(h, loads) == 1
+    loads[0].in_flight, loads[0].kv_blocks_used, loads[0].kv_blocks_total = 0, 98, 100  # it would preempt
     assert r.pick(h, loads) == 1
     loads[0].kv_blocks_used = 0
-    loads[0].in_flight = 4  # full
+    loads[0].in_flight = 8  # full
     assert r.pick(h, loads) == 1
-    loads[1].in_flight = 4
+    loads[1].in_flight = 8
     assert r.pick(h, loads) is None  # every queue full: the front answers 503
 
 

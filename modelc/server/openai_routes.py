@@ -82,7 +82,7 @@ def model_known(state: Any, engine: Any, model_id: str) -> bool:
         from modelc import store
 
         try:
-            store.resolve(base)  # NAME:VERSION
+            store.lookup(base)  # NAME:VERSION, inside the store only (never a file in the working directory)
             found = True
         except (ModelcError, OSError):
             found = False

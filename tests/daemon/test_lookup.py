@@ -130,3 +130,10 @@ async def test_load_error_hides_the_path(home) -> None:
         text = (await r.get_data()).decode()
         assert r.status_code >= 400 and "SECRET" not in text and "root" not in text
         assert str(home) not in text and os.fspath(rm("beta")) not in text
+
+
+async def test_model_routes_are_no_file_oracle(home, outside, monkeypatch) -> None:
+    monkeypatch.chdir(outside)  # "shadow" exists in the working directory, not in the store
+    async with daemon_app() as c:
+        assert (await c.get("/v1/models/shadow")).status_code == 404
+        assert (await c.get("/v1/models/alpha")).status_code == 200

@@ -268,7 +268,11 @@ def read_pytorch_tensors(path: str | os.PathLike[str]) -> tuple[dict[str, Tensor
     except OSError as e:
         raise FormatError(f"{p}: cannot read: {e.strerror or e}") from None
     if head[:4] == b"PK\x03\x04":
-        return _read_zip(p)
+        try:
+            return _read_zip(p)
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError) as e:
+            # a damaged member found while reading (bad local header, CRC, truncated deflate stream)
+            raise FormatError(f"{p.name}: damaged zip archive ({e})") from None
     if len(head) >= 9 and head[8:9] == b"{":
         tensors, meta = st.read_tensors(p)
         return tensors, {"safetensors_metadata": meta}

@@ -276,11 +276,41 @@ def openapi_spec(app: Any = None) -> dict[str, Any]:
     spec = server_spec()
     if app is not None:
         spec["paths"].update(other_paths(app, spec["paths"]))
+    _declare_path_params(spec["paths"])
+    _declare_errors(spec["paths"])
     for path in EXEMPT_PATHS & spec["paths"].keys():  # probes answer without the API key
         for op in spec["paths"][path].values():
             op["security"] = []
             op["responses"].pop("401", None)
     return spec
+
+
+OLLAMA_ERROR = _obj({"error": S}, ("error",))
+
+
+def _declare_errors(paths: dict[str, Any]) -> None:
+    """Every operation may answer 403 (server/guard.py: Host, Origin, control token); /api/* errors are
+    Ollama-shaped ({"error": "<message>"}, server/errors.py)."""
+    for path, ops in paths.items():
+        for op in ops.values():
+            responses = op.setdefault("responses", {})
+            responses.setdefault("403", {"description": "forbidden (Host, Origin or control token)", **_json(ERROR)})
+            if not path.startswith("/api/"):
+                continue
+            for code, resp in responses.items():
+                if code[:1] in ("4", "5") and "application/json" in resp.get("content", {}):
+                    resp["content"]["application/json"]["schema"] = OLLAMA_ERROR
+
+
+def _declare_path_params(paths: dict[str, Any]) -> None:
+    """Every {name} in a path is a declared, required string parameter of each of its operations."""
+    for path, ops in paths.items():
+        names = re.findall(r"\{([^}]+)\}", path)
+        for op in ops.values() if names else ():
+            have = {p.get("name") for p in op.get("parameters", []) if p.get("in") == "path"}
+            extra = [{"name": n, "in": "path", "required": True, "schema": S} for n in names if n not in have]
+            if extra:
+                op["parameters"] = [*op.get("parameters", []), *extra]
 
 
 def other_paths(app: Any, known: dict[str, Any]) -> dict[str, Any]:

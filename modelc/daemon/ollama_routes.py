@@ -139,7 +139,7 @@ async def ps() -> Any:
             "context_length": int(src_cfg.get("max_position_embeddings") or 0),
         }
         row.update({k: d[k] for k in ("default", "size_bytes", "kv_bytes", "running", "waiting")})
-        row.update({k: d[k] for k in ("kv_blocks_used", "kv_blocks_total", "adapters", "path")})
+        row.update({k: d[k] for k in ("kv_blocks_used", "kv_blocks_total", "adapters")})  # no server path
         rows.append(row)
     return {"models": rows}
 
@@ -190,7 +190,8 @@ async def show() -> Any:
         caps = engine_capabilities(engine)
         det, modified = shapes.details(arch, n, "-"), state.started_at
     else:
-        art = await anyio.to_thread.run_sync(read_header_only, path)
+        with hidden_path(path, name):  # a corrupt file's error names the model, not the file
+            art = await anyio.to_thread.run_sync(read_header_only, path)
         arch, cfg, n, template = art.architecture, art.config, art.num_params, art.chat_template
         caps = shapes.capabilities(arch, cfg, template)
         det, modified = shapes.header_details(art), path.stat().st_mtime
@@ -312,7 +313,8 @@ async def copy() -> Any:
     source = _path_of(state, src)  # a store name or a file under --models-dir, never another path
     if source is None:
         raise InvalidRequestError(f"model {src!r} is served from memory and has no file to copy", param="source")
-    await anyio.to_thread.run_sync(store.copy, str(source), dst.removesuffix(":latest"))
+    with hidden_path(source, src):
+        await anyio.to_thread.run_sync(store.copy, str(source), dst.removesuffix(":latest"))
     return Response("", status=200)
 
 

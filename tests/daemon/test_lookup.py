@@ -137,3 +137,15 @@ async def test_model_routes_are_no_file_oracle(home, outside, monkeypatch) -> No
     async with daemon_app() as c:
         assert (await c.get("/v1/models/shadow")).status_code == 404
         assert (await c.get("/v1/models/alpha")).status_code == 200
+
+
+async def test_corrupt_store_file_errors_name_the_model(home) -> None:
+    store.active_path("gamma").write_bytes(SECRET + b"\0" * 64)
+    async with daemon_app() as c:
+        for path, body in (("/api/show", {"model": "gamma"}), ("/api/copy", {"source": "gamma", "destination": "g2"})):
+            r = await c.post(path, json=body)
+            text = (await r.get_data()).decode()
+            assert r.status_code >= 400 and str(home) not in text and "SECRET" not in text, text
+        await c.post("/api/load", json={"model": "alpha"})
+        ps = (await (await c.get("/api/ps")).get_json())["models"]
+        assert ps and str(home) not in str(ps)

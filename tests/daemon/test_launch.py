@@ -96,9 +96,11 @@ def test_argv_from_context_rebuilds_the_command_line() -> None:
     @app.command()
     def run(ctx: typer.Context, artifact: str | None = typer.Argument(None), port: int = typer.Option(8080, "--port"),
             detach: bool = typer.Option(False, "--detach"), profile: bool = typer.Option(False, "--profile"),
-            api_key: str | None = typer.Option(None, "--api-key")) -> None:  # fmt: skip
+            api_key: str | None = typer.Option(None, "--api-key"),
+            allowed_hosts: list[str] = typer.Option([], "--allowed-hosts")) -> None:  # fmt: skip
         seen["argv"] = launch.argv_from_context(ctx)
 
-    CliRunner().invoke(app, ["tiny", "--port", "0", "--detach", "--profile", "--api-key", "secret"])
-    assert seen["argv"] == ["tiny", "--port", "0", "--profile"]
+    CliRunner().invoke(app, ["tiny", "--port", "0", "--detach", "--profile", "--api-key", "secret",
+                             "--allowed-hosts", "a.lan", "--allowed-hosts", "b.lan"])  # fmt: skip
+    assert seen["argv"] == ["tiny", "--port", "0", "--profile", "--allowed-hosts", "a.lan", "--allowed-hosts", "b.lan"]
     assert "ctx" in run_cmd.__code__.co_varnames  # run_cmd takes the context it rebuilds from

@@ -103,6 +103,9 @@ def run_cmd(
     ),
     max_loaded_models: int = typer.Option(3, "--max-loaded-models", help="Models loaded at once (LRU idle unloaded)."),
     verify: bool = typer.Option(False, "--verify", help="Check every tensor's digest before serving (BLAKE3/SHA-256)."),
+    ready_timeout: float = typer.Option(
+        600.0, "--ready-timeout", help="With --detach: seconds to wait for the daemon to be loaded and warm."
+    ),
     models_dir: list[str] = typer.Option(
         [], "--models-dir", help="A folder whose .modelc files requests may name (repeatable; default: store only)."
     ),
@@ -155,7 +158,7 @@ def run_cmd(
     from modelc.server.daemon import serve
 
     if detach and not os.environ.get(launch.DETACH_ENV):
-        info = launch.detach(launch.argv_from_context(ctx), api_key=api_key)
+        info = launch.detach(launch.argv_from_context(ctx), api_key=api_key, timeout_s=ready_timeout)
         print(f"modelc: daemon running (pid {info.pid}) at {info.url}", flush=True)
         return
     from modelc.daemon.state_file import new_token

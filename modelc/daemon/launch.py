@@ -188,9 +188,13 @@ def detach(args: list[str], *, api_key: str | None = None, timeout_s: float = 30
                     return info
         time.sleep(0.1)
     proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
     raise ModelcError(
         f"the daemon was not ready within {timeout_s:.0f}s (still loading or compiling kernels?); "
-        f"stopped it; see {log_path}"
+        f"stopped it (pid {proc.pid}); see {log_path}"
     )
 
 

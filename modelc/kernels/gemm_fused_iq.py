@@ -25,15 +25,16 @@ from modelc.kernels.qdot import (
     zeros_f32x8,
     zeros_f32x16,
 )
-from modelc.kernels.qdot_iq import iq4nl_i8x32, iq4xs_block, mxfp4_i8x32
+from modelc.kernels.qdot_iq import iq4nl_blocks8, iq4nl_i8x32, iq4xs_block, mxfp4_blocks8, mxfp4_i8x32
 from modelc.kernels.quant_iq import E8M0_HALF, IQ4_NL, IQ4_XS, MXFP4
 
 KINDS = frozenset({IQ4_NL, IQ4_XS, MXFP4})
 """Kinds qmatvec_iq serves."""
 
 WIDE = True
-"""IQ4_XS: whole super-blocks per qdot_iq.iq4xs_block (every instruction set); False: the 8-lane rows
-(_rows_xs), kept as the plain-numba-shaped twin of the same sums."""
+"""Whole super-blocks (IQ4_XS: qdot_iq.iq4xs_block) and groups of 8 blocks (IQ4_NL, MXFP4:
+iq4nl_blocks8 / mxfp4_blocks8) through 16-lane intrinsics on every instruction set; False: the
+8-lane rows only (_rows_xs, _rows_32's tail loop), the first form of these kernels."""
 
 _ROWS_PER_TASK = 16
 PREFETCH_BYTES = 8192
@@ -41,15 +42,31 @@ PREFETCH_BYTES = 8192
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _rows_32(kind, out, w, nbytes, xq, xd, nb, r0, r1):
-    """IQ4_NL / MXFP4 rows r0..r1-1 (32-element blocks), two rows per pass."""
+def _rows_32(kind, out, w, nbytes, xq, xd, xm, nb, r0, r1):
+    """IQ4_NL / MXFP4 rows r0..r1-1 (32-element blocks), two rows per pass: groups of 8 blocks through
+    qdot_iq's 16-lane intrinsics (when WIDE), the nb % 8 blocks left one at a time in 8 lanes."""
     bsize = 18 if kind == IQ4_NL else 17
+    ng = nb // 8 if WIDE else 0
     for r in range(r0, r1, 2):
+        w0 = zeros_f32x16()
+        w1 = zeros_f32x16()
         a0 = zeros_f32x8()
         a1 = zeros_f32x8()
         o0 = r * nbytes
         o1 = o0 + nbytes if r + 1 < r1 else o0  # an odd last row is computed twice, stored once
-        for b in range(nb):
+        for g in range(ng):
+            p0 = o0 + g * 8 * bsize
+            p1 = o1 + g * 8 * bsize
+            for k in range(0, 8 * 18, 64):
+                prefetch(w, p0 + PREFETCH_BYTES + k)
+                prefetch(w, p1 + PREFETCH_BYTES + k)
+            if kind == IQ4_NL:
+                w0 = iq4nl_blocks8(w0, w, p0, xq, xd, xm, g * 256)
+                w1 = iq4nl_blocks8(w1, w, p1, xq, xd, xm, g * 256)
+            else:
+                w0 = mxfp4_blocks8(w0, w, p0, xq, xd, xm, g * 256)
+                w1 = mxfp4_blocks8(w1, w, p1, xq, xd, xm, g * 256)
+        for b in range(8 * ng, nb):
             p0 = o0 + b * bsize
             p1 = o1 + b * bsize
             if b % 4 == 0:
@@ -68,9 +85,9 @@ def _rows_32(kind, out, w, nbytes, xq, xd, nb, r0, r1):
                 v1 = mxfp4_i8x32(w, p1 + 1)
             a0 = fma_i32x8(a0, dot_i8x32(v0, x), splat_f32x8(d0 * xd[b]))
             a1 = fma_i32x8(a1, dot_i8x32(v1, x), splat_f32x8(d1 * xd[b]))
-        out[0, r] = hsum_f32x8(a0)
+        out[0, r] = hsum_f32x16(w0) + hsum_f32x8(a0)
         if r + 1 < r1:
-            out[0, r + 1] = hsum_f32x8(a1)
+            out[0, r + 1] = hsum_f32x16(w1) + hsum_f32x8(a1)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -156,4 +173,4 @@ def qmatvec_iq(out, xq, xd, xs, w, kind):
         elif kind == IQ4_XS:
             _rows_xs(out, wf, nbytes, xqf, xdf, c // 256, r0, r1)
         else:
-            _rows_32(kind, out, wf, nbytes, xqf, xdf, c // 32, r0, r1)
+            _rows_32(kind, out, wf, nbytes, xqf, xdf, xm, c // 32, r0, r1)

@@ -172,3 +172,75 @@ def iq4xs_block(typingctx, acc, w, o, xq, xd, xm, xo):
         return acc
 
     return sig, codegen
+
+
+# ---- IQ4_NL / MXFP4: eight 32-element blocks into a 16-lane accumulator ----------------------------
+
+
+def _blocks8(context, builder, sig, args, mx):
+    acc, wa, o, xqa, xda, xma, xo = qk._same_int(context, builder, sig, args)
+    w = qk._Args(context, builder, sig.args[1], wa)
+    xq = qk._Args(context, builder, sig.args[3], xqa)
+    xd = qk._Args(context, builder, sig.args[4], xda)
+    xm = qk._Args(context, builder, sig.args[5], xma)
+    bsize, coff = (17, 1) if mx else (18, 2)
+    v8i, v8f, v16f = ir.VectorType(_i32, 8), ir.VectorType(_f32, 8), ir.VectorType(_f32, 16)
+    if mx:  # e8m0 byte e -> 2^(e - 128): e < 2 is a subnormal (0x00200000 << e), else exponent e - 1
+        e = ir.Constant(v8i, ir.Undefined)
+        for k in range(8):
+            e = builder.insert_element(e, builder.zext(w.load(qk._off(builder, o, k * bsize), _i8), _i32), _i32(k))
+        small = builder.icmp_unsigned("<", e, ir.Constant(v8i, [2] * 8))
+        sub = builder.shl(ir.Constant(v8i, [0x00200000] * 8), e)
+        norm = builder.shl(builder.sub(e, ir.Constant(v8i, [1] * 8)), ir.Constant(v8i, [23] * 8))
+        d = builder.bitcast(builder.select(small, sub, norm), v8f)
+    else:
+        h = ir.Constant(ir.VectorType(ir.HalfType(), 8), ir.Undefined)
+        for k in range(8):
+            h = builder.insert_element(h, w.load(qk._off(builder, o, k * bsize), ir.HalfType()), _i32(k))
+        d = builder.fpext(h, v8f)
+    xc = builder.lshr(xo, ir.Constant(xo.type, 5))
+    fac = builder.fmul(d, xd.load(xc, v8f, 4))
+    if OFFSET:
+        corr = builder.fmul(builder.fmul(d, xm.load(xc, v8f, 4)), ir.Constant(v8f, [float(OFFSET)] * 8))
+        acc = builder.fsub(acc, qk._shuffle(builder, corr, ir.Constant(v8f, [0.0] * 8), range(16)))
+    v16 = ir.VectorType(_i8, 16)
+    m15, s4 = ir.Constant(v16, [15] * 16), ir.Constant(v16, [4] * 16)
+    for j in range(4):  # blocks 2j, 2j+1: 64 activations
+        q0 = w.load(qk._off(builder, o, 2 * j * bsize + coff), v16)
+        q1 = w.load(qk._off(builder, o, (2 * j + 1) * bsize + coff), v16)
+        b0 = qk._shuffle(builder, builder.and_(q0, m15), builder.lshr(q0, s4), range(32))
+        b1 = qk._shuffle(builder, builder.and_(q1, m15), builder.lshr(q1, s4), range(32))
+        u = _lut64(builder, qk._shuffle(builder, b0, b1, range(64)), KVALUES_MXFP4 if mx else KVALUES_IQ4NL)
+        a = xq.load(qk._off(builder, xo, 64 * j), ir.VectorType(_i8, 64))
+        p = builder.sitofp(_dot64(builder, u, a), v16f)
+        f = qk._shuffle(builder, fac, fac, [2 * j] * 8 + [2 * j + 1] * 8)
+        acc = _call(builder, "llvm.fma.v16f32", v16f, [p, f, acc])
+    return acc
+
+
+@intrinsic
+def iq4nl_blocks8(typingctx, acc, w, o, xq, xd, xm, xo):
+    """acc + the eight IQ4_NL blocks from byte o of w dotted with xq[xo:xo+256] (xo % 256 == 0).
+
+    xd / xm: per-32 activation scales / sums (index xo // 32), as iq4xs_block."""
+    sig = qk._q45k_typer(acc, w, o, xq, xd, xm, xo)
+    if sig is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _blocks8(context, builder, sig, args, mx=False)
+
+    return sig, codegen
+
+
+@intrinsic
+def mxfp4_blocks8(typingctx, acc, w, o, xq, xd, xm, xo):
+    """iq4nl_blocks8 for eight MXFP4 blocks (17 bytes each: an e8m0 scale, 16 code bytes)."""
+    sig = qk._q45k_typer(acc, w, o, xq, xd, xm, xo)
+    if sig is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _blocks8(context, builder, sig, args, mx=True)
+
+    return sig, codegen

@@ -61,10 +61,14 @@ def _set(sc, mn, g, s0, s1):
 
 @njit(cache=True, nogil=True, inline="always")
 def _signed(q, qo, grid, go, n, signs, sbit):
-    """q[qo:qo+n] = grid[go:go+n] with element j negated where bit sbit+j of signs is set."""
+    """q[qo:qo+n] = grid[go:go+n] with element j negated where bit sbit+j of signs is set.
+
+    Branch-free ((v ^ m) - m with m = 0 or -1): random sign bits made a branch per element
+    mispredict half the time (5 ns per element)."""
+    s = np.int32(signs) >> sbit
     for j in range(n):
-        v = np.int64(grid[go + j])
-        q[qo + j] = -v if (signs >> (sbit + j)) & 1 else v
+        m = -((s >> j) & 1)
+        q[qo + j] = (np.int32(grid[go + j]) ^ m) - m
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -106,14 +110,18 @@ def _ternary(kind, q, sc, mn, row, base):
             o = base + b * 54
             d = f16_at(row, o + 52)
             qo = b * 256
-            for n in range(5):
-                for m in range(32):
-                    q[qo + n * 32 + m] = (((np.int64(row[o + m]) * _POW3[n]) & 255) * 3) >> 8
-                for m in range(16):
-                    q[qo + 160 + n * 16 + m] = (((np.int64(row[o + 32 + m]) * _POW3[n]) & 255) * 3) >> 8
-            for n in range(4):
-                for m in range(4):
-                    q[qo + 240 + n * 4 + m] = (((np.int64(row[o + 48 + m]) * _POW3[n]) & 255) * 3) >> 8
+            for m in range(32):  # byte m holds elements m, 32 + m, ..., 128 + m (one load, five trits)
+                v = np.int64(row[o + m])
+                for n in range(5):
+                    q[qo + n * 32 + m] = (((v * _POW3[n]) & 255) * 3) >> 8
+            for m in range(16):
+                v = np.int64(row[o + 32 + m])
+                for n in range(5):
+                    q[qo + 160 + n * 16 + m] = (((v * _POW3[n]) & 255) * 3) >> 8
+            for m in range(4):
+                v = np.int64(row[o + 48 + m])
+                for n in range(4):
+                    q[qo + 240 + n * 4 + m] = (((v * _POW3[n]) & 255) * 3) >> 8
         for g in range(16):
             sc[b * 16 + g] = d
             mn[b * 16 + g] = d

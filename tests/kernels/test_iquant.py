@@ -82,7 +82,10 @@ def test_prefill_path_is_fp32(name: str) -> None:
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
-@pytest.mark.parametrize(("name", "rows", "cols"), [("IQ4_NL", 33, 96), ("MXFP4", 17, 160), ("IQ4_XS", 35, 768)])
+@pytest.mark.parametrize(
+    ("name", "rows", "cols"),
+    [("IQ4_NL", 33, 96), ("IQ4_NL", 9, 320), ("MXFP4", 17, 160), ("MXFP4", 7, 2880), ("IQ4_XS", 35, 768)],
+)
 def test_t1_fused_kernel_odd_shapes(name: str, rows: int, cols: int) -> None:
     """The T=1 code-book kernel (two rows per pass) on odd row counts and rows that are not whole 256-blocks."""
     from modelc.kernels import gemm_fused_iq, quant
@@ -96,3 +99,21 @@ def test_t1_fused_kernel_odd_shapes(name: str, rows: int, cols: int) -> None:
     want = np.empty_like(out)
     ref_linear.matmul_qact(want, x, w)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_mxfp4_subnormal_and_large_scales() -> None:
+    """e8m0 bytes 0 and 1 are subnormal scales (2^-128, 2^-127): the vector and table decodings agree with gguf."""
+    rng = np.random.default_rng(16)
+    t = random_tensor(DataType.MXFP4, 6, 512, rng)
+    blocks = t.data.reshape(-1, 17)
+    blocks[:, 0] = np.resize(np.array([0, 1, 2, 3, 127, 140], np.uint8), blocks.shape[0])
+    want = gguf.quants.dequantize(t.data.reshape(6, -1), gguf.GGMLQuantizationType.MXFP4)
+    np.testing.assert_array_equal(ref_linear.dequantize(t), want)
+    np.testing.assert_array_equal(linear.dequantize(t), want)
+    w = linear.prepare_weight(t)
+    x = rng.standard_normal((1, 512)).astype(np.float32)
+    out = np.empty((1, 6), np.float32)
+    linear.matmul(out, x, w)
+    ref = np.empty_like(out)
+    ref_linear.matmul_qact(ref, x, w)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

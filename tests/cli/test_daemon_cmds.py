@@ -81,6 +81,8 @@ def test_no_daemon_recorded(tmp_path) -> None:
     assert stop.returncode == 1 and "no modelc daemon is recorded" in stop.stderr
     ps = cli(tmp_path, "ps")
     assert ps.returncode == 0 and "no daemon running" in ps.stdout
+    public = cli(tmp_path, "run", "--bind", "0.0.0.0", "--port", "0")  # refused before anything loads
+    assert public.returncode == 1 and "without --api-key" in public.stderr and "--insecure-no-auth" in public.stderr
 
 
 def test_help_has_examples(capsys) -> None:

@@ -149,3 +149,18 @@ async def test_corrupt_store_file_errors_name_the_model(home) -> None:
         await c.post("/api/load", json={"model": "alpha"})
         ps = (await (await c.get("/api/ps")).get_json())["models"]
         assert ps and str(home) not in str(ps)
+
+
+async def test_config_counting_a_billion_layers_fails_cleanly(home) -> None:
+    from modelc.models.tiny import make_tiny_llama
+    from modelc.server.daemon import open_engine
+
+    model = make_tiny_llama()
+    model.config = {**model.config, "num_hidden_layers": 10**9}
+    store.add("huge", lambda tmp: write_artifact(model, tmp))
+    async with daemon_app() as c:
+        c.manager._opener = open_engine  # the real engine: the check runs before any allocation
+        r = await c.post("/api/generate", json={"model": "huge", "prompt": "x", "stream": False})
+        text = (await r.get_data()).decode()
+        assert 400 <= r.status_code < 500 and "num_hidden_layers = 1000000000" in text, text
+        assert c.manager.loaded()[0].name == "main" and len(c.manager.loaded()) == 1

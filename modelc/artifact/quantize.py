@@ -77,6 +77,8 @@ def should_quantize(
     low = name.lower()
     if low.endswith(".bias") or "norm" in low or "ln_" in low or low.endswith("rope_freqs.weight"):
         return False
+    if low.endswith(_ROUTERS):  # MoE routers stay float, as llama.cpp's quantizer keeps ffn_gate_inp
+        return False
     if _is_embedding(low) and not quantize_embeddings:
         return False
     if _is_output(low) and not quantize_output:
@@ -84,6 +86,9 @@ def should_quantize(
     if kind is not None and normalize_kind(kind) in ("f16", "bf16"):
         return t.dtype in (DataType.F32, DataType.F64)
     return True
+
+
+_ROUTERS = ("ffn_gate_inp.weight", ".mlp.gate.weight", "block_sparse_moe.gate.weight", ".mlp.router.weight")
 
 
 def _is_embedding(low: str) -> bool:

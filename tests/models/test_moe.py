@@ -86,3 +86,23 @@ def test_gpt_oss_sinks_and_clamped_swiglu_matter(fixtures_dir):
     assert err(lambda L: None) <= 1e-4
     assert err(lambda L: setattr(L, "sinks", None)) > 1e-2
     assert err(lambda L: setattr(L.moe, "activation", "silu")) > 1e-2
+
+
+@pytest.mark.parametrize("name,src", [("qwen3moe", "hf"), ("mixtral", "gguf/model-f32.gguf")])
+def test_q8_0_pack_keeps_routers_float(tmp_path, fixtures_dir, name, src):
+    """pack --quantize q8_0: experts quantized (GGUF's 3-D tensors as 3-D Q8_0), the routers kept F32 as
+    llama.cpp's quantizer does (a quantized router flips expert choices)."""
+    from modelc.artifact.pack import pack_model
+    from modelc.artifact.reader import open_artifact
+
+    d = fixtures_dir / "models" / "variants" / name
+    art = open_artifact(pack_model(d / src, out=tmp_path / "q.modelc", quantize="q8_0").path)
+    routers = [k for k in art.tensors if k.endswith(("mlp.gate.weight", "ffn_gate_inp.weight"))]
+    experts = [k for k in art.tensors if ("experts" in k or "_exps" in k) and k.endswith(".weight")]
+    assert routers and all(art.tensors[k].dtype == DataType.F32 for k in routers)
+    assert experts and all(art.tensors[k].dtype == DataType.Q8_0 for k in experts)
+    ids = np.load(d / "ref" / "prompt_ids.npy").tolist()
+    want = np.load(d / "ref" / "logits_hf_fp32.npy")
+    got = Engine(art).logits(ids)
+    cos = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
+    assert np.median(cos) >= 0.999 and (cos < 0.99).sum() <= 1

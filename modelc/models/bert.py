@@ -169,6 +169,9 @@ class BertModel:
     """Encoder forward over padded batches: `encode(ids (S, T), mask (S, T)) -> (S, T, C)`, `embed(...) -> (S, C)`."""
 
     def __init__(self, source: Any, kernels: KernelSet | None = None) -> None:
+        from modelc.models.bounds import check_counts
+
+        check_counts(source)  # config counts against the tensors present, before anything is allocated
         self.ks = kernels or kernel_set()
         self._gelu_erf = ref_encoder.gelu_erf if self.ks.name == "ref" else encoder.gelu_erf
         self.cfg = read_config(source)

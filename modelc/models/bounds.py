@@ -26,7 +26,7 @@ def _int(cfg: dict[str, Any], key: str, default: Any = None) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or not 0 < v < MAX_COUNT:
-        raise FormatError(f"model config: {key} = {v!r} is not a positive integer")
+        raise FormatError(f"model config: {key} = {v!r} is not a positive integer below 2^31")
     return int(v)
 
 

@@ -38,3 +38,14 @@ def test_hostile_counts_refused_before_allocating(key, value, match) -> None:
         check_counts(model)
     with pytest.raises(FormatError):  # build_model checks first: no per-layer list of 1e9 entries
         build_model(model)
+
+
+def test_encoder_counts_checked_too() -> None:
+    from modelc.models.bert import BertModel
+    from tests.models.test_bert import tiny_bert
+
+    model = tiny_bert()
+    check_counts(model)
+    model.config = {**model.config, "hidden_size": 1 << 40}
+    with pytest.raises(FormatError, match="not a positive integer|hidden_size"):
+        BertModel(model)

@@ -69,9 +69,8 @@ class ReplicaEngine:
             raise InvalidRequestError("ReplicaEngine needs engine_config.replicas", param="replicas")
         source = open_artifact(path)
         sha = await anyio.to_thread.run_sync(file_sha256, path)
-        ref = ModelRef(
-            sha256=sha, path=str(os.path.abspath(path)), registry=rc.registry, registry_spec=rc.registry_spec
-        )
+        registry, spec = await anyio.to_thread.run_sync(_registry_entry, rc, sha)
+        ref = ModelRef(sha256=sha, path=str(os.path.abspath(path)), registry=registry, registry_spec=spec)
         per_replica = replace(config, replicas=None, engines=1, threads=max(1, int(rc.cpus_per_replica)))
         async with connected(rc.address) as ray:
             remote = ray.remote(EngineReplica).options(num_cpus=rc.cpus_per_replica, max_restarts=-1)
@@ -240,6 +239,21 @@ class ReplicaEngine:
             await actor.load_adapter.remote(name, path, alpha, global_)
         self._update_load(rid, info)
         self._loads[rid].healthy = True
+
+
+def _registry_entry(rc: ReplicaConfig, sha: str) -> tuple[str | None, str | None]:
+    """Where a node without the file pulls it: the configured spec, or the registry entry (the
+    operator's --registry / MODELC_REGISTRY) whose SHA-256 is this very file's. None: shared path only."""
+    from modelc import registry
+
+    loc = rc.registry or os.environ.get("MODELC_REGISTRY")
+    if rc.registry_spec or not loc:
+        return loc, rc.registry_spec
+    try:
+        match = next((m for m in registry.load_index(loc) if m.sha256 == sha), None)
+    except ModelcError:
+        return None, None  # an unreachable registry: replicas need the shared path
+    return (loc, f"{match.name}:{match.version}") if match else (None, None)
 
 
 async def _gather(refs: list[Any]) -> list[Any]:

@@ -135,3 +135,8 @@ class EngineReplica:
 
     async def ping(self) -> int:
         return os.getpid()
+
+    async def node_id(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()

@@ -225,6 +225,47 @@ async def test_a_replica_refuses_a_mismatched_artifact(cluster, artifact, tmp_pa
         front.file_sha256 = real
 
 
+async def test_a_node_removed_mid_load_loses_no_unstreamed_request(cluster, artifact):
+    """Runs last of the cluster tests: it takes a node away (and adds one for the restart)."""
+    from modelc.replicas.engine import ReplicaEngine
+
+    c, nodes = cluster
+    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    async with ReplicaEngine.open(artifact, config(policy="least_loaded")) as engine:
+        nodes.append(c.add_node(**NODE))  # room for Ray to restart the replica that loses its node
+        victim_id = await engine._actors[0].node_id.remote()
+        victim = next(n for n in nodes if n.node_id == victim_id)
+        results: list[tuple[int, Finished]] = []
+        first_token = anyio.Event()
+
+        async def one(i: int) -> None:
+            n = 0
+            async for ev in engine.generate([30 + i] * 24, params):
+                if isinstance(ev, TokenEvent):
+                    n += 1
+                    first_token.set()
+                else:
+                    results.append((n, ev))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(one, i)
+            await first_token.wait()
+            await anyio.to_thread.run_sync(c.remove_node, victim)
+            nodes.remove(victim)
+        assert len(results) == 6
+        for n, fin in results:  # complete, or cut only after it had streamed tokens
+            assert fin.finish_reason == "length" and n == 40 or fin.finish_reason == "error" and n > 0, (n, fin)
+        assert engine.num_replica_deaths >= 1
+
+        async def back() -> bool:
+            return all(ld.healthy for ld in engine._loads)
+
+        await wait_for(back, 180)
+        assert await engine._actors[0].node_id.remote() != victim_id
+        assert len(await tokens(engine, [7] * 24)) == 12
+
+
 def test_modelc_run_with_a_local_ray_cluster_serves_and_stops_it(artifact, tmp_path):
     """The real CLI path: `modelc run --ray local` starts Ray on 127.0.0.1, serves through two
     replicas (per-replica metrics), and SIGTERM stops the server and the cluster it started."""

@@ -91,6 +91,7 @@ _ROPE_SCALING = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow", "
 _SWA_EVERY = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}  # layer i slides unless (i + 1) % every == 0
 _NO_ROPE_EVERY = {"smollm3": 4}
 _LOCAL_ROPE_BASE = {"gemma3": 10000.0}
+_GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 
 
 def _jsonable(v: Any) -> Any:
@@ -180,6 +181,10 @@ def _layer_rules(cfg: dict[str, Any], arch: str, tensors: dict[str, TensorData])
         cfg["local_rope_theta"] = _LOCAL_ROPE_BASE[arch]
     if arch in ("gemma2", "gemma3") and cfg.get("hidden_size"):
         cfg["embedding_multiplier"] = float(cfg["hidden_size"]) ** 0.5  # (the converter already added 1 to norms)
+        # query_pre_attn_scalar is not in the file: llama.cpp uses head_dim except for the 27B models
+        # (46 layers in Gemma 2, 62 in Gemma 3), whose scalar is hidden / heads
+        if n == _GEMMA_27B_LAYERS[arch] and cfg.get("num_attention_heads"):
+            cfg["attention_multiplier"] = (cfg["hidden_size"] / cfg["num_attention_heads"]) ** -0.5
     if arch == "gpt-oss":  # llama.cpp names its pre-FFN norm post_attention_norm; the experts use the clamped SwiGLU
         for i in range(n):
             old = tensors.pop(f"blk.{i}.post_attention_norm.weight", None)

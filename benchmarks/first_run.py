@@ -35,17 +35,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_to_first_token(model: str | None, env: dict[str, str], timeout_s: float = 1200.0) -> dict[str, float]:
+def start_to_first_token(model: str | None, env: dict[str, str], log: pathlib.Path,
+                         timeout_s: float = 1200.0) -> dict[str, float]:  # fmt: skip
     port = free_port()
     argv = [sys.executable, "-m", "modelc", "run", *([model] if model else []), "--port", str(port)]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with open(log, "a") as err:  # a file, not a pipe: an unread pipe would block the server once full
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=url, timeout=timeout_s) as c:
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"modelc run exited: {proc.stderr.read()[-2000:]}")
+                    raise RuntimeError(f"modelc run exited: {log.read_text()[-2000:]}")
                 if time.perf_counter() - t0 > timeout_s:
                     raise RuntimeError("not ready in time")
                 try:
@@ -106,8 +108,9 @@ def main() -> None:
             cache = work / f"numba-{name}"
             cache.mkdir()
             run_env = {**env, "NUMBA_CACHE_DIR": str(cache)}
-            cold = start_to_first_token(model, run_env)
-            warm = start_to_first_token(model, run_env)
+            log = work / f"{name}.log"
+            cold = start_to_first_token(model, run_env, log)
+            warm = start_to_first_token(model, run_env, log)
             result[name] = {"cold": cold, "warm": warm}
             print(json.dumps({name: result[name]}), flush=True)
         result["load_avg_after"] = os.getloadavg()

@@ -1,4 +1,4 @@
-"""Build commands: containerize (a Docker build context) and compile (one executable zipapp)."""
+"""Build commands: containerize (a Docker build context) and compile (one executable file)."""
 
 from __future__ import annotations
 
@@ -37,17 +37,31 @@ def compile_cmd(
     listen: str | None = typer.Option(None, "--listen", help="ADDR:PORT to serve on (overrides --bind/--port)."),
     bind: str = typer.Option("127.0.0.1", "--bind", help="Address to serve on."),
     port: int = typer.Option(8080, "--port", help="Port to serve on."),
+    target: str | None = typer.Option(
+        None,
+        "--target",
+        help="Platform of the executable, e.g. linux-x86_64 (default: this machine's): one file with Python and "
+        "every dependency inside (PyInstaller; only this machine's platform can be built). 'pyz': a Python "
+        "zipapp instead (small, needs Python and modelc's dependencies installed).",
+    ),
 ) -> None:
-    """Build one executable file (a Python zipapp) holding modelc's code and the model, mapped in place.
+    """Build one executable file serving the model, which is mapped in place (not copied to memory).
 
-    Example: modelc compile tiny -o tiny.pyz --listen 127.0.0.1:9000 && ./tiny.pyz
+    Example: modelc compile tiny -o tiny-app --listen 127.0.0.1:9000 && ./tiny-app
     """
-    from modelc.build.zipapp import compile_app
+    from modelc.build.zipapp import compile_app, parse_listen
     from modelc.cli.main import version_line
 
     print(version_line(), file=sys.stderr)
-    path = compile_app(artifact, output, bind=bind, port=port, listen=listen)
-    out.print(f"compiled {path} ({human_bytes(path.stat().st_size)}); run it with: python3 {path}")
+    if target == "pyz":
+        path = compile_app(artifact, output, bind=bind, port=port, listen=listen)
+        out.print(f"compiled {path} ({human_bytes(path.stat().st_size)}); run it with: python3 {path}")
+        return
+    from modelc.build.exe import compile_executable, host_target
+
+    host, port = parse_listen(listen, bind, port)
+    path = compile_executable(artifact, output, target=target or host_target(), host=host, port=port)
+    out.print(f"compiled {path} ({human_bytes(path.stat().st_size)}); run it with: ./{path.name}")
 
 
 def register(app: typer.Typer) -> None:

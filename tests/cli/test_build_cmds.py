@@ -99,7 +99,7 @@ def test_parse_listen():
 
 def test_compile_zipapp_maps_model_in_place(home, src, tmp_path, capsys):
     app = tmp_path / "app.pyz"
-    assert main(["compile", src, "-o", str(app), "--listen", "127.0.0.1:9123"]) == 0
+    assert main(["compile", src, "-o", str(app), "--listen", "127.0.0.1:9123", "--target", "pyz"]) == 0
     assert version_line() in capsys.readouterr().err
     assert app.read_bytes().startswith(b"#!/usr/bin/env python3\n") and os.access(app, os.X_OK)
     with zipfile.ZipFile(app) as zf:
@@ -125,7 +125,7 @@ def test_compile_zipapp_maps_model_in_place(home, src, tmp_path, capsys):
 
 def test_compiled_app_names_missing_dependencies(home, src, tmp_path):
     app = tmp_path / "app.pyz"
-    assert main(["compile", src, "-o", str(app)]) == 0
+    assert main(["compile", src, "-o", str(app), "--target", "pyz"]) == 0
     env = {**os.environ, "MODELC_APP_CACHE": str(tmp_path / "appcache")}
     # -S: no site-packages, so every third-party package is missing
     proc = subprocess.run([sys.executable, "-S", str(app)], capture_output=True, text=True, env=env, timeout=60)
@@ -155,7 +155,7 @@ def test_compiled_app_serves(home, tmp_path):
     art = write_artifact(make_tiny_llama(), tmp_path / "llama.modelc")
     app = tmp_path / "llama.pyz"
     port = _free_port()
-    assert main(["compile", art, "-o", str(app), "--bind", "127.0.0.1", "--port", str(port)]) == 0
+    assert main(["compile", art, "-o", str(app), "--bind", "127.0.0.1", "--port", str(port), "--target", "pyz"]) == 0
     env = {**os.environ, "MODELC_APP_CACHE": str(tmp_path / "appcache")}
     proc = subprocess.Popen([sys.executable, str(app)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -7,8 +7,8 @@ A verification that accepts nothing also backs off: the sequence decodes plainly
 32 steps before it drafts again (reset by any acceptance), so a poor draft costs a few percent.
 With a draft model (which costs forwards) the back-off goes to 64 steps, and a new sequence starts
 from what the engine's drafts have achieved so far (16+ drafted tokens): under 10% accepted -> fully
-backed off (first probe after 64 steps, instead of paying the draft's catch-up over its prompt at
-once); else gamma starts near the expected accepted run, rate / (1 - rate) + 1.
+backed off (first probe, of one token, after 256 steps, instead of paying the draft's catch-up over
+its prompt at once); else gamma starts near the expected accepted run, rate / (1 - rate) + 1.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 MAX_BACKOFF = 32
 MAX_BACKOFF_MODEL = 64  # a draft model costs forwards: back off further
+POOR_START_SKIP = 256  # a new sequence's first probe when the engine's draft model has been useless
 POOR_RATE = 0.1  # engine-wide acceptance below this (once MIN_EVIDENCE tokens were drafted) = useless
 MIN_EVIDENCE = 16
 
@@ -41,7 +42,7 @@ class SpecState:
         if engine_rate is None:
             return
         if engine_rate < POOR_RATE:
-            self.skip = self.backoff = self.max_backoff
+            self.skip, self.backoff, self.gamma = POOR_START_SKIP, self.max_backoff, 1
         elif engine_rate < 1.0:  # start near the run length the engine's drafts have been reaching
             self.gamma = max(1, round(engine_rate / (1.0 - engine_rate)) + 1)
 

@@ -44,7 +44,7 @@ def test_gamma_adapts_and_backs_off():
     # a draft model that has been useless engine-wide: new sequences start backed off
     late = SpecState()
     late.start(0.05, costly=True)
-    assert [late.next_k(4) for _ in range(65)] == [0] * 64 + [4]
+    assert [late.next_k(4) for _ in range(257)] == [0] * 256 + [1]
     fair = SpecState()
     fair.start(0.5, costly=True)  # half accepted so far: start near the expected run (1 + 1)
     assert fair.next_k(8) == 2

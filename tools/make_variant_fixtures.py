@@ -169,6 +169,19 @@ def variants() -> dict[str, tuple[type, dict]]:
             rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
         )),
+        # Gemma 3 multimodal checkpoint (Gemma3ForConditionalGeneration, as gemma-3-4b-it and larger ship): the
+        # text model under model.language_model.*, a tiny SigLIP tower next to it, text_config saved as a diff
+        # against Gemma3TextConfig's defaults (so the reader must know them); text-only prompts
+        "gemma3-mm": (t.Gemma3Config, dict(
+            text_config=dict(
+                hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                num_hidden_layers=6, query_pre_attn_scalar=16, sliding_window=4, vocab_size=VOCAB,
+                max_position_embeddings=512, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=1, pad_token_id=None,
+            ),
+            vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                               image_size=28, patch_size=14),
+            mm_tokens_per_image=4, image_token_index=3, boi_token_index=2, eoi_token_index=3,
+        )),
         # Mixtral: 4 experts, top-2 (softmax over the chosen two), sliding window off
         "mixtral": (t.MixtralConfig, dict(
             hidden_size=32, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
@@ -256,7 +269,7 @@ def reference(model: torch.nn.Module, ids: list[int]) -> tuple[np.ndarray, list[
 
 
 def build(name: str, cls: type, kw: dict, tok: Tokenizer, ids: list[int], out: pathlib.Path, std: float) -> None:
-    cfg = cls(**{**COMMON, **kw})
+    cfg = cls(**kw) if "text_config" in kw else cls(**{**COMMON, **kw})
     cfg._attn_implementation = "eager"
     for seed in range(MAX_SEEDS):
         torch.manual_seed(seed)

@@ -228,11 +228,32 @@ def folder_model_name(folder: pathlib.Path) -> str:
     return f.name
 
 
+# A multimodal checkpoint's language model (Gemma 3 4B+): its tensors under these prefixes
+_TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+                  ("language_model.lm_head.", "lm_head."))  # fmt: skip
+
+
+def text_model_tensors(tensors: dict[str, TensorData]) -> dict[str, TensorData]:
+    """The language model's tensors renamed as a text-only checkpoint's (the vision tower is left out)."""
+    out: dict[str, TensorData] = {}
+    for name, t in tensors.items():
+        for old, new in _TEXT_PREFIXES:
+            if name.startswith(old):
+                out[new + name[len(old) :]] = t
+                break
+        else:
+            if name == "lm_head.weight":
+                out[name] = t
+    return out
+
+
 def read_hf(folder: str | os.PathLike[str], name: str | None = None) -> Model:
     """A Model from a Hugging Face model folder (naming "hf")."""
     f = pathlib.Path(folder)
     meta = read_folder_metadata(f)
     tensors, weight_notes = _weights(f)
+    if meta["config"].get("text_of_multimodal"):  # keep the language model's tensors under its own names
+        tensors = text_model_tensors(tensors)
     config = meta["config"]
     # The stored tensors are the truth: no lm_head means the output reuses the embeddings.
     config["tie_word_embeddings"] = bool(config.get("tie_word_embeddings")) or "lm_head.weight" not in tensors

@@ -186,10 +186,33 @@ def _gemma(cfg: dict[str, Any], out: dict[str, Any]) -> None:
         out["local_rope_theta"] = float(cfg["rope_local_base_freq"])
 
 
+# Gemma3TextConfig's defaults: a multimodal Gemma 3 config.json stores its text_config as a diff against them
+_GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6,
+    "tie_word_embeddings": True,
+}  # fmt: skip
+
+
+def _text_of_multimodal(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The text model's config of a multimodal checkpoint modelc runs text-only (Gemma 3), else None."""
+    text = cfg.get("text_config")
+    if cfg.get("model_type") != "gemma3" or not isinstance(text, dict):
+        return None
+    return {**_GEMMA3_TEXT_DEFAULTS, **text, "model_type": "gemma3_text", "text_of_multimodal": True}
+
+
 def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """(architecture, normalized config) for a config.json dict; UnsupportedError for unknown model_type."""
     if not isinstance(cfg, dict):
         raise FormatError("config.json is not a JSON object")
+    text = _text_of_multimodal(cfg)
+    if text is not None:
+        arch, out = normalize_config(text)
+        out["text_of_multimodal"] = True  # the reader keeps language_model.* tensors only
+        return arch, out
     model_type = str(cfg.get("model_type") or "")
     arch = ARCHITECTURES.get(model_type)
     if arch is None:

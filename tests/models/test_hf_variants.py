@@ -38,6 +38,7 @@ VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "smollm3": ("smollm3", "a RoPE-less layer every 4 layers"),
     "gemma2": ("gemma2", "sandwich (1+w) norms, GeGLU, attention + final soft-capping, alternating window 4"),
     "gemma3": ("gemma3", "q/k norm, 5 local (window 4, base 1e4) : 1 global (base 1e6, linear 8) layers"),
+    "gemma3-mm": ("gemma3", "Gemma3ForConditionalGeneration: language_model.* run text-only, vision tower left out"),
     "mixtral": ("mixtral", "4 experts, top-2 renormalized"),
     "qwen3moe": ("qwen3moe", "q/k norm, 6 experts of width 32, top-2 renormalized"),
     "gpt-oss": ("gpt-oss", "sinks, window 4 / full layers, biases, 4 experts top-2 with clamped SwiGLU, YaRN"),
@@ -322,3 +323,23 @@ def test_gemma_27b_gguf_attention_scale(arch, layers, want):
     cfg = {"num_hidden_layers": layers, "hidden_size": 5376, "num_attention_heads": 32}
     _layer_rules(cfg, arch, {})
     assert cfg.get("attention_multiplier") == want
+
+
+def test_gemma3_multimodal_config_diffed_against_text_defaults():
+    """A transformers 4 gemma-3-4b-it style config.json: text_config holds only what differs from
+    Gemma3TextConfig's defaults; the rest (head_dim 256, query_pre_attn_scalar 256, the 5:1 window pattern,
+    the two RoPE bases) comes from those defaults."""
+    from modelc.formats.hf_config import normalize_config
+
+    arch, cfg = normalize_config({
+        "model_type": "gemma3",
+        "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                        "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                        "sliding_window": 1024},
+        "vision_config": {"model_type": "siglip_vision_model"},
+    })  # fmt: skip
+    assert arch == "gemma3" and cfg["head_dim"] == 256 and cfg["num_attention_heads"] == 8
+    assert cfg["attention_multiplier"] == 256**-0.5 and cfg["embedding_multiplier"] == 2560**0.5
+    assert cfg["sliding_window"] == 1024 and cfg["sliding_window_layers"][:6] == [True] * 5 + [False]
+    assert cfg["rope_theta"] == 1e6 and cfg["local_rope_theta"] == 1e4
+    assert cfg["rope_scaling"] == {"rope_type": "linear", "factor": 8.0}

@@ -1,4 +1,5 @@
-"""`python -m loadtests run SCENARIO --target URL ...` and `python -m loadtests --compare A.json B.json`."""
+"""`python -m loadtests run SCENARIO --target URL ...`, `python -m loadtests soak --minutes N ...` and
+`python -m loadtests --compare A.json B.json`."""
 
 from __future__ import annotations
 
@@ -86,6 +87,11 @@ def write_json(path: str, obj: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["soak"]:  # N minutes of mixed traffic with RSS/files/KV/p99 samples (loadtests/soak.py)
+        from loadtests.soak import main as soak_main
+
+        return soak_main(argv[1:])
     args = parse_args(argv)
     if args.compare:
         a, b = (json.loads(open(p).read()) for p in args.compare)

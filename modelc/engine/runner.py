@@ -46,6 +46,9 @@ class Runner:
                  kernels: KernelSet | None = None, draft_source: Any = None):  # fmt: skip
         self.source = source
         self.model = build_model(source, kernels)
+        check_kv = getattr(self.model, "check_kv_dtype", None)
+        if check_kv is not None:
+            check_kv(kv_dtype)
         L, K, D = self.model.kv_shape()
         self.kv = KVPages(L, num_kv_blocks, K, D, kv_dtype)
         self.drafter: Drafter | None = None  # speculative decoding's draft model (its pages mirror self.kv)

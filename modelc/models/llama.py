@@ -46,6 +46,7 @@ class LlamaModel:
         if naming not in NAMES:
             raise UnsupportedError(f"unknown tensor naming {naming!r}")
         self.args = a = LlamaArgs.from_config(dict(source.config), naming, source.architecture)
+        self.args_arch = str(source.architecture)
         self.kernels = kernels
         names = {**NAMES[naming], **(HF_NORMS[a.norm_layout] if naming == "hf" else {})}
         w = WeightReader(source, kernels)
@@ -111,6 +112,15 @@ class LlamaModel:
             if inv is not None:  # layers without RoPE (SmolLM3's NoPE layers) keep their keys
                 kv.rotate_keys(i, pages, lambda x, inv=inv: self.kernels.rope(
                     x, np.full(x.shape[0], delta, np.int32), inv, self.args.rope_neox))  # fmt: skip
+
+    def check_kv_dtype(self, kv_dtype: str) -> None:
+        """UnsupportedError for a KV cache type this model's attention cannot read: the soft-capping/sinks
+        kernel (Gemma 2, gpt-oss) reads f32/f16 pages only, not the q8_0 / mixed caches."""
+        if kv_dtype in ("q8_0", "mixed") and (self.args.attn_softcap or any(L.sinks is not None for L in self.layers)):
+            raise UnsupportedError(
+                f"kv cache dtype {kv_dtype} is not supported for {self.args_arch} (attention soft-capping or sinks); "
+                "use f16 or f32"
+            )
 
     def kv_shape(self) -> tuple[int, int, int]:
         """(num_layers, num_kv_heads, head_dim) for sizing KVPages."""

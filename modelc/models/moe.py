@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from modelc.errors import FormatError
+from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, TensorData
 from modelc.kernels.linear import Weight, prepare_weight
 from modelc.kernels.select import KernelSet
@@ -139,6 +139,11 @@ def _stacked(w: WeightReader, name: str, E: int, rows: int, cols: int) -> list[W
 def _load_oss(w: WeightReader, n: dict[str, str], E: int, k: int, F: int, C: int, cfg: dict) -> MoeFFN:
     """gpt-oss's HF layout, stored (in, out): float weights are transposed and de-interleaved once at load
     (a copy; its MXFP4 *_blocks checkpoints are not read here)."""
+    if not w.has(n["gate_up"]) and w.has(n["gate_up"] + "_blocks"):
+        raise UnsupportedError(
+            f"model {w.name}: gpt-oss MXFP4 expert blocks in a Hugging Face folder are not read; "
+            "use its GGUF conversion (llama.cpp's convert_hf_to_gguf.py)"
+        )
     gu, dn = w.tensor(n["gate_up"]), w.tensor(n["down"])
     if gu.shape != (E, C, 2 * F) or dn.shape != (E, F, C):
         raise FormatError(f"gpt-oss experts have shapes {gu.shape} and {dn.shape}, expected ({E}, {C}, {2 * F}), ({E}, {F}, {C})")

@@ -343,3 +343,17 @@ def test_gemma3_multimodal_config_diffed_against_text_defaults():
     assert cfg["sliding_window"] == 1024 and cfg["sliding_window_layers"][:6] == [True] * 5 + [False]
     assert cfg["rope_theta"] == 1e6 and cfg["local_rope_theta"] == 1e4
     assert cfg["rope_scaling"] == {"rope_type": "linear", "factor": 8.0}
+
+
+@pytest.mark.parametrize("name", ["gemma2", "gpt-oss"])
+def test_softcap_and_sinks_kernel_kv_types(variants_dir, name):
+    """The soft-capping/sinks attention reads f16 pages (same greedy tokens) and refuses the q8_0/mixed caches."""
+    from modelc.engine.runner import Runner
+    from modelc.errors import UnsupportedError
+
+    d = variants_dir / name
+    ids, want, greedy, _ = _ref(d)
+    model = read_model(d / "hf")
+    with pytest.raises(UnsupportedError, match="kv cache dtype q8_0"):
+        Runner(model, num_kv_blocks=8, kv_dtype="q8_0")
+    assert _greedy(Engine(model, kv_dtype="float16"), ids, len(greedy)) == greedy

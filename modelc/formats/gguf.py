@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import FormatError
+from modelc.formats.gguf_arch import layer_rules
 from modelc.formats.gguf_file import GGUFFile, parse_gguf
 from modelc.formats.gguf_tokenizer import (
     EOG_TEXTS,
@@ -86,12 +87,6 @@ _HPARAMS = {
 }
 # `{arch}.rope.scaling.<key>` -> rope_scaling key
 _ROPE_SCALING = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow", "attn_factor": "attention_factor"}
-# llama.cpp's fixed per-architecture rules that no GGUF key carries:
-# (sliding-window layer pattern, RoPE-less layer interval, local RoPE base)
-_SWA_EVERY = {"gemma2": 2, "gemma3": 6, "gpt-oss": 2}  # layer i slides unless (i + 1) % every == 0
-_NO_ROPE_EVERY = {"smollm3": 4}
-_LOCAL_ROPE_BASE = {"gemma3": 10000.0}
-_GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3": 62}
 
 
 def _jsonable(v: Any) -> Any:
@@ -166,38 +161,6 @@ def _scalar(v: Any) -> Any:
     return v.item() if isinstance(v, np.generic) else v
 
 
-def _layer_rules(cfg: dict[str, Any], arch: str, tensors: dict[str, TensorData]) -> None:
-    """Per-layer switches: window pattern, RoPE-less layers, norm layout (from which norms exist), Gemma's scales."""
-    n = cfg.get("num_hidden_layers")
-    if not isinstance(n, int):
-        return
-    every = _SWA_EVERY.get(arch)
-    if every and cfg.get("sliding_window"):
-        cfg["sliding_window_layers"] = [(i + 1) % every != 0 for i in range(n)]
-    every = _NO_ROPE_EVERY.get(arch)
-    if every:
-        cfg["rope_layers"] = [(i + 1) % every != 0 for i in range(n)]
-    if arch in _LOCAL_ROPE_BASE:
-        cfg["local_rope_theta"] = _LOCAL_ROPE_BASE[arch]
-    if arch in ("gemma2", "gemma3") and cfg.get("hidden_size"):
-        cfg["embedding_multiplier"] = float(cfg["hidden_size"]) ** 0.5  # (the converter already added 1 to norms)
-        # query_pre_attn_scalar is not in the file: llama.cpp uses head_dim except for the 27B models
-        # (46 layers in Gemma 2, 62 in Gemma 3), whose scalar is hidden / heads
-        if n == _GEMMA_27B_LAYERS[arch] and cfg.get("num_attention_heads"):
-            cfg["attention_multiplier"] = (cfg["hidden_size"] / cfg["num_attention_heads"]) ** -0.5
-    if arch == "gpt-oss":  # llama.cpp names its pre-FFN norm post_attention_norm; the experts use the clamped SwiGLU
-        for i in range(n):
-            old = tensors.pop(f"blk.{i}.post_attention_norm.weight", None)
-            if old is not None:
-                tensors[f"blk.{i}.ffn_norm.weight"] = old
-        cfg["moe_activation"] = "oss"
-    if cfg.get("num_experts"):  # llama.cpp renormalizes the top-k weights unless told otherwise (qwen2moe)
-        cfg.setdefault("norm_topk_prob", arch not in ("qwen2moe",))
-    pre, post = "blk.0.attn_norm.weight" in tensors, "blk.0.post_attention_norm.weight" in tensors
-    if post:
-        cfg["norm_layout"] = "sandwich" if pre else "post"
-
-
 def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str, Any]:
     f = g.fields
     cfg: dict[str, Any] = {}
@@ -234,7 +197,7 @@ def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str,
         cfg["rope_freqs_tensor"] = "rope_freqs.weight"  # llama3-style per-dim frequency factors
     elif "rope_factors_short.weight" in tensors:  # long-RoPE (Phi-3.5/Phi-4): contexts <= the original
         cfg["rope_freqs_tensor"] = "rope_factors_short.weight"
-    _layer_rules(cfg, arch, tensors)
+    layer_rules(cfg, arch, tensors)
     cfg["rope_neox"] = arch in NEOX_ROPE_ARCHS
     cfg["tie_word_embeddings"] = "output.weight" not in tensors
     cfg["attention_bias"] = "blk.0.attn_q.bias" in tensors or "blk.0.attn_qkv.bias" in tensors

@@ -318,10 +318,10 @@ async def test_batched_serving_reproduces_greedy(variants_dir, name):
 @pytest.mark.parametrize("arch,layers,want", [("gemma2", 46, 168**-0.5), ("gemma3", 62, 168**-0.5), ("gemma3", 34, None)])
 def test_gemma_27b_gguf_attention_scale(arch, layers, want):
     """llama.cpp's rule for GGUF Gemma (the file has no query_pre_attn_scalar): hidden / heads for the 27B models."""
-    from modelc.formats.gguf import _layer_rules
+    from modelc.formats.gguf_arch import layer_rules
 
     cfg = {"num_hidden_layers": layers, "hidden_size": 5376, "num_attention_heads": 32}
-    _layer_rules(cfg, arch, {})
+    layer_rules(cfg, arch, {})
     assert cfg.get("attention_multiplier") == want
 
 

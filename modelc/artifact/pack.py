@@ -30,6 +30,7 @@ class PackResult:
     num_pruned: int = 0
     num_params: int = 0
     quantized: list[str] = field(default_factory=list)
+    stored_as: dict[str, str] = field(default_factory=dict)  # tensors whose rows forced another kind
 
 
 def pack(
@@ -130,6 +131,7 @@ def _prepared(
             quantize_output=quantize_output,
         )  # fmt: skip
         result.quantized = stats.quantized
+        result.stored_as = stats.stored_as
     else:
         stats = None
     return model, result, stats

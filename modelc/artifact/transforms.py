@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from modelc.artifact.prune import prune_tensor
-from modelc.artifact.quantize import normalize_kind, quantize_tensor, should_quantize
+from modelc.artifact.quantize import effective_kind, normalize_kind, quantize_tensor, should_quantize
 from modelc.artifact.writer import release_pages
 from modelc.ir import DataType, TensorData
 
@@ -26,6 +26,7 @@ _FLOATS = (DataType.F32, DataType.F16, DataType.BF16, DataType.F64)
 class TransformStats:
     num_pruned: int = 0  # filled in as the writer pulls pruned tensors
     quantized: list[str] = field(default_factory=list)
+    stored_as: dict[str, str] = field(default_factory=dict)  # quantized name -> kind used, where not the asked one
 
 
 def transform(name: str, t: TensorData, prune: float | None, kind: str | None) -> tuple[dict[str, TensorData], int]:
@@ -107,6 +108,9 @@ def plan(
             out[out_name] = Deferred(shape, sample.dtype, job, out_name)
         if q:
             stats.quantized.append(name)
+            used = effective_kind(kind, t.shape[-1])
+            if used != kind:  # rows that are not whole blocks of `kind` (quantize.effective_kind)
+                stats.stored_as[name] = used
     return out, stats
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
-import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -54,25 +53,38 @@ def human_bytes(n: float) -> str:
 
 
 def quant_sizes(source: Any) -> dict[str, int]:
-    """Bytes the model would take under each format, from element counts (docs/artifact.md).
+    """Bytes the model would take after `modelc pack --quantize KIND` (docs/artifact.md), by pack's own
+    rules: only the tensors pack quantizes change (embedding tables and the output head stay as stored
+    without --quantize-embeddings/--quantize-output; norms and biases always do), each at the kind its
+    rows allow (quantize.effective_kind: rows that are not whole blocks fall back); int8/int4 add one
+    F32 scale per row. "fp32" is every float tensor as F32."""
+    from modelc.artifact.quantize import effective_kind, should_quantize
 
-    int8/int4 add their per-output-channel F32 scales (one per row of each 2-D+ tensor);
-    block formats round each tensor up to whole blocks (32 elements; 256 for q4_k).
-    """
     sizes = dict.fromkeys(QUANT_PREVIEW, 0)
     for name, t in source.tensors.items():
         if name.endswith(SCALE_SUFFIX):
             continue
-        n = t.num_elements
-        rows = n // t.shape[-1] if len(t.shape) >= 2 and t.shape[-1] else 0
-        sizes["fp32"] += 4 * n
-        sizes["fp16"] += 2 * n
-        sizes["int8"] += n + 4 * rows
-        sizes["int4"] += (n + 1) // 2 + 4 * rows
-        sizes["q4_0"] += math.ceil(n / 32) * 18
-        sizes["q8_0"] += math.ceil(n / 32) * 34
-        sizes["q4_k"] += math.ceil(n / 256) * 144
+        float_like = t.dtype.value in ("F32", "F16", "BF16", "F64")
+        sizes["fp32"] += 4 * t.num_elements if float_like else t.nbytes
+        for preview in QUANT_PREVIEW[1:]:
+            kind = "f16" if preview == "fp16" else preview
+            sizes[preview] += (
+                _quantized_bytes(t, effective_kind(kind, t.shape[-1]))
+                if (len(t.shape) >= 2 and should_quantize(name, t, kind))
+                else t.nbytes
+            )
     return sizes
+
+
+def _quantized_bytes(t: Any, kind: str) -> int:
+    from modelc.ir import DataType
+
+    rows = t.num_elements // t.shape[-1]
+    dtype = {"f16": DataType.F16, "bf16": DataType.BF16, "int8": DataType.I8, "int4": DataType.I4}.get(kind)
+    if dtype is None:
+        dtype = DataType[kind.upper()]
+    scales = 4 * rows if kind in ("int8", "int4") else 0
+    return dtype.nbytes((rows, t.shape[-1])) + scales
 
 
 def describe(source: Any, path: Path) -> dict[str, Any]:
@@ -181,8 +193,9 @@ def pack_cmd(
         help="Also record the source file's sha256 in the provenance (one more pass over the file); by default "
         "the source is identified by its size and modification time. --no-source-hash is that default.",
     ),
-    eval_text: Path | None = typer.Option(None, "--eval", help="Print the perplexity on this text before and "
-                                          "after packing (llama-perplexity's figure)."),
+    eval_text: Path | None = typer.Option(
+        None, "--eval", help="Print the perplexity on this text before and after packing (llama-perplexity's figure)."
+    ),
     eval_ctx: int = typer.Option(512, "--eval-ctx", help="Window size for --eval."),
 ) -> None:
     """Pack weights into one .modelc file (into the store unless -o is given).
@@ -212,6 +225,9 @@ def pack_cmd(
         out.print(f"pruned {result.num_pruned:,} of {result.num_params:,} weights (|w| < {prune})")
     if quantize is not None:
         out.print(f"quantized {len(result.quantized)} tensors to {quantize}")
+        for tensor, used in sorted(result.stored_as.items()):
+            # rows that are not whole blocks of the asked kind are stored in the nearest kind that fits
+            out.print(f"  {tensor}: stored as {used} (its rows are not whole {quantize} blocks)")
     out.print(f"packed {result.name} -> {result.path} ({human_bytes(result.path.stat().st_size)})")
     if before is not None:
         from modelc.artifact.reader import open_artifact

@@ -21,7 +21,7 @@ from modelc.daemon.models import parse_keep_alive
 from modelc.daemon.ollama_routes import NDJSON, model_for, model_name, ndjson
 from modelc.engine.params import SamplingParams
 from modelc.errors import InvalidRequestError, ModelcError
-from modelc.server.context import context_length
+from modelc.server.context import prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
 from modelc.server.generation import ChoiceResult, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
@@ -36,6 +36,7 @@ from modelc.server.handling import (
     require_tokenizer,
 )
 from modelc.server.prompt import (
+    check_chat_size,
     encode_chat,
     encode_prompt,
     fim_prompt_ids,
@@ -89,6 +90,11 @@ def _params(state: ServerState, engine: Any, body: dict[str, Any]) -> SamplingPa
     return with_constraint(params, constraint)
 
 
+def ollama_limit(engine: Any, body: dict[str, Any]) -> int | None:
+    """Ollama truncates a prompt beyond the context unless told `truncate: false` (then a 400)."""
+    return prompt_limit(engine, body, truncate_default=True)
+
+
 def _generate_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
     prompt, system, suffix = body.get("prompt"), body.get("system"), body.get("suffix")
     for key, v in (("prompt", prompt), ("system", system), ("suffix", suffix)):
@@ -98,13 +104,13 @@ def _generate_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
         raise InvalidRequestError("'template' overrides are not supported; the model's chat template is used")
     tok = engine.tokenizer
     if suffix:
-        return fim_prompt_ids(tok, prompt, suffix, context_length(engine))
+        return fim_prompt_ids(tok, prompt, suffix, ollama_limit(engine, body))
     if body.get("raw") or engine.chat_template is None:
         text = f"{system}\n\n{prompt}" if system else prompt
-        return encode_prompt(tok, text, None, limit=context_length(engine))
+        return encode_prompt(tok, text, None, limit=ollama_limit(engine, body))
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     text = render_chat(engine, messages, None)
-    return encode_chat(tok, text, getattr(engine.chat_template, "bos_token", None), context_length(engine))
+    return encode_chat(tok, text, getattr(engine.chat_template, "bos_token", None), ollama_limit(engine, body))
 
 
 def _think_kwargs(body: dict[str, Any]) -> dict[str, Any]:
@@ -128,9 +134,11 @@ def _chat_prompt(engine: Any, body: dict[str, Any]) -> tuple[list[int], tuple[di
             if isinstance(fn, dict) and isinstance(fn.get("arguments"), dict):
                 fn["arguments"] = json.dumps(fn["arguments"])
     tools, _ = parse_tools({"tools": body["tools"]} if body.get("tools") else {})
+    limit = ollama_limit(engine, body)
+    check_chat_size(engine, messages, limit)
     text = render_chat(engine, messages, tools, _think_kwargs(body))
     bos = getattr(engine.chat_template, "bos_token", None)
-    ids = encode_chat(engine.tokenizer, text, bos, context_length(engine))
+    ids = encode_chat(engine.tokenizer, text, bos, limit)
     return ids, tuple(tools) if tools else None, text
 
 

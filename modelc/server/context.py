@@ -33,6 +33,13 @@ def context_length(engine: Any) -> int | None:
     return int(n) if isinstance(n, int | float) and n > 0 else None
 
 
+def prompt_limit(engine: Any, body: dict[str, Any], *, truncate_default: bool = False) -> int | None:
+    """The prompt length a generation route refuses beyond (400), or None when the request asks the
+    engine to truncate (`truncate`, llama.cpp's rule: the scheduler keeps n_keep and the end)."""
+    truncate = body.get("truncate", truncate_default)
+    return None if truncate is True else context_length(engine)
+
+
 def queue_capacity(engine: Any) -> int | None:
     """The most sequences the engine will queue at once (its max_queue), or None when unknown."""
     sched = getattr(getattr(engine, "config", None), "scheduler", None)

@@ -30,7 +30,7 @@ from modelc.server.generation import interrupt_all
 from modelc.server.guard import check_bind
 from modelc.server.state import ServerConfig, ServerState
 
-DRAIN_GRACE_S = 10.0  # after the drain timeout, a signalled process exits by force
+DRAIN_GRACE_S = 5.0  # after the drain timeout, a signalled process exits by force
 
 
 def stream_cut_s(drain_timeout_s: float) -> float:

@@ -19,7 +19,7 @@ from quart import Blueprint, Response
 
 from modelc import __version__
 from modelc.errors import InvalidRequestError, ModelcError
-from modelc.server.context import context_length, encode_bounded
+from modelc.server.context import context_length, encode_bounded, prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings
 from modelc.server.errors import error_body
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
@@ -36,7 +36,7 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
-from modelc.server.prompt import encode_chat, encode_prompt, render_chat
+from modelc.server.prompt import check_chat_size, encode_chat, encode_prompt, render_chat
 from modelc.server.schema import (
     check_token_ids,
     get_bool,
@@ -196,10 +196,13 @@ def native_params(state: ServerState, engine: Any, body: dict[str, Any]) -> Any:
 
 def chat_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
     require_tokenizer(engine)
-    text = render_chat(engine, parse_messages(body), None)
+    messages = parse_messages(body)
+    limit = prompt_limit(engine, body)
+    check_chat_size(engine, messages, limit)
+    text = render_chat(engine, messages, None)
     template = engine.chat_template
     bos = getattr(template, "bos_token", None) if template else None
-    return encode_chat(engine.tokenizer, text, bos, context_length(engine))
+    return encode_chat(engine.tokenizer, text, bos, limit)
 
 
 def chat_request(state: ServerState, engine: Any, body: dict[str, Any]) -> tuple[Any, list[int]]:
@@ -212,7 +215,7 @@ def complete_request(state: ServerState, engine: Any, body: dict[str, Any]) -> t
     if not isinstance(prompt, str):
         raise InvalidRequestError("'prompt' must be a string", param="prompt")
     params = native_params(state, engine, body)
-    return params, encode_prompt(require_tokenizer(engine), prompt, None, limit=context_length(engine))
+    return params, encode_prompt(require_tokenizer(engine), prompt, None, limit=prompt_limit(engine, body))
 
 
 async def run_one(state: ServerState, engine: Any, ids: list[int], params: Any) -> str:

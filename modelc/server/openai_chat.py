@@ -16,7 +16,7 @@ from quart import Blueprint, Response
 from modelc.engine.params import SamplingParams
 from modelc.errors import InvalidRequestError
 from modelc.server import openai_format as fmt
-from modelc.server.context import context_length
+from modelc.server.context import prompt_limit
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
     account,
@@ -30,7 +30,14 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
-from modelc.server.prompt import encode_chat, model_reasoning_syntax, parse_tool_calls, render_chat, tool_constraint
+from modelc.server.prompt import (
+    check_chat_size,
+    encode_chat,
+    model_reasoning_syntax,
+    parse_tool_calls,
+    render_chat,
+    tool_constraint,
+)
 from modelc.server.schema import (
     get_bool,
     parse_constraint,
@@ -100,10 +107,12 @@ def parse_chat(state: ServerState, engine: Any, body: dict[str, Any]) -> ChatPla
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InvalidRequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
+    limit = prompt_limit(engine, body)
+    check_chat_size(engine, messages, limit)
     text = render_chat(engine, messages, offered, kwargs)
     template = engine.chat_template
     bos = getattr(template, "bos_token", None) if template is not None else None
-    ids = encode_chat(tok, text, bos, context_length(engine))
+    ids = encode_chat(tok, text, bos, limit)
     params = with_constraint(params, constraint)
     syntax = model_reasoning_syntax(engine) if check_reasoning_format(body.get("reasoning_format")) != "none" else None
     return ChatPlan(

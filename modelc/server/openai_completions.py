@@ -15,7 +15,7 @@ from quart import Blueprint
 
 from modelc.errors import InvalidRequestError
 from modelc.server import openai_format as fmt
-from modelc.server.context import check_num_sequences, context_length
+from modelc.server.context import check_num_sequences, prompt_limit
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
 from modelc.server.handling import (
     account,
@@ -81,7 +81,7 @@ def parse_completion(state: ServerState, engine: Any, body: dict[str, Any]) -> C
     if any(isinstance(p, str) for p in prompts) or echo:
         require_tokenizer(engine)  # text in or out needs the tokenizer: a 400, never an AttributeError
     check_num_sequences(engine, len(prompts) * best_of)
-    limit = context_length(engine)
+    limit = prompt_limit(engine, body)
     suffix = get_str(body, "suffix")
     if suffix:
         if any(not isinstance(p, str) for p in prompts):

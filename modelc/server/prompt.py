@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelc.errors import InvalidRequestError, ModelcError
-from modelc.server.context import char_budget, check_ids, context_length, encode_bounded, too_long
+from modelc.server.context import char_budget, check_ids, encode_bounded, too_long
 from modelc.server.schema import bad, check_token_ids
 
 
@@ -39,9 +39,8 @@ def fallback_render(messages: list[dict[str, Any]], add_generation_prompt: bool 
     return "".join(lines)
 
 
-def check_chat_size(engine: Any, messages: list[dict[str, Any]]) -> None:
-    """A chat whose text alone is far beyond the context is a 400 before any template renders it."""
-    limit = context_length(engine)
+def check_chat_size(engine: Any, messages: list[dict[str, Any]], limit: int | None) -> None:
+    """A chat whose text alone is far beyond `limit` tokens is a 400 before any template renders it."""
     tok = getattr(engine, "tokenizer", None)
     if limit is None or tok is None:
         return
@@ -56,7 +55,6 @@ def render_chat(
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any] | None = None,
 ) -> str:
-    check_chat_size(engine, messages)
     template = engine.chat_template
     kwargs = dict(template_kwargs or {})
     if tools and not template_takes_tools(template):

@@ -211,3 +211,15 @@ async def test_unknown_request_fields_are_logged_as_a_warning(client) -> None:
     assert len(warned) == 1 and warned[0]["fields"] == ["store", "temprature"]
     assert (await client.post("/v1/chat/completions", {**CHAT, "temperature": 0.5})).status_code == 200
     assert len([r for r in client.log_lines() if r.get("event") == "ignored request fields"]) == 1
+
+
+async def test_truncate_hands_long_prompts_to_the_engine(make_client) -> None:
+    """`truncate: true` (Ollama's default) means the scheduler cuts the prompt (llama.cpp's rule): no 400."""
+    c = make_client(limited(context=64))
+    assert (
+        await c.post("/v1/completions", {"prompt": "x" * 100, "max_tokens": 1, "truncate": True})
+    ).status_code == 200
+    resp = await c.post("/api/generate", {"model": "fake-model", "prompt": "x" * 100, "stream": False, "raw": True})
+    assert resp.status_code == 200
+    body = {"model": "fake-model", "prompt": "x" * 100, "stream": False, "raw": True, "truncate": False}
+    assert (await c.post("/api/generate", body)).status_code == 400

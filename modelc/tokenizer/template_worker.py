@@ -25,6 +25,7 @@ from typing import Any
 
 TIMEOUT_S = 5.0  # real templates render in milliseconds
 STARTUP_TIMEOUT_S = 30.0
+RETRY_AFTER_S = 60.0  # after a failed start, render in process this long before trying again
 WORKER_MEMORY_BYTES = 2 << 30  # the worker's address-space limit
 MAX_CACHED = 16  # compiled templates kept by the worker
 
@@ -47,6 +48,7 @@ class RenderWorker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
+        self._failed_at: float | None = None  # when a worker last failed to start
 
     def render(self, source: str, context: dict[str, Any], fuel: int, limit: int, now: str = "") -> str:
         """Raises RenderFailed for a failed render, WorkerUnavailable when no worker can be started."""
@@ -57,11 +59,8 @@ class RenderWorker:
         req = {"source": source, "context": context, "fuel": fuel, "limit": limit, "now": now}
         line = json.dumps(req, default=str)
         with self._lock:
-            proc = self._ensure()
+            proc = self._send(line)
             try:
-                assert proc.stdin is not None
-                proc.stdin.write(line.encode() + b"\n")
-                proc.stdin.flush()
                 reply = self._read(proc, TIMEOUT_S)
             except (OSError, ValueError):
                 reply = None
@@ -72,8 +71,27 @@ class RenderWorker:
             return str(reply["text"])
         raise RenderFailed(str(reply.get("error") or "unknown error"), str(reply.get("kind") or "other"))
 
+    def _send(self, line: str) -> subprocess.Popen[bytes]:
+        """Write the request; a worker found dead before it got it is replaced once."""
+        for attempt in (0, 1):
+            proc = self._ensure()
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(line.encode() + b"\n")
+                proc.stdin.flush()
+                return proc
+            except OSError:
+                self._kill()
+                if attempt:
+                    raise WorkerUnavailable("the chat template worker process stopped") from None
+        raise AssertionError("unreachable")
+
     def _ensure(self) -> subprocess.Popen[bytes]:
         if self._proc is None or self._proc.poll() is not None:
+            if getattr(sys, "frozen", False):  # a frozen app: sys.executable is the app, not a Python
+                raise WorkerUnavailable("no Python interpreter to start the worker with")
+            if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_AFTER_S:
+                raise WorkerUnavailable("the chat template worker process did not start")
             import modelc
 
             # the child must import this very modelc (a compiled app puts it on sys.path at run time)
@@ -83,11 +101,16 @@ class RenderWorker:
                 [sys.executable, "-m", "modelc.tokenizer.template_worker"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
             )  # fmt: skip
-            if self._read(proc, STARTUP_TIMEOUT_S) != {"ready": True}:
+            try:
+                ready = self._read(proc, STARTUP_TIMEOUT_S)
+            except ValueError:
+                ready = None
+            if ready != {"ready": True}:
                 with contextlib.suppress(OSError):
                     proc.kill()
+                self._failed_at = time.monotonic()  # do not try again on every request
                 raise WorkerUnavailable("the chat template worker process did not start")
-            self._proc = proc
+            self._proc, self._failed_at = proc, None
         return self._proc
 
     @staticmethod

@@ -79,10 +79,15 @@ def test_dead_worker_is_replaced_and_missing_worker_falls_back(monkeypatch) -> N
     assert tpl.render(MSGS) == "hi"
     worker = template_worker.shared_worker()
     worker._proc.kill()  # a crash between requests
+    worker._proc.wait()
     assert tpl.render(MSGS) == "hi"
     fresh = template_worker.RenderWorker()
     monkeypatch.setattr(template_worker, "_WORKER", fresh)
     monkeypatch.setattr(sys, "executable", "/bin/false")  # no worker can start here
     assert tpl.render(MSGS) == "hi"  # rendered in process, with fuel and the output cap
+    assert fresh._failed_at is not None and fresh._proc is None  # not retried on every request
+    monkeypatch.setattr(sys, "frozen", True, raising=False)  # a frozen app: no interpreter to start
+    monkeypatch.setattr(template_worker, "_WORKER", template_worker.RenderWorker())
+    assert tpl.render(MSGS) == "hi"
     with pytest.raises(TemplateError, match="work budget|fuel"):
         ChatTemplate(HOSTILE["string doubling"]).render(MSGS)

@@ -106,3 +106,31 @@ async def test_models_report_capabilities(make_client):
     assert one["capabilities"] == ["completion", "chat", "thinking"]
     show = await (await c.post("/api/show", {"model": cards[0]["id"]})).get_json()
     assert show["capabilities"] == ["completion", "chat", "thinking"]
+
+
+@dataclass
+class HarmonyTemplate(FakeTemplate):
+    """A template whose source shows harmony's analysis channel (gpt-oss)."""
+
+    @property
+    def source(self) -> str:
+        return "{{- '<|channel|>analysis<|message|>' }}{{ tools }}"
+
+
+async def test_harmony_reasoning_and_tool_call(make_client):
+    """gpt-oss: the analysis channel becomes reasoning_content, a commentary message to=functions.NAME a tool call."""
+    reply = (
+        "<|channel|>analysis<|message|>Need the weather.<|end|>"
+        '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}'
+    )
+    c = make_client(FakeEngine(reply=reply, chat_template=HarmonyTemplate()))
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    body = {"messages": MSGS, "max_tokens": 400, "tools": tools}
+    choice = (await (await c.post("/v1/chat/completions", body)).get_json())["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["reasoning_content"] == "Need the weather."
+    call = choice["message"]["tool_calls"][0]["function"]
+    assert call["name"] == "get_weather" and json.loads(call["arguments"]) == {"city": "Paris"}
+    final = "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>Hi!"
+    c = make_client(FakeEngine(reply=final, chat_template=HarmonyTemplate()))
+    msg = (await (await c.post("/v1/chat/completions", {"messages": MSGS, "max_tokens": 400})).get_json())["choices"][0]
+    assert msg["message"]["reasoning_content"] == "Easy." and msg["message"]["content"] == "Hi!"

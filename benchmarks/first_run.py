@@ -4,8 +4,10 @@
 
 For each model, `modelc run MODEL --port P` is started in a fresh process with an empty
 NUMBA_CACHE_DIR (cold) and then again with the cache it left (warm); measured from process start:
-ready_s (/health answers 200, i.e. loaded and every kernel compiled) and first_token_s (the first
-streamed token of a 16-token /v1/completions request sent as soon as /health is 200).
+ready_s (/health answers 200, i.e. loaded and every kernel compiled), ready_cpu_s (the server's
+user + system CPU seconds by then, its warmup helper included: steadier than wall time on a shared
+machine) and first_token_s (the first streamed token of a 16-token /v1/completions request sent as
+soon as /health is 200).
 `install_s`: `pip install --no-deps --target TMP .` of this checkout (builds and installs modelc itself, its
 build backend fetched by pip; its dependencies are already installed in the running environment).
 tinyllama-q4_0 is a TinyLlama-1.1B-shaped random Q4_0 GGUF (benchmarks/make_tinyllama.py), packed first.
@@ -57,18 +59,23 @@ def start_to_first_token(model: str | None, env: dict[str, str], log: pathlib.Pa
                     pass
                 time.sleep(0.05)
             ready = time.perf_counter() - t0
+            ready_cpu = _cpu_s(proc.pid)
             body = {"prompt": "def fibonacci(n):", "max_tokens": 16, "temperature": 0, "stream": True}
+            first = float("nan")
             with c.stream("POST", "/v1/completions", json=body) as r:
                 for line in r.iter_lines():
-                    if line.startswith("data: ") and line != "data: [DONE]":
+                    if first != first and line.startswith("data: ") and line != "data: [DONE]":
                         first = time.perf_counter() - t0
-                        break
-                for _ in r.iter_lines():
-                    pass
-        return {"ready_s": ready, "first_token_s": first}
+        return {"ready_s": ready, "first_token_s": first, "ready_cpu_s": ready_cpu}
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of the process and of its waited-for children (the warmup helper)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def install_s(work: pathlib.Path) -> float:

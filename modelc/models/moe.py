@@ -82,6 +82,13 @@ class MoeFFN:
         """out (T, C) = sum over each token's chosen experts of weight * expert(h)."""
         T = h.shape[0]
         experts, weights = self.route(h, kernels)
+        if T == 1:  # decode of one sequence: its k experts in turn, no grouping to do
+            out[...] = 0.0
+            for j in range(self.top_k):
+                y = self._expert(int(experts[0, j]), h, kernels)
+                y *= weights[0, j]
+                out += y
+            return
         out[...] = 0.0
         flat = experts.reshape(-1)
         order = np.argsort(flat, kind="stable")  # (T*k,) grouped by expert

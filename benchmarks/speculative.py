@@ -159,6 +159,7 @@ async def run_case(case: str, args, draft_random, prompts_ids: list[list[int]]) 
         st = eng.stats()
         drafted = st.get("spec_decode_num_draft_tokens", 0)
         out["acceptance"] = st.get("spec_decode_num_accepted_tokens", 0) / drafted if drafted else None
+        out["drafted"] = drafted  # over the engine's life: the warm-up, the single stream and the streams
     return out
 
 
@@ -193,6 +194,7 @@ def main() -> None:
             "single_tok_s": statistics.median(x["single_tok_s"] for x in r),
             "streams_tok_s": statistics.median(x["streams_tok_s"] for x in r),
             "acceptance": r[0]["acceptance"],
+            "drafted": [x["drafted"] for x in r],
             "runs_single": [round(x["single_tok_s"], 1) for x in r],
             "runs_streams": [round(x["streams_tok_s"], 1) for x in r],
         }
@@ -206,13 +208,14 @@ def main() -> None:
         return
     plain = next((x for x in rows if x["case"] == "plain"), None)
     print(f"prompt {len(prompts[0])} tokens, {args.tokens} generated, gamma {args.gamma}, {args.threads} threads")
-    print(f"case          1 stream tok/s (x plain)   {args.streams} streams tok/s (x plain)   acceptance  same output")
+    print(f"case  1 stream tok/s (x plain) [runs]  {args.streams} streams tok/s (x plain) [runs]  acceptance  drafted  same")
     for x in rows:
         r1 = x["single_tok_s"] / plain["single_tok_s"] if plain else float("nan")
         r8 = x["streams_tok_s"] / plain["streams_tok_s"] if plain else float("nan")
         acc = "-" if x["acceptance"] is None else f"{x['acceptance']:.2f}"
         print(f"{x['case']:<13} {x['single_tok_s']:8.1f} ({r1:4.2f}x) {x['runs_single']}   "
-              f"{x['streams_tok_s']:8.1f} ({r8:4.2f}x) {x['runs_streams']}   {acc:>6}  {x.get('same_output_as_plain')}")  # fmt: skip
+              f"{x['streams_tok_s']:8.1f} ({r8:4.2f}x) {x['runs_streams']}   {acc:>6}  {x['drafted']}  "
+              f"{x.get('same_output_as_plain')}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -162,3 +162,17 @@ def test_a_draft_with_another_tokenizer_is_refused():
     _check_draft(make_tiny_llama(0), make_tiny_llama(1, num_layers=1))
     with pytest.raises(InvalidRequestError, match="tokenizer"):
         _check_draft(make_tiny_llama(0), make_tiny_llama(1, vocab_size=64))
+
+
+@pytest.mark.parametrize("mode", ["ngram", "draft"])
+def test_speculation_under_block_pressure_and_preemption(mode):
+    """A pool too small for everyone: drafts never preempt (they fall back to a plain decode) and
+    preempted sequences recompute; the output is still the plain output."""
+    src = make_tiny_llama(3)
+    seqs = lambda: [Sequence(i + 1, PROMPTS[i] * 2, _greedy(24)) for i in range(4)]  # noqa: E731
+    runner, sched = make_pair(src, blocks=64, max_num_seqs=4, max_batch_tokens=64)
+    base = drive(runner, sched, seqs())
+    runner, sched = make_pair(src, blocks=7, max_num_seqs=4, max_batch_tokens=64, speculative=mode,
+                              draft=src if mode == "draft" else None, spec_gamma=6)  # fmt: skip
+    assert drive(runner, sched, seqs()) == base
+    assert sched.num_preemptions > 0 and sched.pool.num_used_blocks == 0

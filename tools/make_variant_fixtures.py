@@ -201,6 +201,14 @@ def variants() -> dict[str, tuple[type, dict]]:
             rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 8.0, "beta_fast": 32.0,
                              "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False},
         )),
+        # Qwen3-MoE as transformers' defaults make it: norm_topk_prob false (the chosen experts keep their share
+        # of the full softmax) and decoder_sparse_step 2 (layer 0 a dense MLP, layer 1 experts); HF only
+        # (llama.cpp's qwen3moe always renormalizes and has no dense layers)
+        "qwen3moe-mixed": (t.Qwen3MoeConfig, dict(
+            hidden_size=32, intermediate_size=64, moe_intermediate_size=32, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=16, num_experts=6, num_experts_per_tok=2, norm_topk_prob=False,
+            decoder_sparse_step=2, mlp_only_layers=[], tie_word_embeddings=False,
+        )),
         # SmolLM3: every 4th layer has no RoPE (4 layers: layer 3 is RoPE-less)
         "smollm3": (t.SmolLM3Config, dict(
             hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,

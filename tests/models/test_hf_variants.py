@@ -41,6 +41,7 @@ VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "gemma3-mm": ("gemma3", "Gemma3ForConditionalGeneration: language_model.* run text-only, vision tower left out"),
     "mixtral": ("mixtral", "4 experts, top-2 renormalized"),
     "qwen3moe": ("qwen3moe", "q/k norm, 6 experts of width 32, top-2 renormalized"),
+    "qwen3moe-mixed": ("qwen3moe", "norm_topk_prob false, decoder_sparse_step 2: a dense layer, then experts"),
     "gpt-oss": ("gpt-oss", "sinks, window 4 / full layers, biases, 4 experts top-2 with clamped SwiGLU, YaRN"),
 }
 GGUF_ARCH = {"mixtral": "llama"}  # llama.cpp writes Mixtral as a llama with expert tensors
@@ -166,6 +167,7 @@ def _perturbed_err(d, **config):
         ("gemma3", {"attention_multiplier": 0.5}),
         ("mixtral", {"norm_topk_prob": False}),
         ("qwen3moe", {"num_experts_per_tok": 1}),
+        ("qwen3moe-mixed", {"norm_topk_prob": True}),
         ("gpt-oss", {"rope_scaling": None}),  # YaRN (and its attention factor)
         ("gpt-oss", {"sliding_window_layers": None}),
     ],

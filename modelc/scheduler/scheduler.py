@@ -188,7 +188,10 @@ class Scheduler:
         if limit <= 0 or p.constraint is not None or p.speculative is False:
             return 0, None  # a grammar cannot be verified exactly: never speculate under one
         mode = self.config.speculative
-        if mode is None and not p.speculative and not p.gamma:  # the seed spec: gamma > 0 turns it on
+        asked = p.speculative or bool(p.gamma)  # the seed spec: gamma > 0 turns it on
+        if (mode is None and not asked) or (p.seed is not None and not p.greedy and not asked):
+            # (a seeded sampled sequence keeps its batch-independent output unless it asks: how many
+            # tokens a step drafts depends on the other sequences, and so do its random draws)
             return 0, None
         cap = min(
             p.gamma if p.gamma is not None else self.config.spec_gamma, limit, p.max_tokens - seq.num_output_tokens - 1

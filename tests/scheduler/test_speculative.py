@@ -121,6 +121,11 @@ def test_per_request_switches():
     seqs = [Sequence(1, PROMPT, _greedy(20, speculative=False)), Sequence(2, PROMPT, _greedy(20, gamma=0))]
     drive(runner, sched, seqs)
     assert sched.spec_stats.num_drafts == 0
+    # a seeded sampled sequence keeps its batch-independent draws unless it asks for speculation
+    seeded = SamplingParams(temperature=0.7, seed=3, max_tokens=20)
+    assert sched._draft(Sequence(4, PROMPT + PROMPT, seeded), 10) == (0, None)
+    asked = SamplingParams(temperature=0.7, seed=3, max_tokens=20, gamma=2)
+    assert sched._draft(Sequence(5, PROMPT + PROMPT, asked), 10)[0] > 0
     # a grammar-constrained sequence never speculates (its mask cannot be verified ahead)
     seq = Sequence(3, PROMPT, _greedy(5, constraint=json_only))
     assert sched._draft(seq, 10) == (0, None)
@@ -148,7 +153,7 @@ def test_cancel_mid_verification_returns_every_block(draft):
 def test_sampled_speculation_runs_and_respects_max_tokens():
     src = make_tiny_llama(3)
     runner, sched = make_pair(src, speculative="draft", draft=make_tiny_llama(4), spec_gamma=4)
-    params = SamplingParams(temperature=0.8, top_k=20, repetition_penalty=1.1, max_tokens=25, seed=1)
+    params = SamplingParams(temperature=0.8, top_k=20, repetition_penalty=1.1, max_tokens=25, seed=1, speculative=True)
     out = drive(runner, sched, [Sequence(1, PROMPT, params)])[1]
     assert len(out) == 25 and all(0 <= t < 96 for t in out)
     assert sched.spec_stats.num_drafts > 0

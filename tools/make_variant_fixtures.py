@@ -357,6 +357,38 @@ def convert_gguf(converter: pathlib.Path, d: pathlib.Path) -> None:
         print(f"{d.name}: {out} ({out.stat().st_size} bytes)")
 
 
+# variants that also get gguf/model-mxfp4-experts.gguf: the F32 file with its *_exps weights in MXFP4
+MXFP4_EXPERTS = ("gpt-oss",)
+
+
+def mxfp4_experts(src: pathlib.Path, dst: pathlib.Path) -> None:
+    """Copy a GGUF with every 3-D expert weight quantized to MXFP4 by gguf-py (as gpt-oss GGUFs ship)."""
+    import gguf
+    from gguf import quants
+
+    reader = gguf.GGUFReader(src)
+    arch = str(reader.fields["general.architecture"].contents())
+    writer = gguf.GGUFWriter(dst, arch)
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
+    for t in reader.tensors:
+        data = np.asarray(t.data)
+        if t.name.endswith("_exps.weight"):
+            q = quants.quantize(np.ascontiguousarray(data, np.float32), gguf.GGMLQuantizationType.MXFP4)
+            writer.add_tensor(t.name, q, raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+        else:
+            writer.add_tensor(t.name, np.ascontiguousarray(data), raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    print(f"{src.parent.parent.name}: {dst} ({dst.stat().st_size} bytes)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("tests/fixtures/models/variants"))
@@ -375,6 +407,9 @@ def main() -> None:
                 build(name, cls, kw, tok, ids, args.out, args.std)
             if args.gguf:
                 convert_gguf(args.gguf, args.out / name)
+                if name in MXFP4_EXPERTS:
+                    g = args.out / name / "gguf"
+                    mxfp4_experts(g / "model-f32.gguf", g / "model-mxfp4-experts.gguf")
 
 
 if __name__ == "__main__":

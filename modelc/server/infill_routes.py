@@ -17,10 +17,20 @@ from quart import Blueprint
 from modelc.errors import ModelcError
 from modelc.server import openapi_surfaces
 from modelc.server.chat_run import ChatStream, matched_stop, run_chat, stream_chat
+from modelc.server.context import char_budget, check_ids, prompt_limit, too_long
 from modelc.server.errors import error_body
 from modelc.server.fim import find_fim_tokens, infill_ids
 from modelc.server.generation import ChoiceResult, Job
-from modelc.server.handling import check_model, get_state, precompile, read_json, record, require_generation
+from modelc.server.handling import (
+    check_model,
+    get_state,
+    offload,
+    precompile,
+    read_json,
+    record,
+    require_generation,
+    require_tokenizer,
+)
 from modelc.server.schema import bad, get_bool, get_str, parse_constraint, parse_sampling, with_constraint
 from modelc.server.sse import sse_event
 
@@ -88,7 +98,12 @@ def sampling_body(body: dict[str, Any]) -> dict[str, Any]:
 def parse_infill(state: Any, engine: Any, body: dict[str, Any]) -> InfillPlan:
     model = check_model(state, engine, body)
     require_generation(engine)
-    tok = engine.tokenizer
+    tok = require_tokenizer(engine)
+    limit = prompt_limit(engine, body)
+    texts = [get_str(body, k, "") or "" for k in ("input_prefix", "input_suffix", "prompt")]
+    num_chars = sum(len(t) for t in texts) + sum(len(a) + len(b) for a, b in _extra(body))
+    if limit is not None and num_chars > char_budget(tok, limit):
+        raise too_long("input_prefix", f"{num_chars} characters with the suffix and extra context", limit)
     fim = find_fim_tokens(tok)
     if fim is None:
         raise bad(
@@ -103,6 +118,7 @@ def parse_infill(state: Any, engine: Any, body: dict[str, Any]) -> InfillPlan:
         _extra(body),
         get_str(body, "prompt", "") or "",
     )
+    ids = check_ids(list(ids), limit=limit, param="input_prefix")
     sb = sampling_body(body)
     params = parse_sampling(sb, state.config.defaults, vocab_size=getattr(tok, "vocab_size", None))
     constraint = parse_constraint(sb)
@@ -153,7 +169,7 @@ async def infill() -> Any:
     state = get_state()
     body = await read_json()
     engine = await state.engine_for(body.get("model"))
-    plan = parse_infill(state, engine, body)
+    plan = await offload(parse_infill, state, engine, body)  # tokenizing runs off the loop
     if plan.stream:
         return await stream_chat(state, engine, plan, lambda cs: infill_events(cs, engine), error_frames)
     r = await run_chat(state, engine, plan)

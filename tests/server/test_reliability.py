@@ -223,3 +223,18 @@ async def test_truncate_hands_long_prompts_to_the_engine(make_client) -> None:
     assert resp.status_code == 200
     body = {"model": "fake-model", "prompt": "x" * 100, "stream": False, "raw": True, "truncate": False}
     assert (await c.post("/api/generate", body)).status_code == 400
+
+
+async def test_messages_and_responses_enforce_the_context_length(make_client) -> None:
+    c = make_client(limited(context=64))
+    long = "x" * 100
+    resp = await c.post(
+        "/v1/messages", {"model": "fake-model", "max_tokens": 4, "messages": [{"role": "user", "content": long}]}
+    )
+    assert resp.status_code == 400 and "context length is 64" in json.dumps(await resp.get_json())
+    resp = await c.post("/v1/responses", {"model": "fake-model", "input": long})
+    assert resp.status_code == 400 and "context length is 64" in json.dumps(await resp.get_json())
+    ok = await c.post(
+        "/v1/messages", {"model": "fake-model", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert ok.status_code == 200

@@ -40,7 +40,9 @@ def test_abusive_requests_do_not_stall_the_server() -> None:
                 assert c.get("/health").status_code == 200
                 worst_s = max(worst_s, time.monotonic() - t0)
                 time.sleep(0.05)
-            chat = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+            chat = c.post(
+                "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+            )
             assert chat.status_code == 200
         for t in threads:
             t.join()
@@ -88,5 +90,21 @@ def test_second_sigterm_exits_at_once() -> None:
         assert s.wait(30) != 0  # well before the 300 s drain
         resp.close()
         c.close()
+    finally:
+        s.stop()
+
+
+def test_the_ollama_client_reads_modelc_errors() -> None:
+    ollama = pytest.importorskip("ollama")
+    s = LiveServer("--delay", "0")
+    try:
+        client = ollama.Client(host=s.url)
+        with pytest.raises(ollama.ResponseError) as e:
+            client.generate(model="fake-model", prompt="hi", options={"num_predict": -5})
+        assert e.value.status_code == 400 and "num_predict" in e.value.error and isinstance(e.value.error, str)
+        with pytest.raises(ollama.ResponseError) as e:
+            client.chat(model="no-such-model", messages=[{"role": "user", "content": "hi"}])
+        assert e.value.status_code == 404 and "no-such-model" in e.value.error
+        assert client.generate(model="fake-model", prompt="hi", options={"num_predict": 4}).response
     finally:
         s.stop()

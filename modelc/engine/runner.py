@@ -144,8 +144,10 @@ class Runner:
         if n_prompt:
             st.sampler.add_prompt_tokens(c.token_ids[:n_prompt].tolist())
         if self.drafter is not None:
-            if st.history is None:
-                st.history = [] if c.context_ids is None else c.context_ids.tolist()
+            if c.context_ids is not None:  # a first chunk after a prefix hit, or after a context shift
+                st.history, st.draft_pos = c.context_ids.tolist(), 0
+            elif st.history is None:
+                st.history = []
             if len(st.history) >= c.start_pos:  # else a gap (cannot happen): this sequence never drafts
                 del st.history[c.start_pos :]
                 st.history.extend(c.token_ids[: len(c.token_ids) - c.num_draft].tolist())

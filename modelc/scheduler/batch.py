@@ -35,7 +35,8 @@ class SeqChunk:
     # 1 + (accepted drafts) tokens for this sequence, in order.
     num_draft: int = 0
     draft_k: int = 0
-    context_ids: np.ndarray | None = None  # tokens [0, start_pos) on a draft-model sequence's first chunk
+    # tokens [0, start_pos) for the engine's draft model: on a sequence's first chunk, and after a context shift
+    context_ids: np.ndarray | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -253,6 +253,7 @@ class Scheduler:
             seq.num_computed_tokens -= db * bs
             seq.table_array = None
         del seq.token_ids[kb * bs : (kb + db) * bs]
+        seq.draft_context = True
         seq.num_dropped += db * bs
         self.num_context_shifts += 1
         return True
@@ -289,12 +290,15 @@ class Scheduler:
                     draft_k=k if drafts is None else 0,
                     context_ids=(
                         _frozen_i32(seq.token_ids[:start])
-                        if start and not seq.engine_has_state and self.config.speculative == "draft"
+                        if start
+                        and (not seq.engine_has_state or seq.draft_context)
+                        and self.config.speculative == "draft"
                         else None
                     ),
                 )
             )
             seq.engine_has_state = True
+            seq.draft_context = False
         freed, self._freed = tuple(self._freed), []
         # a sequence preempted after its shift recomputes instead: its moved pages may be another's now
         shifts = tuple(s for s in self._shifts if s.seq_id in scheduled)

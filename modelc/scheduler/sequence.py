@@ -56,6 +56,7 @@ class Sequence:
     added_s: float = 0.0  # time.monotonic() at Scheduler.add
     queue_time_s: float | None = None  # add -> first admission to the running set
     spec: SpecState = field(default_factory=lambda: SpecState())  # speculative decoding, per sequence
+    draft_context: bool = False  # a context shift moved the tokens: the engine's draft needs them again
     adapter: str | None = field(init=False)
     table_array: np.ndarray | None = field(default=None, init=False, repr=False)  # scheduler's cache
 

@@ -181,3 +181,31 @@ def test_speculation_under_block_pressure_and_preemption(mode):
                               draft=src if mode == "draft" else None, spec_gamma=6)  # fmt: skip
     assert drive(runner, sched, seqs()) == base
     assert sched.num_preemptions > 0 and sched.pool.num_used_blocks == 0
+
+
+@pytest.mark.parametrize("mode", ["ngram", "draft"])
+def test_speculation_across_context_shifts(mode):
+    """Generating 3x a 48-token context with shifts: speculative greedy = plain greedy, and the draft
+    model (= the target) is handed the shifted context again, so it still agrees with the target."""
+    src = make_tiny_llama(3)
+    p = _greedy(120, max_context=48, context_shift=True, n_keep=4, ignore_eos=True)
+    runner, sched = make_pair(src, blocks=16)
+    base = drive(runner, sched, [Sequence(1, PROMPT, p)])
+    assert len(base[1]) == 120 and sched.num_context_shifts > 0
+    runner, sched = make_pair(src, blocks=16, speculative=mode, draft=src if mode == "draft" else None, spec_gamma=4)
+    resent = []  # chunks that hand the draft the (shifted) context again
+
+    def watch(s, plan, step):
+        for c in plan.chunks:
+            if c.context_ids is not None:
+                assert c.context_ids.tolist() == s._seqs[c.seq_id].token_ids[: c.start_pos]
+                resent.append(c)
+
+    assert drive(runner, sched, [Sequence(1, PROMPT, p)], before_update=watch) == base
+    assert sched.num_context_shifts > 0 and sched.pool.num_used_blocks == 0
+    if mode == "draft":
+        assert len(resent) == sched.num_context_shifts
+        st = sched.spec_stats
+        assert st.num_draft_tokens > 40 and st.num_accepted_tokens == st.num_draft_tokens
+    else:
+        assert not resent

@@ -209,3 +209,21 @@ def test_speculation_across_context_shifts(mode):
         assert st.num_draft_tokens > 40 and st.num_accepted_tokens == st.num_draft_tokens
     else:
         assert not resent
+
+
+@pytest.mark.parametrize("kv_dtype", ["float16", "q8_0", "mixed"])
+def test_speculation_with_every_kv_cache_type(kv_dtype):
+    """The draft's pages take the target's KV type; rolled-back slots are rewritten, so greedy output
+    still equals plain output on each type."""
+    from modelc.cache.block_pool import BlockPool
+    from modelc.config import SchedulerConfig
+    from modelc.engine.runner import Runner
+    from modelc.scheduler.scheduler import Scheduler
+
+    src = make_tiny_llama(3)
+    outs = []
+    for mode in (None, "draft", "ngram"):
+        runner = Runner(src, num_kv_blocks=64, kv_dtype=kv_dtype, draft_source=src if mode == "draft" else None)
+        sched = Scheduler(SchedulerConfig(speculative=mode, max_num_seqs=8, max_batch_tokens=64), BlockPool(64))
+        outs.append(drive(runner, sched, [Sequence(i + 1, PROMPTS[i], _greedy(24)) for i in range(4)]))
+    assert outs[1] == outs[0] and outs[2] == outs[0]

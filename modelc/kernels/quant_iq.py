@@ -25,15 +25,24 @@ IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1
 FIRST_KIND = IQ4_NL
 UNSIGNED_KINDS = (TQ1_0, TQ2_0)
 
-_G2XXS = np.ascontiguousarray(tb.IQ2XXS_GRID.reshape(-1))
-_G2XS = np.ascontiguousarray(tb.IQ2XS_GRID.reshape(-1))
-_G2S = np.ascontiguousarray(tb.IQ2S_GRID.reshape(-1))
-_G3XXS = np.ascontiguousarray(tb.IQ3XXS_GRID.reshape(-1))
-_G3S = np.ascontiguousarray(tb.IQ3S_GRID.reshape(-1))
-_G1S = np.ascontiguousarray(tb.IQ1S_GRID.reshape(-1))
 _KS = np.ascontiguousarray(tb.KSIGNS)
 E8M0_HALF = e8m0_half(np.arange(256, dtype=np.uint32)).astype(np.float32)  # (256,) MXFP4 scale byte -> float
 _POW3 = np.array([1, 3, 9, 27, 81], np.int64)
+
+# The grids as one uint64 (8 values) or uint32 (4 values) per entry, and per sign byte the mask with
+# 0xFF in each negated byte: a group of signed grid values is then one load, xor, add and store
+# ((g ^ m) + (m & 0x01..01) negates the masked bytes; grid values are 1..62, so no byte carries).
+_G2XXS64 = np.ascontiguousarray(tb.IQ2XXS_GRID).view(np.uint64).reshape(-1)
+_G2XS64 = np.ascontiguousarray(tb.IQ2XS_GRID).view(np.uint64).reshape(-1)
+_G2S64 = np.ascontiguousarray(tb.IQ2S_GRID).view(np.uint64).reshape(-1)
+_G3XXS32 = np.ascontiguousarray(tb.IQ3XXS_GRID).view(np.uint32).reshape(-1)
+_G3S32 = np.ascontiguousarray(tb.IQ3S_GRID).view(np.uint32).reshape(-1)
+_G1P64 = np.ascontiguousarray(8 * tb.IQ1S_GRID.astype(np.int8) + 1).astype(np.int8).view(np.uint64).reshape(-1)
+_G1N64 = np.ascontiguousarray(8 * tb.IQ1S_GRID.astype(np.int8) - 1).astype(np.int8).view(np.uint64).reshape(-1)
+_SMASK64 = np.array([sum(0xFF << (8 * j) for j in range(8) if (i >> j) & 1) for i in range(256)], np.uint64)
+_SMASK32 = _SMASK64[:16].astype(np.uint32)
+_ONES64 = np.uint64(0x0101010101010101)
+_ONES32 = np.uint32(0x01010101)
 
 _HALF = np.float32(0.5)
 _QUARTER = np.float32(0.25)
@@ -60,15 +69,17 @@ def _set(sc, mn, g, s0, s1):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _signed(q, qo, grid, go, n, signs, sbit):
-    """q[qo:qo+n] = grid[go:go+n] with element j negated where bit sbit+j of signs is set.
+def _put8(q64, k, grid64, gi, signs):
+    """q bytes 8k..8k+7 = grid entry gi (8 values), value j negated where bit j of signs (a byte) is set."""
+    m = _SMASK64[signs]
+    q64[k] = (grid64[gi] ^ m) + (m & _ONES64)
 
-    Branch-free ((v ^ m) - m with m = 0 or -1): random sign bits made a branch per element
-    mispredict half the time (5 ns per element)."""
-    s = np.int32(signs) >> sbit
-    for j in range(n):
-        m = -((s >> j) & 1)
-        q[qo + j] = (np.int32(grid[go + j]) ^ m) - m
+
+@njit(cache=True, nogil=True, inline="always")
+def _put4(q32, k, grid32, gi, signs4):
+    """q bytes 4k..4k+3 = grid entry gi (4 values), value j negated where bit j of signs4 (0..15) is set."""
+    m = _SMASK32[signs4]
+    q32[k] = (grid32[gi] ^ m) + (m & _ONES32)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -128,7 +139,7 @@ def _ternary(kind, q, sc, mn, row, base):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _iq2(kind, q, sc, mn, row, base):
+def _iq2(kind, q, q64, sc, mn, row, base):
     c = q.shape[0]
     tsize = 66 if kind == IQ2_XXS else (74 if kind == IQ2_XS else 82)
     for b in range(c // 256):
@@ -142,7 +153,7 @@ def _iq2(kind, q, sc, mn, row, base):
                 db = d * (_HALF + np.float32(aux >> 28)) * _QUARTER
                 _set(sc, mn, b * 16 + 2 * ib, db, db)
                 for l in range(4):
-                    _signed(q, qo + 8 * l, _G2XXS, np.int64(row[a + l]) * 8, 8, _KS[(aux >> (7 * l)) & 127], 0)
+                    _put8(q64, qo // 8 + l, _G2XXS64, np.int64(row[a + l]), _KS[(aux >> (7 * l)) & 127])
                 continue
             s = np.int64(row[o + (66 if kind == IQ2_XS else 74) + ib])
             _set(
@@ -155,14 +166,14 @@ def _iq2(kind, q, sc, mn, row, base):
             for l in range(4):
                 if kind == IQ2_XS:
                     v = _u16(row, o + 2 + 8 * ib + 2 * l)
-                    _signed(q, qo + 8 * l, _G2XS, (v & 511) * 8, 8, _KS[v >> 9], 0)
+                    _put8(q64, qo // 8 + l, _G2XS64, v & 511, _KS[v >> 9])
                 else:
                     gi = np.int64(row[o + 2 + 4 * ib + l]) | (((np.int64(row[o + 66 + ib]) >> (2 * l)) & 3) << 8)
-                    _signed(q, qo + 8 * l, _G2S, gi * 8, 8, np.int64(row[o + 34 + 4 * ib + l]), 0)
+                    _put8(q64, qo // 8 + l, _G2S64, gi, row[o + 34 + 4 * ib + l])
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _iq3(kind, q, sc, mn, row, base):
+def _iq3(kind, q, q32, sc, mn, row, base):
     c = q.shape[0]
     tsize = 98 if kind == IQ3_XXS else 110
     for b in range(c // 256):
@@ -177,8 +188,8 @@ def _iq3(kind, q, sc, mn, row, base):
                 _set(sc, mn, b * 16 + 2 * ib, db, db)
                 for l in range(4):
                     s = np.int64(_KS[(aux >> (7 * l)) & 127])
-                    _signed(q, qo + 8 * l, _G3XXS, np.int64(row[a + 2 * l]) * 4, 4, s, 0)
-                    _signed(q, qo + 8 * l + 4, _G3XXS, np.int64(row[a + 2 * l + 1]) * 4, 4, s, 4)
+                    _put4(q32, qo // 4 + 2 * l, _G3XXS32, np.int64(row[a + 2 * l]), s & 15)
+                    _put4(q32, qo // 4 + 2 * l + 1, _G3XXS32, np.int64(row[a + 2 * l + 1]), s >> 4)
                 continue
             ls = (np.int64(row[o + 106 + ib // 2]) >> (4 * (ib % 2))) & 15
             db = d * np.float32(1 + 2 * ls)
@@ -188,20 +199,18 @@ def _iq3(kind, q, sc, mn, row, base):
                 s = np.int64(row[o + 74 + 4 * ib + l])
                 g1 = np.int64(row[a + 2 * l]) | (((qh >> (2 * l)) & 1) << 8)
                 g2 = np.int64(row[a + 2 * l + 1]) | (((qh >> (2 * l + 1)) & 1) << 8)
-                _signed(q, qo + 8 * l, _G3S, g1 * 4, 4, s, 0)
-                _signed(q, qo + 8 * l + 4, _G3S, g2 * 4, 4, s, 4)
+                _put4(q32, qo // 4 + 2 * l, _G3S32, g1, s & 15)
+                _put4(q32, qo // 4 + 2 * l + 1, _G3S32, g2, s >> 4)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _grid1(q, qo, gi, neg):
-    """q[qo:qo+8] = 8 * iq1s_grid[gi] + (-1 if neg else +1)."""
-    dl = -1 if neg else 1
-    for j in range(8):
-        q[qo + j] = 8 * np.int64(_G1S[gi * 8 + j]) + dl
+def _grid1(q64, k, gi, neg):
+    """q bytes 8k..8k+7 = 8 * iq1s_grid[gi] + (-1 if neg else +1)."""
+    q64[k] = _G1N64[gi] if neg else _G1P64[gi]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _iq1(kind, q, sc, mn, row, base):
+def _iq1(kind, q, q64, sc, mn, row, base):
     c = q.shape[0]
     for b in range(c // 256):
         if kind == IQ1_S:
@@ -213,7 +222,7 @@ def _iq1(kind, q, sc, mn, row, base):
                 _set(sc, mn, b * 16 + 2 * ib, dl, dl)
                 for l in range(4):
                     gi = np.int64(row[o + 2 + 4 * ib + l]) | (((qh >> (3 * l)) & 7) << 8)
-                    _grid1(q, b * 256 + ib * 32 + 8 * l, gi, (qh & 0x8000) != 0)
+                    _grid1(q64, b * 32 + ib * 4 + l, gi, (qh & 0x8000) != 0)
             continue
         o = base + b * 56
         w0, w1, w2, w3 = _u16(row, o + 48), _u16(row, o + 50), _u16(row, o + 52), _u16(row, o + 54)
@@ -227,7 +236,7 @@ def _iq1(kind, q, sc, mn, row, base):
             for l in range(4):
                 nib = (np.int64(row[o + 32 + 2 * ib + l // 2]) >> (4 * (l % 2))) & 15
                 gi = np.int64(row[o + 4 * ib + l]) | ((nib & 7) << 8)
-                _grid1(q, b * 256 + ib * 32 + 8 * l, gi, (nib & 8) != 0)
+                _grid1(q64, b * 32 + ib * 4 + l, gi, (nib & 8) != 0)
 
 
 @njit(cache=True, nogil=True)
@@ -238,8 +247,8 @@ def unpack_iq(kind, q, sc, mn, row, base):
     elif kind == TQ1_0 or kind == TQ2_0:
         _ternary(kind, q, sc, mn, row, base)
     elif kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S:
-        _iq2(kind, q, sc, mn, row, base)
+        _iq2(kind, q, q.view(np.uint64), sc, mn, row, base)
     elif kind == IQ3_S or kind == IQ3_XXS:
-        _iq3(kind, q, sc, mn, row, base)
+        _iq3(kind, q, q.view(np.uint32), sc, mn, row, base)
     else:
-        _iq1(kind, q, sc, mn, row, base)
+        _iq1(kind, q, q.view(np.uint64), sc, mn, row, base)

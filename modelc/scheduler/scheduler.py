@@ -25,9 +25,8 @@ from modelc.errors import InvalidRequestError, OverloadedError
 from modelc.scheduler.batch import BatchPlan, BatchResult, KVShift, SampledToken, SeqChunk
 from modelc.scheduler.context_shift import context_limit, plan_shift, resolve_keep, truncate_prompt
 from modelc.scheduler.output import Finish, SeqEvent, SequenceFinished, TokenEmitted
-from modelc.scheduler.prompt_lookup import propose
 from modelc.scheduler.sequence import FINISH_REASONS, Sequence, SequenceStatus
-from modelc.scheduler.speculation import SpecStats
+from modelc.scheduler.speculation import SpecStats, plan_draft
 
 S = SequenceStatus
 
@@ -182,30 +181,9 @@ class Scheduler:
         return budget, preempted
 
     def _draft(self, seq: Sequence, limit: int) -> tuple[int, list[int] | None]:
-        """(k, drafts) for a decoding sequence: drafts = prompt-lookup tokens (k of them), or None
-        when the engine's draft model proposes k. (0, None) = a plain decode step."""
-        p = seq.params
-        if limit <= 0 or p.constraint is not None or p.speculative is False:
-            return 0, None  # a grammar cannot be verified exactly: never speculate under one
-        mode = self.config.speculative
-        asked = p.speculative or bool(p.gamma)  # the seed spec: gamma > 0 turns it on
-        if (mode is None and not asked) or (p.seed is not None and not p.greedy and not asked):
-            # (a seeded sampled sequence keeps its batch-independent output unless it asks: how many
-            # tokens a step drafts depends on the other sequences, and so do its random draws)
-            return 0, None
-        cap = min(
-            p.gamma if p.gamma is not None else self.config.spec_gamma, limit, p.max_tokens - seq.num_output_tokens - 1
-        )
-        cap = min(cap, self._limit(seq) - seq.num_tokens - 1)
-        if seq.spec.num_drafts == 0 and not seq.spec.started:
-            seq.spec.start(self.spec_stats.acceptance_rate(), costly=mode == "draft")
-        k = seq.spec.next_k(cap) if cap > 0 else 0
-        if k <= 0:
-            return 0, None
-        if mode == "draft":
-            return k, None
-        drafts = propose(seq.token_ids, k)
-        return len(drafts), drafts
+        """(k, drafts) for a decoding sequence (speculation.plan_draft); (0, None) = a plain decode."""
+        room = min(limit, self._limit(seq) - seq.num_tokens - 1)  # never draft past the context limit
+        return plan_draft(seq, self.config, room, self.spec_stats)
 
     def _schedule_waiting(self, scheduled: dict[int, int], budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:

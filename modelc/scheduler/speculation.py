@@ -14,6 +14,9 @@ its prompt at once); else gamma starts near the expected accepted run, rate / (1
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from modelc.scheduler.prompt_lookup import propose
 
 MAX_BACKOFF = 32
 MAX_BACKOFF_MODEL = 64  # a draft model costs forwards: back off further
@@ -97,3 +100,29 @@ class SpecStats:
             "spec_decode_num_draft_tokens": self.num_draft_tokens,
             "spec_decode_num_accepted_tokens": self.num_accepted_tokens,
         }
+
+
+def plan_draft(seq: Any, config: Any, limit: int, stats: SpecStats) -> tuple[int, list[int] | None]:
+    """(k, drafts) for a decoding sequence (a scheduler Sequence): drafts = k prompt-lookup tokens,
+    or None when the engine's draft model proposes k; (0, None) = a plain decode step. `limit`: the
+    most drafts this step has room for (budget, step size, context limit)."""
+    p = seq.params
+    if limit <= 0 or p.constraint is not None or p.speculative is False:
+        return 0, None  # a grammar cannot be verified exactly: never speculate under one
+    mode = config.speculative
+    asked = p.speculative or bool(p.gamma)  # the seed spec: gamma > 0 turns it on
+    if (mode is None and not asked) or (p.seed is not None and not p.greedy and not asked):
+        # (a seeded sampled sequence keeps its batch-independent output unless it asks: how many
+        # tokens a step drafts depends on the other sequences, and so do its random draws)
+        return 0, None
+    gamma = p.gamma if p.gamma is not None else config.spec_gamma
+    cap = min(gamma, limit, p.max_tokens - seq.num_output_tokens - 1)  # emitted <= k + 1 <= tokens left
+    if seq.spec.num_drafts == 0 and not seq.spec.started:
+        seq.spec.start(stats.acceptance_rate(), costly=mode == "draft")
+    k = seq.spec.next_k(cap) if cap > 0 else 0
+    if k <= 0:
+        return 0, None
+    if mode == "draft":
+        return k, None
+    drafts = propose(seq.token_ids, k)
+    return len(drafts), drafts

@@ -139,7 +139,7 @@ async def ps() -> Any:
             "context_length": int(src_cfg.get("max_position_embeddings") or 0),
         }
         row.update({k: d[k] for k in ("default", "size_bytes", "kv_bytes", "running", "waiting")})
-        row.update({k: d[k] for k in ("kv_blocks_used", "kv_blocks_total", "adapters")})  # no server path
+        row.update({k: d[k] for k in ("kv_blocks_used", "kv_blocks_total", "adapters", "replicas")})  # no server path
         rows.append(row)
     return {"models": rows}
 

@@ -296,6 +296,9 @@ def test_modelc_run_with_a_local_ray_cluster_serves_and_stops_it(artifact, tmp_p
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
         metrics = httpx.get(f"{url}/metrics", timeout=30).text
         assert 'modelc_replica_up{replica="0"} 1.0' in metrics and 'modelc_replica_up{replica="1"} 1.0' in metrics
+        ps = subprocess.run([sys.executable, "-m", "modelc.cli.main", "ps"], env=env, capture_output=True, text=True,
+                            timeout=60)  # fmt: skip
+        assert ps.returncode == 0 and "replica 0: up" in ps.stdout and "replica 1: up" in ps.stdout, ps.stdout
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

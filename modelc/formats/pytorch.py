@@ -270,7 +270,7 @@ def read_pytorch_tensors(path: str | os.PathLike[str]) -> tuple[dict[str, Tensor
     if head[:4] == b"PK\x03\x04":
         try:
             return _read_zip(p)
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError) as e:
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, NotImplementedError) as e:
             # a damaged member found while reading (bad local header, CRC, truncated deflate stream)
             raise FormatError(f"{p.name}: damaged zip archive ({e})") from None
     if len(head) >= 9 and head[8:9] == b"{":

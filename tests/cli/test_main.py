@@ -72,3 +72,24 @@ def test_names_over_255_bytes_are_a_clean_error(tmp_path, monkeypatch, capsys):
     assert main(["rm", "x" * 300]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: invalid model name")
+
+
+def test_read_only_store_is_one_error_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from modelc import tmpfiles
+    from modelc.artifact import write_artifact
+    from modelc.models.tiny import make_tiny_llama
+
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path / "home"))
+    src = tmp_path / "m.modelc"
+    write_artifact(make_tiny_llama(0), src)
+
+    def read_only(*a, **k):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tmpfiles, "make", read_only)
+    for argv in (["cp", str(src), "copy"], ["pack", str(src), "--name", "packed"]):
+        assert main(argv) == 1, argv
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+        assert len(err) == 1 and err[0].startswith("error: ") and "Read-only file system" in err[0], err

@@ -108,3 +108,21 @@ def test_the_ollama_client_reads_modelc_errors() -> None:
         assert client.generate(model="fake-model", prompt="hi", options={"num_predict": 4}).response
     finally:
         s.stop()
+
+
+def test_a_client_leaving_a_non_streamed_request_is_counted_as_499() -> None:
+    s = LiveServer("--delay", "0.05")
+    try:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1000}
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(s.url + "/v1/chat/completions", json=body, timeout=1.0)  # the client gives up
+        metrics = ""
+        for _ in range(200):
+            metrics = httpx.get(s.url + "/metrics", timeout=30).text
+            if 'route="/v1/chat/completions",status="499"' in metrics:
+                break
+            time.sleep(0.05)
+        assert 'modelc_requests_total{route="/v1/chat/completions",status="499"} 1.0' in metrics
+        assert "modelc_active_requests 0.0" in metrics  # and its slot and sequence were released
+    finally:
+        s.stop()

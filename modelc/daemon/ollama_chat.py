@@ -28,6 +28,7 @@ from modelc.server.handling import (
     account,
     deadline,
     get_state,
+    json_off_loop,
     offload,
     precompile,
     read_json,
@@ -329,13 +330,16 @@ async def embed() -> Any:
     if not isinstance(cut, bool):
         raise InvalidRequestError("'truncate' must be a boolean", param="truncate")
     vectors, num_tokens = await run_embeddings(state, engine, inputs, "input", truncate=cut)
-    return {
-        "model": name,
-        "embeddings": [encode_vector(v, "float") for v in truncate(vectors, dims)],
-        "total_duration": shapes.ns(time.monotonic() - started),
-        "load_duration": shapes.ns(load_s),
-        "prompt_eval_count": num_tokens,
-    }
+    total_s = time.monotonic() - started
+    return await json_off_loop(
+        lambda: {
+            "model": name,
+            "embeddings": [encode_vector(v, "float") for v in truncate(vectors, dims)],
+            "total_duration": shapes.ns(total_s),
+            "load_duration": shapes.ns(load_s),
+            "prompt_eval_count": num_tokens,
+        }
+    )
 
 
 @bp.post("/api/embeddings")

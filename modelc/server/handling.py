@@ -4,6 +4,7 @@ eager constraint compilation, the per-request record (id, timings, tokens) and i
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
-from quart import current_app, g, request
+from quart import Response, current_app, g, request
 
 from modelc.engine.params import Constraint
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
@@ -90,6 +91,16 @@ async def read_json() -> dict[str, Any]:
                 "ignored request fields", id=rec.request_id if rec else None, path=rule, fields=ignored[:20]
             )
     return body
+
+
+async def json_off_loop(build: Callable[[], Any]) -> Response:
+    """A JSON response whose body (build() and its serialization) is made in a worker thread: for
+    large answers such as embeddings, which would hold the event loop for seconds."""
+
+    def make() -> bytes:
+        return json.dumps(build(), ensure_ascii=False).encode()
+
+    return Response(await anyio.to_thread.run_sync(make), content_type="application/json")
 
 
 async def offload(fn: Callable[..., T], *args: Any) -> T:

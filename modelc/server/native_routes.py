@@ -29,6 +29,7 @@ from modelc.server.handling import (
     current_engine,
     deadline,
     get_state,
+    json_off_loop,
     offload,
     precompile,
     read_json,
@@ -311,10 +312,12 @@ async def native_embeddings() -> Any:
     vectors, _ = await run_embeddings(state, engine, texts, "inputs" if batch else "input", truncate=truncate)
     if not batch:
         return {"embedding": encode_vector(vectors[0], "float"), "model": engine.name}
-    return {
-        "embeddings": [{"embedding": encode_vector(v, "float"), "index": i} for i, v in enumerate(vectors)],
-        "model": engine.name,
-    }
+    return await json_off_loop(
+        lambda: {
+            "embeddings": [{"embedding": encode_vector(v, "float"), "index": i} for i, v in enumerate(vectors)],
+            "model": engine.name,
+        }
+    )
 
 
 @bp.post("/tokenize")

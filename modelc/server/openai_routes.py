@@ -10,7 +10,7 @@ from quart import Blueprint
 
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
-from modelc.server.handling import check_model, current_engine, get_state, read_json
+from modelc.server.handling import check_model, current_engine, get_state, json_off_loop, read_json
 from modelc.server.schema import get_bool, get_int, get_str, parse_prompts
 
 bp = Blueprint("openai", __name__)
@@ -117,11 +117,11 @@ async def embeddings() -> Any:
     # OpenAI answers 400 for an input beyond the context; `truncate: true` (as Ollama's) cuts it instead.
     cut = get_bool(body, "truncate", False)
     vectors, num_tokens = await run_embeddings(state, engine, inputs, "input", truncate=cut)
-    vectors = truncate(vectors, dims)  # (S, C)
-    data = [{"object": "embedding", "index": i, "embedding": encode_vector(v, fmt)} for i, v in enumerate(vectors)]
-    return {
-        "object": "list",
-        "data": data,
-        "model": model,
-        "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens},
-    }
+
+    def build() -> dict[str, Any]:
+        vs = truncate(vectors, dims)  # (S, C)
+        data = [{"object": "embedding", "index": i, "embedding": encode_vector(v, fmt)} for i, v in enumerate(vs)]
+        usage = {"prompt_tokens": num_tokens, "total_tokens": num_tokens}
+        return {"object": "list", "data": data, "model": model, "usage": usage}
+
+    return await json_off_loop(build)  # megabytes of floats: serialized off the loop

@@ -39,8 +39,9 @@ for i in range(req["chunks"]):
         m = row.max()
         nll += math.log(np.exp(row - m).sum()) + m - row[toks[i * ctx + j + 1]]
         count += 1
-print(json.dumps({"ppl": math.exp(nll / count), "count": count, "tokenize_equal": text_ids == toks[:len(text_ids)]
-                  and len(text_ids) == len(req["all_ids"]), "num_tokens": len(text_ids)}))
+same = sum(1 for a, b in zip(text_ids, req["all_ids"]) if a == b)
+print(json.dumps({"ppl": math.exp(nll / count), "count": count, "tokenize_equal": text_ids == req["all_ids"],
+                  "num_tokens": [len(text_ids), len(req["all_ids"])], "first_diff": same}))
 """
 
 
@@ -73,7 +74,8 @@ def main() -> None:
         theirs = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append({"model": path, "ctx": a.ctx, "chunks": ours.num_chunks, "scored": ours.num_scored,
                      "modelc_ppl": ours.ppl, "llamacpp_ppl": theirs["ppl"], "llamacpp_scored": theirs["count"],
-                     "rel_diff": ours.ppl / theirs["ppl"] - 1, "tokenize_equal": theirs["tokenize_equal"]})  # fmt: skip
+                     "rel_diff": ours.ppl / theirs["ppl"] - 1, "tokenize_equal": theirs["tokenize_equal"],
+                     "num_tokens_llamacpp_modelc": theirs["num_tokens"]})  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import pathlib
 
 import numpy as np
 import pytest
@@ -89,16 +88,14 @@ def test_cli_perplexity_and_pack_eval(model, tmp_path, capsys):
     assert after == pytest.approx(before, rel=0.05) and "change:" in printed
 
 
-SHARED = pathlib.Path(__file__).resolve().parents[3] / "shared/fixtures/models/tiny-llama"
-
-
-@pytest.mark.skipif(not (SHARED / "ref/llamacpp_F32_logits.npy").exists(), reason="needs ../shared fixtures")
-def test_scoring_equals_llamacpp_logits_on_the_f32_gguf():
+@pytest.mark.shared
+def test_scoring_equals_llamacpp_logits_on_the_f32_gguf(shared_fixtures):
     """The NLL of the fixture prompt from modelc's logits equals the one from llama.cpp's (F32 GGUF, F32 KV)."""
     from modelc.engine.perplexity import token_log_probs
 
-    ids = np.load(SHARED / "ref/prompt_ids.npy")
-    theirs = np.load(SHARED / "ref/llamacpp_F32_logits.npy")  # (T, V)
-    mine = Engine.load(SHARED / "gguf/tiny-llama-F32.gguf", kv_cache_tokens=64).logits(ids.tolist())
+    d = shared_fixtures / "models" / "tiny-llama"
+    ids = np.load(d / "ref/prompt_ids.npy")
+    theirs = np.load(d / "ref/llamacpp_F32_logits.npy")  # (T, V)
+    mine = Engine.load(d / "gguf/tiny-llama-F32.gguf", kv_cache_tokens=64).logits(ids.tolist())
     a, b = (-token_log_probs(x[:-1], ids[1:]).mean() for x in (mine, theirs))
     assert math.exp(a) == pytest.approx(math.exp(b), rel=1e-5)

@@ -117,3 +117,45 @@ def test_mxfp4_subnormal_and_large_scales() -> None:
     ref = np.empty_like(out)
     ref_linear.matmul_qact(ref, x, w)
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
+
+
+_FALLBACK_CHECK = """
+import numpy as np
+from modelc.ir import DataType
+from modelc.kernels import linear, qdot, ref_linear
+from modelc.kernels.gemm_random import random_tensor
+rng = np.random.default_rng(0)
+worst = 0.0
+for name in ["IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0", "IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+             "IQ1_S", "IQ1_M"]:
+    t = random_tensor(DataType[name], 9, 2560 if name in ("IQ4_NL", "MXFP4") else 512, rng)
+    assert np.array_equal(linear.dequantize(t), ref_linear.dequantize(t)), name
+    w = linear.prepare_weight(t)
+    for tokens in (1, 3):
+        x = rng.standard_normal((tokens, w.cols)).astype(np.float32)
+        out = np.full((tokens, 9), np.nan, np.float32)
+        linear.matmul(out, x, w)
+        want = np.empty_like(out)
+        ref_linear.matmul_qact(want, x, w)
+        worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))
+print(qdot.HAS_AVX2, qdot.HAS_VNNI, worst)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", [{"MODELC_NO_AVX512": "1"}, {"MODELC_NO_VNNI": "1"}, {"MODELC_NO_AVX2": "1"}])
+def test_fallback_paths(env: dict[str, str], tmp_path) -> None:
+    """The 256-bit VNNI, AVX2 and portable LLVM IR paths of every new type give the reference's numbers."""
+    import os
+    import subprocess
+    import sys
+
+    full = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), **env)
+    p = subprocess.run([sys.executable, "-c", _FALLBACK_CHECK], env=full, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    has_avx2, has_vnni, worst = p.stdout.split()
+    if "MODELC_NO_AVX2" in env:
+        assert has_avx2 == "False"
+    if "MODELC_NO_VNNI" in env:
+        assert has_vnni == "False"
+    assert float(worst) < 1e-4

@@ -83,9 +83,11 @@ def test_second_sigterm_exits_at_once() -> None:
     s = LiveServer("--delay", "0.02", "--drain", "300")
     try:
         c, resp = _stream_lines(s)
-        next(resp.iter_lines())
+        lines = resp.iter_lines()  # kept: a dropped iterator closes the stream (then the drain is instant)
+        next(lines)
         s.terminate()
         time.sleep(0.5)
+        assert s.proc.poll() is None  # still draining its open stream
         s.terminate()
         assert s.wait(30) != 0  # well before the 300 s drain
         resp.close()

@@ -20,13 +20,28 @@ MODELC_API_KEY in the environment requires 'Authorization: Bearer KEY' (needed t
 
 
 def main(archive: str, argv: list[str]) -> int:
+    from modelc.build.zipapp import CONFIG_MEMBER, member_span
+
+    def load():
+        with zipfile.ZipFile(archive) as zf:
+            config = json.loads(zf.read(CONFIG_MEMBER))
+        return config, lambda: member_span(archive, config["model_member"])
+
+    return run_app(archive, argv, load)
+
+
+def run_app(path: str, argv: list[str], load) -> int:
+    """The command line shared by compiled apps and executables.
+
+    load() -> (config, span): the compiled-in settings and a callable giving the (offset, length)
+    of the model inside `path`, called only once the arguments are accepted.
+    """
     from modelc.artifact.reader import open_artifact
-    from modelc.build.zipapp import CONFIG_MEMBER, member_span, parse_listen
+    from modelc.build.zipapp import parse_listen
     from modelc.errors import ModelcError
 
     try:
-        with zipfile.ZipFile(archive) as zf:
-            config = json.loads(zf.read(CONFIG_MEMBER))
+        config, span = load()
         host, port = config["host"], int(config["port"])
         args = list(argv)
         if "-h" in args or "--help" in args:
@@ -40,8 +55,8 @@ def main(archive: str, argv: list[str]) -> int:
             print(f"error: unexpected arguments {' '.join(args)}\n" + USAGE.format(host=host, port=port),
                   file=sys.stderr, end="")  # fmt: skip
             return 2
-        offset, length = member_span(archive, config["model_member"])
-        art = open_artifact(archive, verify=check, offset=offset, length=length)
+        offset, length = span()
+        art = open_artifact(path, verify=check, offset=offset, length=length)
         if check:
             print(f"ok: {art.name} ({art.architecture}, {len(art.tensors)} tensors) mapped at offset {offset}")
             return 0

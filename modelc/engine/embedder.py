@@ -67,7 +67,7 @@ class Embedder:
         self.max_seq_length = self.model.cfg.max_seq_length
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
-        self._tok = _tokenizer(source.tokenizer_json, self.max_seq_length)
+        self._tok = truncating_tokenizer(source.tokenizer_json, self.max_seq_length)
 
     @property
     def tokenizer(self) -> Any:
@@ -114,15 +114,19 @@ class Embedder:
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:
         """Indices grouped into padded batches of similar length (see plan_batches)."""
-        cfg = self.model.cfg
-        C, F, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-        return plan_batches(
-            lengths,
-            max_batch_size=self.max_batch_size,
-            max_batch_tokens=self.max_batch_tokens,
-            token_flops=2 * L * (4 * C * C + 2 * C * F),
-            attention_flops=4 * L * C,
-        )
+        return encoder_batches(self.model.cfg, lengths, self.max_batch_size, self.max_batch_tokens)
+
+
+def encoder_batches(cfg: Any, lengths: list[int], max_batch_size: int, max_batch_tokens: int) -> list[list[int]]:
+    """plan_batches with the per-token and attention costs of a BERT-family encoder (cfg: its config)."""
+    C, F, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    return plan_batches(
+        lengths,
+        max_batch_size=max_batch_size,
+        max_batch_tokens=max_batch_tokens,
+        token_flops=2 * L * (4 * C * C + 2 * C * F),
+        attention_flops=4 * L * C,
+    )
 
 
 BATCH_OVERHEAD_TOKENS = 4
@@ -160,12 +164,13 @@ def plan_batches(
     return batches[::-1]
 
 
-def _tokenizer(tokenizer_json: str | None, max_len: int) -> Any:
+def truncating_tokenizer(tokenizer_json: str | None, max_len: int) -> Any:
+    """A `tokenizers.Tokenizer` without padding, truncating longest-first to max_len (None without JSON)."""
     if not tokenizer_json:
         return None
     import tokenizers
 
     tok = tokenizers.Tokenizer.from_str(tokenizer_json)
     tok.no_padding()
-    tok.enable_truncation(max_length=max_len)
+    tok.enable_truncation(max_length=max_len, strategy="longest_first")
     return tok

@@ -2,7 +2,7 @@
 
 Owns pair tokenization (the model's tokenizer lays out [CLS] q [SEP] d [SEP] / <s> q </s></s> d </s>
 with segment ids; longest-first truncation to max_seq_length, as transformers does), length-sorted
-batching (embedder.plan_batches) and token counts for usage. Synchronous; callers run it in a worker
+batching (embedder.encoder_batches) and token counts for usage. Synchronous; callers run it in a worker
 thread. The maths is modelc.models.cross_encoder.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from modelc.engine.embedder import open_source, plan_batches
+from modelc.engine.embedder import encoder_batches, open_source, truncating_tokenizer
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.kernels.select import KernelSet
 from modelc.models.cross_encoder import CrossEncoderModel, is_cross_encoder, relevance
@@ -49,15 +49,11 @@ class Reranker:
             raise UnsupportedError(f"model {getattr(source, 'name', '?')} is not a cross-encoder (reranker)")
         if not source.tokenizer_json:
             raise UnsupportedError(f"model {getattr(source, 'name', '?')} has no tokenizer")
-        import tokenizers
-
         self.model = CrossEncoderModel(source, kernels, encoder)
         self.max_seq_length = self.model.cfg.max_seq_length
         self.max_batch_size = max_batch_size
         self.max_batch_tokens = max_batch_tokens
-        self._tok = tokenizers.Tokenizer.from_str(source.tokenizer_json)
-        self._tok.no_padding()
-        self._tok.enable_truncation(max_length=self.max_seq_length, strategy="longest_first")
+        self._tok = truncating_tokenizer(source.tokenizer_json, self.max_seq_length)
 
     def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Any]:
         return self._tok.encode_batch([(query, d) for d in documents])
@@ -69,15 +65,7 @@ class Reranker:
                 raise InvalidRequestError(f"document {i} tokenizes to nothing", param="documents")
         logits = np.empty((len(encs), self.model.num_labels), np.float32)
         cfg = self.model.cfg
-        C, F, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-        batches = plan_batches(
-            [len(e.ids) for e in encs],
-            max_batch_size=self.max_batch_size,
-            max_batch_tokens=self.max_batch_tokens,
-            token_flops=2 * L * (4 * C * C + 2 * C * F),
-            attention_flops=4 * L * C,
-        )
-        for batch in batches:
+        for batch in encoder_batches(cfg, [len(e.ids) for e in encs], self.max_batch_size, self.max_batch_tokens):
             T = max(len(encs[i].ids) for i in batch)
             ids = np.full((len(batch), T), cfg.pad_token_id, np.int64)  # (S, T)
             types = np.zeros((len(batch), T), np.int64)

@@ -123,8 +123,17 @@ def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, 
         return paged_attention_q8(out, q, kp.data, kp.scales, vp.data, vp.scales, kp.hot_of, kp.hot, vp.hot,
                                   kp.window, block_tables, q_start, pos_start, scale, window)  # fmt: skip
     T, H, D = q.shape
-    Z, K = k_pages.shape[1], k_pages.shape[2]
-    G = H // K
+    G = H // k_pages.shape[2]
+    for t, keys, vals in attended_rows(k_pages, v_pages, block_tables, q_start, pos_start, window):
+        for h in range(H):
+            sc = (keys[:, h // G, :].astype(np.float64) @ q[t, h].astype(np.float64)) * scale  # (n,)
+            w = np.exp(sc - sc.max())
+            out[t, h] = ((w / w.sum()) @ vals[:, h // G, :].astype(np.float64)).astype(np.float32)
+
+
+def attended_rows(k_pages, v_pages, block_tables, q_start, pos_start, window):
+    """Yield (t, keys, vals) per query row t: the (n, K, D) float32 keys and values it attends to (causal, windowed)."""
+    Z = k_pages.shape[1]
     kp, vp = _pages_f32(k_pages), _pages_f32(v_pages)
     for s in range(block_tables.shape[0]):
         for t in range(int(q_start[s]), int(q_start[s + 1])):
@@ -132,12 +141,7 @@ def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, 
             lo = max(0, pos - window + 1) if window > 0 else 0
             p = np.arange(lo, pos + 1)
             pages = block_tables[s, p // Z]
-            keys = kp[pages, p % Z]  # (n, K, D)
-            vals = vp[pages, p % Z]
-            for h in range(H):
-                sc = (keys[:, h // G, :].astype(np.float64) @ q[t, h].astype(np.float64)) * scale  # (n,)
-                w = np.exp(sc - sc.max())
-                out[t, h] = ((w / w.sum()) @ vals[:, h // G, :].astype(np.float64)).astype(np.float32)
+            yield t, kp[pages, p % Z], vp[pages, p % Z]
 
 
 def causal_softmax_rows(s, n, pos0, window):

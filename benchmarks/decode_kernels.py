@@ -109,6 +109,20 @@ def make_calls(ws: list, variants: dict, rng: np.random.Generator) -> dict:
     return calls
 
 
+def time_rounds(calls: dict, rounds: int) -> dict[str, list[float]]:
+    """Seconds per call per round: one warm-up call each (compile or load, touch the weights), then the
+    calls take turns round by round so machine noise hits them alike."""
+    for fn in calls.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
 def _t1_kernel(gemm_fused, gemm_fused_k, gemm_fused_iq):
     """linear's T=1 choice for quantized weights: qmatvec_k for the K-quants, qmatvec_iq for
     IQ4_NL/IQ4_XS/MXFP4, qmatvec for Q4_0/Q8_0."""
@@ -145,15 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     for v in a.variant:
         name, _, spec = v.partition("=")
         variants[name] = spec
-    calls = make_calls(ws, variants, np.random.default_rng(0))
-    for fn in calls.values():  # warm-up: compile or load each variant, touch the weights
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(a.rounds):
-        for name, fn in calls.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
+    times = time_rounds(make_calls(ws, variants, np.random.default_rng(0)), a.rounds)
     load = os.getloadavg()
     print(
         f"{pathlib.Path(a.gguf).name}: {len(ws)} matrices, {nbytes / 1e9:.2f} GB, {a.threads} threads, "

@@ -17,13 +17,12 @@ import os
 import pathlib
 import statistics
 import sys
-import time
 
 import numba
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from decode_kernels import load_weights, make_calls  # noqa: E402
+from decode_kernels import load_weights, make_calls, time_rounds  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,14 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     numba.set_num_threads(a.threads)
     files = {pathlib.Path(p).name: load_weights(p) for p in a.gguf}
     calls = {name: make_calls(ws, {"linear": "linear"}, np.random.default_rng(0))["linear"] for name, ws in files.items()}
-    for fn in calls.values():  # compile / load, touch the weights
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(a.rounds):
-        for name, fn in calls.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
+    times = time_rounds(calls, a.rounds)
     load = os.getloadavg()
     print(f"{a.threads} threads, {a.rounds} rounds, chunk {linear.CHUNK}, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     first = statistics.median(next(iter(times.values())))

@@ -62,12 +62,11 @@ def test_run_serves_an_artifact_and_stops_on_sigterm(tmp_path) -> None:
     import signal
     import subprocess
     import sys
-    import time
 
     import httpx
 
     from modelc.artifact.writer import write_artifact
-    from tests.server.live import ROOT
+    from tests.server.live import ROOT, serving_url
     from tests.server.tiny_model import make_served_model
 
     path = tmp_path / "tiny.modelc"
@@ -98,14 +97,7 @@ def test_run_serves_an_artifact_and_stops_on_sigterm(tmp_path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        line = ""
-        while time.monotonic() < deadline and "serving" not in line:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                break
-        assert "serving" in line, proc.stderr.read()
-        url = "http://" + line.split("http://", 1)[1].split()[0]
+        url = serving_url(proc)
         assert url.startswith("http://127.0.0.1:")
         with httpx.Client(base_url=url, timeout=60) as c:
             assert c.get("/health").json()["model"] == "tiny-llama"

@@ -8,14 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from modelc.artifact.writer import write_artifact
 from modelc.cli.run_cmds import engine_config
-from tests.server.live import ROOT
+from tests.server.live import ROOT, serving_url
 from tests.server.tiny_model import make_served_model
 
 
@@ -46,14 +45,7 @@ def test_run_with_a_draft_model_over_http(tmp_path) -> None:
            "--draft", str(draft), "--gamma", "3"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        line = ""
-        while time.monotonic() < deadline and "serving" not in line:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                break
-        assert "serving" in line, proc.stderr.read()
-        url = "http://" + line.split("http://", 1)[1].split()[0]
+        url = serving_url(proc)
         with httpx.Client(base_url=url, timeout=60) as c:
             assert c.get("/props").json()["default_generation"]["gamma"] == 3
             body = {"prompt": "abcabcabc", "max_tokens": 24, "temperature": 0}

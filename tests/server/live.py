@@ -12,6 +12,18 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def serving_url(proc: subprocess.Popen, timeout_s: float = 120.0) -> str:
+    """The URL of `modelc run`'s "serving ... http://HOST:PORT" stderr line; fails with its stderr if none comes."""
+    deadline = time.monotonic() + timeout_s
+    line = ""
+    while time.monotonic() < deadline and "serving" not in line:
+        line = proc.stderr.readline()
+        if not line and proc.poll() is not None:
+            break
+    assert "serving" in line, proc.stderr.read()
+    return "http://" + line.split("http://", 1)[1].split()[0]
+
+
 class LiveServer:
     def __init__(self, *args: str, module: str = "tests.server.serve_fake", timeout_s: float = 60.0) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -123,16 +123,6 @@ print(qdot.HAS_AVX2, qdot.HAS_VNNI, worst)
 )
 def test_fallback_paths(env: dict[str, str], tmp_path) -> None:
     """The 256-bit VNNI, AVX2 and portable LLVM IR paths give the same numbers."""
-    import os
-    import subprocess
-    import sys
+    from tests.kernels.fallback import fallback_worst
 
-    full = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), **env)
-    p = subprocess.run([sys.executable, "-c", _FALLBACK_CHECK], env=full, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-2000:]
-    has_avx2, has_vnni, worst = p.stdout.split()
-    if "MODELC_NO_AVX2" in env:
-        assert has_avx2 == "False"
-    if "MODELC_NO_VNNI" in env:
-        assert has_vnni == "False"
-    assert float(worst) < EXACT_QACT
+    assert fallback_worst(_FALLBACK_CHECK, env, tmp_path, timeout=600) < EXACT_QACT

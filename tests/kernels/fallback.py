@@ -1,0 +1,21 @@
+"""Run a kernel check script with CPU paths switched off (MODELC_NO_*) in a fresh process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def fallback_worst(script: str, env: dict[str, str], tmp_path, timeout: float) -> float:
+    """Run `script` (it prints HAS_AVX2 HAS_VNNI WORST) under `env` with its own numba cache; checks it
+    succeeded and that the switched-off paths are off, and returns its worst relative error."""
+    full = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), **env)
+    p = subprocess.run([sys.executable, "-c", script], env=full, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, p.stderr[-2000:]
+    has_avx2, has_vnni, worst = p.stdout.split()
+    if "MODELC_NO_AVX2" in env:
+        assert has_avx2 == "False"
+    if "MODELC_NO_VNNI" in env:
+        assert has_vnni == "False"
+    return float(worst)

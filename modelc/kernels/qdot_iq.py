@@ -47,10 +47,16 @@ def _lut16(builder, nib, table):
     if HAS_AVX2:
         tab = ir.Constant(_v32i8, vals + vals)
         return _call(builder, "llvm.x86.avx2.pshuf.b", _v32i8, [tab, nib])
-    out = ir.Constant(_v32i8, [vals[0]] * 32)
+    return _select_lut(builder, nib, vals, _v32i8)
+
+
+def _select_lut(builder, nib, vals, ty):
+    """Lane k = vals[nib[k]] for nib (of vector type ty) in 0..15: a chain of 16 selects, for hosts without vpshufb."""
+    n = ty.count
+    out = ir.Constant(ty, [vals[0]] * n)
     for k in range(1, 16):
-        hit = builder.icmp_unsigned("==", nib, ir.Constant(_v32i8, [k] * 32))
-        out = builder.select(hit, ir.Constant(_v32i8, [vals[k]] * 32), out)
+        hit = builder.icmp_unsigned("==", nib, ir.Constant(ty, [k] * n))
+        out = builder.select(hit, ir.Constant(ty, [vals[k]] * n), out)
     return out
 
 
@@ -99,11 +105,7 @@ def _lut64(builder, nib, table):
         lo = _call(builder, "llvm.x86.avx2.pshuf.b", _v32i8, [tab, qk._shuffle(builder, nib, nib, range(32))])
         hi = _call(builder, "llvm.x86.avx2.pshuf.b", _v32i8, [tab, qk._shuffle(builder, nib, nib, range(32, 64))])
         return qk._shuffle(builder, lo, hi, range(64))
-    out = ir.Constant(v64, [vals[0]] * 64)
-    for k in range(1, 16):
-        hit = builder.icmp_unsigned("==", nib, ir.Constant(v64, [k] * 64))
-        out = builder.select(hit, ir.Constant(v64, [vals[k]] * 64), out)
-    return out
+    return _select_lut(builder, nib, vals, v64)
 
 
 def _dot64(builder, u, a):

@@ -163,19 +163,34 @@ def test_warmup_leaves_the_cache_and_states_alone(make, kv_dtype):
     assert not runner.kv.k.any() and not runner.states
 
 
+def _kernel_signatures() -> dict[str, int]:
+    """Compiled or loaded signatures per numba kernel of the modelc.kernels modules imported so far."""
+    import sys
+
+    from numba.core.registry import CPUDispatcher
+
+    return {f"{n}.{a}": len(o.signatures) for n, m in list(sys.modules.items()) if n.startswith("modelc.kernels.")
+            and m is not None for a, o in vars(m).items() if isinstance(o, CPUDispatcher)}  # fmt: skip
+
+
+def new_signatures_after_requests(runner) -> dict[str, tuple[int, int]]:
+    """Kernels that compile or load another signature when `runner` serves a 70-token prefill (BLAS matmuls,
+    sgemm attention), single decodes and a 2-sequence decode batch: {name: (before, after)}."""
+    before = _kernel_signatures()
+    _generate(runner, 1, list(range(1, 71)), 3, list(range(6)))
+    _generate(runner, 2, [4, 5], 2, [7])
+    res = runner.execute(BatchPlan(99, (_chunk(1, [3], 72, list(range(6)), prompt_len=70, num_out=3),
+                                        _chunk(2, [6], 3, [7], prompt_len=2, num_out=2))))  # fmt: skip
+    assert res.error is None, res.error
+    return {k: (before.get(k, 0), v) for k, v in _kernel_signatures().items() if v > before.get(k, 0)}
+
+
 _WARMUP_PROBE = """
 import sys
-import numpy as np
-from numba.core.registry import CPUDispatcher
 from modelc.engine.runner import Runner
 from modelc.models.tiny import make_tiny_llama
-from modelc.scheduler.batch import BatchPlan
 sys.path.insert(0, sys.argv[2])
-from test_runner import _chunk, _generate
-
-def signatures():
-    return {f"{n}.{a}": len(o.signatures) for n, m in list(sys.modules.items()) if n.startswith("modelc.kernels.")
-            and m is not None for a, o in vars(m).items() if isinstance(o, CPUDispatcher)}
+from test_runner import new_signatures_after_requests
 
 src = make_tiny_llama(3)
 if sys.argv[1] != "none":
@@ -183,14 +198,7 @@ if sys.argv[1] != "none":
     src.tensors, _ = plan(src.tensors, prune=None, quantize=sys.argv[1], quantize_embeddings=True, quantize_output=True)
 runner = Runner(src, num_kv_blocks=16)
 runner.warmup()
-before = signatures()
-_generate(runner, 1, list(range(1, 71)), 3, list(range(6)))  # a 70-token prefill: BLAS matmuls, sgemm attention
-_generate(runner, 2, [4, 5], 2, [7])
-res = runner.execute(BatchPlan(99, (_chunk(1, [3], 72, list(range(6)), prompt_len=70, num_out=3),
-                                    _chunk(2, [6], 3, [7], prompt_len=2, num_out=2))))
-assert res.error is None, res.error
-grew = {k: (before.get(k, 0), v) for k, v in signatures().items() if v > before.get(k, 0)}
-print("GREW", grew)
+print("GREW", new_signatures_after_requests(runner))
 """
 
 

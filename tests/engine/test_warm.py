@@ -34,29 +34,16 @@ def test_warmup_command(art, capsys, tmp_path, monkeypatch):
 
 _PROBE = """
 import sys
-from numba.core.registry import CPUDispatcher
 from modelc.artifact.reader import open_artifact
 from modelc.engine.runner import Runner
 from modelc.engine import warm
-from modelc.scheduler.batch import BatchPlan
 sys.path.insert(0, sys.argv[2])
-from test_runner import _chunk, _generate
-
-def signatures():
-    return {f"{n}.{a}": len(o.signatures) for n, m in list(sys.modules.items()) if n.startswith("modelc.kernels.")
-            and m is not None for a, o in vars(m).items() if isinstance(o, CPUDispatcher)}
+from test_runner import new_signatures_after_requests
 
 runner = Runner(open_artifact(sys.argv[1]), num_kv_blocks=16)
 assert warm._worth_a_helper(runner), "the cache should be cold"
 warm.warmup(runner)
-before = signatures()
-_generate(runner, 1, list(range(1, 71)), 3, list(range(6)))
-_generate(runner, 2, [4, 5], 2, [7])
-res = runner.execute(BatchPlan(99, (_chunk(1, [3], 72, list(range(6)), prompt_len=70, num_out=3),
-                                    _chunk(2, [6], 3, [7], prompt_len=2, num_out=2))))
-assert res.error is None, res.error
-grew = {k: (before.get(k, 0), v) for k, v in signatures().items() if v > before.get(k, 0)}
-print("GREW", grew)
+print("GREW", new_signatures_after_requests(runner))
 """
 
 

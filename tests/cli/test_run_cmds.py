@@ -66,7 +66,7 @@ def test_run_serves_an_artifact_and_stops_on_sigterm(tmp_path) -> None:
     import httpx
 
     from modelc.artifact.writer import write_artifact
-    from tests.server.live import ROOT, serving_url
+    from tests.server.live import ROOT, reap, serving_url
     from tests.server.tiny_model import make_served_model
 
     path = tmp_path / "tiny.modelc"
@@ -117,11 +117,7 @@ def test_run_serves_an_artifact_and_stops_on_sigterm(tmp_path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        reap(proc)
 
 
 def test_kv_cache_dtype_option(capsys) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from modelc.artifact.writer import write_artifact
 from modelc.cli.run_cmds import engine_config
-from tests.server.live import ROOT, serving_url
+from tests.server.live import ROOT, reap, serving_url
 from tests.server.tiny_model import make_served_model
 
 
@@ -68,8 +68,4 @@ def test_run_with_a_draft_model_over_http(tmp_path) -> None:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        reap(proc)

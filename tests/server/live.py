@@ -24,6 +24,15 @@ def serving_url(proc: subprocess.Popen, timeout_s: float = 120.0) -> str:
     return "http://" + line.split("http://", 1)[1].split()[0]
 
 
+def reap(proc: subprocess.Popen) -> None:
+    """Kill `proc` if it still runs (a test failed before stopping it), wait for it, close its pipes."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+
+
 class LiveServer:
     def __init__(self, *args: str, module: str = "tests.server.serve_fake", timeout_s: float = 60.0) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -180,13 +180,15 @@ def member_span(archive: str | os.PathLike[str], member: str = MODEL_MEMBER) -> 
 
 
 def _code_files() -> list[tuple[str, Path]]:
+    """modelc's modules and its package data (the web UI's files), not caches nor the bundled model."""
     pkg = Path(__file__).resolve().parents[1]
     out = []
-    for path in sorted(pkg.rglob("*.py")):
+    for path in sorted(p for p in pkg.rglob("*") if p.is_file()):
         rel = path.relative_to(pkg.parent).as_posix()
-        if "__pycache__" in rel or rel == "modelc/_build.py":
+        if "__pycache__" in rel or rel == "modelc/_build.py" or rel.startswith("modelc/data/"):
             continue
-        out.append((rel, path))
+        if path.suffix in (".py", ".typed") or rel.startswith("modelc/server/webui/"):
+            out.append((rel, path))
     return out
 
 

@@ -218,27 +218,40 @@ class ReplicaEngine:
             self._router.forget_replica(rid)
 
     async def _watch(self) -> None:
-        """Refresh every replica's stats; bring dead ones back once Ray has restarted them."""
-        while True:
-            await anyio.sleep(WATCH_INTERVAL_S)
-            for rid, actor in enumerate(self._actors):
-                try:
+        """Refresh live replicas' stats every second; bring each dead one back in its own task (a
+        restart reloads the model, which can take minutes) so the others keep being watched."""
+        rejoining: set[int] = set()
+        async with anyio.create_task_group() as tg:
+            while True:
+                await anyio.sleep(WATCH_INTERVAL_S)
+                for rid, actor in enumerate(self._actors):
                     if not self._loads[rid].healthy:
-                        await self._rejoin(rid, actor)
-                    with anyio.fail_after(10):
-                        full = await actor.stats.remote()
-                    self._full_stats[rid] = full
-                    self._update_load(rid, full)
-                except (self._ray.exceptions.RayError, TimeoutError, ModelcError):
-                    self._mark_dead(rid)
+                        if rid not in rejoining:
+                            rejoining.add(rid)
+                            tg.start_soon(self._rejoin, rid, actor, rejoining)
+                        continue
+                    try:
+                        with anyio.fail_after(10):
+                            full = await actor.stats.remote()
+                        self._full_stats[rid] = full
+                        self._update_load(rid, full)
+                    except (self._ray.exceptions.RayError, TimeoutError, ModelcError):
+                        self._mark_dead(rid)
 
-    async def _rejoin(self, rid: int, actor: Any) -> None:
-        with anyio.fail_after(600):  # a restarted replica loads the model again (and may compile)
-            info = await actor.start.remote()
-        for name, (path, alpha, global_) in self._adapters.items():
-            await actor.load_adapter.remote(name, path, alpha, global_)
-        self._update_load(rid, info)
-        self._loads[rid].healthy = True
+    async def _rejoin(self, rid: int, actor: Any, rejoining: set[int]) -> None:
+        """Once Ray has restarted the actor: load the model, re-apply the adapters, rejoin routing.
+        A failure leaves it dead; the watch loop tries again a second later."""
+        try:
+            with anyio.fail_after(600):  # a restarted replica loads the model again (and may compile)
+                info = await actor.start.remote()
+                for name, (path, alpha, global_) in self._adapters.items():
+                    await actor.load_adapter.remote(name, path, alpha, global_)
+            self._update_load(rid, info)
+            self._loads[rid].healthy = True
+        except (self._ray.exceptions.RayError, TimeoutError, ModelcError):
+            await anyio.sleep(WATCH_INTERVAL_S)
+        finally:
+            rejoining.discard(rid)
 
 
 def _registry_entry(rc: ReplicaConfig, sha: str) -> tuple[str | None, str | None]:

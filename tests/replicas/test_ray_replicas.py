@@ -269,28 +269,20 @@ async def test_a_node_removed_mid_load_loses_no_unstreamed_request(cluster, arti
 def test_modelc_run_with_a_local_ray_cluster_serves_and_stops_it(artifact, tmp_path):
     """The real CLI path: `modelc run --ray local` starts Ray on 127.0.0.1, serves through two
     replicas (per-replica metrics), and SIGTERM stops the server and the cluster it started."""
-    import re
     import signal
     import subprocess
     import sys
-    import time
 
     import httpx
+
+    from tests.server.live import serving_url
 
     env = {**os.environ, "MODELC_HOME": str(tmp_path / "home"), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     cmd = [sys.executable, "-m", "modelc.cli.main", "run", str(artifact), "--port", "0", "--ray", "local",
            "--replicas", "2", "--kv-cache-mb", "4", "--threads", "1"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
-        deadline, url, lines = time.monotonic() + 240, None, []
-        while time.monotonic() < deadline and url is None:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                break
-            lines.append(line)
-            if m := re.search(r"on (http://127\.0\.0\.1:\d+)", line):
-                url = m.group(1)
-        assert url, "the server did not start: " + "".join(lines[-20:])
+        url = serving_url(proc, timeout_s=240)
         r = httpx.post(f"{url}/v1/completions", json={"prompt": "def f(", "max_tokens": 5, "temperature": 0},
                        timeout=120)  # fmt: skip
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5

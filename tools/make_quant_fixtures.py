@@ -1,0 +1,200 @@
+"""Write tests/fixtures/models/quant/: llama.cpp-quantized GGUFs of tiny random models with llama.cpp's logits.
+
+Dev-only (torch + transformers here, llama-cpp-python in a second venv; modelc imports neither):
+
+    /work/refvenv/bin/python tools/make_quant_fixtures.py --llama-cpp LLAMA_CPP \\
+        --llamacpp-python /path/to/venv-with-llama_cpp/bin/python [--out tests/fixtures/models/quant]
+
+LLAMA_CPP is a llama.cpp checkout (or llama-cpp-python's sdist vendor/llama.cpp) for its
+convert_hf_to_gguf.py. For each family (`llama`: dense, GQA; `qwen3moe`: q/k norm, 4 experts top-2)
+it builds one random transformer layer of hidden 256 (so K- and IQ-quants apply to every matrix),
+converts it to an F32 GGUF with llama.cpp's converter, quantizes that with llama.cpp's own quantizer
+(llama_model_quantize, no importance matrix) to every file type of FTYPES it accepts, and evaluates
+every file with llama.cpp (logits at every prompt position, one batch, F32 KV cache). It writes
+FAMILY/model-TYPE.gguf (for the MoE family only MOE_KEPT, unless --all-types), and FAMILY/ref/: prompt_ids.npy, logits_fp32.npy (transformers, float32),
+logits_llamacpp.npz (per type, float16) and ref.json (llama.cpp's error per type, the types of
+every tensor, versions). The F32 GGUF itself is not kept (the HF logits are the fp32 reference).
+tests/models/test_quant_vs_llamacpp.py checks modelc against these with the issue's rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+# the repo root instead of tools/ on sys.path, for `tools.make_variant_fixtures`
+sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
+
+# llama.cpp file types (llama_ftype) made without an importance matrix; the K mixes as users download them
+FTYPES = {
+    "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17,
+    "Q6_K": 18, "IQ4_NL": 25, "IQ3_S": 26, "IQ4_XS": 30, "TQ1_0": 36, "TQ2_0": 37, "MXFP4_MOE": 38,
+}  # fmt: skip
+MOE_ONLY = ("MXFP4_MOE",)
+# the MoE family's files kept in tests/fixtures (each is ~0.6 MB; --all-types keeps every one): the expert
+# path is the same for every type, the llama family covers each type's kernels
+MOE_KEPT = ("Q4_0", "Q4_K_M", "IQ4_XS", "MXFP4_MOE")
+PROMPT = (
+    "The farmer packed bread and cheese for the hill, and the baker lights the oven every morning "
+    "while the river was small in the beginning."
+)
+NUM_POS = 32
+HIDDEN = 256
+
+
+def configs():
+    import transformers as t
+
+    common = dict(
+        vocab_size=320, hidden_size=HIDDEN, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=1,
+        head_dim=64, max_position_embeddings=512, rms_norm_eps=1e-5, bos_token_id=0, eos_token_id=1,
+        pad_token_id=None, tie_word_embeddings=True,
+    )  # fmt: skip
+    return {
+        "llama": t.LlamaConfig(**common, intermediate_size=256),
+        "qwen3moe": t.Qwen3MoeConfig(
+            **common, intermediate_size=256, moe_intermediate_size=256, num_experts=4, num_experts_per_tok=2,
+            norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+        ),
+    }  # fmt: skip
+
+
+# runs in the llama-cpp-python venv: quantize the F32 file to each type, then llama.cpp's logits of every file
+_LLAMACPP = r"""
+import ctypes, json, os, sys
+import numpy as np
+import llama_cpp
+from llama_cpp import Llama
+req = json.loads(sys.stdin.read())
+out = {}
+for name, ftype in req["ftypes"].items():
+    dst = os.path.join(req["dir"], f"model-{name}.gguf")
+    if name != "F32":
+        p = llama_cpp.llama_model_quantize_default_params()
+        p.ftype = ftype
+        p.nthread = 1
+        rc = llama_cpp.llama_model_quantize(req["f32"].encode(), dst.encode(), ctypes.byref(p))
+        if rc != 0:
+            out[name] = {"error": f"llama_model_quantize returned {rc}"}
+            continue
+    llm = Llama(dst if name != "F32" else req["f32"], n_ctx=64, n_batch=64, n_ubatch=64, logits_all=True,
+                n_threads=2, type_k=0, type_v=0, verbose=False)
+    llm.eval(req["ids"])
+    np.save(os.path.join(req["dir"], f"logits-{name}.npy"), np.asarray(llm.scores[:len(req["ids"])], np.float32))
+    out[name] = {"ok": True}
+    del llm
+print(json.dumps({"version": llama_cpp.__version__, "files": out}))
+"""
+
+
+def randomize(model, seed: int) -> None:
+    """Matrices N(0, 0.05), norm weights 1 + N(0, 0.1): logits of a few units, stable argmax margins."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            p.copy_(1.0 + 0.1 * noise if p.dim() == 1 else 0.05 * noise)
+
+
+def tensor_types(path: pathlib.Path) -> dict[str, str]:
+    import gguf
+
+    return {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
+
+
+def errors(got: np.ndarray, want: np.ndarray) -> dict:
+    return {
+        "mean_abs_err": float(np.abs(got.astype(np.float64) - want).mean()),
+        "argmax_agree": int((got.argmax(1) == want.argmax(1)).sum()),
+    }
+
+
+def build(family: str, cfg, a, ids: list[int]) -> None:
+    import torch
+    import transformers
+
+    from tools.make_variant_fixtures import _CONVERT, train_tokenizer
+
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    randomize(model, 0)
+    with torch.no_grad():
+        want = model(torch.tensor([ids])).logits[0].float().numpy()
+    out = a.out / family
+    ref = out / "ref"
+    ref.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("model-*.gguf"):
+        old.unlink()
+    with tempfile.TemporaryDirectory() as tmp:
+        hf, f32 = pathlib.Path(tmp) / "hf", pathlib.Path(tmp) / "model-F32.gguf"
+        model.save_pretrained(hf, safe_serialization=True)
+        train_tokenizer().save(str(hf / "tokenizer.json"))
+        tok_cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}
+        (hf / "tokenizer_config.json").write_text(json.dumps(tok_cfg) + "\n")
+        subprocess.run([sys.executable, "-c", _CONVERT, str(a.llama_cpp), str(hf), str(f32), "f32"], check=True)
+        ftypes = {"F32": 0, **{k: v for k, v in FTYPES.items() if family == "qwen3moe" or k not in MOE_ONLY}}
+        req = {"f32": str(f32), "dir": str(out), "ids": ids, "ftypes": ftypes}
+        res = subprocess.run([a.llamacpp_python, "-c", _LLAMACPP], input=json.dumps(req), capture_output=True,
+                             text=True, check=True)  # fmt: skip
+        res = json.loads(res.stdout.strip().splitlines()[-1])
+        f32_logits = np.load(out / "logits-F32.npy")
+        (out / "logits-F32.npy").unlink()
+        info = {
+            "family": family, "prompt_ids": ids, "config": cfg.to_diff_dict(), "llama_cpp_python": res["version"],
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+            "llamacpp_f32_vs_transformers_max_rel": float(np.abs(f32_logits - want).max() / np.abs(want).max()),
+            "types": {},
+        }  # fmt: skip
+        lcpp = {}
+        for name in FTYPES:
+            if name not in ftypes:
+                continue
+            if "error" in res["files"][name]:
+                info["types"][name] = {"error": res["files"][name]["error"]}
+                continue
+            got = np.load(out / f"logits-{name}.npy")
+            (out / f"logits-{name}.npy").unlink()
+            lcpp[name] = got.astype(np.float16)
+            path = out / f"model-{name}.gguf"
+            info["types"][name] = {"llamacpp": errors(got, want), "bytes": path.stat().st_size,
+                                   "tensor_types": tensor_types(path)}  # fmt: skip
+            print(f"{family} {name}: {info['types'][name]['llamacpp']} {path.stat().st_size} bytes")
+            if family == "qwen3moe" and not a.all_types and name not in MOE_KEPT:
+                path.unlink()
+    np.save(ref / "prompt_ids.npy", np.asarray(ids, np.int32))
+    np.save(ref / "logits_fp32.npy", want.astype(np.float32))
+    np.savez_compressed(ref / "logits_llamacpp.npz", **lcpp)
+    (ref / "ref.json").write_text(json.dumps(info, indent=1) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--llama-cpp", type=pathlib.Path, required=True)
+    ap.add_argument("--llamacpp-python", required=True)
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("tests/fixtures/models/quant"))
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--all-types", action="store_true", help=f"keep every MoE file, not only {MOE_KEPT}")
+    a = ap.parse_args()
+    import torch
+
+    from tools.make_variant_fixtures import train_tokenizer
+
+    torch.set_num_threads(1)
+    ids = train_tokenizer().encode(PROMPT).ids[:NUM_POS]
+    assert len(ids) == NUM_POS, len(ids)
+    for family, cfg in configs().items():
+        if not a.only or family in a.only:
+            build(family, cfg, a, ids)
+
+
+if __name__ == "__main__":
+    main()

@@ -13,6 +13,8 @@ from typing import Any
 import anyio
 import numpy as np
 
+from modelc.tokenizer.tokenizer import encode_ids
+
 
 class _EncoderTokenizer:
     """The Tokenizer subset the routes use, over the embedder's truncating `tokenizers` object."""
@@ -23,7 +25,7 @@ class _EncoderTokenizer:
         self.bos_id = None
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:
-        return list(self._tok.encode(text, add_special_tokens=add_special).ids)
+        return encode_ids(self._tok, text, add_special)
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special)

@@ -95,6 +95,9 @@ def encode_bounded(
         if not truncate:
             raise too_long(param, f"{len(text)} characters", limit)
         text = text[: char_budget(tok, limit)]
+    cut = getattr(tok, "encode_truncated", None)  # encoders: their own truncation keeps [SEP] at the end
+    if truncate and limit is not None and cut is not None:
+        return cut(text, limit, add_special)
     ids = list(tok.encode(text, add_special=add_special))
     if limit is not None and len(ids) > limit:
         if not truncate:

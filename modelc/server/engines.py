@@ -17,15 +17,27 @@ from modelc.tokenizer.tokenizer import encode_ids
 
 
 class _EncoderTokenizer:
-    """The Tokenizer subset the routes use, over the embedder's truncating `tokenizers` object."""
+    """The Tokenizer subset the routes use, over the embedder's `tokenizers` object. encode() does not
+    truncate (so an input beyond the context is seen: a 400); encode_truncated() cuts with the
+    tokenizer's own truncation, which keeps the closing special tokens ([SEP], </s>)."""
 
     def __init__(self, tok: Any) -> None:
-        self._tok = tok
+        import tokenizers
+
+        self._cut = tok  # the embedder's truncating tokenizer (max_length = the model's max_seq_length)
+        self._tok = tokenizers.Tokenizer.from_str(tok.to_str())
+        self._tok.no_truncation()
+        self.max_length = (tok.truncation or {}).get("max_length")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
         self.bos_id = None
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:
         return encode_ids(self._tok, text, add_special)
+
+    def encode_truncated(self, text: str, limit: int, add_special: bool = True) -> list[int]:
+        if limit != self.max_length:
+            return self.encode(text, add_special)[:limit]
+        return list(self._cut.encode_batch([text], add_special_tokens=add_special)[0].ids)
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special)
@@ -42,6 +54,7 @@ class EncoderEngine:
         self._embedder = Embedder(self._embedder_source)
         self.name = getattr(source, "name", "") or self._embedder.name
         self.architecture = getattr(source, "architecture", "bert")
+        self.context_length = self._embedder.max_seq_length  # inputs beyond it: a 400, or cut with `truncate`
         tok = getattr(self._embedder, "_tok", None)  # the truncating tokenizer the embedder itself uses
         self.tokenizer = _EncoderTokenizer(tok) if tok is not None else None
         self.chat_template = None

@@ -14,7 +14,7 @@ For each type, one TinyLlama-1.1B layer's matrices (q, k, v, o: 2048 / 256 / 256
 many layers as exceed 384 MiB, so the weights stream from memory as in decode.
 One "pass" multiplies T quantized activation rows by every matrix of every
 layer; passes of the old (gemm_int.qmatmul_rows) and new (gemm_int.qmatmul: the
-zmm tiles of gemm_tile, Q4_0 / Q8_0 from gemm_tile_amx.MIN_T tokens on AMX where present)
+zmm tiles of gemm_tile, Q4_0 / Q8_0 from plan.AMX_MIN_T tokens on AMX where present)
 kernels alternate in one process (A B A B ...), and the medians of wall and
 CPU time (all threads) per layer are printed with the load average. Activations are quantized once, outside
 the timing (both kernels take the same quant.quantize_act output).
@@ -32,9 +32,9 @@ import numba
 import numpy as np
 
 from modelc.ir import DataType, TensorData
-from modelc.kernels import gemm_blas, gemm_int, gemm_tile_amx, linear, quant
+from modelc.kernels import gemm_blas, gemm_int, linear, plan, quant
+from modelc.kernels.cpu import HAS_AMX
 from modelc.kernels.gemm_random import random_tensor
-from modelc.kernels.qdot_tile import HAS_AMX
 
 LAYER = [(2048, 2048), (256, 2048), (256, 2048), (2048, 2048), (5632, 2048), (5632, 2048), (2048, 5632)]
 ROTATE_BYTES = 384 << 20
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     numba.set_num_threads(a.threads)
     numba.set_parallel_chunksize(linear.CHUNK)  # dynamic chunks, as linear.matmul runs them
     print(
-        f"AMX {HAS_AMX} (from T, per kind: {gemm_tile_amx.MIN_T}), threads {a.threads}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        f"AMX {HAS_AMX} (from T, per kind: {plan.AMX_MIN_T}), threads {a.threads}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
         flush=True,
     )
     run(a.types.split(","), [int(t) for t in a.tokens.split(",")], a.rounds, a.blas)

@@ -6,7 +6,6 @@ token for each chunk with `sample=True`. Synchronous; no awaits, no scheduling d
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -304,8 +303,9 @@ class Runner:
 
         Cheap on any model size: full forwards only at T=1 and T=2 (the decode and small-batch
         matmul kernels, norms, RoPE, KV writes, serial attention); the prefill paths (BLAS matmul
-        from linear.PREFILL_MIN_T tokens, sgemm attention, parallel attention) are reached on
-        64-row slices of one weight of each stored type and on one scratch KV page. A 64-token
+        from plan.PREFILL_MIN_T tokens, sgemm attention, parallel attention) are reached on
+        64-row slices of one weight of each stored type (engine.warm.warm_matmuls: one T per path of
+        kernels.plan.plan_matmul) and on one scratch KV page. A 64-token
         prefill of a 1.1B model took ~1.5 s here; this takes a few decode steps. Returns seconds.
         """
         t0 = time.perf_counter()
@@ -319,19 +319,11 @@ class Runner:
         return time.perf_counter() - t0
 
     def _warm_prefill_kernels(self) -> None:
-        from modelc.kernels import attention, gemm_blas, linear
+        from modelc.engine.warm import warm_matmuls
+        from modelc.kernels import attention
         from modelc.kernels.attention_blas import attention_one_seq_blas
 
-        t = max(linear.PREFILL_MIN_T, linear.PREFILL_MIN_T_FLOAT)
-        for w in _one_weight_per_type(self.model):
-            r = min(w.rows, 64)  # 64+ rows: the panel dequantizer's threaded variant
-            part = dataclasses.replace(w, rows=r, blocks=w.blocks[:r], scale=None if w.scale is None else w.scale[:r])
-            x = np.zeros((t, part.cols), np.float32)  # (T, C)
-            self.model.kernels.matmul(np.empty((t, part.rows), np.float32), x, part)
-            if not linear._use_blas(part, t):
-                # Prefill of this type runs on the int8 tiles, but 64+-row embedding lookups
-                # (gemm_blas.dequantize_into) and prefills past the tiles' bound still reach BLAS.
-                gemm_blas.blas_matmul(np.empty((t, part.rows), np.float32), x, part)
+        warm_matmuls(self.model.kernels.matmul, _one_weight_per_type(self.model))
         L, K, D = self.model.kv_shape()
         H = int(getattr(getattr(self.model, "args", None), "num_heads", K))
         n = attention.BLAS_MIN_ROWS

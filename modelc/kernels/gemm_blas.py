@@ -1,6 +1,6 @@
 """The prefill path: dequantize a weight into a reused per-thread float32 panel, then BLAS.
 
-For many tokens (T >= linear.PREFILL_MIN_T) OpenBLAS sgemm on a float32 copy of
+For many tokens (T >= plan.PREFILL_MIN_T) OpenBLAS sgemm on a float32 copy of
 one matrix beats the int8 kernels; the copy lives in a per-thread scratch
 buffer (never kept per weight), in row panels of at most PANEL_BYTES.
 """

@@ -3,7 +3,7 @@
 fp16 is converted in registers (vcvtph2ps via qdot.load_f16x8), bf16 by a shift;
 the weights stay in their stored layout (mmap'd bytes, any alignment). numpy twin: ref_linear.matmul.
 T=1 is bound by memory latency: its row dot prefetches PREFETCH_BYTES ahead in the
-weight stream and, on AVX-512 (qdot.HAS_AVX512), converts 16 halves per instruction
+weight stream and, on AVX-512 (cpu.HAS_AVX512), converts 16 halves per instruction
 into four independent 16-lane accumulators.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from modelc.kernels.cpu import HAS_AVX512
 from modelc.kernels.qdot import (
-    HAS_AVX512,
     add_f32x16,
     bf16_at,
     f16_at,

@@ -5,7 +5,7 @@ Q4_0 / Q8_0 blocks straight from the stored bytes and feed the int8 dot (qdot)
 directly (the K-quants: gemm_fused_k). Same numbers as gemm_int up to float summation order; the
 numpy twin is ref_linear.matmul_qact.
 
-Q4_0 and Q8_0 on AVX-512 (qdot.HAS_AVX512): the activation row is first laid out
+Q4_0 and Q8_0 on AVX-512 (cpu.HAS_AVX512): the activation row is first laid out
 once per call (`_act_q4_0`, `_act_q8_0`) in the order the 512-bit intrinsics
 consume it, with the weights' code offset (Q4_0: nibble - 8; Q8_0: the w + 128 that
 vpdpbusd's unsigned operand needs) folded in as exact int32 corrections, so each
@@ -21,8 +21,8 @@ import numpy as np
 from numba import njit, prange
 
 from modelc.ir import DataType
+from modelc.kernels.cpu import HAS_AVX512
 from modelc.kernels.qdot import (
-    HAS_AVX512,
     Q4_0X4_ACT_BYTES,
     Q8_0X2_ACT_BYTES,
     add_f32x16,

@@ -2,7 +2,7 @@
 
 qmatmul sends Q4_0, Q8_0, Q4_K and Q6_K to the register-tiled kernel in
 gemm_tile.py (Q4_0 / Q8_0 / Q4_K with a few tokens or more to AMX tiles, gemm_tile_amx.py, where the CPU
-has them); qmatmul_rows below serves every other type.
+has them: plan.int8_path); qmatmul_rows below serves every other type.
 
 NOTE: in qmatmul_rows each weight row is unpacked ONCE (quant.unpack_row: int8 + per-16 scales,
 L1-resident) and then dotted with all T activation rows, which were quantized
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels import gemm_tile, gemm_tile_amx
+from modelc.kernels import gemm_tile, gemm_tile_amx, plan
 from modelc.kernels.qdot import (
     abs_i8x32,
     dot_i8x32,
@@ -34,7 +34,6 @@ from modelc.kernels.qdot import (
     splat_f32x8,
     zeros_f32x8,
 )
-from modelc.kernels.qdot_tile import HAS_AMX
 from modelc.kernels.quant import unpack_row
 
 
@@ -146,13 +145,14 @@ def qmatmul(
 ) -> None:
     """out (T, N) f32 = dequant(w) @ x.T in int8-activation form (arguments as qmatmul_rows).
 
-    Q4_0, Q8_0, Q4_K and Q6_K run the register-tiled kernel (gemm_tile), Q4_0, Q8_0 and Q4_K from
-    gemm_tile_amx.MIN_T tokens on the AMX tiles where the CPU has them; the other
-    types unpack each row once to L1 (qmatmul_rows).
+    The kernel is plan.int8_path (linear.matmul asks plan.plan_matmul, the same table): Q4_0, Q8_0,
+    Q4_K and Q6_K run the register-tiled kernel (gemm_tile), Q4_0, Q8_0 and Q4_K from plan.AMX_MIN_T
+    tokens on the AMX tiles where the CPU has them; the other types unpack each row once to L1 (qmatmul_rows).
     """
-    if HAS_AMX and xq.shape[0] >= gemm_tile_amx.MIN_T.get(kind, 1 << 30):
+    path = plan.int8_path(kind, xq.shape[0])
+    if path is plan.Path.AMX:
         gemm_tile_amx.qmatmul_amx(out, xq, xd, xs, w, kind)
-    elif kind in gemm_tile.TILE_KINDS:
+    elif path is plan.Path.TILE:
         gemm_tile.qmatmul_tile(out, xq, xd, xs, w, kind)
     else:
         qmatmul_rows(out, xq, xd, xs, w, kind, rscale, signed)

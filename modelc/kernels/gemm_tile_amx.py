@@ -1,4 +1,4 @@
-"""Q4_0 / Q8_0 / Q4_K matmul from MIN_T tokens on, prefill included, on Intel AMX int8 tiles (where qdot_tile.HAS_AMX).
+"""Q4_0 / Q8_0 / Q4_K matmul from plan.AMX_MIN_T tokens on, prefill included, on Intel AMX int8 tiles (cpu.HAS_AMX).
 
 NOTE: the zmm tile (gemm_tile) spends ~4 vector ops per (row, token, 64
 elements), so its cost grows with T. Here, per 16-row panel of W and
@@ -10,7 +10,7 @@ dots, and the vector units only scale each token's 16-row result (convert and
 two or three fmas; Q4_0's -8 offset and Q4_K's mins use the activation sums
 xs). So the cost is a flat part per weight block (gathers, tile ops) plus ~3
 vector ops per token. Two sets of tiles alternate so block b+1's dot runs
-while block b is scaled. Measured gains over the zmm tile: see MIN_T. Left to
+while block b is scaled. Measured gains over the zmm tile: see plan.AMX_MIN_T. Left to
 do: the flat part (~100 cycles per 16 rows x 32-block) is now most of the
 cost; repacking the weights once into the B layout (at load time) would
 remove the gathers. Same numbers as gemm_tile up to float summation order;
@@ -38,20 +38,6 @@ from modelc.kernels.qdot_tile import (
     store_f32x16,
     store_i32x16,
 )
-
-MIN_T = {0: 4, 4: 6, 7: 6}
-"""Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, qmatmul runs the type here. Measured
-(one thread, TinyLlama layer, weights streamed), ms per layer here vs the zmm tile at T = 4 / 8
-/ 16: Q4_0 5.4 / 8.4 / 9.4 vs 6.2 / 11.8 / ~19; Q8_0 7.8 / 8.5 / 9.4 vs 7.6 / 11.0 / 17.7;
-Q4_K 6.5 / 7.1 / 11.5 vs 6.2 / 10.2 / 19.2."""
-
-PREFILL_MAX_T = {0: 1 << 30, 4: 1 << 30, 7: 1 << 30}
-"""Per kind: up to this many tokens linear.matmul keeps prefill (T >= linear.PREFILL_MIN_T) here
-instead of dequantize + BLAS (gemm_blas). Unbounded: faster at every T measured, 32..512 (the
-engine's prefill chunk), benchmarks/small_gemm.py --blas (2 threads, TinyLlama layers, load ~1.8),
-wall ms per layer here vs BLAS at T = 32 / 128 / 512: Q4_0 16 / 59 / 189 vs 59 / 125 / 289;
-Q8_0 23 / 69 / 189 vs 71 / 115 / 289; Q4_K 20 / 65 / 169 vs 72 / 117 / 362. Both grow about
-linearly from T = 128 on, so no crossover is in sight."""
 
 
 def config(tm: int) -> np.ndarray:
@@ -215,7 +201,7 @@ def amx_q4_k(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
 
 def qmatmul_amx(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, w: np.ndarray, kind: int) -> None:
     """gemm_int.qmatmul's contract for Q4_0 (kind 0) / Q8_0 (4) / Q4_K (7) weights on AMX (any T;
-    qmatmul sends T >= MIN_T)."""
+    plan.plan_matmul sends T >= plan.AMX_MIN_T)."""
     t = xq.shape[0]
     if kind == 4:
         nxs = np.zeros(xd.size, np.float32)  # (T * nb,)

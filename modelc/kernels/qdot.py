@@ -16,38 +16,12 @@ helpers and the CPU-feature switch, and each is a few lines of IR.
 
 from __future__ import annotations
 
-import os
-
-import llvmlite.binding as llb
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
-
-def _host_has_avx2() -> bool:
-    if os.environ.get("MODELC_NO_AVX2"):
-        return False
-    try:
-        feats = llb.get_host_cpu_features()
-    except RuntimeError:  # features not reported on this host
-        return False
-    return bool(feats.get("avx2")) and bool(feats.get("fma"))
-
-
-HAS_AVX2 = _host_has_avx2()
-"""True when the int8 dot compiles to vpmaddubsw/vpmaddwd (x86 AVX2)."""
-
-
-def _host_has_vnni() -> bool:
-    if not HAS_AVX2 or os.environ.get("MODELC_NO_VNNI"):
-        return False
-    feats = llb.get_host_cpu_features()
-    return bool(feats.get("avxvnni")) or (bool(feats.get("avx512vnni")) and bool(feats.get("avx512vl")))
-
-
-HAS_VNNI = _host_has_vnni()
-"""True when the int8 dot is one vpdpbusd (AVX-VNNI or AVX512-VNNI+VL) instead of vpmaddubsw+vpmaddwd."""
+from modelc.kernels.cpu import HAS_AVX2, HAS_AVX512, HAS_VNNI  # noqa: F401  (re-exported: kernels read them here)
 
 
 class VecType(types.Type):
@@ -608,19 +582,6 @@ def quantize32(typingctx, x, xo, q, qo, inv):
 
 # ---- 512-bit pieces (AVX-512 VNNI/VBMI on x86; generic LLVM vector IR elsewhere) -------------
 
-
-def _host_has_avx512() -> bool:
-    if not HAS_VNNI or os.environ.get("MODELC_NO_AVX512"):
-        return False
-    feats = llb.get_host_cpu_features()
-    need = ("avx512f", "avx512bw", "avx512vl", "avx512vbmi", "avx512vnni")
-    return all(bool(feats.get(k)) for k in need)
-
-
-HAS_AVX512 = _host_has_avx512()
-"""True when the 16-lane intrinsics below compile to zmm vpdpbusd / vpermt2b / vcvtph2ps
-(AVX-512 F+BW+VL+VBMI+VNNI; `MODELC_NO_AVX512=1` turns it off). The kernels choose their
-16-lane or 8-lane form from this flag; the 16-lane intrinsics themselves are correct anywhere."""
 
 F32x16 = VecType(types.float32, 16)
 

@@ -14,10 +14,9 @@ from numba import types
 from numba.extending import intrinsic
 
 from modelc.kernels import qdot_k as qk
+from modelc.kernels.cpu import HAS_AVX2, HAS_AVX512_VNNI, HAS_VNNI
 from modelc.kernels.iq_tables import KVALUES_IQ4NL, KVALUES_MXFP4
 from modelc.kernels.qdot import (
-    HAS_AVX2,
-    HAS_VNNI,
     I8x32,
     _call,
     _check_1d,
@@ -98,7 +97,7 @@ def _lut64(builder, nib, table):
     """<64 x i8> nibbles -> (table[nib] + OFFSET) as bytes: vpshufb (512 or 2 x 256 bits), selects elsewhere."""
     vals = [(int(v) + OFFSET) & 0xFF for v in table]
     v64 = ir.VectorType(_i8, 64)
-    if qk.HAS_AVX512_VNNI:
+    if HAS_AVX512_VNNI:
         return _call(builder, "llvm.x86.avx512.pshuf.b.512", v64, [ir.Constant(v64, vals * 4), nib])
     if HAS_AVX2:
         tab = ir.Constant(_v32i8, vals * 2)
@@ -111,7 +110,7 @@ def _lut64(builder, nib, table):
 def _dot64(builder, u, a):
     """<64 x i8> codes (OFFSET-shifted) . <64 x i8> a (signed) -> <16 x i32>, lane k = bytes 4k..4k+3, exact."""
     v16 = ir.VectorType(_i32, 16)
-    if qk.HAS_AVX512_VNNI:
+    if HAS_AVX512_VNNI:
         args = [ir.Constant(v16, [0] * 16), builder.bitcast(u, v16), builder.bitcast(a, v16)]
         return _call(builder, "llvm.x86.avx512.vpdpbusd.512", v16, args)
     if HAS_AVX2:  # two 256-bit halves: vpdpbusd (AVX-VNNI / AVX512-VL) or signed vpmaddubsw

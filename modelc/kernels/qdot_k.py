@@ -20,27 +20,13 @@ MODELC_NO_VNNI / MODELC_NO_AVX2); else portable LLVM vector IR. Unsigned codes
 
 from __future__ import annotations
 
-import os
-
-import llvmlite.binding as llb
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from modelc.kernels.qdot import HAS_AVX2, HAS_VNNI, F32x16
-
-
-def _host_has_avx512_vnni() -> bool:
-    if not HAS_VNNI or os.environ.get("MODELC_NO_AVX512"):
-        return False
-    feats = llb.get_host_cpu_features()
-    return all(bool(feats.get(k)) for k in ("avx512f", "avx512bw", "avx512vl", "avx512vnni"))
-
-
-HAS_AVX512_VNNI = _host_has_avx512_vnni()
-"""True when a pair of 32-element chunks is dotted by one 512-bit vpdpbusd."""
-
+from modelc.kernels.cpu import HAS_AVX2, HAS_AVX512_VNNI, HAS_VNNI
+from modelc.kernels.qdot import F32x16
 
 _i1, _i8, _i16, _i32, _f32, _half = (
     ir.IntType(1),

@@ -24,15 +24,11 @@ intrinsic delete modelc/kernels/__pycache__/*.nbi and *.nbc.
 
 from __future__ import annotations
 
-import os
-
-import llvmlite.binding as llb
 from llvmlite import ir
 from numba import types
 
+from modelc.kernels.cpu import HAS_AMX, HAS_AVX2, HAS_AVX512_VNNI, HAS_VNNI, WIDE_DOT_EXACT  # noqa: F401
 from modelc.kernels.qdot import (
-    HAS_AVX2,
-    HAS_VNNI,
     F32x16,
     VecType,
     _call,
@@ -41,20 +37,8 @@ from modelc.kernels.qdot import (
     intrinsic,
 )
 
-
-def _host_has_vnni512() -> bool:
-    if not HAS_VNNI or os.environ.get("MODELC_NO_VNNI"):
-        return False
-    feats = llb.get_host_cpu_features()
-    return all(bool(feats.get(f)) for f in ("avx512f", "avx512bw", "avx512vnni"))
-
-
-HAS_VNNI512 = _host_has_vnni512()
-"""True when dot_u8x64 is one zmm vpdpbusd (AVX512-VNNI)."""
-
-WIDE_DOT_EXACT = HAS_VNNI or not HAS_AVX2
-"""True when dot_u8x64 is exact for unsigned codes up to 255 (VNNI or the portable IR);
-the AVX2 vpmaddubsw pair saturates above 63, so Q8_0's 0..255 codes need this."""
+HAS_VNNI512 = HAS_AVX512_VNNI
+"""True when dot_u8x64 is one zmm vpdpbusd (AVX512-VNNI; cpu.HAS_AVX512_VNNI)."""
 
 I8x64 = VecType(types.int8, 64)
 I32x16 = VecType(types.int32, 16)
@@ -428,26 +412,7 @@ def q6_k_scales(typingctx, w, o):
 # ---- AMX (Intel Advanced Matrix Extensions, int8) ---------------------------------------
 # Tiles are named by immediate numbers (the non-".internal" LLVM intrinsics), so no
 # x86_amx values pass through numba. Linux hands out the tile state only after an
-# arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) per process: _amx_permitted().
-
-
-def _amx_permitted() -> bool:
-    if os.environ.get("MODELC_NO_AMX") or not HAS_VNNI512:
-        return False
-    feats = llb.get_host_cpu_features()
-    if not (feats.get("amx-tile") and feats.get("amx-int8")):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XTILEDATA
-    except (OSError, AttributeError):
-        return False
-
-
-HAS_AMX = _amx_permitted()
-"""True when the AMX int8 tiles may be used (CPU, kernel permission, AVX512-VNNI for the rest)."""
+# arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) per process: cpu.HAS_AMX.
 
 _void, _i64 = ir.VoidType(), ir.IntType(64)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from modelc.ir import DataType
-from modelc.kernels import gemm_int, gemm_tile, gemm_tile_amx, linear, qdot_tile, quant, ref_linear
+from modelc.kernels import gemm_int, gemm_tile, gemm_tile_amx, linear, plan, qdot_tile, quant, ref_linear
 from modelc.kernels.gemm_random import random_tensor
 
 EXACT_QACT = 2e-5  # relative to max |ref|: same integer dots, float summation order differs
@@ -134,18 +134,18 @@ def test_amx_matches_qact(name: str, t: int) -> None:
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
 def test_linear_prefill_routing(name: str) -> None:
-    """From linear.PREFILL_MIN_T tokens on, the AMX kinds keep int8 activations (the AMX tiles) where
-    the CPU has them, and the register-tile kinds up to linear.ZMM_PREFILL_MAX_T tokens with AVX512-VNNI;
+    """From plan.PREFILL_MIN_T tokens on, the AMX kinds keep int8 activations (the AMX tiles) where
+    the CPU has them, and the register-tile kinds up to plan.ZMM_PREFILL_MAX_T tokens with AVX512-VNNI;
     every other case is dequantize + BLAS (fp32 results)."""
-    t = max(linear.PREFILL_MIN_T, 1) + 17
+    t = max(plan.PREFILL_MIN_T, 1) + 17
     w, x, _, _, _ = _case(name, 37, 512, t, seed=5)
     out = np.full((t, 37), np.nan, np.float32)
     linear.matmul(out, x, w)
     want = np.empty_like(out)
     kind = quant.KIND[w.dtype]
-    amx = qdot_tile.HAS_AMX and kind in gemm_tile_amx.PREFILL_MAX_T
-    zmm = not amx and qdot_tile.HAS_VNNI512 and t <= linear.ZMM_PREFILL_MAX_T.get(kind, 0)
-    assert linear._use_blas(w, t) == (not (amx or zmm))
+    amx = qdot_tile.HAS_AMX and kind in plan.AMX_PREFILL_MAX_T
+    zmm = not amx and qdot_tile.HAS_VNNI512 and t <= plan.ZMM_PREFILL_MAX_T.get(kind, 0)
+    assert plan.plan_matmul(w, t) is (plan.Path.AMX if amx else plan.Path.TILE if zmm else plan.Path.BLAS)
     (ref_linear.matmul_qact if amx or zmm else ref_linear.matmul)(want, x, w)
     assert _relerr(out, want) < EXACT_QACT
 
@@ -155,10 +155,10 @@ def test_prefill_is_blas_without_amx() -> None:
     script = textwrap.dedent(
         """
         from modelc.ir import DataType
-        from modelc.kernels import linear, qdot_tile
+        from modelc.kernels import plan, qdot_tile
         from tests.kernels.test_gemm_tile import _case
-        print(qdot_tile.HAS_AMX, all(linear._use_blas(_case(n, 5, 512, 1, 0)[0], linear.PREFILL_MIN_T)
-              for n in ("Q4_0", "Q8_0", "Q4_K", "Q6_K")))
+        print(qdot_tile.HAS_AMX, all(plan.plan_matmul(_case(n, 5, 512, 1, 0)[0], plan.PREFILL_MIN_T)
+              is plan.Path.BLAS for n in ("Q4_0", "Q8_0", "Q4_K", "Q6_K")))
         """
     )
     root = pathlib.Path(__file__).resolve().parents[2]

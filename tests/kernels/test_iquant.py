@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from modelc.ir import DataType
-from modelc.kernels import linear, ref_linear
+from modelc.kernels import linear, plan, ref_linear
 from modelc.kernels.gemm_random import random_tensor
 
 IQ_TYPES = [
@@ -75,7 +75,7 @@ def test_matmul_matches_quantized_activation_twin(name: str, tokens: int) -> Non
 def test_prefill_path_is_fp32(name: str) -> None:
     rng = np.random.default_rng(14)
     w = linear.prepare_weight(random_tensor(DataType[name], 24, 256, rng))
-    x = rng.standard_normal((linear.PREFILL_MIN_T + 3, 256)).astype(np.float32)
+    x = rng.standard_normal((plan.PREFILL_MIN_T + 3, 256)).astype(np.float32)
     out = np.empty((x.shape[0], 24), np.float32)
     linear.matmul(out, x, w)
     want = x @ ref_linear.dequantize(w).T

@@ -7,14 +7,14 @@ import pytest
 
 from modelc.errors import ModelcError
 from modelc.ir import DataType, TensorData
-from modelc.kernels import linear, qdot, ref_linear
+from modelc.kernels import linear, plan, qdot, ref_linear
 from modelc.kernels.gemm_random import random_scale, random_tensor
 
 QUANT = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "I8", "I4"]
 FLOAT = ["F32", "F16", "BF16"]
 # T >= PREFILL_MIN_T: the dequantize + BLAS path (but Q4_0 / Q8_0 / Q4_K stay on the int8 AMX
-# tiles where the CPU has them: linear._use_blas); the others the int8 / half kernels.
-TOKENS = [1, 3, 17, 100, max(linear.PREFILL_MIN_T, 1)]
+# tiles where the CPU has them: plan.plan_matmul); the others the int8 / half kernels.
+TOKENS = [1, 3, 17, 100, max(plan.PREFILL_MIN_T, 1)]
 
 # Tolerances, in one place. Relative to max |ref|.
 EXACT_QACT = 2e-5  # int8-activation kernel vs a reference that quantizes activations the same way
@@ -50,7 +50,7 @@ def test_quantized_matmul(name: str, t: int) -> None:
     out, x = _run(w, t, seed=100 + t)
     fp32 = np.empty_like(out)
     ref_linear.matmul(fp32, x, w)
-    if not linear._use_blas(w, t):  # int8 activations
+    if plan.plan_matmul(w, t) is not plan.Path.BLAS:  # int8 activations
         qact = np.empty_like(out)
         ref_linear.matmul_qact(qact, x, w)
         assert _relerr(out, qact) < EXACT_QACT
@@ -59,7 +59,7 @@ def test_quantized_matmul(name: str, t: int) -> None:
         assert _relerr(out, fp32) < FLOAT_TOL
 
 
-@pytest.mark.parametrize("t", [1, 3, 17, linear.PREFILL_MIN_T_FLOAT])
+@pytest.mark.parametrize("t", [1, 3, 17, plan.PREFILL_MIN_T_FLOAT])
 @pytest.mark.parametrize("name", FLOAT)
 def test_float_matmul(name: str, t: int) -> None:
     w = _weight(name, 29, 200, seed=t)  # C=200: not a multiple of 16, exercises the tails
@@ -170,7 +170,7 @@ def test_int8_dot_intrinsic_matches_numpy() -> None:
 _PORTABLE_CHECK = """
 import numpy as np
 from modelc.ir import DataType
-from modelc.kernels import linear, qdot, ref_linear
+from modelc.kernels import linear, plan, qdot, ref_linear
 from modelc.kernels.gemm_random import random_tensor
 assert not qdot.HAS_AVX2
 rng = np.random.default_rng(0)
@@ -206,7 +206,7 @@ def test_prefill_in_several_panels(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(gemm_blas, "PANEL_BYTES", 10 * 256 * 4)  # 10 rows per panel
     w = _weight("Q5_K", 37, 256, seed=11)  # not an AMX kind: BLAS from PREFILL_MIN_T on everywhere
-    out, x = _run(w, linear.PREFILL_MIN_T + 1, seed=12)
+    out, x = _run(w, plan.PREFILL_MIN_T + 1, seed=12)
     want = np.empty_like(out)
     ref_linear.matmul(want, x, w)
     assert _relerr(out, want) < FLOAT_TOL

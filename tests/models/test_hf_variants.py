@@ -225,7 +225,7 @@ def test_q8_0_pack_matches_numpy_reference_on_dequantized_weights(variants_dir, 
     ref (numpy kernels) and blas (numba, dequantize + fp32 BLAS at any T) must match to 1e-4; int8 (numba
     below PREFILL_MIN_T tokens: activations quantized to int8 blocks, as llama.cpp does) to cosine 0.99.
     """
-    from modelc.kernels import gemm_tile_amx, linear
+    from modelc.kernels import plan
     from modelc.kernels.ref_linear import dequantize
     from modelc.models.tiny import reference_logits
 
@@ -234,9 +234,9 @@ def test_q8_0_pack_matches_numpy_reference_on_dequantized_weights(variants_dir, 
     if path == "ref":
         monkeypatch.setenv("MODELC_KERNELS", "ref")
     else:
-        monkeypatch.setattr(linear, "PREFILL_MIN_T", 1 if path == "blas" else len(ids) + 1)
-        monkeypatch.setattr(gemm_tile_amx, "PREFILL_MAX_T", {})  # blas: no int8 tiles in prefill either
-        monkeypatch.setattr(linear, "ZMM_PREFILL_MAX_T", {})
+        monkeypatch.setattr(plan, "PREFILL_MIN_T", 1 if path == "blas" else len(ids) + 1)
+        monkeypatch.setattr(plan, "AMX_PREFILL_MAX_T", {})  # blas: no int8 tiles in prefill either
+        monkeypatch.setattr(plan, "ZMM_PREFILL_MAX_T", {})
     art = open_artifact(pack(d / "hf", out=tmp_path / "q.modelc", quantize="q8_0"))
     assert art.tensors["model.layers.0.self_attn.q_proj.weight"].dtype == DataType.Q8_0
     tensors = {n: TensorData.from_array(dequantize(t).reshape(t.shape)) for n, t in art.tensors.items()}

@@ -1,0 +1,169 @@
+"""Which kernel runs out = x @ W.T for a weight type, a token count T and this CPU: the one table.
+
+`plan_matmul(w, t)` returns a `Path`; `linear.matmul` runs it, and warmup (engine/warm.py)
+asks `warm_tokens(w)` for one T per path a weight can reach, so every kernel a request can
+reach is compiled before the first request. The CPU flags come from cpu.py; the bounds below
+were measured (their docstrings say how). In table form (first matching row wins):
+
+| weight | T | CPU | path |
+|---|---|---|---|
+| any | any | `MODELC_KERNELS=ref` | REF: numpy twins (ref_linear) |
+| F16 / BF16 / F32 | >= PREFILL_MIN_T_FLOAT, or F32 at T = 1 | any | BLAS (sgemm / sgemv on fp32) |
+| F32 | 2 .. 31 | any | FLOAT: gemm_float.smatmul |
+| F16 / BF16 | < PREFILL_MIN_T_FLOAT | any | HALF: gemm_float.hmatmul |
+| I8 / I4 rows not in whole 32-blocks | any | any | BLAS |
+| AMX kinds (Q4_0, Q8_0, Q4_K) | >= PREFILL_MIN_T, <= AMX_PREFILL_MAX_T | HAS_AMX | AMX tiles |
+| register-tile kinds | >= PREFILL_MIN_T, <= ZMM_PREFILL_MAX_T | HAS_AVX512_VNNI, no AMX for the kind | TILE |
+| other quantized | >= PREFILL_MIN_T | any | BLAS (dequantize panels + sgemm) |
+| Q4_K / Q5_K / Q6_K | 1 | any | MATVEC_K: gemm_fused_k |
+| IQ4_NL / IQ4_XS / MXFP4 | 1 | any | MATVEC_IQ: gemm_fused_iq |
+| Q4_0 / Q8_0 | 1 | any | MATVEC: gemm_fused |
+| AMX kinds | >= AMX_MIN_T | HAS_AMX | AMX tiles |
+| register-tile kinds (Q4_0, Q4_K, Q6_K; Q8_0 where cpu.WIDE_DOT_EXACT) | 2 .. | any | TILE: gemm_tile |
+| other quantized | 2 .. | any | ROWS: gemm_int.qmatmul_rows |
+
+`python -m modelc.kernels.plan` prints the table for this CPU and the common weight types.
+No numba kernels run here; this module only reads the kernels' kind sets.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from modelc.ir import DataType
+from modelc.kernels import cpu, gemm_fused, gemm_fused_iq, gemm_fused_k, gemm_tile, quant
+from modelc.kernels.gemm_weight import Weight
+
+
+class Path(enum.Enum):
+    """A matmul kernel (linear.matmul runs it)."""
+
+    REF = "ref"  # ref_linear.matmul: numpy dequantize + @, fp32
+    BLAS = "blas"  # gemm_blas.blas_matmul: dequantize panels into scratch + sgemm, fp32
+    FLOAT = "float"  # gemm_float.smatmul: F32 weights, 4-row tiles
+    HALF = "half"  # gemm_float.hmatmul: F16 / BF16 converted in registers
+    MATVEC_K = "matvec_k"  # gemm_fused_k.qmatvec_k: T=1 Q4_K/Q5_K/Q6_K, int8 activations
+    MATVEC_IQ = "matvec_iq"  # gemm_fused_iq.qmatvec_iq: T=1 IQ4_NL/IQ4_XS/MXFP4
+    MATVEC = "matvec"  # gemm_fused.qmatvec: T=1 Q4_0/Q8_0
+    AMX = "amx"  # gemm_tile_amx.qmatmul_amx: AMX int8 tiles, 16 rows x 16 tokens
+    TILE = "tile"  # gemm_tile.qmatmul_tile: register tiles of 4 rows x 4 tokens
+    ROWS = "rows"  # gemm_int.qmatmul_rows: each row unpacked once to L1, any quantized kind
+
+
+INT8_PATHS = frozenset({Path.MATVEC_K, Path.MATVEC_IQ, Path.MATVEC, Path.AMX, Path.TILE, Path.ROWS})
+"""Paths that quantize the activations to int8 blocks first (quant.quantize_act)."""
+
+PREFILL_MIN_T = cpu.env_int("MODELC_PREFILL_T", 32)
+"""From this many tokens on, a quantized matmul dequantizes into scratch and uses BLAS (fp32
+results), except where the int8 tiles are faster (AMX_PREFILL_MAX_T, ZMM_PREFILL_MAX_T).
+
+Measured on the dev VM (2 threads, 5632 x 2048 Q4_0): int8 zmm path 17 / 67 / 310 ms
+at T = 32 / 128 / 512, dequantize + OpenBLAS 72 / 72 / 149 ms (dequantizing
+costs ~9 ms, small-M sgemm is slow), so the crossover is near T = 150 there; the
+AMX tiles beat BLAS at every prefill T up to 512 (x3.2-3.7 per layer at 32, x1.5-2.1
+at 512). Below this T every quantized weight runs int8."""
+
+PREFILL_MIN_T_FLOAT = cpu.env_int("MODELC_PREFILL_T_FLOAT", 32)
+"""The same for F16/BF16/F32 weights: their small-T kernels are FMA-bound (~20-35
+GFLOP/s), below BLAS (~40) already at T = 128 on the dev VM."""
+
+_Q4_0, _Q8_0, _Q4_K, _Q6_K = (quant.KIND[d] for d in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K, DataType.Q6_K))
+
+AMX_MIN_T = {_Q4_0: 4, _Q8_0: 6, _Q4_K: 6}
+"""Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, the AMX tiles run the type (where cpu.HAS_AMX).
+Measured (one thread, TinyLlama layer, weights streamed), ms per layer AMX vs the zmm tile at T = 4 / 8
+/ 16: Q4_0 5.4 / 8.4 / 9.4 vs 6.2 / 11.8 / ~19; Q8_0 7.8 / 8.5 / 9.4 vs 7.6 / 11.0 / 17.7;
+Q4_K 6.5 / 7.1 / 11.5 vs 6.2 / 10.2 / 19.2."""
+
+AMX_PREFILL_MAX_T = {_Q4_0: 1 << 30, _Q8_0: 1 << 30, _Q4_K: 1 << 30}
+"""Per kind: up to this many tokens prefill (T >= PREFILL_MIN_T) stays on the AMX tiles instead of
+dequantize + BLAS. Unbounded: faster at every T measured, 32..512 (the engine's prefill chunk),
+benchmarks/small_gemm.py --blas (2 threads, TinyLlama layers, load ~1.8), wall ms per layer AMX vs
+BLAS at T = 32 / 128 / 512: Q4_0 16 / 59 / 189 vs 59 / 125 / 289; Q8_0 23 / 69 / 189 vs 71 / 115 /
+289; Q4_K 20 / 65 / 169 vs 72 / 117 / 362. Both grow about linearly from T = 128 on."""
+
+ZMM_PREFILL_MAX_T = {_Q4_0: 96, _Q8_0: 96, _Q4_K: 96, _Q6_K: 256}
+"""Per kind: up to this many tokens the 512-bit register-tile kernel (AVX512-VNNI, no AMX) runs prefill
+instead of dequantize + BLAS. `benchmarks/small_gemm.py --blas --tokens 32,64,128,256,512` (2 threads,
+TinyLlama layers, load ~3): with MODELC_NO_AMX=1, tile vs BLAS x2.2 / x1.3 / x0.96 / x0.77 (Q4_0) and
+x2.4 / x1.4 / x0.96 / x0.79 (Q4_K) at T = 32 / 64 / 128 / 256; Q6_K (no AMX path) x7.1 / x4.1 / x2.2 /
+x1.2 / x0.69 at T = 32 ... 512. Without AVX512-VNNI (256-bit halves) nothing was measured: BLAS."""
+
+_FLOAT = (DataType.F16, DataType.BF16, DataType.F32)
+_NEVER = 1 << 62
+
+
+def plan_matmul(w: Weight, t: int) -> Path:
+    """The kernel linear.matmul runs for weight `w` and `t` tokens on this CPU (the table above)."""
+    if cpu.use_reference():
+        return Path.REF
+    dt = w.dtype
+    if dt in _FLOAT:
+        if t >= PREFILL_MIN_T_FLOAT or (dt is DataType.F32 and t == 1):  # sgemv is fine
+            return Path.BLAS
+        return Path.FLOAT if dt is DataType.F32 else Path.HALF
+    kind = quant.KIND.get(dt)
+    if kind is None or w.cols % 32:  # I8/I4 rows that are not whole 32-blocks
+        return Path.BLAS
+    if t >= PREFILL_MIN_T:
+        if cpu.HAS_AMX and kind in AMX_PREFILL_MAX_T:
+            return Path.AMX if t <= AMX_PREFILL_MAX_T[kind] else Path.BLAS
+        if cpu.HAS_AVX512_VNNI and kind in gemm_tile.TILE_KINDS and t <= ZMM_PREFILL_MAX_T.get(kind, 0):
+            return Path.TILE
+        return Path.BLAS
+    if t == 1:
+        if kind in gemm_fused_k.KINDS:
+            return Path.MATVEC_K
+        if kind in gemm_fused_iq.KINDS:
+            return Path.MATVEC_IQ
+        if kind in gemm_fused.FUSED_KINDS:
+            return Path.MATVEC
+    return int8_path(kind, t)
+
+
+def int8_path(kind: int, t: int) -> Path:
+    """AMX, TILE or ROWS: the int8-activation kernel for quant kind `kind` at `t` tokens (gemm_int.qmatmul)."""
+    if cpu.HAS_AMX and t >= AMX_MIN_T.get(kind, _NEVER):
+        return Path.AMX
+    if kind in gemm_tile.TILE_KINDS:
+        return Path.TILE
+    return Path.ROWS
+
+
+def _bounds() -> list[int]:
+    """Every T at which some row of the table can change."""
+    ts = {1, 2, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, *AMX_MIN_T.values()}
+    ts |= {b + 1 for b in (*AMX_PREFILL_MAX_T.values(), *ZMM_PREFILL_MAX_T.values()) if b < 4096}
+    return sorted(t for t in ts if t >= 1)
+
+
+def warm_tokens(w: Weight) -> dict[Path, int]:
+    """For each path weight `w` can reach, the smallest T that reaches it (what warmup runs)."""
+    out: dict[Path, int] = {}
+    for t in _bounds():
+        out.setdefault(plan_matmul(w, t), t)
+    return out
+
+
+def table(dtypes: tuple[DataType, ...] | None = None, cols: int = 2048) -> list[tuple[str, str]]:
+    """(weight type, "T>=1: path; T>=2: path; ...") for each type on this CPU: the plan as text."""
+    rows = []
+    for dt in dtypes or (DataType.F16, DataType.F32, DataType.Q4_0, DataType.Q8_0, DataType.Q4_K, DataType.Q5_K,
+                         DataType.Q6_K, DataType.IQ4_XS, DataType.Q5_0):  # fmt: skip
+        w = Weight(dt, 1, cols, np.zeros((1, 0), np.uint8), None)  # the plan reads only dtype and cols
+        parts, last = [], None
+        for t in _bounds():
+            p = plan_matmul(w, t)
+            if p is not last:
+                parts.append(f"T>={t}: {p.value}")
+                last = p
+        rows.append((dt.name, "; ".join(parts)))
+    return rows
+
+
+if __name__ == "__main__":
+    print(" ".join(f"{k}={v}" for k, v in cpu.describe().items()))
+    for name, text in table():
+        print(f"{name:8s} {text}")

@@ -1,7 +1,8 @@
 """Reranker: (query, documents) -> relevance scores with a cross-encoder, batched by length.
 
 Owns pair tokenization (the model's tokenizer lays out [CLS] q [SEP] d [SEP] / <s> q </s></s> d </s>
-with segment ids; longest-first truncation to max_seq_length, as transformers does), length-sorted
+with segment ids; a pair beyond max_seq_length is a 400, or cut longest-first when asked, as
+transformers does), length-sorted
 batching (embedder.encoder_batches) and token counts for usage. Synchronous; callers run it in a worker
 thread. The maths is modelc.models.cross_encoder.
 """
@@ -58,11 +59,19 @@ class Reranker:
     def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Any]:
         return self._tok.encode_batch([(query, d) for d in documents])
 
-    def rank(self, query: str, documents: Sequence[str]) -> Ranking:
+    def rank(self, query: str, documents: Sequence[str], *, truncate: bool = False) -> Ranking:
+        """Scores of (query, document) pairs. A pair longer than max_seq_length is a 400 unless
+        `truncate`; then it is cut longest-first (transformers' default for pairs)."""
         encs = self.encode_pairs(query, documents)
         for i, e in enumerate(encs):
             if not e.ids:
                 raise InvalidRequestError(f"document {i} tokenizes to nothing", param="documents")
+            if e.overflowing and not truncate:
+                raise InvalidRequestError(
+                    f"the query and documents[{i}] together exceed this model's context length of "
+                    f"{self.max_seq_length} tokens (send truncate: true to cut them, longest first)",
+                    param=f"documents[{i}]",
+                )
         logits = np.empty((len(encs), self.model.num_labels), np.float32)
         cfg = self.model.cfg
         for batch in encoder_batches(cfg, [len(e.ids) for e in encs], self.max_batch_size, self.max_batch_tokens):

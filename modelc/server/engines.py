@@ -8,6 +8,7 @@ The heavy work runs in a worker thread (anyio.to_thread), one request at a time 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import anyio
@@ -72,11 +73,13 @@ class EncoderEngine:
     def can_rerank(self) -> bool:
         return self._reranker is not None
 
-    async def rerank(self, query: str, documents: list[str]) -> Any:
-        """modelc.engine.reranker.Ranking of `documents` for `query` (in document order)."""
+    async def rerank(self, query: str, documents: list[str], *, truncate: bool = False) -> Any:
+        """modelc.engine.reranker.Ranking of `documents` for `query` (in document order); a pair beyond
+        the context is a 400 unless `truncate`."""
         self._num_running += 1
         try:
-            return await anyio.to_thread.run_sync(self._reranker.rank, query, documents, limiter=self._limiter)
+            rank = functools.partial(self._reranker.rank, truncate=truncate)
+            return await anyio.to_thread.run_sync(rank, query, documents, limiter=self._limiter)
         finally:
             self._num_running -= 1
 

@@ -164,6 +164,7 @@ RERANK_REQ = _obj(
         "documents": {"type": "array", "items": {"oneOf": [S, _obj({"text": S}, ("text",))]}},
         "top_n": {**I, "minimum": 1},
         "return_documents": B,
+        "truncate": B,
     },
     ("query", "documents"),
 )

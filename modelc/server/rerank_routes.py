@@ -5,6 +5,10 @@ query + documents -> results sorted by relevance_score, for cross-encoder models
 relevance_score is the sigmoid of the model's logit (sentence-transformers' CrossEncoder default;
 softmax of the last label for multi-label heads); the raw logit is returned too. The scoring runs
 in a worker thread (EncoderEngine.rerank).
+
+A (query, document) pair beyond the model's context (its max_seq_length) is a 400, as vLLM and
+text-embeddings-inference answer, unless the request sends `truncate: true` (TEI's name for it); then
+the pair is cut longest-first, as transformers' tokenizers do.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from quart import Blueprint
 
 from modelc.errors import InvalidRequestError
 from modelc.server import openapi_surfaces
+from modelc.server.context import char_budget, context_length, too_long
 from modelc.server.handling import check_model, get_state, new_id, read_json, record
 from modelc.server.schema import bad, get_bool, get_int, get_str
 
@@ -38,6 +43,22 @@ def parse_documents(body: dict[str, Any]) -> list[str]:
     return out
 
 
+def bound_texts(engine: Any, query: str, docs: list[str], cut: bool) -> tuple[str, list[str]]:
+    """Texts far longer than the context (by characters, modelc.server.context.char_budget) are a 400
+    before the tokenizer runs, or cut to that many characters when truncating (the tokenizer then cuts
+    the pair exactly, longest first)."""
+    limit = context_length(engine)
+    if limit is None or engine.tokenizer is None:
+        return query, docs
+    budget = char_budget(engine.tokenizer, limit)
+    if not cut:
+        for param, text in (("query", query), *((f"documents[{i}]", d) for i, d in enumerate(docs))):
+            if len(text) > budget:
+                raise too_long(param, f"{len(text)} characters", limit)
+        return query, docs
+    return query[:budget], [d[:budget] for d in docs]
+
+
 @bp.post("/v1/rerank")
 @bp.post("/rerank")
 @bp.post("/v1/reranking")  # llama.cpp's other spellings
@@ -59,11 +80,13 @@ async def rerank() -> Any:
     docs = parse_documents(body)
     top_n = get_int(body, "top_n", len(docs), lo=1)
     with_docs = get_bool(body, "return_documents", True)
+    cut = get_bool(body, "truncate", False)
+    query, texts = bound_texts(engine, query, docs, cut)
     rec = record()
     rec.inference = True
     state.acquire_slot()
     try:
-        ranking = await engine.rerank(query, docs)
+        ranking = await engine.rerank(query, texts, truncate=cut)
     finally:
         state.release_slot()
     rec.prompt_tokens = ranking.num_tokens

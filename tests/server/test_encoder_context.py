@@ -86,3 +86,22 @@ async def test_token_id_inputs_beyond_the_context_are_400(encoder, make_client) 
     await error_of(await c.post("/v1/embeddings", {"input": [[5] * 65]}), 400, "input")
     resp = await c.post("/v1/embeddings", {"input": [[5] * 65], "truncate": True})
     assert resp.status_code == 200 and (await resp.get_json())["usage"]["prompt_tokens"] == 64
+
+
+async def test_rerank_pairs_beyond_the_context_are_400_unless_truncated(encoder, make_client) -> None:
+    c = make_client(encoder)
+    for route in ("/v1/rerank", "/rerank"):
+        err = await error_of(await c.post(route, {"query": "hello", "documents": [SHORT, LONG]}), 400, "documents[1]")
+        assert "context length of 64 tokens" in err["message"] and "truncate" in err["message"]
+    err = await error_of(await c.post("/v1/rerank", {"query": LONG, "documents": [SHORT]}), 400, "documents[0]")
+    huge = "hello " * 100_000  # refused by its length before the tokenizer runs
+    await error_of(await c.post("/v1/rerank", {"query": "hello", "documents": [huge]}), 400, "documents[0]")
+    resp = await c.post("/v1/rerank", {"query": "hello", "documents": [SHORT, LONG, huge], "truncate": True})
+    body = await resp.get_json()
+    assert resp.status_code == 200, body
+    short = len(encoder._reranker.encode_pairs("hello", [SHORT])[0].ids)  # [CLS] hello [SEP] hello world [SEP]
+    assert body["usage"]["prompt_tokens"] == short + 64 + 64  # the long pairs cut to 64
+    got = {r["index"]: r["logit"] for r in body["results"]}
+    direct = encoder._reranker.rank("hello", [SHORT, LONG], truncate=True)
+    np.testing.assert_allclose([got[0], got[1]], direct.logits[:, -1], atol=1e-5)
+    assert got[2] == pytest.approx(got[1], abs=1e-5)  # the same first 62 tokens of text

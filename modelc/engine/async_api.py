@@ -294,13 +294,15 @@ def _default_runner_factory(source: Any, config: EngineConfig, draft: Any = None
         per_draft = kv_bytes_per_block(getattr(draft, "config", {}) or {}, bs, dt)
         blocks = max(1, blocks * per_target // (per_target + per_draft))
 
-    def make(engine_id: int) -> RunnerLike:
-        runner = Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine,
-                        draft_source=draft)  # fmt: skip
-        if config.warmup:  # in the engine's thread, before open() yields: the first request compiles nothing
-            from modelc.engine.warm import warmup
+    def build(kernels: Any = None) -> RunnerLike:
+        return Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine,
+                      draft_source=draft, kernels=kernels)  # fmt: skip
 
-            warmup(runner)
-        return runner
+    def make(engine_id: int) -> RunnerLike:
+        if config.warmup:  # in the engine's thread, before open() yields: the first request compiles nothing
+            from modelc.engine.warm import ready_runner
+
+            return ready_runner(build)
+        return build()
 
     return make

@@ -312,7 +312,7 @@ class Runner:
         ids = np.arange(2, dtype=np.int32) % self.vocab_size
         self._scratch_forward([ids[:1]], "logits")
         self._scratch_forward([ids[:1], ids[1:]], "logits")
-        if self.model.kernels.name == "numba":
+        if self.model.kernels.name in ("numba", "hybrid"):
             self._warm_prefill_kernels()
         if self.drafter is not None:
             self.drafter.warmup()

@@ -1,4 +1,15 @@
-"""warmup(runner): Runner.warmup, split over two processes when numba's cache is cold.
+"""ready_runner(build): a Runner that serves its first request without compiling; warmup(runner): compile all.
+
+ready_runner builds the served runner on kernels/hybrid.py's KernelSet and starts a background thread
+that warms a second Runner on the same weights (warmup below). If that thread loads every kernel from
+numba's disk cache (a warm start), ready_runner returns when it is done and the first request runs on
+numba. As soon as it has to compile something (a cold start), ready_runner returns at once: requests
+run on the numpy references for each kernel numba has not compiled yet, switching kernel by kernel as
+the thread compiles them, and all at once when it is done. MODELC_COLD_START=wait restores compiling
+everything first. Models whose forward reaches numba kernels outside the KernelSet (attention
+soft-capping / sinks, the q8_0 and mixed KV caches) or that speculate with a draft model warm first.
+
+warmup(runner): Runner.warmup, split over two processes when numba's cache is cold.
 
 NOTE: numba compiles one function at a time under the GIL, so threads do not help; processes
 do, because compiled kernels land in numba's on-disk cache (cache=True) where any process loads
@@ -15,10 +26,112 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 HELPER_TIMEOUT_S = 900.0
+COLD_START_ENV = "MODELC_COLD_START"  # "serve" (default): reference kernels while numba compiles; "wait"
+
+
+def ready_runner(build: Callable[[Any], Any]) -> Any:
+    """build(kernels) -> Runner; returns it once a request can run without compiling (see the module doc)."""
+    from modelc.kernels.select import kernel_set
+
+    hybrid = None
+    if os.environ.get(COLD_START_ENV, "").lower() != "wait" and kernel_set().name == "numba":
+        from modelc.kernels.hybrid import hybrid_kernel_set
+
+        hybrid = hybrid_kernel_set()
+    if hybrid is None:
+        runner = build(None)
+        warmup(runner)
+        return runner
+    kernels, switch = hybrid
+    runner = build(kernels)
+    if not _compile_free(runner):
+        switch.numba_only()
+        warmup(runner)
+        return runner
+    warmer = Warmer(runner, switch)
+    warmer.start()
+    if _cached("modelc.kernels.attention", "paged_attention"):
+        warmer.decided.wait()  # a warm cache (or a partly warm one): serve on numba when it loads in time
+    if warmer.error is not None and warmer.done.is_set() and not warmer.compiled:
+        raise warmer.error  # a broken install fails the load, as a plain warmup would
+    return runner
+
+
+_warmers: set[Warmer] = set()
+
+
+def compiling() -> bool:
+    """Whether a cold start's warmer thread is still compiling kernels in this process (/health says so)."""
+    return any(not w.done.is_set() for w in list(_warmers))
+
+
+def _compile_free(runner: Any) -> bool:
+    """Whether every kernel of this runner's forward goes through its KernelSet (so a hybrid set covers it)."""
+    if runner.drafter is not None or runner.kv.kv_dtype not in ("float32", "float16"):
+        return False
+    args = getattr(runner.model, "args", None)
+    if getattr(args, "attn_softcap", 0):
+        return False
+    return not any(getattr(L, "sinks", None) is not None for L in getattr(runner.model, "layers", ()))
+
+
+class Warmer:
+    """The background thread: warmup() of a second Runner on the same weights, then the flip to numba-only.
+
+    `decided` is set when the thread first has to compile (a cold cache) or when it is done; `compiled`
+    says which. Errors are kept in `error` (the served runner then stays on the reference kernels)."""
+
+    def __init__(self, runner: Any, switch: Any) -> None:
+        self.runner, self.switch = runner, switch
+        self.decided, self.done = threading.Event(), threading.Event()
+        self.compiled = False
+        self.seconds = 0.0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="modelc-warmer", daemon=True)
+
+    def start(self) -> None:
+        _warmers.add(self)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from numba.core import event
+
+        me = threading.get_ident()
+        warmer = self
+
+        class _OnCompile(event.Listener):
+            def on_start(self, ev: Any) -> None:
+                if threading.get_ident() == me and not warmer.compiled:
+                    warmer.compiled = True
+                    warmer.decided.set()
+
+            def on_end(self, ev: Any) -> None:
+                pass
+
+        listener = _OnCompile()
+        event.register("numba:compile", listener)
+        t0 = time.perf_counter()
+        try:
+            from modelc.engine.runner import Runner
+
+            r = self.runner
+            shadow = Runner(r.source, num_kv_blocks=2, kv_dtype=r.kv.kv_dtype, threads=r.threads)
+            warmup(shadow)
+            self.switch.numba_only()
+        except BaseException as e:  # noqa: BLE001 - kept for ready_runner; the references keep serving
+            self.error = e
+        finally:
+            event.unregister("numba:compile", listener)
+            self.seconds = time.perf_counter() - t0
+            self.done.set()
+            self.decided.set()
+            _warmers.discard(self)
 
 
 def warmup(runner: Any, *, parallel: bool | None = None) -> float:
@@ -106,11 +219,24 @@ def _helper_main(argv: list[str]) -> int:
     from modelc.engine.runner import Runner
 
     path, offset, length, kv_dtype = argv
+    _exit_with_parent()
     art = open_artifact(path, offset=int(offset), length=int(length) or None)
     runner = Runner(art, num_kv_blocks=2, kv_dtype=kv_dtype, threads=1)
     runner._scratch_forward([[0], [0]], "logits")
     runner._warm_prefill_kernels()
     return 0
+
+
+def _exit_with_parent() -> None:
+    """The helper only feeds its parent's cache: when the parent is gone (a server stopped mid-compile), stop."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="modelc-warm-parent", daemon=True).start()
 
 
 if __name__ == "__main__":

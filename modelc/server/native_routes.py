@@ -78,7 +78,10 @@ async def health() -> Any:
         status = "error" if state.load_error else "loading"
         body = {"status": status, "model": None, "architecture": None, "error": state.load_error}
         return body, 503, {"Retry-After": "1"}
-    return {"status": "ok", "model": state.engine.name, "architecture": state.engine.architecture}
+    from modelc.engine.warm import compiling  # "compiling": served on the reference kernels meanwhile
+
+    kernels = "compiling" if compiling() else "ready"
+    return {"status": "ok", "model": state.engine.name, "architecture": state.engine.architecture, "kernels": kernels}
 
 
 @bp.get("/info")

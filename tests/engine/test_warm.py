@@ -56,3 +56,58 @@ def test_parallel_warmup_from_an_empty_cache_leaves_nothing_to_compile(art, tmp_
                          timeout=1200)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert "GREW {}" in out.stdout, out.stdout
+
+
+_COLD = """
+import sys, threading
+import numpy as np
+from numba.core import event
+from modelc.artifact.reader import open_artifact
+from modelc.engine.runner import Runner
+from modelc.engine.warm import ready_runner
+from modelc.kernels.select import kernel_set
+
+main_compiles = []
+class OnCompile(event.Listener):
+    def on_start(self, ev):
+        if threading.current_thread() is threading.main_thread():
+            main_compiles.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev):
+        pass
+event.register("numba:compile", OnCompile())
+art = open_artifact(sys.argv[1])
+runner = ready_runner(lambda kernels: Runner(art, num_kv_blocks=16, kernels=kernels))
+sw = runner.model.kernels.matmul.switch
+ids = [1, 2, 3, 4, 5]
+got = runner.logits(ids)
+want = Runner(art, num_kv_blocks=16, kernels=kernel_set("ref")).logits(ids)
+assert sw.ref_calls > 0, (sw.ref_calls, sw.numba_calls)
+assert np.allclose(got, want, rtol=1e-4, atol=1e-4), float(np.abs(got - want).max())
+assert main_compiles == [], main_compiles
+if sys.argv[2] == "wait":
+    warmer = next(t for t in threading.enumerate() if t.name == "modelc-warmer")
+    warmer.join(1200)
+    assert sw.only_numba
+    numba = Runner(art, num_kv_blocks=16, kernels=kernel_set("numba")).logits(ids)
+    assert np.allclose(runner.logits(ids), numba, rtol=1e-5, atol=1e-5)
+    assert main_compiles == [], main_compiles
+print("OK", sw.ref_calls, sw.numba_calls)
+"""
+
+
+def _cold(art, tmp_path, until: str) -> None:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    out = subprocess.run([sys.executable, "-c", _COLD, str(art), until], capture_output=True, text=True, env=env,
+                         timeout=1500)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "OK" in out.stdout
+
+
+def test_cold_start_serves_on_the_references_without_compiling(art, tmp_path):
+    _cold(art, tmp_path, "first")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_cold_start_switches_to_numba_when_the_warmer_is_done(art, tmp_path):
+    _cold(art, tmp_path, "wait")

@@ -16,6 +16,7 @@ async def test_health_info_props_system_version(client) -> None:
         "status": "ok",
         "model": "fake-model",
         "architecture": "llama",
+        "kernels": "ready",
     }
     info = await (await client.get("/info")).get_json()
     assert set(info) == {"name", "architecture", "total_params", "total_bytes", "tensors"}

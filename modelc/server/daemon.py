@@ -31,6 +31,12 @@ from modelc.server.guard import check_bind
 from modelc.server.state import ServerConfig, ServerState
 
 DRAIN_GRACE_S = 5.0  # after the drain timeout, a signalled process exits by force
+# An idle kept-alive connection is closed after this long. Longer than the client pools' own expiry
+# (httpx and the openai SDK 5 s, aiohttp 15 s), so the client always retires a connection first:
+# with hypercorn's default of 5 s, equal to httpx's, a request sent just as the server's timer fired
+# was lost ("Server disconnected without sending a response"). nginx's default for clients is 75 s.
+# A drain closes idle connections at once whatever this is.
+KEEP_ALIVE_S = 75.0
 
 
 def stream_cut_s(drain_timeout_s: float) -> float:
@@ -119,6 +125,7 @@ async def serve(
     cfg = _BoundConfig()
     cfg.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     cfg.graceful_timeout = drain_timeout_s
+    cfg.keep_alive_timeout = KEEP_ALIVE_S
     cfg.accesslog = None  # one structlog line per request instead
     cfg.errorlog = None
     stop = asyncio.Event()

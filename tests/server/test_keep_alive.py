@@ -1,0 +1,47 @@
+"""An idle kept-alive connection outlives the client pools' own expiry (httpx: 5 s), so the client
+retires it first and never sends a request into a connection the server is closing (the race behind
+a RemoteProtocolError in tests/cli/test_daemon_cmds.py); a drain still closes idle connections at once."""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+
+from tests.server.live import LiveServer
+
+REQUEST = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+
+def read_response(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(next(ln.split(b":")[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head
+
+
+def test_idle_connection_outlives_five_seconds_and_a_drain_closes_it() -> None:
+    s = LiveServer("--delay", "0")
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+            sock.sendall(REQUEST)
+            assert read_response(sock).startswith(b"HTTP/1.1 200")
+            time.sleep(6.0)  # hypercorn's default keep-alive (5 s) would have closed it by now
+            readable, _, _ = select.select([sock], [], [], 0)
+            assert not readable, "the server closed the idle connection"
+            sock.sendall(REQUEST)
+            assert read_response(sock).startswith(b"HTTP/1.1 200")
+            start = time.monotonic()
+            s.terminate()
+            assert s.wait(25) == 0  # the idle connection does not hold the 30 s drain
+            assert time.monotonic() - start < 25
+            sock.settimeout(5)
+            assert sock.recv(1) == b""
+    finally:
+        s.stop()

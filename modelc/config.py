@@ -60,6 +60,9 @@ class SchedulerConfig:
     max_model_len: int | None = None
     anchor_tokens: int = 0  # context shift keeps at least this many first tokens (StreamingLLM's sinks)
     context_shift_ok: bool = True  # the model's keys can be re-rotated (RoPE); AsyncEngine sets it
+    # long-RoPE models (Phi-3.5/Phi-4; AsyncEngine sets it): a prompt longer than this rotates with the long
+    # factors, so its KV blocks are prefix-cached apart from shorter prompts' (0: not such a model)
+    rope_long_after: int = 0
     # Speculative decoding (docs/speculative.md): None = off unless a request asks (then prompt
     # lookup), "ngram" = prompt lookup for every request, "draft" = the engine's draft model.
     # spec_gamma: the most drafted tokens per step (a request's `gamma` may lower or raise it).

@@ -389,6 +389,35 @@ def mxfp4_experts(src: pathlib.Path, dst: pathlib.Path) -> None:
     print(f"{src.parent.parent.name}: {dst} ({dst.stat().st_size} bytes)")
 
 
+# variants that also get references past the original context (long-RoPE's long factors): ref/long.npz
+LONG_PROMPT = ("phi3-longrope",)
+
+
+@torch.no_grad()
+def long_refs(d: pathlib.Path, tok: Tokenizer) -> None:
+    """ref/long.npz for a long-RoPE variant (original context 64): transformers' logits of an 80-token prompt
+    (every position rotated with the long factors, as transformers does once a forward passes the original
+    context) and a 12-token greedy continuation of a 58-token prompt that crosses position 64 while
+    decoding with the KV cache (prompt keys stay short-rotated, later tokens long)."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(d / "hf", dtype=torch.float32).eval()
+    ids = tok.encode(" ".join(CORPUS)).ids
+    long_ids, cross_ids = ids[:80], ids[:58]
+    assert len(long_ids) == 80
+    logits = model(torch.tensor([long_ids])).logits[0].float().numpy()
+    x = torch.tensor([cross_ids])
+    out = model.generate(
+        x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=12, min_new_tokens=12,
+        pad_token_id=COMMON["eos_token_id"], output_logits=True, return_dict_in_generate=True,
+    )  # fmt: skip
+    margins = [float(torch.topk(step[0].float(), 2).values.diff().abs()) for step in out.logits]
+    np.savez(
+        d / "ref" / "long.npz", long_ids=np.asarray(long_ids, np.int32), long_logits=logits.astype(np.float32),
+        cross_ids=np.asarray(cross_ids, np.int32), cross_greedy=out.sequences[0, 58:].numpy().astype(np.int32),
+        cross_margins=np.asarray(margins, np.float32),
+    )  # fmt: skip
+    print(f"{d.name}: long refs, min greedy margin {min(margins):.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("tests/fixtures/models/variants"))
@@ -405,6 +434,8 @@ def main() -> None:
         if not args.only or name in args.only:
             if not args.gguf_only:
                 build(name, cls, kw, tok, ids, args.out, args.std)
+            if name in LONG_PROMPT and not args.gguf_only:
+                long_refs(args.out / name, tok)
             if args.gguf:
                 convert_gguf(args.gguf, args.out / name)
                 if name in MXFP4_EXPERTS:

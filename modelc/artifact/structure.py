@@ -146,10 +146,10 @@ def _check_llama(w: _Tensors, cfg: dict[str, Any], names: dict[str, str]) -> Non
         w.maybe_vector(n["down"] + ".bias", C)
     w.vector(names["norm"], C)
     w.matrix(names["lm_head"] if w.has(names["lm_head"]) else names["embed"], V, C)
-    freqs = cfg.get("rope_freqs_tensor")
-    if freqs:
-        R = int(cfg.get("rotary_dim") or D * float(cfg.get("partial_rotary_factor") or 1.0))
-        w.vector(str(freqs), R // 2)
+    for key in ("rope_freqs_tensor", "rope_freqs_long_tensor"):
+        if cfg.get(key):
+            R = int(cfg.get("rotary_dim") or D * float(cfg.get("partial_rotary_factor") or 1.0))
+            w.vector(str(cfg[key]), R // 2)
 
 
 def _check_gpt2(w: _Tensors, cfg: dict[str, Any], naming: str) -> None:

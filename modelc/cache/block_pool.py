@@ -28,6 +28,13 @@ class CachedSequence(Protocol):
     adapter: str | None
 
 
+def _salted(seq: CachedSequence) -> object:
+    """The adapter part of a block key, with the sequence's cache_salt when it has one (blocks computed
+    another way, e.g. a long-RoPE model's long prompts, must not serve the other kind)."""
+    salt = getattr(seq, "cache_salt", None)
+    return seq.adapter if salt is None else (seq.adapter, salt)
+
+
 @dataclass(slots=True)
 class _Block:
     block_id: int
@@ -123,7 +130,7 @@ class BlockPool:
         blocks: list[int] = []
         parent: int | None = None
         for i in range(limit):
-            key = block_key(parent, seq.token_ids[i * bs : (i + 1) * bs], seq.adapter)
+            key = block_key(parent, seq.token_ids[i * bs : (i + 1) * bs], _salted(seq))
             h = hash(key)
             block_id = self._cached.get(h)
             if block_id is None or self._blocks[block_id].key != key:
@@ -231,7 +238,7 @@ class BlockPool:
         end = min(num_computed_tokens // bs, len(table))
         parent = self._last_hash[seq.seq_id]
         for i in range(start, end):
-            key = block_key(parent, seq.token_ids[i * bs : (i + 1) * bs], seq.adapter)
+            key = block_key(parent, seq.token_ids[i * bs : (i + 1) * bs], _salted(seq))
             h = hash(key)
             block = self._blocks[table[i]]
             if block.hash is None and h not in self._cached:

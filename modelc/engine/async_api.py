@@ -91,6 +91,12 @@ def _effective_config(config: EngineConfig, source: Any, tokenizer: Any) -> Engi
 
     if ARCHITECTURES.get(str(getattr(source, "architecture", ""))) != "llama":
         sched = replace(sched, context_shift_ok=False)  # learned positions: keys cannot move
+    else:
+        from modelc.models.llama_args import long_rope_after
+
+        after = long_rope_after(getattr(source, "config", None) or {})
+        if after:  # long-RoPE: keys of long prompts rotate otherwise; shifts would re-rotate them wrongly
+            sched = replace(sched, rope_long_after=after, context_shift_ok=False)
     return replace(config, scheduler=sched)
 
 

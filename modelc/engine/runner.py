@@ -195,7 +195,8 @@ class Runner:
                 rows.append(row + n - 1)
             row += n
         lora = tuple(LoraRows(ad, np.concatenate(r)) for ad, r in groups.values())
-        batch = make_batch(seqs, logit_rows=np.array(rows, np.int64), lora=lora)
+        rope_lens = [c.prompt_len for c in chunks]  # long-RoPE: the prompt's length decides, for every step
+        batch = make_batch(seqs, logit_rows=np.array(rows, np.int64), lora=lora, rope_lens=rope_lens)
         self._set_threads()
         self.kv.prepare(batch.slots, [(bt, start, start + len(ids)) for ids, start, bt in seqs])
         logits = self.model.forward(batch, self.kv)  # (R, V)

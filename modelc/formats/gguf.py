@@ -197,6 +197,10 @@ def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str,
         cfg["rope_freqs_tensor"] = "rope_freqs.weight"  # llama3-style per-dim frequency factors
     elif "rope_factors_short.weight" in tensors:  # long-RoPE (Phi-3.5/Phi-4): contexts <= the original
         cfg["rope_freqs_tensor"] = "rope_factors_short.weight"
+        orig = f.get(f"{arch}.rope.scaling.original_context_length")
+        if "rope_factors_long.weight" in tensors and isinstance(orig, int | np.integer) and orig > 0:
+            cfg["rope_freqs_long_tensor"] = "rope_factors_long.weight"  # sequences longer than the original
+            cfg["rope_long_after"] = int(orig)
     layer_rules(cfg, arch, tensors)
     cfg["rope_neox"] = arch in NEOX_ROPE_ARCHS
     cfg["tie_word_embeddings"] = "output.weight" not in tensors

@@ -34,10 +34,7 @@ def rope_inv_freq(rotary_dim: int, theta: float, scaling: dict[str, Any] | None 
     if kind == "yarn":
         return _yarn(inv, rotary_dim, float(theta), factor, scaling)
     if kind in ("longrope", "su"):  # Phi-3.5/Phi-4: per-dim divisors (short factors: contexts <= the original)
-        short = np.asarray(scaling.get("short_factor") or [], np.float64)
-        if short.shape != (half,):
-            raise UnsupportedError(f"longrope short_factor must have {half} entries, got {short.shape[0]}")
-        return inv / short
+        return inv / _longrope_factors(scaling, "short_factor", half)
     if kind == "llama3":
         low = float(scaling.get("low_freq_factor", 1.0))
         high = float(scaling.get("high_freq_factor", 4.0))
@@ -51,6 +48,22 @@ def rope_inv_freq(rotary_dim: int, theta: float, scaling: dict[str, Any] | None 
         is_mid = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
         return np.where(is_mid, mid, out)
     raise UnsupportedError(f"unsupported rope scaling type {kind!r}")
+
+
+def longrope_long_inv_freq(rotary_dim: int, theta: float, scaling: dict[str, Any] | None) -> np.ndarray | None:
+    """Long-RoPE's frequencies past the original context (base / long_factor), or None for other scalings."""
+    if not scaling or scaling.get("rope_type", scaling.get("type")) not in ("longrope", "su"):
+        return None
+    if not scaling.get("long_factor"):
+        return None
+    return rope_inv_freq(rotary_dim, theta) / _longrope_factors(scaling, "long_factor", rotary_dim // 2)
+
+
+def _longrope_factors(scaling: dict[str, Any], key: str, half: int) -> np.ndarray:
+    f = np.asarray(scaling.get(key) or [], np.float64)
+    if f.shape != (half,):
+        raise UnsupportedError(f"longrope {key} must have {half} entries, got {f.shape[0] if f.ndim else 0}")
+    return f
 
 
 def _yarn(inv: np.ndarray, dim: int, base: float, factor: float, sc: dict[str, Any]) -> np.ndarray:

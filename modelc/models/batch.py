@@ -31,6 +31,9 @@ class ForwardBatch:
     pos_start: np.ndarray  # (S,) int32, position of each sequence's first row
     logit_rows: np.ndarray | None  # (R,) int64 rows whose logits are wanted; None = every row
     lora: tuple[LoraRows, ...] = ()
+    # (S,) per sequence, the length that picks long-RoPE's factors: its prompt's (the engines), so every key
+    # of a sequence rotates alike; None = the length after this pass (whole-sequence forwards)
+    rope_lens: np.ndarray | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -46,6 +49,7 @@ def make_batch(
     *,
     logit_rows: np.ndarray | None = None,
     lora: tuple[LoraRows, ...] = (),
+    rope_lens: Sequence[int] | None = None,
 ) -> ForwardBatch:
     """Flatten (token_ids, start_pos, block_table) per sequence into one ForwardBatch."""
     S = len(seqs)
@@ -70,4 +74,5 @@ def make_batch(
         pos_start[s] = start
         row += n
         q_start[s + 1] = row
-    return ForwardBatch(token_ids, positions, slots, block_tables, q_start, pos_start, logit_rows, lora)
+    lens_arr = None if rope_lens is None else np.asarray(rope_lens, np.int64)
+    return ForwardBatch(token_ids, positions, slots, block_tables, q_start, pos_start, logit_rows, lora, lens_arr)

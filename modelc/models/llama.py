@@ -14,7 +14,7 @@ from modelc.cache.kv_pages import KVPages
 from modelc.errors import UnsupportedError
 from modelc.ir import SCALE_SUFFIX
 from modelc.kernels.linear import Weight
-from modelc.kernels.rope import rope_inv_freq
+from modelc.kernels.rope import longrope_long_inv_freq, rope_inv_freq
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import ForwardBatch, LoraRows
 from modelc.models.llama_args import LlamaArgs
@@ -72,6 +72,8 @@ class LlamaModel:
         self.layer_inv_freq = [
             (local if a.layer_windows[i] else self.inv_freq) if rope_on[i] else None for i in range(a.num_layers)
         ]
+        # long-RoPE (Phi-3.5/Phi-4): a sequence longer than a.rope_long_after rotates with the long factors
+        self.inv_freq_long = self._long_inv_freq(w, source.config) if a.rope_long_after else None
         qd, kd = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
         self.scratch = Scratch(
             {
@@ -108,6 +110,8 @@ class LlamaModel:
     def shift_keys(self, kv: KVPages, pages: np.ndarray, delta: int) -> None:
         """Context shift: the rows of `pages` moved by `delta` positions; RoPE composes, so rotating the
         stored (already rotated) keys by delta puts them where a prefill at the new positions would."""
+        if self.inv_freq_long is not None:  # the keys' frequencies depend on their sequence's length
+            raise UnsupportedError("context shift is not supported for long-RoPE models (Phi-3.5/Phi-4)")
         for i, inv in enumerate(self.layer_inv_freq):
             if inv is not None:  # layers without RoPE (SmolLM3's NoPE layers) keep their keys
                 kv.rotate_keys(i, pages, lambda x, inv=inv: self.kernels.rope(
@@ -121,6 +125,32 @@ class LlamaModel:
                 f"kv cache dtype {kv_dtype} is not supported for {self.args_arch} (attention soft-capping or sinks); "
                 "use f16 or f32"
             )
+
+    def _long_inv_freq(self, w, cfg: dict) -> np.ndarray:
+        a = self.args
+        tensor = cfg.get("rope_freqs_long_tensor")
+        if tensor:  # GGUF: the converter's rope_factors_long, divisors of the unscaled frequencies
+            inv = rope_inv_freq(a.rotary_dim, a.rope_theta) / w.vector(tensor, a.rotary_dim // 2).astype(np.float64)
+        else:
+            inv = longrope_long_inv_freq(a.rotary_dim, a.rope_theta, a.rope_scaling)
+        return np.ascontiguousarray(inv)
+
+    def _rope(self, q3: np.ndarray, k3: np.ndarray, batch: ForwardBatch, inv: np.ndarray, long_seqs) -> None:
+        """RoPE on q and k; with long-RoPE the sequences of long_seqs rotate with the long factors. A whole
+        forward longer than the original context is long throughout, as in transformers; in the engines
+        the prompt's length decides once for all of a sequence's steps (every key rotated alike), so a
+        sequence that only grows past the original context while decoding stays short, where transformers'
+        Phi-3 generate() recomputes its whole cache with the long factors."""
+        K, neox, pos = self.kernels, self.args.rope_neox, batch.positions
+        if long_seqs is None or inv is not self.inv_freq or not long_seqs.any():
+            K.rope(q3, pos, inv, neox)
+            K.rope(k3, pos, inv, neox)
+            return
+        for s, long in enumerate(long_seqs):
+            a, b = int(batch.q_start[s]), int(batch.q_start[s + 1])
+            f = self.inv_freq_long if long else inv
+            K.rope(q3[a:b], pos[a:b], f, neox)
+            K.rope(k3[a:b], pos[a:b], f, neox)
 
     def kv_shape(self) -> tuple[int, int, int]:
         """(num_layers, num_kv_heads, head_dim) for sizing KVPages."""
@@ -149,6 +179,10 @@ class LlamaModel:
         x[...] = K.dequantize_rows(self.embed, batch.token_ids, self.embed_rscale)  # (T, C)
         if a.embed_scale != 1.0:
             x *= np.float32(a.embed_scale)
+        long_seqs = None  # per sequence: True where it is longer than the original context (long-RoPE)
+        if self.inv_freq_long is not None:
+            lens = batch.rope_lens if batch.rope_lens is not None else batch.pos_start + np.diff(batch.q_start)
+            long_seqs = lens > a.rope_long_after
         for i, L in enumerate(self.layers):
             if i == 0:
                 self._norm_or_copy(h, x, L.attn_norm)
@@ -166,8 +200,7 @@ class LlamaModel:
                 K.rms_norm(k.reshape(-1, L.k_norm.shape[0]), k.reshape(-1, L.k_norm.shape[0]), L.k_norm, eps)
             inv = self.layer_inv_freq[i]
             if inv is not None:
-                K.rope(q3, batch.positions, inv, a.rope_neox)
-                K.rope(k3, batch.positions, inv, a.rope_neox)
+                self._rope(q3, k3, batch, inv, long_seqs)
                 if a.rope_attn_factor != 1.0:  # long-RoPE scales cos and sin: the rotated dims only
                     q3[:, :, : a.rotary_dim] *= np.float32(a.rope_attn_factor)
                     k3[:, :, : a.rotary_dim] *= np.float32(a.rope_attn_factor)

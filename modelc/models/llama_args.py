@@ -49,6 +49,17 @@ def longrope_attention_factor(scaling: dict[str, Any] | None, max_pos: int | Non
     return math.sqrt(1.0 + math.log(factor) / math.log(orig)) if factor > 1.0 else 1.0
 
 
+def long_rope_after(cfg: dict[str, Any]) -> int:
+    """Long-RoPE with long factors (Phi-3.5/Phi-4): the original context, past which a sequence rotates with
+    the long factors (GGUF: rope_factors_long + original_context_length; HF: rope_scaling), else 0."""
+    if cfg.get("rope_long_after"):
+        return int(cfg["rope_long_after"])
+    scaling = cfg.get("rope_scaling") or None
+    if not scaling or scaling.get("rope_type", scaling.get("type")) not in ("longrope", "su"):
+        return 0
+    return int(scaling.get("original_max_position_embeddings") or 0) if scaling.get("long_factor") else 0
+
+
 @dataclass(frozen=True, slots=True)
 class LlamaArgs:
     vocab_size: int
@@ -68,6 +79,7 @@ class LlamaArgs:
     rope_layers: tuple[bool, ...] = ()  # per layer: False where the layer applies no RoPE (SmolLM3)
     local_rope_theta: float = 0.0  # RoPE base of the sliding-window layers when it differs (Gemma 3)
     rope_attn_factor: float = 1.0  # multiplies the rotated dims of q and k (long-RoPE)
+    rope_long_after: int = 0  # long-RoPE: a sequence longer than this rotates with the long factors (0: never)
     norm_layout: str = "pre"  # pre: x + f(norm(x)); post: x + norm(f(x)) (OLMo 2); sandwich: both (Gemma 2/3)
     norm_offset: float = 0.0  # Gemma's RMSNorm scales by (1 + w)
     activation: str = "silu"
@@ -111,6 +123,7 @@ class LlamaArgs:
                     cfg.get("rope_attn_factor")
                     or longrope_attention_factor(scaling, cfg.get("max_position_embeddings"))
                 ),
+                rope_long_after=long_rope_after(cfg),
                 norm_layout=str(cfg.get("norm_layout") or "pre"),
                 norm_offset=float(cfg.get("norm_offset") or 0.0),
                 activation=ACTIVATIONS.get(str(cfg.get("hidden_act") or "silu"), ""),

@@ -72,6 +72,8 @@ class Scheduler:
             keep = resolve_keep(seq.params.n_keep, self.config.anchor_tokens, seq.num_tokens)
             seq.token_ids = truncate_prompt(seq.token_ids, limit, keep)
             seq.num_prompt_tokens = len(seq.token_ids)
+        if self.config.rope_long_after and seq.num_prompt_tokens > self.config.rope_long_after:
+            seq.cache_salt = "long-rope"
         if seq.num_tokens >= capacity:
             raise InvalidRequestError(f"the prompt has {seq.num_tokens} tokens; the KV cache holds {capacity}")
         if seq.num_tokens >= limit:

@@ -58,6 +58,7 @@ class Sequence:
     spec: SpecState = field(default_factory=lambda: SpecState())  # speculative decoding, per sequence
     draft_context: bool = False  # a context shift moved the tokens: the engine's draft needs them again
     adapter: str | None = field(init=False)
+    cache_salt: str | None = None  # set by Scheduler.add: prefix-cache blocks are shared only with the same salt
     table_array: np.ndarray | None = field(default=None, init=False, repr=False)  # scheduler's cache
 
     def __post_init__(self) -> None:

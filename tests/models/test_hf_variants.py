@@ -359,3 +359,59 @@ def test_softcap_and_sinks_kernel_kv_types(variants_dir, name):
     with pytest.raises(UnsupportedError, match="kv cache dtype q8_0"):
         Runner(model, num_kv_blocks=8, kv_dtype="q8_0")
     assert _greedy(Engine(model, kv_dtype="float16"), ids, len(greedy)) == greedy
+
+
+@pytest.mark.parametrize("source", ["hf", "gguf/model-f32.gguf"])
+def test_longrope_long_factors_past_the_original_context(variants_dir, source):
+    """phi3-longrope (original context 64): an 80-token prompt rotates every position with the long factors
+    (transformers' rule: the forward's length decides), from config.json's long_factor and from GGUF's
+    rope_factors_long; decoding after it (KV cache, every key long) equals full recomputes. A 58-token prompt
+    stays short while decoding past position 64 (the prompt's length decides in the engines), which is
+    transformers' continuation up to the crossing; there transformers' Phi-3 generate() drops its cache and
+    recomputes every key with the long factors (docs/models.md)."""
+    d = variants_dir / "phi3-longrope"
+    ref = np.load(d / "ref" / "long.npz")
+    eng = Engine.load(d / source)
+    long_ids = ref["long_ids"].tolist()
+    assert _rel_err(eng.logits(long_ids), ref["long_logits"]) <= MAX_REL_ERR
+    # the first 64 positions alone stay within the original context: short factors, other logits
+    assert _rel_err(eng.logits(long_ids[:64]), ref["long_logits"][:64]) > 1e-2
+    seq = list(long_ids)
+    for _ in range(4):
+        seq.append(int(eng.logits(seq)[-1].argmax()))
+    assert _greedy(eng, long_ids, 4) == seq[80:]
+    crossed = _greedy(eng, ref["cross_ids"].tolist(), 12)
+    assert crossed[:8] == ref["cross_greedy"].tolist()[:8]  # through the step at position 64
+
+
+@pytest.mark.anyio
+async def test_longrope_served_long_and_short_prompts_share_no_blocks(variants_dir):
+    """Through AsyncEngine (8-token chunked prefill): an 80-token prompt is rotated long in every chunk and a
+    64-token prompt with the same first 64 tokens stays short; the prefix cache does not hand the short
+    prompt's blocks to the long one (its blocks are salted), so each reproduces its own full recompute."""
+    from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
+    from modelc.engine.async_api import AsyncEngine
+    from modelc.engine.events import Finished, TokenEvent
+
+    d = variants_dir / "phi3-longrope"
+    long_ids = np.load(d / "ref" / "long.npz")["long_ids"].tolist()
+    eng_sync = Engine.load(d / "hf")
+    want = {}
+    for n in (64, 80):
+        row = eng_sync.logits(long_ids[:n])[-1].astype(np.float64)
+        want[n] = float(row.max() - np.log(np.exp(row - row.max()).sum()) - row.max())  # top-1 logprob
+    cfg = EngineConfig(
+        engines=1, threads=1, cpu_count=2, request_timeout_s=60,
+        cache=CacheConfig(kv_cache_tokens=512), scheduler=SchedulerConfig(max_num_seqs=4, max_batch_tokens=8),
+    )  # fmt: skip
+    params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, logprobs=True)
+    got, cached = {}, {}
+    async with AsyncEngine.open(read_model(d / "hf"), cfg) as eng:
+        for n in (64, 80, 80):  # the short prompt first: its blocks are cached when the long ones arrive
+            async for ev in eng.generate(long_ids[:n], params):
+                if isinstance(ev, TokenEvent):
+                    got[n] = ev.logprob
+                elif isinstance(ev, Finished):
+                    cached[n] = ev.cached_tokens
+    assert got == pytest.approx(want, abs=1e-4)
+    assert cached[80] == 64  # the second long prompt reuses the first one's blocks, not the short one's

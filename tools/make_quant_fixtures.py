@@ -110,6 +110,18 @@ def tensor_types(path: pathlib.Path) -> dict[str, str]:
     return {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
 
 
+def iq4nl_rows(f32: pathlib.Path, iq4nl: pathlib.Path, out: pathlib.Path, rows: int = 96) -> None:
+    """ref/iq4nl_rows.npz: the first rows of blk.0.ffn_down.weight in F32 and as llama.cpp quantized them to
+    IQ4_NL (for modelc's pack-time IQ4_NL quantizer, checked bit for bit)."""
+    import gguf
+
+    name = "blk.0.ffn_down.weight"
+    x = {t.name: np.asarray(t.data) for t in gguf.GGUFReader(f32).tensors}[name][:rows]
+    q = {t.name: t for t in gguf.GGUFReader(iq4nl).tensors}[name]
+    assert q.tensor_type.name == "IQ4_NL", q.tensor_type
+    np.savez(out, f32=np.ascontiguousarray(x, np.float32), iq4_nl=np.asarray(q.data)[:rows])
+
+
 def errors(got: np.ndarray, want: np.ndarray) -> dict:
     return {
         "mean_abs_err": float(np.abs(got.astype(np.float64) - want).mean()),
@@ -146,6 +158,8 @@ def build(family: str, cfg, a, ids: list[int]) -> None:
         res = subprocess.run([a.llamacpp_python, "-c", _LLAMACPP], input=json.dumps(req), capture_output=True,
                              text=True, check=True)  # fmt: skip
         res = json.loads(res.stdout.strip().splitlines()[-1])
+        if family == "llama":
+            iq4nl_rows(f32, out / "model-IQ4_NL.gguf", ref / "iq4nl_rows.npz")
         f32_logits = np.load(out / "logits-F32.npy")
         (out / "logits-F32.npy").unlink()
         info = {

@@ -3,7 +3,8 @@
 Everything is vectorized numpy over all blocks of a chunk of rows (Python loops only run over
 positions inside a block, so float32 sums accumulate in llama.cpp's order). The GGML types are
 BIT-IDENTICAL to `gguf.quants.quantize` (q4_0, q4_1, q5_0, q5_1, q8_0) and follow llama.cpp's
-reference quantizers quantize_row_q4_K_ref / quantize_row_q6_K_ref (which gguf.quants lacks).
+reference quantizers quantize_row_q4_K_ref / quantize_row_q6_K_ref (which gguf.quants lacks); iq4_nl
+is llama.cpp's quantize_iq4_nl without an importance matrix (quantize_iq4nl.py).
 Over 300 lines because the two K-quant searches are long and belong together; no numba here.
 
 int8 / int4 (symmetric, per output channel = per row):
@@ -11,7 +12,7 @@ int8 / int4 (symmetric, per output channel = per row):
   q = round-half-even(W / scale) clipped to [-127, 127] or [-7, 7] (int4 never uses -8);
   int4 packs two signed nibbles per byte, low nibble first.
 Rows whose length is not a multiple of the block size fall back (see `effective_kind`):
-  q4_k/q6_k -> q8_0 when the row is a multiple of 32, else f16; q4_0..q8_0 -> f16; int4 -> int8 for odd rows.
+  q4_k/q6_k -> q8_0 when the row is a multiple of 32, else f16; q4_0..q8_0, iq4_nl -> f16; int4 -> int8 for odd rows.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from modelc.artifact.quantize_iq4nl import iq4_nl_blocks
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
 
-KINDS = ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k", "int8", "int4")
+KINDS = ("f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k", "iq4_nl", "int8", "int4")
 _ALIASES = {"fp16": "f16", "float16": "f16", "bfloat16": "bf16", "i8": "int8", "i4": "int4"}
 _GGML = {
     "q8_0": DataType.Q8_0,
@@ -33,6 +35,7 @@ _GGML = {
     "q5_1": DataType.Q5_1,
     "q4_k": DataType.Q4_K,
     "q6_k": DataType.Q6_K,
+    "iq4_nl": DataType.IQ4_NL,
 }
 _FLOAT_INPUTS = (DataType.F32, DataType.F16, DataType.BF16, DataType.F64)
 CHUNK_ELEMENTS = 1 << 17  # rows per chunk ~ this many elements: scratch stays in cache (1.7x faster than 1M)
@@ -397,4 +400,5 @@ _BLOCK_FN = {
     DataType.Q5_1: _q5_1,
     DataType.Q4_K: _q4_k,
     DataType.Q6_K: _q6_k,
+    DataType.IQ4_NL: iq4_nl_blocks,
 }

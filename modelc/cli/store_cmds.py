@@ -181,7 +181,7 @@ def pack_cmd(
     compress: str | None = typer.Option(None, "--compress", help="Per-tensor compression: zstd or none."),
     compress_level: int = typer.Option(3, "--compress-level", help="zstd level, 1-22."),
     quantize: str | None = typer.Option(
-        None, "--quantize", help="f16, bf16, int8, int4, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k."
+        None, "--quantize", help="f16, bf16, int8, int4, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k, iq4_nl."
     ),
     prune: float | None = typer.Option(None, "--prune", help="Zero weights with |w| below this threshold."),
     chat_template: Path | None = typer.Option(None, "--chat-template", help="Jinja file replacing the chat template."),

@@ -16,8 +16,8 @@ runs, and `MODELC_NO_AVX2=1` the portable code. The other switches the kernels r
 `MODELC_KERNELS=ref` (numpy twins, `use_reference`), and the tuning numbers of plan.py
 (`MODELC_PREFILL_T`, `MODELC_PREFILL_T_FLOAT`) and linear.py (`MODELC_PARALLEL_CHUNK`).
 
-NOTE: the intrinsics are compiled for these flags and numba's cache does not key on them: use a
-separate NUMBA_CACHE_DIR when toggling a switch (docs/kernels.md). No numba here.
+The intrinsics are compiled for these flags; numba's index does not key on them, so
+kernels/jit_cache.py puts the flags in the cache folder's name. No numba here.
 """
 
 from __future__ import annotations

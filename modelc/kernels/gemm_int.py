@@ -9,8 +9,8 @@ L1-resident) and then dotted with all T activation rows, which were quantized
 once per call to Q8_0-style blocks (quant.quantize_act). So a batch of 16 costs
 far less than 16 single-token calls. The block dot is qdot.dotu_i8x32 (one
 vpdpbusd with AVX-VNNI). The numpy twin is ref_linear.matmul_qact.
-(numba caches this module's kernels with quant.unpack_row and quant_iq.unpack_iq compiled in:
-edit this file, or clear the cache, when unpacking changes; see docs/kernels.md.)
+(numba caches this module's kernels with quant.unpack_row and quant_iq.unpack_iq compiled in; an
+edit to any kernel file starts a fresh cache folder: kernels/jit_cache.py.)
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ Lane layout: lane k of an I32x16 dot covers elements 4k..4k+3 of the 64, so
 lanes 0-7 are the first 32-element block and 8-15 the second; a 16-element
 K-quant sub-block is 4 lanes.
 
-NOTE: numba's cache does not see edits here (docs/kernels.md): after changing an
-intrinsic delete modelc/kernels/__pycache__/*.nbi and *.nbc.
+An edit here starts a fresh numba cache folder for every kernel (kernels/jit_cache.py: keyed by
+the digest of all kernel sources), so kernels that inline these intrinsics never load stale code.
 """
 
 from __future__ import annotations

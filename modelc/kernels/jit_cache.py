@@ -1,0 +1,116 @@
+"""Where numba caches modelc's compiled kernels: one folder per (modelc version, kernels' source, CPU flags).
+
+numba's own cache sits next to each source file (or in a user folder keyed by the file's absolute
+path) and checks each file on its own (its content from numba 0.61 on, its mtime before). That loses
+the cache when modelc is installed again into another environment, and it keeps stale machine code
+in two cases: a kernel that inlined a numba function from another file that changed, and the
+MODELC_NO_* switches of cpu.py (module constants compiled into the kernels, which numba's index does
+not key on). So every kernel of modelc/kernels is cached in
+
+    ROOT/<version>-<digest of every kernels/*.py>-<cpu.py's flags>/
+
+with that whole key as the source stamp numba checks: it holds across restarts and reinstalls of the
+same code (any path, any mtime), and any change of version, kernel source or switch starts a new,
+separate folder. ROOT: $NUMBA_CACHE_DIR if set, else $XDG_CACHE_HOME/modelc/kernels (~/.cache/...);
+in the default ROOT only the KEEP most recently used folders are kept. Where ROOT is not writable,
+numba's own locators apply (as before). install() runs from modelc/kernels/__init__.py, before any
+kernel is decorated (numba picks a function's cache folder when it is decorated).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pathlib
+import shutil
+
+KERNELS = pathlib.Path(__file__).resolve().parent
+KEEP = 16
+_installed = False
+
+
+def cache_root() -> pathlib.Path:
+    """$NUMBA_CACHE_DIR if set, else $XDG_CACHE_HOME/modelc/kernels."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return pathlib.Path(os.environ["NUMBA_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "modelc" / "kernels"
+
+
+@functools.lru_cache(maxsize=1)
+def cache_key() -> str:
+    """'<version>-<12 hex of the kernels' source digest>-<cpu flags>', e.g. '0.1.0-3fa2...-avx2.vnni.avx512'."""
+    from modelc import __version__
+    from modelc.kernels import cpu
+
+    h = hashlib.sha256()
+    for f in sorted(KERNELS.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    flags = [n[4:].lower() for n, on in cpu.describe().items() if on and n.startswith("HAS_")]
+    return f"{__version__}-{h.hexdigest()[:12]}-{'.'.join(flags) or 'portable'}"
+
+
+@functools.lru_cache(maxsize=1)
+def cache_dir() -> pathlib.Path:
+    """This process's folder (created; the default root's least recently used folders beyond KEEP removed)."""
+    path = cache_root() / cache_key()
+    new = not path.is_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    os.utime(path)  # "recently used", for the pruning below
+    if new and not os.environ.get("NUMBA_CACHE_DIR"):
+        _prune(path.parent)
+    return path
+
+
+def _prune(root: pathlib.Path) -> None:
+    try:
+        dirs = sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for d in dirs[KEEP:]:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _locator_class():
+    from numba.core import caching
+
+    class KernelCacheLocator(caching._CacheLocator):
+        """numba cache locator for the functions of modelc/kernels/*.py (others: numba's own)."""
+
+        def __init__(self, py_func, py_file) -> None:
+            self._lineno = py_func.__code__.co_firstlineno
+
+        def get_cache_path(self) -> str:
+            return str(cache_dir())
+
+        def get_source_stamp(self) -> str:
+            return cache_key()  # the whole kernels tree's content: not mtimes, not this file alone
+
+        def get_disambiguator(self) -> str:
+            return str(self._lineno)
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            try:
+                if not KERNELS.is_dir() or pathlib.Path(py_file).resolve().parent != KERNELS:
+                    return None  # another package's function, or kernels imported from a zip
+                self = cls(py_func, py_file)
+                self.ensure_cache_path()
+            except OSError:
+                return None  # not writable here: numba's own locators
+            return self
+
+    return KernelCacheLocator
+
+
+def install() -> None:
+    """Put the kernels' locator first in numba's list (once per process)."""
+    global _installed
+    if _installed:
+        return
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in recent numba
+    impl._locator_classes.insert(0, _locator_class())
+    _installed = True

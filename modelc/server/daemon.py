@@ -24,6 +24,7 @@ from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
 from modelc.errors import ModelcError, UnsupportedError
+from modelc.server import hypercorn_close
 from modelc.server.app import create_app
 from modelc.server.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
@@ -122,6 +123,7 @@ async def serve(
     check_bind(host, state.config)
     state.models = models
     app = create_app(state, log_stream=log_stream)
+    hypercorn_close.install()  # a connection its client closed is closed at once, not after KEEP_ALIVE_S
     cfg = _BoundConfig()
     cfg.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     cfg.graceful_timeout = drain_timeout_s

@@ -1,12 +1,18 @@
 """An idle kept-alive connection outlives the client pools' own expiry (httpx: 5 s), so the client
 retires it first and never sends a request into a connection the server is closing (the race behind
-a RemoteProtocolError in tests/cli/test_daemon_cmds.py); a drain still closes idle connections at once."""
+a RemoteProtocolError in tests/cli/test_daemon_cmds.py); a drain still closes idle connections at once;
+and a connection its client closed is closed by the server at once (modelc.server.hypercorn_close),
+not held open until the keep-alive timer fires: no file descriptors pile up."""
 
 from __future__ import annotations
 
+import os
 import select
 import socket
+import sys
 import time
+
+import pytest
 
 from tests.server.live import LiveServer
 
@@ -43,5 +49,33 @@ def test_idle_connection_outlives_five_seconds_and_a_drain_closes_it() -> None:
             assert time.monotonic() - start < 25
             sock.settimeout(5)
             assert sock.recv(1) == b""
+    finally:
+        s.stop()
+
+
+def open_sockets(pid: int) -> int:
+    fds = f"/proc/{pid}/fd"
+    n = 0
+    for name in os.listdir(fds):
+        try:
+            n += os.readlink(f"{fds}/{name}").startswith("socket:")
+        except FileNotFoundError:
+            pass
+    return n
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts /proc/PID/fd")
+def test_connections_closed_by_clients_do_not_hold_file_descriptors() -> None:
+    s = LiveServer("--delay", "0")
+    try:
+        before = open_sockets(s.proc.pid)  # the listening socket and the event loop's own pair
+        for _ in range(20):
+            with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+                sock.sendall(REQUEST)
+                assert read_response(sock).startswith(b"HTTP/1.1 200")
+        deadline = time.monotonic() + 20  # well below the 75 s keep-alive that held them before
+        while open_sockets(s.proc.pid) > before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert open_sockets(s.proc.pid) == before
     finally:
         s.stop()

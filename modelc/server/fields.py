@@ -1,32 +1,75 @@
 """Request fields a route ignores are logged as a warning (as vLLM does), so a misspelt
-`temprature` or an OpenAI feature modelc does not have is visible in the log instead of silent.
+`temprature` or an OpenAI / Ollama feature modelc does not have is visible in the log instead of silent.
 
-The known fields of a route are the properties its /openapi.json request schema declares, plus the
-extra fields the routes read that the spec leaves out. Pure, no awaits.
+"Ignored" means what the route actually did, on every route: the parsed body is a ReadFields, a dict
+that records which top-level fields the handler looked at (get, [], in, pop, setdefault). When the
+request succeeds, the fields never looked at are the ignored ones (modelc.server.handling logs them
+with the request). Anything that walks the whole body (iteration, items(), `{**body}`, a copy) counts
+as reading every field, so a route that forwards its body never reports false warnings. Pure.
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import ItemsView, Iterator, KeysView, ValuesView
 from typing import Any
 
-CHECKED_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
-EXTRA = frozenset({"speculative", "gamma", "reasoning_format", "truncate", "chat_template_kwargs"})
+MAX_REPORTED = 20  # field names per warning (each cut to 64 characters)
+# Fields that have no effect on a local server by design, never worth a warning: OpenAI's end-user
+# id (for its abuse monitoring).
+NO_EFFECT = frozenset({"user"})
 
 
-@functools.cache
-def known_fields(path: str) -> frozenset[str] | None:
-    from modelc.server.openapi import server_spec
+class ReadFields(dict):
+    """A request body (a plain dict to every caller) that remembers which top-level keys were read."""
 
-    op = server_spec()["paths"].get(path, {}).get("post") or {}
-    schema = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
-    props = schema.get("properties")
-    return None if props is None else frozenset(props) | EXTRA
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data)
+        self.read: set[Any] = set()
 
+    def __getitem__(self, key: Any) -> Any:
+        self.read.add(key)
+        return dict.__getitem__(self, key)
 
-def unknown_fields(path: str, body: dict[str, Any]) -> list[str]:
-    """The top-level fields of `body` that route `path` does not read (empty for unchecked routes)."""
-    if path not in CHECKED_ROUTES:
-        return []
-    known = known_fields(path)
-    return [] if known is None else sorted(str(k)[:64] for k in body if k not in known)
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return dict.get(self, key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(key)
+        return dict.__contains__(self, key)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.read.add(key)
+        return dict.pop(self, key, *default)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return dict.setdefault(self, key, default)
+
+    def _all(self) -> None:
+        self.read.update(dict.keys(self))
+
+    def __iter__(self) -> Iterator[Any]:
+        self._all()
+        return dict.__iter__(self)
+
+    def keys(self) -> KeysView[Any]:
+        self._all()
+        return dict.keys(self)
+
+    def items(self) -> ItemsView[Any, Any]:
+        self._all()
+        return dict.items(self)
+
+    def values(self) -> ValuesView[Any]:
+        self._all()
+        return dict.values(self)
+
+    def copy(self) -> dict[str, Any]:
+        self._all()
+        return dict(dict.items(self))
+
+    def ignored(self) -> list[str]:
+        """The fields never read, sorted (at most MAX_REPORTED names of at most 64 characters)."""
+        unread = (k for k in dict.keys(self) if k not in self.read and k not in NO_EFFECT)
+        return sorted(str(k)[:64] for k in unread)[:MAX_REPORTED]

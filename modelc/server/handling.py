@@ -18,7 +18,7 @@ from modelc.engine.params import Constraint
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server.body import OFFLOAD_BYTES, parse_body
 from modelc.server.errors import ServiceUnavailableError
-from modelc.server.fields import unknown_fields
+from modelc.server.fields import ReadFields
 from modelc.server.generation import ChoiceResult, Timings
 from modelc.server.state import ServerState
 
@@ -43,6 +43,7 @@ class RequestRecord:
     error: str | None = None
     accounted: bool = False  # account() ran: token metrics are counted once, even if the stream then breaks
     logged: bool = False  # finish_record() ran: one log line and one count per request
+    body: ReadFields | None = None  # the JSON body: its fields never read are logged as ignored
 
 
 def get_state() -> ServerState:
@@ -78,19 +79,22 @@ def new_id(prefix: str) -> str:
 
 
 async def read_json() -> dict[str, Any]:
-    """The body as a checked JSON object (modelc.server.body); large bodies are parsed off the loop."""
+    """The body as a checked JSON object (modelc.server.body); large bodies are parsed off the loop.
+    It records which fields the route reads: the others are logged as ignored when the request ends."""
     raw = await request.get_data(as_text=False)
-    body = await anyio.to_thread.run_sync(parse_body, raw) if len(raw) > OFFLOAD_BYTES else parse_body(raw)
-    rule = request.url_rule.rule if request.url_rule is not None else ""
-    ignored = unknown_fields(rule, body)
-    if ignored:
-        state = get_state()
-        rec = g.get("modelc_record")
-        if state.log is not None:
-            state.log.warning(
-                "ignored request fields", id=rec.request_id if rec else None, path=rule, fields=ignored[:20]
-            )
+    parsed = await anyio.to_thread.run_sync(parse_body, raw) if len(raw) > OFFLOAD_BYTES else parse_body(raw)
+    body = ReadFields(parsed)
+    rec = g.get("modelc_record")
+    if rec is not None:
+        rec.body = body
     return body
+
+
+def warn_ignored_fields(state: ServerState, rec: RequestRecord) -> None:
+    """One warning per successful request that sent fields its route never read (as vLLM does)."""
+    ignored = rec.body.ignored() if rec.body is not None else []
+    if ignored and state.log is not None:
+        state.log.warning("ignored request fields", id=rec.request_id, path=rec.path, fields=ignored)
 
 
 async def json_off_loop(build: Callable[[], Any]) -> Response:
@@ -203,6 +207,8 @@ def finish_record(state: ServerState, rec: RequestRecord, status: int) -> None:
     if rec.logged:
         return
     rec.logged = True
+    if status < 400:
+        warn_ignored_fields(state, rec)
     elapsed = time.monotonic() - rec.start
     state.metrics.requests.labels(route=rec.path if status != 404 else "unknown", status=str(status)).inc()
     if rec.inference:

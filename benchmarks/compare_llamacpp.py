@@ -57,8 +57,8 @@ def prompt_ids(n: int, vocab: int = 32000, seed: int = 0) -> list[int]:
 
 
 def run_modelc(path: str, threads: int, ids: list[int], n_decode: int) -> dict:
-    from modelc.engine.api import Engine
-    from modelc.engine.params import SamplingParams
+    from modelc.api.engine import Engine
+    from modelc.request import SamplingParams
 
     t0 = time.perf_counter()
     eng = Engine.load(path, threads=threads, kv_cache_tokens=len(ids) + n_decode + 32)

@@ -61,7 +61,7 @@ def quantized(variant: str, kind: str):
 
     def make():
         from modelc.artifact import open_artifact
-        from modelc.artifact.pack import pack
+        from modelc.pack import pack
 
         folder = pathlib.Path(tempfile.mkdtemp())
         hf = ROOT / "tests" / "fixtures" / "models" / "variants" / variant / "hf"
@@ -113,8 +113,8 @@ def run_case(
 ) -> dict:
     import numpy as np
 
+    from modelc.api.engine import Engine
     from modelc.artifact import open_artifact, write_artifact
-    from modelc.engine.api import Engine
     from modelc.errors import UnsupportedError
     from modelc.formats.export_gguf import export_gguf
     from modelc.tokenizer import Tokenizer

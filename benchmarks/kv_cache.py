@@ -24,12 +24,12 @@ import time
 
 import numpy as np
 
+from modelc.api.engine import Engine, open_source
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
-from modelc.engine.api import Engine, open_source
-from modelc.engine.params import SamplingParams
 from modelc.engine.runner import Runner
 from modelc.kernels import attention
 from modelc.kernels.kv_write import write_pages
+from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, SeqChunk
 
 TYPES = ("float32", "float16", "q8_0", "mixed")

@@ -16,8 +16,8 @@ import numpy as np
 
 
 def one_stream(path: str, prompt: list[int], n: int) -> float:
-    from modelc.engine.api import Engine
-    from modelc.engine.params import SamplingParams
+    from modelc.api.engine import Engine
+    from modelc.request import SamplingParams
 
     eng = Engine.load(path)
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
@@ -32,11 +32,10 @@ def one_stream(path: str, prompt: list[int], n: int) -> float:
 async def many_streams(path: str, prompt: list[int], n: int, streams: int, threads: int) -> float:
     import anyio
 
+    from modelc.api.async_engine import AsyncEngine
     from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
-    from modelc.engine.async_api import AsyncEngine
-    from modelc.engine.events import TokenEvent
-    from modelc.engine.params import SamplingParams
     from modelc.formats.detect import read_model
+    from modelc.request import SamplingParams, TokenEvent
 
     cfg = EngineConfig(
         engines=1, threads=threads, cpu_count=threads, request_timeout_s=600,

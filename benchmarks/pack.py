@@ -33,7 +33,7 @@ import numpy as np
 CHILD_PACK = """
 import json, os, sys, threading, time
 t0 = time.perf_counter()
-from modelc.artifact.pack import pack
+from modelc.pack import pack
 t1 = time.perf_counter()
 
 def rss_mb():

@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llamacpp-python", default="/work/refvenv/bin/python")
     a = ap.parse_args()
-    from modelc.engine.api import Engine
+    from modelc.api.engine import Engine
 
     text = open(a.text, encoding="utf-8").read()
     rows = []

@@ -27,12 +27,11 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from modelc.api.async_engine import AsyncEngine  # noqa: E402
 from modelc.config import CacheConfig, EngineConfig, ReplicaConfig, SchedulerConfig  # noqa: E402
-from modelc.engine.async_api import AsyncEngine  # noqa: E402
-from modelc.engine.events import TokenEvent  # noqa: E402
-from modelc.engine.params import SamplingParams  # noqa: E402
 from modelc.replicas.cluster import connected  # noqa: E402
 from modelc.replicas.engine import ReplicaEngine  # noqa: E402
+from modelc.request import SamplingParams, TokenEvent  # noqa: E402
 
 PREFIX_TOKENS, NUM_PREFIXES, BLOCK = 256, 4, 16
 POLICIES = ("affinity", "least_loaded", "random")
@@ -137,7 +136,7 @@ async def main() -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     from modelc.artifact.reader import open_artifact
-    from modelc.config import kv_bytes_per_block
+    from modelc.cache.budget import kv_bytes_per_block
 
     src = open_artifact(args.model)
     vocab = int(src.config["vocab_size"])

@@ -121,9 +121,8 @@ def engine_config(case: str, args, draft_random):
 
 
 async def run_case(case: str, args, draft_random, prompts_ids: list[list[int]]) -> dict:
-    from modelc.engine.async_api import AsyncEngine
-    from modelc.engine.events import Finished
-    from modelc.engine.params import SamplingParams
+    from modelc.api.async_engine import AsyncEngine
+    from modelc.request import Finished, SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True)
     out: dict = {"case": case}

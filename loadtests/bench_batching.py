@@ -182,8 +182,7 @@ async def _prefix(url: str, prefix_tokens: int, rounds: int, vocab: int, timeout
 async def _engine_level(engine: Any, levels: tuple[int, ...], prompt_tokens: int, gen_tokens: int) -> list[dict]:
     """N sequences of prompt_tokens random ids started together on the AsyncEngine (no HTTP): the
     prefill time (until every first token) and the decode rate once all N run in lockstep."""
-    from modelc.engine.events import TokenEvent
-    from modelc.engine.params import SamplingParams
+    from modelc.request import SamplingParams, TokenEvent
 
     rng = np.random.default_rng(5)
     vocab = int(engine.tokenizer.vocab_size)

@@ -140,8 +140,8 @@ async def health_rps(url: str, clients: int, duration_s: float) -> tuple[float, 
 async def direct(artifact: str, n: int, streams: int, tokens: int) -> tuple[list[float], list[float]]:
     """The same requests on an in-process AsyncEngine (no HTTP): latency of max_tokens=1 and time per
     token of long generations, to subtract from the HTTP figures."""
-    from modelc.engine.async_api import AsyncEngine
-    from modelc.engine.params import SamplingParams
+    from modelc.api.async_engine import AsyncEngine
+    from modelc.request import SamplingParams
 
     lat, per_tok = [], []
     async with AsyncEngine.open(artifact) as eng:

@@ -1,4 +1,4 @@
-"""`modelc bench ARTIFACT --serve`: modelc's server in this process on 127.0.0.1 (a free port), one
+"""`python -m loadtests.serve_bench ARTIFACT`: modelc's server in this process on 127.0.0.1 (a free port), one
 scenario swept over concurrency levels with loadtests, the report printed, the server stopped.
 
 Every request generates exactly `output_tokens` tokens (ignore_eos), so tokens/s compare across levels.
@@ -6,13 +6,15 @@ Every request generates exactly `output_tokens` tokens (ignore_eos), so tokens/s
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from typing import Any
 
 from loadtests.server_thread import ServerThread
 from loadtests.sweep import Sweep, SweepError, levels_for, parse_levels, run_sweep
 from loadtests.workload import SCENARIOS, WorkloadConfig
-from modelc.errors import InvalidRequestError
+from modelc.errors import InvalidRequestError, ModelcError
 
 
 def serve_and_sweep(
@@ -50,7 +52,7 @@ def serve_and_sweep(
 
 def bench_serve(artifact: str, *, scenario: str, num_requests: int, concurrency: str, output_tokens: int,
                 threads: int | None, as_json: bool) -> None:  # fmt: skip
-    """What `modelc bench ARTIFACT --serve` runs: resolve ARTIFACT as `modelc run` does, sweep, print."""
+    """What `python -m loadtests.serve_bench ARTIFACT` runs: resolve ARTIFACT as `modelc run` does, sweep, print."""
     import json
 
     from loadtests.report import print_table, runs_table
@@ -66,3 +68,28 @@ def bench_serve(artifact: str, *, scenario: str, num_requests: int, concurrency:
     print_table(runs_table(res["runs"], title=f"{scenario}: {artifact} (in-process server)"))
     la, lb = res["load_avg_before"][0], res["load_avg_after"][0]
     print(f"load average {la:.2f} before, {lb:.2f} after; {output_tokens} tokens per request (ignore_eos)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m loadtests.serve_bench", description=__doc__)
+    ap.add_argument("artifact", help="a .modelc file, raw weights or a store name")
+    ap.add_argument("--scenario", default="steady", help="the loadtests scenario")
+    ap.add_argument("--requests", type=int, default=16, help="requests per concurrency level")
+    ap.add_argument("--concurrency", default="1,4,8", help="concurrent streams, e.g. 1,4,8")
+    ap.add_argument("--gen-tokens", type=int, default=128, help="tokens each request generates")
+    ap.add_argument("--threads", type=int, default=None, help="compute threads (default: numba's)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args(argv)
+    try:
+        if args.gen_tokens < 1:
+            raise InvalidRequestError("--gen-tokens must be >= 1")
+        bench_serve(args.artifact, scenario=args.scenario, num_requests=args.requests, concurrency=args.concurrency,
+                    output_tokens=args.gen_tokens, threads=args.threads, as_json=args.json)  # fmt: skip
+    except ModelcError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Engine, scheduler and KV-cache settings: frozen dataclasses, checked once in __post_init__.
 
-Also the KV budget arithmetic (MiB or tokens -> number of 16-token blocks). No I/O except
-reading /proc/meminfo for the default budget.
+Also the spelling of the KV cache types. The KV budget arithmetic (MiB or tokens -> number of
+16-token blocks) is in modelc/cache/budget.py.
 """
 
 from __future__ import annotations
@@ -10,16 +10,24 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelc.cache.kv_pages import KV_DTYPES, KVPages, parse_kv_dtype
 from modelc.errors import InvalidRequestError
 
-DEFAULT_KV_CAP_BYTES = 2 << 30  # the default budget never exceeds 2 GiB...
-DEFAULT_KV_FRACTION = 0.25  # ...nor 25% of MemAvailable
+KV_DTYPES = ("float32", "float16", "q8_0", "mixed")  # the KV cache types (docs/scheduler.md)
+_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "q8": "q8_0", "int8": "q8_0"}
 MAX_GAMMA = 32  # the most drafted tokens one speculative step may verify
 
 
 def _bad(name: str, why: str) -> None:
     raise InvalidRequestError(f"{name} {why}", param=name)
+
+
+def parse_kv_dtype(name: str) -> str:
+    """A user's KV cache type (f32, f16, q8_0, mixed, or the canonical names) -> the canonical name."""
+    canon = _ALIASES.get(str(name).lower(), str(name).lower())
+    if canon not in KV_DTYPES:
+        raise InvalidRequestError(f"KV cache type must be one of f32, f16, q8_0, mixed; got {name!r}",
+                                  param="kv_cache_dtype")  # fmt: skip
+    return canon
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,51 +152,6 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dtype: str = "float32") -> int:
-    """Bytes of K and V for one block across all layers (2 * L * K * Z * bytes per row, see KVPages)."""
-    num_layers = int(model_config.get("num_hidden_layers") or 0)
-    num_heads = int(model_config.get("num_attention_heads") or 1)
-    num_kv_heads = int(model_config.get("num_key_value_heads") or num_heads)
-    head_dim = model_config.get("head_dim") or int(model_config.get("hidden_size") or 0) // num_heads
-    per_block = KVPages.bytes_per_block(num_layers, num_kv_heads, int(head_dim), kv_dtype) * block_size / 16
-    return max(1, int(per_block))
-
-
-def mem_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
-    """MemAvailable from /proc/meminfo, or None where the file or the line is missing."""
-    try:
-        with open(meminfo, encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def num_kv_blocks(
-    cache: CacheConfig,
-    model_config: dict[str, Any],
-    *,
-    available_bytes: int | None = None,
-    max_useful_tokens: int | None = None,
-) -> int:
-    """KV blocks for all engines from the budget: tokens, MiB, or min(25% of MemAvailable, 2 GiB).
-    The automatic budget is also capped at `max_useful_tokens` (max_num_seqs x context length):
-    more KV than every sequence at full length could hold is memory nobody can use."""
-    if cache.kv_cache_tokens is not None:
-        return max(1, -(-cache.kv_cache_tokens // cache.block_size))
-    per_block = kv_bytes_per_block(model_config, cache.block_size, cache.kv_dtype)
-    if cache.kv_cache_mb is not None:
-        budget = int(cache.kv_cache_mb * (1 << 20))
-    else:
-        avail = available_bytes if available_bytes is not None else mem_available_bytes()
-        budget = DEFAULT_KV_CAP_BYTES if avail is None else min(int(avail * DEFAULT_KV_FRACTION), DEFAULT_KV_CAP_BYTES)
-        if max_useful_tokens:
-            budget = min(budget, -(-max_useful_tokens // cache.block_size) * per_block)
-    return max(1, budget // per_block)
 
 
 ROUTING_POLICIES = ("affinity", "least_loaded", "random")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import modelc
+from modelc.api.engine import Engine
 from modelc.artifact import open_artifact
-from modelc.engine.api import Engine
 
 DEFAULT = pathlib.Path(modelc.__file__).parent / "data" / "default.modelc"
 REFERENCE = pathlib.Path(__file__).parent / "fixtures" / "default_model" / "greedy.json"

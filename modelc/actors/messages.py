@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from modelc.actors.mailbox import Address
-from modelc.engine.params import SamplingParams
 from modelc.errors import ModelcError
+from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, BatchResult
 from modelc.scheduler.output import Finish, SequenceFinished, TokenEmitted
 

@@ -20,9 +20,8 @@ from modelc.actors.messages import (
     SequenceRejected,
     TokenEmitted,
 )
-from modelc.engine.events import Finished, TokenEvent
-from modelc.engine.params import SamplingParams
 from modelc.errors import EngineError
+from modelc.request import Finished, SamplingParams, TokenEvent
 from modelc.scheduler.output import Finish
 from modelc.tokenizer.stop import StopMatcher
 

@@ -126,7 +126,7 @@ def _vendor(root: Path, dest: Path) -> None:
         if (root / extra).is_file():
             shutil.copy2(root / extra, dest / extra)
     shutil.copytree(root / "modelc", dest / "modelc", ignore=ignore)
-    from modelc.cli.main import git_sha
+    from modelc.version import git_sha
 
     (dest / "modelc" / "_build.py").write_text(f'GIT_SHA = "{git_sha()}"\n')
 

@@ -41,7 +41,7 @@ def _archive():
 def _version_line():
     sys.path.insert(0, _archive())
     try:
-        from modelc.cli.main import version_line
+        from modelc.version import version_line
         return version_line()
     except ImportError:
         import modelc
@@ -117,7 +117,7 @@ def compile_app(
     """Build the executable app at `out` (atomic); returns its path."""
     from modelc import store
     from modelc.artifact.reader import read_header_only
-    from modelc.cli.main import git_sha
+    from modelc.version import git_sha
 
     src = store.resolve(artifact)
     art = read_header_only(src)

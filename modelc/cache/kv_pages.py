@@ -15,25 +15,15 @@ import math
 
 import numpy as np
 
+from modelc.config import KV_DTYPES
 from modelc.errors import InvalidRequestError
 
 BLOCK_SIZE = 16  # Z: tokens per page; fixed by docs/architecture.md
 
 _STORE = {"float32": np.dtype(np.float32), "float16": np.dtype(np.uint16)}
-KV_DTYPES = ("float32", "float16", "q8_0", "mixed")
-_ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "q8": "q8_0", "int8": "q8_0"}
 MIXED_WINDOW = 64  # tokens read in f32 by the mixed cache (the seed spec's default hot window)
 HOT_FRACTION = 0.25  # the mixed cache keeps f32 copies for at most this share of the pages...
 HOT_MIN_PAGES = 40  # ...or this many in a small cache (a 512-token prefill chunk plus a few windows)
-
-
-def parse_kv_dtype(name: str) -> str:
-    """A user's KV cache type (f32, f16, q8_0, mixed, or the canonical names) -> the canonical name."""
-    canon = _ALIASES.get(str(name).lower(), str(name).lower())
-    if canon not in KV_DTYPES:
-        raise InvalidRequestError(f"KV cache type must be one of f32, f16, q8_0, mixed; got {name!r}",
-                                  param="kv_cache_dtype")  # fmt: skip
-    return canon
 
 
 def hot_pages(num_blocks: int) -> int:

@@ -28,7 +28,7 @@ _PROBE = (
 
 def ready_probe(path: str, threads: int | None) -> None:
     """Load the model and warm it up (compiles, or loads from the numba cache, every kernel a request uses)."""
-    from modelc.engine.api import Engine
+    from modelc.api.engine import Engine
 
     eng = Engine.load(path, threads=threads, kv_cache_tokens=128)
     eng.runner.warmup()
@@ -57,8 +57,8 @@ def _percentile(xs: list[float], q: float) -> float:
 def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int, threads: int | None,
               cold: bool = True) -> dict[str, Any]:  # fmt: skip
     """Every measurement as a dict (what --json prints)."""
-    from modelc.engine.api import Engine
-    from modelc.engine.params import SamplingParams
+    from modelc.api.engine import Engine
+    from modelc.request import SamplingParams
     from modelc.scheduler.batch import BatchPlan, SeqChunk
 
     result: dict[str, Any] = {"model": path, "threads": threads, "load_avg_before": list(os.getloadavg())}
@@ -136,23 +136,13 @@ def bench_cmd(
     threads: int | None = typer.Option(None, "--threads", help="Compute threads (default: numba's)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     no_cold: bool = typer.Option(False, "--no-cold-start", help="Skip the cold-start subprocess measurements."),
-    serve: bool = typer.Option(False, "--serve", help="Serve in-process on 127.0.0.1 and run a load-test scenario."),
-    scenario: str = typer.Option("steady", "--scenario", help="--serve: the loadtests scenario."),
-    requests: int = typer.Option(16, "--requests", help="--serve: requests per concurrency level."),
-    concurrency: str = typer.Option("1,4,8", "--concurrency", help="--serve: concurrent streams, e.g. 1,4,8."),
 ) -> None:
     """Measure cold start, load time, prefill/decode speed, per-token latency and peak RSS.
 
-    With --serve: start modelc's server in this process, run a loadtests scenario against it
-    (each request generates exactly --gen-tokens tokens), print the report and stop the server."""
+    Served throughput (an in-process server under a load-test scenario) is
+    `python -m loadtests.serve_bench MODEL`."""
     if runs < 1 or gen_tokens < 1:
         raise InvalidRequestError("--runs and --gen-tokens must be >= 1")
-    if serve:
-        from loadtests.serve_bench import bench_serve
-
-        bench_serve(artifact, scenario=scenario, num_requests=requests, concurrency=concurrency,
-                    output_tokens=gen_tokens, threads=threads, as_json=as_json)  # fmt: skip
-        return
     res = run_bench(artifact, prompt_tokens=_parse_counts(prompt_tokens), gen_tokens=gen_tokens, runs=runs,
                     threads=threads, cold=not no_cold)  # fmt: skip
     if as_json:

@@ -50,7 +50,7 @@ def compile_cmd(
     Example: modelc compile tiny -o tiny-app --listen 127.0.0.1:9000 && ./tiny-app
     """
     from modelc.build.zipapp import compile_app, parse_listen
-    from modelc.cli.main import version_line
+    from modelc.version import version_line
 
     print(version_line(), file=sys.stderr)
     if target == "pyz":

@@ -27,8 +27,8 @@ def read_text(path: Path) -> str:
 def eval_perplexity(source: Any, text: str, *, ctx: int, stride: int | None, threads: int | None = None,
                     kv_dtype: str = "float32", label: str = "perplexity") -> Any:  # fmt: skip
     """Perplexity of an opened model source (artifact or raw weights) on `text`, with a progress bar."""
+    from modelc.api.engine import Engine
     from modelc.cli.store_cmds import progress_bar
-    from modelc.engine.api import Engine
 
     eng = Engine(source, threads=threads, kv_cache_tokens=16, kv_dtype=kv_dtype)
     with progress_bar(label) as update:
@@ -59,8 +59,8 @@ def perplexity_cmd(
 
     Example: modelc perplexity tiny wiki.test.raw --ctx 512
     """
-    from modelc.cache.kv_pages import parse_kv_dtype
-    from modelc.engine.api import open_source
+    from modelc.api.engine import open_source
+    from modelc.config import parse_kv_dtype
 
     text = read_text(text_file)
     res = eval_perplexity(open_source(model), text, ctx=ctx, stride=stride, threads=threads,

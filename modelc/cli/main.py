@@ -11,34 +11,10 @@ import sys
 
 import typer
 
-from modelc import __version__
 from modelc.errors import ModelcError
+from modelc.version import version_line
 
 AREAS = ("store_cmds", "run_cmds", "daemon_cmds", "bench_cmds", "registry_cmds", "build_cmds", "eval_cmds", "warmup_cmds")
-
-
-def git_sha() -> str:
-    """The git sha baked at build time (modelc/_build.py), else read from a checkout, else 'unknown'."""
-    try:
-        from modelc._build import GIT_SHA  # type: ignore[import-not-found]
-
-        return GIT_SHA
-    except ImportError:
-        pass
-    import subprocess
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        out = subprocess.run(
-            ["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def version_line() -> str:
-    return f"modelc {__version__} (git {git_sha()})"
 
 
 def _version_callback(value: bool) -> None:

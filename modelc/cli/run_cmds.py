@@ -152,10 +152,11 @@ def run_cmd(
     """
     import os
 
-    from modelc.cache.kv_pages import parse_kv_dtype
+    from modelc.cli.store_cmds import progress_bar
+    from modelc.config import parse_kv_dtype
     from modelc.daemon import launch
-    from modelc.daemon.models import ModelManager, parse_keep_alive
     from modelc.server.daemon import serve
+    from modelc.server.manager.models import ModelManager, parse_keep_alive
 
     if detach and not os.environ.get(launch.DETACH_ENV):
         info = launch.detach(launch.argv_from_context(ctx), api_key=api_key, timeout_s=ready_timeout)
@@ -197,7 +198,7 @@ def run_cmd(
         max_batch_tokens=max_batch_tokens,
         max_queue=max_queue,
         kv_cache_mb=kv_cache_mb,
-        draft=str(launch.serve_target(draft)[0]) if draft else None,
+        draft=str(launch.serve_target(draft, progress_bar)[0]) if draft else None,
         gamma=gamma,
         kv_dtype=parse_kv_dtype(kv_cache_dtype),
         ray=ray,
@@ -213,7 +214,7 @@ def run_cmd(
         engine_config=others, keep_alive_s=keep_alive_s, max_loaded_models=max_loaded_models,
         models_dirs=config.models_dirs,
     )  # fmt: skip
-    path, default_name = launch.serve_target(artifact)
+    path, default_name = launch.serve_target(artifact, progress_bar)
     if verify:
         from modelc.artifact.verify import require_intact
 

@@ -146,7 +146,7 @@ def inspect_cmd(
     Example: modelc inspect model.safetensors --quant-sizes
     """
     from modelc import store
-    from modelc.artifact.pack import load_source
+    from modelc.pack import load_source
 
     path = file if file.exists() else store.resolve(str(file))
     source = load_source(path, format=format)
@@ -202,12 +202,12 @@ def pack_cmd(
 
     Example: modelc pack ./tiny-llama/hf --name tiny --quantize q8_0 --eval wiki.test.raw
     """
-    from modelc.artifact.pack import pack_model
+    from modelc.pack import pack_model
 
     before = None
     if eval_text is not None:
-        from modelc.artifact.pack import load_source
         from modelc.cli.eval_cmds import eval_perplexity, read_text
+        from modelc.pack import load_source
 
         text = read_text(eval_text)
         src = load_source(file, format=format)

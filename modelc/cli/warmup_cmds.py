@@ -24,10 +24,11 @@ def warmup_cmd(
     """
     started = time.perf_counter()
     from modelc.artifact.reader import open_artifact
+    from modelc.cli.store_cmds import progress_bar
     from modelc.daemon.launch import serve_target
     from modelc.server.engines import adapter_for
 
-    path, name = serve_target(model)
+    path, name = serve_target(model, progress_bar)
     source = open_artifact(path)
     adapter = adapter_for(source)
     if adapter is not None:

@@ -9,12 +9,17 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from modelc.daemon.state_file import DaemonInfo, read_state, remove_state, write_state
 from modelc.errors import ModelcError, NotFoundError
 
+# progress_bar(description) -> a context manager yielding update(done, total) or None (cli/store_cmds.py has
+# the rich one; the CLI passes it in, this floor does not import the CLI)
+ProgressBar = Callable[[str], AbstractContextManager[Callable[[int, int], None] | None]]
 BUNDLED_NAME = "default.modelc"
 DETACH_ENV = "MODELC_DETACHED"  # set in the detached child (so it never detaches again)
 
@@ -34,9 +39,10 @@ def is_artifact(path: Path) -> bool:
         return False
 
 
-def serve_target(artifact: str | None) -> tuple[Path, str]:
+def serve_target(artifact: str | None, progress_bar: ProgressBar | None = None) -> tuple[Path, str]:
     """(the .modelc file to serve, the name requests may call it). Raw weights are packed into the
-    store first (with a progress bar); no argument = the bundled default model."""
+    store first (shown with `progress_bar(description)`, the CLI's, when given); no argument = the
+    bundled default model."""
     if artifact is None:
         path = bundled_model_path()
         if not path.is_file():
@@ -47,7 +53,7 @@ def serve_target(artifact: str | None) -> tuple[Path, str]:
         return path, _header_name(path)
     p = Path(artifact).expanduser()
     if p.is_dir() or (p.is_file() and not is_artifact(p)):
-        return pack_weights(p)
+        return pack_weights(p, progress_bar)
     from modelc import store
 
     path = store.resolve(artifact)
@@ -60,13 +66,16 @@ def _header_name(path: Path) -> str:
     return read_header_only(path).name or path.stem
 
 
-def pack_weights(src: Path) -> tuple[Path, str]:
+def _no_progress(description: str) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
+def pack_weights(src: Path, progress_bar: ProgressBar | None = None) -> tuple[Path, str]:
     """Pack raw weights (a file or an HF folder) into the store under their default name."""
     from modelc import store
-    from modelc.artifact.pack import pack
-    from modelc.cli.store_cmds import progress_bar
+    from modelc.pack import pack
 
-    with progress_bar(f"packing {src.name}") as update:
+    with (progress_bar or _no_progress)(f"packing {src.name}") as update:
         path = Path(pack(src, progress=update))
     name = path.relative_to(store.models_dir()).as_posix().removesuffix(store.SUFFIX)
     print(f"modelc: packed {src} into the store as {name}", file=sys.stderr, flush=True)

@@ -21,8 +21,8 @@ import llguidance
 import llguidance.numpy as llg_np
 import numpy as np
 
-from modelc.engine.params import Constraint
 from modelc.errors import InvalidRequestError
+from modelc.request import Constraint
 from modelc.tokenizer.tokenizer import Tokenizer
 
 KINDS = ("json_schema", "json_object", "regex", "lark", "gbnf", "tool_call")

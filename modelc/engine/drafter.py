@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 
 from modelc.cache.kv_pages import KVPages
-from modelc.engine.params import SamplingParams
 from modelc.engine.sampler import _categorical
 from modelc.engine.spec_verify import full_probs
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import make_batch
 from modelc.models.registry import build_model
+from modelc.request import SamplingParams
 
 # Draft catch-up tokens per forward, all sequences together: kept below the matmul prefill threshold
 # (kernels/plan.py PREFILL_MIN_T = 32) so catch-up runs on the small-T kernels, as decoding does.

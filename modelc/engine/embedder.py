@@ -31,7 +31,7 @@ def open_source(source: Any) -> Any:
     if isinstance(source, str | os.PathLike):
         import pathlib
 
-        from modelc.artifact.pack import load_source
+        from modelc.pack import load_source
 
         return load_source(pathlib.Path(source))
     return source

@@ -15,13 +15,13 @@ import numpy as np
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.engine.drafter import Drafter, DraftJob
 from modelc.engine.lora import LoraAdapter, load_lora
-from modelc.engine.params import SamplingParams
 from modelc.engine.sampler import SeqSamplerState, sample
 from modelc.engine.spec_verify import verify
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, UnsupportedError
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import LoraRows, make_batch
 from modelc.models.registry import build_model
+from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, BatchResult, KVShift, SampledToken, SeqChunk
 
 

@@ -19,8 +19,8 @@ from typing import Protocol
 
 import numpy as np
 
-from modelc.engine.params import SamplingParams
 from modelc.errors import EngineError
+from modelc.request import SamplingParams
 
 _TOP_P_GUESS = 256  # top-p first tries the best 256 tokens (argpartition) before a full sort
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from modelc.engine.params import SamplingParams
 from modelc.engine.sampler import (
     SeqSamplerState,
     _categorical,
@@ -35,6 +34,7 @@ from modelc.engine.sampler import (
     _top_logprobs,
     distribution,
 )
+from modelc.request import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)

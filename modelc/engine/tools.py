@@ -14,8 +14,8 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from modelc.engine.params import Constraint
 from modelc.errors import InvalidRequestError
+from modelc.request import Constraint
 
 _ID_ALPHABET = string.ascii_letters + string.digits
 _HERMES = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S)

@@ -20,12 +20,11 @@ import anyio
 
 from modelc.cache.block_pool import prefix_hashes
 from modelc.config import EngineConfig, ReplicaConfig
-from modelc.engine.events import Finished, TokenEvent
-from modelc.engine.params import SamplingParams
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, OverloadedError
 from modelc.replicas.cluster import connected
 from modelc.replicas.replica import LOAD_KEYS, EngineReplica, ModelRef, file_sha256
 from modelc.replicas.router import ReplicaLoad, Router
+from modelc.request import Finished, SamplingParams, TokenEvent
 
 WATCH_INTERVAL_S = 1.0
 STATS_KEYS = (*LOAD_KEYS, "prefix_queries", "prefix_hits", "preemptions", "engine_restarts")
@@ -35,7 +34,7 @@ class ReplicaEngine:
     """Build it with `ReplicaEngine.open(path, engine_config)` (engine_config.replicas set)."""
 
     def __init__(self, source: Any, config: EngineConfig, ray: Any, actors: list[Any]) -> None:
-        from modelc.engine.async_api import _chat_template, _tokenizer
+        from modelc.api.async_engine import _chat_template, _tokenizer
 
         self.source = source
         self.config = config

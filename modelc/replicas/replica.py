@@ -81,7 +81,7 @@ class EngineReplica:
         return {"replica_id": self.replica_id, "pid": os.getpid(), **self._load()}
 
     async def _hold(self) -> None:
-        from modelc.engine.async_api import AsyncEngine
+        from modelc.api.async_engine import AsyncEngine
 
         try:
             path = await asyncio.to_thread(fetch_model, self.ref)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from modelc.engine.params import SamplingParams
+from modelc.request import SamplingParams
 
 
 @dataclass(frozen=True, slots=True)

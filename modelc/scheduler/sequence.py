@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from modelc.engine.params import SamplingParams
+from modelc.request import SamplingParams
 from modelc.scheduler.speculation import SpecState
 
 

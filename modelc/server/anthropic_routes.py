@@ -19,7 +19,7 @@ from modelc.server import anthropic_shapes as shapes
 from modelc.server import openapi_surfaces
 from modelc.server.chat_run import ChatStream, matched_stop, named_event, run_chat, stream_chat
 from modelc.server.errors import ServiceUnavailableError
-from modelc.server.handling import get_state, offload, read_json, record
+from modelc.server.handling import engine_for, get_state, offload, read_json, record
 from modelc.server.openai_chat import ChatPlan, parse_chat, split_reasoning_of, split_tool_calls
 
 OPENAPI_PATHS = openapi_surfaces.ANTHROPIC
@@ -43,7 +43,7 @@ async def _error(err: ModelcError) -> Response:
 async def _plan(body: dict[str, Any], *, count_only: bool = False) -> tuple[Any, ChatPlan]:
     state = get_state()
     chat = shapes.chat_body(body, count_only=count_only)
-    engine = await state.engine_for(chat.get("model"))
+    engine = await engine_for(state, chat.get("model"))
     return engine, await offload(parse_chat, state, engine, chat)  # templates and tokenizer: off the loop
 
 

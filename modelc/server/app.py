@@ -63,7 +63,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         webui.bp,
     ):
         app.register_blueprint(bp)
-    from modelc.daemon import ollama_chat, ollama_routes  # the Ollama-shaped API (modelc/daemon/)
+    from modelc.server import ollama_chat, ollama_routes  # the Ollama-shaped API (modelc/daemon/)
 
     app.register_blueprint(ollama_routes.bp)
     app.register_blueprint(ollama_chat.bp)

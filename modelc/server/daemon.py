@@ -90,7 +90,7 @@ async def open_engine(source: Any, engine_config: Any = None):
         async with ReplicaEngine.open(path, engine_config) as engine:
             yield engine
         return
-    from modelc.engine.async_api import AsyncEngine
+    from modelc.api.async_engine import AsyncEngine
 
     if engine_config is None:
         from modelc.config import EngineConfig
@@ -117,7 +117,7 @@ async def serve(
 ) -> None:
     """Serve until SIGINT/SIGTERM or `shutdown` is set. Raises ModelcError if the model fails to load.
 
-    models: a modelc.daemon.models.ModelManager to serve other models on demand beside this default
+    models: a modelc.server.manager.models.ModelManager to serve other models on demand beside this default
     one (requests name them in `model`); default_name: what requests may call the default model."""
     state = ServerState(None, server_config or ServerConfig())
     check_bind(host, state.config)

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelc.engine.params import SamplingParams
 from modelc.errors import EngineError, ModelcError, RequestTimeoutError
+from modelc.request import SamplingParams
 
 LIVE: weakref.WeakSet[ChoiceStreams] = weakref.WeakSet()  # open ChoiceStreams of this process
 

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import anyio
 from quart import Response, current_app, g, request
 
-from modelc.engine.params import Constraint
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.request import Constraint
 from modelc.server.body import OFFLOAD_BYTES, parse_body
 from modelc.server.errors import ServiceUnavailableError
 from modelc.server.fields import ReadFields
@@ -48,6 +48,14 @@ class RequestRecord:
 
 def get_state() -> ServerState:
     return current_app.extensions[STATE_KEY]
+
+
+async def engine_for(state: ServerState, model: Any) -> Any:
+    """The engine serving a request's `model` field: the default engine when it is empty (or no
+    ModelManager is attached); else the manager's view of that model, loaded on first use."""
+    if state.models is None or not model or not isinstance(model, str):
+        return current_engine(state)
+    return await managed_engine(state, model)
 
 
 def current_engine(state: ServerState) -> Any:

@@ -23,6 +23,7 @@ from modelc.server.fim import find_fim_tokens, infill_ids
 from modelc.server.generation import ChoiceResult, Job
 from modelc.server.handling import (
     check_model,
+    engine_for,
     get_state,
     offload,
     precompile,
@@ -168,7 +169,7 @@ def final_object(plan: InfillPlan, engine: Any, r: ChoiceResult, rec: Any, conte
 async def infill() -> Any:
     state = get_state()
     body = await read_json()
-    engine = await state.engine_for(body.get("model"))
+    engine = await engine_for(state, body.get("model"))
     plan = await offload(parse_infill, state, engine, body)  # tokenizing runs off the loop
     if plan.stream:
         return await stream_chat(state, engine, plan, lambda cs: infill_events(cs, engine), error_frames)

@@ -153,7 +153,7 @@ async def system() -> Any:
 
 @bp.get("/api/version")
 async def api_version() -> Any:
-    from modelc.cli.main import git_sha
+    from modelc.version import git_sha
 
     return {"version": __version__, "git_sha": git_sha()}
 
@@ -366,7 +366,7 @@ async def lora_load() -> Any:
         raise InvalidRequestError("'path' (a LoRA adapter .safetensors file) is required", param="path")
     alpha = get_float(body, "alpha", 1.0)
     name = get_str(body, "name") or os.path.splitext(os.path.basename(path.rstrip("/")))[0]
-    from modelc.daemon.lookup import hidden_path, resolve_adapter
+    from modelc.server.manager.lookup import hidden_path, resolve_adapter
 
     shown, path = path, str(resolve_adapter(path, state.config.adapters_dir))  # only inside --adapters-dir
     global_ = body.get("global", True)

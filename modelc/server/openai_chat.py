@@ -13,8 +13,8 @@ from typing import Any
 
 from quart import Blueprint, Response
 
-from modelc.engine.params import SamplingParams
 from modelc.errors import InvalidRequestError
+from modelc.request import SamplingParams
 from modelc.server import openai_format as fmt
 from modelc.server.context import prompt_limit
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
@@ -22,6 +22,7 @@ from modelc.server.handling import (
     account,
     check_model,
     deadline,
+    engine_for,
     get_state,
     offload,
     precompile,
@@ -165,7 +166,7 @@ def chat_choice(tok: Any, plan: ChatPlan, r: ChoiceResult) -> dict[str, Any]:
 async def chat_completions() -> Any:
     state = get_state()
     body = await read_json()
-    engine = await state.engine_for(body.get("model"))
+    engine = await engine_for(state, body.get("model"))
     plan = await offload(parse_chat, state, engine, body)  # templates, tokenizer, grammar: off the loop
     rec = record()
     rec.inference = True

@@ -21,6 +21,7 @@ from modelc.server.handling import (
     account,
     check_model,
     deadline,
+    engine_for,
     get_state,
     offload,
     precompile,
@@ -126,7 +127,7 @@ def pick_best(plan: CompletionPlan, results: list[ChoiceResult]) -> list[tuple[i
 async def completions() -> Any:
     state = get_state()
     body = await read_json()
-    engine = await state.engine_for(body.get("model"))
+    engine = await engine_for(state, body.get("model"))
     plan = await offload(parse_completion, state, engine, body)  # tokenizing runs off the loop
     rec = record()
     rec.inference = True

@@ -10,7 +10,7 @@ from quart import Blueprint
 
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
-from modelc.server.handling import check_model, current_engine, get_state, json_off_loop, read_json
+from modelc.server.handling import check_model, current_engine, engine_for, get_state, json_off_loop, read_json
 from modelc.server.schema import get_bool, get_int, get_str, parse_prompts
 
 bp = Blueprint("openai", __name__)
@@ -88,7 +88,7 @@ def model_known(state: Any, engine: Any, model_id: str) -> bool:
             found = False
     if found and adapter is not None:
         entry = state.models.find(base)
-        from modelc.daemon.loaded import engine_adapters
+        from modelc.server.manager.loaded import engine_adapters
 
         found = entry is not None and (adapter in entry.adapters or adapter in engine_adapters(entry.engine))
     return found
@@ -107,7 +107,7 @@ async def get_model(model_id: str) -> Any:
 async def embeddings() -> Any:
     state = get_state()
     body = await read_json()
-    engine = await state.engine_for(body.get("model"))
+    engine = await engine_for(state, body.get("model"))
     model = check_model(state, engine, body)
     fmt = get_str(body, "encoding_format", "float")
     if fmt not in ("float", "base64"):

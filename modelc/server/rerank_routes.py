@@ -20,7 +20,7 @@ from quart import Blueprint
 from modelc.errors import InvalidRequestError
 from modelc.server import openapi_surfaces
 from modelc.server.context import char_budget, context_length, too_long
-from modelc.server.handling import check_model, get_state, new_id, read_json, record
+from modelc.server.handling import check_model, engine_for, get_state, new_id, read_json, record
 from modelc.server.schema import bad, get_bool, get_int, get_str
 
 OPENAPI_PATHS = openapi_surfaces.RERANK
@@ -66,7 +66,7 @@ def bound_texts(engine: Any, query: str, docs: list[str], cut: bool) -> tuple[st
 async def rerank() -> Any:
     state = get_state()
     body = await read_json()
-    engine = await state.engine_for(body.get("model"))
+    engine = await engine_for(state, body.get("model"))
     model = check_model(state, engine, body)
     if not getattr(engine, "can_rerank", False):
         raise InvalidRequestError(

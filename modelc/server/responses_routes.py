@@ -19,7 +19,7 @@ from modelc.server import openapi_surfaces, responses_store
 from modelc.server import responses_shapes as shapes
 from modelc.server.chat_run import ChatStream, named_event, run_chat, stream_chat
 from modelc.server.generation import ChoiceResult
-from modelc.server.handling import get_state, offload, read_json, record
+from modelc.server.handling import engine_for, get_state, offload, read_json, record
 from modelc.server.openai_chat import parse_chat, split_reasoning_of, split_tool_calls
 from modelc.server.schema import bad, get_bool
 
@@ -87,7 +87,7 @@ async def create_response() -> Any:
             raise bad("previous_response_id", "must be a string")
         history = list(store().get(prev).messages)
     chat, conversation = shapes.chat_body(body, history)
-    engine = await state.engine_for(chat.get("model"))
+    engine = await engine_for(state, chat.get("model"))
     turn = Turn(body, conversation, await offload(parse_chat, state, engine, chat))  # off the loop
     if turn.plan.stream:
         return await stream_chat(state, engine, turn.plan, lambda cs: response_events(cs, turn), error_frames)

@@ -10,8 +10,8 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from modelc.engine.params import Constraint, SamplingParams
 from modelc.errors import InvalidRequestError
+from modelc.request import Constraint, SamplingParams
 from modelc.server.state import GenerationDefaults
 
 MAX_N = 20

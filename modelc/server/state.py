@@ -39,7 +39,7 @@ class ServerConfig:
     model_aliases: tuple[str, ...] = ()  # extra names accepted in the `model` field
     defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
     log_requests: bool = True
-    # security (modelc/server/guard.py, modelc/daemon/lookup.py; docs/daemon.md "Security")
+    # security (modelc/server/guard.py, modelc/server/manager/lookup.py; docs/daemon.md "Security")
     control_token: str | None = None  # the daemon's own token (daemon.json): control routes accept it
     allowed_hosts: tuple[str, ...] = ()  # Host names accepted besides loopback names and IP literals; "*" = any
     cors_origins: tuple[str, ...] = ()  # origins that get CORS headers and may send state-changing requests
@@ -74,21 +74,12 @@ class ServerState:
         self.started_at = time.time()
         self.load_error: str | None = None
         self.log: Any = None  # the app's structlog logger (set by create_app)
-        self.models: Any = None  # the daemon's ModelManager (modelc.daemon.models) when it serves several models
+        self.models: Any = None  # the daemon's ModelManager (modelc.server.manager.models) when it serves several models
         self.request_shutdown: Any = None  # set by serve(): a callable that starts a graceful shutdown
 
     @property
     def ready(self) -> bool:
         return self.engine is not None
-
-    async def engine_for(self, model: Any) -> Any:
-        """The engine serving a request's `model` field: the default engine when it is empty (or no
-        ModelManager is attached); else the manager's view of that model, loaded on first use."""
-        from modelc.server.handling import current_engine, managed_engine
-
-        if self.models is None or not model or not isinstance(model, str):
-            return current_engine(self)
-        return await managed_engine(self, model)
 
     def acquire_slot(self) -> None:
         """Count one inference request in; 503 at --max-concurrent (no queueing here: the engine queues)."""

@@ -13,9 +13,8 @@ from modelc.actors.messages import GetStats, Shutdown, StatsReported
 from modelc.actors.request import RequestActor, TextStream
 from modelc.actors.supervisor import Supervisor
 from modelc.config import EngineConfig, SchedulerConfig
-from modelc.engine.events import Finished, TokenEvent
-from modelc.engine.params import SamplingParams
 from modelc.errors import OverloadedError, RequestTimeoutError
+from modelc.request import Finished, SamplingParams, TokenEvent
 from tests.scheduler.fakes import FakeRunner, greedy_alone
 
 pytestmark = pytest.mark.anyio

@@ -10,12 +10,12 @@ import blake3
 import pytest
 
 from modelc.artifact import open_artifact, write_artifact
-from modelc.artifact.pack import pack
 from modelc.artifact.reader import read_layout
 from modelc.artifact.tiny import make_model
 from modelc.artifact.verify import verify_artifact
 from modelc.cli.main import main
 from modelc.errors import ChecksumError
+from modelc.pack import pack
 from tests.conftest import FIXTURES
 
 LOCAL = sorted(

@@ -13,13 +13,13 @@ import pytest
 import modelc.artifact.hash_pool as hp
 import modelc.artifact.writer as w
 from modelc.artifact import open_artifact
-from modelc.artifact.pack import pack
 from modelc.artifact.tiny import make_model
 from modelc.artifact.writer import ArtifactWriteError, write_artifact
 from modelc.errors import UnsupportedError
 from modelc.formats.detect import read_model
 from modelc.formats.export_safetensors import export_safetensors
 from modelc.ir import DataType, Model, TensorData
+from modelc.pack import pack
 
 needs_copy_range = pytest.mark.skipif(not hasattr(os, "copy_file_range"), reason="no copy_file_range")
 

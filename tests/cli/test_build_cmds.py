@@ -16,8 +16,9 @@ from modelc.artifact import open_artifact, write_artifact
 from modelc.artifact.tiny import make_model
 from modelc.build.containerize import ENV_FLAGS
 from modelc.build.zipapp import MODEL_MEMBER, member_span, parse_listen
-from modelc.cli.main import main, version_line
+from modelc.cli.main import main
 from modelc.errors import ModelcError
+from modelc.version import version_line
 
 ROOT = Path(__file__).resolve().parents[2]
 

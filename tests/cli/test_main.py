@@ -3,7 +3,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from modelc.cli.main import main, version_line
+from modelc.cli.main import main
+from modelc.version import version_line
 
 
 def test_version_line_and_flag(capsys):

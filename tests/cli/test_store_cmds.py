@@ -181,9 +181,9 @@ def test_pack_q4_k_says_per_tensor_what_short_rows_were_stored_as(home, tmp_path
 def test_quant_sizes_equal_what_pack_writes(tmp_path):
     """F32 embeddings and head, F32 norms, short-row fallbacks and int scales: the preview is exact."""
     from modelc.artifact import write_artifact
-    from modelc.artifact.pack import pack
     from modelc.cli.store_cmds import quant_sizes
     from modelc.models.tiny import make_tiny_llama
+    from modelc.pack import pack
 
     src = tmp_path / "llama.modelc"
     write_artifact(make_tiny_llama(0), src)

@@ -19,9 +19,9 @@ from modelc.engine.constraint import (
     ll_tokenizer_for,
     tool_call_schema,
 )
-from modelc.engine.params import Constraint, SamplingParams
 from modelc.engine.sampler import SeqSamplerState, sample
 from modelc.errors import InvalidRequestError
+from modelc.request import Constraint, SamplingParams
 from modelc.tokenizer import Tokenizer
 
 

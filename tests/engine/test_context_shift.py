@@ -6,15 +6,15 @@ import anyio
 import numpy as np
 import pytest
 
+from modelc.api.async_engine import AsyncEngine
 from modelc.cache.kv_pages import BLOCK_SIZE as Z
 from modelc.cache.kv_pages import KVPages
 from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
-from modelc.engine.async_api import AsyncEngine
-from modelc.engine.params import SamplingParams
 from modelc.errors import InvalidRequestError
 from modelc.models.batch import make_batch
 from modelc.models.registry import build_model
 from modelc.models.tiny import make_tiny_llama, reference_logits
+from modelc.request import SamplingParams
 from modelc.scheduler.context_shift import plan_shift, truncate_prompt
 
 TYPES = ["float32", "float16", "q8_0", "mixed"]
@@ -161,7 +161,7 @@ def test_request_fields_and_defaults():
 
 
 def test_ollama_options_shift_and_truncate_by_default():
-    from modelc.daemon.ollama_shapes import sampling_params
+    from modelc.server.ollama_shapes import sampling_params
     from modelc.server.state import GenerationDefaults
 
     p = sampling_params({"num_keep": 4, "num_ctx": 64}, GenerationDefaults(), 96)
@@ -171,7 +171,7 @@ def test_ollama_options_shift_and_truncate_by_default():
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_python_engine_shifts_like_the_scheduler(anyio_backend):
-    from modelc.engine.api import Engine
+    from modelc.api.engine import Engine
 
     model = make_tiny_llama(2)
     prompt = [int(t) for t in np.random.default_rng(3).integers(3, 96, 20)]

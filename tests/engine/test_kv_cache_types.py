@@ -6,12 +6,12 @@ import anyio
 import numpy as np
 import pytest
 
+from modelc.api.async_engine import AsyncEngine
+from modelc.api.engine import Engine
 from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
-from modelc.engine.api import Engine
-from modelc.engine.async_api import AsyncEngine
-from modelc.engine.params import SamplingParams
 from modelc.errors import InvalidRequestError
 from modelc.models.tiny import make_tiny_llama
+from modelc.request import SamplingParams
 
 TYPES = ["float32", "float16", "q8_0", "mixed"]
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from modelc.engine.params import SamplingParams
 from modelc.engine.runner import Runner
 from modelc.errors import FormatError, NotFoundError
 from modelc.ir import TensorData
 from modelc.models.tiny import make_tiny_llama, reference_logits
+from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, SeqChunk
 
 R = 4

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from modelc.api.engine import Engine
 from modelc.artifact.writer import write_artifact
 from modelc.cli.main import main
-from modelc.engine.api import Engine
 from modelc.engine.perplexity import num_chunks
 from modelc.errors import InvalidRequestError
 from modelc.models.tiny import make_tiny_llama, reference_logits, with_tokenizer

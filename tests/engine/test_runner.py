@@ -3,10 +3,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelc.engine.params import SamplingParams
 from modelc.engine.runner import Runner
 from modelc.errors import InvalidRequestError
 from modelc.models.tiny import make_tiny_gpt2, make_tiny_llama, reference_hidden, reference_logits
+from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, SeqChunk
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
@@ -142,8 +142,8 @@ def test_logits_and_embed_match_reference(make):
 
 
 def test_constrained_sampling_follows_the_grammar():
-    from modelc.engine.params import Constraint
     from modelc.models.tiny import with_tokenizer
+    from modelc.request import Constraint
 
     runner = Runner(with_tokenizer(make_tiny_llama(0)), num_kv_blocks=4)
     p = SamplingParams(temperature=0.0, constraint=Constraint("regex", " w4 w5"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelc.engine.params import SamplingParams
 from modelc.engine.sampler import SeqSamplerState, sample
+from modelc.request import SamplingParams
 
 EOS = frozenset({0})
 

@@ -9,10 +9,9 @@ from contextlib import aclosing
 import anyio
 import pytest
 
+from modelc.api.async_engine import AsyncEngine
 from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
-from modelc.engine.async_api import AsyncEngine
-from modelc.engine.events import Finished, TokenEvent
-from modelc.engine.params import SamplingParams
+from modelc.request import Finished, SamplingParams, TokenEvent
 from tests.server.tiny_model import make_served_model
 
 pytestmark = pytest.mark.anyio

@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from modelc.engine.params import SamplingParams
 from modelc.engine.sampler import SeqSamplerState, _process_row
 from modelc.engine.spec_verify import full_probs, verify
+from modelc.request import SamplingParams
 
 V = 5
 PROMPT = (1, 3)

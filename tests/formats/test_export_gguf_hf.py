@@ -15,8 +15,8 @@ import pathlib
 import numpy as np
 import pytest
 
+from modelc.api.engine import Engine
 from modelc.artifact import open_artifact, write_artifact
-from modelc.engine.api import Engine
 from modelc.errors import UnsupportedError
 from modelc.formats.detect import read_model
 from modelc.formats.export_gguf import export_gguf
@@ -242,8 +242,8 @@ def test_gpt2_matches_llama_cpp_converter(shared_fixtures, tmp_path):
 
 def test_block_quantized_llama_rows_move_whole(tmp_path):
     """A q8_0-packed model exports its blocks as they are (q/k rows permuted whole) and computes the same."""
-    from modelc.artifact.pack import pack
     from modelc.ir import DataType
+    from modelc.pack import pack
 
     art = open_artifact(pack(VARIANTS / "mistral" / "hf", out=tmp_path / "q.modelc", quantize="q8_0"))
     assert art.tensors["model.layers.0.self_attn.q_proj.weight"].dtype is DataType.Q8_0
@@ -276,7 +276,7 @@ def test_word_level_tokenizer_gets_no_gguf_tokenizer(tmp_path):
 @pytest.mark.parametrize("kind,dtype", [("q8_0", "F32"), ("bf16", "BF16"), ("f16", "F16")])
 def test_packed_gpt2_conv1d_weights_export_transposed(tmp_path, kind, dtype):
     """Packed (in, out) Conv1D weights: BF16/F16 transposed as they are, GGML blocks dequantized first."""
-    from modelc.artifact.pack import pack
+    from modelc.pack import pack
 
     write_artifact(tiny_gpt2(), tmp_path / "f.modelc")
     art = open_artifact(pack(tmp_path / "f.modelc", out=tmp_path / "q.modelc", quantize=kind))

@@ -9,11 +9,11 @@ import gguf
 import numpy as np
 import pytest
 
-from modelc.artifact.pack import pack
-from modelc.engine.api import Engine
+from modelc.api.engine import Engine
 from modelc.ir import DataType, TensorData
 from modelc.kernels import ref_linear
 from modelc.kernels.gemm_random import random_tensor
+from modelc.pack import pack
 
 from .gguf_factory import SPM_TOKENS
 

@@ -1,4 +1,4 @@
-"""`modelc bench ARTIFACT --serve`: the in-process server, a sweep over two levels, JSON out."""
+"""`python -m loadtests.serve_bench ARTIFACT`: the in-process server, a sweep over two levels, JSON out."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import pytest
 
 from loadtests.server_thread import ServerThread
-from modelc.cli.main import main
+from loadtests.serve_bench import main
 from modelc.errors import ModelcError
 
 
 def test_bench_serve_json(tiny_artifact, capsys) -> None:
-    rc = main(["bench", str(tiny_artifact), "--serve", "--requests", "3", "--concurrency", "1,2", "--gen-tokens",
+    rc = main([str(tiny_artifact), "--requests", "3", "--concurrency", "1,2", "--gen-tokens",
                "5", "--threads", "1", "--json"])  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -24,11 +24,11 @@ def test_bench_serve_json(tiny_artifact, capsys) -> None:
 
 
 def test_bench_serve_table_and_bad_scenario(tiny_artifact, capsys) -> None:
-    assert main(["bench", str(tiny_artifact), "--serve", "--requests", "2", "--concurrency", "2", "--gen-tokens",
+    assert main([str(tiny_artifact), "--requests", "2", "--concurrency", "2", "--gen-tokens",
                  "3", "--threads", "1"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "output tok/s" in out and "load average" in out
-    assert main(["bench", str(tiny_artifact), "--serve", "--scenario", "nope"]) == 1
+    assert main([str(tiny_artifact), "--scenario", "nope"]) == 1
     assert "unknown scenario 'nope'" in capsys.readouterr().err
 
 

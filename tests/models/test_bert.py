@@ -294,7 +294,7 @@ def test_minilm_through_the_hf_reader(minilm_dir: pathlib.Path) -> None:
     """The folder through modelc's own reader (formats.detect -> hf), as `modelc pack` reads it: its
     model.safetensors, or its pytorch_model.bin (MODELC_MINILM_DIR=a folder made by
     make_reference.py --pytorch-bin)."""
-    from modelc.artifact.pack import load_source
+    from modelc.pack import load_source
 
     src = load_source(minilm_dir)
     assert src.architecture == "bert" and src.config["pooling"] == {"mode": "mean", "normalize": True}

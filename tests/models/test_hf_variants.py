@@ -13,12 +13,12 @@ import json
 import numpy as np
 import pytest
 
-from modelc.artifact.pack import pack, pack_model
+from modelc.api.engine import Engine
 from modelc.artifact.reader import open_artifact
-from modelc.engine.api import Engine
-from modelc.engine.params import SamplingParams
 from modelc.formats.detect import read_model
 from modelc.ir import DataType, Model, TensorData
+from modelc.pack import pack, pack_model
+from modelc.request import SamplingParams
 
 VARIANTS = {  # name -> (modelc architecture, what the variant checks)
     "llama3": ("llama", "GQA 4/2, llama3 rope scaling"),
@@ -292,9 +292,9 @@ async def test_batched_serving_reproduces_greedy(variants_dir, name):
     prefill across KV blocks and windows, decodes batched with other sequences' prefill, prefix-cache hits."""
     import anyio
 
+    from modelc.api.async_engine import AsyncEngine
     from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
-    from modelc.engine.async_api import AsyncEngine
-    from modelc.engine.events import TokenEvent
+    from modelc.request import TokenEvent
 
     d = variants_dir / name
     ids, _, greedy, _ = _ref(d)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelc.engine.api import Engine
+from modelc.api.engine import Engine
 from modelc.ir import DataType
 from modelc.kernels.select import kernel_set
 
@@ -92,8 +92,8 @@ def test_gpt_oss_sinks_and_clamped_swiglu_matter(fixtures_dir):
 def test_q8_0_pack_keeps_routers_float(tmp_path, fixtures_dir, name, src):
     """pack --quantize q8_0: experts quantized (GGUF's 3-D tensors as 3-D Q8_0), the routers kept F32 as
     llama.cpp's quantizer does (a quantized router flips expert choices)."""
-    from modelc.artifact.pack import pack_model
     from modelc.artifact.reader import open_artifact
+    from modelc.pack import pack_model
 
     d = fixtures_dir / "models" / "variants" / name
     art = open_artifact(pack_model(d / src, out=tmp_path / "q.modelc", quantize="q8_0").path)

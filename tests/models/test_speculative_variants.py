@@ -10,8 +10,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from modelc.engine.params import SamplingParams
 from modelc.formats.detect import read_model
+from modelc.request import SamplingParams
 from modelc.scheduler.sequence import Sequence
 from tests.models.test_hf_variants import VARIANTS
 from tests.scheduler.spec_driver import drive, make_pair

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from modelc.config import EngineConfig, ReplicaConfig
-from modelc.daemon.load_options import engine_config_for
 from modelc.errors import InvalidRequestError
+from modelc.server.manager.load_options import engine_config_for
 from modelc.server.metrics import Metrics
 
 

@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from modelc.api.async_engine import AsyncEngine
 from modelc.artifact.writer import write_artifact
 from modelc.config import CacheConfig, EngineConfig, ReplicaConfig, SchedulerConfig
-from modelc.engine.async_api import AsyncEngine
-from modelc.engine.events import Finished, TokenEvent
-from modelc.engine.params import SamplingParams
 from modelc.errors import ChecksumError, OverloadedError
 from modelc.replicas.replica import ModelRef, fetch_model, file_sha256
+from modelc.request import Finished, SamplingParams, TokenEvent
 from tests.server.tiny_model import make_served_model
 
 pytestmark = [pytest.mark.ray, pytest.mark.anyio]

@@ -17,7 +17,7 @@ import numpy as np
 
 from modelc.cache.block_pool import BlockPool
 from modelc.config import SchedulerConfig
-from modelc.engine.params import SamplingParams
+from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, BatchResult, SampledToken
 from modelc.scheduler.scheduler import Scheduler
 from modelc.scheduler.sequence import Sequence

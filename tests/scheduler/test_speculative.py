@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from modelc.cache.block_pool import BlockPool
-from modelc.engine.params import Constraint, SamplingParams
 from modelc.models.tiny import make_tiny_gpt2, make_tiny_llama
+from modelc.request import Constraint, SamplingParams
 from modelc.scheduler.prompt_lookup import propose
 from modelc.scheduler.sequence import Sequence
 from modelc.scheduler.speculation import SpecState
@@ -161,7 +161,7 @@ def test_sampled_speculation_runs_and_respects_max_tokens():
 
 
 def test_a_draft_with_another_tokenizer_is_refused():
-    from modelc.engine.async_api import _check_draft
+    from modelc.api.async_engine import _check_draft
     from modelc.errors import InvalidRequestError
 
     _check_draft(make_tiny_llama(0), make_tiny_llama(1, num_layers=1))

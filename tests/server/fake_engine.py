@@ -35,7 +35,7 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
-    queue_time_s: float | None = None  # not in modelc.engine.events yet: the server reads it when present
+    queue_time_s: float | None = None  # not in modelc.request yet: the server reads it when present
 
 
 class ByteTokenizer:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from modelc.api.async_engine import AsyncEngine
 from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
-from modelc.engine.async_api import AsyncEngine
-from modelc.engine.params import SamplingParams
+from modelc.request import SamplingParams
 from modelc.server.app import create_app
 from modelc.server.state import ServerConfig, ServerState
 from tests.server.conftest import error_of

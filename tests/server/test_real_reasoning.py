@@ -7,8 +7,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from modelc.api.async_engine import AsyncEngine
 from modelc.config import CacheConfig, EngineConfig
-from modelc.engine.async_api import AsyncEngine
 from modelc.formats.detect import read_model
 from modelc.server.app import create_app
 from modelc.server.state import ServerConfig, ServerState

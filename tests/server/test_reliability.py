@@ -65,7 +65,7 @@ async def test_nan_and_infinity_are_not_json(client) -> None:
 
 
 async def test_model_name_over_255_bytes_is_400_without_a_path(make_client) -> None:
-    from modelc.daemon.models import ModelManager
+    from modelc.server.manager.models import ModelManager
 
     c = make_client()
     c.state.models = ModelManager()

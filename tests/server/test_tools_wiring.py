@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from modelc.engine.params import Constraint
+from modelc.request import Constraint
 from tests.server.conftest import error_of
 from tests.server.fake_engine import FakeEngine, FakeTemplate
 

@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from modelc.engine.params import SamplingParams
 from modelc.engine.sampler import SeqSamplerState
+from modelc.request import SamplingParams
 from modelc.tokenizer.stop import StopMatcher, first_stop, prefix_function
 
 

@@ -204,7 +204,7 @@ def kv_bytes(engine: Any, num_blocks: int) -> int:
     """Bytes of the engine's KV pages: blocks x bytes per block (all layers, K and V)."""
     if num_blocks <= 0:
         return 0
-    from modelc.config import kv_bytes_per_block
+    from modelc.cache.budget import kv_bytes_per_block
 
     src = model_source(engine)
     cfg = getattr(src, "config", None)

@@ -9,11 +9,11 @@ import json
 import anyio
 import pytest
 
-from modelc.daemon.models import ModelManager
 from modelc.server.app import create_app
+from modelc.server.manager.models import ModelManager
 from modelc.server.state import ServerConfig, ServerState
-from tests.daemon.conftest import FakeOpener
 from tests.server.fake_engine import FakeEngine
+from tests.server.manager.conftest import FakeOpener
 
 pytestmark = pytest.mark.anyio
 DETAIL_KEYS = {"format", "family", "parameter_size", "quantization_level"}
@@ -131,7 +131,7 @@ async def test_chat_streams_messages(home) -> None:
 
 
 async def test_chat_format_json_uses_a_constraint(home, monkeypatch) -> None:
-    from modelc.daemon import ollama_chat
+    from modelc.server import ollama_chat
 
     monkeypatch.setattr(ollama_chat, "precompile", lambda engine, c: None)  # the fake tokenizer has no grammar
     async with daemon_app() as c:

@@ -16,11 +16,9 @@ from typing import Any
 
 from quart import Blueprint, Response
 
-from modelc.daemon import ollama_shapes as shapes
-from modelc.daemon.models import parse_keep_alive
-from modelc.daemon.ollama_routes import NDJSON, model_for, model_name, ndjson
-from modelc.engine.params import SamplingParams
 from modelc.errors import InvalidRequestError, ModelcError
+from modelc.request import SamplingParams
+from modelc.server import ollama_shapes as shapes
 from modelc.server.context import prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
 from modelc.server.generation import ChoiceResult, Job, Timings, apply_finish, collect, is_finished
@@ -36,6 +34,8 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
+from modelc.server.manager.models import parse_keep_alive
+from modelc.server.ollama_routes import NDJSON, model_for, model_name, ndjson
 from modelc.server.prompt import (
     check_chat_size,
     encode_chat,

@@ -18,13 +18,13 @@ from typing import Any
 import anyio
 from quart import Blueprint, Response
 
-from modelc.daemon import ollama_shapes as shapes
-from modelc.daemon.load_options import engine_config_for
-from modelc.daemon.lookup import hidden_path, resolve_adapter, resolve_model
-from modelc.daemon.models import parse_keep_alive
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.server import ollama_shapes as shapes
 from modelc.server.guard import ForbiddenError, control_route
 from modelc.server.handling import check_model, current_engine, get_state, managed_engine, read_json
+from modelc.server.manager.load_options import engine_config_for
+from modelc.server.manager.lookup import hidden_path, resolve_adapter, resolve_model
+from modelc.server.manager.models import parse_keep_alive
 from modelc.server.state import ServerState
 
 bp = Blueprint("ollama", __name__)
@@ -63,7 +63,7 @@ def _default_row(state: ServerState) -> dict[str, Any] | None:
     engine = state.engine
     if engine is None:
         return None
-    from modelc.daemon.loaded import model_bytes, model_source
+    from modelc.server.manager.loaded import model_bytes, model_source
 
     src = model_source(engine)
     path = entry.path if entry is not None else None
@@ -145,7 +145,7 @@ async def ps() -> Any:
 
 
 def _num_params(engine: Any) -> int:
-    from modelc.daemon.loaded import model_source
+    from modelc.server.manager.loaded import model_source
 
     src = model_source(engine)
     n = getattr(src, "num_params", None)
@@ -155,7 +155,7 @@ def _num_params(engine: Any) -> int:
 
 
 def _engine_dtypes(entry: Any) -> str:
-    from modelc.daemon.loaded import model_source
+    from modelc.server.manager.loaded import model_source
 
     return _dtypes(model_source(entry.engine))
 

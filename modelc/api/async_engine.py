@@ -33,10 +33,10 @@ from modelc.actors.messages import (
 )
 from modelc.actors.request import RequestActor
 from modelc.actors.supervisor import Supervisor
-from modelc.config import EngineConfig, num_kv_blocks
-from modelc.engine.events import Finished, TokenEvent
-from modelc.engine.params import SamplingParams
+from modelc.cache.budget import num_kv_blocks
+from modelc.config import EngineConfig
 from modelc.errors import EngineError, InvalidRequestError, ModelcError
+from modelc.request import Finished, SamplingParams, TokenEvent
 
 __all__ = ["AsyncEngine", "Finished", "TokenEvent"]
 
@@ -286,7 +286,7 @@ def _check_draft(source: Any, draft: Any) -> None:
 
 
 def _default_runner_factory(source: Any, config: EngineConfig, draft: Any = None) -> Callable[[int], RunnerLike]:
-    from modelc.config import kv_bytes_per_block
+    from modelc.cache.budget import kv_bytes_per_block
     from modelc.engine.runner import Runner
 
     model_config = getattr(source, "config", {}) or {}

@@ -35,7 +35,7 @@ def engine_config_for(base: EngineConfig | None, body: dict[str, Any]) -> Engine
 
 
 def _kv_dtype(value: Any) -> str | None:
-    from modelc.cache.kv_pages import parse_kv_dtype
+    from modelc.config import parse_kv_dtype
 
     if value is None:
         return None

@@ -1,4 +1,7 @@
-"""SamplingParams: what one sequence asks of the sampler and the stop rules. Pure data, checked once."""
+"""The request vocabulary every floor above shares: what one sequence asks for (SamplingParams,
+Constraint) and what generating it yields (TokenEvent per released token, then one Finished).
+Pure frozen data, checked once; below the scheduler, so the scheduler, engine, actors and the
+front door all speak it without importing each other."""
 
 from __future__ import annotations
 
@@ -85,3 +88,31 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One generated token and the text it released (often "" while a character or a possible stop
+    string is incomplete). logprob/top_logprobs are raw log-probabilities, None/() unless
+    params.logprobs asked for them."""
+
+    token_id: int
+    text: str
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The last event. finish_reason: "stop" | "length" | "abort" | "error" (then `error` says why).
+    completion_tokens counts every sampled token, a final EOS/stop token included."""
+
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    error: str | None = None
+    queue_time_s: float | None = field(default=None, compare=False)  # time spent waiting before the scheduler first admitted it
+
+
+GenerateEvent = TokenEvent | Finished

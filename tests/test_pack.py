@@ -8,13 +8,13 @@ import pytest
 
 from modelc import store
 from modelc.artifact import open_artifact
-from modelc.artifact.pack import pack, pack_model
 from modelc.artifact.prune import prune_tensor
 from modelc.artifact.quantize import quantize_tensor
 from modelc.errors import FormatError, ModelcError
 from modelc.formats.detect import read_model
 from modelc.formats.export_safetensors import export_safetensors
 from modelc.ir import DataType, Model, TensorData
+from modelc.pack import pack, pack_model
 
 
 @pytest.fixture

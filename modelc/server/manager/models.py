@@ -20,7 +20,8 @@ from typing import Any
 
 import anyio
 
-from modelc.daemon.loaded import (
+from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, OverloadedError
+from modelc.server.manager.loaded import (
     GRACE_S,
     LoadedModel,
     ModelView,
@@ -30,7 +31,6 @@ from modelc.daemon.loaded import (
     model_bytes,
     parse_keep_alive,
 )
-from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, OverloadedError
 
 __all__ = ["LoadedModel", "ManagerUnavailableError", "ModelManager", "ModelView", "parse_keep_alive"]
 
@@ -82,7 +82,7 @@ class ModelManager:
         self.max_loaded_models = max_loaded_models
         self.tick_s = tick_s
         self.grace_s = grace_s
-        self.models_dirs = tuple(models_dirs)  # --models-dir: where requests may name files (daemon/lookup.py)
+        self.models_dirs = tuple(models_dirs)  # --models-dir: where requests may name files (server/manager/lookup.py)
         self._opener = opener
         self._entries: dict[str, LoadedModel] = {}
         self._default: LoadedModel | None = None
@@ -164,7 +164,7 @@ class ModelManager:
 
     def _key(self, name: str) -> str:
         """The real path of the artifact `name` names: a store name or a file under --models-dir only."""
-        from modelc.daemon.lookup import resolve_model
+        from modelc.server.manager.lookup import resolve_model
 
         return str(resolve_model(name, self.models_dirs).resolve())
 

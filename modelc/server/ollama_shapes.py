@@ -12,8 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from modelc.engine.params import Constraint
 from modelc.errors import InvalidRequestError, ModelcError
+from modelc.request import Constraint
 from modelc.server.schema import parse_sampling
 from modelc.server.state import GenerationDefaults
 

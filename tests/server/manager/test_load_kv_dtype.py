@@ -9,12 +9,12 @@ from typing import Any
 import anyio
 import pytest
 
-from modelc.daemon.models import ModelManager
 from modelc.server.app import create_app
+from modelc.server.manager.models import ModelManager
 from modelc.server.state import ServerConfig, ServerState
-from tests.daemon.conftest import FakeOpener
-from tests.daemon.test_ollama_routes import TOKEN, TokenClient
 from tests.server.fake_engine import FakeEngine
+from tests.server.manager.conftest import FakeOpener
+from tests.server.manager.test_ollama_routes import TOKEN, TokenClient
 
 pytestmark = pytest.mark.anyio
 

@@ -7,11 +7,11 @@ import contextlib
 import anyio
 import pytest
 
-from modelc.daemon.models import ModelManager, parse_keep_alive
-from modelc.engine.params import SamplingParams
 from modelc.errors import ArtifactError, InvalidRequestError, ModelcError, NotFoundError, OverloadedError
-from tests.daemon.conftest import FakeOpener
+from modelc.request import SamplingParams
+from modelc.server.manager.models import ModelManager, parse_keep_alive
 from tests.server.fake_engine import FakeEngine
+from tests.server.manager.conftest import FakeOpener
 
 pytestmark = pytest.mark.anyio
 

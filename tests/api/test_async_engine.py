@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from anyio import wait_all_tasks_blocked
 
-from modelc.config import CacheConfig, EngineConfig, SchedulerConfig, kv_bytes_per_block, num_kv_blocks
-from modelc.engine.async_api import AsyncEngine
-from modelc.engine.events import Finished, TokenEvent
-from modelc.engine.params import SamplingParams
+from modelc.api.async_engine import AsyncEngine
+from modelc.cache.budget import kv_bytes_per_block, num_kv_blocks
+from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
 from modelc.errors import EngineError, InvalidRequestError, NotFoundError, OverloadedError
 from modelc.models.tiny import make_tiny_llama, reference_logits
+from modelc.request import Finished, SamplingParams, TokenEvent
 from modelc.tokenizer.tokenizer import Tokenizer
 from tests.scheduler.fakes import FakeRunner, FakeSource, byte_tokenizer_json, greedy_alone
 

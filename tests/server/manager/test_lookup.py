@@ -1,5 +1,5 @@
 """Requests name models by store name or under --models-dir only, adapters under --adapters-dir only;
-errors quote neither file bytes nor server paths (daemon/lookup.py and the routes using it)."""
+errors quote neither file bytes nor server paths (server/manager/lookup.py and the routes using it)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from modelc import store
 from modelc.artifact.tiny import make_model
 from modelc.artifact.writer import write_artifact
-from modelc.daemon.lookup import resolve_adapter, resolve_model
 from modelc.errors import NotFoundError
-from tests.daemon.test_ollama_routes import daemon_app
+from modelc.server.manager.lookup import resolve_adapter, resolve_model
+from tests.server.manager.test_ollama_routes import daemon_app
 
 SECRET = b"root:*:SECRET-BYTES\n"
 
@@ -122,8 +122,8 @@ async def test_load_error_hides_the_path(home) -> None:
     bad = store.active_path("beta")
     bad.write_bytes(SECRET + b"\0" * 64)
     async with daemon_app() as c:
-        from modelc.daemon.lookup import resolve_model as rm
         from modelc.server.daemon import open_engine
+        from modelc.server.manager.lookup import resolve_model as rm
 
         c.manager._opener = open_engine  # the real opener: reads the header and fails
         r = await c.post("/api/generate", json={"model": "beta", "prompt": "x", "stream": False})

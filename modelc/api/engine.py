@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from modelc.cache.kv_pages import BLOCK_SIZE, parse_kv_dtype
+from modelc.cache.kv_pages import BLOCK_SIZE
+from modelc.config import parse_kv_dtype
 from modelc.engine.embedder import Embedder, supports_embeddings
 from modelc.engine.infer import Inferencer, supports_infer
-from modelc.engine.params import SamplingParams
 from modelc.engine.runner import Runner
 from modelc.errors import EngineError, InvalidRequestError, UnsupportedError
+from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, KVShift, SeqChunk
 from modelc.scheduler.context_shift import context_limit, plan_shift, resolve_keep, truncate_prompt
 from modelc.tokenizer.stop import StopMatcher

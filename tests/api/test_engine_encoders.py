@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelc.engine.api import Engine
+from modelc.api.engine import Engine
 from modelc.engine.infer import Inferencer
 from modelc.errors import UnsupportedError
 from modelc.ir import Model, TensorData

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelc.engine.api import Engine
+from modelc.api.engine import Engine
 from modelc.errors import InvalidRequestError
 from modelc.models.tiny import make_tiny_llama, reference_hidden, reference_logits, with_tokenizer
 
@@ -124,8 +124,8 @@ def test_async_engine_with_real_runner_matches_sync_engine():
     """Continuous batching over the real Runner (3 concurrent requests) gives each the sync Engine's tokens."""
     import anyio
 
-    from modelc.engine.async_api import AsyncEngine
-    from modelc.engine.params import SamplingParams
+    from modelc.api.async_engine import AsyncEngine
+    from modelc.request import SamplingParams
 
     src = _model(0)
     params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)

@@ -1,0 +1,59 @@
+"""The KV budget arithmetic: MiB, tokens or free memory -> the number of 16-token KV blocks.
+
+No I/O except reading /proc/meminfo for the default budget.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelc.cache.kv_pages import KVPages
+from modelc.config import CacheConfig
+
+DEFAULT_KV_CAP_BYTES = 2 << 30  # the default budget never exceeds 2 GiB...
+DEFAULT_KV_FRACTION = 0.25  # ...nor 25% of MemAvailable
+
+
+def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dtype: str = "float32") -> int:
+    """Bytes of K and V for one block across all layers (2 * L * K * Z * bytes per row, see KVPages)."""
+    num_layers = int(model_config.get("num_hidden_layers") or 0)
+    num_heads = int(model_config.get("num_attention_heads") or 1)
+    num_kv_heads = int(model_config.get("num_key_value_heads") or num_heads)
+    head_dim = model_config.get("head_dim") or int(model_config.get("hidden_size") or 0) // num_heads
+    per_block = KVPages.bytes_per_block(num_layers, num_kv_heads, int(head_dim), kv_dtype) * block_size / 16
+    return max(1, int(per_block))
+
+
+def mem_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """MemAvailable from /proc/meminfo, or None where the file or the line is missing."""
+    try:
+        with open(meminfo, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def num_kv_blocks(
+    cache: CacheConfig,
+    model_config: dict[str, Any],
+    *,
+    available_bytes: int | None = None,
+    max_useful_tokens: int | None = None,
+) -> int:
+    """KV blocks for all engines from the budget: tokens, MiB, or min(25% of MemAvailable, 2 GiB).
+    The automatic budget is also capped at `max_useful_tokens` (max_num_seqs x context length):
+    more KV than every sequence at full length could hold is memory nobody can use."""
+    if cache.kv_cache_tokens is not None:
+        return max(1, -(-cache.kv_cache_tokens // cache.block_size))
+    per_block = kv_bytes_per_block(model_config, cache.block_size, cache.kv_dtype)
+    if cache.kv_cache_mb is not None:
+        budget = int(cache.kv_cache_mb * (1 << 20))
+    else:
+        avail = available_bytes if available_bytes is not None else mem_available_bytes()
+        budget = DEFAULT_KV_CAP_BYTES if avail is None else min(int(avail * DEFAULT_KV_FRACTION), DEFAULT_KV_CAP_BYTES)
+        if max_useful_tokens:
+            budget = min(budget, -(-max_useful_tokens // cache.block_size) * per_block)
+    return max(1, budget // per_block)

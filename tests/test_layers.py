@@ -1,0 +1,185 @@
+"""The package floors (docs/architecture.md): a module imports only from its own floor or lower ones,
+and no two packages import each other, at module level or inside functions.
+
+Every module under modelc/ is parsed with ast (nothing is imported), so the check is cheap and sees the
+imports a function hides. An import that has to go upward is listed in EXCEPTIONS with its reason and
+carries a `# layer:` comment at the import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "modelc"
+
+# Lowest first. A module belongs to the floor of the longest entry that prefixes its dotted name.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("modelc.errors", "modelc.ir", "modelc.tmpfiles", "modelc.config", "modelc.version"),
+    ("modelc.kernels",),
+    (
+        "modelc.formats",
+        "modelc.onnx",
+        "modelc.artifact",
+        "modelc.tokenizer",
+        "modelc.models",
+        "modelc.cache",
+        "modelc.store",
+        "modelc.registry",
+        "modelc.capabilities",
+        "modelc.pack",
+    ),
+    ("modelc.request",),
+    ("modelc.scheduler",),
+    ("modelc.engine",),
+    ("modelc.actors",),
+    ("modelc.api",),
+    ("modelc.replicas",),
+    ("modelc.server",),
+    ("modelc.daemon",),
+    ("modelc.cli", "modelc.build", "modelc.__main__"),
+)
+
+# (importing module, imported module) -> why the import has to go upward. Keep it short.
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    # `modelc.Engine` / `modelc.AsyncEngine` are the documented entry points; the package root resolves
+    # them lazily in __getattr__, so `import modelc` stays cheap.
+    ("modelc", "modelc.api.engine"): "lazy front-door name modelc.Engine on the package root",
+    ("modelc", "modelc.api.async_engine"): "lazy front-door name modelc.AsyncEngine on the package root",
+}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _all_modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> list[tuple[str, int]]:
+    """Every modelc module `name` imports (module level and inside functions), with its line."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:  # `from modelc import store` imports the module modelc.store
+                sub = f"{target}.{alias.name}"
+                found.append((sub if sub in modules else target, node.lineno))
+    return [(t, line) for t, line in found if t == "modelc" or t.startswith("modelc.")]
+
+
+def _resolve(target: str, modules: dict[str, Path]) -> str:
+    while target not in modules and "." in target:
+        target = target.rsplit(".", 1)[0]
+    return target
+
+
+def floor_of(name: str) -> int:
+    if name == "modelc":
+        return 0  # the package root: __version__ and the lazy names above
+    best, best_len = -1, -1
+    for level, prefixes in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = level, len(prefix)
+    return best
+
+
+def _package(name: str) -> str:
+    """The unit of the circle check: modelc.x for a module or package directly under modelc/."""
+    return ".".join(name.split(".")[:2])
+
+
+def _graph() -> list[tuple[str, str, int]]:
+    modules = _all_modules()
+    edges = []
+    for name, path in modules.items():
+        for target, line in _imports(name, path, modules):
+            edges.append((name, _resolve(target, modules), line))
+    return edges
+
+
+def test_every_module_has_a_floor():
+    missing = [name for name in _all_modules() if floor_of(name) < 0]
+    assert not missing, f"add these modules to FLOORS in tests/test_layers.py: {missing}"
+
+
+def upward_imports() -> list[str]:
+    bad = []
+    for src, dst, line in _graph():
+        if (src, dst) in EXCEPTIONS:
+            continue
+        if floor_of(dst) > floor_of(src):
+            bad.append(f"{src}:{line} imports {dst} (floor {floor_of(src)} -> {floor_of(dst)})")
+    return bad
+
+
+def package_circles() -> list[str]:
+    graph: dict[str, set[str]] = {}
+    where: dict[tuple[str, str], str] = {}
+    for src, dst, line in _graph():
+        a, b = _package(src), _package(dst)
+        if a == b or "modelc" in (a, b) or (src, dst) in EXCEPTIONS:
+            continue
+        graph.setdefault(a, set()).add(b)
+        where.setdefault((a, b), f"{src}:{line} -> {dst}")
+    circles = []
+    for a in sorted(graph):
+        for b in sorted(graph[a]):
+            if a < b and a in graph.get(b, set()):
+                circles.append(f"{a} <-> {b}: {where[(a, b)]} and {where[(b, a)]}")
+    # longer circles: a package that reaches itself through others
+    for start in sorted(graph):
+        seen, stack = set(), [(n, [start, n]) for n in graph[start]]
+        while stack:
+            node, path = stack.pop()
+            if node == start and len(path) > 3:
+                circles.append(" -> ".join(path))
+                break
+            if node in seen:
+                continue
+            seen.add(node)
+            stack += [(n, path + [n]) for n in graph.get(node, ())]
+    return circles
+
+
+def test_no_import_goes_to_a_higher_floor():
+    bad = upward_imports()
+    assert not bad, "imports from a lower floor to a higher one:\n" + "\n".join(bad)
+
+
+def test_no_import_circle_between_packages():
+    circles = package_circles()
+    assert not circles, "import circles between packages:\n" + "\n".join(circles)
+
+
+def test_the_cli_never_imports_loadtests():
+    hits = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            hits += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names if n.split(".")[0] == "loadtests"]
+    assert not hits, f"the shipped package imports loadtests: {hits}"
+
+
+def test_exceptions_are_still_needed():
+    edges = {(src, dst) for src, dst, _ in _graph()}
+    stale = [pair for pair in EXCEPTIONS if pair not in edges]
+    assert not stale, f"remove these from EXCEPTIONS, nothing imports that way any more: {stale}"

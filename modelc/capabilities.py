@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from modelc.models.registry import ARCHITECTURES
+from modelc.tokenizer.reasoning import reasoning_syntax
+
 EMBEDDING_ARCHITECTURES = ("bert",)
 
 
 def capabilities(architecture: str, config: Mapping[str, Any] | None, chat_template: str | None) -> list[str]:
     """The capability names, in a fixed order: completion, chat, tools, thinking, embedding."""
-    from modelc.models.registry import ARCHITECTURES
-    from modelc.tokenizer.reasoning import reasoning_syntax
-
     cfg = config or {}
     out: list[str] = []
     generates = architecture in ARCHITECTURES

@@ -11,11 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modelc import store
 from modelc.artifact.format import MAGIC
 from modelc.artifact.hash_pool import HashJob, hash_pool
+from modelc.artifact.reader import open_artifact
 from modelc.artifact.structure import check_structure
+from modelc.artifact.transforms import plan
 from modelc.artifact.writer import write_artifact
 from modelc.errors import FormatError, UnsupportedError
+from modelc.formats.detect import read_model
 from modelc.ir import Model
 
 ARCHITECTURES = ("llama", "qwen2", "phi3", "gpt2", "bert", "mlp", "onnx")
@@ -92,8 +96,6 @@ def pack_model(
         if out is not None:
             result.path = Path(write_artifact(model, out, **kw))
         else:
-            from modelc import store
-
             store_name = store.check_name(name or _default_name(model, src))
             result.path = store.add(store_name, lambda tmp: write_artifact(model, tmp, **kw))
     result.name = model.name
@@ -124,8 +126,6 @@ def _prepared(
         model.chat_template = read_chat_template(Path(chat_template))
     result = PackResult(Path(), model.name or src.stem, num_params=model.num_params)
     if prune is not None or quantize is not None:
-        from modelc.artifact.transforms import plan
-
         model.tensors, stats = plan(
             model.tensors, prune=prune, quantize=quantize, quantize_embeddings=quantize_embeddings,
             quantize_output=quantize_output,
@@ -166,10 +166,7 @@ def load_source(src: Path, *, format: str | None = None, name: str | None = None
     if not src.exists():
         raise FormatError(f"no such file or folder: {src}")
     if (format in (None, "modelc")) and _is_artifact(src):
-        from modelc.artifact.reader import open_artifact
-
         return open_artifact(src)
-    from modelc.formats.detect import read_model
 
     return read_model(src, format=format, name=name)
 

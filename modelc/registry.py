@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from modelc import store
+from modelc.artifact.reader import read_header_only
 from modelc.errors import ChecksumError, ModelcError, NotFoundError
 
 INDEX = "index.json"
@@ -277,8 +278,6 @@ def _check(entry: RegistryModel, part: Path) -> None:
 
 
 def _install(entry: RegistryModel, part: Path) -> Path:
-    from modelc.artifact.reader import read_header_only
-
     try:
         read_header_only(part)
     except ModelcError:
@@ -343,8 +342,6 @@ def _join(base: str, rel: str) -> str:
 
 def add(folder: str | os.PathLike[str], artifact: str | os.PathLike[str], *, name: str | None = None) -> RegistryModel:
     """Copy an artifact into a registry folder as the next version of its name; rewrite index.json atomically."""
-    from modelc.artifact.reader import read_header_only
-
     root = Path(folder)
     src = store.resolve(artifact)
     art = read_header_only(src)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelc import tmpfiles
+from modelc.artifact.reader import read_header_only
 from modelc.errors import ModelcError, NotFoundError, StoreError
 
 SUFFIX = ".modelc"
@@ -226,7 +227,6 @@ def copy(src: str, dst: str) -> Path:
     source = resolve(src)
     if exists(dst):
         raise StoreError(f"model {dst} already exists in the store")
-    from modelc.artifact.reader import read_header_only
 
     read_header_only(source)  # refuse to copy something that is not an artifact
     dest = active_path(dst)
@@ -289,8 +289,6 @@ def list_models() -> list[StoreEntry]:
 
 
 def _entry(name: str, version: int, active: bool, p: Path) -> StoreEntry:
-    from modelc.artifact.reader import read_header_only
-
     st = p.stat()
     try:
         art = read_header_only(p)

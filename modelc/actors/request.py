@@ -23,6 +23,7 @@ from modelc.actors.messages import (
 from modelc.errors import EngineError
 from modelc.request import Finished, SamplingParams, TokenEvent
 from modelc.scheduler.output import Finish
+from modelc.tokenizer.incremental import IncrementalDecoder
 from modelc.tokenizer.stop import StopMatcher
 
 
@@ -34,8 +35,6 @@ class TextStream:
         self.stop = tuple(s for s in stop if s)
         self.decoder = None
         if tokenizer is not None:
-            from modelc.tokenizer.incremental import IncrementalDecoder
-
             self.decoder = IncrementalDecoder(tokenizer, prompt_ids[-8:])
         self.matcher = StopMatcher(self.stop)
         self.pending = ""  # decoded, not yet released: at most the longest stop string minus one char

@@ -33,19 +33,23 @@ from modelc.actors.messages import (
 )
 from modelc.actors.request import RequestActor
 from modelc.actors.supervisor import Supervisor
-from modelc.cache.budget import num_kv_blocks
+from modelc.artifact.reader import open_artifact
+from modelc.cache.budget import kv_bytes_per_block, num_kv_blocks
 from modelc.config import EngineConfig
+from modelc.engine.runner import Runner
+from modelc.engine.warm import ready_runner
 from modelc.errors import EngineError, InvalidRequestError, ModelcError
+from modelc.models.registry import ARCHITECTURES
 from modelc.request import Finished, SamplingParams, TokenEvent
+from modelc.store import resolve
+from modelc.tokenizer.chat_template import ChatTemplate
+from modelc.tokenizer.tokenizer import Tokenizer
 
 __all__ = ["AsyncEngine", "Finished", "TokenEvent"]
 
 
 def _load_source(source_or_path: Any) -> Any:
     if isinstance(source_or_path, str | os.PathLike):
-        from modelc.artifact.reader import open_artifact
-        from modelc.store import resolve
-
         return open_artifact(resolve(source_or_path))  # a .modelc path or a store name[:version]
     return source_or_path
 
@@ -54,7 +58,6 @@ def _tokenizer(source: Any) -> Any:
     text = getattr(source, "tokenizer_json", None)
     if not text:
         return None
-    from modelc.tokenizer.tokenizer import Tokenizer
 
     return Tokenizer.from_json(text, getattr(source, "special_tokens", None) or {})
 
@@ -63,7 +66,6 @@ def _chat_template(source: Any, tokenizer: Any) -> Any:
     text = getattr(source, "chat_template", None)
     if not text:
         return None
-    from modelc.tokenizer.chat_template import ChatTemplate
 
     st = getattr(source, "special_tokens", None) or {}
     return ChatTemplate(text, bos_token=st.get("bos_token") or "", eos_token=st.get("eos_token") or "")
@@ -87,7 +89,6 @@ def _effective_config(config: EngineConfig, source: Any, tokenizer: Any) -> Engi
     max_pos = (getattr(source, "config", None) or {}).get("max_position_embeddings")
     if sched.max_model_len is None and max_pos:
         sched = replace(sched, max_model_len=int(max_pos))
-    from modelc.models.registry import ARCHITECTURES
 
     if ARCHITECTURES.get(str(getattr(source, "architecture", ""))) != "llama":
         sched = replace(sched, context_shift_ok=False)  # learned positions: keys cannot move
@@ -286,9 +287,6 @@ def _check_draft(source: Any, draft: Any) -> None:
 
 
 def _default_runner_factory(source: Any, config: EngineConfig, draft: Any = None) -> Callable[[int], RunnerLike]:
-    from modelc.cache.budget import kv_bytes_per_block
-    from modelc.engine.runner import Runner
-
     model_config = getattr(source, "config", {}) or {}
     context = config.scheduler.max_model_len or int(model_config.get("max_position_embeddings") or 0)
     useful = config.scheduler.max_num_seqs * context if context else None
@@ -306,8 +304,6 @@ def _default_runner_factory(source: Any, config: EngineConfig, draft: Any = None
 
     def make(engine_id: int) -> RunnerLike:
         if config.warmup:  # in the engine's thread, before open() yields: the first request compiles nothing
-            from modelc.engine.warm import ready_runner
-
             return ready_runner(build)
         return build()
 

@@ -14,15 +14,20 @@ from typing import Any
 
 import numpy as np
 
+from modelc.artifact.reader import open_artifact
 from modelc.cache.kv_pages import BLOCK_SIZE
 from modelc.config import parse_kv_dtype
 from modelc.engine.embedder import Embedder, supports_embeddings
 from modelc.engine.infer import Inferencer, supports_infer
+from modelc.engine.perplexity import perplexity
 from modelc.engine.runner import Runner
 from modelc.errors import EngineError, InvalidRequestError, UnsupportedError
+from modelc.formats.detect import read_model
 from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, KVShift, SeqChunk
 from modelc.scheduler.context_shift import context_limit, plan_shift, resolve_keep, truncate_prompt
+from modelc.store import resolve
+from modelc.tokenizer import ChatTemplate, IncrementalDecoder, Tokenizer
 from modelc.tokenizer.stop import StopMatcher
 
 ARTIFACT_MAGIC = b"MODELC\0\0"
@@ -41,17 +46,11 @@ def open_source(path_or_name: str | os.PathLike[str]) -> Any:
     """A model source: a .modelc artifact, raw weights (GGUF, HF folder, safetensors...) or a store name."""
     p = pathlib.Path(os.fspath(path_or_name)).expanduser()
     if p.is_file() and _is_artifact(p):
-        from modelc.artifact.reader import open_artifact
-
         return open_artifact(p)
     if p.exists():
-        from modelc.formats.detect import read_model
-
         return read_model(p)
-    from modelc.store import resolve
 
     art = resolve(os.fspath(path_or_name))
-    from modelc.artifact.reader import open_artifact
 
     return open_artifact(art)
 
@@ -109,7 +108,6 @@ class Engine:
             text = getattr(self.source, "tokenizer_json", None)
             if not text:
                 raise UnsupportedError(f"model {self.name} has no tokenizer; pass token ids")
-            from modelc.tokenizer import Tokenizer
 
             self._tokenizer = Tokenizer.from_json(text, self.special_tokens)
         return self._tokenizer
@@ -117,8 +115,6 @@ class Engine:
     @property
     def chat_template(self):
         if self._template is None:
-            from modelc.tokenizer import ChatTemplate
-
             st = self.special_tokens
             bos, eos = st.get("bos_token") or "", st.get("eos_token") or ""
             src = getattr(self.source, "chat_template", None)
@@ -167,7 +163,6 @@ class Engine:
     def stream(self, prompt: str | Sequence[int], **sampling: Any) -> Iterator[str]:
         """Yield the completion as UTF-8-safe text pieces; stops on EOS, stop ids/strings, max_tokens."""
         self._require_generation()
-        from modelc.tokenizer import IncrementalDecoder
 
         params = self._params(sampling)
         ids = self._prompt_ids(prompt)
@@ -281,7 +276,6 @@ class Engine:
                    progress: Any = None) -> Any:  # fmt: skip
         """llama-perplexity's figure for `text` (or token ids): a modelc.engine.perplexity.PerplexityResult."""
         self._require_generation()
-        from modelc.engine.perplexity import perplexity
 
         limit = getattr(self.runner.model, "max_positions", None)
         if limit and ctx > limit:

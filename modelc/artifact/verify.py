@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from modelc.artifact.reader import check_zstd_budget, open_artifact, read_layout, stored_digest_ok
+from modelc.errors import ChecksumError
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,6 @@ def verify_artifact(path: str | os.PathLike[str], progress: Callable[[int, int],
 
 def require_intact(path: str | os.PathLike[str], progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     """verify_artifact, raising ChecksumError (naming the first bad tensor) on any mismatch."""
-    from modelc.errors import ChecksumError
-
     report = verify_artifact(path, progress)
     if not report.ok:
         more = f" (and {len(report.bad_tensors) - 1} more)" if len(report.bad_tensors) > 1 else ""

@@ -17,6 +17,7 @@ import numpy as np
 
 from modelc.config import KV_DTYPES
 from modelc.errors import InvalidRequestError
+from modelc.kernels.ref_kv_q8 import dequant_rows, quant_rows
 
 BLOCK_SIZE = 16  # Z: tokens per page; fixed by docs/architecture.md
 
@@ -187,7 +188,6 @@ class KVPages:
             rotate(x)
             k[pages] = x.astype(np.float16).view(np.uint16).reshape(len(pages), *k.shape[1:])
             return
-        from modelc.kernels.ref_kv_q8 import dequant_rows, quant_rows
 
         ks = self.ks[layer]
         x = np.ascontiguousarray(dequant_rows(k[pages], ks[pages]).reshape(-1, *k.shape[2:]))
@@ -210,8 +210,6 @@ class KVPages:
         k = self.k[layer][slots, p % BLOCK_SIZE]
         v = self.v[layer][slots, p % BLOCK_SIZE]
         if self.ks is not None:
-            from modelc.kernels.ref_kv_q8 import dequant_rows
-
             ks = self.ks[layer][slots, p % BLOCK_SIZE]
             vs = self.vs[layer][slots, p % BLOCK_SIZE]
             return dequant_rows(k, ks), dequant_rows(v, vs)

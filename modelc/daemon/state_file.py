@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelc.store import home
+
 FILE_NAME = "daemon.json"
 FILE_MODE = 0o600
 
@@ -34,8 +36,6 @@ def new_token() -> str:
 
 
 def state_path() -> Path:
-    from modelc.store import home
-
     return home() / FILE_NAME
 
 

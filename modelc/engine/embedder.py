@@ -17,6 +17,7 @@ import numpy as np
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.kernels.select import KernelSet
 from modelc.models.bert import BertModel
+from modelc.pack import load_source
 
 ENCODER_ARCHITECTURES = ("bert",)
 
@@ -30,8 +31,6 @@ def open_source(source: Any) -> Any:
     """A model source from a path (a .modelc artifact or any readable format), or `source` itself."""
     if isinstance(source, str | os.PathLike):
         import pathlib
-
-        from modelc.pack import load_source
 
         return load_source(pathlib.Path(source))
     return source

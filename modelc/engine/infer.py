@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from modelc.engine.embedder import open_source
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.models.mlp import MlpModel
 from modelc.onnx import OnnxProgram
@@ -35,8 +36,6 @@ class Inferencer:
     """`Inferencer(source).infer(payload) -> dict`; also `run_batch(list of examples) -> list of arrays`."""
 
     def __init__(self, source: Any) -> None:
-        from modelc.engine.embedder import open_source
-
         source = open_source(source)
         arch = str(getattr(source, "architecture", ""))
         self.name = getattr(source, "name", arch)

@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import FormatError, InvalidRequestError
+from modelc.formats.safetensors import read_tensors
 from modelc.ir import TensorData
+from modelc.kernels.ref_linear import dequantize
 
 # base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight (and .default. variants, and GGUF-style blk.N.attn_q)
 _KEY = re.compile(
@@ -51,8 +53,6 @@ class LoraAdapter:
 
 def _as_f32(v: Any) -> np.ndarray:
     if isinstance(v, TensorData):
-        from modelc.kernels.ref_linear import dequantize
-
         return dequantize(v).reshape(v.shape).astype(np.float32)
     return np.ascontiguousarray(np.asarray(v, dtype=np.float32))
 
@@ -61,7 +61,6 @@ def _read(path_or_tensors: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(tensors by name, adapter_config dict) from a PEFT folder, one .safetensors file, or a mapping."""
     if isinstance(path_or_tensors, Mapping):
         return dict(path_or_tensors), {}
-    from modelc.formats.safetensors import read_tensors
 
     p = pathlib.Path(path_or_tensors)
     config: dict[str, Any] = {}

@@ -18,7 +18,9 @@ from modelc.engine.lora import LoraAdapter, load_lora
 from modelc.engine.sampler import SeqSamplerState, sample
 from modelc.engine.spec_verify import verify
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, UnsupportedError
+from modelc.kernels.gemm_weight import Weight
 from modelc.kernels.select import KernelSet
+from modelc.kernels.threads import set_compute_threads
 from modelc.models.batch import LoraRows, make_batch
 from modelc.models.registry import build_model
 from modelc.request import SamplingParams
@@ -78,8 +80,6 @@ class Runner:
     def _set_threads(self) -> None:
         """Apply the thread budget to numba (per calling thread) and to BLAS (process-wide)."""
         if self.threads:
-            from modelc.kernels.threads import set_compute_threads
-
             set_compute_threads(self.threads)
 
     # -- the step ----------------------------------------------------------------------------------
@@ -371,8 +371,6 @@ class Runner:
 
 def _one_weight_per_type(model: Any) -> list[Any]:
     """One matmul Weight of each (dtype, scaled or not) found in the model's attributes and layers."""
-    from modelc.kernels.gemm_weight import Weight
-
     found: dict[tuple[Any, bool], Any] = {}
 
     def visit(obj: Any, depth: int) -> None:

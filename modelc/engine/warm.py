@@ -31,6 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from modelc.artifact.reader import open_artifact
+from modelc.engine.runner import Runner
+
 HELPER_TIMEOUT_S = 900.0
 COLD_START_ENV = "MODELC_COLD_START"  # "serve" (default): reference kernels while numba compiles; "wait"
 
@@ -215,9 +218,6 @@ def _start_helper(runner: Any) -> subprocess.Popen | None:
 
 def _helper_main(argv: list[str]) -> int:
     """The helper: load the artifact and compile the 2-sequence forward and the prefill kernels."""
-    from modelc.artifact.reader import open_artifact
-    from modelc.engine.runner import Runner
-
     path, offset, length, kv_dtype = argv
     _exit_with_parent()
     art = open_artifact(path, offset=int(offset), length=int(length) or None)

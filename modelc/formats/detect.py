@@ -11,6 +11,10 @@ import pathlib
 import struct
 
 from modelc.errors import FormatError, UnsupportedError
+from modelc.formats.gguf import read_gguf
+from modelc.formats.hf import read_folder_metadata, read_hf
+from modelc.formats.pytorch import read_pytorch
+from modelc.formats.safetensors import read_safetensors
 from modelc.ir import Model
 
 FORMATS = ("safetensors", "hf", "gguf", "onnx", "pytorch", "modelc")
@@ -79,18 +83,12 @@ def read_model(path: str | os.PathLike[str], format: str | None = None, name: st
     p = pathlib.Path(path)
     fmt = detect_format(p, format)
     if fmt == "gguf":
-        from modelc.formats.gguf import read_gguf
-
         return read_gguf(p, name)
     if fmt == "hf":
-        from modelc.formats.hf import read_hf
-
         return read_hf(p, name)
     if fmt == "safetensors":
         return _with_folder_metadata(_read_safetensors(p, name), p)
     if fmt == "pytorch":
-        from modelc.formats.pytorch import read_pytorch
-
         return _with_folder_metadata(read_pytorch(p, name), p)
     if fmt == "onnx":
         from modelc.formats.onnx import read_onnx
@@ -105,8 +103,6 @@ def read_model(path: str | os.PathLike[str], format: str | None = None, name: st
 
 
 def _read_safetensors(p: pathlib.Path, name: str | None) -> Model:
-    from modelc.formats.safetensors import read_safetensors
-
     return read_safetensors(p, name)
 
 
@@ -115,7 +111,6 @@ def _with_folder_metadata(model: Model, p: pathlib.Path) -> Model:
     folder = p.parent
     if not (folder / "config.json").is_file():
         return model
-    from modelc.formats.hf import read_folder_metadata
 
     meta = read_folder_metadata(folder)
     model.architecture = meta["architecture"]

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import UnsupportedError
+from modelc.formats import export_gguf_hf as hf
+from modelc.formats.export_gguf_tokenizer import tokenizer_arrays
 from modelc.formats.export_safetensors import ExportError, atomic_file, dequantized
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
 
@@ -32,8 +34,6 @@ def export_gguf(
 ) -> str:
     """Write `source` to `path` as GGUF (tensors in sorted name order); returns the path."""
     import gguf
-
-    from modelc.formats import export_gguf_hf as hf
 
     path = os.fspath(path)
     metadata = dict(source.metadata or {})
@@ -104,8 +104,6 @@ def _modelc_kvs(source: Any) -> dict[str, str]:
 
 def _add_tokenizer(w: Any, gguf: Any, source: Any) -> None:
     """tokenizer.ggml.tokens/token_type/merges|scores rebuilt from tokenizer.json (GGUF-born models)."""
-    from modelc.formats.export_gguf_tokenizer import tokenizer_arrays
-
     meta = source.metadata or {}
     if not source.tokenizer_json or "tokenizer.ggml.tokens" in meta:
         return

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import UnsupportedError
-from modelc.formats.export_gguf_hparams import GGUF_ARCH
+from modelc.formats.export_gguf_hparams import GGUF_ARCH, hparams
+from modelc.formats.export_gguf_vocab import vocab_metadata
+from modelc.formats.export_safetensors import dequantized
 from modelc.ir import DataType
 
 _SKIP_SUFFIXES = ("rotary_emb.inv_freq", ".attn.bias", ".attn.masked_bias")
@@ -35,9 +37,6 @@ def convertible(source: Any) -> bool:
 
 def convert(source: Any, tensors: dict[str, tuple[np.ndarray, Any]]) -> tuple[dict, dict] | None:
     """({gguf name: (array, raw type)}, {metadata key: value}) for an HF-named model; None when not convertible."""
-    from modelc.formats.export_gguf_hparams import hparams
-    from modelc.formats.export_gguf_vocab import vocab_metadata
-
     renamed = rename_and_permute(source, tensors)
     if renamed is None:
         return None
@@ -113,8 +112,6 @@ def _transposed(t: Any, arr: np.ndarray, raw: Any) -> tuple[np.ndarray, Any]:
         halves = np.ascontiguousarray(arr.view(np.uint16).reshape(t.shape).T)  # (out, in) bf16 bits
         return halves.view(np.uint8).reshape(t.shape[1], 2 * t.shape[0]), raw
     if raw is not None:
-        from modelc.formats.export_safetensors import dequantized
-
         arr = dequantized(t, None)  # (in, out) f32
     return np.ascontiguousarray(arr.T), None  # (out, in)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from modelc.artifact.writer import default_file_mode
 from modelc.errors import ModelcError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
 
@@ -117,7 +118,6 @@ class atomic_file:
             fd, self.tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(self.path)}.", suffix=".tmp")
         except OSError as e:
             raise ExportError(f"cannot write {self.path}: {e.strerror or e}") from None
-        from modelc.artifact.writer import default_file_mode
 
         os.fchmod(fd, default_file_mode())
         self.f = os.fdopen(fd, "wb")

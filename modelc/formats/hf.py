@@ -17,6 +17,7 @@ from modelc.formats import pytorch, safetensors
 from modelc.formats.hf_config import normalize_config
 from modelc.formats.hf_tokenizer import tokenizer_json_for_folder
 from modelc.ir import Model, TensorData
+from modelc.tokenizer.reasoning import HARMONY, reasoning_syntax
 
 
 def _json(path: pathlib.Path) -> Any:
@@ -110,8 +111,6 @@ def _ints(v: Any) -> list[int]:
 def keep_special_text(template: str | None) -> dict[str, bool]:
     """{"keep_special_text": True} for harmony (gpt-oss), whose channel markers are special tokens that the
     generated text must keep so the reasoning can be split from the answer; else {}."""
-    from modelc.tokenizer.reasoning import HARMONY, reasoning_syntax
-
     return {"keep_special_text": True} if template and reasoning_syntax(template) is HARMONY else {}
 
 

@@ -19,6 +19,7 @@ from modelc.errors import FormatError, InvalidRequestError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, TensorData
 from modelc.kernels import encoder, ref_encoder
 from modelc.kernels.select import KernelSet, kernel_set
+from modelc.models.bounds import check_counts
 from modelc.models.mlp import Linear
 
 PREFIXES = ("", "bert.", "roberta.", "xlm_roberta.", "model.", "encoder_model.")
@@ -169,8 +170,6 @@ class BertModel:
     """Encoder forward over padded batches: `encode(ids (S, T), mask (S, T)) -> (S, T, C)`, `embed(...) -> (S, C)`."""
 
     def __init__(self, source: Any, kernels: KernelSet | None = None) -> None:
-        from modelc.models.bounds import check_counts
-
         check_counts(source)  # config counts against the tensors present, before anything is allocated
         self.ks = kernels or kernel_set()
         self._gelu_erf = ref_encoder.gelu_erf if self.ks.name == "ref" else encoder.gelu_erf

@@ -6,6 +6,7 @@ from typing import Any
 
 from modelc.errors import UnsupportedError
 from modelc.kernels.select import KernelSet, kernel_set
+from modelc.models.bounds import check_counts
 
 ARCHITECTURES = {
     "llama": "llama", "mistral": "llama", "qwen2": "llama", "phi3": "llama", "qwen3": "llama", "olmo2": "llama",
@@ -20,7 +21,6 @@ def build_model(source: Any, kernels: KernelSet | None = None):
     family = ARCHITECTURES.get(arch)
     if family is None:
         raise UnsupportedError(f"architecture {arch!r} cannot generate text (supported: {', '.join(ARCHITECTURES)})")
-    from modelc.models.bounds import check_counts
 
     check_counts(source)  # config counts against the tensors present, before anything is allocated from them
     ks = kernels or kernel_set()

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 
+from modelc.artifact.reader import open_artifact
 from modelc.cache.block_pool import prefix_hashes
 from modelc.config import EngineConfig, ReplicaConfig
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, OverloadedError
@@ -61,8 +62,6 @@ class ReplicaEngine:
     @classmethod
     @asynccontextmanager
     async def open(cls, path: str | os.PathLike[str], config: EngineConfig) -> AsyncIterator[ReplicaEngine]:
-        from modelc.artifact.reader import open_artifact
-
         rc: ReplicaConfig = config.replicas
         if rc is None:
             raise InvalidRequestError("ReplicaEngine needs engine_config.replicas", param="replicas")

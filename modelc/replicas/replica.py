@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from modelc import registry
 from modelc.errors import ChecksumError, ModelcError, NotFoundError
 
 LOAD_KEYS = ("running", "waiting", "kv_blocks_used", "kv_blocks_total")
@@ -44,8 +45,6 @@ def fetch_model(ref: ModelRef) -> Path:
     if ref.path and Path(ref.path).is_file():
         path = Path(ref.path)
     elif ref.registry_spec:
-        from modelc import registry
-
         path = registry.pull(ref.registry_spec, loc=ref.registry)
     else:
         raise NotFoundError("the model is not on this node and no registry entry was given to pull it")

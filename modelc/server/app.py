@@ -16,6 +16,8 @@ from modelc.server import (
     guard,
     infill_routes,
     native_routes,
+    ollama_chat,
+    ollama_routes,
     openai_chat,
     openai_completions,
     openai_routes,
@@ -63,7 +65,6 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         webui.bp,
     ):
         app.register_blueprint(bp)
-    from modelc.server import ollama_chat, ollama_routes  # the Ollama-shaped API (modelc/daemon/)
 
     app.register_blueprint(ollama_routes.bp)
     app.register_blueprint(ollama_chat.bp)

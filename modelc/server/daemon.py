@@ -23,9 +23,15 @@ import anyio
 from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
+from modelc import store
+from modelc.api.async_engine import AsyncEngine
+from modelc.artifact.reader import open_artifact
+from modelc.config import EngineConfig
 from modelc.errors import ModelcError, UnsupportedError
+from modelc.replicas.engine import ReplicaEngine
 from modelc.server import hypercorn_close
 from modelc.server.app import create_app
+from modelc.server.engines import adapter_for
 from modelc.server.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
 from modelc.server.guard import check_bind
@@ -71,10 +77,7 @@ async def open_engine(source: Any, engine_config: Any = None):
         return
     path = source if isinstance(source, str | Path) else None
     if path is not None:
-        from modelc.artifact.reader import open_artifact
-
         source = open_artifact(path)
-    from modelc.server.engines import adapter_for
 
     adapter = adapter_for(source)
     if adapter is not None:
@@ -85,16 +88,12 @@ async def open_engine(source: Any, engine_config: Any = None):
     if engine_config is not None and engine_config.replicas is not None:
         if path is None:
             raise UnsupportedError("Ray replicas load the model from its .modelc file; pass a path or store name")
-        from modelc.replicas.engine import ReplicaEngine
 
         async with ReplicaEngine.open(path, engine_config) as engine:
             yield engine
         return
-    from modelc.api.async_engine import AsyncEngine
 
     if engine_config is None:
-        from modelc.config import EngineConfig
-
         engine_config = EngineConfig()
     async with AsyncEngine.open(source, engine_config) as engine:
         yield engine
@@ -207,8 +206,6 @@ async def serve(
 def resolve_source(artifact: str) -> Any:
     """ARTIFACT of `modelc run`: a .modelc path or store name -> its path; raw weights (file or HF folder)
     -> an IR Model read in memory."""
-    from modelc import store
-
     p = Path(artifact).expanduser()
     if p.is_dir():
         return _read_weights(p)

@@ -37,6 +37,7 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
+from modelc.server.manager.lookup import hidden_path, resolve_adapter
 from modelc.server.prompt import check_chat_size, encode_chat, encode_prompt, render_chat
 from modelc.server.schema import (
     check_token_ids,
@@ -51,6 +52,7 @@ from modelc.server.schema import (
 from modelc.server.sse import sse_event
 from modelc.server.state import ServerState
 from modelc.server.streaming import events_from, guarded, open_streams, sse_response
+from modelc.version import git_sha
 
 bp = Blueprint("native", __name__)
 
@@ -153,8 +155,6 @@ async def system() -> Any:
 
 @bp.get("/api/version")
 async def api_version() -> Any:
-    from modelc.version import git_sha
-
     return {"version": __version__, "git_sha": git_sha()}
 
 
@@ -366,7 +366,6 @@ async def lora_load() -> Any:
         raise InvalidRequestError("'path' (a LoRA adapter .safetensors file) is required", param="path")
     alpha = get_float(body, "alpha", 1.0)
     name = get_str(body, "name") or os.path.splitext(os.path.basename(path.rstrip("/")))[0]
-    from modelc.server.manager.lookup import hidden_path, resolve_adapter
 
     shown, path = path, str(resolve_adapter(path, state.config.adapters_dir))  # only inside --adapters-dir
     global_ = body.get("global", True)

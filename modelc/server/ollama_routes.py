@@ -18,14 +18,19 @@ from typing import Any
 import anyio
 from quart import Blueprint, Response
 
+from modelc import registry, store
+from modelc.artifact.reader import read_header_only
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server import ollama_shapes as shapes
 from modelc.server.guard import ForbiddenError, control_route
 from modelc.server.handling import check_model, current_engine, get_state, managed_engine, read_json
 from modelc.server.manager.load_options import engine_config_for
+from modelc.server.manager.loaded import model_bytes, model_source
 from modelc.server.manager.lookup import hidden_path, resolve_adapter, resolve_model
 from modelc.server.manager.models import parse_keep_alive
+from modelc.server.openai_routes import engine_capabilities
 from modelc.server.state import ServerState
+from modelc.store import dtype_summary
 
 bp = Blueprint("ollama", __name__)
 NDJSON = "application/x-ndjson"
@@ -63,7 +68,6 @@ def _default_row(state: ServerState) -> dict[str, Any] | None:
     engine = state.engine
     if engine is None:
         return None
-    from modelc.server.manager.loaded import model_bytes, model_source
 
     src = model_source(engine)
     path = entry.path if entry is not None else None
@@ -82,8 +86,6 @@ def _default_row(state: ServerState) -> dict[str, Any] | None:
 def _dtypes(src: Any) -> str:
     entries = getattr(src, "entries", None)
     if entries:
-        from modelc.store import dtype_summary
-
         return dtype_summary(entries.values())
     return "-"
 
@@ -91,8 +93,6 @@ def _dtypes(src: Any) -> str:
 @bp.get("/api/tags")
 async def tags() -> Any:
     """Every active model in the store (+ the default model when it is not one)."""
-    from modelc import store
-
     state = get_state()
     rows = []
     paths = set()
@@ -145,8 +145,6 @@ async def ps() -> Any:
 
 
 def _num_params(engine: Any) -> int:
-    from modelc.server.manager.loaded import model_source
-
     src = model_source(engine)
     n = getattr(src, "num_params", None)
     if n is not None:
@@ -155,8 +153,6 @@ def _num_params(engine: Any) -> int:
 
 
 def _engine_dtypes(entry: Any) -> str:
-    from modelc.server.manager.loaded import model_source
-
     return _dtypes(model_source(entry.engine))
 
 
@@ -177,7 +173,6 @@ def _ps_row_plain(state: ServerState) -> dict[str, Any]:
 async def show() -> Any:
     state = get_state()
     name = model_name(await read_json())
-    from modelc.artifact.reader import read_header_only
 
     path = _path_of(state, name)
     if path is None:  # the default model served from memory
@@ -185,7 +180,6 @@ async def show() -> Any:
         src = getattr(engine, "source", None)
         arch, cfg, n = engine.architecture, dict(getattr(src, "config", None) or {}), _num_params(engine)
         template = getattr(src, "chat_template", None)
-        from modelc.server.openai_routes import engine_capabilities
 
         caps = engine_capabilities(engine)
         det, modified = shapes.details(arch, n, "-"), state.started_at
@@ -222,8 +216,6 @@ def _path_of(state: ServerState, name: str) -> Path | None:
 @control_route
 async def pull() -> Any:
     """Download from the registry ($MODELC_REGISTRY or `registry` in the body) with NDJSON progress."""
-    from modelc import registry
-
     body = await read_json()
     name = model_name(body)
     loc = registry.location(_pull_registry(get_state(), body.get("registry")))
@@ -249,8 +241,6 @@ def _pull_registry(state: ServerState, asked: Any) -> str | None:
 
 
 async def _pull_events(spec: str, loc: str, entry: Any) -> AsyncIterator[bytes]:
-    from modelc import registry
-
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
     last = [0.0]
@@ -290,8 +280,6 @@ async def _pull_events(spec: str, loc: str, entry: Any) -> AsyncIterator[bytes]:
 @bp.delete("/api/delete")
 @control_route
 async def delete() -> Any:
-    from modelc import store
-
     state = get_state()
     name = model_name(await read_json()).removesuffix(":latest")
     if state.models is not None and state.models.find(name) is not None:
@@ -303,8 +291,6 @@ async def delete() -> Any:
 @bp.post("/api/copy")
 @control_route
 async def copy() -> Any:
-    from modelc import store
-
     body = await read_json()
     src, dst = body.get("source"), body.get("destination")
     if not isinstance(src, str) or not src or not isinstance(dst, str) or not dst:

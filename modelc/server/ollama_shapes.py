@@ -12,6 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from modelc.artifact.reader import read_header_only
+from modelc.capabilities import capabilities as caps
 from modelc.errors import InvalidRequestError, ModelcError
 from modelc.request import Constraint
 from modelc.server.schema import parse_sampling
@@ -137,8 +139,6 @@ def digest(path: Path) -> str:
 
 @lru_cache(maxsize=256)
 def _digest(path: str, mtime_ns: int, size: int) -> str:
-    from modelc.artifact.reader import read_header_only
-
     art = read_header_only(path)
     return hashlib.sha256(json.dumps(art.header, sort_keys=True).encode()).hexdigest()
 
@@ -164,6 +164,4 @@ def model_info(architecture: str, config: dict[str, Any], num_params: int) -> di
 
 def capabilities(architecture: str, config: dict | None = None, chat_template: str | None = None) -> list[str]:
     """modelc.capabilities' names (completion, chat, tools, thinking, embedding)."""
-    from modelc.capabilities import capabilities as caps
-
     return caps(architecture, config, chat_template)

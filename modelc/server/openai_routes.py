@@ -8,9 +8,13 @@ from typing import Any
 import anyio
 from quart import Blueprint
 
+from modelc import store
+from modelc.artifact.reader import read_header_only
+from modelc.capabilities import source_capabilities
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
 from modelc.server.handling import check_model, current_engine, engine_for, get_state, json_off_loop, read_json
+from modelc.server.manager.loaded import engine_adapters
 from modelc.server.schema import get_bool, get_int, get_str, parse_prompts
 
 bp = Blueprint("openai", __name__)
@@ -36,10 +40,6 @@ def engine_capabilities(engine: Any) -> list[str]:
 
 def _stored_capabilities(names: list[str]) -> dict[str, list[str]]:
     """Capabilities of stored models from their headers only (run in a worker thread)."""
-    from modelc import store
-    from modelc.artifact.reader import read_header_only
-    from modelc.capabilities import source_capabilities
-
     out: dict[str, list[str]] = {}
     for n in names:
         try:
@@ -79,8 +79,6 @@ def model_known(state: Any, engine: Any, model_id: str) -> bool:
     elif "/" in base or "\\" in base or base.endswith(".modelc") or len(base.encode()) > 255:
         return False
     else:
-        from modelc import store
-
         try:
             store.lookup(base)  # NAME:VERSION, inside the store only (never a file in the working directory)
             found = True
@@ -88,7 +86,6 @@ def model_known(state: Any, engine: Any, model_id: str) -> bool:
             found = False
     if found and adapter is not None:
         entry = state.models.find(base)
-        from modelc.server.manager.loaded import engine_adapters
 
         found = entry is not None and (adapter in entry.adapters or adapter in engine_adapters(entry.engine))
     return found

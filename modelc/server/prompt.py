@@ -10,7 +10,9 @@ from typing import Any
 
 from modelc.errors import InvalidRequestError, ModelcError
 from modelc.server.context import char_budget, check_ids, encode_bounded, too_long
+from modelc.server.fim import find_fim_tokens, infill_ids
 from modelc.server.schema import bad, check_token_ids
+from modelc.tokenizer.reasoning import reasoning_syntax
 
 
 def template_takes_tools(template: Any) -> bool:
@@ -76,8 +78,6 @@ def render_chat(
 
 def model_reasoning_syntax(engine: Any) -> Any:
     """The reasoning syntax (modelc.tokenizer.reasoning) the model's chat template or vocabulary shows, or None."""
-    from modelc.tokenizer.reasoning import reasoning_syntax
-
     template = getattr(engine, "chat_template", None)
     tok = getattr(engine, "tokenizer", None)
     to_id = getattr(tok, "token_to_id", None)
@@ -112,8 +112,6 @@ def encode_prompt(
 def fim_prompt_ids(tokenizer: Any, prompt: str, suffix: str, limit: int | None = None) -> list[int]:
     """`prefix + suffix -> middle` for models whose vocabulary has FIM tokens (modelc.server.fim); else a clear 400.
     Within `limit` tokens (the context length) or a 400."""
-    from modelc.server.fim import find_fim_tokens, infill_ids
-
     fim = find_fim_tokens(tokenizer)
     if fim is None:
         raise bad("suffix", "is not supported by this model (its vocabulary has no fill-in-the-middle tokens)")

@@ -15,6 +15,7 @@ from typing import Any
 
 from quart import Blueprint, Response, request
 
+from modelc.errors import NotFoundError
 from modelc.server import openapi_surfaces
 from modelc.server.guard import public_route
 from modelc.server.handling import get_state
@@ -83,8 +84,6 @@ async def root() -> Any:
 @public_route
 async def asset(name: str) -> Any:
     """One of the page's static files."""
-    from modelc.errors import NotFoundError
-
     if not get_state().config.webui or name not in FILES:
         raise NotFoundError("no such file")
     return _file(name)

@@ -23,6 +23,9 @@ import threading
 import time
 from typing import Any
 
+import modelc
+from modelc.errors import ModelcError
+
 TIMEOUT_S = 5.0  # real templates render in milliseconds
 STARTUP_TIMEOUT_S = 30.0
 RETRY_AFTER_S = 60.0  # after a failed start, render in process this long before trying again
@@ -92,7 +95,6 @@ class RenderWorker:
                 raise WorkerUnavailable("no Python interpreter to start the worker with")
             if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_AFTER_S:
                 raise WorkerUnavailable("the chat template worker process did not start")
-            import modelc
 
             # the child must import this very modelc (a compiled app puts it on sys.path at run time)
             root = os.path.dirname(os.path.dirname(os.path.abspath(modelc.__file__)))
@@ -163,7 +165,6 @@ def _serve() -> None:
 
     import minijinja
 
-    from modelc.errors import ModelcError
     from modelc.tokenizer import chat_template
     from modelc.tokenizer.chat_template import _environment
 

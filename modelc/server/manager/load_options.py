@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from modelc.config import EngineConfig, ReplicaConfig
+from modelc.config import EngineConfig, ReplicaConfig, parse_kv_dtype
 from modelc.errors import InvalidRequestError
 
 SCALE_OUT_KEYS = ("ray", "replicas", "cpus_per_replica", "routing")
@@ -35,8 +35,6 @@ def engine_config_for(base: EngineConfig | None, body: dict[str, Any]) -> Engine
 
 
 def _kv_dtype(value: Any) -> str | None:
-    from modelc.config import parse_kv_dtype
-
     if value is None:
         return None
     if not isinstance(value, str):

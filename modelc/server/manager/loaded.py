@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from modelc.cache.budget import kv_bytes_per_block
 from modelc.errors import InvalidRequestError, ModelcError
 
 GRACE_S = 2.0  # a model handed to a request counts as busy this long, before its first generate() starts
@@ -204,7 +205,6 @@ def kv_bytes(engine: Any, num_blocks: int) -> int:
     """Bytes of the engine's KV pages: blocks x bytes per block (all layers, K and V)."""
     if num_blocks <= 0:
         return 0
-    from modelc.cache.budget import kv_bytes_per_block
 
     src = model_source(engine)
     cfg = getattr(src, "config", None)

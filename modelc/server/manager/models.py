@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from modelc import store
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, OverloadedError
 from modelc.server.manager.loaded import (
     GRACE_S,
@@ -31,6 +32,7 @@ from modelc.server.manager.loaded import (
     model_bytes,
     parse_keep_alive,
 )
+from modelc.server.manager.lookup import resolve_model
 
 __all__ = ["LoadedModel", "ManagerUnavailableError", "ModelManager", "ModelView", "parse_keep_alive"]
 
@@ -164,8 +166,6 @@ class ModelManager:
 
     def _key(self, name: str) -> str:
         """The real path of the artifact `name` names: a store name or a file under --models-dir only."""
-        from modelc.server.manager.lookup import resolve_model
-
         return str(resolve_model(name, self.models_dirs).resolve())
 
     async def load(self, name: str, keep_alive_s: float | None = None, engine_config: Any = None) -> LoadedModel:
@@ -306,8 +306,6 @@ class ModelManager:
 
     def available(self) -> list[str]:
         """Names requests may use: the default model's, the loaded ones', every active store model's."""
-        from modelc import store
-
         names = [e.name for e in self.loaded()]
         names += [e.name for e in store.list_models() if e.active and e.name not in names]
         return names

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from loadtests.server_thread import ServerThread
 from loadtests.serve_bench import main
+from loadtests.server_thread import ServerThread
 from modelc.errors import ModelcError
 
 

@@ -118,6 +118,7 @@ def _prepared(
             raise UnsupportedError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
         model.architecture = arch
     elif not model.architecture:
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.models.mlp import looks_like_mlp
 
         if looks_like_mlp(model.tensors):

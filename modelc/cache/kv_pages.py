@@ -58,6 +58,7 @@ class KVPages:
             self.k = np.zeros(shape, _STORE[kv_dtype])
             self.v = np.zeros(shape, _STORE[kv_dtype])
             return
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.kernels.kv_q8 import quant_block
 
         nb = head_dim // quant_block(head_dim)
@@ -93,6 +94,7 @@ class KVPages:
         rows = 2 * num_layers * BLOCK_SIZE * num_kv_heads
         if kv_dtype in _STORE:
             return rows * head_dim * _STORE[kv_dtype].itemsize
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.kernels.kv_q8 import quant_block
 
         q8 = rows * (head_dim + 2 * (head_dim // quant_block(head_dim)))
@@ -102,6 +104,7 @@ class KVPages:
         """Layer i's (K pages, V pages): (P, Z, K, D) arrays, or kv_q8.QPages for q8_0 / mixed."""
         if self.ks is None:
             return self.k[i], self.v[i]
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.kernels.kv_q8 import QPages
 
         return (QPages(self.k[i], self.ks[i], self.hot_of, self.kh[i], self.window),

@@ -1,6 +1,8 @@
 """The `modelc` command: builds the typer app from one module per area and maps errors to one line.
 
-No command logic here: each area module exposes `register(app)`.
+No command logic here: each area module exposes `register(app)`. The area modules (and build/) import
+what a command needs inside the command function: every area is imported to build the app, so this keeps
+`modelc --help` and `modelc --version` from loading numpy, numba, quart or the model stack.
 """
 
 from __future__ import annotations

@@ -72,6 +72,7 @@ def _no_progress(description: str) -> AbstractContextManager[None]:
 
 def pack_weights(src: Path, progress_bar: ProgressBar | None = None) -> tuple[Path, str]:
     """Pack raw weights (a file or an HF folder) into the store under their default name."""
+    # lazy: the tokenizer/template stack loads only when this path runs
     from modelc import store
     from modelc.pack import pack
 
@@ -95,6 +96,7 @@ def live_daemon() -> DaemonInfo | None:
     info = read_state()
     if info is None or not pid_alive(info.pid):
         return None
+    # lazy: httpx loads only when talking to a running daemon
     from modelc.daemon.client import DaemonClient
 
     with DaemonClient(info.url, timeout_s=2.0) as c:
@@ -167,6 +169,7 @@ def argv_from_context(ctx: Any, drop: tuple[str, ...] = ("detach", "api_key")) -
 def detach(args: list[str], *, api_key: str | None = None, timeout_s: float = 300.0) -> DaemonInfo:
     """Start `modelc run ARGS` in a new session (output to $MODELC_HOME/daemon.log) and wait until it
     answers /health; returns its record. The API key travels in the environment, not on argv."""
+    # lazy: httpx loads only when talking to a running daemon
     from modelc import store
     from modelc.daemon.client import DaemonClient
 

@@ -119,12 +119,14 @@ class Runner:
     def _matcher(self, params: SamplingParams) -> Any:
         if params.constraint is None:
             return None
+        # lazy: llguidance loads only for a constrained request
         from modelc.engine.constraint import compile_constraint
 
         if self._tokenizer is None:
             text = getattr(self.source, "tokenizer_json", None)
             if not text:
                 raise UnsupportedError("structured output needs the model's tokenizer, and this model has none")
+            # lazy: the tokenizer/template stack loads only when this path runs
             from modelc.tokenizer import Tokenizer
 
             self._tokenizer = Tokenizer.from_json(text, dict(getattr(self.source, "special_tokens", None) or {}))
@@ -320,6 +322,7 @@ class Runner:
         return time.perf_counter() - t0
 
     def _warm_prefill_kernels(self) -> None:
+        # lazy: engine/warm.py imports this module; numba kernels load (and compile) only when this path runs
         from modelc.engine.warm import warm_matmuls
         from modelc.kernels import attention
         from modelc.kernels.attention_blas import attention_one_seq_blas
@@ -335,6 +338,7 @@ class Runner:
         q2 = q[:2]
         args = (table[None, :1], np.array([0, 2], np.int32), np.zeros(1, np.int32), 1.0, 0)
         if isinstance(kp, tuple):  # kv_q8.QPages
+            # lazy: numba kernels load (and compile) only when this path runs
             from modelc.kernels.attention_q8 import paged_attention_q8_parallel
 
             paged_attention_q8_parallel(np.empty_like(q2), q2, kp.data, kp.scales, vp.data, vp.scales, kp.hot_of,

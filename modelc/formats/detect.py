@@ -91,6 +91,7 @@ def read_model(path: str | os.PathLike[str], format: str | None = None, name: st
     if fmt == "pytorch":
         return _with_folder_metadata(read_pytorch(p, name), p)
     if fmt == "onnx":
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.formats.onnx import read_onnx
 
         model = read_onnx(p)

@@ -97,6 +97,7 @@ def _check_size(n_tokens: int, n_vocab: int) -> None:
 
 def _special_ids(source: Any, n_tokens: int) -> dict[str, Any]:
     """bos/eos/pad ids and add_bos/add_eos as modelc's tokenizer applies them (llama.cpp's defaults differ by pre)."""
+    # lazy: the tokenizer/template stack loads only when this path runs
     from modelc.tokenizer import Tokenizer
 
     sp = source.special_tokens or {}

@@ -83,6 +83,7 @@ def plain_tensors(source: Any, *, dequantize: bool) -> dict[str, TensorData]:
 
 def dequantized(t: TensorData, scale: TensorData | None) -> np.ndarray:
     """(shape) float32 values of a quantized tensor (rows dequantized by the kernels' API)."""
+    # lazy: numba kernels load (and compile) only when this path runs
     from modelc.kernels.linear import dequantize
 
     return np.asarray(dequantize(t, scale), dtype=np.float32).reshape(t.shape)

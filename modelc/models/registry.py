@@ -25,9 +25,11 @@ def build_model(source: Any, kernels: KernelSet | None = None):
     check_counts(source)  # config counts against the tensors present, before anything is allocated from them
     ks = kernels or kernel_set()
     if family == "gpt2":
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.models.gpt2 import Gpt2Model
 
         return Gpt2Model(source, ks)
+    # lazy: numba kernels load (and compile) only when this path runs
     from modelc.models.llama import LlamaModel
 
     return LlamaModel(source, ks)

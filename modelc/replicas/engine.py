@@ -35,6 +35,7 @@ class ReplicaEngine:
     """Build it with `ReplicaEngine.open(path, engine_config)` (engine_config.replicas set)."""
 
     def __init__(self, source: Any, config: EngineConfig, ray: Any, actors: list[Any]) -> None:
+        # lazy: the tokenizer/template stack loads only when this path runs
         from modelc.api.async_engine import _chat_template, _tokenizer
 
         self.source = source

@@ -80,6 +80,7 @@ class EngineReplica:
         return {"replica_id": self.replica_id, "pid": os.getpid(), **self._load()}
 
     async def _hold(self) -> None:
+        # lazy: the tokenizer/template stack loads only when this path runs
         from modelc.api.async_engine import AsyncEngine
 
         try:

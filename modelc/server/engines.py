@@ -48,6 +48,7 @@ class EncoderEngine:
     can_generate = False
 
     def __init__(self, source: Any) -> None:
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.engine.embedder import Embedder, open_source
 
         self.source = source
@@ -62,9 +63,11 @@ class EncoderEngine:
         self._limiter = anyio.CapacityLimiter(1)
         self._num_running = 0
         self._reranker = None  # cross-encoders (...ForSequenceClassification) also score pairs: /v1/rerank
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.models.cross_encoder import is_cross_encoder
 
         if is_cross_encoder(self._embedder_source):
+            # lazy: numba kernels load (and compile) only when this path runs
             from modelc.engine.reranker import Reranker
 
             self._reranker = Reranker(self._embedder_source, encoder=self._embedder.model)
@@ -102,6 +105,7 @@ class InferEngine:
     can_generate = False
 
     def __init__(self, source: Any) -> None:
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.engine.infer import Inferencer
 
         self.source = source
@@ -126,6 +130,7 @@ class InferEngine:
 
 def adapter_for(source: Any) -> Any | None:
     """An adapter engine for encoder / MLP / ONNX sources, None for causal LMs (AsyncEngine)."""
+    # lazy: numba kernels load (and compile) only when this path runs
     from modelc.engine.embedder import supports_embeddings
     from modelc.engine.infer import supports_infer
 

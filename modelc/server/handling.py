@@ -160,6 +160,7 @@ def precompile(engine: Any, constraint: Constraint | None) -> None:
     if constraint is None:
         return
     try:
+        # lazy: llguidance loads only for a constrained request
         from modelc.engine.constraint import compile_constraint
     except ImportError:
         raise InvalidRequestError(

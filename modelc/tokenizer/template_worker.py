@@ -165,6 +165,7 @@ def _serve() -> None:
 
     import minijinja
 
+    # lazy: runs in the worker child process; the parent imports this module from chat_template
     from modelc.tokenizer import chat_template
     from modelc.tokenizer.chat_template import _environment
 

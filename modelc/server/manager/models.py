@@ -50,6 +50,7 @@ class ManagerUnavailableError(ModelcError):
 
 
 def _default_opener() -> Callable[..., Any]:
+    # lazy: server/daemon.py imports this module
     from modelc.server.daemon import open_engine
 
     return open_engine

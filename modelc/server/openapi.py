@@ -1,10 +1,10 @@
 """The OpenAPI 3.1 description of every route the app serves (GET /openapi.json).
 
-modelc.server's routes are described by hand here. Routes other packages register on the app
-(modelc/daemon's Ollama API) come from their module's OPENAPI_PATHS dict when it has one, else
-get a generated entry (summary from the view's docstring, JSON object in and out, marked
-`x-modelc-generated`). tests/server/test_openapi.py checks that every rule in the app's url_map
-appears with the same methods, and that modelc.server's are all hand-written.
+modelc.server's routes are described by hand here. Other route modules (the Ollama API in
+server/ollama_*.py, registered on the daemon's app) come from their module's OPENAPI_PATHS dict
+when it has one, else get a generated entry (summary from the view's docstring, JSON object in and
+out, marked `x-modelc-generated`). tests/server/test_openapi.py checks that every rule in the app's
+url_map appears with the same methods, and that the rest are all hand-written.
 """
 
 from __future__ import annotations

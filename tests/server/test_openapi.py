@@ -36,7 +36,10 @@ def test_server_routes_are_hand_written() -> None:
     app = create_app(ServerState())
     spec = openapi_spec(app)
     for rule in app.url_map.iter_rules():
-        if app.view_functions[rule.endpoint].__module__.startswith("modelc.server"):
+        module = app.view_functions[rule.endpoint].__module__
+        # The Ollama routes moved into modelc.server with the package floors (issue 14); their entries are
+        # still generated from the views' docstrings, as when they lived in modelc.daemon.
+        if module.startswith("modelc.server") and not module.startswith("modelc.server.ollama_"):
             path = re.sub(r"<(?:[^:>]+:)?([^>]+)>", r"{\1}", rule.rule)
             for op in spec["paths"][path].values():
                 assert "x-modelc-generated" not in op, path

@@ -11,13 +11,13 @@ import numpy as np
 from gguf import GGMLQuantizationType, quants
 
 from modelc import store
+from modelc.api.engine import Engine
 from modelc.artifact import open_artifact
-from modelc.artifact.pack import pack
 from modelc.artifact.quantize import quantize_tensor
 from modelc.artifact.quantize_iq4nl import iq4_nl_blocks
 from modelc.cli.main import main
-from modelc.engine.api import Engine
 from modelc.ir import DataType, TensorData
+from modelc.pack import pack
 
 
 def test_blocks_bit_for_bit_as_llamacpp_quantizes(fixtures_dir):

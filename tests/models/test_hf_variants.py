@@ -389,9 +389,9 @@ async def test_longrope_served_long_and_short_prompts_share_no_blocks(variants_d
     """Through AsyncEngine (8-token chunked prefill): an 80-token prompt is rotated long in every chunk and a
     64-token prompt with the same first 64 tokens stays short; the prefix cache does not hand the short
     prompt's blocks to the long one (its blocks are salted), so each reproduces its own full recompute."""
+    from modelc.api.async_engine import AsyncEngine
     from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
-    from modelc.engine.async_api import AsyncEngine
-    from modelc.engine.events import Finished, TokenEvent
+    from modelc.request import Finished, TokenEvent
 
     d = variants_dir / "phi3-longrope"
     long_ids = np.load(d / "ref" / "long.npz")["long_ids"].tolist()

@@ -27,7 +27,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from modelc.engine.api import Engine
+from modelc.api.engine import Engine
 from modelc.models import moe
 
 ROOT = pathlib.Path(

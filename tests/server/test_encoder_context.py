@@ -10,8 +10,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from modelc.artifact.pack import pack
 from modelc.artifact.reader import open_artifact
+from modelc.pack import pack
 from modelc.server.engines import EncoderEngine
 from tests.server.conftest import error_of
 

@@ -1,6 +1,7 @@
 """GGUF tokenizer metadata (tokenizer.ggml.*) -> a `tokenizers` tokenizer.json string, built once.
 
-Three models, as llama.cpp names them:
+Four models, as llama.cpp names them:
+- "gemma4": BPE on raw UTF-8 after space -> U+2581 (SentencePiece style), byte fallback, BOS always;
 - "gpt2": byte-level BPE with the GGUF merges; the pre-tokenizer regexes are llama.cpp's
   (src/llama-vocab.cpp) chosen by tokenizer.ggml.pre.
 - "llama": SentencePiece-style BPE with byte fallback; merges derived from the scores;
@@ -151,6 +152,26 @@ def _gpt2(fields: dict[str, Any], tokens: list[str]) -> dict[str, Any]:
     }
 
 
+def _gemma4(fields: dict[str, Any], tokens: list[str]) -> dict[str, Any]:
+    """Gemma 4 ("gemma4"): BPE over raw UTF-8 after SentencePiece's space -> U+2581, with the GGUF merges;
+    text split only into runs of newlines and runs of other characters, as llama.cpp's gemma4 pre-type."""
+    vocab = _vocab(tokens)
+    merges = []
+    for m in fields.get("tokenizer.ggml.merges") or []:
+        a, sep, b = m.partition(" ")
+        if sep and a in vocab and b in vocab:
+            merges.append([a, b])
+    split = {"type": "Split", "pattern": {"Regex": "[^\\n]+|[\\n]+"}, "behavior": "Isolated", "invert": False}
+    return {
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+        "pre_tokenizer": split,
+        "model": _bpe_model(vocab, merges, byte_fallback=True),
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
+        ]},
+    }  # fmt: skip
+
+
 def _spm_merges(tokens: list[str], scores: list[float], types: list[int], vocab: dict[str, int]) -> list[list[str]]:
     """SentencePiece merges: every split of a normal piece into two pieces, best-scored piece first.
 
@@ -250,6 +271,9 @@ def build_tokenizer_json(fields: dict[str, Any]) -> str:
     if kind == "gpt2":
         body = _gpt2(fields, tokens)
         bos_key, eos_key = "bos_token_id", "eos_token_id"
+    elif kind == "gemma4":
+        body = _gemma4(fields, tokens)
+        bos_key, eos_key = "bos_token_id", "eos_token_id"
     elif kind == "llama":
         body = _spm(fields, tokens, types)
         bos_key, eos_key = "bos_token_id", "eos_token_id"
@@ -269,7 +293,7 @@ def build_tokenizer_json(fields: dict[str, Any]) -> str:
         if kind != "bert"
         else (_token_id(fields, eos_key, n) or _token_id(fields, "eos_token_id", n))
     )
-    add_bos = fields.get("tokenizer.ggml.add_bos_token", default_add_bos(fields))
+    add_bos = fields.get("tokenizer.ggml.add_bos_token", default_add_bos(fields)) or kind == "gemma4"  # as llama.cpp
     add_eos = fields.get("tokenizer.ggml.add_eos_token", kind == "bert")
     doc = {
         "version": "1.0",

@@ -29,6 +29,8 @@ DECODE_EXCEPTIONS = {("deepseek-llm", "Führer"), ("deepseek-coder", "Führer")}
         ("phi-3", "default"),
         ("refact", "refact"),
         ("starcoder", "starcoder"),
+        ("command-r", "command-r"),
+        ("gemma-4", "default"),  # tokenizer.ggml.model "gemma4", no pre key (llama.cpp implies its gemma4 pre-type)
     ],
 )
 def test_llama_cpp_vectors(tmp_path: pathlib.Path, vocab: str, pre: str) -> None:

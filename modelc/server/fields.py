@@ -4,8 +4,9 @@
 "Ignored" means what the route actually did, on every route: the parsed body is a ReadFields, a dict
 that records which top-level fields the handler looked at (get, [], in, pop, setdefault). When the
 request succeeds, the fields never looked at are the ignored ones (modelc.server.handling logs them
-with the request). Anything that walks the whole body (iteration, items(), `{**body}`, a copy) counts
-as reading every field, so a route that forwards its body never reports false warnings. Pure.
+with the request); so are the unread keys of Ollama's `options` object (`options.mirostat`). Anything
+that walks the whole body (iteration, items(), `{**body}`, a copy) counts as reading every field, so
+a route that forwards its body never reports false warnings. Pure.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ MAX_REPORTED = 20  # field names per warning (each cut to 64 characters)
 # Fields that have no effect on a local server by design, never worth a warning: OpenAI's end-user
 # id (for its abuse monitoring).
 NO_EFFECT = frozenset({"user"})
+# Objects of named options whose own fields are tracked too (reported as `options.mirostat`):
+# Ollama's `options`, where unknown keys are otherwise accepted without a word.
+NESTED = frozenset({"options"})
 
 
 class ReadFields(dict):
@@ -25,6 +29,10 @@ class ReadFields(dict):
     def __init__(self, data: dict[str, Any]) -> None:
         super().__init__(data)
         self.read: set[Any] = set()
+        for key in NESTED:
+            value = dict.get(self, key)
+            if isinstance(value, dict):
+                dict.__setitem__(self, key, ReadFields(value))
 
     def __getitem__(self, key: Any) -> Any:
         self.read.add(key)
@@ -71,5 +79,9 @@ class ReadFields(dict):
 
     def ignored(self) -> list[str]:
         """The fields never read, sorted (at most MAX_REPORTED names of at most 64 characters)."""
-        unread = (k for k in dict.keys(self) if k not in self.read and k not in NO_EFFECT)
-        return sorted(str(k)[:64] for k in unread)[:MAX_REPORTED]
+        names = [str(k)[:64] for k in dict.keys(self) if k not in self.read and k not in NO_EFFECT]
+        for key in NESTED:
+            value = dict.get(self, key)
+            if key in self.read and isinstance(value, ReadFields):
+                names += [f"{key}.{name}" for name in value.ignored()]
+        return sorted(names)[:MAX_REPORTED]

@@ -24,6 +24,9 @@ def test_read_fields_records_reads_and_whole_body_walks() -> None:
     assert body.pop("d") == 4 and body.ignored() == ["e"]
     forwarded = ReadFields({"x": 1, "y": 2})
     assert {**forwarded} == {"x": 1, "y": 2} and forwarded.ignored() == []  # a copy reads every field
+    nested = ReadFields({"options": {"seed": 1, "mirostat": 2}, "other": {"x": 1}})
+    assert nested.ignored() == ["options", "other"]  # options never read: reported whole
+    assert nested["options"].get("seed") == 1 and nested.ignored() == ["options.mirostat", "other"]
     many = ReadFields({f"f{i:03d}": i for i in range(50)})
     assert len(many.ignored()) == MAX_REPORTED and many.ignored()[0] == "f000"
 
@@ -36,6 +39,11 @@ async def test_every_route_warns_about_fields_it_ignores(client) -> None:
             ["max_tokens", "tools_mode"],
         ),
         ("/api/generate", {"model": "fake-model", "prompt": "hi", "stream": False, "temprature": 1}, ["temprature"]),
+        (
+            "/api/generate",
+            {"model": "fake-model", "prompt": "hi", "stream": False, "options": {"num_predict": 2, "mirostat": 1}},
+            ["options.mirostat"],
+        ),
         ("/tokenize", {"input": "hi", "add_special": True, "add_bos": True}, ["add_bos"]),
         ("/v1/messages", {"model": "fake-model", "max_tokens": 4, "messages": CHAT["messages"], "topk": 3}, ["topk"]),
     ]

@@ -88,6 +88,9 @@ def run_cmd(
         help="KV cache type: f32, f16, q8_0 (int8 + fp16 scale per 32), mixed (recent 64 tokens f32, older int8).",
     ),
     request_timeout: float | None = typer.Option(None, "--request-timeout", help="Seconds per request (408)."),
+    max_body_mb: float = typer.Option(
+        8.0, "--max-body-mb", help="Largest request body in MiB (413 beyond; parsing holds the event loop)."
+    ),
     engines: int = typer.Option(1, "--engines", help="Engine workers (data parallel)."),
     threads: int | None = typer.Option(None, "--threads", help="numba threads per engine (default cores/engines)."),
     profile: bool = typer.Option(False, "--profile", help="Print load time at start and uptime at exit."),
@@ -179,6 +182,7 @@ def run_cmd(
         rate_limit_per_min=rate_limit,
         max_concurrent=max_concurrent,
         request_timeout_s=request_timeout,
+        max_body_bytes=int(max_body_mb * 1024 * 1024),
         webui=not no_webui,
         defaults=GenerationDefaults(
             max_tokens=max_tokens,

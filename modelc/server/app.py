@@ -89,7 +89,8 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
             length = request.content_length
             if length is not None and length > state.config.max_body_bytes:
                 raise PayloadTooLargeError(
-                    f"request body of {length} bytes exceeds the limit of {state.config.max_body_bytes} bytes"
+                    f"request body of {length} bytes exceeds the limit of {state.config.max_body_bytes} bytes "
+                    "(the server's --max-body-mb)"
                 )
         except ModelcError as e:
             rec.error = e.message

@@ -9,7 +9,7 @@ integers (2.5M values) in ~250 ms, during which /health waits. So before parsing
 counted by their separators (`,` `[` `{`: three bytes.count calls, a few ms for 16 MB, each letting the
 loop run between them) and a body with more than MAX_VALUES is a 413. No route needs that many:
 OpenAI caps an embeddings request at 300k tokens; separators inside strings count too, but prose has
-a comma every ~50-100 characters, so text reaches the bound only beyond the 16 MiB body limit.
+a comma every ~50-100 characters, so text reaches the bound only beyond the body limit (8 MiB default).
 """
 
 from __future__ import annotations

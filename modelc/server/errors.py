@@ -93,9 +93,11 @@ _HTTP_TYPES = {
 def http_error_response(exc: HTTPException) -> Response:
     status = exc.code or 500
     error_type, code = _HTTP_TYPES.get(status, ("invalid_request_error" if status < 500 else "server_error", None))
-    message = {404: "no such route", 405: "method not allowed for this route", 413: "request body too large"}.get(
-        status, exc.description or exc.name
-    )
+    message = {
+        404: "no such route",
+        405: "method not allowed for this route",
+        413: "request body too large: over the server's limit (modelc run --max-body-mb)",
+    }.get(status, exc.description or exc.name)
     body = shaped_body(message, {"error": {"message": message, "type": error_type, "param": None, "code": code}})
     resp = Response(json.dumps(body), status=status, content_type="application/json")
     if status == 405 and getattr(exc, "valid_methods", None):

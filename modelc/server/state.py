@@ -34,7 +34,9 @@ class ServerConfig:
     rate_limit_per_min: int | None = None  # requests per minute per client IP
     max_concurrent: int | None = None  # in-flight inference requests; more -> 503
     request_timeout_s: float | None = None  # per inference request; then 408 and the sequence aborted
-    max_body_bytes: int = 16 * 1024 * 1024  # larger bodies -> 413
+    # larger bodies -> 413 (--max-body-mb). Parsing holds the GIL (~3-7 ms per MiB of text, more for
+    # many small values), so this bounds how long one body can stall the event loop.
+    max_body_bytes: int = 8 * 1024 * 1024
     retry_after_s: int = 1  # Retry-After on 503
     model_aliases: tuple[str, ...] = ()  # extra names accepted in the `model` field
     defaults: GenerationDefaults = field(default_factory=GenerationDefaults)
@@ -59,7 +61,7 @@ class ServerConfig:
         if self.request_timeout_s is not None and not self.request_timeout_s > 0:
             raise InvalidRequestError("--request-timeout must be > 0", param="request_timeout")
         if self.max_body_bytes < 1024:
-            raise InvalidRequestError("max_body_bytes must be >= 1024", param="max_body_bytes")
+            raise InvalidRequestError("--max-body-mb must be at least 1 KiB (0.001)", param="max_body_bytes")
 
 
 class ServerState:

@@ -33,3 +33,20 @@ async def test_too_many_values_is_413_in_each_api_shape(client) -> None:
     assert err["code"] == "payload_too_large" and "JSON values" in err["message"]
     resp = await client.http.post("/api/embed", data=many_ids(MAX_VALUES), headers=headers)
     assert resp.status_code == 413 and "JSON values" in (await resp.get_json())["error"]
+
+
+async def test_default_body_limit_is_8_mib(client, capsys) -> None:
+    """A 10 MB prompt (the issue's abuse case) is refused by its Content-Length, before it is read or
+    parsed; 8 MiB still fits 2048 embedding inputs of 4 KB. `modelc run --max-body-mb` changes it."""
+    from modelc.cli.main import main
+
+    body = json.dumps({"prompt": "word " * 2_000_000, "max_tokens": 4}).encode()
+    resp = await client.http.post("/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    err = await error_of(resp, 413)
+    assert "--max-body-mb" in err["message"]
+    fits = json.dumps({"input": ["word " * 800] * 2048}).encode()
+    assert len(fits) < 8 * 1024 * 1024
+    resp = await client.http.post("/v1/embeddings", data=fits, headers={"Content-Type": "application/json"})
+    assert resp.status_code != 413
+    main(["run", "--help"])
+    assert "--max-body-mb" in capsys.readouterr().out

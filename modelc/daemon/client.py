@@ -11,12 +11,20 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from modelc.daemon.state_file import explicit_url, read_state
 from modelc.errors import ModelcError
+
+if TYPE_CHECKING:
+    import httpx
+
+
+def _httpx() -> Any:
+    """httpx, imported on first use: `modelc run` and every other command load this module, few use it."""
+    import httpx
+
+    return httpx
 
 
 class DaemonUnavailableError(ModelcError):
@@ -56,6 +64,7 @@ class DaemonClient:
         key = api_key if api_key is not None else os.environ.get("MODELC_API_KEY")
         secret = token or key  # the control token is accepted wherever the API key is
         headers = {"Authorization": f"Bearer {secret}"} if secret else {}
+        httpx = _httpx()
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=5.0))
 
     def close(self) -> None:
@@ -74,7 +83,7 @@ class DaemonClient:
         """One JSON round trip; returns the decoded body (None for an empty one)."""
         try:
             resp = self._http.request(method, path, json=body)
-        except httpx.TransportError:
+        except _httpx().TransportError:
             raise self.unavailable() from None
         _check(resp, resp.content)
         return resp.json() if resp.content else None
@@ -98,13 +107,13 @@ class DaemonClient:
                     if "error" in obj:
                         raise DaemonError(str(obj["error"]), status=500)
                     yield obj
-        except httpx.TransportError:
+        except _httpx().TransportError:
             raise self.unavailable() from None
 
     def healthy(self) -> bool:
         try:
             return self._http.get("/health", timeout=2.0).status_code == 200
-        except httpx.TransportError:
+        except _httpx().TransportError:
             return False
 
 

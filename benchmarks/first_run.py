@@ -8,7 +8,8 @@ ready_s (/health answers 200: loaded, and a request runs without compiling: from
 the reference kernels while numba compiles in the background), ready_cpu_s (the server's user +
 system CPU seconds by then, its warmup helper included: steadier than wall time on a shared machine),
 first_token_s (the first streamed token of a 16-token /v1/completions request sent as soon as /health
-is 200) and compiled_s / compiled_cpu_s (until /health's "kernels" is no longer "compiling": every
+is 200; first_token_cpu_s: the server's CPU seconds by then, compiling helpers not included) and
+compiled_s / compiled_cpu_s (until /health's "kernels" is no longer "compiling": every
 kernel compiled, so the warm start that follows finds a complete cache).
 `install_s`: `pip install --no-deps --target TMP .` of this checkout (builds and installs modelc itself, its
 build backend fetched by pip; its dependencies are already installed in the running environment).
@@ -66,12 +67,13 @@ def start_to_first_token(model: str | None, env: dict[str, str], log: pathlib.Pa
             ready = time.perf_counter() - t0
             ready_cpu = _cpu_s(proc.pid)
             body = {"prompt": "def fibonacci(n):", "max_tokens": 16, "temperature": 0, "stream": True}
-            first = float("nan")
+            first = first_cpu = float("nan")
             with c.stream("POST", "/v1/completions", json=body) as r:
                 for line in r.iter_lines():
                     if first != first and line.startswith("data: ") and line != "data: [DONE]":
                         first = time.perf_counter() - t0
-            out = {"ready_s": ready, "first_token_s": first, "ready_cpu_s": ready_cpu}
+                        first_cpu = _cpu_s(proc.pid)
+            out = {"ready_s": ready, "first_token_s": first, "ready_cpu_s": ready_cpu, "first_token_cpu_s": first_cpu}
             # a cold start serves on the reference kernels while numba compiles: wait for that to end, so
             # the next (warm) start finds a complete cache
             while c.get("/health").json().get("kernels") == "compiling":
@@ -140,13 +142,14 @@ def main() -> None:
         env = {**base, "MODELC_HOME": str(work / "home"), "PYTHONPATH": str(code)}
         for name in a.models.split(","):
             model = None if name == "default" else tinyllama(work, env) if name == "tinyllama-q4_0" else name
-            cache = work / f"numba-{name}"
+            tag = pathlib.Path(name).name  # a model path names its folders by its file name
+            cache = work / f"numba-{tag}"
             cache.mkdir()
             run_env = {**env, "NUMBA_CACHE_DIR": str(cache)}
-            log = work / f"{name}.log"
+            log = work / f"{tag}.log"
             cold = start_to_first_token(model, run_env, log)
             warm = start_to_first_token(model, run_env, log)
-            again = reinstall(code, work / f"reinstall-{name}")  # the same code, another path, new mtimes
+            again = reinstall(code, work / f"reinstall-{tag}")  # the same code, another path, new mtimes
             reinstalled = start_to_first_token(model, {**run_env, "PYTHONPATH": str(again)}, log)
             result[name] = {"cold": cold, "warm": warm, "reinstalled": reinstalled}
             print(json.dumps({name: result[name]}), flush=True)

@@ -1,11 +1,14 @@
 """ready_runner(build): a Runner that serves its first request without compiling; warmup(runner): compile all.
 
 ready_runner builds the served runner on kernels/hybrid.py's KernelSet and starts a background thread
-that warms a second Runner on the same weights (warmup below). If that thread loads every kernel from
-numba's disk cache (a warm start), ready_runner returns when it is done and the first request runs on
-numba. As soon as it has to compile something (a cold start), ready_runner returns at once: requests
-run on the numpy references for each kernel numba has not compiled yet, switching kernel by kernel as
-the thread compiles them, and all at once when it is done. MODELC_COLD_START=wait restores compiling
+that warms a second Runner on the same weights (warmup below). If numba's disk cache has this model's
+kernels (a warm start), ready_runner waits while that thread loads them (it returns early if one has to
+be compiled after all), and the first request runs on numba. With a cold cache ready_runner returns at
+once: requests run on the numpy references (blas_np for matmuls) for each kernel numba has not loaded
+yet. Two niced helper processes compile meanwhile (the decode path; batches and prefill), and the thread
+loads the decode kernels when the first is done and everything when both are: compiling in this process
+would hold the GIL for seconds, which the threads serving on numpy need between calls. Models that are
+not a file (tests) compile in the thread. MODELC_COLD_START=wait restores compiling
 everything first. Models whose forward reaches numba kernels outside the KernelSet (attention
 soft-capping / sinks, the q8_0 and mixed KV caches) or that speculate with a draft model warm first.
 
@@ -35,6 +38,10 @@ from modelc.artifact.reader import open_artifact
 from modelc.engine.runner import Runner
 
 HELPER_TIMEOUT_S = 900.0
+WARMER_NICE = 10
+HELPER_NICE_ENV = "MODELC_WARM_HELPER_NICE"
+HELPER_PARENT_ENV = "MODELC_WARM_HELPER_PARENT"
+ORPHANED_EXIT = 3  # the helper's exit status when it stopped because its parent was gone
 COLD_START_ENV = "MODELC_COLD_START"  # "serve" (default): reference kernels while numba compiles; "wait"
 
 
@@ -57,9 +64,10 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
         switch.numba_only()
         warmup(runner)
         return runner
-    warmer = Warmer(runner, switch)
+    cold = not _cached("modelc.kernels.attention", "paged_attention")
+    warmer = Warmer(runner, switch, cold=cold)
     warmer.start()
-    if _cached("modelc.kernels.attention", "paged_attention"):
+    if not cold:
         warmer.decided.wait()  # a warm cache (or a partly warm one): serve on numba when it loads in time
     if warmer.error is not None and warmer.done.is_set() and not warmer.compiled:
         raise warmer.error  # a broken install fails the load, as a plain warmup would
@@ -90,8 +98,8 @@ class Warmer:
     `decided` is set when the thread first has to compile (a cold cache) or when it is done; `compiled`
     says which. Errors are kept in `error` (the served runner then stays on the reference kernels)."""
 
-    def __init__(self, runner: Any, switch: Any) -> None:
-        self.runner, self.switch = runner, switch
+    def __init__(self, runner: Any, switch: Any, *, cold: bool = False) -> None:
+        self.runner, self.switch, self.cold = runner, switch, cold
         self.decided, self.done = threading.Event(), threading.Event()
         self.compiled = False
         self.seconds = 0.0
@@ -101,6 +109,23 @@ class Warmer:
     def start(self) -> None:
         _warmers.add(self)
         self._thread.start()
+
+    def _compile_in_helpers(self, shadow: Any) -> None:
+        """Cold cache: two niced helper processes compile (decode path; batches and prefill) while this
+        thread only loads their results. Compiling here would hold the GIL for seconds at a time, and the
+        threads serving requests on the reference kernels need it between numpy calls."""
+        decode = _start_helper(shadow, WARMER_NICE, "decode")
+        batch = _start_helper(shadow, WARMER_NICE, "batch")
+        for helper, stage in ((decode, [[0]]), (batch, None)):
+            if helper is None:
+                continue
+            try:
+                helper.wait(timeout=HELPER_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                helper.kill()
+                helper.wait()
+            if stage is not None:  # the decode kernels switch to numba now, the rest when all is done
+                shadow._scratch_forward(stage, "logits")
 
     def _run(self) -> None:
         from numba.core import event
@@ -121,11 +146,11 @@ class Warmer:
         event.register("numba:compile", listener)
         t0 = time.perf_counter()
         try:
-            from modelc.engine.runner import Runner
-
             r = self.runner
             shadow = Runner(r.source, num_kv_blocks=2, kv_dtype=r.kv.kv_dtype, threads=r.threads)
-            warmup(shadow)
+            if self.cold:
+                self._compile_in_helpers(shadow)
+            warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
             self.switch.numba_only()
         except BaseException as e:  # noqa: BLE001 - kept for ready_runner; the references keep serving
             self.error = e
@@ -140,7 +165,8 @@ class Warmer:
 def warmup(runner: Any, *, parallel: bool | None = None) -> float:
     """Compile (or load) every kernel a request can reach; returns seconds. parallel=None: when it pays."""
     t0 = time.perf_counter()
-    helper = _start_helper(runner) if (parallel if parallel is not None else _worth_a_helper(runner)) else None
+    wanted = parallel if parallel is not None else _worth_a_helper(runner)
+    helper = _start_helper(runner) if wanted else None
     if helper is not None:
         ids = list(range(1))
         runner._scratch_forward([ids], "logits")  # the decode path, here, while the helper does the rest
@@ -203,25 +229,33 @@ def _artifact_args(source: Any) -> list[str] | None:
     return [str(path), str(int(getattr(source, "offset", 0) or 0)), str(int(getattr(source, "file_size", 0) or 0))]
 
 
-def _start_helper(runner: Any) -> subprocess.Popen | None:
+def _start_helper(runner: Any, nice: int = 0, mode: str = "batch") -> subprocess.Popen | None:
     args = _artifact_args(runner.source)
-    if args is None:
+    if args is None or getattr(sys, "frozen", False) or getattr(runner.model.kernels, "name", "") != "numba":
         return None
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "modelc.engine.warm", *args, runner.kv.kv_dtype],
+            [sys.executable, "-m", "modelc.engine.warm", *args, runner.kv.kv_dtype, mode],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, HELPER_NICE_ENV: str(nice), HELPER_PARENT_ENV: str(os.getpid())},
         )  # fmt: skip
     except OSError:
         return None
 
 
 def _helper_main(argv: list[str]) -> int:
-    """The helper: load the artifact and compile the 2-sequence forward and the prefill kernels."""
-    path, offset, length, kv_dtype = argv
+    """The helper: load the artifact and compile the decode path (mode "decode"), or the 2-sequence forward
+    and the prefill kernels ("batch", the default)."""
     _exit_with_parent()
+    path, offset, length, kv_dtype, *rest = argv
+    mode = rest[0] if rest else "batch"
+    if int(os.environ.get(HELPER_NICE_ENV) or 0) > 0:
+        os.nice(int(os.environ[HELPER_NICE_ENV]))
     art = open_artifact(path, offset=int(offset), length=int(length) or None)
     runner = Runner(art, num_kv_blocks=2, kv_dtype=kv_dtype, threads=1)
+    if mode == "decode":
+        runner._scratch_forward([[0]], "logits")
+        return 0
     runner._scratch_forward([[0], [0]], "logits")
     runner._warm_prefill_kernels()
     return 0
@@ -229,12 +263,12 @@ def _helper_main(argv: list[str]) -> int:
 
 def _exit_with_parent() -> None:
     """The helper only feeds its parent's cache: when the parent is gone (a server stopped mid-compile), stop."""
-    parent = os.getppid()
+    parent = int(os.environ.get(HELPER_PARENT_ENV) or os.getppid())  # the env: it may be gone already
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
-        os._exit(0)
+        os._exit(ORPHANED_EXIT)
 
     threading.Thread(target=watch, name="modelc-warm-parent", daemon=True).start()
 

@@ -11,6 +11,7 @@ import pytest
 
 from modelc.artifact import write_artifact
 from modelc.cli.main import main
+from modelc.engine import warm
 from modelc.models.tiny import make_tiny_llama
 
 
@@ -23,6 +24,15 @@ def test_helper_process_runs(art):
     out = subprocess.run([sys.executable, "-m", "modelc.engine.warm", str(art), "0", "0", "float32"],
                          capture_output=True, text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_helper_exits_when_its_parent_is_gone(art):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that is no longer this helper's parent
+    env = {**os.environ, "MODELC_WARM_HELPER_PARENT": str(gone.pid)}
+    out = subprocess.run([sys.executable, "-m", "modelc.engine.warm", str(art), "0", "0", "float32"], env=env,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == warm.ORPHANED_EXIT, out.stderr[-2000:]
 
 
 def test_warmup_command(art, capsys, tmp_path, monkeypatch):

@@ -14,25 +14,17 @@ from typing import Any
 from quart import Response
 
 from modelc.errors import ModelcError
-from modelc.server.generation import ChoiceResult, ChoiceStreams, Timings, apply_finish, collect, is_finished
-from modelc.server.handling import RequestRecord, account, deadline, record
+from modelc.server.generation import ChoiceResult, is_finished
+from modelc.server.handling import RequestRecord
 from modelc.server.openai_chat import ChatPlan
+from modelc.server.run import RequestRun
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, guarded, open_streams, sse_response
 from modelc.tokenizer.reasoning import ReasoningSplitter
 
 
 async def run_chat(state: ServerState, engine: Any, plan: ChatPlan) -> ChoiceResult:
     """Generate the plan's (single) choice to the end and account it on the request record."""
-    rec = record()
-    rec.inference = True
-    timings = Timings(start=rec.start)
-    state.acquire_slot()
-    try:
-        results = await collect(engine, plan.jobs[:1], rec.request_id, deadline(state), timings)
-    finally:
-        state.release_slot()
-    account(state, rec, results, [len(plan.prompt_token_ids)], timings)
+    results = await RequestRun(state, engine, plan.jobs[:1], [len(plan.prompt_token_ids)]).collect()
     return results[0]
 
 
@@ -40,34 +32,22 @@ class ChatStream:
     """One running choice: `async for text in cs.texts()` yields each token's text (the result fills in
     as it goes, finish reason included); `cs.account()` then fills the record's token counts."""
 
-    def __init__(
-        self, state: ServerState, rec: RequestRecord, plan: ChatPlan, streams: ChoiceStreams, first: Any
-    ) -> None:
-        self.state = state
-        self.rec = rec
+    def __init__(self, run: RequestRun, plan: ChatPlan) -> None:
+        self.run = run
         self.plan = plan
-        self.streams = streams
-        self.first = first
-        self.timings = Timings(start=rec.start)
-        self.result = ChoiceResult(index=0, prompt_tokens=len(plan.prompt_token_ids))
-        self.prompt_lens = [len(plan.prompt_token_ids)]
+        self.rec = run.rec
+        self.timings = run.timings
+        self.result = run.results[0]
 
     async def texts(self) -> AsyncIterator[str]:
-        async for _, ev in events_from(self.first, self.streams):
-            if is_finished(ev):
-                apply_finish(self.result, ev)
-                continue
-            self.timings.on_token()
-            self.result.add_token(ev)
-            if ev.text:
+        async for _, ev in self.run.events():
+            if not is_finished(ev) and ev.text:
                 yield ev.text
 
     async def parts(self) -> AsyncIterator[tuple[str, str]]:
         """(reasoning delta, content delta) per token, the model's thoughts apart from its answer
         (modelc.tokenizer.reasoning, as chat completions' reasoning_content); the held-back rest last."""
-        splitter = ReasoningSplitter(
-            getattr(self.plan, "reasoning", None), in_reasoning=getattr(self.plan, "in_reasoning", False)
-        )
+        splitter = ReasoningSplitter(self.plan.reasoning, in_reasoning=self.plan.in_reasoning)
         async for text in self.texts():
             thought, said = splitter.feed(text)
             if thought or said:
@@ -77,8 +57,7 @@ class ChatStream:
             yield thought, said
 
     def account(self) -> RequestRecord:
-        account(self.state, self.rec, [self.result], self.prompt_lens, self.timings)
-        return self.rec
+        return self.run.account()
 
 
 async def stream_chat(
@@ -90,18 +69,9 @@ async def stream_chat(
 ) -> Response:
     """Open the engine stream (errors before the first token are real HTTP statuses) and answer with
     the SSE body `frames(cs)`; an error after that ends the body with `error_frames(e)`."""
-    rec = record()
-    rec.inference = True
-    streams, first = await open_streams(state, engine, plan.jobs[:1], rec)
-    cs = ChatStream(state, rec, plan, streams, first)
-
-    async def body() -> AsyncIterator[bytes]:
-        async for frame in guarded(
-            state, rec, streams, frames(cs), error_frames, [cs.result], cs.prompt_lens, cs.timings
-        ):
-            yield frame
-
-    return sse_response(state, rec, streams, body())
+    run = RequestRun(state, engine, plan.jobs[:1], [len(plan.prompt_token_ids)])
+    await run.start()
+    return run.respond(frames(ChatStream(run, plan)), error_frames)
 
 
 def named_event(event: str, payload: dict[str, Any]) -> bytes:

@@ -29,7 +29,7 @@ from modelc.artifact.reader import open_artifact
 from modelc.config import EngineConfig
 from modelc.errors import ModelcError, UnsupportedError
 from modelc.replicas.engine import ReplicaEngine
-from modelc.server import hypercorn_close
+from modelc.server import hypercorn_close, run_host
 from modelc.server.app import create_app
 from modelc.server.engines import adapter_for
 from modelc.server.errors import ShuttingDownError
@@ -173,6 +173,7 @@ async def serve(
         async with anyio.create_task_group() as tg:
             if shutdown is not None:
                 tg.start_soon(_relay, shutdown)
+            await tg.start(run_host.serve)  # the engine pumps of every request (server/generation.py)
             tg.start_soon(_run_server)
             tg.start_soon(_cut_streams)
             if models is not None:

@@ -12,8 +12,9 @@ import numpy as np
 
 from modelc.errors import InvalidRequestError
 from modelc.server.context import context_length
-from modelc.server.handling import offload, record
+from modelc.server.handling import offload
 from modelc.server.prompt import encode_prompt
+from modelc.server.run import RequestRun
 
 MAX_INPUTS = 2048  # inputs per request (OpenAI's limit)
 BATCH_TOKENS = 2048  # tokens per engine call (or one input, when longer)
@@ -61,15 +62,10 @@ async def run_embeddings(
     """What every embeddings route does: ids off the loop, a concurrency slot, batched engine calls,
     the request's record and metrics. (S, C) unit vectors and the number of input tokens."""
     ids, num_tokens = await offload(lambda: embed_inputs(engine, inputs, param, truncate=truncate))
-    rec = record()
-    rec.inference = True
-    rec.prompt_tokens = num_tokens
-    state.acquire_slot()
-    try:
+    run = RequestRun(state, engine)
+    async with run.slot():
         vectors = await embed_batched(engine, ids)  # (S, C)
-    finally:
-        state.release_slot()
-    state.metrics.prompt_tokens.inc(num_tokens)
+    run.count_prompt(num_tokens)
     return vectors, num_tokens
 
 

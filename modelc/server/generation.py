@@ -1,4 +1,4 @@
-"""Runs the engine for one HTTP request: n choices as tasks merged into one queue, a deadline,
+"""Runs the engine for one HTTP request: n choices as tasks merged into one bounded stream, a deadline,
 and the bookkeeping every route needs (text, token ids, logprobs, finish reason, usage, timings).
 
 No HTTP here. Leaving a ChoiceStreams block (done, error, timeout or client disconnect) cancels
@@ -9,16 +9,20 @@ ChoiceStreams is in LIVE, so a server whose drain time is up can end them all wi
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from modelc.errors import EngineError, ModelcError, RequestTimeoutError
 from modelc.request import SamplingParams
+from modelc.server import run_host
 
+STREAM_BUFFER = 64  # events buffered per request before the pumps wait for the reader
 LIVE: weakref.WeakSet[ChoiceStreams] = weakref.WeakSet()  # open ChoiceStreams of this process
 
 
@@ -82,6 +86,11 @@ class ChoiceStreams:
 
     Yields (choice index, TokenEvent | Finished) as they come from any choice; raises the first
     engine error, RequestTimeoutError past the deadline (a time.monotonic() value, or None).
+
+    Each choice is pumped by a task of one anyio task group into one bounded memory stream (a full
+    stream makes the pumps wait: backpressure). The task group lives in the server's run host
+    (modelc.server.run_host), not in the caller's task: a streamed response is opened by the route's
+    task and read by the task that writes the body, so no cancel scope may belong to either.
     """
 
     def __init__(self, engine: Any, jobs: Sequence[Job], request_id: str, deadline: float | None) -> None:
@@ -89,43 +98,70 @@ class ChoiceStreams:
         self._jobs = list(jobs)
         self._request_id = request_id
         self._deadline = deadline
-        self._queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._send, self._receive = anyio.create_memory_object_stream[tuple[int, Any]](
+            max_buffer_size=STREAM_BUFFER + len(self._jobs)
+        )
+        self._scope: anyio.CancelScope | None = None
+        self._done = anyio.Event()
+        self._started = False
+        self._interrupted: ModelcError | None = None
         self._num_open = len(self._jobs)
 
     async def __aenter__(self) -> ChoiceStreams:
-        for i, job in enumerate(self._jobs):
-            rid = self._request_id if len(self._jobs) == 1 else f"{self._request_id}-{i}"
-            self._tasks.append(asyncio.create_task(self._pump(i, job, rid)))
+        self._scope = anyio.CancelScope()
+        await run_host.start_soon(self._pump_all)
+        self._started = True
         LIVE.add(self)
         return self
 
     def interrupt(self, error: ModelcError) -> None:
-        """Make the next __anext__ raise `error` (whatever the choices are doing)."""
-        self._queue.put_nowait((-1, error))
+        """Make the next __anext__ raise `error` (whatever the choices are doing): the pumps are
+        cancelled, and the reader finds the stream ended with this error set."""
+        if self._interrupted is None:
+            self._interrupted = error
+        if self._scope is not None:
+            self._scope.cancel()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     async def close(self) -> None:
         LIVE.discard(self)
-        for t in self._tasks:
-            t.cancel()
-        if self._tasks:
+        if self._scope is not None:
+            self._scope.cancel()
+        if self._started:
             # Shielded so a cancelled caller still waits for every abort to be sent.
-            await asyncio.shield(asyncio.gather(*self._tasks, return_exceptions=True))
-        self._tasks = []
+            with anyio.CancelScope(shield=True):
+                await self._done.wait()
+            self._started = False
+        self._receive.close()
+
+    async def _pump_all(self) -> None:
+        try:
+            async with self._send:
+                with self._scope:
+                    async with anyio.create_task_group() as tg:
+                        for i, job in enumerate(self._jobs):
+                            rid = self._request_id if len(self._jobs) == 1 else f"{self._request_id}-{i}"
+                            tg.start_soon(self._pump, i, job, rid)
+        finally:
+            self._done.set()
 
     async def _pump(self, index: int, job: Job, request_id: str) -> None:
         try:
             async for ev in self._engine.generate(list(job.prompt_token_ids), job.params, request_id=request_id):
-                self._queue.put_nowait((index, ev))
-        except asyncio.CancelledError:
+                await self._send.send((index, ev))
+            return
+        except anyio.get_cancelled_exc_class():
             raise
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return  # the reader is gone
         except ModelcError as e:
-            self._queue.put_nowait((index, e))
+            item: tuple[int, Any] = (index, e)
         except Exception as e:  # an engine bug: end this request with a clear error, keep serving
-            self._queue.put_nowait((index, EngineError(f"generation failed: {type(e).__name__}: {e}")))
+            item = (index, EngineError(f"generation failed: {type(e).__name__}: {e}"))
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await self._send.send(item)
 
     def __aiter__(self) -> ChoiceStreams:
         return self
@@ -133,15 +169,20 @@ class ChoiceStreams:
     async def __anext__(self) -> tuple[int, Any]:
         if self._num_open == 0:
             raise StopAsyncIteration
-        if self._deadline is None:
-            index, ev = await self._queue.get()
-        else:
-            remaining = self._deadline - time.monotonic()
-            try:
-                async with asyncio.timeout(max(remaining, 0.0)):  # no extra task per token (wait_for makes one)
-                    index, ev = await self._queue.get()
-            except TimeoutError:
-                raise RequestTimeoutError("request timed out; its generation was aborted") from None
+        if self._interrupted is not None:
+            raise self._interrupted
+        try:
+            if self._deadline is None:
+                index, ev = await self._receive.receive()
+            else:
+                with anyio.fail_after(max(self._deadline - time.monotonic(), 0.0)):
+                    index, ev = await self._receive.receive()
+        except TimeoutError:
+            raise RequestTimeoutError("request timed out; its generation was aborted") from None
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            if self._interrupted is not None:
+                raise self._interrupted from None
+            raise EngineError("generation ended without a finish event") from None
         if isinstance(ev, ModelcError):
             raise ev
         if is_finished(ev):

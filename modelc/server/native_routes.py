@@ -11,7 +11,7 @@ import inspect
 import os
 import platform
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -22,23 +22,21 @@ from modelc.errors import InvalidRequestError, ModelcError
 from modelc.server.context import context_length, encode_bounded, prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings
 from modelc.server.errors import error_body
-from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
+from modelc.server.generation import Job, is_finished
 from modelc.server.guard import control_route
 from modelc.server.handling import (
-    account,
     current_engine,
-    deadline,
     get_state,
     json_off_loop,
     offload,
     precompile,
     read_json,
-    record,
     require_generation,
     require_tokenizer,
 )
 from modelc.server.manager.lookup import hidden_path, resolve_adapter
 from modelc.server.prompt import check_chat_size, encode_chat, encode_prompt, render_chat
+from modelc.server.run import RequestRun
 from modelc.server.schema import (
     check_token_ids,
     get_bool,
@@ -51,7 +49,6 @@ from modelc.server.schema import (
 )
 from modelc.server.sse import sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, guarded, open_streams, sse_response
 from modelc.version import git_sha
 
 bp = Blueprint("native", __name__)
@@ -177,14 +174,10 @@ async def infer() -> Any:
         )
     if "input" not in body and "inputs" not in body:
         raise InvalidRequestError("/infer needs 'input' (one example) or 'inputs' (a batch)", param="input")
-    record().inference = True
-    state.acquire_slot()
-    try:
+    async with RequestRun(state, engine).slot():
         out = run(body) if inspect.iscoroutinefunction(run) else await anyio.to_thread.run_sync(run, body)
         if inspect.isawaitable(out):
             out = await out
-    finally:
-        state.release_slot()
     return out
 
 
@@ -223,15 +216,7 @@ def complete_request(state: ServerState, engine: Any, body: dict[str, Any]) -> t
 
 
 async def run_one(state: ServerState, engine: Any, ids: list[int], params: Any) -> str:
-    rec = record()
-    rec.inference = True
-    timings = Timings(start=rec.start)
-    state.acquire_slot()
-    try:
-        results = await collect(engine, [Job(tuple(ids), params)], rec.request_id, deadline(state), timings)
-    finally:
-        state.release_slot()
-    account(state, rec, results, [len(ids)], timings)
+    results = await RequestRun(state, engine, [Job(tuple(ids), params)]).collect()
     return results[0].text
 
 
@@ -251,36 +236,22 @@ async def chat_stream() -> Any:
     engine = current_engine(state)
     body = await read_json()
     params, ids = await offload(chat_request, state, engine, body)
-    rec = record()
-    rec.inference = True
-    streams, first = await open_streams(state, engine, [Job(tuple(ids), params)], rec)
-    rec.streaming = True
-    return sse_response(state, rec, streams, native_sse(state, rec, streams, first, len(ids)))
+    run = RequestRun(state, engine, [Job(tuple(ids), params)])
+    await run.start()
+    return run.respond(native_sse(run), native_error_frames)
 
 
-async def native_sse(
-    state: ServerState, rec: Any, streams: ChoiceStreams, first: tuple[int, Any], num_prompt: int
-) -> AsyncIterator[bytes]:
-    timings = Timings(start=rec.start)
-    result = ChoiceResult(index=0, prompt_tokens=num_prompt)
+async def native_sse(run: RequestRun) -> AsyncGenerator[bytes, None]:
+    async for _, ev in run.events():
+        if is_finished(ev):
+            run.account()
+            yield sse_event({"delta": "", "done": True, "finish_reason": ev.finish_reason})
+        elif ev.text:
+            yield sse_event({"delta": ev.text, "done": False})
 
-    async def frames() -> AsyncGenerator[bytes, None]:
-        async for _, ev in events_from(first, streams):
-            if is_finished(ev):
-                apply_finish(result, ev)
-                account(state, rec, [result], [num_prompt], timings)
-                yield sse_event({"delta": "", "done": True, "finish_reason": ev.finish_reason})
-                continue
-            timings.on_token()
-            result.add_token(ev)
-            if ev.text:
-                yield sse_event({"delta": ev.text, "done": False})
 
-    def error_frames(e: ModelcError) -> tuple[bytes, ...]:
-        return (sse_event({**error_body(e), "done": True}),)
-
-    async for frame in guarded(state, rec, streams, frames(), error_frames, [result], [num_prompt], timings):
-        yield frame
+def native_error_frames(e: ModelcError) -> tuple[bytes, ...]:
+    return (sse_event({**error_body(e), "done": True}),)
 
 
 @bp.post("/complete")

@@ -21,16 +21,13 @@ from modelc.request import SamplingParams
 from modelc.server import ollama_shapes as shapes
 from modelc.server.context import prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
-from modelc.server.generation import ChoiceResult, Job, Timings, apply_finish, collect, is_finished
+from modelc.server.generation import ChoiceResult, Job, Timings, is_finished
 from modelc.server.handling import (
-    account,
-    deadline,
     get_state,
     json_off_loop,
     offload,
     precompile,
     read_json,
-    record,
     require_generation,
     require_tokenizer,
 )
@@ -45,9 +42,9 @@ from modelc.server.prompt import (
     parse_tool_calls,
     render_chat,
 )
+from modelc.server.run import RequestRun
 from modelc.server.schema import parse_messages, parse_tools, with_constraint
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, guarded, open_streams
 from modelc.tokenizer.reasoning import ReasoningSplitter, split_reasoning, starts_in_reasoning
 
 bp = Blueprint("ollama_chat", __name__)
@@ -195,18 +192,11 @@ async def _run(chat: bool) -> Any:
     load_s = time.monotonic() - started
     params, ids, tools, syntax, opened = await offload(_prepare, state, engine, body, chat)
     plan = OllamaPlan(name, chat, tuple(ids), params, stream, tools, load_s, syntax, opened)
-    rec = record()
-    rec.inference = True
     job = Job(plan.prompt_token_ids, plan.params)
     if not stream or tools is not None:
-        timings = Timings(start=time.monotonic())
-        state.acquire_slot()
-        try:
-            results = await collect(engine, [job], rec.request_id, deadline(state), timings)
-        finally:
-            state.release_slot()
-        account(state, rec, results, [len(ids)], timings)
-        r = results[0]
+        run = RequestRun(state, engine, [job], start=time.monotonic())
+        r = (await run.collect())[0]
+        rec, timings = run.rec, run.timings
         thinking, answer = split_reasoning(r.text, plan.reasoning, in_reasoning=plan.in_reasoning)
         message = _message(plan, answer, thinking)
         if not stream:
@@ -216,10 +206,9 @@ async def _run(chat: bool) -> Any:
             ndjson({**_piece(plan, _message(plan, "")), **_final(plan, r, timings, rec.start)}),
         ]
         return Response(_lines(lines), content_type=NDJSON)
-    gen_start = time.monotonic()
-    streams, first = await open_streams(state, engine, [job], rec)
-    rec.streaming = True
-    return Response(_stream(state, plan, rec, streams, first, gen_start), content_type=NDJSON)
+    run = RequestRun(state, engine, [job], start=time.monotonic())
+    await run.start()
+    return run.respond(_stream(plan, run), _error_frames, content_type=NDJSON)
 
 
 async def _lines(lines: list[bytes]) -> AsyncIterator[bytes]:
@@ -280,35 +269,23 @@ def _final(plan: OllamaPlan, r: ChoiceResult, timings: Timings, request_start: f
     return out
 
 
-async def _stream(
-    state: ServerState, plan: OllamaPlan, rec: Any, streams: Any, first: tuple[int, Any], gen_start: float
-) -> AsyncIterator[bytes]:
-    timings = Timings(start=gen_start)
-    result = ChoiceResult(index=0, prompt_tokens=len(plan.prompt_token_ids))
-    prompt_lens = [len(plan.prompt_token_ids)]
+async def _stream(plan: OllamaPlan, run: RequestRun) -> AsyncGenerator[bytes, None]:
     splitter = ReasoningSplitter(plan.reasoning, in_reasoning=plan.in_reasoning)
-
-    async def frames() -> AsyncGenerator[bytes, None]:
-        async for _, ev in events_from(first, streams):
-            if is_finished(ev):
-                apply_finish(result, ev)
-                continue
-            timings.on_token()
-            result.add_token(ev)
-            thinking, said = splitter.feed(ev.text or "")
-            if said or thinking:
-                yield ndjson(_piece(plan, _message(plan, said, thinking)))
-        thinking, said = splitter.finish()
+    async for _, ev in run.events():
+        if is_finished(ev):
+            continue
+        thinking, said = splitter.feed(ev.text or "")
         if said or thinking:
             yield ndjson(_piece(plan, _message(plan, said, thinking)))
-        account(state, rec, [result], prompt_lens, timings)
-        yield ndjson({**_piece(plan, _message(plan, "")), **_final(plan, result, timings, rec.start)})
+    thinking, said = splitter.finish()
+    if said or thinking:
+        yield ndjson(_piece(plan, _message(plan, said, thinking)))
+    run.account()
+    yield ndjson({**_piece(plan, _message(plan, "")), **_final(plan, run.results[0], run.timings, run.rec.start)})
 
-    def error_frames(e: ModelcError) -> tuple[bytes, ...]:
-        return (ndjson({"error": e.message}),)
 
-    async for frame in guarded(state, rec, streams, frames(), error_frames, [result], prompt_lens, timings):
-        yield frame
+def _error_frames(e: ModelcError) -> tuple[bytes, ...]:
+    return (ndjson({"error": e.message}),)
 
 
 @bp.post("/api/embed")

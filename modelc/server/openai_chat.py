@@ -7,27 +7,24 @@ With tools offered (tool_choice != none) the text is buffered and parsed for too
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from quart import Blueprint, Response
+from quart import Blueprint
 
 from modelc.errors import InvalidRequestError
 from modelc.request import SamplingParams
 from modelc.server import openai_format as fmt
 from modelc.server.context import prompt_limit
-from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
+from modelc.server.generation import ChoiceResult, Job, is_finished
 from modelc.server.handling import (
-    account,
     check_model,
-    deadline,
     engine_for,
     get_state,
     offload,
     precompile,
     read_json,
-    record,
     require_generation,
     require_tokenizer,
 )
@@ -39,6 +36,7 @@ from modelc.server.prompt import (
     render_chat,
     tool_constraint,
 )
+from modelc.server.run import RequestRun
 from modelc.server.schema import (
     get_bool,
     parse_constraint,
@@ -51,7 +49,7 @@ from modelc.server.schema import (
 )
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, guarded, open_streams, openai_error_frames, sse_response
+from modelc.server.streaming import openai_error_frames
 from modelc.tokenizer.reasoning import ReasoningSplitter, check_reasoning_format, split_reasoning, starts_in_reasoning
 
 bp = Blueprint("openai_chat", __name__)
@@ -168,17 +166,12 @@ async def chat_completions() -> Any:
     body = await read_json()
     engine = await engine_for(state, body.get("model"))
     plan = await offload(parse_chat, state, engine, body)  # templates, tokenizer, grammar: off the loop
-    rec = record()
-    rec.inference = True
+    run = RequestRun(state, engine, plan.jobs, [len(plan.prompt_token_ids)])
     if plan.stream:
-        return await stream_chat(state, engine, plan)
-    timings = Timings(start=rec.start)
-    state.acquire_slot()
-    try:
-        results = await collect(engine, plan.jobs, rec.request_id, deadline(state), timings)
-    finally:
-        state.release_slot()
-    account(state, rec, results, [len(plan.prompt_token_ids)], timings)
+        await run.start()
+        return run.respond(chat_sse(engine, plan, run), openai_error_frames)
+    results = await run.collect()
+    rec = run.rec
     choices = [chat_choice(engine.tokenizer, plan, r) for r in results]
     return fmt.chat_completion(
         rec.request_id,
@@ -189,20 +182,10 @@ async def chat_completions() -> Any:
     )
 
 
-async def stream_chat(state: ServerState, engine: Any, plan: ChatPlan) -> Response:
-    rec = record()
-    streams, first = await open_streams(state, engine, plan.jobs, rec)
-    rec.streaming = True
-    return sse_response(state, rec, streams, chat_sse(state, engine, plan, rec, streams, first))
-
-
-async def chat_sse(
-    state: ServerState, engine: Any, plan: ChatPlan, rec: Any, streams: ChoiceStreams, first: tuple[int, Any]
-) -> AsyncIterator[bytes]:
+async def chat_sse(engine: Any, plan: ChatPlan, run: RequestRun) -> AsyncGenerator[bytes, None]:
     tok = engine.tokenizer
     created = int(time.time())
-    timings = Timings(start=rec.start)
-    results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(plan.jobs)]
+    rec, results = run.rec, run.results
 
     def chunk(i: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
         return sse_event(
@@ -211,7 +194,6 @@ async def chat_sse(
             )
         )
 
-    prompt_lens = [len(plan.prompt_token_ids)]
     splitters = [ReasoningSplitter(plan.reasoning, in_reasoning=plan.in_reasoning) for _ in results]
 
     def deltas(i: int, text: str, lp: Any, *, last: bool = False) -> list[bytes]:
@@ -227,37 +209,30 @@ async def chat_sse(
             out.append(chunk(i, {"content": said}, None, lp))
         return out
 
-    async def frames() -> AsyncGenerator[bytes, None]:
-        for i in range(len(results)):
-            yield chunk(i, {"role": "assistant", "content": ""})
-        async for i, ev in events_from(first, streams):
-            r = results[i]
-            if is_finished(ev):
-                apply_finish(r, ev)
-                if plan.tools is None and plan.reasoning is not None:
-                    for piece in deltas(i, "", None, last=True):
-                        yield piece
-                for piece in final_chunks(tok, plan, r, chunk):
+    for i in range(len(results)):
+        yield chunk(i, {"role": "assistant", "content": ""})
+    async for i, ev in run.events():
+        r = results[i]
+        if is_finished(ev):
+            if plan.tools is None and plan.reasoning is not None:
+                for piece in deltas(i, "", None, last=True):
                     yield piece
-                continue
-            timings.on_token()
-            r.add_token(ev)
-            if plan.tools is None and (ev.text or plan.logprobs):
-                k = len(r.token_ids) - 1
-                lp = {"content": fmt.chat_logprob_entries(tok, r, k, k + 1, plan.num_top)} if plan.logprobs else None
-                if plan.reasoning is None:
-                    yield chunk(i, {"content": ev.text or ""}, None, lp)
-                else:
-                    for piece in deltas(i, ev.text or "", lp):
-                        yield piece
-        account(state, rec, results, prompt_lens, timings)
-        if plan.include_usage:
-            usage = fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens)
-            yield sse_event(fmt.chat_chunk(rec.request_id, created, plan.model, [], True, usage))
-        yield DONE
-
-    async for frame in guarded(state, rec, streams, frames(), openai_error_frames, results, prompt_lens, timings):
-        yield frame
+            for piece in final_chunks(tok, plan, r, chunk):
+                yield piece
+            continue
+        if plan.tools is None and (ev.text or plan.logprobs):
+            k = len(r.token_ids) - 1
+            lp = {"content": fmt.chat_logprob_entries(tok, r, k, k + 1, plan.num_top)} if plan.logprobs else None
+            if plan.reasoning is None:
+                yield chunk(i, {"content": ev.text or ""}, None, lp)
+            else:
+                for piece in deltas(i, ev.text or "", lp):
+                    yield piece
+    run.account()
+    if plan.include_usage:
+        usage = fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens)
+        yield sse_event(fmt.chat_chunk(rec.request_id, created, plan.model, [], True, usage))
+    yield DONE
 
 
 def final_chunks(tok: Any, plan: ChatPlan, r: ChoiceResult, chunk: Any) -> list[bytes]:

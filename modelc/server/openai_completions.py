@@ -7,7 +7,7 @@ legacy logprobs {tokens, token_logprobs, top_logprobs, text_offset}.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,22 +16,20 @@ from quart import Blueprint
 from modelc.errors import InvalidRequestError
 from modelc.server import openai_format as fmt
 from modelc.server.context import check_num_sequences, prompt_limit
-from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, collect, is_finished
+from modelc.server.generation import ChoiceResult, Job, is_finished
 from modelc.server.handling import (
-    account,
     check_model,
-    deadline,
     engine_for,
     get_state,
     offload,
     precompile,
     read_json,
-    record,
     require_generation,
     require_tokenizer,
 )
 from modelc.server.openai_chat import make_jobs
 from modelc.server.prompt import encode_prompt, fim_prompt_ids
+from modelc.server.run import RequestRun
 from modelc.server.schema import (
     get_bool,
     get_str,
@@ -44,7 +42,7 @@ from modelc.server.schema import (
 )
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
-from modelc.server.streaming import events_from, guarded, open_streams, openai_error_frames, sse_response
+from modelc.server.streaming import openai_error_frames
 
 bp = Blueprint("openai_completions", __name__)
 
@@ -129,19 +127,12 @@ async def completions() -> Any:
     body = await read_json()
     engine = await engine_for(state, body.get("model"))
     plan = await offload(parse_completion, state, engine, body)  # tokenizing runs off the loop
-    rec = record()
-    rec.inference = True
+    run = RequestRun(state, engine, plan.jobs, [len(p) for p in plan.prompt_ids])
     if plan.stream:
-        streams, first = await open_streams(state, engine, plan.jobs, rec)
-        rec.streaming = True
-        return sse_response(state, rec, streams, completion_sse(state, engine, plan, rec, streams, first))
-    timings = Timings(start=rec.start)
-    state.acquire_slot()
-    try:
-        results = await collect(engine, plan.jobs, rec.request_id, deadline(state), timings)
-    finally:
-        state.release_slot()
-    account(state, rec, results, [len(p) for p in plan.prompt_ids], timings)
+        await run.start()
+        return run.respond(completion_sse(engine, plan, run), openai_error_frames)
+    results = await run.collect()
+    rec = run.rec
     tok = engine.tokenizer
     choices = []
     for k, (p, r) in enumerate(pick_best(plan, results)):
@@ -157,41 +148,29 @@ async def completions() -> Any:
     )
 
 
-async def completion_sse(
-    state: ServerState, engine: Any, plan: CompletionPlan, rec: Any, streams: ChoiceStreams, first: tuple[int, Any]
-) -> AsyncIterator[bytes]:
+async def completion_sse(engine: Any, plan: CompletionPlan, run: RequestRun) -> AsyncGenerator[bytes, None]:
     tok = engine.tokenizer
     created = int(time.time())
-    timings = Timings(start=rec.start)
-    results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(plan.jobs)]
+    rec, results = run.rec, run.results
 
     def chunk(i: int, text: str, finish: str | None = None, logprobs: Any = None) -> bytes:
         choice = {"index": i, "text": text, "logprobs": logprobs, "finish_reason": finish}
         return sse_event(fmt.text_completion(rec.request_id, created, plan.model, [choice], None, plan.include_usage))
 
-    prompt_lens = [len(p) for p in plan.prompt_ids]
-
-    async def frames() -> AsyncGenerator[bytes, None]:
-        if plan.echo:
-            for i in range(len(results)):
-                yield chunk(i, plan.prompt_texts[i // plan.n])
-        async for i, ev in events_from(first, streams):
-            r = results[i]
-            if is_finished(ev):
-                apply_finish(r, ev)
-                yield chunk(i, "", r.finish_reason)
-                continue
-            timings.on_token()
-            r.add_token(ev)
-            if ev.text or plan.logprobs:
-                k = len(r.token_ids) - 1
-                lp = fmt.completion_logprobs(tok, r, k, k + 1, plan.num_top) if plan.logprobs else None
-                yield chunk(i, ev.text or "", None, lp)
-        account(state, rec, results, prompt_lens, timings)
-        if plan.include_usage:
-            usage = fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens)
-            yield sse_event(fmt.text_completion(rec.request_id, created, plan.model, [], usage))
-        yield DONE
-
-    async for frame in guarded(state, rec, streams, frames(), openai_error_frames, results, prompt_lens, timings):
-        yield frame
+    if plan.echo:
+        for i in range(len(results)):
+            yield chunk(i, plan.prompt_texts[i // plan.n])
+    async for i, ev in run.events():
+        r = results[i]
+        if is_finished(ev):
+            yield chunk(i, "", r.finish_reason)
+            continue
+        if ev.text or plan.logprobs:
+            k = len(r.token_ids) - 1
+            lp = fmt.completion_logprobs(tok, r, k, k + 1, plan.num_top) if plan.logprobs else None
+            yield chunk(i, ev.text or "", None, lp)
+    run.account()
+    if plan.include_usage:
+        usage = fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens)
+        yield sse_event(fmt.text_completion(rec.request_id, created, plan.model, [], usage))
+    yield DONE

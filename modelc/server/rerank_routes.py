@@ -20,7 +20,8 @@ from quart import Blueprint
 from modelc.errors import InvalidRequestError
 from modelc.server import openapi_surfaces
 from modelc.server.context import char_budget, context_length, too_long
-from modelc.server.handling import check_model, engine_for, get_state, new_id, read_json, record
+from modelc.server.handling import check_model, engine_for, get_state, new_id, read_json
+from modelc.server.run import RequestRun
 from modelc.server.schema import bad, get_bool, get_int, get_str
 
 OPENAPI_PATHS = openapi_surfaces.RERANK
@@ -82,15 +83,10 @@ async def rerank() -> Any:
     with_docs = get_bool(body, "return_documents", True)
     cut = get_bool(body, "truncate", False)
     query, texts = bound_texts(engine, query, docs, cut)
-    rec = record()
-    rec.inference = True
-    state.acquire_slot()
-    try:
+    run = RequestRun(state, engine)
+    async with run.slot():
         ranking = await engine.rerank(query, texts, truncate=cut)
-    finally:
-        state.release_slot()
-    rec.prompt_tokens = ranking.num_tokens
-    state.metrics.prompt_tokens.inc(ranking.num_tokens)
+    run.count_prompt(ranking.num_tokens)
     order = sorted(range(len(docs)), key=lambda i: -ranking.scores[i])[:top_n]
     results = []
     for i in order:

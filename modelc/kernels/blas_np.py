@@ -15,6 +15,7 @@ import numpy as np
 from modelc.ir import DataType
 from modelc.kernels.gemm_weight import Weight, check_matmul_args
 from modelc.kernels.ref_linear import dequantize_weight_rows
+from modelc.kernels.threads import get_blas_threads, set_blas_threads
 
 PANEL_BYTES = 512 << 10
 """f32 bytes of one dequantized panel: it stays in L2 between dequantizing and BLAS (4 MiB ran ~3x slower)."""
@@ -65,6 +66,15 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     step = max(1, PANEL_BYTES // (4 * w.cols))
     buf = np.empty((min(step, w.rows), w.cols), np.float32)  # (P, C)
     xt = np.ascontiguousarray(x.T)  # (C, T)
-    for r0 in range(0, w.rows, step):
-        r1 = min(r0 + step, w.rows)
-        out[:, r0:r1] = (_panel(w, r0, r1, buf[: r1 - r0]) @ xt).T
+    # NOTE: one BLAS thread for these small products: a second one is handed each of the thousands of
+    # panels, and on a busy machine every hand-off waits for it to be scheduled (a 4 CPU-s forward of a
+    # 1B Q4_0 took 170 s at load 12 with two)
+    before = get_blas_threads()
+    set_blas_threads(1)
+    try:
+        for r0 in range(0, w.rows, step):
+            r1 = min(r0 + step, w.rows)
+            out[:, r0:r1] = (_panel(w, r0, r1, buf[: r1 - r0]) @ xt).T
+    finally:
+        if before is not None:
+            set_blas_threads(before)

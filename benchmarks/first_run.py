@@ -7,7 +7,7 @@ NUMBA_CACHE_DIR (cold) and then again with the cache it left (warm); measured fr
 ready_s (/health answers 200: loaded, and a request runs without compiling: from an empty cache on
 the reference kernels while numba compiles in the background), ready_cpu_s (the server's user +
 system CPU seconds by then, its warmup helper included: steadier than wall time on a shared machine),
-first_token_s (the first streamed token of a 16-token /v1/completions request sent as soon as /health
+first_token_s (the first streamed data line of a 1-token /v1/completions request sent as soon as /health
 is 200; first_token_cpu_s: the server's CPU seconds by then, compiling helpers not included) and
 compiled_s / compiled_cpu_s (until /health's "kernels" is no longer "compiling": every
 kernel compiled, so the warm start that follows finds a complete cache).
@@ -66,7 +66,9 @@ def start_to_first_token(model: str | None, env: dict[str, str], log: pathlib.Pa
                 time.sleep(0.05)
             ready = time.perf_counter() - t0
             ready_cpu = _cpu_s(proc.pid)
-            body = {"prompt": "def fibonacci(n):", "max_tokens": 16, "temperature": 0, "stream": True}
+            # one token: the first data line comes right after the first forward, whatever its text (a random
+            # model's first tokens may be held back as partial UTF-8, which made 16 tokens wait for text)
+            body = {"prompt": "def fibonacci(n):", "max_tokens": 1, "temperature": 0, "stream": True}
             first = first_cpu = float("nan")
             with c.stream("POST", "/v1/completions", json=body) as r:
                 for line in r.iter_lines():

@@ -121,3 +121,11 @@ def test_cold_start_serves_on_the_references_without_compiling(art, tmp_path):
 @pytest.mark.timeout(1500)
 def test_cold_start_switches_to_numba_when_the_warmer_is_done(art, tmp_path):
     _cold(art, tmp_path, "wait")
+
+
+def test_cold_start_wait_compiles_before_serving(monkeypatch):
+    from modelc.engine.runner import Runner
+
+    monkeypatch.setenv("MODELC_COLD_START", "wait")
+    runner = warm.ready_runner(lambda kernels: Runner(make_tiny_llama(0), num_kv_blocks=4, kernels=kernels))
+    assert runner.model.kernels.name == "numba" and not warm.compiling()

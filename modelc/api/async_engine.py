@@ -104,6 +104,8 @@ def _effective_config(config: EngineConfig, source: Any, tokenizer: Any) -> Engi
 class AsyncEngine:
     """Serve one model. Build it with `AsyncEngine.open(...)`; every method talks to the actors."""
 
+    serves: frozenset[str] = frozenset({"generate", "embed"})  # the server's contract (server/served.py)
+
     def __init__(
         self, source: Any, config: EngineConfig, tokenizer: Any, supervisor: Supervisor, scheduler: Address
     ) -> None:

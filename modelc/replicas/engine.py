@@ -34,6 +34,8 @@ STATS_KEYS = (*LOAD_KEYS, "prefix_queries", "prefix_hits", "preemptions", "engin
 class ReplicaEngine:
     """Build it with `ReplicaEngine.open(path, engine_config)` (engine_config.replicas set)."""
 
+    serves: frozenset[str] = frozenset({"generate", "embed"})  # the server's contract (server/served.py)
+
     def __init__(self, source: Any, config: EngineConfig, ray: Any, actors: list[Any]) -> None:
         # lazy: the tokenizer/template stack loads only when this path runs
         from modelc.api.async_engine import _chat_template, _tokenizer

@@ -21,6 +21,7 @@ from modelc.server.chat_run import ChatStream, matched_stop, named_event, run_ch
 from modelc.server.errors import ServiceUnavailableError
 from modelc.server.handling import engine_for, get_state, offload, read_json, record
 from modelc.server.openai_chat import ChatPlan, parse_chat, split_reasoning_of, split_tool_calls
+from modelc.server.served import ServedModel
 
 OPENAPI_PATHS = openapi_surfaces.ANTHROPIC
 bp = Blueprint("anthropic", __name__)
@@ -95,7 +96,7 @@ def error_frames(e: ModelcError) -> tuple[bytes, ...]:
     return (named_event("error", shapes.error_body(e)),)
 
 
-async def message_events(cs: ChatStream, engine: Any, stops: list[str]) -> AsyncGenerator[bytes, None]:
+async def message_events(cs: ChatStream, engine: ServedModel, stops: list[str]) -> AsyncGenerator[bytes, None]:
     """message_start; a thinking block (the model's reasoning) and a text block streamed token by
     token (or, with tools, the buffered text and tool_use blocks at the end); message_delta with the
     stop reason and usage; message_stop."""

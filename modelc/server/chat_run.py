@@ -18,11 +18,12 @@ from modelc.server.generation import ChoiceResult, is_finished
 from modelc.server.handling import RequestRecord
 from modelc.server.openai_chat import ChatPlan
 from modelc.server.run import RequestRun
+from modelc.server.served import ServedModel
 from modelc.server.state import ServerState
 from modelc.tokenizer.reasoning import ReasoningSplitter
 
 
-async def run_chat(state: ServerState, engine: Any, plan: ChatPlan) -> ChoiceResult:
+async def run_chat(state: ServerState, engine: ServedModel, plan: ChatPlan) -> ChoiceResult:
     """Generate the plan's (single) choice to the end and account it on the request record."""
     results = await RequestRun(state, engine, plan.jobs[:1], [len(plan.prompt_token_ids)]).collect()
     return results[0]
@@ -62,7 +63,7 @@ class ChatStream:
 
 async def stream_chat(
     state: ServerState,
-    engine: Any,
+    engine: ServedModel,
     plan: ChatPlan,
     frames: Callable[[ChatStream], AsyncGenerator[bytes, None]],
     error_frames: Callable[[ModelcError], Sequence[bytes]],

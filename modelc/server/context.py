@@ -13,6 +13,7 @@ import weakref
 from typing import Any
 
 from modelc.errors import InvalidRequestError
+from modelc.server.served import ServedModel
 
 # A token covers at most max(longest vocabulary entry, FLOOR) characters; SLACK more is allowed
 # for unknown-word tokens ([UNK] may stand for a whole word). Only texts beyond that are cut early.
@@ -21,7 +22,7 @@ CHARS_SLACK = 4
 _token_chars: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
-def context_length(engine: Any) -> int | None:
+def context_length(engine: ServedModel) -> int | None:
     """The most tokens one sequence may hold (prompt + output), or None when the engine has no limit."""
     n = getattr(engine, "context_length", None)
     if not n:
@@ -33,21 +34,21 @@ def context_length(engine: Any) -> int | None:
     return int(n) if isinstance(n, int | float) and n > 0 else None
 
 
-def prompt_limit(engine: Any, body: dict[str, Any], *, truncate_default: bool = False) -> int | None:
+def prompt_limit(engine: ServedModel, body: dict[str, Any], *, truncate_default: bool = False) -> int | None:
     """The prompt length a generation route refuses beyond (400), or None when the request asks the
     engine to truncate (`truncate`, llama.cpp's rule: the scheduler keeps n_keep and the end)."""
     truncate = body.get("truncate", truncate_default)
     return None if truncate is True else context_length(engine)
 
 
-def queue_capacity(engine: Any) -> int | None:
+def queue_capacity(engine: ServedModel) -> int | None:
     """The most sequences the engine will queue at once (its max_queue), or None when unknown."""
     sched = getattr(getattr(engine, "config", None), "scheduler", None)
     n = getattr(sched, "max_queue", None)
     return int(n) if isinstance(n, int) and n > 0 else None
 
 
-def check_num_sequences(engine: Any, num: int) -> None:
+def check_num_sequences(engine: ServedModel, num: int) -> None:
     cap = queue_capacity(engine)
     if cap is not None and num > cap:
         raise InvalidRequestError(

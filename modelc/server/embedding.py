@@ -15,19 +15,19 @@ from modelc.server.context import context_length
 from modelc.server.handling import offload
 from modelc.server.prompt import encode_prompt
 from modelc.server.run import RequestRun
+from modelc.server.served import EMBED, ServedModel, check_serves, embedding
 
 MAX_INPUTS = 2048  # inputs per request (OpenAI's limit)
 BATCH_TOKENS = 2048  # tokens per engine call (or one input, when longer)
 
 
 def embed_inputs(
-    engine: Any, inputs: list[str | list[int]], param: str, *, truncate: bool = False
+    engine: ServedModel, inputs: list[str | list[int]], param: str, *, truncate: bool = False
 ) -> tuple[list[list[int]], int]:
     """The token ids of every input and their total. Synchronous: run it in a worker thread."""
     if len(inputs) > MAX_INPUTS:
         raise InvalidRequestError(f"'{param}' may hold at most {MAX_INPUTS} inputs, got {len(inputs)}", param=param)
-    if getattr(engine, "embed", None) is None:
-        raise InvalidRequestError(f"model {engine.name!r} does not produce embeddings", param=param)
+    check_serves(engine, EMBED, param)
     tok = engine.tokenizer
     if tok is None and any(isinstance(x, str) for x in inputs):
         raise InvalidRequestError(f"model {engine.name!r} has no tokenizer: send token ids", param=param)
@@ -39,7 +39,7 @@ def embed_inputs(
     return ids, sum(len(t) for t in ids)
 
 
-async def embed_batched(engine: Any, ids: list[list[int]]) -> np.ndarray:
+async def embed_batched(engine: ServedModel, ids: list[list[int]]) -> np.ndarray:
     """(S, C) vectors, computed BATCH_TOKENS at a time: each engine call is bounded, and cancelling
     the request (client gone, server stopping) ends it at the next batch boundary."""
     budget = max(BATCH_TOKENS, max(len(t) for t in ids))
@@ -57,14 +57,14 @@ async def embed_batched(engine: Any, ids: list[list[int]]) -> np.ndarray:
 
 
 async def run_embeddings(
-    state: Any, engine: Any, inputs: list[str | list[int]], param: str, *, truncate: bool = False
+    state: Any, engine: ServedModel, inputs: list[str | list[int]], param: str, *, truncate: bool = False
 ) -> tuple[np.ndarray, int]:
     """What every embeddings route does: ids off the loop, a concurrency slot, batched engine calls,
     the request's record and metrics. (S, C) unit vectors and the number of input tokens."""
     ids, num_tokens = await offload(lambda: embed_inputs(engine, inputs, param, truncate=truncate))
     run = RequestRun(state, engine)
     async with run.slot():
-        vectors = await embed_batched(engine, ids)  # (S, C)
+        vectors = await embed_batched(embedding(engine, param), ids)  # (S, C)
     run.count_prompt(num_tokens)
     return vectors, num_tokens
 

@@ -1,7 +1,8 @@
 """Engine-like adapters so one server serves every kind of model through the same routes:
 EncoderEngine (BERT-family embeddings: /v1/embeddings, /embeddings, /tokenize; cross-encoders also
 /v1/rerank) and InferEngine
-(MLP/ONNX: /infer). Generation routes answer 400 for them (`can_generate = False`).
+(MLP/ONNX: /infer). Both are server.served.ServedModel; generation routes answer 400 for them
+(`serves` has no "generate").
 
 The heavy work runs in a worker thread (anyio.to_thread), one request at a time per model.
 """
@@ -45,8 +46,6 @@ class _EncoderTokenizer:
 
 
 class EncoderEngine:
-    can_generate = False
-
     def __init__(self, source: Any) -> None:
         # lazy: numba kernels load (and compile) only when this path runs
         from modelc.engine.embedder import Embedder, open_source
@@ -73,8 +72,8 @@ class EncoderEngine:
             self._reranker = Reranker(self._embedder_source, encoder=self._embedder.model)
 
     @property
-    def can_rerank(self) -> bool:
-        return self._reranker is not None
+    def serves(self) -> frozenset[str]:
+        return frozenset({"embed", "rerank"}) if self._reranker is not None else frozenset({"embed"})
 
     async def rerank(self, query: str, documents: list[str], *, truncate: bool = False) -> Any:
         """modelc.engine.reranker.Ranking of `documents` for `query` (in document order); a pair beyond
@@ -102,7 +101,7 @@ class EncoderEngine:
 
 
 class InferEngine:
-    can_generate = False
+    serves: frozenset[str] = frozenset({"infer"})
 
     def __init__(self, source: Any) -> None:
         # lazy: numba kernels load (and compile) only when this path runs

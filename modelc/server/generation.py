@@ -21,6 +21,7 @@ import anyio
 from modelc.errors import EngineError, ModelcError, RequestTimeoutError
 from modelc.request import SamplingParams
 from modelc.server import run_host
+from modelc.server.served import ServedModel
 
 STREAM_BUFFER = 64  # events buffered per request before the pumps wait for the reader
 LIVE: weakref.WeakSet[ChoiceStreams] = weakref.WeakSet()  # open ChoiceStreams of this process
@@ -93,7 +94,7 @@ class ChoiceStreams:
     task and read by the task that writes the body, so no cancel scope may belong to either.
     """
 
-    def __init__(self, engine: Any, jobs: Sequence[Job], request_id: str, deadline: float | None) -> None:
+    def __init__(self, engine: ServedModel, jobs: Sequence[Job], request_id: str, deadline: float | None) -> None:
         self._engine = engine
         self._jobs = list(jobs)
         self._request_id = request_id
@@ -218,7 +219,7 @@ def apply_finish(result: ChoiceResult, ev: Any) -> None:
 
 
 async def collect(
-    engine: Any, jobs: Sequence[Job], request_id: str, deadline: float | None, timings: Timings
+    engine: ServedModel, jobs: Sequence[Job], request_id: str, deadline: float | None, timings: Timings
 ) -> list[ChoiceResult]:
     """Run every job to the end; results in job order."""
     results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(jobs)]

@@ -20,6 +20,7 @@ from modelc.server.body import OFFLOAD_BYTES, parse_body
 from modelc.server.errors import ServiceUnavailableError
 from modelc.server.fields import ReadFields
 from modelc.server.generation import ChoiceResult, Timings
+from modelc.server.served import Generating, ServedModel, generating
 from modelc.server.state import ServerState
 
 STATE_KEY = "modelc"
@@ -65,15 +66,13 @@ def current_engine(state: ServerState) -> Any:
     return state.engine
 
 
-def require_generation(engine: Any) -> None:
+def require_generation(engine: ServedModel) -> Generating:
     """Embedding and MLP/ONNX models serve their own routes only."""
-    if not getattr(engine, "can_generate", True):
-        use = "/infer" if hasattr(engine, "infer") else "/v1/embeddings"
-        raise InvalidRequestError(f"model {engine.name!r} ({engine.architecture}) does not generate text; use {use}")
+    return generating(engine)
 
 
-def require_tokenizer(engine: Any) -> Any:
-    if getattr(engine, "tokenizer", None) is None:
+def require_tokenizer(engine: ServedModel) -> Any:
+    if engine.tokenizer is None:
         raise InvalidRequestError(f"model {engine.name!r} ({engine.architecture}) has no tokenizer")
     return engine.tokenizer
 
@@ -143,7 +142,7 @@ async def managed_engine(state: ServerState, name: str, keep_alive_s: float | No
         raise NotFoundError(f"model {name[:80]!r} not found ({e.strerror or 'bad name'})", param="model") from None
 
 
-def check_model(state: ServerState, engine: Any, body: dict[str, Any]) -> str:
+def check_model(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> str:
     """The `model` field, when given, must name the served model (or an alias). Returns the name to echo."""
     model = body.get("model")
     if model is None or model == "":
@@ -155,7 +154,7 @@ def check_model(state: ServerState, engine: Any, body: dict[str, Any]) -> str:
     return model
 
 
-def precompile(engine: Any, constraint: Constraint | None) -> None:
+def precompile(engine: ServedModel, constraint: Constraint | None) -> None:
     """Compile a constraint now so a bad regex/schema is a 400 before any streaming starts."""
     if constraint is None:
         return

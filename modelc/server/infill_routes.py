@@ -33,6 +33,7 @@ from modelc.server.handling import (
     require_tokenizer,
 )
 from modelc.server.schema import bad, get_bool, get_str, parse_constraint, parse_sampling, with_constraint
+from modelc.server.served import ServedModel
 from modelc.server.sse import sse_event
 
 OPENAPI_PATHS = openapi_surfaces.INFILL
@@ -96,7 +97,7 @@ def sampling_body(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def parse_infill(state: Any, engine: Any, body: dict[str, Any]) -> InfillPlan:
+def parse_infill(state: Any, engine: ServedModel, body: dict[str, Any]) -> InfillPlan:
     model = check_model(state, engine, body)
     require_generation(engine)
     tok = require_tokenizer(engine)
@@ -134,7 +135,7 @@ def parse_infill(state: Any, engine: Any, body: dict[str, Any]) -> InfillPlan:
     )
 
 
-def final_object(plan: InfillPlan, engine: Any, r: ChoiceResult, rec: Any, content: str) -> dict[str, Any]:
+def final_object(plan: InfillPlan, engine: ServedModel, r: ChoiceResult, rec: Any, content: str) -> dict[str, Any]:
     word = matched_stop(engine.tokenizer, r, plan.stops)
     stop_type = "limit" if r.finish_reason == "length" else "word" if word else "eos"
     elapsed_ms = (time.monotonic() - rec.start) * 1e3
@@ -181,7 +182,7 @@ def error_frames(e: ModelcError) -> tuple[bytes, ...]:
     return (sse_event(error_body(e)),)
 
 
-async def infill_events(cs: ChatStream, engine: Any) -> AsyncGenerator[bytes, None]:
+async def infill_events(cs: ChatStream, engine: ServedModel) -> AsyncGenerator[bytes, None]:
     plan = cs.plan
     async for text in cs.texts():
         r = cs.result

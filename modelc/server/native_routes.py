@@ -7,14 +7,12 @@ with the seed defaults (temperature 0 = greedy, top_p/min_p 0 = off).
 
 from __future__ import annotations
 
-import inspect
 import os
 import platform
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import anyio
 from quart import Blueprint, Response
 
 from modelc import __version__
@@ -47,6 +45,7 @@ from modelc.server.schema import (
     parse_sampling,
     with_constraint,
 )
+from modelc.server.served import ServedModel, inferring
 from modelc.server.sse import sse_event
 from modelc.server.state import ServerState
 from modelc.version import git_sha
@@ -54,11 +53,11 @@ from modelc.version import git_sha
 bp = Blueprint("native", __name__)
 
 
-def model_source(engine: Any) -> Any:
-    return getattr(engine, "source", None) or getattr(engine, "model", None)
+def model_source(engine: ServedModel) -> Any:
+    return engine.source
 
 
-def model_summary(engine: Any) -> dict[str, Any]:
+def model_summary(engine: ServedModel) -> dict[str, Any]:
     src = model_source(engine)
     tensors = getattr(src, "tensors", None) or {}
     return {
@@ -88,7 +87,7 @@ async def info() -> Any:
     return model_summary(current_engine(get_state()))
 
 
-def default_generation(state: ServerState, engine: Any = None) -> dict[str, Any]:
+def default_generation(state: ServerState, engine: ServedModel | None = None) -> dict[str, Any]:
     d = state.config.defaults
     sched = getattr(getattr(engine, "config", None), "scheduler", None)
     gamma = sched.spec_gamma if sched is not None and sched.speculative else 0
@@ -166,22 +165,14 @@ async def infer() -> Any:
     state = get_state()
     engine = current_engine(state)
     body = await read_json()
-    run = getattr(engine, "infer", None)
-    if run is None:
-        raise InvalidRequestError(
-            f"/infer needs an MLP or ONNX model; {engine.name!r} is a {engine.architecture} "
-            "model: use /v1/completions or /v1/chat/completions"
-        )
+    model = inferring(engine)
     if "input" not in body and "inputs" not in body:
         raise InvalidRequestError("/infer needs 'input' (one example) or 'inputs' (a batch)", param="input")
     async with RequestRun(state, engine).slot():
-        out = run(body) if inspect.iscoroutinefunction(run) else await anyio.to_thread.run_sync(run, body)
-        if inspect.isawaitable(out):
-            out = await out
-    return out
+        return await model.infer(body)
 
 
-def native_params(state: ServerState, engine: Any, body: dict[str, Any]) -> Any:
+def native_params(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> Any:
     require_generation(engine)
     params = parse_sampling(
         body, state.config.defaults, vocab_size=getattr(engine.tokenizer, "vocab_size", None), native=True
@@ -191,7 +182,7 @@ def native_params(state: ServerState, engine: Any, body: dict[str, Any]) -> Any:
     return with_constraint(params, constraint)
 
 
-def chat_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
+def chat_prompt(engine: ServedModel, body: dict[str, Any]) -> list[int]:
     require_tokenizer(engine)
     messages = parse_messages(body)
     limit = prompt_limit(engine, body)
@@ -202,12 +193,12 @@ def chat_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
     return encode_chat(engine.tokenizer, text, bos, limit)
 
 
-def chat_request(state: ServerState, engine: Any, body: dict[str, Any]) -> tuple[Any, list[int]]:
+def chat_request(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> tuple[Any, list[int]]:
     """Sampling parameters and prompt ids of /chat and /chat/stream (run in a worker thread)."""
     return native_params(state, engine, body), chat_prompt(engine, body)
 
 
-def complete_request(state: ServerState, engine: Any, body: dict[str, Any]) -> tuple[Any, list[int]]:
+def complete_request(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> tuple[Any, list[int]]:
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise InvalidRequestError("'prompt' must be a string", param="prompt")
@@ -215,7 +206,7 @@ def complete_request(state: ServerState, engine: Any, body: dict[str, Any]) -> t
     return params, encode_prompt(require_tokenizer(engine), prompt, None, limit=prompt_limit(engine, body))
 
 
-async def run_one(state: ServerState, engine: Any, ids: list[int], params: Any) -> str:
+async def run_one(state: ServerState, engine: ServedModel, ids: list[int], params: Any) -> str:
     results = await RequestRun(state, engine, [Job(tuple(ids), params)]).collect()
     return results[0].text
 

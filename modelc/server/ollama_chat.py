@@ -44,6 +44,7 @@ from modelc.server.prompt import (
 )
 from modelc.server.run import RequestRun
 from modelc.server.schema import parse_messages, parse_tools, with_constraint
+from modelc.server.served import ServedModel
 from modelc.server.state import ServerState
 from modelc.tokenizer.reasoning import ReasoningSplitter, split_reasoning, starts_in_reasoning
 
@@ -78,7 +79,7 @@ def _no_images(body: dict[str, Any]) -> None:
         raise InvalidRequestError("images are not supported: modelc serves text models", param="images")
 
 
-def _params(state: ServerState, engine: Any, body: dict[str, Any]) -> SamplingParams:
+def _params(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> SamplingParams:
     require_generation(engine)
     params = shapes.sampling_params(
         body.get("options"), state.config.defaults, getattr(engine.tokenizer, "vocab_size", None)
@@ -88,12 +89,12 @@ def _params(state: ServerState, engine: Any, body: dict[str, Any]) -> SamplingPa
     return with_constraint(params, constraint)
 
 
-def ollama_limit(engine: Any, body: dict[str, Any]) -> int | None:
+def ollama_limit(engine: ServedModel, body: dict[str, Any]) -> int | None:
     """Ollama truncates a prompt beyond the context unless told `truncate: false` (then a 400)."""
     return prompt_limit(engine, body, truncate_default=True)
 
 
-def _generate_prompt(engine: Any, body: dict[str, Any]) -> list[int]:
+def _generate_prompt(engine: ServedModel, body: dict[str, Any]) -> list[int]:
     prompt, system, suffix = body.get("prompt"), body.get("system"), body.get("suffix")
     for key, v in (("prompt", prompt), ("system", system), ("suffix", suffix)):
         if v is not None and not isinstance(v, str):
@@ -124,7 +125,7 @@ def _think_kwargs(body: dict[str, Any]) -> dict[str, Any]:
     raise InvalidRequestError("'think' must be a boolean or one of low, medium, high", param="think")
 
 
-def _chat_prompt(engine: Any, body: dict[str, Any]) -> tuple[list[int], tuple[dict[str, Any], ...] | None, str]:
+def _chat_prompt(engine: ServedModel, body: dict[str, Any]) -> tuple[list[int], tuple[dict[str, Any], ...] | None, str]:
     messages = parse_messages(body)
     for m in messages:  # Ollama sends tool-call arguments as objects; templates expect JSON text
         for call in m.get("tool_calls") or []:
@@ -141,7 +142,7 @@ def _chat_prompt(engine: Any, body: dict[str, Any]) -> tuple[list[int], tuple[di
 
 
 def _prepare(
-    state: ServerState, engine: Any, body: dict[str, Any], chat: bool
+    state: ServerState, engine: ServedModel, body: dict[str, Any], chat: bool
 ) -> tuple[SamplingParams, list[int], tuple[dict[str, Any], ...] | None, Any, bool]:
     """Parameters, prompt ids, offered tools, the reasoning syntax and whether the prompt opens a thought:
     templates, tokenizer and grammar (run in a worker thread)."""

@@ -29,6 +29,7 @@ from modelc.server.manager.loaded import model_bytes, model_source
 from modelc.server.manager.lookup import hidden_path, resolve_adapter, resolve_model
 from modelc.server.manager.models import parse_keep_alive
 from modelc.server.openai_routes import engine_capabilities
+from modelc.server.served import ServedModel
 from modelc.server.state import ServerState
 from modelc.store import dtype_summary
 
@@ -127,7 +128,7 @@ async def ps() -> Any:
     rows = []
     for entry in state.models.loaded():
         d = state.models.describe(entry)
-        src_cfg = getattr(getattr(entry.engine, "source", None), "config", None) or {}
+        src_cfg = getattr(model_source(entry.engine), "config", None) or {}
         row = {
             "name": entry.name,
             "model": entry.name,
@@ -144,7 +145,7 @@ async def ps() -> Any:
     return {"models": rows}
 
 
-def _num_params(engine: Any) -> int:
+def _num_params(engine: ServedModel) -> int:
     src = model_source(engine)
     n = getattr(src, "num_params", None)
     if n is not None:
@@ -177,7 +178,7 @@ async def show() -> Any:
     path = _path_of(state, name)
     if path is None:  # the default model served from memory
         engine = current_engine(state)
-        src = getattr(engine, "source", None)
+        src = engine.source
         arch, cfg, n = engine.architecture, dict(getattr(src, "config", None) or {}), _num_params(engine)
         template = getattr(src, "chat_template", None)
 

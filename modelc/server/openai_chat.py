@@ -47,6 +47,7 @@ from modelc.server.schema import (
     parse_tools,
     with_constraint,
 )
+from modelc.server.served import ServedModel
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
 from modelc.server.streaming import openai_error_frames
@@ -80,7 +81,7 @@ def make_jobs(prompt_ids: list[int], params: SamplingParams, n: int) -> list[Job
     ]
 
 
-def parse_chat(state: ServerState, engine: Any, body: dict[str, Any]) -> ChatPlan:
+def parse_chat(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> ChatPlan:
     model = check_model(state, engine, body)
     require_generation(engine)
     stream = get_bool(body, "stream")
@@ -182,7 +183,7 @@ async def chat_completions() -> Any:
     )
 
 
-async def chat_sse(engine: Any, plan: ChatPlan, run: RequestRun) -> AsyncGenerator[bytes, None]:
+async def chat_sse(engine: ServedModel, plan: ChatPlan, run: RequestRun) -> AsyncGenerator[bytes, None]:
     tok = engine.tokenizer
     created = int(time.time())
     rec, results = run.rec, run.results

@@ -40,6 +40,7 @@ from modelc.server.schema import (
     parse_stream_options,
     with_constraint,
 )
+from modelc.server.served import ServedModel
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
 from modelc.server.streaming import openai_error_frames
@@ -62,7 +63,7 @@ class CompletionPlan:
     num_top: int
 
 
-def parse_completion(state: ServerState, engine: Any, body: dict[str, Any]) -> CompletionPlan:
+def parse_completion(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> CompletionPlan:
     model = check_model(state, engine, body)
     require_generation(engine)
     stream = get_bool(body, "stream")
@@ -148,7 +149,7 @@ async def completions() -> Any:
     )
 
 
-async def completion_sse(engine: Any, plan: CompletionPlan, run: RequestRun) -> AsyncGenerator[bytes, None]:
+async def completion_sse(engine: ServedModel, plan: CompletionPlan, run: RequestRun) -> AsyncGenerator[bytes, None]:
     tok = engine.tokenizer
     created = int(time.time())
     rec, results = run.rec, run.results

@@ -16,6 +16,7 @@ from modelc.server.embedding import encode_vector, run_embeddings, truncate
 from modelc.server.handling import check_model, current_engine, engine_for, get_state, json_off_loop, read_json
 from modelc.server.manager.loaded import engine_adapters
 from modelc.server.schema import get_bool, get_int, get_str, parse_prompts
+from modelc.server.served import ServedModel
 
 bp = Blueprint("openai", __name__)
 
@@ -27,11 +28,11 @@ def model_card(name: str, created: int, capabilities: list[str] | None = None) -
     return card
 
 
-def engine_capabilities(engine: Any) -> list[str]:
+def engine_capabilities(engine: ServedModel) -> list[str]:
     """modelc.capabilities of a served engine, from its source (or the engine's own attributes)."""
     from modelc.capabilities import capabilities
 
-    src = getattr(engine, "source", None) or engine
+    src = engine.source or engine
     template = getattr(src, "chat_template", None)
     if template is not None and not isinstance(template, str):
         template = getattr(template, "source", None)
@@ -64,7 +65,7 @@ async def list_models() -> Any:
     return {"object": "list", "data": [model_card(n, int(state.started_at), caps.get(n)) for n in names]}
 
 
-def model_known(state: Any, engine: Any, model_id: str) -> bool:
+def model_known(state: Any, engine: ServedModel, model_id: str) -> bool:
     """Whether generation would accept `model_id`: the served name or an alias, NAME:latest, and with a
     ModelManager every stored name, NAME:VERSION and base:adapter of a loaded adapter. Never a path."""
     names = {engine.name, *state.config.model_aliases}

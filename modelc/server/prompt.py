@@ -12,6 +12,7 @@ from modelc.errors import InvalidRequestError, ModelcError
 from modelc.server.context import char_budget, check_ids, encode_bounded, too_long
 from modelc.server.fim import find_fim_tokens, infill_ids
 from modelc.server.schema import bad, check_token_ids
+from modelc.server.served import ServedModel
 from modelc.tokenizer.reasoning import reasoning_syntax
 
 
@@ -41,9 +42,9 @@ def fallback_render(messages: list[dict[str, Any]], add_generation_prompt: bool 
     return "".join(lines)
 
 
-def check_chat_size(engine: Any, messages: list[dict[str, Any]], limit: int | None) -> None:
+def check_chat_size(engine: ServedModel, messages: list[dict[str, Any]], limit: int | None) -> None:
     """A chat whose text alone is far beyond `limit` tokens is a 400 before any template renders it."""
-    tok = getattr(engine, "tokenizer", None)
+    tok = engine.tokenizer
     if limit is None or tok is None:
         return
     num_chars = sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
@@ -52,7 +53,7 @@ def check_chat_size(engine: Any, messages: list[dict[str, Any]], limit: int | No
 
 
 def render_chat(
-    engine: Any,
+    engine: ServedModel,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any] | None = None,
@@ -76,10 +77,10 @@ def render_chat(
         raise InvalidRequestError(f"chat template failed: {type(e).__name__}: {e}", param="messages") from None
 
 
-def model_reasoning_syntax(engine: Any) -> Any:
+def model_reasoning_syntax(engine: ServedModel) -> Any:
     """The reasoning syntax (modelc.tokenizer.reasoning) the model's chat template or vocabulary shows, or None."""
-    template = getattr(engine, "chat_template", None)
-    tok = getattr(engine, "tokenizer", None)
+    template = engine.chat_template
+    tok = engine.tokenizer
     to_id = getattr(tok, "token_to_id", None)
     vocab = [t for t in ("</think>",) if to_id is not None and to_id(t) is not None]
     return reasoning_syntax(getattr(template, "source", None), vocab)

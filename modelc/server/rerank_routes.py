@@ -17,12 +17,12 @@ from typing import Any
 
 from quart import Blueprint
 
-from modelc.errors import InvalidRequestError
 from modelc.server import openapi_surfaces
 from modelc.server.context import char_budget, context_length, too_long
 from modelc.server.handling import check_model, engine_for, get_state, new_id, read_json
 from modelc.server.run import RequestRun
 from modelc.server.schema import bad, get_bool, get_int, get_str
+from modelc.server.served import ServedModel, reranking
 
 OPENAPI_PATHS = openapi_surfaces.RERANK
 bp = Blueprint("rerank", __name__)
@@ -44,7 +44,7 @@ def parse_documents(body: dict[str, Any]) -> list[str]:
     return out
 
 
-def bound_texts(engine: Any, query: str, docs: list[str], cut: bool) -> tuple[str, list[str]]:
+def bound_texts(engine: ServedModel, query: str, docs: list[str], cut: bool) -> tuple[str, list[str]]:
     """Texts far longer than the context (by characters, modelc.server.context.char_budget) are a 400
     before the tokenizer runs, or cut to that many characters when truncating (the tokenizer then cuts
     the pair exactly, longest first)."""
@@ -69,12 +69,7 @@ async def rerank() -> Any:
     body = await read_json()
     engine = await engine_for(state, body.get("model"))
     model = check_model(state, engine, body)
-    if not getattr(engine, "can_rerank", False):
-        raise InvalidRequestError(
-            f"model {engine.name!r} is not a reranker: /v1/rerank needs a cross-encoder "
-            "(a BERT/XLM-R ...ForSequenceClassification model)",
-            param="model",
-        )
+    reranker = reranking(engine, param="model")
     query = get_str(body, "query")
     if query is None:
         raise bad("query", "is required")
@@ -85,7 +80,7 @@ async def rerank() -> Any:
     query, texts = bound_texts(engine, query, docs, cut)
     run = RequestRun(state, engine)
     async with run.slot():
-        ranking = await engine.rerank(query, texts, truncate=cut)
+        ranking = await reranker.rerank(query, texts, truncate=cut)
     run.count_prompt(ranking.num_tokens)
     order = sorted(range(len(docs)), key=lambda i: -ranking.scores[i])[:top_n]
     results = []

@@ -31,6 +31,7 @@ from quart import Response
 from modelc.errors import ModelcError
 from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, is_finished
 from modelc.server.handling import RequestRecord, account, deadline, finish_record, record
+from modelc.server.served import ServedModel
 from modelc.server.sse import SSE_HEADERS
 from modelc.server.state import ServerState
 from modelc.server.streaming import StreamBody
@@ -40,7 +41,7 @@ class RequestRun:
     def __init__(
         self,
         state: ServerState,
-        engine: Any,
+        engine: ServedModel,
         jobs: Sequence[Job] = (),
         prompt_lens: Sequence[int] | None = None,
         *,

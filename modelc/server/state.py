@@ -13,6 +13,7 @@ from typing import Any
 from modelc.errors import InvalidRequestError, OverloadedError
 from modelc.server.metrics import Metrics
 from modelc.server.ratelimit import RateLimiter
+from modelc.server.served import ServedModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ class ServerConfig:
 class ServerState:
     """Everything one app instance shares between requests (one event loop, no locks needed)."""
 
-    def __init__(self, engine: Any | None = None, config: ServerConfig | None = None) -> None:
+    def __init__(self, engine: ServedModel | None = None, config: ServerConfig | None = None) -> None:
         self.config = config or ServerConfig()
         self.engine = engine  # None while loading: /health answers 503
         self.metrics = Metrics()

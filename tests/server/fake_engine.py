@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import numpy as np
@@ -78,6 +78,7 @@ class FakeTemplate:
 class FakeEngine:
     name: str = "fake-model"
     architecture: str = "llama"
+    serves: ClassVar[frozenset] = frozenset({"generate", "embed"})
     delay_s: float = 0.0  # per token
     max_waiting: int | None = None  # more concurrent generate() calls -> OverloadedError
     constraint_replies: dict[str, str] = field(
@@ -89,6 +90,7 @@ class FakeEngine:
     chat_template: Any = field(default_factory=FakeTemplate)
     tokenizer: ByteTokenizer = field(default_factory=ByteTokenizer)
     config: dict = field(default_factory=dict)
+    source: Any = None
     # observations for tests
     calls: list[tuple[list[int], Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
@@ -178,7 +180,9 @@ def _first_stop(text: str, stops: tuple[str, ...]) -> int | None:
 class InferEngine(FakeEngine):
     """A fake MLP engine with the `infer` capability (doubles its input)."""
 
-    def infer(self, payload: dict) -> dict:
+    serves: ClassVar[frozenset] = frozenset({"generate", "embed", "infer"})
+
+    async def infer(self, payload: dict) -> dict:
         if "inputs" in payload:
             return {"outputs": [[2 * x for x in row] for row in payload["inputs"]]}
         return {"output": [2 * x for x in payload["input"]]}

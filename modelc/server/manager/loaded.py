@@ -6,19 +6,21 @@ No loading or unloading here (models.py); no HTTP.
 
 from __future__ import annotations
 
-import inspect
+import contextlib
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import anyio
+import numpy as np
 
 from modelc.cache.budget import kv_bytes_per_block
 from modelc.errors import InvalidRequestError, ModelcError
+from modelc.server.served import ServedModel, embedding, generating, inferring, reranking
 
 GRACE_S = 2.0  # a model handed to a request counts as busy this long, before its first generate() starts
 
@@ -65,7 +67,7 @@ class LoadedModel:
     path: Path | None
     keep_alive_s: float
     pinned: bool = False
-    engine: Any = None
+    engine: ServedModel = None
     error: ModelcError | None = None
     loaded_at: float = 0.0  # unix time
     load_duration_s: float = 0.0
@@ -88,6 +90,15 @@ class LoadedModel:
         self.num_in_flight -= 1
         self.touch()
 
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """Count one call as in flight while it runs."""
+        self.begin()
+        try:
+            yield
+        finally:
+            self.end()
+
     def running_requests(self) -> int:
         """Requests this model is serving now: our own count, or the engine's running + waiting."""
         stats = engine_stats(self.engine)
@@ -106,44 +117,51 @@ class LoadedModel:
         return None if left is None else time.time() + max(left, 0.0)
 
 
-def engine_stats(engine: Any) -> dict[str, Any]:
-    stats = getattr(engine, "stats", None)
-    if engine is None or stats is None:
+def engine_stats(engine: ServedModel | None) -> dict[str, Any]:
+    if engine is None:
         return {}
     try:
-        return dict(stats() or {})
+        return dict(engine.stats() or {})
     except Exception:  # a stats snapshot must never break ps or the reaper
         return {}
 
 
 class ModelView:
-    """The engine as one request sees it: `name` is the name asked for, a LoRA adapter named by
-    "base:adapter" is applied, and generate/embed/infer calls are counted as in flight."""
+    """The engine as one request sees it (a server.served.ServedModel): `name` is the name asked for,
+    a LoRA adapter named by "base:adapter" is applied, and generate/embed/rerank/infer calls are
+    counted as in flight (a busy model is never unloaded under a request)."""
 
     def __init__(self, entry: LoadedModel, name: str, adapter: str | None = None) -> None:
+        engine: ServedModel = entry.engine
         self._entry = entry
-        self._engine = entry.engine
+        self._engine = engine
         self.name = name
         self.adapter = adapter
+        self.architecture = engine.architecture
+        self.tokenizer = engine.tokenizer
+        self.chat_template = engine.chat_template
+        self.serves = engine.serves
+        self.source = engine.source
 
     @property
     def engine(self) -> Any:
         return self._engine
 
+    def stats(self) -> dict[str, Any]:
+        return self._engine.stats()
+
     def __getattr__(self, attr: str) -> Any:
-        value = getattr(self._engine, attr)
-        if attr in ("embed", "infer") and callable(value):
-            return self._counted(value)
-        return value
+        # What is not the serving contract (config, source, adapters, load_adapter...) is the engine's.
+        return getattr(self._engine, attr)
 
     async def generate(
         self, prompt_token_ids: list[int], params: Any = None, request_id: str | None = None
     ) -> AsyncIterator[Any]:
-        if self.adapter is not None and params is not None and getattr(params, "adapter", None) is None:
+        if self.adapter is not None and params is not None and params.adapter is None:
             params = replace(params, adapter=self.adapter)
         self._entry.begin()
         try:
-            gen = self._engine.generate(prompt_token_ids, params, request_id=request_id)
+            gen = generating(self._engine).generate(prompt_token_ids, params, request_id=request_id)
             try:
                 async for ev in gen:
                     yield ev
@@ -152,38 +170,28 @@ class ModelView:
         finally:
             self._entry.end()
 
-    def _counted(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        entry = self._entry
-        if inspect.iscoroutinefunction(fn):
+    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
+        with self._entry.busy():
+            return await embedding(self._engine).embed(token_id_lists)
 
-            async def run_async(*args: Any, **kw: Any) -> Any:
-                entry.begin()
-                try:
-                    return await fn(*args, **kw)
-                finally:
-                    entry.end()
+    async def rerank(self, query: str, documents: Sequence[str], *, truncate: bool = False) -> Any:
+        with self._entry.busy():
+            return await reranking(self._engine).rerank(query, documents, truncate=truncate)
 
-            return run_async
-
-        def run_sync(*args: Any, **kw: Any) -> Any:
-            entry.begin()
-            try:
-                return fn(*args, **kw)
-            finally:
-                entry.end()
-
-        return run_sync
+    async def infer(self, payload: dict[str, Any]) -> dict[str, Any]:
+        with self._entry.busy():
+            return await inferring(self._engine).infer(payload)
 
 
-def engine_adapters(engine: Any) -> list[str]:
+def engine_adapters(engine: ServedModel) -> list[str]:
     try:
         return list(getattr(engine, "adapters", None) or [])
     except Exception:
         return []
 
 
-def model_source(engine: Any) -> Any:
-    return getattr(engine, "source", None) or getattr(engine, "model", None)
+def model_source(engine: ServedModel | None) -> Any:
+    return engine.source if engine is not None else None
 
 
 def model_bytes(entry: LoadedModel) -> int:
@@ -201,7 +209,7 @@ def model_bytes(entry: LoadedModel) -> int:
     return int(sum(getattr(t, "nbytes", 0) for t in tensors.values()))
 
 
-def kv_bytes(engine: Any, num_blocks: int) -> int:
+def kv_bytes(engine: ServedModel, num_blocks: int) -> int:
     """Bytes of the engine's KV pages: blocks x bytes per block (all layers, K and V)."""
     if num_blocks <= 0:
         return 0

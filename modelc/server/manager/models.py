@@ -33,6 +33,7 @@ from modelc.server.manager.loaded import (
     parse_keep_alive,
 )
 from modelc.server.manager.lookup import resolve_model
+from modelc.server.served import ServedModel
 
 __all__ = ["LoadedModel", "ManagerUnavailableError", "ModelManager", "ModelView", "parse_keep_alive"]
 
@@ -107,18 +108,18 @@ class ModelManager:
                 self._tg = None
                 tg.cancel_scope.cancel()
 
-    def set_default(self, engine: Any, name: str | None = None, path: str | Path | None = None) -> LoadedModel:
+    def set_default(self, engine: ServedModel, name: str | None = None, path: str | Path | None = None) -> LoadedModel:
         """Register the already-open default model (pinned). `name` is what requests may call it
         (besides engine.name)."""
         resolved = Path(path).resolve() if path is not None else None
-        name = name or getattr(engine, "name", "") or "default"
+        name = name or engine.name or "default"
         entry = LoadedModel(str(resolved) if resolved else f"default:{name}", name, resolved, -1.0, pinned=True)
         entry.engine = engine
         entry.loaded_at = time.time()
         entry.ready.set()
         self._entries[entry.key] = entry
         self._default = entry
-        self._aliases = {name, getattr(engine, "name", "") or name}
+        self._aliases = {name, engine.name or name}
         if resolved is not None:  # the operator's own command-line path names it too
             self._aliases.add(str(resolved))
         return entry
@@ -324,7 +325,7 @@ class ModelManager:
         return {
             "name": entry.name,
             "path": str(entry.path) if entry.path else None,
-            "architecture": getattr(entry.engine, "architecture", "") or "",
+            "architecture": entry.engine.architecture if entry.engine is not None else "",
             "default": entry.pinned,
             "size_bytes": size,
             "kv_bytes": kv,

@@ -1,0 +1,104 @@
+"""The serving contract: what the server needs of every model it serves.
+
+Every engine kind is a ServedModel: `api.AsyncEngine` and the replicas' `ReplicaEngine` (causal LMs:
+generate, embed), the encoder engines of server/engines.py (embed, and rerank for cross-encoders),
+the MLP/ONNX engine (infer), and the daemon's per-request view of a loaded model
+(server/manager/loaded.ModelView). `serves` says which of the capability calls a kind answers; a
+route narrows it with `generating(engine)` / `embedding(engine)` / ... (a 400 naming the route the
+model does serve otherwise) and calls the capability's method on the narrower protocol it gets back. No route probes an
+engine's attributes.
+
+The protocols are structural: the engines do not import this module (most sit on lower floors).
+tests/server/test_served.py checks that each kind satisfies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol, cast, runtime_checkable
+
+import numpy as np
+
+from modelc.errors import InvalidRequestError
+
+GENERATE = "generate"  # generate(prompt_token_ids, params) -> TokenEvent..., Finished
+EMBED = "embed"  # embed(token_id_lists) -> (S, C) unit vectors
+RERANK = "rerank"  # rerank(query, documents) -> Ranking
+INFER = "infer"  # infer(payload) -> outputs (MLP/ONNX)
+CAPABILITIES = (GENERATE, EMBED, RERANK, INFER)
+
+
+@runtime_checkable
+class ServedModel(Protocol):
+    """What every served model has: its names, its text side (None for MLP/ONNX) and its load."""
+
+    name: str
+    architecture: str
+    tokenizer: Any  # modelc.tokenizer.Tokenizer (or the encoders' subset), None without one
+    chat_template: Any  # modelc.tokenizer.ChatTemplate, None without one
+    source: Any  # the model source (modelc.ir.Model or an Artifact) it serves, None when it has none
+    serves: frozenset[str]  # which of CAPABILITIES it answers
+
+    def stats(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Generating(ServedModel, Protocol):
+    def generate(
+        self, prompt_token_ids: list[int], params: Any, request_id: str | None = None
+    ) -> AsyncIterator[Any]: ...
+
+
+@runtime_checkable
+class Embedding(ServedModel, Protocol):
+    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray: ...
+
+
+@runtime_checkable
+class Reranking(ServedModel, Protocol):
+    async def rerank(self, query: str, documents: Sequence[str], *, truncate: bool = False) -> Any: ...
+
+
+@runtime_checkable
+class Inferring(ServedModel, Protocol):
+    async def infer(self, payload: dict[str, Any]) -> dict[str, Any]: ...
+
+
+PROTOCOLS: dict[str, type] = {GENERATE: Generating, EMBED: Embedding, RERANK: Reranking, INFER: Inferring}
+
+_REFUSALS = {
+    GENERATE: "does not generate text; use {other}",
+    EMBED: "does not produce embeddings; use {other}",
+    RERANK: "is not a reranker: /v1/rerank needs a cross-encoder (a BERT/XLM-R ...ForSequenceClassification model)",
+    INFER: "is not an MLP or ONNX model: /infer needs one; use {other}",
+}
+_ROUTES = {GENERATE: "/v1/chat/completions", EMBED: "/v1/embeddings", RERANK: "/v1/rerank", INFER: "/infer"}
+
+
+def check_serves(engine: ServedModel, capability: str, param: str | None = None) -> None:
+    """A 400 that says what the model is and which route it does serve, unless it serves `capability`."""
+    if capability in engine.serves:
+        return
+    other = next((_ROUTES[c] for c in CAPABILITIES if c in engine.serves and c != capability), "another route")
+    why = _REFUSALS[capability].format(other=other)
+    raise InvalidRequestError(f"model {engine.name!r} ({engine.architecture}) {why}", param=param)
+
+
+def generating(engine: ServedModel, param: str | None = None) -> Generating:
+    check_serves(engine, GENERATE, param)
+    return cast(Generating, engine)
+
+
+def embedding(engine: ServedModel, param: str | None = None) -> Embedding:
+    check_serves(engine, EMBED, param)
+    return cast(Embedding, engine)
+
+
+def reranking(engine: ServedModel, param: str | None = None) -> Reranking:
+    check_serves(engine, RERANK, param)
+    return cast(Reranking, engine)
+
+
+def inferring(engine: ServedModel, param: str | None = None) -> Inferring:
+    check_serves(engine, INFER, param)
+    return cast(Inferring, engine)

@@ -1,0 +1,101 @@
+"""The serving contract (server/served.py): every engine kind the server serves is a ServedModel,
+answers the capability protocol of each thing it says it serves, and is refused with a 400 naming
+the route it does serve otherwise."""
+
+from __future__ import annotations
+
+import pytest
+
+from modelc.config import CacheConfig, EngineConfig, ReplicaConfig
+from modelc.errors import InvalidRequestError
+from modelc.replicas.engine import ReplicaEngine
+from modelc.server.daemon import open_engine
+from modelc.server.engines import EncoderEngine, InferEngine
+from modelc.server.manager.loaded import LoadedModel, ModelView
+from modelc.server.served import (
+    CAPABILITIES,
+    EMBED,
+    GENERATE,
+    INFER,
+    PROTOCOLS,
+    RERANK,
+    ServedModel,
+    embedding,
+    generating,
+    inferring,
+    reranking,
+)
+from tests.server.fake_engine import FakeEngine
+from tests.server.test_engines import mlp_model
+from tests.server.tiny_model import make_served_model
+
+pytestmark = pytest.mark.anyio
+
+
+def check_contract(engine: object, serves: set[str]) -> None:
+    assert isinstance(engine, ServedModel)
+    assert engine.serves == serves and engine.serves <= set(CAPABILITIES)
+    for cap in CAPABILITIES:
+        assert isinstance(engine, PROTOCOLS[cap]) or cap not in serves, cap
+    assert isinstance(engine.name, str) and isinstance(engine.architecture, str)
+    assert isinstance(engine.stats(), dict)
+    view = ModelView(loaded(engine), "asked-name")  # the daemon's view serves what its engine serves
+    assert isinstance(view, ServedModel) and view.serves == serves and view.name == "asked-name"
+    assert view.architecture == engine.architecture and view.tokenizer is engine.tokenizer
+    for cap in serves:
+        assert isinstance(view, PROTOCOLS[cap])
+
+
+def loaded(engine: object) -> LoadedModel:
+    entry = LoadedModel("key", "name", None, -1.0)
+    entry.engine = engine
+    return entry
+
+
+async def test_async_engine_is_served_model() -> None:
+    config = EngineConfig(cache=CacheConfig(kv_cache_tokens=1024), warmup=False)
+    async with open_engine(make_served_model(), config) as engine:
+        assert type(engine).__name__ == "AsyncEngine"
+        check_contract(engine, {GENERATE, EMBED})
+
+
+def test_replica_engine_is_served_model() -> None:
+    config = EngineConfig(replicas=ReplicaConfig(replicas=1))
+    engine = ReplicaEngine(make_served_model(), config, ray=None, actors=[])  # no Ray needed to look at it
+    check_contract(engine, {GENERATE, EMBED})
+
+
+async def test_encoder_and_infer_engines_are_served_models() -> None:
+    from tests.models.test_bert import tiny_bert
+
+    async with open_engine(tiny_bert(), EngineConfig(warmup=False)) as engine:
+        assert isinstance(engine, EncoderEngine)
+        check_contract(engine, {EMBED})  # a plain encoder; a cross-encoder also serves RERANK
+    async with open_engine(mlp_model()) as engine:
+        assert isinstance(engine, InferEngine)
+        check_contract(engine, {INFER})
+        view = ModelView(loaded(engine), "mlp")
+        assert await view.infer({"input": [1.0, 2.0]}) == {"output": [5.0]}
+
+
+def test_the_test_fake_is_a_served_model() -> None:
+    check_contract(FakeEngine(), {GENERATE, EMBED})
+
+
+def test_refusals_name_the_route_the_model_serves() -> None:
+    class Mlp(FakeEngine):
+        serves = frozenset({INFER})
+
+    mlp = Mlp(name="m", architecture="mlp")
+    with pytest.raises(InvalidRequestError, match="does not generate text; use /infer"):
+        generating(mlp)
+    with pytest.raises(InvalidRequestError, match="does not produce embeddings; use /infer"):
+        embedding(mlp, "input")
+    with pytest.raises(InvalidRequestError, match="cross-encoder") as e:
+        reranking(mlp, "model")
+    assert e.value.param == "model"
+    llm = FakeEngine()
+    with pytest.raises(InvalidRequestError, match="MLP or ONNX"):
+        inferring(llm)
+    assert generating(llm) is llm and embedding(llm) is llm
+    assert RERANK not in llm.serves

@@ -24,20 +24,21 @@ import time
 
 import numpy as np
 
-from modelc.api.engine import Engine, open_source
+from modelc.api.engine import Engine
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.engine.runner import Runner
 from modelc.kernels import attention
 from modelc.kernels.kv_write import write_pages
 from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, SeqChunk
+from modelc.source import open_model
 
 TYPES = ("float32", "float16", "q8_0", "mixed")
 FIXTURE = pathlib.Path(__file__).resolve().parents[2] / "shared/fixtures/models/tiny-llama/gguf/tiny-llama-F32.gguf"
 
 
 def deviation(path: str, n: int = 1024) -> dict:
-    src = open_source(path)
+    src = open_model(path)
     ids = np.random.default_rng(0).integers(3, int(src.config["vocab_size"]), n)
     ref = Engine(src, kv_dtype="float32").logits(ids).astype(np.float64)  # (T, V)
     out = {}
@@ -65,7 +66,7 @@ def _filled_runner(src, t: str, ctx: int, threads: int) -> Runner:
 
 
 def decode_speed(path: str, ctx: int, steps: int, threads: int) -> dict:
-    src = open_source(path)
+    src = open_model(path)
     runners = {t: _filled_runner(src, t, ctx, threads) for t in TYPES}
     p = SamplingParams(temperature=0.0, max_tokens=steps + 2, ignore_eos=True)
     times: dict[str, list[float]] = {t: [] for t in TYPES}

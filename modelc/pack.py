@@ -12,15 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from modelc import store
-from modelc.artifact.format import MAGIC
+from modelc.artifact.format import is_artifact
 from modelc.artifact.hash_pool import HashJob, hash_pool
-from modelc.artifact.reader import open_artifact
 from modelc.artifact.structure import check_structure
 from modelc.artifact.transforms import plan
 from modelc.artifact.writer import write_artifact
 from modelc.errors import FormatError, UnsupportedError
-from modelc.formats.detect import read_model
 from modelc.ir import Model
+from modelc.source import open_model
 
 ARCHITECTURES = ("llama", "qwen2", "phi3", "gpt2", "bert", "mlp", "onnx")
 
@@ -82,7 +81,7 @@ def pack_model(
     file, hashed beside the write, about 0.8 CPU-s per GiB.
     """
     src = Path(source_path)
-    single_file = src.is_file() and not _is_artifact(src)
+    single_file = src.is_file() and not is_artifact(src)
     # The source's sha256 is the longest single job of a pack: start it before parsing.
     with _SourceHash(src if single_file and source_hash else None) as source_sha:
         model, result, stats = _prepared(src, format, name, arch, chat_template, prune, quantize,
@@ -163,13 +162,10 @@ class _SourceHash:
 
 
 def load_source(src: Path, *, format: str | None = None, name: str | None = None) -> Any:
-    """A model source from a path: a .modelc is opened as an Artifact (zero-copy), anything else is read."""
+    """A model source from a path (not a store name): modelc.source.open_model on an existing path."""
     if not src.exists():
         raise FormatError(f"no such file or folder: {src}")
-    if (format in (None, "modelc")) and _is_artifact(src):
-        return open_artifact(src)
-
-    return read_model(src, format=format, name=name)
+    return open_model(src, format=format, name=name)
 
 
 def _as_model(art: Any) -> Model:
@@ -201,10 +197,3 @@ def _default_name(model: Any, src: Path) -> str:
     raw = model.name or (src.stem if src.is_file() else src.name)
     cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in raw).strip("-.") or "model"
     return cleaned
-
-
-def _is_artifact(src: Path) -> bool:
-    if not src.is_file():
-        return False
-    with open(src, "rb") as f:
-        return f.read(len(MAGIC)) == MAGIC

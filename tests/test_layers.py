@@ -29,6 +29,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "modelc.registry",
         "modelc.capabilities",
         "modelc.pack",
+        "modelc.source",
     ),
     ("modelc.request",),
     ("modelc.scheduler",),

@@ -23,49 +23,7 @@ from modelc.actors.messages import (
 from modelc.errors import EngineError
 from modelc.request import Finished, SamplingParams, TokenEvent
 from modelc.scheduler.output import Finish
-from modelc.tokenizer.incremental import IncrementalDecoder
-from modelc.tokenizer.stop import StopMatcher
-
-
-class TextStream:
-    """Token ids -> released text. Holds back an incomplete character (IncrementalDecoder) and any
-    tail that could still grow into a stop string; stops at the first stop string."""
-
-    def __init__(self, tokenizer: Any, prompt_ids: list[int], stop: tuple[str, ...]) -> None:
-        self.stop = tuple(s for s in stop if s)
-        self.decoder = None
-        if tokenizer is not None:
-            self.decoder = IncrementalDecoder(tokenizer, prompt_ids[-8:])
-        self.matcher = StopMatcher(self.stop)
-        self.pending = ""  # decoded, not yet released: at most the longest stop string minus one char
-        self.stopped = False
-
-    def add(self, token_id: int, *, check_stop: bool = True) -> str:
-        """Text released by this token; sets `stopped` when a stop string completes.
-        check_stop=False (before min_tokens): release everything, match nothing."""
-        if self.decoder is None:
-            return ""
-        piece = self.decoder.add(token_id)
-        self.pending += piece
-        if not self.stop or not check_stop:
-            self.matcher.reset()
-            out, self.pending = self.pending, ""
-            return out
-        back = self.matcher.feed(piece)  # linear in the piece, whatever the stop lengths
-        if back is not None:
-            self.stopped = True
-            out, self.pending = self.pending[: len(self.pending) - back], ""
-            return out
-        cut = len(self.pending) - self.matcher.held
-        out, self.pending = self.pending[:cut], self.pending[cut:]
-        return out
-
-    def flush(self) -> str:
-        """At a natural end: whatever is still held back."""
-        if self.decoder is None or self.stopped:
-            return ""
-        out, self.pending = self.pending + self.decoder.flush(), ""
-        return out
+from modelc.tokenizer.stop import TextStream
 
 
 class RequestActor:

@@ -1,7 +1,8 @@
-"""SchedulerActor: owns one Scheduler (and so one BlockPool) per engine and the step loop.
+"""SchedulerActor: owns one EngineCore (a Scheduler and its BlockPool) per engine and the step loop.
 
-Whenever an engine is idle and work exists it builds that engine's next plan and sends RunBatch;
-BatchDone is applied with Scheduler.update and the events go to the request side. Aborts, adapter
+It runs EngineCore's step split at the forward pass: whenever an engine is idle and work exists it
+takes that engine's next plan (`core.schedule()`) and sends RunBatch; BatchDone is applied with
+`core.update()` and the events go to the request side. Aborts, adapter
 swaps, embeddings and shutdown are messages handled between steps. `handle` is synchronous and
 returns what to send; `run` only receives and delivers.
 
@@ -42,10 +43,10 @@ from modelc.actors.messages import (
     StatsReported,
     UnloadAdapter,
 )
+from modelc.engine.core import EngineCore
 from modelc.errors import EngineError, ModelcError, NotFoundError, OverloadedError
 from modelc.scheduler.batch import BatchPlan
 from modelc.scheduler.output import SeqEvent
-from modelc.scheduler.scheduler import Scheduler
 from modelc.scheduler.sequence import Sequence
 
 Out = tuple[Address, Any]
@@ -64,16 +65,16 @@ class _AdminJob:
 @dataclass(slots=True)
 class _Engine:
     address: Address
-    scheduler: Scheduler
+    core: EngineCore  # runs no forward itself: the EngineActor at `address` does
     busy: bool = False  # a RunBatch, Embed or adapter job is outstanding
     plan: BatchPlan | None = None
     embeds: dict[int, Embed] = field(default_factory=dict)
 
 
 class SchedulerActor:
-    def __init__(self, schedulers: list[Scheduler], engines: list[Address], inbox: MemoryObjectReceiveStream) -> None:
-        assert len(schedulers) == len(engines) >= 1
-        self.engines = [_Engine(a, s) for a, s in zip(engines, schedulers, strict=True)]
+    def __init__(self, cores: list[EngineCore], engines: list[Address], inbox: MemoryObjectReceiveStream) -> None:
+        assert len(cores) == len(engines) >= 1
+        self.engines = [_Engine(a, c) for a, c in zip(engines, cores, strict=True)]
         self.inbox = inbox
         self.routes: dict[int, tuple[int, Address]] = {}  # seq id -> (engine index, reply_to)
         self.abort_waiters: dict[int, list[Address]] = {}
@@ -178,7 +179,7 @@ class SchedulerActor:
                 # Every engine is idle: end the adapter's sequences before its weights go away.
                 error = f"LoRA adapter {msg.name!r} was unloaded"
                 for eng in self.engines:
-                    self._route(eng.scheduler.fail_adapter(msg.name, error), outs)
+                    self._route(eng.core.fail_adapter(msg.name, error), outs)
             self.admin_job = _AdminJob(msg, set(range(len(self.engines))))
             for eng in self.engines:
                 eng.busy = True
@@ -194,8 +195,8 @@ class SchedulerActor:
                 eng.busy = True
                 outs.append((eng.address, job))
                 continue
-            plan = eng.scheduler.schedule()
-            self._route(eng.scheduler.take_events(), outs)
+            plan, events = eng.core.schedule()
+            self._route(events, outs)
             if plan is not None:
                 eng.busy, eng.plan = True, plan
                 outs.append((eng.address, RunBatch(i, plan)))
@@ -216,7 +217,7 @@ class SchedulerActor:
             return
         i = self._pick_engine(seq)
         try:
-            events = self.engines[i].scheduler.add(seq)
+            events = self.engines[i].core.add(seq)
         except ModelcError as exc:
             outs.append((msg.reply_to, SequenceRejected(msg.seq_id, exc)))
             return
@@ -229,10 +230,9 @@ class SchedulerActor:
         if len(self.engines) == 1:
             return 0
 
-        def score(i: int) -> tuple[int, int, int]:
-            sched = self.engines[i].scheduler
-            full = len(sched.waiting) >= sched.config.max_queue
-            return (full, -sched.pool.get_computed_blocks(seq)[1], len(sched.waiting) + len(sched.running))
+        def score(i: int) -> tuple[bool, int, int]:
+            core = self.engines[i].core
+            return (core.queue_full(), -core.cached_prefix_blocks(seq), core.load())
 
         return min(range(len(self.engines)), key=score)
 
@@ -244,7 +244,7 @@ class SchedulerActor:
             return
         if msg.reply_to is not None:
             self.abort_waiters.setdefault(msg.seq_id, []).append(msg.reply_to)
-        self._route(self.engines[route[0]].scheduler.abort(msg.seq_id), outs)
+        self._route(self.engines[route[0]].core.abort(msg.seq_id), outs)
 
     def _route(self, events: list[SeqEvent], outs: list[Out]) -> None:
         for ev in events:
@@ -261,9 +261,9 @@ class SchedulerActor:
         eng = self.engines[msg.engine_id]
         assert eng.plan is msg.plan, "BatchDone for a plan this engine was not running"
         eng.busy, eng.plan = False, None
-        self._route(eng.scheduler.update(msg.plan, msg.result), outs)
+        self._route(eng.core.update(msg.plan, msg.result), outs)
         if msg.engine_reset:
-            eng.scheduler.reset_engine_state()
+            eng.core.engine_reset()
             self.engine_restarts += 1
 
     # -- adapters, shutdown, stats -------------------------------------------------------------
@@ -286,7 +286,7 @@ class SchedulerActor:
                 self.adapters.discard(job.msg.name)
         # The weights behind some cached pages may have changed (a reloaded or global adapter).
         for eng in self.engines:
-            eng.scheduler.pool.reset_prefix_cache()
+            eng.core.reset_prefix_cache()
         outs.append((job.msg.reply_to, _admin_reply(job.msg, job.info, job.error)))
 
     def _shutdown(self, outs: list[Out]) -> None:
@@ -294,7 +294,7 @@ class SchedulerActor:
             return
         self.stopping = True
         for eng in self.engines:
-            self._route(eng.scheduler.abort_all(), outs)
+            self._route(eng.core.abort_all(), outs)
         for job in self.embeds:
             outs.append((job.reply_to, Embedded(job.request_id, -1, None, _stopping())))
         for msg in self.admin:
@@ -305,7 +305,7 @@ class SchedulerActor:
     def _stats(self) -> dict[str, int]:
         total: dict[str, int] = {}
         for eng in self.engines:
-            for key, value in eng.scheduler.stats().items():
+            for key, value in eng.core.stats().items():
                 total[key] = total.get(key, 0) + value
         total["engines"] = len(self.engines)
         total["engine_restarts"] = self.engine_restarts

@@ -18,6 +18,7 @@ from modelc.actors.mailbox import Address, open_mailbox
 from modelc.actors.scheduler import SchedulerActor
 from modelc.cache.block_pool import BlockPool
 from modelc.config import EngineConfig
+from modelc.engine.core import EngineCore
 from modelc.scheduler.scheduler import Scheduler
 
 SCHEDULER_MAILBOX = 64  # requests wait (backpressure) when it is full; the scheduler never does
@@ -82,7 +83,7 @@ class Supervisor:
                 pools.append(
                     BlockPool(num_blocks, cfg.cache.block_size, enable_prefix_caching=cfg.cache.enable_prefix_caching)
                 )
-            schedulers = [Scheduler(cfg.scheduler, pool) for pool in pools]
-            self.scheduler_actor = SchedulerActor(schedulers, [addr for addr, _ in engine_boxes], sched_inbox)
+            cores = [EngineCore(Scheduler(cfg.scheduler, pool)) for pool in pools]
+            self.scheduler_actor = SchedulerActor(cores, [addr for addr, _ in engine_boxes], sched_inbox)
             await tg.start(self.scheduler_actor.run)
             task_status.started(sched_address)

@@ -10,7 +10,6 @@ only by messages. No scheduling or model maths here.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import replace
@@ -33,71 +32,29 @@ from modelc.actors.messages import (
 )
 from modelc.actors.request import RequestActor
 from modelc.actors.supervisor import Supervisor
-from modelc.artifact.reader import open_artifact
 from modelc.cache.budget import kv_bytes_per_block, num_kv_blocks
 from modelc.config import EngineConfig
+from modelc.engine.model_info import ModelInfo
 from modelc.engine.runner import Runner
 from modelc.engine.warm import ready_runner
 from modelc.errors import EngineError, InvalidRequestError, ModelcError
-from modelc.models.registry import ARCHITECTURES
 from modelc.request import Finished, SamplingParams, TokenEvent
-from modelc.store import resolve
-from modelc.tokenizer.chat_template import ChatTemplate
-from modelc.tokenizer.tokenizer import Tokenizer
+from modelc.source import as_source
 
 __all__ = ["AsyncEngine", "Finished", "TokenEvent"]
 
 
-def _load_source(source_or_path: Any) -> Any:
-    if isinstance(source_or_path, str | os.PathLike):
-        return open_artifact(resolve(source_or_path))  # a .modelc path or a store name[:version]
-    return source_or_path
-
-
-def _tokenizer(source: Any) -> Any:
-    text = getattr(source, "tokenizer_json", None)
-    if not text:
-        return None
-
-    return Tokenizer.from_json(text, getattr(source, "special_tokens", None) or {})
-
-
-def _chat_template(source: Any, tokenizer: Any) -> Any:
-    text = getattr(source, "chat_template", None)
-    if not text:
-        return None
-
-    st = getattr(source, "special_tokens", None) or {}
-    return ChatTemplate(text, bos_token=st.get("bos_token") or "", eos_token=st.get("eos_token") or "")
-
-
-def _eos_ids(source: Any, tokenizer: Any) -> tuple[int, ...]:
-    if tokenizer is not None and tokenizer.eos_ids:
-        return tuple(sorted(tokenizer.eos_ids))
-    st = getattr(source, "special_tokens", None) or {}
-    ids = list(st.get("eos_token_ids") or [])
-    if st.get("eot_token_id") is not None:
-        ids.append(st["eot_token_id"])
-    return tuple(sorted({int(i) for i in ids}))
-
-
-def _effective_config(config: EngineConfig, source: Any, tokenizer: Any) -> EngineConfig:
+def _effective_config(config: EngineConfig, info: ModelInfo) -> EngineConfig:
     """Fill what the model knows: EOS ids and the context length."""
     sched = config.scheduler
     if not sched.eos_token_ids:
-        sched = replace(sched, eos_token_ids=_eos_ids(source, tokenizer))
-    max_pos = (getattr(source, "config", None) or {}).get("max_position_embeddings")
-    if sched.max_model_len is None and max_pos:
-        sched = replace(sched, max_model_len=int(max_pos))
-
-    if ARCHITECTURES.get(str(getattr(source, "architecture", ""))) != "llama":
-        sched = replace(sched, context_shift_ok=False)  # learned positions: keys cannot move
-    else:
-        from modelc.models.llama_args import long_rope_after
-
-        after = long_rope_after(getattr(source, "config", None) or {})
-        if after:  # long-RoPE: keys of long prompts rotate otherwise; shifts would re-rotate them wrongly
-            sched = replace(sched, rope_long_after=after, context_shift_ok=False)
+        sched = replace(sched, eos_token_ids=tuple(sorted(info.eos_ids)))
+    if sched.max_model_len is None and info.context_length:
+        sched = replace(sched, max_model_len=info.context_length)
+    if not info.context_shift_ok:
+        sched = replace(sched, context_shift_ok=False)
+    if info.rope_long_after:
+        sched = replace(sched, rope_long_after=info.rope_long_after)
     return replace(config, scheduler=sched)
 
 
@@ -107,14 +64,15 @@ class AsyncEngine:
     serves: frozenset[str] = frozenset({"generate", "embed"})  # the server's contract (server/served.py)
 
     def __init__(
-        self, source: Any, config: EngineConfig, tokenizer: Any, supervisor: Supervisor, scheduler: Address
+        self, source: Any, config: EngineConfig, info: ModelInfo, supervisor: Supervisor, scheduler: Address
     ) -> None:
         self.source = source
         self.config = config
-        self.name: str = getattr(source, "name", "") or ""
-        self.architecture: str = getattr(source, "architecture", "") or ""
-        self.tokenizer = tokenizer
-        self.chat_template = _chat_template(source, self.tokenizer)
+        self.info = info
+        self.name: str = info.name
+        self.architecture: str = info.architecture
+        self.tokenizer = info.tokenizer
+        self.chat_template = info.chat_template
         self._supervisor = supervisor
         self._scheduler = scheduler
         self._seq_ids = itertools.count(1)
@@ -122,7 +80,7 @@ class AsyncEngine:
         self._live: dict[str, int] = {}  # request id -> seq id, for abort()
         self._adapters: dict[str, bool] = {}  # loaded adapter name -> loaded as the global adapter
         self._closed = False
-        self._vocab_size = int((getattr(source, "config", None) or {}).get("vocab_size") or 0)
+        self._vocab_size = info.vocab_size
 
     @classmethod
     @asynccontextmanager
@@ -133,23 +91,23 @@ class AsyncEngine:
         *,
         runner_factory: Callable[[int], RunnerLike] | None = None,
     ) -> AsyncIterator[AsyncEngine]:
-        """Load the model (a .modelc path or any model source), start the actors, yield the engine;
+        """Load the model (a path, a store name or any model source), start the actors, yield the engine;
         on exit abort what is running and stop every actor. runner_factory(engine_id) replaces
         the default modelc.engine.runner.Runner (tests)."""
-        source = _load_source(source_or_path)
-        tokenizer = _tokenizer(source)
-        config = _effective_config(config or EngineConfig(), source, tokenizer)
+        source = as_source(source_or_path)
+        info = ModelInfo.of(source)
+        config = _effective_config(config or EngineConfig(), info)
         draft = None
         if config.draft is not None and runner_factory is None:
-            draft = _load_source(config.draft)
+            draft = as_source(config.draft)
             _check_draft(source, draft)
             config = replace(config, scheduler=replace(config.scheduler, speculative="draft"))
-        make_runner = runner_factory or _default_runner_factory(source, config, draft)
+        make_runner = runner_factory or _default_runner_factory(source, config, info, draft)
         try:
             async with anyio.create_task_group() as tg:
                 supervisor = Supervisor(config, make_runner)
                 scheduler = await tg.start(supervisor.run)
-                engine = cls(source, config, tokenizer, supervisor, scheduler)
+                engine = cls(source, config, info, supervisor, scheduler)
                 try:
                     yield engine
                 finally:
@@ -183,6 +141,8 @@ class AsyncEngine:
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})", param="prompt")
         if vocab and any(not 0 <= int(t) < vocab for t, _ in params.logit_bias):
             raise InvalidRequestError(f"logit_bias token ids must be in [0, {vocab})", param="logit_bias")
+        if params.constraint is not None:  # compiled here, off the event loop: the runner finds it cached
+            await anyio.to_thread.run_sync(self.info.compile, params.constraint)
         seq_id = next(self._seq_ids)
         key = request_id or f"seq-{seq_id}"
         actor = RequestActor(
@@ -288,7 +248,9 @@ def _check_draft(source: Any, draft: Any) -> None:
         raise InvalidRequestError("the draft model does not share the target model's tokenizer", param="draft")
 
 
-def _default_runner_factory(source: Any, config: EngineConfig, draft: Any = None) -> Callable[[int], RunnerLike]:
+def _default_runner_factory(
+    source: Any, config: EngineConfig, info: ModelInfo, draft: Any = None
+) -> Callable[[int], RunnerLike]:
     model_config = getattr(source, "config", {}) or {}
     context = config.scheduler.max_model_len or int(model_config.get("max_position_embeddings") or 0)
     useful = config.scheduler.max_num_seqs * context if context else None
@@ -302,7 +264,7 @@ def _default_runner_factory(source: Any, config: EngineConfig, draft: Any = None
 
     def build(kernels: Any = None) -> RunnerLike:
         return Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine,
-                      draft_source=draft, kernels=kernels)  # fmt: skip
+                      draft_source=draft, kernels=kernels, info=info)  # fmt: skip
 
     def make(engine_id: int) -> RunnerLike:
         if config.warmup:  # in the engine's thread, before open() yields: the first request compiles nothing

@@ -1,58 +1,37 @@
 """Engine: the synchronous Python API (load, generate, stream, chat, tokenize, logits, embed).
 
-Drives a Runner directly with single-sequence BatchPlans: no actors, no scheduler, one
-request at a time. Stop rules mirror the scheduler's (EOS/EOT, stop ids, max_tokens,
-min_tokens) plus stop strings on the decoded text.
+One request at a time on one EngineCore (engine/core.py): the same scheduler, stop rules, context
+shift and truncation as the served engine, stepped in the caller's thread instead of by actors.
+Stop strings are matched by the same TextStream as the RequestActor.
 """
 
 from __future__ import annotations
 
 import os
-import pathlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from modelc.artifact.reader import open_artifact
+from modelc.cache.block_pool import BlockPool
 from modelc.cache.kv_pages import BLOCK_SIZE
-from modelc.config import parse_kv_dtype
+from modelc.config import SchedulerConfig, parse_kv_dtype
+from modelc.engine.core import EngineCore
 from modelc.engine.embedder import Embedder, supports_embeddings
 from modelc.engine.infer import Inferencer, supports_infer
+from modelc.engine.model_info import ModelInfo
 from modelc.engine.perplexity import perplexity
 from modelc.engine.runner import Runner
 from modelc.errors import EngineError, InvalidRequestError, UnsupportedError
-from modelc.formats.detect import read_model
 from modelc.request import SamplingParams
-from modelc.scheduler.batch import BatchPlan, KVShift, SeqChunk
-from modelc.scheduler.context_shift import context_limit, plan_shift, resolve_keep, truncate_prompt
-from modelc.store import resolve
-from modelc.tokenizer import ChatTemplate, IncrementalDecoder, Tokenizer
-from modelc.tokenizer.stop import StopMatcher
+from modelc.scheduler.output import SequenceFinished, TokenEmitted
+from modelc.scheduler.scheduler import Scheduler
+from modelc.scheduler.sequence import Sequence as SchedSequence
+from modelc.source import open_model
+from modelc.tokenizer import ChatTemplate
+from modelc.tokenizer.stop import TextStream
 
-ARTIFACT_MAGIC = b"MODELC\0\0"
-PREFILL_CHUNK = 512  # tokens per prefill forward: bounds scratch memory on long prompts
-
-
-def _is_artifact(p: pathlib.Path) -> bool:
-    try:
-        with open(p, "rb") as f:
-            return f.read(8) == ARTIFACT_MAGIC
-    except OSError:
-        return False
-
-
-def open_source(path_or_name: str | os.PathLike[str]) -> Any:
-    """A model source: a .modelc artifact, raw weights (GGUF, HF folder, safetensors...) or a store name."""
-    p = pathlib.Path(os.fspath(path_or_name)).expanduser()
-    if p.is_file() and _is_artifact(p):
-        return open_artifact(p)
-    if p.exists():
-        return read_model(p)
-
-    art = resolve(os.fspath(path_or_name))
-
-    return open_artifact(art)
+PREFILL_CHUNK = 512  # tokens per forward (the step's token budget): bounds scratch memory on long prompts
 
 
 class Engine:
@@ -66,10 +45,9 @@ class Engine:
         self.name = getattr(source, "name", "model")
         self.architecture = source.architecture
         self.special_tokens = dict(getattr(source, "special_tokens", None) or {})
-        self._tokenizer = None
+        self._info: ModelInfo | None = None  # built on first use: an encoder needs none of it
         self._template = None
         self._next_seq = 0
-        self._step = 0
         # Encoders (embeddings) and MLP/ONNX graphs (/infer) run outside the causal-LM runner.
         self._embedder = self._inferencer = None
         if supports_embeddings(source):
@@ -79,14 +57,25 @@ class Engine:
             self._inferencer = Inferencer(source)
             return
         num_blocks = (kv_cache_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE
-        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=parse_kv_dtype(kv_dtype), threads=threads)
+        info = self.info
+        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=parse_kv_dtype(kv_dtype), threads=threads,
+                             info=info)  # fmt: skip
         # learned position tables (GPT-2) cap the sequence length too
         limit = getattr(self.runner.model, "max_positions", None)
         self.max_tokens_in_cache = min(num_blocks * BLOCK_SIZE, limit or num_blocks * BLOCK_SIZE)
+        # The context: the model's length, capped by this cache (prompt + output fit in it; never overflows).
+        context = min(self.max_tokens_in_cache, info.context_length or self.max_tokens_in_cache)
+        config = SchedulerConfig(
+            max_num_seqs=1, max_batch_tokens=PREFILL_CHUNK, max_queue=1, eos_token_ids=tuple(sorted(info.eos_ids)),
+            max_model_len=max(2, context), rope_long_after=info.rope_long_after,
+            context_shift_ok=info.context_shift_ok and hasattr(self.runner.model, "shift_keys"),
+        )  # fmt: skip
+        # No prefix cache: one request at a time, each computed from its own prompt (as before the core).
+        self.core = EngineCore(Scheduler(config, BlockPool(num_blocks, enable_prefix_caching=False)), self.runner)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for `runner` (and what hangs off it) on encoder / graph models.
-        if name in ("runner", "max_tokens_in_cache"):
+        if name in ("runner", "core", "max_tokens_in_cache"):
             self._require_generation()
         raise AttributeError(name)
 
@@ -97,29 +86,31 @@ class Engine:
     @classmethod
     def load(cls, path_or_store_name: str | os.PathLike[str], *, threads: int | None = None,
              kv_cache_tokens: int = 4096, kv_dtype: str = "float32") -> Engine:  # fmt: skip
-        return cls(open_source(path_or_store_name), threads=threads, kv_cache_tokens=kv_cache_tokens,
+        return cls(open_model(path_or_store_name), threads=threads, kv_cache_tokens=kv_cache_tokens,
                    kv_dtype=kv_dtype)  # fmt: skip
 
     # -- text ----------------------------------------------------------------------------------------
 
     @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            text = getattr(self.source, "tokenizer_json", None)
-            if not text:
-                raise UnsupportedError(f"model {self.name} has no tokenizer; pass token ids")
+    def info(self) -> ModelInfo:
+        """The model's tokenizer, template, EOS ids and context length (engine/model_info.py)."""
+        if self._info is None:
+            self._info = ModelInfo.of(self.source)
+        return self._info
 
-            self._tokenizer = Tokenizer.from_json(text, self.special_tokens)
-        return self._tokenizer
+    @property
+    def tokenizer(self):
+        if self.info.tokenizer is None:
+            raise UnsupportedError(f"model {self.name} has no tokenizer; pass token ids")
+        return self.info.tokenizer
 
     @property
     def chat_template(self):
         if self._template is None:
             st = self.special_tokens
             bos, eos = st.get("bos_token") or "", st.get("eos_token") or ""
-            src = getattr(self.source, "chat_template", None)
-            if src:
-                self._template = ChatTemplate(src, bos_token=bos, eos_token=eos)
+            if self.info.chat_template is not None:
+                self._template = self.info.chat_template
             else:
                 chatml = self.tokenizer.token_to_id("<|im_start|>") is not None
                 self._template = ChatTemplate.fallback(chatml=chatml, bos_token=bos, eos_token=eos)
@@ -166,27 +157,16 @@ class Engine:
 
         params = self._params(sampling)
         ids = self._prompt_ids(prompt)
-        dec = IncrementalDecoder(self.tokenizer, ids)
-        matcher = StopMatcher(params.stop)
-        held = ""  # text not yet yielded because it may begin a stop string
-        for tok in self.generate_ids(ids, params):
-            piece = dec.add(tok)
-            held += piece
-            back = matcher.feed(piece)
-            if back is not None:
-                if held[: len(held) - back]:
-                    yield held[: len(held) - back]
+        text = TextStream(self.tokenizer, ids, params.stop)
+        for tok, num_out in self._tokens(ids, params):
+            piece = text.add(tok, check_stop=num_out > params.min_tokens)
+            if piece:
+                yield piece
+            if text.stopped:
                 return
-            safe = len(held) - matcher.held
-            if safe > 0:
-                yield held[:safe]
-                held = held[safe:]
-        piece = dec.flush()
-        held += piece
-        back = matcher.feed(piece)
-        held = held if back is None else held[: len(held) - back]
-        if held:
-            yield held
+        piece = text.flush()
+        if piece:
+            yield piece
 
     def chat(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping] | None = None,
              **sampling: Any) -> str:  # fmt: skip
@@ -197,76 +177,39 @@ class Engine:
     # -- token level ----------------------------------------------------------------------------------
 
     def generate_ids(self, prompt_ids: Sequence[int], params: SamplingParams | None = None) -> Iterator[int]:
-        """Yield generated token ids (stop tokens excluded), applying the scheduler's stop rules."""
-        p = params or SamplingParams()
-        ids = np.asarray(list(prompt_ids), np.int32)
-        n = len(ids)
-        if n == 0:
+        """Yield generated token ids (stop tokens excluded), under the scheduler's stop rules."""
+        for tok, _ in self._tokens([int(t) for t in prompt_ids], params or SamplingParams()):
+            yield tok
+
+    def _tokens(self, prompt_ids: list[int], p: SamplingParams) -> Iterator[tuple[int, int]]:
+        """(token id, tokens generated so far) for each generated token, stop tokens excluded: one sequence
+        stepped through the EngineCore until it finishes. Leaving early aborts it."""
+        if not prompt_ids:
             raise InvalidRequestError("the prompt has no tokens")
-        limit = context_limit(None, p.max_context, self.max_tokens_in_cache)
-        if n >= limit and p.truncate:
-            ids = np.asarray(truncate_prompt(ids.tolist(), limit, resolve_keep(p.n_keep, 0, n)), np.int32)
-            n = len(ids)
-        if n >= limit:
-            raise InvalidRequestError(f"prompt of {n} tokens does not fit the context ({limit} tokens)")
-        eos = set() if p.ignore_eos else set(self.runner.eos_ids)
-        stop_ids = eos | set(p.stop_token_ids)
-        table = np.arange(self.runner.num_kv_blocks, dtype=np.int32)
+        if p.constraint is not None:
+            self.info.compile(p.constraint)  # before the step, as the served engine does (and a bad one fails here)
         seq_id = self._next_seq
         self._next_seq += 1
+        core = self.core
+        for ev in core.add(SchedSequence(seq_id, prompt_ids, p)):
+            if isinstance(ev, SequenceFinished):  # max_tokens == 0
+                return
+        num_out = 0
         try:
-            tok = self._prefill(seq_id, ids, table, p)
-            num_out = dropped = 0
-            while num_out < p.max_tokens:
-                num_out += 1
-                if tok in stop_ids and num_out > p.min_tokens:
-                    return
-                yield tok
-                pos = n + num_out - 1 - dropped
-                if num_out >= p.max_tokens:
-                    return
-                shifts: tuple[KVShift, ...] = ()
-                if pos + 1 >= limit:  # the context is full: shift it (context_shift.py) or stop
-                    shift = self._shift_plan(seq_id, p, table, pos, n)
-                    if shift is None:
+            while True:
+                for ev in core.step():
+                    if isinstance(ev, TokenEmitted):
+                        num_out += 1
+                        if not ev.stop_token:
+                            yield ev.token.token_id, num_out
+                    finish = ev.finish
+                    if finish is not None:
+                        if finish.reason == "error":
+                            raise EngineError(finish.error or "generation failed")
                         return
-                    table, shifts = shift[0], (shift[1],)
-                    dropped -= shift[1].delta
-                    pos += shift[1].delta
-                c = SeqChunk(seq_id, np.array([tok], np.int32), pos, table, True, p, max(0, pos + 1 - num_out), num_out)
-                tok = self._run(BatchPlan(self._step, (c,), kv_shifts=shifts))
         finally:
-            self.runner.execute(BatchPlan(self._step, (), freed_seq_ids=(seq_id,)))
-
-    def _shift_plan(self, seq_id: int, p: SamplingParams, table: np.ndarray, pos: int,
-                    num_prompt: int) -> tuple[np.ndarray, KVShift] | None:  # fmt: skip
-        """The new block table and the KVShift of a context shift at position `pos`, or None (no shift)."""
-        if not p.context_shift or not hasattr(self.runner.model, "shift_keys"):
-            return None
-        plan = plan_shift(pos + 1, pos, resolve_keep(p.n_keep, 0, num_prompt), BLOCK_SIZE)
-        if plan is None:
-            return None
-        kb, db = plan
-        used = (pos + BLOCK_SIZE - 1) // BLOCK_SIZE
-        moved = tuple(int(b) for b in table[kb + db : used])
-        new = np.concatenate([table[:kb], table[kb + db :], table[kb : kb + db]]).astype(np.int32)  # recycle
-        return new, KVShift(seq_id, moved, -db * BLOCK_SIZE)
-
-    def _prefill(self, seq_id: int, ids: np.ndarray, table: np.ndarray, p: SamplingParams) -> int:
-        n = len(ids)
-        tok = -1
-        for a in range(0, n, PREFILL_CHUNK):
-            b = min(n, a + PREFILL_CHUNK)
-            c = SeqChunk(seq_id, ids[a:b], a, table, b == n, p, n, 0, is_new=a == 0)
-            tok = self._run(BatchPlan(self._step, (c,)))
-        return tok
-
-    def _run(self, plan: BatchPlan) -> int:
-        self._step += 1
-        res = self.runner.execute(plan)
-        if res.error is not None:
-            raise EngineError(res.error)
-        return res.tokens[0].token_id if res.tokens else -1
+            core.abort(seq_id)  # a no-op once it finished; else (the caller left) its blocks go back
+            core.release()
 
     def logits(self, token_ids: Sequence[int], *, adapter: str | None = None) -> np.ndarray:
         """(T, V) float32 logits at every position of `token_ids`."""

@@ -3,12 +3,13 @@
     magic b"MODELC\\0\\0" | u32 version | u64 header_len | header JSON (header_len bytes) | pad | data
 
 Every tensor starts at an offset (from the start of the artifact) that is a multiple of 64.
-No I/O beyond parsing bytes handed in; reader.py and writer.py do the files.
+No I/O beyond parsing bytes handed in (and is_artifact's 8-byte peek); reader.py and writer.py do the files.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,15 @@ PREAMBLE = struct.Struct("<8sIQ")  # magic, version, header_len
 PREAMBLE_SIZE = PREAMBLE.size  # 20
 MAX_HEADER_BYTES = 1 << 31  # a header over 2 GiB is corrupt, not a model
 COMPRESSIONS = ("none", "zstd")
+
+
+def is_artifact(path: str | os.PathLike[str]) -> bool:
+    """True when `path` is a file that starts with the .modelc magic (the one check every caller uses)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError:  # a folder, a missing file, no permission
+        return False
 
 
 def align_up(n: int, align: int = ALIGN) -> int:

@@ -1,7 +1,7 @@
 """`modelc bench`: cold start (with and without the numba cache), load time, prefill and decode speed, latency, RSS.
 
-Runs the model in-process through the Runner with single-sequence BatchPlans (the
-sync Engine's path); cold starts are measured in fresh subprocesses.
+Runs the model in-process on the sync Engine's EngineCore, one sequence at a time (each timed step
+is schedule -> forward -> update); cold starts are measured in fresh subprocesses.
 """
 
 from __future__ import annotations
@@ -56,10 +56,12 @@ def _percentile(xs: list[float], q: float) -> float:
 
 def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int, threads: int | None,
               cold: bool = True) -> dict[str, Any]:  # fmt: skip
-    """Every measurement as a dict (what --json prints)."""
+    """Every measurement as a dict (what --json prints). Each timed step is one EngineCore.step() of the
+    sync Engine: scheduling, the forward and the update, as the served engine runs them."""
     from modelc.api.engine import Engine
     from modelc.request import SamplingParams
-    from modelc.scheduler.batch import BatchPlan, SeqChunk
+    from modelc.scheduler.output import TokenEmitted
+    from modelc.scheduler.sequence import Sequence
 
     result: dict[str, Any] = {"model": path, "threads": threads, "load_avg_before": list(os.getloadavg())}
     if cold:
@@ -70,42 +72,56 @@ def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int
     need = max(prompt_tokens) + gen_tokens + 16
     eng = Engine.load(path, threads=threads, kv_cache_tokens=need)
     result["load_s"] = time.perf_counter() - t0
-    runner = eng.runner
+    runner, core = eng.runner, eng.core
     result.update(name=eng.name, architecture=eng.architecture, vocab_size=runner.vocab_size)
     rng = np.random.default_rng(0)
-    table = np.arange(runner.num_kv_blocks, dtype=np.int32)
-    greedy = SamplingParams(temperature=0.0, max_tokens=gen_tokens, ignore_eos=True)
+    # the prefill's token and gen_tokens decoded ones; ignore_eos: every run is the same length
+    greedy = SamplingParams(temperature=0.0, max_tokens=gen_tokens + 1, ignore_eos=True)
     seq = iter(range(1 << 30))
 
-    def step(sid: int, ids: np.ndarray, start: int, new: bool) -> tuple[int, float]:
-        c = SeqChunk(sid, ids, start, table, True, greedy, start + len(ids), 0, is_new=new)
+    def step() -> tuple[bool, float]:
+        """One step; (a token was sampled, seconds)."""
         t = time.perf_counter()
-        res = runner.execute(BatchPlan(0, (c,), ()))
+        events = core.step()
         dt = time.perf_counter() - t
-        if res.error:
-            raise InvalidRequestError(f"benchmark forward failed: {res.error}")
-        return res.tokens[0].token_id, dt
+        for ev in events:
+            if ev.finish is not None and ev.finish.reason == "error":
+                raise InvalidRequestError(f"benchmark forward failed: {ev.finish.error}")
+        return any(isinstance(ev, TokenEmitted) for ev in events), dt
+
+    def prefill(n: int) -> tuple[int, float]:
+        """Add an n-token random prompt and step until its first token; (seq id, seconds)."""
+        sid = next(seq)
+        core.add(Sequence(sid, rng.integers(0, runner.vocab_size, n).astype(np.int32).tolist(), greedy))
+        total, sampled = 0.0, False
+        while not sampled:
+            sampled, dt = step()
+            total += dt
+        return sid, total
+
+    def end(sid: int) -> None:
+        core.abort(sid)
+        core.release()
 
     result["warmup_s"] = runner.warmup()  # every kernel compiled or loaded before timing
-    prefill: dict[str, float] = {}
+    prefill_rates: dict[str, float] = {}
     for n in prompt_tokens:
-        times = [step(next(seq), rng.integers(0, runner.vocab_size, n).astype(np.int32), 0, True)[1]
-                 for _ in range(runs)]  # fmt: skip
-        prefill[str(n)] = n / float(np.median(times))
-    result["prefill_tok_s"] = prefill
+        times = []
+        for _ in range(runs):
+            sid, dt = prefill(n)
+            end(sid)
+            times.append(dt)
+        prefill_rates[str(n)] = n / float(np.median(times))
+    result["prefill_tok_s"] = prefill_rates
     lat: list[float] = []
     decode_rates = []
     p0 = prompt_tokens[0]
     for _ in range(runs):
-        sid = next(seq)
-        tok, _ = step(sid, rng.integers(0, runner.vocab_size, p0).astype(np.int32), 0, True)
-        run_lat = []
-        for i in range(gen_tokens):
-            tok, dt = step(sid, np.array([tok], np.int32), p0 + i, False)
-            run_lat.append(dt)
+        sid, _ = prefill(p0)
+        run_lat = [step()[1] for _ in range(gen_tokens)]
+        end(sid)
         lat += run_lat
         decode_rates.append(len(run_lat) / sum(run_lat) if run_lat else float("nan"))
-        runner.execute(BatchPlan(0, (), (sid,)))
     result["decode_tok_s"] = float(np.median(decode_rates))
     result["decode_context_tokens"] = p0
     result["token_latency_ms"] = {"p50": _percentile(lat, 50) * 1e3, "p99": _percentile(lat, 99) * 1e3}

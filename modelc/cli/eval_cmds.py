@@ -59,11 +59,11 @@ def perplexity_cmd(
 
     Example: modelc perplexity tiny wiki.test.raw --ctx 512
     """
-    from modelc.api.engine import open_source
     from modelc.config import parse_kv_dtype
+    from modelc.source import open_model
 
     text = read_text(text_file)
-    res = eval_perplexity(open_source(model), text, ctx=ctx, stride=stride, threads=threads,
+    res = eval_perplexity(open_model(model), text, ctx=ctx, stride=stride, threads=threads,
                           kv_dtype=parse_kv_dtype(kv_cache_dtype))  # fmt: skip
     if as_json:
         typer.echo(json.dumps(res.as_dict()))

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from modelc.artifact.format import is_artifact
 from modelc.daemon.state_file import DaemonInfo, read_state, remove_state, write_state
 from modelc.errors import ModelcError, NotFoundError
 
@@ -29,14 +30,6 @@ def bundled_model_path() -> Path:
     import modelc
 
     return Path(modelc.__file__).resolve().parent / "data" / BUNDLED_NAME
-
-
-def is_artifact(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(8) == b"MODELC\0\0"
-    except OSError:
-        return False
 
 
 def serve_target(artifact: str | None, progress_bar: ProgressBar | None = None) -> tuple[Path, str]:

@@ -7,7 +7,6 @@ usage. Synchronous; callers run it in a worker thread. The maths is modelc.model
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ import numpy as np
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.kernels.select import KernelSet
 from modelc.models.bert import BertModel
-from modelc.pack import load_source
+from modelc.source import as_source
 
 ENCODER_ARCHITECTURES = ("bert",)
 
@@ -25,15 +24,6 @@ ENCODER_ARCHITECTURES = ("bert",)
 def supports_embeddings(source: Any) -> bool:
     """True when `source` (model source) is an encoder this module embeds with."""
     return str(getattr(source, "architecture", "")) in ENCODER_ARCHITECTURES
-
-
-def open_source(source: Any) -> Any:
-    """A model source from a path (a .modelc artifact or any readable format), or `source` itself."""
-    if isinstance(source, str | os.PathLike):
-        import pathlib
-
-        return load_source(pathlib.Path(source))
-    return source
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +47,7 @@ class Embedder:
         max_batch_tokens: int = 8192,
         kernels: KernelSet | None = None,
     ) -> None:
-        source = open_source(source)
+        source = as_source(source)
         if not supports_embeddings(source):
             raise UnsupportedError(f"architecture {getattr(source, 'architecture', '?')!r} is not an embedding encoder")
         self.model = BertModel(source, kernels)

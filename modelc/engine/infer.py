@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from modelc.engine.embedder import open_source
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.models.mlp import MlpModel
 from modelc.onnx import OnnxProgram
 from modelc.onnx.feeds import to_array
+from modelc.source import as_source
 
 INFER_ARCHITECTURES = ("mlp", "onnx")
 MAX_BATCH = 4096
@@ -36,7 +36,7 @@ class Inferencer:
     """`Inferencer(source).infer(payload) -> dict`; also `run_batch(list of examples) -> list of arrays`."""
 
     def __init__(self, source: Any) -> None:
-        source = open_source(source)
+        source = as_source(source)
         arch = str(getattr(source, "architecture", ""))
         self.name = getattr(source, "name", arch)
         self.architecture = arch

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from modelc.engine.embedder import encoder_batches, open_source, truncating_tokenizer
+from modelc.engine.embedder import encoder_batches, truncating_tokenizer
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.kernels.select import KernelSet
 from modelc.models.cross_encoder import CrossEncoderModel, is_cross_encoder, relevance
+from modelc.source import as_source
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class Reranker:
         encoder: Any = None,
     ) -> None:
         """`encoder`: the BertModel an Embedder already built from this source (shared, not built twice)."""
-        source = open_source(source)
+        source = as_source(source)
         if not is_cross_encoder(source):
             raise UnsupportedError(f"model {getattr(source, 'name', '?')} is not a cross-encoder (reranker)")
         if not source.tokenizer_json:

@@ -15,9 +15,10 @@ import numpy as np
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.engine.drafter import Drafter, DraftJob
 from modelc.engine.lora import LoraAdapter, load_lora
+from modelc.engine.model_info import ModelInfo, eos_ids
 from modelc.engine.sampler import SeqSamplerState, sample
 from modelc.engine.spec_verify import verify
-from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, UnsupportedError
+from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError
 from modelc.kernels.gemm_weight import Weight
 from modelc.kernels.select import KernelSet
 from modelc.kernels.threads import set_compute_threads
@@ -44,8 +45,11 @@ class Runner:
     block_size = BLOCK_SIZE
 
     def __init__(self, source: Any, *, num_kv_blocks: int, kv_dtype: str = "float32", threads: int | None = None,
-                 kernels: KernelSet | None = None, draft_source: Any = None):  # fmt: skip
+                 kernels: KernelSet | None = None, draft_source: Any = None, info: ModelInfo | None = None):  # fmt: skip
+        """info: the model's ModelInfo, shared with the front door (one Tokenizer, so one grammar cache);
+        built on the first constrained request when not given."""
         self.source = source
+        self._info = info
         self.model = build_model(source, kernels)
         check_kv = getattr(self.model, "check_kv_dtype", None)
         if check_kv is not None:
@@ -60,10 +64,7 @@ class Runner:
         self.states: dict[int, SeqState] = {}
         self.adapters: dict[str, LoraAdapter] = {}
         self.global_adapter: str | None = None
-        sp = dict(getattr(source, "special_tokens", None) or {})
-        eos = [*(sp.get("eos_token_ids") or []), sp.get("eot_token_id"), sp.get("eom_token_id")]
-        self.eos_ids = frozenset(int(i) for i in eos if i is not None)
-        self._tokenizer: Any = None  # built on the first constrained request
+        self.eos_ids = info.eos_ids if info is not None else eos_ids(dict(getattr(source, "special_tokens", None) or {}))
 
     @property
     def num_kv_blocks(self) -> int:
@@ -116,21 +117,18 @@ class Runner:
             self._set_threads()
             shift_keys(self.kv, np.asarray(sh.pages, np.int64), sh.delta)
 
+    @property
+    def info(self) -> ModelInfo:
+        if self._info is None:
+            self._info = ModelInfo.of(self.source)
+        return self._info
+
     def _matcher(self, params: SamplingParams) -> Any:
+        """A fresh grammar matcher for a constrained sequence. The front doors compile the grammar when the
+        request arrives, with this same tokenizer, so here it comes from the cache."""
         if params.constraint is None:
             return None
-        # lazy: llguidance loads only for a constrained request
-        from modelc.engine.constraint import compile_constraint
-
-        if self._tokenizer is None:
-            text = getattr(self.source, "tokenizer_json", None)
-            if not text:
-                raise UnsupportedError("structured output needs the model's tokenizer, and this model has none")
-            # lazy: the tokenizer/template stack loads only when this path runs
-            from modelc.tokenizer import Tokenizer
-
-            self._tokenizer = Tokenizer.from_json(text, dict(getattr(self.source, "special_tokens", None) or {}))
-        return compile_constraint(params.constraint, self._tokenizer).matcher()
+        return self.info.compile(params.constraint).matcher()
 
     def _state(self, c: SeqChunk) -> SeqState:
         st = self.states.get(c.seq_id)

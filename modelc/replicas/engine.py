@@ -21,6 +21,7 @@ import anyio
 from modelc.artifact.reader import open_artifact
 from modelc.cache.block_pool import prefix_hashes
 from modelc.config import EngineConfig, ReplicaConfig
+from modelc.engine.model_info import ModelInfo
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, OverloadedError
 from modelc.replicas.cluster import connected
 from modelc.replicas.replica import LOAD_KEYS, EngineReplica, ModelRef, file_sha256
@@ -37,15 +38,13 @@ class ReplicaEngine:
     serves: frozenset[str] = frozenset({"generate", "embed"})  # the server's contract (server/served.py)
 
     def __init__(self, source: Any, config: EngineConfig, ray: Any, actors: list[Any]) -> None:
-        # lazy: the tokenizer/template stack loads only when this path runs
-        from modelc.api.async_engine import _chat_template, _tokenizer
-
         self.source = source
         self.config = config
-        self.name: str = getattr(source, "name", "") or ""
-        self.architecture: str = getattr(source, "architecture", "") or ""
-        self.tokenizer = _tokenizer(source)
-        self.chat_template = _chat_template(source, self.tokenizer)
+        self.info = ModelInfo.of(source)
+        self.name: str = self.info.name
+        self.architecture: str = self.info.architecture
+        self.tokenizer = self.info.tokenizer
+        self.chat_template = self.info.chat_template
         self._ray = ray
         self._actors = actors
         rc = config.replicas

@@ -114,6 +114,22 @@ class Scheduler:
         """Shutdown: end every sequence not in the plan in flight (those end at its update)."""
         return [ev for seq_id in list(self._seqs) for ev in self.abort(seq_id)]
 
+    def queue_full(self) -> bool:
+        """The waiting queue is at max_queue: add() would refuse a sequence."""
+        return len(self.waiting) >= self.config.max_queue
+
+    def num_sequences(self) -> int:
+        """Sequences waiting or running."""
+        return len(self.waiting) + len(self.running)
+
+    def num_cached_blocks(self, seq: Sequence) -> int:
+        """Blocks of `seq`'s tokens the prefix cache already holds."""
+        return self.pool.get_computed_blocks(seq)[1]
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix (the weights behind them changed: an adapter swap)."""
+        self.pool.reset_prefix_cache()
+
     # -- steps ---------------------------------------------------------------------------------
 
     @property
@@ -138,6 +154,15 @@ class Scheduler:
         self._check_invariants(plan, scheduled)
         self._in_flight, self._scheduled = plan, scheduled
         return plan
+
+    def release_plan(self) -> BatchPlan | None:
+        """Between steps with nothing to compute: a plan without chunks that tells the engine which ended
+        sequences to forget (else the next plan carries them), or None when there are none."""
+        assert self._in_flight is None
+        if not self._freed:
+            return None
+        freed, self._freed = tuple(self._freed), []
+        return BatchPlan(step_id=next(self._step_ids), chunks=(), freed_seq_ids=freed)
 
     def _schedule_running(self, scheduled: dict[int, int], budget: int) -> tuple[int, bool]:
         preempted = False

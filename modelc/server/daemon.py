@@ -25,6 +25,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from modelc import store
 from modelc.api.async_engine import AsyncEngine
+from modelc.artifact.format import is_artifact
 from modelc.artifact.reader import open_artifact
 from modelc.config import EngineConfig
 from modelc.errors import ModelcError, UnsupportedError
@@ -211,9 +212,7 @@ def resolve_source(artifact: str) -> Any:
     if p.is_dir():
         return _read_weights(p)
     path = store.resolve(artifact)
-    with open(path, "rb") as f:
-        magic = f.read(8)
-    if magic == b"MODELC\0\0":
+    if is_artifact(path):
         return path
     return _read_weights(path)
 

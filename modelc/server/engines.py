@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import numpy as np
 
+from modelc.source import as_source
 from modelc.tokenizer.tokenizer import encode_ids
 
 
@@ -48,10 +49,10 @@ class _EncoderTokenizer:
 class EncoderEngine:
     def __init__(self, source: Any) -> None:
         # lazy: numba kernels load (and compile) only when this path runs
-        from modelc.engine.embedder import Embedder, open_source
+        from modelc.engine.embedder import Embedder
 
         self.source = source
-        self._embedder_source = open_source(source)
+        self._embedder_source = as_source(source)
         self._embedder = Embedder(self._embedder_source)
         self.name = getattr(source, "name", "") or self._embedder.name
         self.architecture = getattr(source, "architecture", "bert")

@@ -1,4 +1,5 @@
-"""StopMatcher: stop strings found in streamed text in time linear in the text.
+"""Stop strings on streamed text: StopMatcher finds them in time linear in the text, TextStream turns
+generated token ids into the text to release (what the RequestActor and the sync Engine both use).
 
 NOTE: one KMP automaton per stop string (its prefix function is built once). Each new character
 moves every automaton; a state equal to the stop's length is a match. The states are also what a
@@ -10,6 +11,9 @@ longest stop minus one character), never the whole text, and no step rescans old
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
+from modelc.tokenizer.incremental import IncrementalDecoder
 
 
 def prefix_function(s: str) -> list[int]:
@@ -70,3 +74,44 @@ def first_stop(text: str, stops: Sequence[str]) -> int | None:
     """Index in `text` where the first stop string to complete starts, or None (one linear pass)."""
     back = StopMatcher(stops).feed(text)
     return None if back is None else len(text) - back
+
+
+class TextStream:
+    """Token ids -> released text. Holds back an incomplete character (IncrementalDecoder) and any
+    tail that could still grow into a stop string; stops at the first stop string."""
+
+    def __init__(self, tokenizer: Any, prompt_ids: list[int], stop: tuple[str, ...]) -> None:
+        self.stop = tuple(s for s in stop if s)
+        self.decoder = None
+        if tokenizer is not None:
+            self.decoder = IncrementalDecoder(tokenizer, prompt_ids[-8:])
+        self.matcher = StopMatcher(self.stop)
+        self.pending = ""  # decoded, not yet released: at most the longest stop string minus one char
+        self.stopped = False
+
+    def add(self, token_id: int, *, check_stop: bool = True) -> str:
+        """Text released by this token; sets `stopped` when a stop string completes.
+        check_stop=False (before min_tokens): release everything, match nothing."""
+        if self.decoder is None:
+            return ""
+        piece = self.decoder.add(token_id)
+        self.pending += piece
+        if not self.stop or not check_stop:
+            self.matcher.reset()
+            out, self.pending = self.pending, ""
+            return out
+        back = self.matcher.feed(piece)  # linear in the piece, whatever the stop lengths
+        if back is not None:
+            self.stopped = True
+            out, self.pending = self.pending[: len(self.pending) - back], ""
+            return out
+        cut = len(self.pending) - self.matcher.held
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out
+
+    def flush(self) -> str:
+        """At a natural end: whatever is still held back."""
+        if self.decoder is None or self.stopped:
+            return ""
+        out, self.pending = self.pending + self.decoder.flush(), ""
+        return out

@@ -10,11 +10,12 @@ from anyio import wait_all_tasks_blocked
 
 from modelc.actors.mailbox import MailboxFull, open_mailbox
 from modelc.actors.messages import GetStats, Shutdown, StatsReported
-from modelc.actors.request import RequestActor, TextStream
+from modelc.actors.request import RequestActor
 from modelc.actors.supervisor import Supervisor
 from modelc.config import EngineConfig, SchedulerConfig
 from modelc.errors import OverloadedError, RequestTimeoutError
 from modelc.request import Finished, SamplingParams, TokenEvent
+from modelc.tokenizer.stop import TextStream
 from tests.scheduler.fakes import FakeRunner, greedy_alone
 
 pytestmark = pytest.mark.anyio

@@ -8,6 +8,7 @@ import socket
 import pytest
 import typer
 
+from modelc.artifact.format import is_artifact
 from modelc.daemon import launch, state_file
 from modelc.daemon.client import DaemonClient, DaemonError, DaemonUnavailableError, _check
 from modelc.errors import NotFoundError
@@ -81,7 +82,7 @@ def test_raw_weights_are_packed_into_the_store(tmp_path, monkeypatch) -> None:
     src = tmp_path / "tiny.safetensors"
     export_safetensors(make_served_model(), src)
     path, name = launch.serve_target(str(src))
-    assert path == store.resolve(name) and launch.is_artifact(path)
+    assert path == store.resolve(name) and is_artifact(path)
     assert name == "tiny" and set(open_artifact(path).tensors) == set(make_served_model().tensors)
 
 

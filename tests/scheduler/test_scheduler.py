@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from modelc.engine.core import EngineCore
 from modelc.errors import InvalidRequestError, OverloadedError
 from modelc.scheduler.batch import BatchResult
 from modelc.scheduler.output import SequenceFinished, TokenEmitted
@@ -21,23 +22,21 @@ def check(sched: Scheduler) -> None:
 
 
 def drive(sched: Scheduler, runner: FakeRunner, max_steps: int = 2000) -> dict[int, tuple[list[int], str]]:
-    """schedule -> FakeRunner -> update until idle; invariants every step; outputs and finish reasons."""
+    """EngineCore.step() (schedule -> FakeRunner -> update) until idle; invariants every step; outputs
+    and finish reasons."""
+    core = EngineCore(sched, runner)
     out: dict[int, list[int]] = {}
     done: dict[int, tuple[list[int], str]] = {}
     for _ in range(max_steps):
-        plan = sched.schedule()
-        for ev in sched.take_events():
-            done[ev.seq_id] = (out.pop(ev.seq_id, []), ev.finish.reason)
-        if plan is None:
-            assert not sched.has_work
-            return done
-        assert plan.num_tokens <= sched.config.max_batch_tokens
-        for ev in sched.update(plan, runner.execute(plan)):
+        for ev in core.step():
             if isinstance(ev, TokenEmitted):
                 out.setdefault(ev.seq_id, []).append(ev.token.token_id)
             if ev.finish is not None:
                 done[ev.seq_id] = (out.pop(ev.seq_id, []), ev.finish.reason)
+        assert runner.max_batch_tokens_seen <= sched.config.max_batch_tokens
         check(sched)
+        if not core.has_work:
+            return done
     raise AssertionError("did not finish")
 
 

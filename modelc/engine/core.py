@@ -61,13 +61,22 @@ class EngineCore:
         return self.scheduler.update(plan, result)
 
     def step(self) -> list[SeqEvent]:
-        """One whole step in this thread: schedule, run the forward, update. [] when idle."""
+        """One whole step in this thread: schedule, run the forward, update. [] when idle. An exception
+        from the forward propagates, after the sequences of its batch are failed."""
         assert self.runner is not None, "step() needs a runner; an actor shell runs the halves"
         plan, events = self.schedule()
         if plan is None:
             self.release()
             return events
-        return events + self.update(plan, self.runner.execute(plan))
+        try:
+            result = self.runner.execute(plan)
+        except Exception as exc:
+            # The forward failed (a kernel raised): its sequences end with an error (their blocks go back,
+            # nothing of this step enters the prefix cache) and the caller sees the exception. The actor
+            # shell instead rebuilds the runner and has every other sequence recompute (actors/).
+            self.update(plan, BatchResult(plan.step_id, (), error=f"{type(exc).__name__}: {exc}"))
+            raise
+        return events + self.update(plan, result)
 
     def release(self) -> None:
         """Between steps: tell the runner now which ended sequences to forget (their sampler state, the

@@ -86,7 +86,8 @@ class Runner:
     # -- the step ----------------------------------------------------------------------------------
 
     def execute(self, plan: BatchPlan) -> BatchResult:
-        """Forward every chunk, sample where asked. A failing forward returns BatchResult(error=...)."""
+        """Forward every chunk, sample where asked. A ModelcError (a bad plan, an unknown adapter) returns
+        BatchResult(error=...); any other exception propagates to the caller."""
         for sid in plan.freed_seq_ids:
             st = self.states.pop(sid, None)
             if st is not None and st.block_table is not None:
@@ -94,16 +95,17 @@ class Runner:
         t0 = time.perf_counter()
         try:
             self._shift(plan.kv_shifts)
-        except Exception as e:  # noqa: BLE001 - a failed shift fails the batch, not the engine
+        except ModelcError as e:  # a shift this model cannot do fails the batch, not the engine
             return BatchResult(plan.step_id, (), time.perf_counter() - t0, error=f"context shift: {e}")
         if not plan.chunks:
             return BatchResult(plan.step_id, ())
         try:
             tokens = self._step(plan.chunks)
-        except ModelcError as e:
+        except ModelcError as e:  # a plan or a request this engine refuses: the batch's sequences fail
             return BatchResult(plan.step_id, (), time.perf_counter() - t0, error=str(e))
-        except Exception as e:  # a kernel bug must fail the batch's requests, not the engine
-            return BatchResult(plan.step_id, (), time.perf_counter() - t0, error=f"{type(e).__name__}: {e}")
+        # Anything else (a kernel that raised) leaves the KV pages and sampler states in doubt: it propagates.
+        # The EngineActor reports the batch failed and the supervisor rebuilds this runner; the scheduler
+        # has the other sequences recompute on the new one (actors/supervisor.py, docs/architecture.md).
         return BatchResult(plan.step_id, tokens, time.perf_counter() - t0)
 
     def _shift(self, shifts: tuple[KVShift, ...]) -> None:

@@ -15,9 +15,9 @@ import numpy as np
 
 from modelc.actors.mailbox import Address
 from modelc.errors import ModelcError
-from modelc.request import SamplingParams
+from modelc.request import Finished, SamplingParams
 from modelc.scheduler.batch import BatchPlan, BatchResult
-from modelc.scheduler.output import Finish, SequenceFinished, TokenEmitted
+from modelc.scheduler.output import SequenceFinished, TokenEmitted
 
 __all__ = [
     "AbortAcked",
@@ -28,7 +28,6 @@ __all__ = [
     "BatchDone",
     "Embed",
     "Embedded",
-    "Finish",
     "GetStats",
     "LoadAdapter",
     "RunBatch",
@@ -79,7 +78,7 @@ class AbortAcked:
     """The sequence is gone and its blocks are free. finish is None when it had already ended."""
 
     seq_id: int
-    finish: Finish | None
+    finish: Finished | None
 
 
 # -- admin (AsyncEngine) -> scheduler -> engines --------------------------------------------------

@@ -5,7 +5,7 @@ never returned), logprobs only when asked. Runs in the caller's task; leaving ea
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -22,7 +22,7 @@ from modelc.actors.messages import (
 )
 from modelc.errors import EngineError
 from modelc.request import Finished, SamplingParams, TokenEvent
-from modelc.scheduler.output import Finish
+from modelc.scheduler.batch import SampledToken
 from modelc.tokenizer.stop import TextStream
 
 
@@ -30,7 +30,7 @@ class RequestActor:
     def __init__(
         self,
         seq_id: int,
-        prompt_token_ids: list[int],
+        prompt_token_ids: Sequence[int],
         params: SamplingParams,
         scheduler: Address,
         *,
@@ -38,7 +38,7 @@ class RequestActor:
         abort_timeout_s: float = 10.0,
     ) -> None:
         self.seq_id = seq_id
-        self.prompt = [int(t) for t in prompt_token_ids]
+        self.prompt: tuple[int, ...] = tuple(int(t) for t in prompt_token_ids)
         self.params = params
         self.scheduler = scheduler
         self.abort_timeout_s = abort_timeout_s
@@ -47,14 +47,14 @@ class RequestActor:
         self.text = TextStream(tokenizer, self.prompt, params.stop)
         self.num_tokens = 0
         self.live = False  # the scheduler knows the sequence and has not ended it
-        self.end: Finish | None = None  # the scheduler's account of the end
+        self.end: Finished | None = None  # the scheduler's account of the end
         self.finished: Finished | None = None
 
     async def events(self) -> AsyncIterator[TokenEvent | Finished]:
         """Yield TokenEvents then one Finished. Raises the rejection (OverloadedError...) at once."""
         try:
             try:
-                await self.scheduler.send(AddSequence(self.seq_id, tuple(self.prompt), self.params, self.address))
+                await self.scheduler.send(AddSequence(self.seq_id, self.prompt, self.params, self.address))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 raise EngineError("the engine is not running") from None
             self.live = True
@@ -94,7 +94,7 @@ class RequestActor:
                 return []
         raise TypeError(f"RequestActor got an unknown message {type(msg).__name__}")
 
-    def _token(self, tok: Any, stop_token: bool, finish: Finish | None) -> list[TokenEvent]:
+    def _token(self, tok: SampledToken, stop_token: bool, finish: Finished | None) -> list[TokenEvent]:
         if self.text.stopped:
             return []  # tokens computed after the stop string, before the abort landed
         self.num_tokens += 1
@@ -109,21 +109,14 @@ class RequestActor:
         top = tuple(tok.top_logprobs) if self.params.logprobs and self.params.top_logprobs else ()
         return [TokenEvent(tok.token_id, text, lp, top)]
 
-    def _end(self, finish: Finish) -> None:
+    def _end(self, finish: Finished) -> None:
         self.live = False
         self.end = finish
         if self.finished is None and not self.text.stopped:
-            self.finished = Finished(
-                finish.reason,
-                finish.prompt_tokens,
-                finish.completion_tokens,
-                finish.cached_tokens,
-                finish.error,
-                finish.queue_time_s,
-            )
+            self.finished = finish  # the scheduler's Finished is the one the caller gets
 
-    async def _abort(self) -> Finish | None:
-        """Ask the scheduler to end the sequence; wait (bounded) for the ack. Returns its Finish."""
+    async def _abort(self) -> Finished | None:
+        """Ask the scheduler to end the sequence; wait (bounded) for the ack. Returns its Finished."""
         finish = None
         with anyio.move_on_after(self.abort_timeout_s):
             try:

@@ -10,7 +10,7 @@ only by messages. No scheduling or model maths here.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -127,12 +127,12 @@ class AsyncEngine:
     # -- generation ----------------------------------------------------------------------------
 
     async def generate(
-        self, prompt_token_ids: list[int], params: SamplingParams | None = None, request_id: str | None = None
+        self, prompt_token_ids: Sequence[int], params: SamplingParams | None = None, request_id: str | None = None
     ) -> AsyncIterator[TokenEvent | Finished]:
         """TokenEvents then one Finished. The first step raises OverloadedError when the queue is
         full. Leaving early (break + aclose, cancellation, disconnect) aborts the sequence."""
         params = params or SamplingParams()
-        prompt = [int(t) for t in prompt_token_ids]
+        prompt = tuple(int(t) for t in prompt_token_ids)
         if not prompt:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         # Checked here: a bad id reaching the runner would fail every sequence in its batch.

@@ -204,7 +204,7 @@ class Engine:
                             yield ev.token.token_id, num_out
                     finish = ev.finish
                     if finish is not None:
-                        if finish.reason == "error":
+                        if finish.finish_reason == "error":
                             raise EngineError(finish.error or "generation failed")
                         return
         finally:

@@ -85,7 +85,7 @@ def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int
         events = core.step()
         dt = time.perf_counter() - t
         for ev in events:
-            if ev.finish is not None and ev.finish.reason == "error":
+            if ev.finish is not None and ev.finish.finish_reason == "error":
                 raise InvalidRequestError(f"benchmark forward failed: {ev.finish.error}")
         return any(isinstance(ev, TokenEmitted) for ev in events), dt
 

@@ -22,9 +22,10 @@ import numpy as np
 from modelc.cache.block_pool import BlockPool
 from modelc.config import SchedulerConfig
 from modelc.errors import InvalidRequestError, OverloadedError
+from modelc.request import Finished
 from modelc.scheduler.batch import BatchPlan, BatchResult, KVShift, SampledToken, SeqChunk
 from modelc.scheduler.context_shift import context_limit, plan_shift, resolve_keep, truncate_prompt
-from modelc.scheduler.output import Finish, SeqEvent, SequenceFinished, TokenEmitted
+from modelc.scheduler.output import SeqEvent, SequenceFinished, TokenEmitted
 from modelc.scheduler.sequence import FINISH_REASONS, Sequence, SequenceStatus
 from modelc.scheduler.speculation import SpecStats, plan_draft
 
@@ -414,7 +415,7 @@ class Scheduler:
             return TokenEmitted(seq.seq_id, token)
         return TokenEmitted(seq.seq_id, token, stop_token, self._finish(seq, status))
 
-    def _finish(self, seq: Sequence, status: SequenceStatus, error: str | None = None) -> Finish:
+    def _finish(self, seq: Sequence, status: SequenceStatus, error: str | None = None) -> Finished:
         assert status.is_finished
         if seq.status is S.RUNNING:
             self.running.remove(seq)
@@ -428,8 +429,8 @@ class Scheduler:
         return self._finish_info(seq, error)
 
     @staticmethod
-    def _finish_info(seq: Sequence, error: str | None = None) -> Finish:
-        return Finish(
+    def _finish_info(seq: Sequence, error: str | None = None) -> Finished:
+        return Finished(
             FINISH_REASONS[seq.status],
             seq.num_prompt_tokens,
             seq.num_output_tokens,

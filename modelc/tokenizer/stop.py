@@ -80,11 +80,11 @@ class TextStream:
     """Token ids -> released text. Holds back an incomplete character (IncrementalDecoder) and any
     tail that could still grow into a stop string; stops at the first stop string."""
 
-    def __init__(self, tokenizer: Any, prompt_ids: list[int], stop: tuple[str, ...]) -> None:
+    def __init__(self, tokenizer: Any, prompt_ids: Sequence[int], stop: tuple[str, ...]) -> None:
         self.stop = tuple(s for s in stop if s)
         self.decoder = None
         if tokenizer is not None:
-            self.decoder = IncrementalDecoder(tokenizer, prompt_ids[-8:])
+            self.decoder = IncrementalDecoder(tokenizer, list(prompt_ids[-8:]))
         self.matcher = StopMatcher(self.stop)
         self.pending = ""  # decoded, not yet released: at most the longest stop string minus one char
         self.stopped = False

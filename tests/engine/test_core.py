@@ -20,7 +20,7 @@ def test_step_runs_sequences_to_their_end_and_releases_their_state():
             if isinstance(ev, TokenEmitted):
                 tokens[ev.seq_id] = tokens.get(ev.seq_id, 0) + 1
             if ev.finish is not None:
-                finished[ev.seq_id] = ev.finish.reason
+                finished[ev.seq_id] = ev.finish.finish_reason
         steps += 1
         assert steps < 100
     assert tokens == {0: 5, 1: 5, 2: 5} and set(finished.values()) == {"length"}
@@ -35,6 +35,6 @@ def test_abort_between_steps_and_an_idle_core():
     core.add(make_sequence(7, prompt_len=10, max_tokens=50))
     assert any(isinstance(ev, TokenEmitted) for ev in core.step())
     (ev,) = core.abort(7)
-    assert isinstance(ev, SequenceFinished) and ev.finish.reason == "abort"
+    assert isinstance(ev, SequenceFinished) and ev.finish.finish_reason == "abort"
     core.release()
     assert not runner.states and not core.has_work

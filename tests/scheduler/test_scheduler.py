@@ -32,7 +32,7 @@ def drive(sched: Scheduler, runner: FakeRunner, max_steps: int = 2000) -> dict[i
             if isinstance(ev, TokenEmitted):
                 out.setdefault(ev.seq_id, []).append(ev.token.token_id)
             if ev.finish is not None:
-                done[ev.seq_id] = (out.pop(ev.seq_id, []), ev.finish.reason)
+                done[ev.seq_id] = (out.pop(ev.seq_id, []), ev.finish.finish_reason)
         assert runner.max_batch_tokens_seen <= sched.config.max_batch_tokens
         check(sched)
         if not core.has_work:
@@ -60,7 +60,7 @@ def test_prefill_then_decode_then_length() -> None:
     sched.update(plan, fake_result(plan))
     plan = sched.schedule()
     (ev,) = sched.update(plan, fake_result(plan))
-    assert ev.finish.reason == "length" and ev.finish.completion_tokens == 3 and ev.finish.prompt_tokens == 20
+    assert ev.finish.finish_reason == "length" and ev.finish.completion_tokens == 3 and ev.finish.prompt_tokens == 20
     assert sched.pool.num_used_blocks == 0 and not sched.has_work
     # the engine is told to drop the finished sequence with the next plan
     sched.add(make_sequence(2, 5))
@@ -75,16 +75,16 @@ def test_eos_respects_ignore_eos_and_min_tokens() -> None:
     sched.add(make_sequence(4, 5, max_tokens=10, stop_token_ids=(2,), ignore_eos=True))
     plan = sched.schedule()
     evs = {e.seq_id: e for e in sched.update(plan, fake_result(plan, lambda s: 2))}
-    assert evs[1].finish.reason == "stop" and evs[1].stop_token
+    assert evs[1].finish.finish_reason == "stop" and evs[1].stop_token
     assert evs[2].finish is None and not evs[2].stop_token
     assert evs[3].finish is None  # first output token: below min_tokens
-    assert evs[4].finish.reason == "stop"
+    assert evs[4].finish.finish_reason == "stop"
     plan = sched.schedule()
     evs = {e.seq_id: e for e in sched.update(plan, fake_result(plan, lambda s: 2))}
     assert evs[3].finish is None  # 2 outputs: still not more than min_tokens
     plan = sched.schedule()
     evs = {e.seq_id: e for e in sched.update(plan, fake_result(plan, lambda s: 2))}
-    assert evs[3].finish.reason == "stop"
+    assert evs[3].finish.finish_reason == "stop"
 
 
 def test_constraint_done_stops() -> None:
@@ -92,7 +92,7 @@ def test_constraint_done_stops() -> None:
     sched.add(make_sequence(1, 5))
     plan = sched.schedule()
     (ev,) = sched.update(plan, fake_result(plan, constraint_done=True))
-    assert ev.finish.reason == "stop" and not ev.stop_token
+    assert ev.finish.finish_reason == "stop" and not ev.stop_token
 
 
 def test_max_model_len_and_max_tokens_zero() -> None:
@@ -100,7 +100,7 @@ def test_max_model_len_and_max_tokens_zero() -> None:
     with pytest.raises(InvalidRequestError):
         sched.add(make_sequence(9, 22))
     (ev,) = sched.add(make_sequence(8, 5, max_tokens=0))
-    assert isinstance(ev, SequenceFinished) and ev.finish.reason == "length"
+    assert isinstance(ev, SequenceFinished) and ev.finish.finish_reason == "length"
     sched.add(make_sequence(1, 20, max_tokens=100))
     done = drive(sched, FakeRunner(64))
     assert done[1][1] == "length" and len(done[1][0]) == 2
@@ -232,10 +232,10 @@ def test_abort_waiting_running_and_in_flight() -> None:
     sched.add(make_sequence(2))
     plan = sched.schedule()
     (ev,) = sched.abort(2)  # waiting: at once
-    assert ev.finish.reason == "abort"
+    assert ev.finish.finish_reason == "abort"
     assert sched.abort(1) == []  # in flight: at update
     (ev,) = sched.update(plan, fake_result(plan))
-    assert isinstance(ev, SequenceFinished) and ev.finish.reason == "abort"
+    assert isinstance(ev, SequenceFinished) and ev.finish.finish_reason == "abort"
     assert sched.pool.num_used_blocks == 0 and not sched.has(1)
     assert sched.abort(42) == []
 
@@ -245,7 +245,7 @@ def test_engine_error_fails_the_batch() -> None:
     sched.add(make_sequence(1))
     plan = sched.schedule()
     (ev,) = sched.update(plan, BatchResult(plan.step_id, (), error="boom"))
-    assert ev.finish.reason == "error" and ev.finish.error == "boom"
+    assert ev.finish.finish_reason == "error" and ev.finish.error == "boom"
     assert sched.pool.num_used_blocks == 0
 
 

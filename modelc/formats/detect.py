@@ -10,6 +10,7 @@ import os
 import pathlib
 import struct
 
+from modelc.artifact.format import MAGIC
 from modelc.errors import FormatError, UnsupportedError
 from modelc.formats.gguf import read_gguf
 from modelc.formats.hf import read_folder_metadata, read_hf
@@ -18,7 +19,6 @@ from modelc.formats.safetensors import read_safetensors
 from modelc.ir import Model
 
 FORMATS = ("safetensors", "hf", "gguf", "onnx", "pytorch", "modelc")
-MODELC_MAGIC = b"MODELC\0\0"
 SNIFF_SAFETENSORS_MAX_BYTES = 64 * 1024 * 1024
 
 _EXTENSIONS = {
@@ -39,7 +39,7 @@ def _sniff(p: pathlib.Path) -> str | None:
             head = f.read(16)
             if head[:4] == b"GGUF":
                 return "gguf"
-            if head[:8] == MODELC_MAGIC:
+            if head[: len(MAGIC)] == MAGIC:
                 return "modelc"
             if head[:4] == b"PK\x03\x04":
                 return "pytorch"

@@ -124,8 +124,8 @@ def time_rounds(calls: dict, rounds: int) -> dict[str, list[float]]:
 
 
 def _t1_kernel(gemm_fused, gemm_fused_k, gemm_fused_iq):
-    """linear's T=1 choice for quantized weights: qmatvec_k for the K-quants, qmatvec_iq for
-    IQ4_NL/IQ4_XS/MXFP4, qmatvec for Q4_0/Q8_0."""
+    """linear's T=1 choice for quantized weights (plan.plan_matmul): qmatvec_k for the K-quants and IQ4_XS,
+    qmatvec_iq for IQ4_NL/MXFP4, qmatvec for Q4_0/Q8_0."""
 
     def call(out, xq, xd, xs, w, kind):
         if kind in gemm_fused_k.KINDS:

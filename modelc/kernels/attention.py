@@ -17,6 +17,51 @@ from modelc.kernels.kv_dtype import load_f32
 # the loop (measured 10x on SiLU). Inputs never divide by zero here (eps > 0, Z = 16).
 
 
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def work_item(T, K, item, row_seq, q_start, pos_start, window):
+    """(t, kv head, sequence, position, first attended position) of a (query row, KV head) work item.
+
+    NOTE: rows are visited short/long alternately so a static split of the items over threads
+    gets a balanced share of causal work. Shared with attention_q8."""
+    rr = item // K
+    t = rr // 2 if rr % 2 == 0 else T - 1 - rr // 2
+    s = row_seq[t]
+    pos = pos_start[s] + t - q_start[s]
+    lo = 0
+    if window > 0 and pos - window + 1 > 0:
+        lo = pos - window + 1
+    return t, item % K, s, pos, lo
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
+def softmax_rows(scores):
+    """scores (G, n) -> exp(scores - row max) in place; returns the (G,) row sums. Shared with attention_q8."""
+    G, n = scores.shape
+    denom = np.empty(G, dtype=np.float32)
+    for g in range(G):
+        srow = scores[g]  # (n,) view: bare-index loops vectorize
+        m = srow[0]
+        for j in range(n):
+            m = srow[j] if srow[j] > m else m
+        tot = np.float32(0.0)
+        for j in range(n):
+            e = exp_f32(srow[j] - m)
+            srow[j] = e
+            tot += e
+        denom[g] = tot
+    return denom
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
+def write_rows(out, acc_v, denom, t, h0):
+    """out[t, h0 + g] = acc_v[g] / denom[g] for the G heads of a group. Shared with attention_q8."""
+    G, D = acc_v.shape
+    for g in range(G):
+        inv = np.float32(1.0) / denom[g]
+        for d in range(D):
+            out[t, h0 + g, d] = acc_v[g, d] * inv
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
 def _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq, scale, window, item):
     """One (query row, KV head) work item: the G query heads of that KV head's group."""
@@ -24,16 +69,7 @@ def _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq,
     Z = k_pages.shape[1]
     K = k_pages.shape[2]
     G = H // K
-    # NOTE: rows are visited short/long alternately so a static split of the items over
-    # threads gets a balanced share of causal work.
-    rr = item // K
-    t = rr // 2 if rr % 2 == 0 else T - 1 - rr // 2
-    kh = item % K
-    s = row_seq[t]
-    pos = pos_start[s] + t - q_start[s]
-    lo = 0
-    if window > 0 and pos - window + 1 > 0:
-        lo = pos - window + 1
+    t, kh, s, pos, lo = work_item(T, K, item, row_seq, q_start, pos_start, window)
     n = pos + 1 - lo
     h0 = kh * G
     scores = np.empty((G, n), dtype=np.float32)
@@ -51,18 +87,7 @@ def _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq,
             for d in range(D):
                 acc += qrow[d] * kbuf[d]
             scores[g, j] = acc * scale
-    denom = np.empty(G, dtype=np.float32)
-    for g in range(G):
-        srow = scores[g]  # (n,) view: bare-index loops vectorize
-        m = srow[0]
-        for j in range(n):
-            m = srow[j] if srow[j] > m else m
-        tot = np.float32(0.0)
-        for j in range(n):
-            e = exp_f32(srow[j] - m)
-            srow[j] = e
-            tot += e
-        denom[g] = tot
+    denom = softmax_rows(scores)
     acc_v = np.zeros((G, D), dtype=np.float32)
     vbuf = np.empty(D, dtype=np.float32)
     for j in range(n):
@@ -75,10 +100,7 @@ def _attend(out, q, k_pages, v_pages, block_tables, q_start, pos_start, row_seq,
             arow = acc_v[g]
             for d in range(D):
                 arow[d] += w * vbuf[d]
-    for g in range(G):
-        inv = np.float32(1.0) / denom[g]
-        for d in range(D):
-            out[t, h0 + g, d] = acc_v[g, d] * inv
+    write_rows(out, acc_v, denom, t, h0)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

@@ -1,6 +1,7 @@
 """Paged causal attention reading q8_0 KV pages directly (and, for the mixed cache, f32 hot copies).
 
-Same work split and contract as attention.paged_attention; each K/V row is widened once into
+Same work split and contract as attention.paged_attention (its work_item, softmax_rows and
+write_rows are shared); each K/V row is widened once into
 a D-long f32 buffer that the G query heads of its group share (int8 -> f32 is a cheap vector
 convert, so this runs at the f32 kernel's speed on a quarter of the bytes).
 """
@@ -10,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.attention import _row_seq
-from modelc.kernels.fastexp import exp_f32
+from modelc.kernels.attention import _row_seq, softmax_rows, work_item, write_rows
 from modelc.kernels.kv_q8 import dequant_row
 
 
@@ -48,14 +48,7 @@ def _attend_q8(out, q, kq, ks, vq, vs, hot_of, kh, vh, window_hot, block_tables,
     Z = kq.shape[1]
     K = kq.shape[2]
     G = H // K
-    rr = item // K
-    t = rr // 2 if rr % 2 == 0 else T - 1 - rr // 2  # short/long rows alternate (see attention.py)
-    kvh = item % K
-    s = row_seq[t]
-    pos = pos_start[s] + t - q_start[s]
-    lo = 0
-    if window > 0 and pos - window + 1 > 0:
-        lo = pos - window + 1
+    t, kvh, s, pos, lo = work_item(T, K, item, row_seq, q_start, pos_start, window)
     n = pos + 1 - lo
     hot_lo = pos + 1
     if window_hot > 0:
@@ -76,18 +69,7 @@ def _attend_q8(out, q, kq, ks, vq, vs, hot_of, kh, vh, window_hot, block_tables,
         else:
             dequant_row(buf, kq[page, p % Z, kvh], ks[page, p % Z, kvh])
             _dots(scores, qg, buf, p - lo, scale)
-    denom = np.empty(G, dtype=np.float32)
-    for g in range(G):
-        srow = scores[g]
-        m = srow[0]
-        for j in range(n):
-            m = srow[j] if srow[j] > m else m
-        tot = np.float32(0.0)
-        for j in range(n):
-            e = exp_f32(srow[j] - m)
-            srow[j] = e
-            tot += e
-        denom[g] = tot
+    denom = softmax_rows(scores)
     acc_v = np.zeros((G, D), dtype=np.float32)
     for p in range(lo, hot_lo):
         page = bt[p // Z]
@@ -101,10 +83,7 @@ def _attend_q8(out, q, kq, ks, vq, vs, hot_of, kh, vh, window_hot, block_tables,
         else:
             dequant_row(buf, vq[page, p % Z, kvh], vs[page, p % Z, kvh])
             _accum(acc_v, scores, buf, p - lo)
-    for g in range(G):
-        inv = np.float32(1.0) / denom[g]
-        for d in range(D):
-            out[t, kvh * G + g, d] = acc_v[g, d] * inv
+    write_rows(out, acc_v, denom, t, kvh * G)
 
 
 # fastmath=True: vectorized D-long reductions (reassociation only), as in attention.py.

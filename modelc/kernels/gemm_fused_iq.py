@@ -1,4 +1,6 @@
-"""Single-token (T=1) matvec for the 4-bit code-book types (IQ4_NL, IQ4_XS, MXFP4) from the stored blocks.
+"""Single-token (T=1) matvec for the 32-element-block 4-bit code-book types (IQ4_NL, MXFP4) from the stored blocks.
+
+IQ4_XS (256-element super-blocks) runs gemm_fused_k.qmatvec_k's super-block loop with qdot_iq.iq4xs_block.
 
 gemm_fused.qmatvec's contract for these kinds: each 32-element block's 16 code
 bytes go through one vpshufb (qdot_iq) into signed int8 values and straight into
@@ -25,16 +27,11 @@ from modelc.kernels.qdot import (
     zeros_f32x8,
     zeros_f32x16,
 )
-from modelc.kernels.qdot_iq import iq4nl_blocks8, iq4nl_i8x32, iq4xs_block, mxfp4_blocks8, mxfp4_i8x32
-from modelc.kernels.quant_iq import E8M0_HALF, IQ4_NL, IQ4_XS, MXFP4
+from modelc.kernels.qdot_iq import iq4nl_blocks8, iq4nl_i8x32, mxfp4_blocks8, mxfp4_i8x32
+from modelc.kernels.quant_iq import E8M0_HALF, IQ4_NL, MXFP4
 
-KINDS = frozenset({IQ4_NL, IQ4_XS, MXFP4})
+KINDS = frozenset({IQ4_NL, MXFP4})
 """Kinds qmatvec_iq serves."""
-
-WIDE = True
-"""Whole super-blocks (IQ4_XS: qdot_iq.iq4xs_block) and groups of 8 blocks (IQ4_NL, MXFP4:
-iq4nl_blocks8 / mxfp4_blocks8) through 16-lane intrinsics on every instruction set; False: the
-8-lane rows only (_rows_xs, _rows_32's tail loop), the first form of these kernels."""
 
 _ROWS_PER_TASK = 16
 PREFETCH_BYTES = 8192
@@ -44,9 +41,9 @@ PREFETCH_BYTES = 8192
 @njit(cache=True, nogil=True, inline="always")
 def _rows_32(kind, out, w, nbytes, xq, xd, xm, nb, r0, r1):
     """IQ4_NL / MXFP4 rows r0..r1-1 (32-element blocks), two rows per pass: groups of 8 blocks through
-    qdot_iq's 16-lane intrinsics (when WIDE), the nb % 8 blocks left one at a time in 8 lanes."""
+    qdot_iq's 16-lane intrinsics, the nb % 8 blocks left one at a time in 8 lanes."""
     bsize = 18 if kind == IQ4_NL else 17
-    ng = nb // 8 if WIDE else 0
+    ng = nb // 8
     for r in range(r0, r1, 2):
         w0 = zeros_f32x16()
         w1 = zeros_f32x16()
@@ -90,70 +87,13 @@ def _rows_32(kind, out, w, nbytes, xq, xd, xm, nb, r0, r1):
             out[0, r + 1] = hsum_f32x16(w1) + hsum_f32x8(a1)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _scale_xs(w, o, ib, sh):
-    """IQ4_XS sub-block ib's 6-bit scale minus 32 (low 4 bits in scales_l, high 2 in scales_h)."""
-    return np.float32((((np.int32(w[o + 4 + ib // 2]) >> (4 * (ib % 2))) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _rows_xs(out, w, nbytes, xq, xd, nsb, r0, r1):
-    """IQ4_XS rows r0..r1-1 (256-element super-blocks of 8 sub-blocks), two rows per pass."""
-    for r in range(r0, r1, 2):
-        a0 = zeros_f32x8()
-        a1 = zeros_f32x8()
-        o0 = r * nbytes
-        o1 = o0 + nbytes if r + 1 < r1 else o0
-        for b in range(nsb):
-            p0 = o0 + b * 136
-            p1 = o1 + b * 136
-            for k in range(0, 192, 64):
-                prefetch(w, p0 + PREFETCH_BYTES + k)
-                prefetch(w, p1 + PREFETCH_BYTES + k)
-            d0 = f16_at(w, p0)
-            d1 = f16_at(w, p1)
-            sh0 = np.int32(w[p0 + 2]) | (np.int32(w[p0 + 3]) << 8)
-            sh1 = np.int32(w[p1 + 2]) | (np.int32(w[p1 + 3]) << 8)
-            for ib in range(8):
-                x = load_i8x32(xq, b * 256 + ib * 32)
-                xs = xd[b * 8 + ib]
-                s0 = d0 * _scale_xs(w, p0, ib, sh0) * xs
-                s1 = d1 * _scale_xs(w, p1, ib, sh1) * xs
-                a0 = fma_i32x8(a0, dot_i8x32(iq4nl_i8x32(w, p0 + 8 + 16 * ib), x), splat_f32x8(s0))
-                a1 = fma_i32x8(a1, dot_i8x32(iq4nl_i8x32(w, p1 + 8 + 16 * ib), x), splat_f32x8(s1))
-        out[0, r] = hsum_f32x8(a0)
-        if r + 1 < r1:
-            out[0, r + 1] = hsum_f32x8(a1)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _rows_xs16(out, w, nbytes, xq, xd, xm, nsb, r0, r1):
-    """IQ4_XS rows r0..r1-1 with a whole super-block per qdot_iq.iq4xs_block, two rows per pass."""
-    for r in range(r0, r1, 2):
-        a0 = zeros_f32x16()
-        a1 = zeros_f32x16()
-        o0 = r * nbytes
-        o1 = o0 + nbytes if r + 1 < r1 else o0
-        for b in range(nsb):
-            p0 = o0 + b * 136
-            p1 = o1 + b * 136
-            for k in range(0, 192, 64):
-                prefetch(w, p0 + PREFETCH_BYTES + k)
-                prefetch(w, p1 + PREFETCH_BYTES + k)
-            a0 = iq4xs_block(a0, w, p0, xq, xd, xm, b * 256)
-            a1 = iq4xs_block(a1, w, p1, xq, xd, xm, b * 256)
-        out[0, r] = hsum_f32x16(a0)
-        if r + 1 < r1:
-            out[0, r + 1] = hsum_f32x16(a1)
-
-
 @njit(cache=True, nogil=True, parallel=True)
 def qmatvec_iq(out, xq, xd, xs, w, kind):
     """out (1, N) f32 = one activation row (quant.quantize_act form) @ W.T, W of a KINDS type.
 
     parallel=True over tasks of 16 output rows; the caller sets the thread count.
-    xq (1, C) int8, xd (1, C/32), xs (1, C/16) f32 (its per-32 sums undo the +128 offset of the wide IQ4_XS path);
-    w (N, row_bytes) uint8 C-contig; C % 32 == 0 (IQ4_XS: C % 256 == 0).
+    xq (1, C) int8, xd (1, C/32), xs (1, C/16) f32 (its per-32 sums undo the +128 code offset);
+    w (N, row_bytes) uint8 C-contig; C % 32 == 0.
     """
     c = xq.shape[1]
     n, nbytes = w.shape
@@ -166,11 +106,4 @@ def qmatvec_iq(out, xq, xd, xs, w, kind):
         xm[k] = xsf[2 * k] + xsf[2 * k + 1]
     ntask = max(1, min(n, n // _ROWS_PER_TASK))
     for t in prange(ntask):
-        r0 = t * n // ntask
-        r1 = (t + 1) * n // ntask
-        if kind == IQ4_XS and WIDE:
-            _rows_xs16(out, wf, nbytes, xqf, xdf, xm, c // 256, r0, r1)
-        elif kind == IQ4_XS:
-            _rows_xs(out, wf, nbytes, xqf, xdf, c // 256, r0, r1)
-        else:
-            _rows_32(kind, out, wf, nbytes, xqf, xdf, xm, c // 32, r0, r1)
+        _rows_32(kind, out, wf, nbytes, xqf, xdf, xm, c // 32, t * n // ntask, (t + 1) * n // ntask)

@@ -1,7 +1,7 @@
-"""Single-token (T=1) matvec for K-quant weights (Q4_K, Q5_K, Q6_K), a super-block at a time.
+"""Single-token (T=1) matvec for the 256-element super-block types (Q4_K, Q5_K, Q6_K, IQ4_XS), a super-block at a time.
 
-gemm_fused.qmatvec's contract for the K-quant kinds, built on qdot_k's whole
-super-block intrinsics: scales and mins are decoded as vectors, each pair of
+gemm_fused.qmatvec's contract for these kinds, built on the whole super-block
+intrinsics of qdot_k (and qdot_iq.iq4xs_block for IQ4_XS): scales and mins are decoded as vectors, each pair of
 32-element chunks is one int8 dot, and two weight rows go through the loop
 together so they share the activation loads; each row prefetches PREFETCH_BYTES
 ahead (software prefetch beat the hardware prefetcher alone). Same numbers as
@@ -15,11 +15,13 @@ from numba import njit, prange
 
 from modelc.ir import DataType
 from modelc.kernels.qdot import hsum_f32x16, prefetch, zeros_f32x16
+from modelc.kernels.qdot_iq import iq4xs_block
 from modelc.kernels.qdot_k import q4k_block, q5k_block, q6k_block
 from modelc.kernels.quant import KIND
+from modelc.kernels.quant_iq import IQ4_XS
 
-KINDS = frozenset({KIND[DataType.Q4_K], KIND[DataType.Q5_K], KIND[DataType.Q6_K]})
-"""Kinds qmatvec_k serves (Q4_K = 7, Q5_K = 8, Q6_K = 9)."""
+KINDS = frozenset({KIND[DataType.Q4_K], KIND[DataType.Q5_K], KIND[DataType.Q6_K], IQ4_XS})
+"""Kinds qmatvec_k serves (Q4_K = 7, Q5_K = 8, Q6_K = 9, IQ4_XS)."""
 
 _ROWS_PER_TASK = 16
 PREFETCH_BYTES = 8192
@@ -36,7 +38,8 @@ def _rows(kind, out, w, nbytes, xq, xd, xm, xs, nsb, r0, r1):
     The intrinsics are called right here, not through a helper taking the arrays:
     numba would incref/decref every array argument of each helper call.
     """
-    bsize = 144 if kind == 7 else (176 if kind == 8 else 210)
+    bsize = 144 if kind == 7 else (176 if kind == 8 else (210 if kind == 9 else 136))
+    span = 256 if kind != IQ4_XS else 192  # the cache lines a super-block spans
     for r in range(r0, r1, 2):
         a0 = zeros_f32x16()
         a1 = zeros_f32x16()
@@ -45,7 +48,7 @@ def _rows(kind, out, w, nbytes, xq, xd, xm, xs, nsb, r0, r1):
         for b in range(nsb):
             p0 = o0 + b * bsize
             p1 = o1 + b * bsize
-            for k in range(0, 256, 64):  # a super-block spans <= 4 cache lines
+            for k in range(0, span, 64):
                 prefetch(w, p0 + PREFETCH_BYTES + k)
                 prefetch(w, p1 + PREFETCH_BYTES + k)
             if kind == 7:
@@ -54,9 +57,12 @@ def _rows(kind, out, w, nbytes, xq, xd, xm, xs, nsb, r0, r1):
             elif kind == 8:
                 a0 = q5k_block(a0, w, p0, xq, xd, xm, b * 256)
                 a1 = q5k_block(a1, w, p1, xq, xd, xm, b * 256)
-            else:
+            elif kind == 9:
                 a0 = q6k_block(a0, w, p0, xq, xd, xs, b * 256)
                 a1 = q6k_block(a1, w, p1, xq, xd, xs, b * 256)
+            else:
+                a0 = iq4xs_block(a0, w, p0, xq, xd, xm, b * 256)
+                a1 = iq4xs_block(a1, w, p1, xq, xd, xm, b * 256)
         out[0, r] = hsum_f32x16(a0)
         if r + 1 < r1:
             out[0, r + 1] = hsum_f32x16(a1)
@@ -75,7 +81,7 @@ def qmatvec_k(out, xq, xd, xs, w, kind):
     xqf = xq.reshape(-1)
     xdf = xd.reshape(-1)
     xsf = xs.reshape(-1)
-    xm = np.empty(c // 32, np.float32)  # (C/32,) per-32 activation sums, for the mins
+    xm = np.empty(c // 32, np.float32)  # (C/32,) per-32 activation sums: the mins, IQ4_XS's +128 code offset
     for k in range(c // 32):
         xm[k] = xsf[2 * k] + xsf[2 * k + 1]
     ntask = max(1, min(n, n // _ROWS_PER_TASK))

@@ -15,8 +15,8 @@ were measured (their docstrings say how). In table form (first matching row wins
 | AMX kinds (Q4_0, Q8_0, Q4_K) | >= PREFILL_MIN_T, <= AMX_PREFILL_MAX_T | HAS_AMX | AMX tiles |
 | register-tile kinds | >= PREFILL_MIN_T, <= ZMM_PREFILL_MAX_T | HAS_AVX512_VNNI, no AMX for the kind | TILE |
 | other quantized | >= PREFILL_MIN_T | any | BLAS (dequantize panels + sgemm) |
-| Q4_K / Q5_K / Q6_K | 1 | any | MATVEC_K: gemm_fused_k |
-| IQ4_NL / IQ4_XS / MXFP4 | 1 | any | MATVEC_IQ: gemm_fused_iq |
+| Q4_K / Q5_K / Q6_K / IQ4_XS | 1 | any | MATVEC_K: gemm_fused_k (256-element super-blocks) |
+| IQ4_NL / MXFP4 | 1 | any | MATVEC_IQ: gemm_fused_iq |
 | Q4_0 / Q8_0 | 1 | any | MATVEC: gemm_fused |
 | AMX kinds | >= AMX_MIN_T | HAS_AMX | AMX tiles |
 | register-tile kinds (Q4_0, Q4_K, Q6_K; Q8_0 where cpu.WIDE_DOT_EXACT) | 2 .. | any | TILE: gemm_tile |
@@ -44,8 +44,8 @@ class Path(enum.Enum):
     BLAS = "blas"  # gemm_blas.blas_matmul: dequantize panels into scratch + sgemm, fp32
     FLOAT = "float"  # gemm_float.smatmul: F32 weights, 4-row tiles
     HALF = "half"  # gemm_float.hmatmul: F16 / BF16 converted in registers
-    MATVEC_K = "matvec_k"  # gemm_fused_k.qmatvec_k: T=1 Q4_K/Q5_K/Q6_K, int8 activations
-    MATVEC_IQ = "matvec_iq"  # gemm_fused_iq.qmatvec_iq: T=1 IQ4_NL/IQ4_XS/MXFP4
+    MATVEC_K = "matvec_k"  # gemm_fused_k.qmatvec_k: T=1 Q4_K/Q5_K/Q6_K/IQ4_XS, int8 activations
+    MATVEC_IQ = "matvec_iq"  # gemm_fused_iq.qmatvec_iq: T=1 IQ4_NL/MXFP4
     MATVEC = "matvec"  # gemm_fused.qmatvec: T=1 Q4_0/Q8_0
     AMX = "amx"  # gemm_tile_amx.qmatmul_amx: AMX int8 tiles, 16 rows x 16 tokens
     TILE = "tile"  # gemm_tile.qmatmul_tile: register tiles of 4 rows x 4 tokens

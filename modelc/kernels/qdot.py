@@ -132,61 +132,6 @@ def load_i8x32(typingctx, ary, idx):
     return I8x32(ary, idx), codegen
 
 
-@intrinsic
-def load_f32x8(typingctx, ary, idx):
-    """8 float32 starting at element idx of a 1-D C float32 array."""
-    if not (_check_1d(ary) and ary.dtype == types.float32 and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _v8f32)
-        return builder.load(p, align=4)
-
-    return F32x8(ary, idx), codegen
-
-
-@intrinsic
-def load_f16x8(typingctx, ary, idx):
-    """8 fp16 -> float32 at ary[idx] (1-D C array; idx in its element units, bytes for uint8)."""
-    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_half, 8))
-        return builder.fpext(builder.load(p, align=1), _v8f32)
-
-    return F32x8(ary, idx), codegen
-
-
-@intrinsic
-def load_bf16x8(typingctx, ary, idx):
-    """8 bf16 -> float32 at ary[idx] (1-D C array; idx in its element units, bytes for uint8)."""
-    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_i16, 8))
-        w = builder.zext(builder.load(p, align=1), _v8i32)
-        w = builder.shl(w, ir.Constant(_v8i32, [16] * 8))
-        return builder.bitcast(w, _v8f32)
-
-    return F32x8(ary, idx), codegen
-
-
-@intrinsic
-def store_f32x8(typingctx, ary, idx, v):
-    """ary[idx:idx+8] = v for a 1-D C float32 array."""
-    if not (_check_1d(ary) and ary.dtype == types.float32 and v == F32x8):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _v8f32)
-        builder.store(args[2], p, align=4)
-        return context.get_dummy_value()
-
-    return types.none(ary, idx, v), codegen
-
-
 # ---- the int8 block dot -----------------------------------------------------------
 
 
@@ -198,16 +143,17 @@ def _dot_avx2(builder, w, a):
     return _dot_u_avx2(builder, aw, sa)
 
 
-def _dot_generic(builder, w, a):
-    v32i32 = ir.VectorType(_i32, 32)
-    p = builder.mul(builder.sext(w, v32i32), builder.sext(a, v32i32))
-    v16i32 = ir.VectorType(_i32, 16)
-    even = builder.shuffle_vector(p, p, ir.Constant(v16i32, list(range(0, 32, 2))))
-    odd = builder.shuffle_vector(p, p, ir.Constant(v16i32, list(range(1, 32, 2))))
-    s = builder.add(even, odd)
-    even = builder.shuffle_vector(s, s, ir.Constant(_v8i32, list(range(0, 16, 2))))
-    odd = builder.shuffle_vector(s, s, ir.Constant(_v8i32, list(range(1, 16, 2))))
-    return builder.add(even, odd)
+def dot4_generic(builder, u, a, *, signed: bool):
+    """Portable LLVM vector IR for the int8 block dot: <n x i8> u . <n x i8> a -> <n/4 x i32>, lane k =
+    bytes 4k..4k+3 (u signed or unsigned, a signed), exact in int32. Every qdot* module's fallback."""
+    n = u.type.count
+    vn = ir.VectorType(_i32, n)
+    p = builder.mul(builder.sext(u, vn) if signed else builder.zext(u, vn), builder.sext(a, vn))
+    for m in (n // 2, n // 4):
+        even = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(_i32, m), list(range(0, 2 * m, 2))))
+        odd = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(_i32, m), list(range(1, 2 * m, 2))))
+        p = builder.add(even, odd)
+    return p
 
 
 @intrinsic
@@ -219,7 +165,7 @@ def dot_i8x32(typingctx, w, a):
     def codegen(context, builder, sig, args):
         if HAS_AVX2:
             return _dot_avx2(builder, args[0], args[1])
-        return _dot_generic(builder, args[0], args[1])
+        return dot4_generic(builder, args[0], args[1], signed=True)
 
     return I32x8(w, a), codegen
 
@@ -236,18 +182,6 @@ def _dot_u_avx2(builder, u, a):
     return _call(builder, "llvm.x86.avx2.pmadd.wd", _v8i32, [p16, ones])
 
 
-def _dot_u_generic(builder, u, a):
-    v32i32 = ir.VectorType(_i32, 32)
-    p = builder.mul(builder.zext(u, v32i32), builder.sext(a, v32i32))
-    v16i32 = ir.VectorType(_i32, 16)
-    even = builder.shuffle_vector(p, p, ir.Constant(v16i32, list(range(0, 32, 2))))
-    odd = builder.shuffle_vector(p, p, ir.Constant(v16i32, list(range(1, 32, 2))))
-    s = builder.add(even, odd)
-    even = builder.shuffle_vector(s, s, ir.Constant(_v8i32, list(range(0, 16, 2))))
-    odd = builder.shuffle_vector(s, s, ir.Constant(_v8i32, list(range(1, 16, 2))))
-    return builder.add(even, odd)
-
-
 @intrinsic
 def dotu_i8x32(typingctx, u, a):
     """Unsigned (0..63) x signed int8 block dot -> I32x8 (lane k = elements 4k..4k+3)."""
@@ -257,7 +191,7 @@ def dotu_i8x32(typingctx, u, a):
     def codegen(context, builder, sig, args):
         if HAS_AVX2:
             return _dot_u_avx2(builder, args[0], args[1])
-        return _dot_u_generic(builder, args[0], args[1])
+        return dot4_generic(builder, args[0], args[1], signed=False)
 
     return I32x8(u, a), codegen
 
@@ -276,27 +210,6 @@ def load_i8_f32x8(typingctx, ary, idx):
 
 
 # ---- float vector ops ---------------------------------------------------------------
-
-
-@intrinsic
-def zeros_f32x8(typingctx):
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_v8f32, [0.0] * 8)
-
-    return F32x8(), codegen
-
-
-@intrinsic
-def splat_f32x8(typingctx, s):
-    """8 copies of a float32."""
-    if s != types.float32:
-        return None
-
-    def codegen(context, builder, sig, args):
-        v = builder.insert_element(ir.Constant(_v8f32, ir.Undefined), args[0], ir.Constant(_i32, 0))
-        return builder.shuffle_vector(v, v, ir.Constant(_v8i32, [0] * 8))
-
-    return F32x8(s), codegen
 
 
 @intrinsic
@@ -325,49 +238,6 @@ def fma_i32x8(typingctx, acc, p, s):
         return _call(builder, "llvm.fma.v8f32", _v8f32, [pf, args[2], args[0]])
 
     return F32x8(acc, p, s), codegen
-
-
-@intrinsic
-def fma_f32x8(typingctx, acc, a, b):
-    """acc + a * b on F32x8."""
-    if not (acc == F32x8 and a == F32x8 and b == F32x8):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return _call(builder, "llvm.fma.v8f32", _v8f32, [args[1], args[2], args[0]])
-
-    return F32x8(acc, a, b), codegen
-
-
-@intrinsic
-def mul_f32x8(typingctx, a, b):
-    if not (a == F32x8 and b == F32x8):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.fmul(args[0], args[1])
-
-    return F32x8(a, b), codegen
-
-
-@intrinsic
-def hsum_f32x8(typingctx, v):
-    """Sum of the 8 lanes as float32."""
-    if v != F32x8:
-        return None
-
-    def codegen(context, builder, sig, args):
-        x = args[0]
-        lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, 4), [0, 1, 2, 3]))
-        hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, 4), [4, 5, 6, 7]))
-        s = builder.fadd(lo, hi)
-        s2 = builder.shuffle_vector(s, s, ir.Constant(ir.VectorType(_i32, 4), [2, 3, 0, 1]))
-        s = builder.fadd(s, s2)
-        s3 = builder.shuffle_vector(s, s, ir.Constant(ir.VectorType(_i32, 4), [1, 0, 3, 2]))
-        s = builder.fadd(s, s3)
-        return builder.extract_element(s, ir.Constant(_i32, 0))
-
-    return types.float32(v), codegen
 
 
 # ---- int8 block unpacking (weights -> 32 signed int8 per block) ---------------------
@@ -593,6 +463,144 @@ _v64i8, _v32i16, _v16i32, _v16f32 = (
 )
 
 
+# ---- float vector ops, 8 and 16 lanes: one factory ------------------------------------------
+
+
+def _float_ops(vt: VecType) -> tuple:
+    """The float32 intrinsics for the n-lane vector type vt (F32x8 or F32x16), named as the module-level names they are assigned to:
+    zeros, splat, load, store, load_f16, load_bf16 (idx in the array's element units, bytes for uint8),
+    fma (acc + a * b), add, mul, hsum (pairwise halving: lane sums in a fixed order)."""
+    n = vt.n
+    vf, vi = ir.VectorType(_f32, n), ir.VectorType(_i32, n)
+
+    def named(name: str, doc: str):  # name: "zeros_f32x" -> zeros_f32x8 ...; "load_f16x" -> load_f16x8
+        def deco(fn):
+            fn.__name__ = fn.__qualname__ = f"{name}{n}"
+            fn.__doc__ = doc
+            return intrinsic(fn)
+
+        return deco
+
+    def is_f32(ary) -> bool:
+        return _check_1d(ary) and ary.dtype == types.float32
+
+    @named("zeros_f32x", f"{n} float32 zeros.")
+    def zeros(typingctx):
+        def codegen(context, builder, sig, args):
+            return ir.Constant(vf, [0.0] * n)
+
+        return vt(), codegen
+
+    @named("splat_f32x", f"{n} copies of a float32.")
+    def splat(typingctx, s):
+        if s != types.float32:
+            return None
+
+        def codegen(context, builder, sig, args):
+            v = builder.insert_element(ir.Constant(vf, ir.Undefined), args[0], ir.Constant(_i32, 0))
+            return builder.shuffle_vector(v, v, ir.Constant(vi, [0] * n))
+
+        return vt(s), codegen
+
+    @named("load_f32x", f"{n} float32 starting at element idx of a 1-D C float32 array.")
+    def load(typingctx, ary, idx):
+        if not (is_f32(ary) and isinstance(idx, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.load(_ptr_at(context, builder, sig.args[0], args[0], args[1], vf), align=4)
+
+        return vt(ary, idx), codegen
+
+    @named("store_f32x", f"ary[idx:idx+{n}] = v for a 1-D C float32 array.")
+    def store(typingctx, ary, idx, v):
+        if not (is_f32(ary) and v == vt):
+            return None
+
+        def codegen(context, builder, sig, args):
+            builder.store(args[2], _ptr_at(context, builder, sig.args[0], args[0], args[1], vf), align=4)
+            return context.get_dummy_value()
+
+        return types.none(ary, idx, v), codegen
+
+    @named("load_f16x", f"{n} fp16 -> float32 at ary[idx] (vcvtph2ps).")
+    def load_f16(typingctx, ary, idx):
+        if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_half, n))
+            return builder.fpext(builder.load(p, align=1), vf)
+
+        return vt(ary, idx), codegen
+
+    @named("load_bf16x", f"{n} bf16 -> float32 at ary[idx] (a 16-bit shift).")
+    def load_bf16(typingctx, ary, idx):
+        if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+            return None
+
+        def codegen(context, builder, sig, args):
+            p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_i16, n))
+            w = builder.shl(builder.zext(builder.load(p, align=1), vi), ir.Constant(vi, [16] * n))
+            return builder.bitcast(w, vf)
+
+        return vt(ary, idx), codegen
+
+    @named("fma_f32x", f"acc + a * b on F32x{n}.")
+    def fma(typingctx, acc, a, b):
+        if not (acc == vt and a == vt and b == vt):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return _call(builder, f"llvm.fma.v{n}f32", vf, [args[1], args[2], args[0]])
+
+        return vt(acc, a, b), codegen
+
+    @named("add_f32x", f"a + b on F32x{n}.")
+    def add(typingctx, a, b):
+        if not (a == vt and b == vt):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.fadd(args[0], args[1])
+
+        return vt(a, b), codegen
+
+    @named("mul_f32x", f"a * b on F32x{n}.")
+    def mul(typingctx, a, b):
+        if not (a == vt and b == vt):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return builder.fmul(args[0], args[1])
+
+        return vt(a, b), codegen
+
+    @named("hsum_f32x", f"Sum of the {n} lanes as float32 (pairwise halving).")
+    def hsum(typingctx, v):
+        if v != vt:
+            return None
+
+        def codegen(context, builder, sig, args):
+            x, m = args[0], n
+            while m > 1:
+                m //= 2
+                lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, m), list(range(m))))
+                hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, m), list(range(m, 2 * m))))
+                x = builder.fadd(lo, hi)
+            return builder.extract_element(x, ir.Constant(_i32, 0))
+
+        return types.float32(v), codegen
+
+    return zeros, splat, load, store, load_f16, load_bf16, fma, add, mul, hsum
+
+
+(zeros_f32x8, splat_f32x8, load_f32x8, store_f32x8, load_f16x8, load_bf16x8,
+ fma_f32x8, add_f32x8, mul_f32x8, hsum_f32x8) = _float_ops(F32x8)  # fmt: skip
+(zeros_f32x16, splat_f32x16, load_f32x16, store_f32x16, load_f16x16, load_bf16x16,
+ fma_f32x16, add_f32x16, mul_f32x16, hsum_f32x16) = _float_ops(F32x16)  # fmt: skip
+
+
 def _load(context, builder, aryty, ary, idx, llty, off=0):
     i = builder.add(idx, ir.Constant(idx.type, off)) if off else idx
     return builder.load(_ptr_at(context, builder, aryty, ary, i, llty), align=1)
@@ -603,115 +611,13 @@ def _dpbusd16(builder, acc, u, a):
     if HAS_AVX512:
         args = [acc, builder.bitcast(u, _v16i32), builder.bitcast(a, _v16i32)]
         return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _v16i32, args)
-    v64i32 = ir.VectorType(_i32, 64)
-    p = builder.mul(builder.zext(u, v64i32), builder.sext(a, v64i32))
-    v32i32 = ir.VectorType(_i32, 32)
-    s = builder.add(
-        builder.shuffle_vector(p, p, ir.Constant(v32i32, list(range(0, 64, 2)))),
-        builder.shuffle_vector(p, p, ir.Constant(v32i32, list(range(1, 64, 2)))),
-    )
-    s = builder.add(
-        builder.shuffle_vector(s, s, ir.Constant(_v16i32, list(range(0, 32, 2)))),
-        builder.shuffle_vector(s, s, ir.Constant(_v16i32, list(range(1, 32, 2)))),
-    )
-    return builder.add(acc, s)
+    return builder.add(acc, dot4_generic(builder, u, a, signed=False))
 
 
 def _half_lanes(builder, words, picks):
     """float32 x16 from fp16 words: lane l = words[picks[l]] (words a <32 x i16> or wider)."""
     h = builder.shuffle_vector(words, words, ir.Constant(_v16i32, picks))
     return builder.fpext(builder.bitcast(h, ir.VectorType(_half, 16)), _v16f32)
-
-
-@intrinsic
-def zeros_f32x16(typingctx):
-    def codegen(context, builder, sig, args):
-        return ir.Constant(_v16f32, [0.0] * 16)
-
-    return F32x16(), codegen
-
-
-@intrinsic
-def hsum_f32x16(typingctx, v):
-    """Sum of the 16 lanes as float32 (pairwise halving)."""
-    if v != F32x16:
-        return None
-
-    def codegen(context, builder, sig, args):
-        x = args[0]
-        n = 16
-        while n > 1:
-            n //= 2
-            vt = ir.VectorType(_i32, n)
-            lo = builder.shuffle_vector(x, x, ir.Constant(vt, list(range(n))))
-            hi = builder.shuffle_vector(x, x, ir.Constant(vt, list(range(n, 2 * n))))
-            x = builder.fadd(lo, hi)
-        return builder.extract_element(x, ir.Constant(_i32, 0))
-
-    return types.float32(v), codegen
-
-
-@intrinsic
-def add_f32x16(typingctx, a, b):
-    if not (a == F32x16 and b == F32x16):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.fadd(args[0], args[1])
-
-    return F32x16(a, b), codegen
-
-
-@intrinsic
-def fma_f32x16(typingctx, acc, a, b):
-    """acc + a * b on F32x16."""
-    if not (acc == F32x16 and a == F32x16 and b == F32x16):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return _call(builder, "llvm.fma.v16f32", _v16f32, [args[1], args[2], args[0]])
-
-    return F32x16(acc, a, b), codegen
-
-
-@intrinsic
-def load_f32x16(typingctx, ary, idx):
-    """16 float32 starting at element idx of a 1-D C float32 array."""
-    if not (_check_1d(ary) and ary.dtype == types.float32 and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _v16f32)
-        return builder.load(p, align=4)
-
-    return F32x16(ary, idx), codegen
-
-
-@intrinsic
-def load_f16x16(typingctx, ary, idx):
-    """16 fp16 -> float32 at ary[idx] (1-D C array; idx in its element units, bytes for uint8)."""
-    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_half, 16))
-        return builder.fpext(builder.load(p, align=1), _v16f32)
-
-    return F32x16(ary, idx), codegen
-
-
-@intrinsic
-def load_bf16x16(typingctx, ary, idx):
-    """16 bf16 -> float32 at ary[idx] (1-D C array; idx in its element units, bytes for uint8)."""
-    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, sig, args):
-        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_i16, 16))
-        w = builder.shl(builder.zext(builder.load(p, align=1), _v16i32), ir.Constant(_v16i32, [16] * 16))
-        return builder.bitcast(w, _v16f32)
-
-    return F32x16(ary, idx), codegen
 
 
 Q4_0X4_ACT_BYTES = 256

@@ -27,6 +27,7 @@ from modelc.kernels.qdot import (
     _i32,
     _ptr_at,
     _v32i8,
+    dot4_generic,
 )
 
 _v16i8 = ir.VectorType(_i8, 16)
@@ -119,10 +120,7 @@ def _dot64(builder, u, a):
             uh, ah = qk._shuffle(builder, u, u, h), qk._shuffle(builder, a, a, h)
             halves.append(_dot_u_avx2(builder, uh, ah) if HAS_VNNI else _dot_avx2(builder, uh, ah))
         return qk._shuffle(builder, halves[0], halves[1], range(16))
-    v64 = ir.VectorType(_i32, 64)
-    p = builder.mul(builder.zext(u, v64), builder.sext(a, v64))
-    s = builder.add(qk._shuffle(builder, p, p, range(0, 64, 2)), qk._shuffle(builder, p, p, range(1, 64, 2)))
-    return builder.add(qk._shuffle(builder, s, s, range(0, 32, 2)), qk._shuffle(builder, s, s, range(1, 32, 2)))
+    return dot4_generic(builder, u, a, signed=False)
 
 
 @intrinsic

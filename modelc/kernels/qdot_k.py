@@ -26,7 +26,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from modelc.kernels.cpu import HAS_AVX2, HAS_AVX512_VNNI, HAS_VNNI
-from modelc.kernels.qdot import F32x16
+from modelc.kernels.qdot import F32x16, dot4_generic
 
 _i1, _i8, _i16, _i32, _f32, _half = (
     ir.IntType(1),
@@ -101,10 +101,7 @@ def _dotu(builder, u, a):
     if HAS_AVX2:
         p16 = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(_i16, 16), [u, a])
         return _call(builder, "llvm.x86.avx2.pmadd.wd", vi32, [p16, _splat(_i16, 16, 1)])
-    v32 = _vec(_i32, 32)
-    p = builder.mul(builder.zext(u, v32), builder.sext(a, v32))
-    s = builder.add(_shuffle(builder, p, p, range(0, 32, 2)), _shuffle(builder, p, p, range(1, 32, 2)))
-    return builder.add(_shuffle(builder, s, s, range(0, 16, 2)), _shuffle(builder, s, s, range(1, 16, 2)))
+    return dot4_generic(builder, u, a, signed=False)
 
 
 def _pair_fma(builder, acc, u0, u1, xq, xo, fac):

@@ -28,13 +28,16 @@ from llvmlite import ir
 from numba import types
 
 from modelc.kernels.cpu import HAS_AMX, HAS_AVX2, HAS_AVX512_VNNI, HAS_VNNI, WIDE_DOT_EXACT  # noqa: F401
-from modelc.kernels.qdot import (
+from modelc.kernels.qdot import (  # noqa: F401  (splat/store_f32x16 re-exported for gemm_tile*)
     F32x16,
     VecType,
     _call,
     _check_1d,
     _ptr_at,
+    dot4_generic,
     intrinsic,
+    splat_f32x16,
+    store_f32x16,
 )
 
 HAS_VNNI512 = HAS_AVX512_VNNI
@@ -97,22 +100,12 @@ def _nib_lo_hi(builder, v):
 # ---- the dot ------------------------------------------------------------------------
 
 
-def _dot_generic(builder, acc, u, a):
-    v64i32 = ir.VectorType(_i32, 64)
-    p = builder.mul(builder.zext(u, v64i32), builder.sext(a, v64i32))
-    for n in (32, 16):
-        even = builder.shuffle_vector(p, p, _idx(n, list(range(0, 2 * n, 2))))
-        odd = builder.shuffle_vector(p, p, _idx(n, list(range(1, 2 * n, 2))))
-        p = builder.add(even, odd)
-    return builder.add(acc, p)
-
-
 def _dot_u8x64(builder, acc, u, a):
     if HAS_VNNI512:
         args = [acc, builder.bitcast(u, _v16i32), builder.bitcast(a, _v16i32)]
         return _call(builder, "llvm.x86.avx512.vpdpbusd.512", _v16i32, args)
     if not HAS_AVX2:
-        return _dot_generic(builder, acc, u, a)
+        return builder.add(acc, dot4_generic(builder, u, a, signed=False))
     halves = []
     for k in range(2):
         c, uk, ak = _half_of(builder, acc, k), _half_of(builder, u, k), _half_of(builder, a, k)
@@ -166,18 +159,6 @@ def load_i32x16(typingctx, ary, idx):
         return _load(context, builder, sig.args[0], args[0], args[1], _v16i32)
 
     return I32x16(ary, idx), codegen
-
-
-@intrinsic
-def store_f32x16(typingctx, ary, idx, v):
-    if not (_check_1d(ary) and ary.dtype == types.float32 and v == F32x16):
-        return None
-
-    def codegen(context, builder, sig, args):
-        builder.store(args[2], _ptr_at(context, builder, sig.args[0], args[0], args[1], _v16f32), align=4)
-        return context.get_dummy_value()
-
-    return types.none(ary, idx, v), codegen
 
 
 @intrinsic
@@ -446,17 +427,6 @@ def amx_release(typingctx):
         return context.get_dummy_value()
 
     return types.none(), codegen
-
-
-@intrinsic
-def splat_f32x16(typingctx, s):
-    if s != types.float32:
-        return None
-
-    def codegen(context, builder, sig, args):
-        return _splat(builder, args[0], _v16f32)
-
-    return F32x16(s), codegen
 
 
 @intrinsic

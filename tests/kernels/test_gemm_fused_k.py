@@ -10,7 +10,7 @@ from modelc.kernels import gemm_fused_k, linear, quant, ref_linear
 from modelc.kernels.gemm_random import random_tensor
 
 EXACT_QACT = 2e-5  # float summation order only: the int8 dots are exact
-TYPES = ["Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]  # the 256-element super-block types (IQ4_XS: qdot_iq.iq4xs_block)
 
 
 def _case(name: str, n: int, c: int, seed: int):
@@ -35,7 +35,7 @@ def _relerr(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
-def test_kinds_are_the_k_quants() -> None:
+def test_kinds_are_the_super_block_types() -> None:
     assert gemm_fused_k.KINDS == {quant.KIND[DataType[n]] for n in TYPES}
 
 
@@ -77,7 +77,7 @@ def test_extreme_codes_and_scales() -> None:
     for name in TYPES:
         t = random_tensor(DataType[name], 5, 512, rng)
         raw = np.asarray(t.data).reshape(5, -1).copy()
-        fp16 = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}[name]
+        fp16 = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_XS": (0,)}[name]
         keep = np.zeros(raw.shape[1], bool)
         for b in range(2):  # keep the fp16 super-block scales; everything else 0xFF
             for off in fp16:
@@ -98,7 +98,7 @@ from modelc.kernels.gemm_random import random_tensor
 assert not qdot_k.HAS_AVX512_VNNI
 rng = np.random.default_rng(0)
 worst = 0.0
-for name in ["Q4_K", "Q5_K", "Q6_K"]:
+for name in ["Q4_K", "Q5_K", "Q6_K", "IQ4_XS"]:
     w = linear.prepare_weight(random_tensor(DataType[name], 21, 512, rng))
     x = rng.standard_normal((1, 512)).astype(np.float32)
     xq = np.empty((1, 512), np.int8); xd = np.empty((1, 16), np.float32); xs = np.empty((1, 32), np.float32)

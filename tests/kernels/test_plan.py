@@ -28,7 +28,8 @@ def test_every_cpu_has_these_rows() -> None:
     assert plan.plan_matmul(_w("F16"), 3) is Path.HALF
     assert plan.plan_matmul(_w("F16"), plan.PREFILL_MIN_T_FLOAT) is Path.BLAS
     assert plan.plan_matmul(_w("Q4_K"), 1) is Path.MATVEC_K
-    assert plan.plan_matmul(_w("IQ4_XS"), 1) is Path.MATVEC_IQ
+    assert plan.plan_matmul(_w("IQ4_XS"), 1) is Path.MATVEC_K
+    assert plan.plan_matmul(_w("IQ4_NL"), 1) is Path.MATVEC_IQ
     assert plan.plan_matmul(_w("Q4_0"), 1) is Path.MATVEC
     assert plan.plan_matmul(_w("Q5_0"), 1) is Path.ROWS
     assert plan.plan_matmul(_w("Q5_0"), plan.PREFILL_MIN_T) is Path.BLAS

@@ -41,8 +41,15 @@ if levels:
     from loadtests.bench_batching import _engine_level
     cfg = EngineConfig(threads=threads, cache=CacheConfig(kv_cache_tokens=8192),
                        scheduler=replace(SchedulerConfig(), max_num_seqs=max(64, *levels)))
+    src = path
+    for mod in ("modelc.server.daemon", "modelc.server.models", "modelc.api"):
+        try:
+            src = getattr(importlib.import_module(mod), "resolve_source")(path)
+            break
+        except (ImportError, AttributeError):
+            pass
     async def run():
-        async with AsyncEngine.open(path, cfg) as eng:
+        async with AsyncEngine.open(src, cfg) as eng:
             await _engine_level(eng, (2,), 16, 2)  # warm-up
             return await _engine_level(eng, levels, 16, gen)
     for r in anyio.run(run):

@@ -43,6 +43,7 @@ from modelc.server.schema import (
     parse_constraint,
     parse_messages,
     parse_sampling,
+    token_ids_of,
     with_constraint,
 )
 from modelc.server.served import ServedModel, inferring
@@ -309,8 +310,8 @@ async def tokenize() -> Any:
 async def detokenize() -> Any:
     engine = current_engine(get_state())
     body = await read_json()
-    tokens = body.get("tokens")
-    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+    tokens = token_ids_of(body.get("tokens"))
+    if tokens is None:
         raise InvalidRequestError("'tokens' must be a list of token ids", param="tokens")
     tok = require_tokenizer(engine)
     check_token_ids(tokens, "tokens", getattr(tok, "vocab_size", None))

@@ -19,6 +19,8 @@ from quart import Blueprint, Response
 from modelc.errors import InvalidRequestError, ModelcError
 from modelc.request import SamplingParams
 from modelc.server import ollama_shapes as shapes
+from modelc.server import openapi_ollama
+from modelc.server.bounds import bounded_int
 from modelc.server.context import prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
 from modelc.server.generation import ChoiceResult, Job, Timings, is_finished
@@ -49,6 +51,7 @@ from modelc.server.state import ServerState
 from modelc.tokenizer.reasoning import ReasoningSplitter, split_reasoning, starts_in_reasoning
 
 bp = Blueprint("ollama_chat", __name__)
+OPENAPI_PATHS = openapi_ollama.CHAT_PATHS
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,9 +304,7 @@ async def embed() -> Any:
     inputs = [raw] if isinstance(raw, str) else raw
     if not isinstance(inputs, list) or not inputs or not all(isinstance(x, str) for x in inputs):
         raise InvalidRequestError("'input' must be a string or a non-empty list of strings", param="input")
-    dims = body.get("dimensions")
-    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
-        raise InvalidRequestError("'dimensions' must be a positive integer", param="dimensions")
+    dims = bounded_int(body, "dimensions", None)
     cut = body.get("truncate", True)  # Ollama: true cuts each input to the context, false answers an error
     if not isinstance(cut, bool):
         raise InvalidRequestError("'truncate' must be a boolean", param="truncate")

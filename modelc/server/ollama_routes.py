@@ -22,6 +22,7 @@ from modelc import registry, store
 from modelc.artifact.reader import read_header_only
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server import ollama_shapes as shapes
+from modelc.server import openapi_ollama
 from modelc.server.guard import ForbiddenError, control_route
 from modelc.server.handling import check_model, current_engine, get_state, managed_engine, read_json
 from modelc.server.manager.load_options import engine_config_for
@@ -34,6 +35,7 @@ from modelc.server.state import ServerState
 from modelc.store import dtype_summary
 
 bp = Blueprint("ollama", __name__)
+OPENAPI_PATHS = openapi_ollama.ROUTE_PATHS
 NDJSON = "application/x-ndjson"
 
 

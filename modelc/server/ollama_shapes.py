@@ -16,6 +16,7 @@ from modelc.artifact.reader import read_header_only
 from modelc.capabilities import capabilities as caps
 from modelc.errors import InvalidRequestError, ModelcError
 from modelc.request import Constraint
+from modelc.server.bounds import BOUNDS
 from modelc.server.schema import parse_sampling
 from modelc.server.state import GenerationDefaults
 
@@ -67,13 +68,8 @@ def sampling_params(options: Any, defaults: GenerationDefaults, vocab_size: int 
         if key not in body and getattr(defaults, key, None) is None:
             body[key] = value
     n = body.get("max_tokens")
-    if isinstance(n, int) and not isinstance(n, bool) and n in (-1, -2):  # -1 infinite, -2 fill the context
-        body.pop("max_tokens")
-    elif isinstance(n, int) and not isinstance(n, bool) and n < 0:
-        raise InvalidRequestError(
-            f"'options.num_predict' must be >= 0, -1 (no limit) or -2 (fill the context), got {n}",
-            param="options.num_predict",
-        )
+    if n is not None and BOUNDS["num_predict"].check("options.num_predict", n) < 0:
+        body.pop("max_tokens")  # -1 infinite, -2 fill the context
     if "max_tokens" not in body and defaults.max_tokens is None:
         body["max_tokens"] = DEFAULT_NUM_PREDICT
     if isinstance(body.get("stop"), str):

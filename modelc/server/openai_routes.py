@@ -12,10 +12,11 @@ from modelc import store
 from modelc.artifact.reader import read_header_only
 from modelc.capabilities import source_capabilities
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.server.bounds import bounded_int
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
 from modelc.server.handling import check_model, current_engine, engine_for, get_state, json_off_loop, read_json
 from modelc.server.manager.loaded import engine_adapters
-from modelc.server.schema import get_bool, get_int, get_str, parse_prompts
+from modelc.server.schema import get_bool, get_str, parse_prompts
 from modelc.server.served import ServedModel
 
 bp = Blueprint("openai", __name__)
@@ -110,7 +111,7 @@ async def embeddings() -> Any:
     fmt = get_str(body, "encoding_format", "float")
     if fmt not in ("float", "base64"):
         raise InvalidRequestError("'encoding_format' must be float or base64", param="encoding_format")
-    dims = get_int(body, "dimensions", None, lo=1)
+    dims = bounded_int(body, "dimensions", None)
     inputs = parse_prompts(body, "input")
     # OpenAI answers 400 for an input beyond the context; `truncate: true` (as Ollama's) cuts it instead.
     cut = get_bool(body, "truncate", False)

@@ -16,6 +16,9 @@ from typing import Any
 
 from modelc import __version__
 from modelc.server.auth import EXEMPT_PATHS
+from modelc.server.bounds import MAX_STOP, MAX_STOP_CHARS, schema_of
+from modelc.server.fim import find_fim_tokens
+from modelc.server.served import GENERATE, INFER, RERANK, ServedModel
 
 
 def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -31,45 +34,68 @@ N = {"type": "number"}
 B = {"type": "boolean"}
 ANY: dict[str, Any] = {}
 STR_OR_LIST = {"oneOf": [S, {"type": "array", "items": S}]}
+TOKEN_ID = {**I, "minimum": 0, "description": "a token id of the model's vocabulary", "x-modelc-token-id": True}
+TOKEN_IDS = {"type": "array", "items": TOKEN_ID, "minItems": 1}
 PROMPT = {
     "oneOf": [
         S,
-        {"type": "array", "items": S},
-        {"type": "array", "items": I},
-        {"type": "array", "items": {"type": "array", "items": I}},
+        {"type": "array", "items": S, "minItems": 1},
+        TOKEN_IDS,
+        {"type": "array", "items": TOKEN_IDS, "minItems": 1},
     ]
 }
 
-MODEL = {**S, "maxLength": 255, "description": "a served or stored model name (at most 255 bytes of UTF-8)"}
+MODEL_NAME = {**S, "maxLength": 255, "description": "a served or stored model name (at most 255 bytes of UTF-8)"}
+MODEL = MODEL_NAME
+BOUNDED = (  # the sampling fields whose bounds come from server/bounds.BOUNDS
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "typical_p",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "min_tokens",
+    "gamma",
+    "n_keep",
+    "max_context",
+)
+STOP = {
+    "oneOf": [
+        {**S, "minLength": 1, "maxLength": MAX_STOP_CHARS},
+        {"type": "array", "items": {**S, "minLength": 1, "maxLength": MAX_STOP_CHARS}, "maxItems": MAX_STOP},
+    ],
+    "description": "stop strings; the stop text is not returned",
+}
 SAMPLING = {
-    "max_tokens": {**I, "minimum": 0},
-    "max_completion_tokens": {**I, "minimum": 0, "description": "wins over max_tokens"},
-    "temperature": {**N, "minimum": 0},
-    "top_p": {**N, "minimum": 0, "maximum": 1},
-    "top_k": I,
-    "min_p": {**N, "minimum": 0, "maximum": 1},
-    "typical_p": {**N, "minimum": 0, "maximum": 1},
-    "seed": I,
-    "stop": {
-        "oneOf": [
-            {**S, "minLength": 1, "maxLength": 4096},
-            {"type": "array", "items": {**S, "minLength": 1, "maxLength": 4096}, "maxItems": 16},
-        ],
-        "description": "stop strings; the stop text is not returned",
+    **{name: schema_of(name) for name in BOUNDED},
+    "stop": STOP,
+    "stop_token_ids": {"type": "array", "items": TOKEN_ID},
+    "logit_bias": {
+        "type": "object",
+        "propertyNames": {"pattern": "^(0|[1-9][0-9]{0,8})$", "x-modelc-token-id-key": True},
+        "additionalProperties": schema_of("logit_bias_value"),
+        "description": "token id -> bias (ids must be in the model's vocabulary)",
     },
-    "stop_token_ids": {"type": "array", "items": I},
-    "presence_penalty": {**N, "minimum": -2, "maximum": 2},
-    "frequency_penalty": {**N, "minimum": -2, "maximum": 2},
-    "repetition_penalty": {**N, "exclusiveMinimum": 0},
-    "logit_bias": {"type": "object", "additionalProperties": {**N, "minimum": -100, "maximum": 100}},
     "ignore_eos": B,
-    "min_tokens": {**I, "minimum": 0},
-    "response_format": _obj(
-        {
-            "type": {"enum": ["text", "json_object", "json_schema"]},
-            "json_schema": _obj({"name": S, "schema": {"type": "object"}, "strict": B}),
-        }
-    ),
+    "speculative": B,
+    "context_shift": B,
+    "truncate": {**B, "description": "cut a prompt beyond the context instead of answering 400"},
+    "response_format": {
+        **_obj(
+            {
+                "type": {"enum": ["text", "json_object", "json_schema"]},
+                "json_schema": _obj({"name": S, "schema": {"type": "object"}, "strict": B}),
+            },
+            ("type",),
+        ),
+        "if": {"properties": {"type": {"const": "json_schema"}}},
+        "then": {"required": ["json_schema"]},
+    },
     "grammar": {
         "oneOf": [
             {**S, "description": "a regex"},
@@ -80,22 +106,41 @@ SAMPLING = {
     "user": S,
     "model": MODEL,
 }
+# server/schema.parse_constraint: at most one of a JSON response_format, grammar and json_schema
+JSON_FORMAT = {
+    "required": ["response_format"],
+    "properties": {"response_format": {"properties": {"type": {"enum": ["json_object", "json_schema"]}}}},
+}
+ONE_CONSTRAINT = {
+    "allOf": [
+        {"not": {"required": ["grammar", "json_schema"]}},
+        {"if": JSON_FORMAT, "then": {"not": {"anyOf": [{"required": ["grammar"]}, {"required": ["json_schema"]}]}}},
+    ]
+}
 OPENAI_GEN = {
     **SAMPLING,
-    "n": {**I, "minimum": 1, "maximum": 20},
+    "n": schema_of("n"),
     "stream": B,
     "stream_options": _obj({"include_usage": B}),
 }
-MESSAGE = _obj(
-    {
-        "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
-        "content": {"oneOf": [S, {"type": "null"}, {"type": "array", "items": _obj({"type": S, "text": S})}]},
-        "tool_calls": {"type": "array"},
-        "tool_call_id": S,
-        "name": S,
-    },
-    ("role",),
-)
+TEXT_PARTS = {"type": "array", "items": _obj({"type": {"enum": ["text", "input_text"]}, "text": S}, ("type", "text"))}
+MESSAGE = {
+    **_obj(
+        {
+            "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+            "content": {"oneOf": [S, {"type": "null"}, TEXT_PARTS]},
+            "tool_calls": {"type": "array"},
+            "tool_call_id": S,
+            "name": S,
+        },
+        ("role",),
+    ),
+    "anyOf": [  # content may be left out (or null) only by an assistant message that calls tools
+        {"properties": {"content": {"oneOf": [S, TEXT_PARTS]}}, "required": ["content"]},
+        {"properties": {"role": {"const": "assistant"}, "tool_calls": {"minItems": 1}}, "required": ["tool_calls"]},
+    ],
+}
+MESSAGES = {"type": "array", "items": MESSAGE, "minItems": 1}
 TOOL = _obj(
     {
         "type": {"const": "function"},
@@ -118,7 +163,7 @@ EMBED_REQ = _obj(
         "model": MODEL,
         "input": PROMPT,
         "encoding_format": {"enum": ["float", "base64"]},
-        "dimensions": {**I, "minimum": 1},
+        "dimensions": schema_of("dimensions"),
         "truncate": {**B, "description": "cut each input to the context length instead of answering 400"},
         "user": S,
     },
@@ -141,7 +186,9 @@ def _op(
 ) -> dict[str, Any]:
     ok: dict[str, Any] = {"description": "OK", **_json(response)}
     if sse:
-        ok["content"]["text/event-stream"] = {"schema": {"type": "string", "description": "SSE `data:` lines"}}
+        ok["content"]["text/event-stream"] = {
+            "schema": {**_obj({"event": S, "data": S, "id": S}), "description": "one SSE event (`data:` holds JSON)"}
+        }
     if text:
         ok = {"description": "OK", "content": {"text/plain": {"schema": S}}}
     op: dict[str, Any] = {"summary": summary, "responses": {"200": ok}}
@@ -167,9 +214,9 @@ GEN_ERRORS = (400, 401, 404, 408, 413, 429, 503)
 CHAT_REQ = _obj(
     {
         **OPENAI_GEN,
-        "messages": {"type": "array", "items": MESSAGE},
+        "messages": MESSAGES,
         "logprobs": B,
-        "top_logprobs": {**I, "minimum": 0, "maximum": 20},
+        "top_logprobs": schema_of("top_logprobs"),
         "tools": {"type": "array", "items": TOOL},
         "tool_choice": {
             "oneOf": [
@@ -211,8 +258,8 @@ COMPLETION_REQ = _obj(
         "prompt": PROMPT,
         "echo": B,
         "suffix": S,
-        "best_of": {**I, "minimum": 1, "maximum": 20},
-        "logprobs": {**I, "minimum": 0, "maximum": 20},
+        "best_of": schema_of("best_of"),
+        "logprobs": schema_of("logprobs", "logprobs_count"),
     },
     ("prompt",),
 )
@@ -244,38 +291,60 @@ COMPLETION_RESP = _obj(
         },
     }
 )
-MODEL = _obj({"id": S, "object": {"const": "model"}, "created": I, "owned_by": S})
+MODEL_CARD = _obj({"id": S, "object": {"const": "model"}, "created": I, "owned_by": S})
 NATIVE_GEN = _obj(
     {
-        k: SAMPLING[k]
-        for k in (
-            "max_tokens",
-            "temperature",
-            "top_p",
-            "min_p",
-            "repetition_penalty",
-            "presence_penalty",
-            "frequency_penalty",
-            "logit_bias",
-            "seed",
-            "stop",
-            "grammar",
-            "json_schema",
-            "response_format",
-        )
+        "top_p": schema_of("top_p", "top_p_native"),  # native: 0 = off
+        **{
+            k: SAMPLING[k]
+            for k in (
+                "max_tokens",
+                "temperature",
+                "min_p",
+                "repetition_penalty",
+                "presence_penalty",
+                "frequency_penalty",
+                "logit_bias",
+                "seed",
+                "stop",
+                "grammar",
+                "json_schema",
+                "response_format",
+                "top_k",
+                "typical_p",
+                "min_tokens",
+                "stop_token_ids",
+                "ignore_eos",
+                "speculative",
+                "gamma",
+                "context_shift",
+                "n_keep",
+                "max_context",
+                "truncate",
+            )
+        },
     }
 )
+for _req in (CHAT_REQ, COMPLETION_REQ, NATIVE_GEN):
+    _req.update(ONE_CONSTRAINT)
 SUMMARY = _obj(
     {"name": S, "architecture": S, "total_params": I, "total_bytes": I, "tensors": {"type": "array", "items": S}}
 )
-SINGLE_OR_BATCH = _obj({"input": S, "inputs": {"type": "array", "items": S}})
+SINGLE_OR_BATCH = {
+    **_obj({"input": S, "inputs": {"type": "array", "items": S, "minItems": 1}}),
+    "anyOf": [{"required": ["input"]}, {"required": ["inputs"]}],
+    "description": "one text ('input') or a batch ('inputs', which wins when both are sent)",
+}
 
 
-def openapi_spec(app: Any = None) -> dict[str, Any]:
-    """The spec of modelc.server's routes, plus every other route of `app` when given."""
+def openapi_spec(app: Any = None, served: ServedModel | None = None, *, only_model: bool = False) -> dict[str, Any]:
+    """The spec of modelc.server's routes, plus every other route of `app` when given. With the
+    `served` model, the operations it can never answer are left out (see served_operations)."""
     spec = server_spec()
     if app is not None:
         spec["paths"].update(other_paths(app, spec["paths"]))
+    if served is not None:
+        served_operations(spec["paths"], served, only_model=only_model)
     _declare_path_params(spec["paths"])
     _declare_errors(spec["paths"])
     for path in EXEMPT_PATHS & spec["paths"].keys():  # probes answer without the API key
@@ -286,6 +355,62 @@ def openapi_spec(app: Any = None) -> dict[str, Any]:
 
 
 OLLAMA_ERROR = _obj({"error": S}, ("error",))
+RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
+
+
+def served_operations(paths: dict[str, Any], engine: ServedModel, *, only_model: bool) -> None:
+    """Leave out of `paths` what this server can never answer for any request, as vLLM registers only
+    the routes of its model's tasks: /infer unless the default model is an MLP/ONNX one; when it is
+    the only model (no model manager to load others), rerank unless it is a cross-encoder and /infill
+    unless its vocabulary has fill-in-the-middle tokens. (The routes stay: they answer a clear 400.)"""
+    drop = [] if INFER in engine.serves else ["/infer"]
+    if only_model:
+        drop += [] if RERANK in engine.serves else list(RERANK_PATHS)
+        tok = engine.tokenizer
+        if GENERATE not in engine.serves or tok is None or find_fim_tokens(tok) is None:
+            drop.append("/infill")
+    for path in drop:
+        paths.pop(path, None)
+    vocab = getattr(engine.tokenizer, "vocab_size", None) if only_model else None
+    if isinstance(vocab, int) and vocab > 0:
+        _bound_token_ids(paths, vocab)
+
+
+def _bound_token_ids(node: Any, vocab: int) -> None:
+    """Token ids of the one served model are below its vocabulary size: every schema marked as a token
+    id (or a logit_bias key) gets that maximum. (Copies: the module's schemas are shared.)"""
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            node[i] = _copy(item)
+            _bound_token_ids(node[i], vocab)
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        node[key] = value = _copy(value)
+        _bound_token_ids(value, vocab)
+    if node.get("x-modelc-token-id"):
+        node["maximum"] = vocab - 1
+    if node.get("x-modelc-token-id-key"):
+        node["pattern"] = below_pattern(vocab)
+
+
+def _copy(value: Any) -> Any:
+    return dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list) else value
+
+
+def below_pattern(n: int) -> str:
+    """A regex of the decimal numbers 0..n-1 (no leading zeros), n >= 1."""
+    top = str(n - 1)
+    alts = ["[0-9]" if len(top) > 1 else f"[0-{top}]"]
+    alts += [f"[1-9][0-9]{{{k - 1}}}" for k in range(2, len(top))]
+    if len(top) > 1:
+        for i, d in enumerate(top):
+            lo = 1 if i == 0 else 0
+            if int(d) > lo:
+                alts.append(f"{top[:i]}[{lo}-{int(d) - 1}][0-9]{{{len(top) - i - 1}}}")
+        alts.append(top)
+    return "^(" + "|".join(alts) + ")$"
 
 
 def _declare_errors(paths: dict[str, Any]) -> None:
@@ -334,9 +459,10 @@ def other_paths(app: Any, known: dict[str, Any]) -> dict[str, Any]:
 def server_spec() -> dict[str, Any]:
     with_messages = {
         **NATIVE_GEN,
-        "properties": {**NATIVE_GEN["properties"], "messages": {"type": "array", "items": MESSAGE}},
+        "properties": {**NATIVE_GEN["properties"], "messages": MESSAGES},
+        "required": ["messages"],
     }
-    with_prompt = {**NATIVE_GEN, "properties": {**NATIVE_GEN["properties"], "prompt": S}}
+    with_prompt = {**NATIVE_GEN, "properties": {**NATIVE_GEN["properties"], "prompt": S}, "required": ["prompt"]}
     paths = {
         "/v1/chat/completions": {
             "post": _op(
@@ -363,13 +489,13 @@ def server_spec() -> dict[str, Any]:
         "/v1/models": {
             "get": _op(
                 "The served model",
-                _obj({"object": S, "data": {"type": "array", "items": MODEL}}),
+                _obj({"object": S, "data": {"type": "array", "items": MODEL_CARD}}),
                 errors=(401, 429, 503),
             )
         },
         "/v1/models/{model_id}": {
             "get": {
-                **_op("One model", MODEL, errors=(401, 404, 429, 503)),
+                **_op("One model", MODEL_CARD, errors=(401, 404, 429, 503)),
                 "parameters": [{"name": "model_id", "in": "path", "required": True, "schema": S}],
             }
         },
@@ -461,17 +587,27 @@ def server_spec() -> dict[str, Any]:
         },
         "/detokenize": {
             "post": _op(
-                "Token ids -> text", _obj({"text": S}), _obj({"tokens": {"type": "array", "items": I}}, ("tokens",))
+                "Token ids -> text",
+                _obj({"text": S}),
+                _obj({"tokens": {"type": "array", "items": TOKEN_ID}}, ("tokens",)),
             )
         },
         "/lora/load": {
             "post": _op(
                 "Load a LoRA adapter",
                 _obj({"name": S, "applied": I, "skipped": I, "global": B, "message": S}),
-                _obj({"path": S, "alpha": N, "name": S, "global": B}, ("path",)),
+                _obj({"path": {**S, "minLength": 1}, "alpha": N, "name": S, "global": B}, ("path",)),
+                errors=(400, 401, 404),
             )
         },
-        "/lora/unload": {"post": _op("Unload a LoRA adapter", _obj({"message": S}), _obj({"name": S}))},
+        "/lora/unload": {
+            "post": _op(
+                "Unload a LoRA adapter",
+                _obj({"message": S}),
+                _obj({"name": {**S, "minLength": 1}}, ("name",)),
+                errors=(400, 401, 404),
+            )
+        },
     }
     return {
         "openapi": "3.1.0",

@@ -6,28 +6,72 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelc.server.openapi import GEN_ERRORS, B, I, N, S, _obj, _op
+from modelc.server.anthropic_shapes import THINKING
+from modelc.server.bounds import schema_of
+from modelc.server.openapi import GEN_ERRORS, MODEL_NAME, STOP, B, I, N, S, _obj, _op
 
-BLOCKS = {"oneOf": [S, {"type": "array", "items": _obj({"type": S})}]}
+TEXT_BLOCK = _obj({"type": {"const": "text"}, "text": S}, ("type", "text"))
+TEXT_BLOCKS = {"type": "array", "items": TEXT_BLOCK}
+TOOL_RESULT_BLOCK = _obj(
+    {
+        "type": {"const": "tool_result"},
+        "tool_use_id": S,
+        "content": {"oneOf": [S, {"type": "null"}, TEXT_BLOCKS]},
+        "is_error": B,
+    },
+    ("type", "tool_use_id"),
+)
+TOOL_USE_BLOCK = _obj(
+    {"type": {"const": "tool_use"}, "id": S, "name": S, "input": {"type": "object"}}, ("type", "name")
+)
+THINKING_BLOCK = _obj({"type": {"enum": ["thinking", "redacted_thinking"]}}, ("type",))
+USER_TURN = _obj(
+    {
+        "role": {"const": "user"},
+        "content": {
+            "oneOf": [S, {"type": "array", "items": {"oneOf": [TEXT_BLOCK, TOOL_RESULT_BLOCK]}, "minItems": 1}]
+        },
+    },
+    ("role", "content"),
+)
+ASSISTANT_TURN = _obj(
+    {
+        "role": {"const": "assistant"},
+        "content": {"oneOf": [S, {"type": "array", "items": {"oneOf": [TEXT_BLOCK, TOOL_USE_BLOCK, THINKING_BLOCK]}}]},
+    },
+    ("role", "content"),
+)
 ANTHROPIC_ERROR = _obj({"type": {"const": "error"}, "error": _obj({"type": S, "message": S})})
 MESSAGES_REQ = _obj(
     {
-        "model": S,
-        "max_tokens": {**I, "minimum": 0},
-        "system": BLOCKS,
-        "messages": {
-            "type": "array",
-            "items": _obj({"role": {"enum": ["user", "assistant"]}, "content": BLOCKS}, ("role", "content")),
-        },
-        "stop_sequences": {"type": "array", "items": S},
+        "model": MODEL_NAME,
+        "max_tokens": schema_of("max_tokens"),
+        "system": {"oneOf": [S, TEXT_BLOCKS]},
+        "messages": {"type": "array", "items": {"oneOf": [USER_TURN, ASSISTANT_TURN]}, "minItems": 1},
+        "stop_sequences": STOP["oneOf"][1],
         "stream": B,
-        "temperature": N,
-        "top_p": N,
-        "top_k": I,
-        "tools": {"type": "array", "items": _obj({"name": S, "description": S, "input_schema": {"type": "object"}})},
-        "tool_choice": _obj({"type": {"enum": ["auto", "any", "tool", "none"]}, "name": S}),
-        "thinking": _obj({"type": S}),
-        "output_config": _obj({"format": _obj({"type": {"const": "json_schema"}, "schema": {"type": "object"}})}),
+        "temperature": schema_of("temperature"),
+        "top_p": schema_of("top_p"),
+        "top_k": schema_of("top_k"),
+        "tools": {
+            "type": "array",
+            "items": _obj(
+                {"type": {"const": "custom"}, "name": S, "description": S, "input_schema": {"type": "object"}},
+                ("name",),
+            ),
+        },
+        "tool_choice": {
+            **_obj(
+                {"type": {"enum": ["auto", "any", "tool", "none"]}, "name": S, "disable_parallel_tool_use": B},
+                ("type",),
+            ),
+            "if": {"properties": {"type": {"const": "tool"}}},
+            "then": {"required": ["name"]},
+        },
+        "thinking": _obj({"type": {"enum": sorted(THINKING)}, "budget_tokens": I}, ("type",)),
+        "output_config": _obj(
+            {"format": _obj({"type": {"const": "json_schema"}, "schema": {"type": "object"}}, ("type", "schema"))}
+        ),
     },
     ("messages", "max_tokens"),
 )
@@ -153,16 +197,21 @@ INFILL = {
         )
     }
 }
-WEBUI = {
-    "/": {"get": _op("The chat web UI (browsers) or 'Ollama is running' (API clients)", S, text=True, errors=())},
-    "/webui/{name}": {"get": _op("A static file of the web UI", S, text=True, errors=(404,))},
+WEBUI = {  # public routes (server/guard.public_route): no API key
+    "/": {
+        "get": {
+            **_op("The chat web UI (browsers) or 'Ollama is running' (API clients)", S, text=True, errors=()),
+            "security": [],
+        }
+    },
+    "/webui/{name}": {"get": {**_op("A static file of the web UI", S, text=True, errors=(404,)), "security": []}},
 }
 RERANK_REQ = _obj(
     {
         "model": S,
         "query": S,
         "documents": {"type": "array", "items": {"oneOf": [S, _obj({"text": S}, ("text",))]}},
-        "top_n": {**I, "minimum": 1},
+        "top_n": schema_of("top_n"),
         "return_documents": B,
         "truncate": B,
     },

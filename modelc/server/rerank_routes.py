@@ -18,10 +18,11 @@ from typing import Any
 from quart import Blueprint
 
 from modelc.server import openapi_surfaces
+from modelc.server.bounds import bounded_int
 from modelc.server.context import char_budget, context_length, too_long
 from modelc.server.handling import check_model, engine_for, get_state, new_id, read_json
 from modelc.server.run import RequestRun
-from modelc.server.schema import bad, get_bool, get_int, get_str
+from modelc.server.schema import bad, get_bool, get_str
 from modelc.server.served import ServedModel, reranking
 
 OPENAPI_PATHS = openapi_surfaces.RERANK
@@ -74,7 +75,7 @@ async def rerank() -> Any:
     if query is None:
         raise bad("query", "is required")
     docs = parse_documents(body)
-    top_n = get_int(body, "top_n", len(docs), lo=1)
+    top_n = bounded_int(body, "top_n", len(docs))
     with_docs = get_bool(body, "return_documents", True)
     cut = get_bool(body, "truncate", False)
     query, texts = bound_texts(engine, query, docs, cut)

@@ -12,11 +12,9 @@ from typing import Any
 
 from modelc.errors import InvalidRequestError
 from modelc.request import Constraint, SamplingParams
+from modelc.server.bounds import BOUNDS, MAX_STOP, MAX_STOP_CHARS, bounded_float, bounded_int
 from modelc.server.state import GenerationDefaults
 
-MAX_N = 20
-MAX_STOP = 16
-MAX_STOP_CHARS = 4096  # per stop string: longer ones cost matching time and never occur in real output
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
@@ -108,8 +106,9 @@ def parse_logit_bias(body: dict, vocab_size: int | None) -> tuple[tuple[int, flo
             raise bad("logit_bias", f"key {k!r} is not a token id") from None
         if tid < 0 or (vocab_size is not None and tid >= vocab_size):
             raise bad("logit_bias", f"token id {tid} is outside the vocabulary (size {vocab_size})")
-        if isinstance(b, bool) or not isinstance(b, int | float) or not -100.0 <= b <= 100.0:
-            raise bad("logit_bias", f"bias for token {tid} must be a number in [-100, 100]")
+        lim = BOUNDS["logit_bias_value"]
+        if isinstance(b, bool) or not isinstance(b, int | float) or not lim.lo <= b <= lim.hi:
+            raise bad("logit_bias", f"bias for token {tid} must be a number in [{lim.lo:g}, {lim.hi:g}]")
         out.append((tid, float(b)))
     return tuple(sorted(out))
 
@@ -120,41 +119,41 @@ def parse_sampling(
     """The sampling fields shared by every generation endpoint. `native` = the seed spec's defaults
     (temperature 0, top_p/min_p 0 meaning off)."""
     d = defaults
-    max_tokens = get_int(body, "max_tokens", d.max_tokens if d.max_tokens is not None else 128, lo=0)
-    max_tokens = get_int(body, "max_completion_tokens", max_tokens, lo=0)  # the newer name wins
-    temperature = get_float(
-        body, "temperature", d.temperature if d.temperature is not None else (0.0 if native else 1.0), lo=0.0, hi=100.0
+    max_tokens = bounded_int(body, "max_tokens", d.max_tokens if d.max_tokens is not None else 128)
+    max_tokens = bounded_int(body, "max_completion_tokens", max_tokens)  # the newer name wins
+    temperature = bounded_float(
+        body, "temperature", d.temperature if d.temperature is not None else (0.0 if native else 1.0)
     )
-    top_p = get_float(body, "top_p", d.top_p if d.top_p is not None else 1.0, lo=0.0, hi=1.0)
+    top_p = bounded_float(body, "top_p", d.top_p if d.top_p is not None else 1.0, "top_p_native" if native else None)
     if native and top_p == 0.0:
         top_p = 1.0  # the seed spec: 0 = disabled
     top_logprobs = 0
     logprobs_field = body.get("logprobs")
     if isinstance(logprobs_field, bool) or logprobs_field is None:
         logprobs = bool(logprobs_field)
-        top_logprobs = get_int(body, "top_logprobs", 0, lo=0, hi=20) or 0
+        top_logprobs = bounded_int(body, "top_logprobs", 0) or 0
         if top_logprobs and not logprobs:
             raise bad("top_logprobs", "requires 'logprobs': true")
     else:  # legacy completions: logprobs is the number of alternatives
-        top_logprobs = get_int(body, "logprobs", 0, lo=0, hi=20) or 0
+        top_logprobs = bounded_int(body, "logprobs", 0, "logprobs_count") or 0
         logprobs = True
-    seed = get_int(body, "seed", None, lo=-(2**63), hi=2**64 - 1)
-    top_k = get_int(body, "top_k", 0, lo=-1) or 0
+    seed = bounded_int(body, "seed", None)
+    top_k = bounded_int(body, "top_k", 0) or 0
     try:
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
             top_k=max(top_k, 0),  # -1 (vLLM) and 0 both mean off
-            min_p=get_float(body, "min_p", d.min_p if d.min_p is not None else 0.0, lo=0.0, hi=1.0),
-            typical_p=get_float(body, "typical_p", 1.0, lo=0.0, hi=1.0) or 1.0,
-            repetition_penalty=get_float(
+            min_p=bounded_float(body, "min_p", d.min_p if d.min_p is not None else 0.0),
+            typical_p=bounded_float(body, "typical_p", 1.0) or 1.0,
+            repetition_penalty=bounded_float(
                 body, "repetition_penalty", d.repetition_penalty if d.repetition_penalty is not None else 1.0
             ),
-            presence_penalty=get_float(
+            presence_penalty=bounded_float(
                 body, "presence_penalty", d.presence_penalty if d.presence_penalty is not None else 0.0
             ),
-            frequency_penalty=get_float(
+            frequency_penalty=bounded_float(
                 body, "frequency_penalty", d.frequency_penalty if d.frequency_penalty is not None else 0.0
             ),
             logit_bias=parse_logit_bias(body, vocab_size),
@@ -164,27 +163,45 @@ def parse_sampling(
             stop=parse_stop(body),
             stop_token_ids=parse_token_ids(body, "stop_token_ids", vocab_size),
             ignore_eos=get_bool(body, "ignore_eos"),
-            min_tokens=get_int(body, "min_tokens", 0, lo=0) or 0,
+            min_tokens=bounded_int(body, "min_tokens", 0) or 0,
             speculative=None if body.get("speculative") is None else get_bool(body, "speculative"),
-            gamma=get_int(body, "gamma", None, lo=0, hi=32),
+            gamma=bounded_int(body, "gamma", None),
             # native endpoints generate past the context (llama.cpp's /completion); OpenAI ones stop
             context_shift=get_bool(body, "context_shift") if body.get("context_shift") is not None else native,
-            n_keep=get_int(body, "n_keep", 0, lo=-1) or 0,
-            max_context=get_int(body, "max_context", None, lo=2),
+            n_keep=bounded_int(body, "n_keep", 0) or 0,
+            max_context=bounded_int(body, "max_context", None),
             truncate=get_bool(body, "truncate"),
         )
     except InvalidRequestError as e:
         raise bad(e.param or "request", e.message.split(" ", 1)[1] if e.param else e.message) from None
 
 
+def token_ids_of(v: Any) -> list[int] | None:
+    """v as a list of token ids, or None when it is not one. An integral float (7.0) is an integer,
+    as JSON Schema's "integer" says."""
+    if not isinstance(v, list):
+        return None
+    out = []
+    for t in v:
+        if isinstance(t, bool) or not isinstance(t, int | float):
+            return None
+        if isinstance(t, float):
+            if not t.is_integer():
+                return None
+            t = int(t)
+        out.append(t)
+    return out
+
+
 def parse_token_ids(body: dict, name: str, vocab_size: int | None) -> tuple[int, ...]:
     v = body.get(name)
     if v is None:
         return ()
-    if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+    ids = token_ids_of(v)
+    if ids is None:
         raise bad(name, "must be a list of token ids")
-    check_token_ids(v, name, vocab_size)
-    return tuple(v)
+    check_token_ids(ids, name, vocab_size)
+    return tuple(ids)
 
 
 def check_token_ids(ids: list[int], name: str, vocab_size: int | None) -> None:
@@ -194,8 +211,8 @@ def check_token_ids(ids: list[int], name: str, vocab_size: int | None) -> None:
 
 
 def parse_n(body: dict, *, stream: bool, allow_best_of: bool) -> tuple[int, int]:
-    n = get_int(body, "n", 1, lo=1, hi=MAX_N)
-    best_of = get_int(body, "best_of", n, lo=1, hi=MAX_N) if allow_best_of else n
+    n = bounded_int(body, "n", 1)
+    best_of = bounded_int(body, "best_of", n) if allow_best_of else n
     if best_of < n:
         raise bad("best_of", f"must be >= n ({n}), got {best_of}")
     if stream and best_of > n:
@@ -267,14 +284,16 @@ def parse_prompts(body: dict, name: str = "prompt") -> list[str | list[int]]:
         return [v]
     if not isinstance(v, list) or not v:
         raise bad(name, "must be a string, a list of strings, or token ids")
-    if all(isinstance(t, int) and not isinstance(t, bool) for t in v):
-        return [list(v)]
+    ids = token_ids_of(v)
+    if ids is not None:
+        return [ids]
     out: list[str | list[int]] = []
     for item in v:
+        ids = token_ids_of(item)
         if isinstance(item, str):
             out.append(item)
-        elif isinstance(item, list) and item and all(isinstance(t, int) and not isinstance(t, bool) for t in item):
-            out.append(list(item))
+        elif ids:
+            out.append(ids)
         else:
             raise bad(name, "must be a string, a list of strings, or token ids")
     return out

@@ -24,6 +24,7 @@ import hashlib
 import os
 import pathlib
 import shutil
+import tempfile
 
 KERNELS = pathlib.Path(__file__).resolve().parent
 KEEP = 16
@@ -72,6 +73,22 @@ def _prune(root: pathlib.Path) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
 
+@functools.cache
+def _ours(py_file: str) -> bool:
+    """Whether py_file is one of modelc/kernels/*.py (once per file: ~100 kernels are decorated at import)."""
+    return KERNELS.is_dir() and os.path.dirname(os.path.realpath(py_file)) == str(KERNELS)
+
+
+@functools.lru_cache(maxsize=1)
+def _writable() -> bool:
+    """Whether this process's cache folder exists and takes files (checked once, not per kernel)."""
+    try:
+        tempfile.TemporaryFile(dir=cache_dir()).close()
+    except OSError:
+        return False
+    return True
+
+
 def _locator_class():
     from numba.core import caching
 
@@ -92,14 +109,9 @@ def _locator_class():
 
         @classmethod
         def from_function(cls, py_func, py_file):
-            try:
-                if not KERNELS.is_dir() or pathlib.Path(py_file).resolve().parent != KERNELS:
-                    return None  # another package's function, or kernels imported from a zip
-                self = cls(py_func, py_file)
-                self.ensure_cache_path()
-            except OSError:
-                return None  # not writable here: numba's own locators
-            return self
+            if not _ours(py_file) or not _writable():
+                return None  # another package's function, kernels imported from a zip, or a read-only cache
+            return cls(py_func, py_file)
 
     return KernelCacheLocator
 

@@ -73,3 +73,11 @@ def test_a_cpu_switch_gets_its_own_folder(tmp_path):
         pytest.skip("no AVX2 here: the switch changes nothing")
     _, key2 = _run(tmp_path / "a", tmp_path / "cache", MODELC_NO_AVX2="1")
     assert key2.endswith("-portable") and key2 != key
+
+
+def test_an_unusable_cache_folder_falls_back_to_numbas_own(tmp_path):
+    _install(tmp_path / "a")
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")  # the cache root cannot be created: kernels still run (numba's locators)
+    n, _ = _run(tmp_path / "a", blocked)
+    assert n > 0

@@ -52,6 +52,8 @@ class DataType(enum.Enum):
     IQ1_M = "IQ1_M"
     TQ1_0 = "TQ1_0"
     TQ2_0 = "TQ2_0"
+    Q1_0 = "Q1_0"  # llama.cpp's 1-bit type: 128 signs and one F16 scale
+    Q2_0 = "Q2_0"  # llama.cpp's 2-bit type: 64 codes (-1, 0, 1, 2) and one F16 scale
     MXFP4 = "MXFP4"
 
     @property
@@ -148,6 +150,8 @@ _LAYOUT: dict[DataType, tuple[int, int]] = {
     DataType.IQ1_M: (256, 56),
     DataType.TQ1_0: (256, 54),
     DataType.TQ2_0: (256, 66),
+    DataType.Q1_0: (128, 18),
+    DataType.Q2_0: (64, 18),
     DataType.MXFP4: (32, 17),
 }
 
@@ -189,6 +193,8 @@ _GGML_ID: dict[DataType, int] = {
     DataType.IQ1_M: 29,
     DataType.TQ1_0: 34,
     DataType.TQ2_0: 35,
+    DataType.Q1_0: 41,
+    DataType.Q2_0: 42,
     DataType.MXFP4: 39,
     DataType.I8: 24,
     DataType.I16: 25,
@@ -198,7 +204,7 @@ _GGML_ID: dict[DataType, int] = {
     DataType.BF16: 30,
 }
 
-_GGML_NAMES = {9: "Q8_1", 40: "NVFP4", 41: "Q1_0"}
+_GGML_NAMES = {9: "Q8_1", 40: "NVFP4"}
 
 SCALE_SUFFIX = "@scale"
 """int8/int4 pack-time quantization stores tensor X's per-output-channel F32 scales as X@scale."""

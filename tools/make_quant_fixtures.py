@@ -34,7 +34,8 @@ sys.path[0] = str(pathlib.Path(__file__).resolve().parents[1])
 # llama.cpp file types (llama_ftype) made without an importance matrix; the K mixes as users download them
 FTYPES = {
     "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9, "Q2_K": 10, "Q3_K_M": 12, "Q4_K_M": 15, "Q5_K_M": 17,
-    "Q6_K": 18, "IQ4_NL": 25, "IQ3_S": 26, "IQ4_XS": 30, "TQ1_0": 36, "TQ2_0": 37, "MXFP4_MOE": 38,
+    "Q6_K": 18, "IQ4_NL": 25, "IQ3_S": 26, "IQ4_XS": 30, "TQ1_0": 36, "TQ2_0": 37, "MXFP4_MOE": 38, "Q1_0": 40,
+    "Q2_0": 41,
 }  # fmt: skip
 MOE_ONLY = ("MXFP4_MOE",)
 # the MoE family's files kept in tests/fixtures (each is ~0.6 MB; --all-types keeps every one): the expert
@@ -198,6 +199,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--all-types", action="store_true", help=f"keep every MoE file, not only {MOE_KEPT}")
     a = ap.parse_args()
+    sys.path.insert(1, str(a.llama_cpp / "gguf-py"))  # its gguf-py knows the newest types (Q1_0, Q2_0)
     import torch
 
     from tools.make_variant_fixtures import train_tokenizer

@@ -43,6 +43,8 @@ MATMUL_TYPES = frozenset(
         DataType.IQ1_M,
         DataType.TQ1_0,
         DataType.TQ2_0,
+        DataType.Q1_0,
+        DataType.Q2_0,
         DataType.MXFP4,
     }
 )

@@ -55,6 +55,8 @@ KIND: dict[DataType, int] = {
     DataType.MXFP4: quant_iq.MXFP4,
     DataType.TQ1_0: quant_iq.TQ1_0,
     DataType.TQ2_0: quant_iq.TQ2_0,
+    DataType.Q1_0: quant_iq.Q1_0,
+    DataType.Q2_0: quant_iq.Q2_0,
     DataType.IQ3_S: quant_iq.IQ3_S,
     DataType.IQ3_XXS: quant_iq.IQ3_XXS,
     DataType.IQ2_XXS: quant_iq.IQ2_XXS,

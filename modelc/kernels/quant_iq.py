@@ -5,7 +5,8 @@ IQ4_NL, IQ4_XS, MXFP4: q = the code book value (int8, signed), sc = the block
 IQ3_*: q = grid value times its sign (|q| <= 62), sc = the sub-block scale.
 IQ1_S / IQ1_M: q = 8 * grid + the group's delta sign (values in -9..9), sc =
 the scale / 8, so sc * q = scale * (grid +- 1/8) exactly. TQ1_0 / TQ2_0: q =
-the stored trit (unsigned 0..2), sc = mn = d. mn is 0 for every signed kind.
+the stored trit (unsigned 0..2), sc = mn = d. Q1_0: q = the sign bit (0/1), sc = 2d, mn = d
+(w = +-d); Q2_0: q = the 2-bit code (0..3), sc = mn = d (w = (code - 1) d). mn is 0 for every signed kind.
 Layouts: ref_iquant.py (the numpy twins); tables: iq_tables.py.
 """
 
@@ -22,8 +23,9 @@ from modelc.kernels.ref_iquant import e8m0_half
 
 # kind codes (quant.KIND), in one place so quant.py and the kernels agree
 IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, IQ3_S, IQ3_XXS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M = range(13, 25)
+Q1_0, Q2_0 = 25, 26
 FIRST_KIND = IQ4_NL
-UNSIGNED_KINDS = (TQ1_0, TQ2_0)
+UNSIGNED_KINDS = (TQ1_0, TQ2_0, Q1_0, Q2_0)
 
 _KS = np.ascontiguousarray(tb.KSIGNS)
 E8M0_HALF = e8m0_half(np.arange(256, dtype=np.uint32)).astype(np.float32)  # (256,) MXFP4 scale byte -> float
@@ -239,6 +241,31 @@ def _iq1(kind, q, q64, sc, mn, row, base):
                 _grid1(q64, b * 32 + ib * 4 + l, gi, (nib & 8) != 0)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _low_bit(kind, q, sc, mn, row, base):
+    """Q1_0 (128 per block: F16 d, 16 bytes of bits, element j = bit j % 8 of byte j // 8) and Q2_0 (64 per
+    block: F16 d, 16 bytes, element j = bits 2(j % 4) of byte j // 4)."""
+    c = q.shape[0]
+    if kind == Q1_0:
+        for b in range(c // 128):
+            o = base + b * 18
+            d = f16_at(row, o)
+            for j in range(128):
+                q[b * 128 + j] = (row[o + 2 + j // 8] >> (j % 8)) & 1
+            for g in range(8):
+                sc[b * 8 + g] = d + d
+                mn[b * 8 + g] = d
+    else:
+        for b in range(c // 64):
+            o = base + b * 18
+            d = f16_at(row, o)
+            for j in range(64):
+                q[b * 64 + j] = (row[o + 2 + j // 4] >> (2 * (j % 4))) & 3
+            for g in range(4):
+                sc[b * 4 + g] = d
+                mn[b * 4 + g] = d
+
+
 @njit(cache=True, nogil=True)
 def unpack_iq(kind, q, sc, mn, row, base):
     """One stored row of an i-quant / MXFP4 / ternary kind (quant.unpack_row's contract)."""
@@ -246,6 +273,8 @@ def unpack_iq(kind, q, sc, mn, row, base):
         _iq4(kind, q, sc, mn, row, base)
     elif kind == TQ1_0 or kind == TQ2_0:
         _ternary(kind, q, sc, mn, row, base)
+    elif kind == Q1_0 or kind == Q2_0:
+        _low_bit(kind, q, sc, mn, row, base)
     elif kind == IQ2_XXS or kind == IQ2_XS or kind == IQ2_S:
         _iq2(kind, q, q.view(np.uint64), sc, mn, row, base)
     elif kind == IQ3_S or kind == IQ3_XXS:

@@ -84,6 +84,18 @@ def tq2_0(b: np.ndarray) -> np.ndarray:
     return _f16(b[:, 64:66]) * (q.reshape(nb, 256) - 1).astype(np.float32)
 
 
+def q1_0(b: np.ndarray) -> np.ndarray:
+    """llama.cpp dequantize_row_q1_0: bit set -> d, clear -> -d (element j: bit j % 8 of byte 2 + j // 8)."""
+    bits = (b[:, 2:18, None].astype(np.int64) >> np.arange(8)) & 1  # (nb, 16, 8)
+    return _f16(b[:, 0:2]) * (2 * bits.reshape(-1, 128) - 1).astype(np.float32)
+
+
+def q2_0(b: np.ndarray) -> np.ndarray:
+    """llama.cpp dequantize_row_q2_0: (code - 1) * d (element j: bits 2(j % 4) of byte 2 + j // 4)."""
+    q = (b[:, 2:18, None].astype(np.int64) >> (2 * np.arange(4))) & 3  # (nb, 16, 4)
+    return _f16(b[:, 0:2]) * (q.reshape(-1, 64) - 1).astype(np.float32)
+
+
 def iq2_xxs(b: np.ndarray) -> np.ndarray:
     nb = b.shape[0]
     d = _f16(b[:, 0:2])
@@ -179,6 +191,8 @@ BLOCK_DEQUANT = {
     DataType.MXFP4: mxfp4,
     DataType.TQ1_0: tq1_0,
     DataType.TQ2_0: tq2_0,
+    DataType.Q1_0: q1_0,
+    DataType.Q2_0: q2_0,
     DataType.IQ2_XXS: iq2_xxs,
     DataType.IQ2_XS: iq2_xs,
     DataType.IQ2_S: iq2_s,

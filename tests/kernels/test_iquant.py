@@ -127,7 +127,7 @@ from modelc.kernels.gemm_random import random_tensor
 rng = np.random.default_rng(0)
 worst = 0.0
 for name in ["IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0", "IQ3_S", "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S",
-             "IQ1_S", "IQ1_M"]:
+             "IQ1_S", "IQ1_M", "Q1_0", "Q2_0"]:
     t = random_tensor(DataType[name], 9, 2560 if name in ("IQ4_NL", "MXFP4") else 512, rng)
     assert np.array_equal(linear.dequantize(t), ref_linear.dequantize(t)), name
     w = linear.prepare_weight(t)

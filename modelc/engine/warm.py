@@ -147,13 +147,20 @@ class Warmer:
         t0 = time.perf_counter()
         try:
             r = self.runner
-            shadow = Runner(r.source, num_kv_blocks=2, kv_dtype=r.kv.kv_dtype, threads=r.threads)
-            if self.cold:
-                self._compile_in_helpers(shadow)
-            warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
-            self.switch.numba_only()
-        except BaseException as e:  # noqa: BLE001 - kept for ready_runner; the references keep serving
-            self.error = e
+            for attempt in range(2):  # a second try: another process may have been rewriting the cache
+                try:
+                    shadow = Runner(r.source, num_kv_blocks=2, kv_dtype=r.kv.kv_dtype, threads=r.threads)
+                    if self.cold and attempt == 0:
+                        self._compile_in_helpers(shadow)
+                    warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
+                    self.switch.numba_only()
+                    self.error = None
+                    break
+                except Exception as e:  # noqa: BLE001 - kept for ready_runner; the references keep serving
+                    self.error = e
+            if self.error is not None:
+                print(f"modelc: compiling kernels failed, serving on the numpy reference kernels: "
+                      f"{type(self.error).__name__}: {self.error}", file=sys.stderr, flush=True)  # fmt: skip
         finally:
             event.unregister("numba:compile", listener)
             self.seconds = time.perf_counter() - t0

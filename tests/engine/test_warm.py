@@ -129,3 +129,22 @@ def test_cold_start_wait_compiles_before_serving(monkeypatch):
     monkeypatch.setenv("MODELC_COLD_START", "wait")
     runner = warm.ready_runner(lambda kernels: Runner(make_tiny_llama(0), num_kv_blocks=4, kernels=kernels))
     assert runner.model.kernels.name == "numba" and not warm.compiling()
+
+
+def test_a_failing_warmer_leaves_the_reference_kernels_serving(monkeypatch, capsys):
+    import threading
+
+    from modelc.engine.runner import Runner
+
+    def boom(runner, **kw):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(warm, "_cached", lambda *a: False)  # a cold cache: ready at once
+    monkeypatch.setattr(warm, "warmup", boom)
+    runner = warm.ready_runner(lambda kernels: Runner(make_tiny_llama(0), num_kv_blocks=4, kernels=kernels))
+    for t in threading.enumerate():
+        if t.name == "modelc-warmer":
+            t.join(60)
+    assert not warm.compiling() and not runner.model.kernels.matmul.switch.only_numba
+    assert runner.logits([1, 2, 3]).shape[0] == 3  # served on the references
+    assert "serving on the numpy reference kernels: RuntimeError: boom" in capsys.readouterr().err

@@ -69,8 +69,8 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
     warmer.start()
     if not cold:
         warmer.decided.wait()  # a warm cache (or a partly warm one): serve on numba when it loads in time
-    if warmer.error is not None and warmer.done.is_set() and not warmer.compiled:
-        raise warmer.error  # a broken install fails the load, as a plain warmup would
+        if warmer.error is not None and warmer.done.is_set() and not warmer.compiled:
+            raise warmer.error  # a broken install fails the load, as a plain warmup would
     return runner
 
 

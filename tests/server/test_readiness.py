@@ -82,4 +82,6 @@ def test_health_is_503_until_the_first_request_compiles_nothing(cache, tmp_path)
     if cache == "cold":  # served before numba had compiled everything: on the reference kernels
         assert "KERNELS AFTER REQUESTS compiling" in out.stdout, out.stdout
     seen = out.stdout.split("SEEN ")[1].splitlines()[0]
-    assert "(503, 'loading')" in seen and "(200, 'ok')" in seen, seen
+    assert "(200, 'ok')" in seen, seen
+    if cache == "warm":  # loading every kernel takes a moment; a cold start can be ready before the first poll
+        assert "(503, 'loading')" in seen, seen

@@ -1,6 +1,9 @@
 """What `modelc run` needs around serve(): which file to serve (a store name, a .modelc path, raw
 weights packed into the store first, or the bundled default model), the daemon.json record, and
 --detach (the same command in a new session, waited for until /health answers).
+
+The CLI imports this module to build its app, so the store, packing and the HTTP client are imported
+inside the functions that use them: `modelc --help` does not load them.
 """
 
 from __future__ import annotations

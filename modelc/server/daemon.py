@@ -36,6 +36,7 @@ from modelc.server.engines import adapter_for
 from modelc.server.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
 from modelc.server.guard import check_bind
+from modelc.server.served import ServedModel
 from modelc.server.state import ServerConfig, ServerState
 
 DRAIN_GRACE_S = 5.0  # after the drain timeout, a signalled process exits by force
@@ -65,8 +66,8 @@ class _BoundConfig(HypercornConfig):
 
 
 def is_engine(obj: Any) -> bool:
-    """A served engine (AsyncEngine or an adapter), not a model source: engines have stats()."""
-    return callable(getattr(obj, "stats", None))
+    """A served engine (AsyncEngine or an adapter: a server.served.ServedModel), not a model source."""
+    return isinstance(obj, ServedModel)
 
 
 @contextlib.asynccontextmanager

@@ -17,6 +17,7 @@ from typing import Any
 from modelc import __version__
 from modelc.server.auth import EXEMPT_PATHS
 from modelc.server.bounds import MAX_STOP, MAX_STOP_CHARS, schema_of
+from modelc.server.context import queue_capacity
 from modelc.server.fim import find_fim_tokens
 from modelc.server.served import GENERATE, INFER, RERANK, ServedModel
 
@@ -144,7 +145,9 @@ MESSAGES = {"type": "array", "items": MESSAGE, "minItems": 1}
 TOOL = _obj(
     {
         "type": {"const": "function"},
-        "function": _obj({"name": S, "description": S, "parameters": {"type": "object"}}, ("name",)),
+        "function": _obj(
+            {"name": {**S, "minLength": 1}, "description": S, "parameters": {"type": "object"}}, ("name",)
+        ),
     },
     ("function",),
 )
@@ -163,7 +166,7 @@ EMBED_REQ = _obj(
         "model": MODEL,
         "input": PROMPT,
         "encoding_format": {"enum": ["float", "base64"]},
-        "dimensions": schema_of("dimensions"),
+        "dimensions": schema_of("dimensions", **{"x-modelc-embedding-width": True}),
         "truncate": {**B, "description": "cut each input to the context length instead of answering 400"},
         "user": S,
     },
@@ -217,7 +220,7 @@ CHAT_REQ = _obj(
         "messages": MESSAGES,
         "logprobs": B,
         "top_logprobs": schema_of("top_logprobs"),
-        "tools": {"type": "array", "items": TOOL},
+        "tools": {"type": "array", "items": TOOL, "minItems": 1},
         "tool_choice": {
             "oneOf": [
                 {"enum": ["auto", "none", "required"]},
@@ -325,15 +328,26 @@ NATIVE_GEN = _obj(
         },
     }
 )
-for _req in (CHAT_REQ, COMPLETION_REQ, NATIVE_GEN):
-    _req.update(ONE_CONSTRAINT)
+STREAM_OPTIONS_NEED_STREAM = {
+    "if": {"required": ["stream_options"]},
+    "then": {"required": ["stream"], "properties": {"stream": {"const": True}}},
+}
+CHAT_NEEDS_TOOLS = {  # server/schema.parse_tools: a tool_choice other than none/auto needs tools
+    "if": {"required": ["tool_choice"], "properties": {"tool_choice": {"not": {"enum": ["auto", "none"]}}}},
+    "then": {"required": ["tools"]},
+}
+NATIVE_GEN.update(ONE_CONSTRAINT)
+CHAT_REQ["allOf"] = [*ONE_CONSTRAINT["allOf"], STREAM_OPTIONS_NEED_STREAM, CHAT_NEEDS_TOOLS]
+COMPLETION_REQ["allOf"] = [*ONE_CONSTRAINT["allOf"], STREAM_OPTIONS_NEED_STREAM]
 SUMMARY = _obj(
     {"name": S, "architecture": S, "total_params": I, "total_bytes": I, "tensors": {"type": "array", "items": S}}
 )
 SINGLE_OR_BATCH = {
-    **_obj({"input": S, "inputs": {"type": "array", "items": S, "minItems": 1}}),
-    "anyOf": [{"required": ["input"]}, {"required": ["inputs"]}],
-    "description": "one text ('input') or a batch ('inputs', which wins when both are sent)",
+    **_obj({"input": {**S, "description": "one text"}, "inputs": {"type": "array", "items": S, "minItems": 1}}),
+    "oneOf": [  # 'inputs' wins when both are sent ('input' is then not read)
+        {"required": ["input"], "properties": {"input": S}, "not": {"required": ["inputs"]}},
+        {"required": ["inputs"], "properties": {"input": {}}},
+    ],
 }
 
 
@@ -371,28 +385,50 @@ def served_operations(paths: dict[str, Any], engine: ServedModel, *, only_model:
             drop.append("/infill")
     for path in drop:
         paths.pop(path, None)
-    vocab = getattr(engine.tokenizer, "vocab_size", None) if only_model else None
-    if isinstance(vocab, int) and vocab > 0:
-        _bound_token_ids(paths, vocab)
+    if not only_model:
+        return
+    vocab = getattr(engine.tokenizer, "vocab_size", None)
+    config = getattr(engine.source, "config", None)
+    width = config.get("hidden_size") if isinstance(config, dict) else None
+    _bound_by_model(
+        paths, vocab if isinstance(vocab, int) and vocab > 0 else None, width if isinstance(width, int) else None
+    )
+    capacity = queue_capacity(engine)
+    completions = paths.get("/v1/completions", {}).get("post")
+    if capacity is not None and completions is not None:
+        body = completions["requestBody"]["content"]["application/json"]
+        body["schema"] = {**body["schema"], "allOf": [*body["schema"].get("allOf", []), *queue_rules(capacity)]}
 
 
-def _bound_token_ids(node: Any, vocab: int) -> None:
-    """Token ids of the one served model are below its vocabulary size: every schema marked as a token
-    id (or a logit_bias key) gets that maximum. (Copies: the module's schemas are shared.)"""
+def queue_rules(capacity: int) -> list[dict[str, Any]]:
+    """server/context.check_num_sequences: a batch of prompts must fit the queue. (It is prompts x
+    best_of that must fit; an if/then chain over n and best_of states that exactly, but schemathesis
+    cannot generate bodies from it, so only the n = 1 bound is declared: a request with many
+    prompts AND many choices can still be a 400.)"""
+    batch = {"type": "array", "items": {"type": ["string", "array"]}}  # a list of prompts (not one token list)
+    return [{"properties": {"prompt": {"if": batch, "then": {"maxItems": capacity}}}}]
+
+
+def _bound_by_model(node: Any, vocab: int | None, width: int | None) -> None:
+    """The one served model's own limits: token ids below its vocabulary size (every schema marked as
+    a token id or a logit_bias key), `dimensions` up to its embedding width. (Copies: the module's
+    schemas are shared.)"""
     if isinstance(node, list):
         for i, item in enumerate(node):
             node[i] = _copy(item)
-            _bound_token_ids(node[i], vocab)
+            _bound_by_model(node[i], vocab, width)
         return
     if not isinstance(node, dict):
         return
     for key, value in node.items():
         node[key] = value = _copy(value)
-        _bound_token_ids(value, vocab)
-    if node.get("x-modelc-token-id"):
+        _bound_by_model(value, vocab, width)
+    if vocab is not None and node.get("x-modelc-token-id"):
         node["maximum"] = vocab - 1
-    if node.get("x-modelc-token-id-key"):
+    if vocab is not None and node.get("x-modelc-token-id-key"):
         node["pattern"] = below_pattern(vocab)
+    if width is not None and node.get("x-modelc-embedding-width"):
+        node["maximum"] = width
 
 
 def _copy(value: Any) -> Any:

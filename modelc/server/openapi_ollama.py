@@ -86,7 +86,7 @@ EMBED_REQ = {
             **BY_NAME,
             "input": {"oneOf": [S, {"type": "array", "items": S, "minItems": 1}]},
             "truncate": B,
-            "dimensions": schema_of("dimensions"),
+            "dimensions": schema_of("dimensions", **{"x-modelc-embedding-width": True}),
             "options": OPTIONS,
             "keep_alive": KEEP_ALIVE,
         },

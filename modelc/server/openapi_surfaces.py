@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelc.server.anthropic_shapes import THINKING
+from modelc.server.anthropic_shapes import EXTENSIONS, THINKING
 from modelc.server.bounds import schema_of
-from modelc.server.openapi import GEN_ERRORS, MODEL_NAME, STOP, B, I, N, S, _obj, _op
+from modelc.server.openapi import GEN_ERRORS, MODEL_NAME, SAMPLING, STOP, B, I, N, S, _obj, _op
+from modelc.server.responses_shapes import TEXT_PARTS
 
 TEXT_BLOCK = _obj({"type": {"const": "text"}, "text": S}, ("type", "text"))
 TEXT_BLOCKS = {"type": "array", "items": TEXT_BLOCK}
@@ -50,13 +51,16 @@ MESSAGES_REQ = _obj(
         "messages": {"type": "array", "items": {"oneOf": [USER_TURN, ASSISTANT_TURN]}, "minItems": 1},
         "stop_sequences": STOP["oneOf"][1],
         "stream": B,
-        "temperature": schema_of("temperature"),
-        "top_p": schema_of("top_p"),
-        "top_k": schema_of("top_k"),
+        **{name: SAMPLING[name] for name in EXTENSIONS},
         "tools": {
             "type": "array",
             "items": _obj(
-                {"type": {"const": "custom"}, "name": S, "description": S, "input_schema": {"type": "object"}},
+                {
+                    "type": {"const": "custom"},
+                    "name": {**S, "minLength": 1},
+                    "description": S,
+                    "input_schema": {"type": "object"},
+                },
                 ("name",),
             ),
         },
@@ -75,6 +79,15 @@ MESSAGES_REQ = _obj(
     },
     ("messages", "max_tokens"),
 )
+MESSAGES_REQ.update(  # tool_choice any/tool needs tools
+    {
+        "if": {
+            "required": ["tool_choice"],
+            "properties": {"tool_choice": {"properties": {"type": {"enum": ["any", "tool"]}}}},
+        },
+        "then": {"required": ["tools"], "properties": {"tools": {"minItems": 1}}},
+    }
+)
 MESSAGE = _obj(
     {
         "id": S,
@@ -87,25 +100,83 @@ MESSAGE = _obj(
         "usage": _obj({"input_tokens": I, "output_tokens": I, "cache_read_input_tokens": I}),
     }
 )
-RESPONSES_REQ = _obj(
-    {
-        "model": S,
-        "input": {"oneOf": [S, {"type": "array", "items": _obj({"type": S})}]},
-        "instructions": S,
-        "previous_response_id": S,
-        "store": B,
-        "stream": B,
-        "max_output_tokens": I,
-        "temperature": N,
-        "top_p": N,
-        "tools": {"type": "array", "items": _obj({"type": {"const": "function"}, "name": S, "parameters": _obj({})})},
-        "tool_choice": {"oneOf": [S, _obj({"type": {"const": "function"}, "name": S})]},
-        "parallel_tool_calls": B,
-        "text": _obj({"format": _obj({"type": {"enum": ["text", "json_object", "json_schema"]}, "schema": _obj({})})}),
-        "metadata": {"type": "object"},
-    },
-    ("input",),
-)
+RESP_TEXT = {
+    "oneOf": [S, {"type": "array", "items": _obj({"type": {"enum": list(TEXT_PARTS)}, "text": S}, ("type", "text"))}]
+}
+RESP_ITEM = {
+    "oneOf": [
+        _obj(
+            {
+                "type": {"const": "message"},
+                "role": {"enum": ["user", "assistant", "system", "developer"]},
+                "content": RESP_TEXT,
+            },
+            ("role", "content"),
+        ),
+        _obj(
+            {"type": {"const": "function_call"}, "call_id": S, "name": S, "arguments": S, "id": S},
+            ("type", "call_id", "name"),
+        ),
+        _obj({"type": {"const": "function_call_output"}, "call_id": S, "output": RESP_TEXT}, ("type", "call_id")),
+        _obj({"type": {"const": "reasoning"}}, ("type",)),
+    ]
+}
+NEEDS_TOOLS = {  # a tool_choice other than auto/none needs tools
+    "if": {"required": ["tool_choice"], "properties": {"tool_choice": {"not": {"enum": ["auto", "none"]}}}},
+    "then": {"required": ["tools"], "properties": {"tools": {"minItems": 1}}},
+}
+RESPONSES_REQ = {
+    **_obj(
+        {
+            "model": MODEL_NAME,
+            "input": {"oneOf": [S, {"type": "array", "items": RESP_ITEM, "minItems": 1}]},
+            "instructions": S,
+            "previous_response_id": S,
+            "store": B,
+            "stream": B,
+            "max_output_tokens": schema_of("max_tokens"),
+            **{name: SAMPLING[name] for name in EXTENSIONS},
+            "tools": {
+                "type": "array",
+                "items": _obj(
+                    {
+                        "type": {"const": "function"},
+                        "name": {**S, "minLength": 1},
+                        "description": S,
+                        "parameters": {"type": "object"},
+                    },
+                    ("type", "name"),
+                ),
+            },
+            "tool_choice": {
+                "oneOf": [
+                    {"enum": ["auto", "none", "required"]},
+                    _obj({"type": {"const": "function"}, "name": S}, ("type", "name")),
+                ]
+            },
+            "parallel_tool_calls": B,
+            "text": _obj(
+                {
+                    "format": {
+                        **_obj(
+                            {
+                                "type": {"enum": ["text", "json_object", "json_schema"]},
+                                "name": S,
+                                "schema": {"type": "object"},
+                            },
+                            ("type",),
+                        ),
+                        "if": {"properties": {"type": {"const": "json_schema"}}},
+                        "then": {"required": ["schema"]},
+                    }
+                }
+            ),
+            "metadata": {"type": "object"},
+        },
+        ("input",),
+    ),
+    **NEEDS_TOOLS,
+}
 RESPONSE = _obj(
     {
         "id": S,
@@ -137,7 +208,14 @@ ANTHROPIC = {
         )
     },
     "/v1/messages/count_tokens": {
-        "post": _anthropic(_op("Anthropic token count of a Messages request", _obj({"input_tokens": I}), MESSAGES_REQ))
+        "post": _anthropic(
+            _op(
+                "Anthropic token count of a Messages request",
+                _obj({"input_tokens": I}),
+                {**MESSAGES_REQ, "required": ["messages"]},  # no max_tokens needed to count
+                errors=GEN_ERRORS,
+            )
+        )
     },
 }
 RESPONSES = {

@@ -95,3 +95,14 @@ def test_below_pattern() -> None:
         p = re.compile(below_pattern(n))
         hits = [str(i) for i in range(n + 300) if p.match(str(i))]
         assert hits == [str(i) for i in range(n)] and not p.match("01")
+
+
+def test_queue_rules_bound_a_batch_of_prompts() -> None:
+    """/v1/completions: a batch of prompts must fit the queue, as the spec says."""
+    import jsonschema
+
+    from modelc.server.openapi import queue_rules
+
+    valid = jsonschema.Draft202012Validator({"allOf": queue_rules(10)}).is_valid
+    assert valid({"prompt": ["a"] * 10}) and not valid({"prompt": ["a"] * 11})
+    assert valid({"prompt": [7] * 50})  # one prompt of token ids

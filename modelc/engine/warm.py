@@ -65,8 +65,13 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
         warmup(runner)
         return runner
     cold = not _cached("modelc.kernels.attention", "paged_attention")
-    warmer = Warmer(runner, switch, cold=cold)
-    warmer.start()
+    with _lock:  # engines of one model (--engines N) share one warmer: their runners are alike
+        warmer = next((w for w in _warmers if w.joins(runner)), None)
+        if warmer is not None:
+            warmer.switches.append(switch)
+        else:
+            warmer = Warmer(runner, switch, cold=cold)
+            warmer.start()
     if not cold:
         warmer.decided.wait()  # a warm cache (or a partly warm one): serve on numba when it loads in time
         if warmer.error is not None and warmer.done.is_set() and not warmer.compiled:
@@ -75,6 +80,7 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
 
 
 _warmers: set[Warmer] = set()
+_lock = threading.Lock()
 
 
 def compiling() -> bool:
@@ -99,7 +105,8 @@ class Warmer:
     says which. Errors are kept in `error` (the served runner then stays on the reference kernels)."""
 
     def __init__(self, runner: Any, switch: Any, *, cold: bool = False) -> None:
-        self.runner, self.switch, self.cold = runner, switch, cold
+        self.runner, self.cold = runner, cold
+        self.switches = [switch]  # every runner this warmer flips to numba-only (under _lock)
         self.decided, self.done = threading.Event(), threading.Event()
         self.compiled = False
         self.seconds = 0.0
@@ -109,6 +116,12 @@ class Warmer:
     def start(self) -> None:
         _warmers.add(self)
         self._thread.start()
+
+    def joins(self, runner: Any) -> bool:
+        """Whether `runner` can share this warmer: same weights, KV type and threads, still warming."""
+        r = self.runner
+        same = r.source is runner.source and r.kv.kv_dtype == runner.kv.kv_dtype and r.threads == runner.threads
+        return same and not self.done.is_set()
 
     def _compile_in_helpers(self, shadow: Any) -> None:
         """Cold cache: two niced helper processes compile (decode path; batches and prefill) while this
@@ -153,7 +166,10 @@ class Warmer:
                     if self.cold and attempt == 0:
                         self._compile_in_helpers(shadow)
                     warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
-                    self.switch.numba_only()
+                    with _lock:
+                        for sw in self.switches:
+                            sw.numba_only()
+                        _warmers.discard(self)  # no runner joins a warmer that has flipped
                     self.error = None
                     break
                 except Exception as e:  # noqa: BLE001 - kept for ready_runner; the references keep serving
@@ -166,7 +182,8 @@ class Warmer:
             self.seconds = time.perf_counter() - t0
             self.done.set()
             self.decided.set()
-            _warmers.discard(self)
+            with _lock:
+                _warmers.discard(self)
 
 
 def warmup(runner: Any, *, parallel: bool | None = None) -> float:

@@ -148,3 +148,17 @@ def test_a_failing_warmer_leaves_the_reference_kernels_serving(monkeypatch, caps
     assert not warm.compiling() and not runner.model.kernels.matmul.switch.only_numba
     assert runner.logits([1, 2, 3]).shape[0] == 3  # served on the references
     assert "serving on the numpy reference kernels: RuntimeError: boom" in capsys.readouterr().err
+
+
+def test_engines_of_one_model_share_one_warmer(monkeypatch):
+    import threading
+
+    from modelc.engine.runner import Runner
+
+    monkeypatch.setattr(warm, "_cached", lambda *a: False)  # cold: both return at once
+    src = make_tiny_llama(0)
+    runners = [warm.ready_runner(lambda kernels: Runner(src, num_kv_blocks=4, kernels=kernels)) for _ in range(2)]
+    warmers = [t for t in threading.enumerate() if t.name == "modelc-warmer"]
+    assert len(warmers) == 1
+    warmers[0].join(600)
+    assert all(r.model.kernels.matmul.switch.only_numba for r in runners) and not warm.compiling()

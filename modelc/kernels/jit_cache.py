@@ -27,7 +27,7 @@ import shutil
 import tempfile
 
 KERNELS = pathlib.Path(__file__).resolve().parent
-KEEP = 16
+KEEP = 32  # ~10 MiB each; a shared dev machine has a folder per worktree and per kernel edit
 _installed = False
 
 

@@ -209,6 +209,11 @@ class AsyncEngine:
         self._adapters.pop(name, None)
 
     @property
+    def context_length(self) -> int | None:
+        """The most tokens one sequence may hold (prompt + output): --max-model-len, else the model's."""
+        return self.config.scheduler.max_model_len
+
+    @property
     def adapters(self) -> list[str]:
         """Names of the LoRA adapters loaded now, in load order."""
         return list(self._adapters)

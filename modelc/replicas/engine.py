@@ -179,6 +179,14 @@ class ReplicaEngine:
         self._adapters.pop(name, None)
 
     @property
+    def context_length(self) -> int | None:
+        """The most tokens one sequence may hold (prompt + output): --max-model-len, else the model's."""
+        n = self.config.scheduler.max_model_len or (getattr(self.source, "config", None) or {}).get(
+            "max_position_embeddings"
+        )
+        return int(n) if n else None
+
+    @property
     def adapters(self) -> list[str]:
         return list(self._adapters)
 

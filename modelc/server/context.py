@@ -24,13 +24,7 @@ _token_chars: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 def context_length(engine: ServedModel) -> int | None:
     """The most tokens one sequence may hold (prompt + output), or None when the engine has no limit."""
-    n = getattr(engine, "context_length", None)
-    if not n:
-        sched = getattr(getattr(engine, "config", None), "scheduler", None)
-        n = getattr(sched, "max_model_len", None)
-    if not n:
-        cfg = getattr(getattr(engine, "source", None), "config", None)
-        n = cfg.get("max_position_embeddings") if isinstance(cfg, dict) else None
+    n = engine.context_length
     return int(n) if isinstance(n, int | float) and n > 0 else None
 
 

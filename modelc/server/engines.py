@@ -103,6 +103,7 @@ class EncoderEngine:
 
 class InferEngine:
     serves: frozenset[str] = frozenset({"infer"})
+    context_length = None  # numeric input: no sequence
 
     def __init__(self, source: Any) -> None:
         # lazy: numba kernels load (and compile) only when this path runs

@@ -37,6 +37,7 @@ class ServedModel(Protocol):
     tokenizer: Any  # modelc.tokenizer.Tokenizer (or the encoders' subset), None without one
     chat_template: Any  # modelc.tokenizer.ChatTemplate, None without one
     source: Any  # the model source (modelc.ir.Model or an Artifact) it serves, None when it has none
+    context_length: int | None  # the most tokens one sequence may hold (prompt + output); None: no limit
     serves: frozenset[str]  # which of CAPABILITIES it answers
 
     def stats(self) -> dict[str, Any]: ...

@@ -98,6 +98,12 @@ class FakeEngine:
     adapters: dict[str, tuple[str, float]] = field(default_factory=dict)
     num_active: int = 0
 
+    @property
+    def context_length(self) -> int | None:
+        """As AsyncEngine's: the scheduler's max_model_len (tests set `config` to give one)."""
+        sched = getattr(self.config, "scheduler", None)
+        return getattr(sched, "max_model_len", None)
+
     def output_text(self, prompt: list[int], params: Any) -> str:
         if params.constraint is not None and params.constraint.kind in self.constraint_replies:
             return self.constraint_replies[params.constraint.kind]

@@ -39,6 +39,7 @@ def check_contract(engine: object, serves: set[str]) -> None:
         assert isinstance(engine, PROTOCOLS[cap]) or cap not in serves, cap
     assert isinstance(engine.name, str) and isinstance(engine.architecture, str)
     assert isinstance(engine.stats(), dict)
+    assert engine.context_length is None or engine.context_length > 0
     view = ModelView(loaded(engine), "asked-name")  # the daemon's view serves what its engine serves
     assert isinstance(view, ServedModel) and view.serves == serves and view.name == "asked-name"
     assert view.architecture == engine.architecture and view.tokenizer is engine.tokenizer
@@ -57,6 +58,7 @@ async def test_async_engine_is_served_model() -> None:
     async with open_engine(make_served_model(), config) as engine:
         assert type(engine).__name__ == "AsyncEngine"
         check_contract(engine, {GENERATE, EMBED})
+        assert engine.context_length == make_served_model().config["max_position_embeddings"]
 
 
 def test_replica_engine_is_served_model() -> None:

@@ -142,6 +142,7 @@ class ModelView:
         self.chat_template = engine.chat_template
         self.serves = engine.serves
         self.source = engine.source
+        self.context_length = engine.context_length
 
     @property
     def engine(self) -> Any:

@@ -4,8 +4,9 @@ Everything is vectorized numpy over all blocks of a chunk of rows (Python loops 
 positions inside a block, so float32 sums accumulate in llama.cpp's order). The GGML types are
 BIT-IDENTICAL to `gguf.quants.quantize` (q4_0, q4_1, q5_0, q5_1, q8_0) and follow llama.cpp's
 reference quantizers quantize_row_q4_K_ref / quantize_row_q6_K_ref (which gguf.quants lacks); iq4_nl
-is llama.cpp's quantize_iq4_nl without an importance matrix (quantize_iq4nl.py).
-Over 300 lines because the two K-quant searches are long and belong together; no numba here.
+is llama.cpp's quantize_iq4_nl without an importance matrix (kernels/quant_iq4nl.py).
+Over 300 lines because the two K-quant searches are long and belong together; numba only via
+kernels/quant_iq4nl.py (IQ4_NL).
 
 int8 / int4 (symmetric, per output channel = per row):
   scale[r] = max|W[r]| / 127 (int8) or / 7 (int4), stored F32 as NAME@scale, shape (rows,);
@@ -21,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from modelc.artifact.quantize_iq4nl import iq4_nl_blocks
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
 
@@ -136,6 +136,14 @@ def quantize_tensor(name: str, t: TensorData, kind: str) -> dict[str, TensorData
     dt = _GGML[k]
     out = _by_row_chunks(rows2d, dt.nbytes((shape[-1],)), _BLOCK_FN[dt], dt.block_size)
     return {name: TensorData(t.shape, dt, out.reshape(-1))}
+
+
+def _iq4_nl(blocks: np.ndarray) -> np.ndarray:
+    from modelc.kernels.quant_iq4nl import iq4_nl_quantize
+
+    out = np.empty((blocks.shape[0], 18), np.uint8)
+    iq4_nl_quantize(np.ascontiguousarray(blocks, np.float32), out)
+    return out
 
 
 def _by_row_chunks(rows2d: np.ndarray, row_bytes: int, fn: Any, block: int) -> np.ndarray:
@@ -400,5 +408,5 @@ _BLOCK_FN = {
     DataType.Q5_1: _q5_1,
     DataType.Q4_K: _q4_k,
     DataType.Q6_K: _q6_k,
-    DataType.IQ4_NL: iq4_nl_blocks,
+    DataType.IQ4_NL: _iq4_nl,
 }

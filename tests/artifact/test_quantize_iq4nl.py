@@ -14,17 +14,21 @@ from modelc import store
 from modelc.api.engine import Engine
 from modelc.artifact import open_artifact
 from modelc.artifact.quantize import quantize_tensor
-from modelc.artifact.quantize_iq4nl import iq4_nl_blocks
 from modelc.cli.main import main
 from modelc.ir import DataType, TensorData
+from modelc.kernels.quant_iq4nl import iq4_nl_quantize
+from modelc.kernels.ref_quant_iq4nl import iq4_nl_blocks
 from modelc.pack import pack
 
 
 def test_blocks_bit_for_bit_as_llamacpp_quantizes(fixtures_dir):
     ref = np.load(fixtures_dir / "models" / "quant" / "llama" / "ref" / "iq4nl_rows.npz")
     x, want = ref["f32"], ref["iq4_nl"]  # (96, 256) f32, (96, 144) uint8
-    got = iq4_nl_blocks(x.reshape(-1, 32)).reshape(want.shape)
+    got = iq4_nl_blocks(x.reshape(-1, 32)).reshape(want.shape)  # the numpy twin
     assert np.array_equal(got, want)
+    kernel = np.empty((x.size // 32, 18), np.uint8)
+    iq4_nl_quantize(np.ascontiguousarray(x.reshape(-1, 32)), kernel)
+    assert np.array_equal(kernel.reshape(want.shape), want)
     t = quantize_tensor("w", TensorData.from_array(x), "iq4_nl")["w"]
     assert t.dtype is DataType.IQ4_NL and np.array_equal(t.data.reshape(want.shape), want)
 
@@ -37,10 +41,22 @@ def test_edge_blocks_dequantize_as_gguf_reads_them():
         np.float32
     )
     q = iq4_nl_blocks(x)
+    kernel = np.empty_like(q)
+    iq4_nl_quantize(x, kernel)
+    assert np.array_equal(kernel, q)
     back = quants.dequantize(q, GGMLQuantizationType.IQ4_NL).reshape(x.shape)
     assert np.isfinite(back).all() and np.array_equal(back[0], np.zeros(32))
     scale = np.abs(x).max(axis=1, keepdims=True) / 127
     assert (np.abs(back - x) <= 13 * scale + 1e-6).all()
+
+
+def test_kernel_equals_twin_on_many_blocks():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((4096, 32)) * rng.choice([1e-3, 0.02, 1.0, 50.0], (4096, 1))).astype(np.float32)
+    x[::97, ::3] = 0.0
+    kernel = np.empty((4096, 18), np.uint8)
+    iq4_nl_quantize(x, kernel)
+    assert np.array_equal(kernel, iq4_nl_blocks(x))
 
 
 def test_pack_quantize_iq4_nl_end_to_end(fixtures_dir, tmp_path, monkeypatch, capsys):

@@ -1,4 +1,5 @@
-"""Pack-time IQ4_NL: llama.cpp's quantize_iq4_nl without an importance matrix, vectorized over blocks.
+"""IQ4_NL quantization, numpy reference: llama.cpp's quantize_iq4_nl without an importance matrix,
+vectorized over blocks (kernels/quant_iq4nl.py is the numba kernel pack uses; tests compare the two).
 
 An IQ4_NL block is 32 weights as 4-bit indices into the fixed non-linear table KVALUES and one F16
 scale (18 bytes). llama.cpp (ggml-quants.c, quantize_row_iq4_nl_impl with ntry 7, weights x^2)

@@ -405,8 +405,9 @@ class Scheduler:
         num_out = seq.num_output_tokens
         is_stop_id = (token.token_id in self.eos_ids and not p.ignore_eos) or token.token_id in p.stop_token_ids
         stop_token = is_stop_id and num_out > p.min_tokens
-        limit = context_limit(self.config.max_model_len, p.max_context, 1 << 62)  # the pool's bound: schedule()
-        at_limit = seq.num_tokens >= limit and not self._shifting(seq)
+        # The model's, the request's and the pool's limit (as vLLM's max_model_len): prompt + output never
+        # exceeds what the KV cache holds, so the last token is not one past it (a shifting sequence goes on).
+        at_limit = seq.num_tokens >= self._limit(seq) and not self._shifting(seq)
         if stop_token or token.constraint_done:
             status = S.FINISHED_STOPPED
         elif num_out >= p.max_tokens or at_limit:

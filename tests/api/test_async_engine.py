@@ -321,3 +321,21 @@ async def test_finished_reports_queue_time(anyio_backend) -> None:
     fin = events[-1]
     assert isinstance(fin, Finished) and fin.finish_reason == "length"
     assert fin.queue_time_s is not None and 0.0 <= fin.queue_time_s < 20.0
+
+
+async def test_kv_cache_smaller_than_the_context_ends_with_length_at_the_cache(anyio_backend) -> None:
+    # --kv-cache of 32 tokens under the model's 2048: prompt + output stops at 32 (not 33), "length",
+    # the same tokens as the sync Engine (which caps its context at its cache), and the cache is free after.
+    from modelc.api.engine import Engine
+
+    model = make_tiny_llama(3)
+    prompt = [5, 9, 11, 40] * 5
+    sync = list(Engine(model, kv_cache_tokens=32).generate_ids(prompt, greedy(100, ignore_eos=True)))
+    assert len(sync) == 12
+    with anyio.fail_after(120):
+        async with AsyncEngine.open(model, config(kv_tokens=32)) as eng:
+            assert eng.config.scheduler.max_model_len == 2048
+            toks, fin = await collect(eng, prompt, greedy(100, ignore_eos=True))
+            assert (fin.finish_reason, fin.prompt_tokens, fin.completion_tokens, fin.error) == ("length", 20, 12, None)
+            assert [t.token_id for t in toks] == sync == reference_greedy(model, prompt, 12)
+            assert eng.stats()["kv_blocks_used"] == 0

@@ -223,7 +223,22 @@ def test_sequence_longer_than_the_pool_ends_with_length() -> None:
     sched = make_scheduler(num_blocks=2)
     sched.add(make_sequence(1, 20, max_tokens=100))
     done = drive(sched, FakeRunner(2))
-    assert done[1][1] == "length" and len(done[1][0]) == 13  # 32 slots: 20 prompt + 12 computed + 1
+    assert done[1][1] == "length" and len(done[1][0]) == 12  # 32 slots: 20 prompt + 12 output, never one more
+
+
+def test_pool_smaller_than_the_context_ends_at_the_pool_with_the_last_token() -> None:
+    # The model's context (2048) is larger than the pool (32 slots): prompt + output stops at 32, and the
+    # token that fills the pool carries the "length" finish (as vLLM's max_model_len), no extra step.
+    sched = make_scheduler(num_blocks=2, max_model_len=2048)
+    sched.add(make_sequence(1, 20, max_tokens=100))
+    emitted = []
+    while sched.has_work:
+        plan = sched.schedule()
+        assert plan is not None and plan.num_tokens + plan.chunks[0].start_pos <= 32
+        emitted += sched.update(plan, fake_result(plan))
+    assert all(isinstance(ev, TokenEmitted) for ev in emitted) and len(emitted) == 12
+    assert emitted[-1].finish.finish_reason == "length" and emitted[-1].finish.completion_tokens == 12
+    assert sched.take_events() == [] and sched.pool.num_used_blocks == 0
 
 
 def test_abort_waiting_running_and_in_flight() -> None:

@@ -34,7 +34,7 @@ res = cmp.run_modelc(path, threads, cmp.prompt_ids(n_prompt), n_decode)
 levels = tuple(int(s) for s in streams.split(",") if s)
 if levels:
     try:
-        from modelc.api import AsyncEngine
+        from modelc.api.async_engine import AsyncEngine
     except ImportError:
         from modelc.engine.async_api import AsyncEngine
     from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
@@ -42,7 +42,7 @@ if levels:
     cfg = EngineConfig(threads=threads, cache=CacheConfig(kv_cache_tokens=8192),
                        scheduler=replace(SchedulerConfig(), max_num_seqs=max(64, *levels)))
     src = path
-    for mod in ("modelc.server.daemon", "modelc.server.models", "modelc.api"):
+    for mod in ("modelc.source", "modelc.server.daemon", "modelc.server.models"):
         try:
             src = getattr(importlib.import_module(mod), "resolve_source")(path)
             break

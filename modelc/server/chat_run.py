@@ -14,7 +14,8 @@ from typing import Any
 from quart import Response
 
 from modelc.errors import ModelcError
-from modelc.server.generation import ChoiceResult, is_finished
+from modelc.request import TokenEvent
+from modelc.server.generation import ChoiceResult
 from modelc.server.handling import RequestRecord
 from modelc.server.openai_chat import ChatPlan
 from modelc.server.run import RequestRun
@@ -42,7 +43,7 @@ class ChatStream:
 
     async def texts(self) -> AsyncIterator[str]:
         async for _, ev in self.run.events():
-            if not is_finished(ev) and ev.text:
+            if isinstance(ev, TokenEvent) and ev.text:
                 yield ev.text
 
     async def parts(self) -> AsyncIterator[tuple[str, str]]:

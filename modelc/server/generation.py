@@ -14,12 +14,11 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 
 from modelc.errors import EngineError, ModelcError, RequestTimeoutError
-from modelc.request import SamplingParams
+from modelc.request import Finished, GenerateEvent, SamplingParams, TokenEvent
 from modelc.server import run_host
 from modelc.server.served import ServedModel
 
@@ -62,24 +61,22 @@ class ChoiceResult:
     def cumulative_logprob(self) -> float:
         return float(sum(lp for lp in self.logprobs if lp is not None))
 
-    def add_token(self, ev: Any) -> None:
-        self.token_ids.append(int(ev.token_id))
-        self.token_texts.append(ev.text or "")
-        self.text += ev.text or ""
-        self.logprobs.append(None if ev.logprob is None else float(ev.logprob))
-        self.top_logprobs.append(normalize_top(getattr(ev, "top_logprobs", None)))
+    def add_token(self, ev: TokenEvent) -> None:
+        self.token_ids.append(ev.token_id)
+        self.token_texts.append(ev.text)
+        self.text += ev.text
+        self.logprobs.append(ev.logprob)
+        self.top_logprobs.append(best_first(ev.top_logprobs))
+
+    def finish(self, ev: Finished) -> None:
+        self.finish_reason = ev.finish_reason
+        self.cached_tokens = ev.cached_tokens
+        self.queue_time_s = ev.queue_time_s
 
 
-def normalize_top(top: Any) -> list[tuple[int, float]]:
-    """TokenEvent.top_logprobs as [(token_id, logprob)] best first (accepts pairs or a {id: lp} map)."""
-    if not top:
-        return []
-    items = top.items() if isinstance(top, dict) else top
-    return sorted(((int(t), float(lp)) for t, lp in items), key=lambda p: -p[1])
-
-
-def is_finished(ev: Any) -> bool:
-    return getattr(ev, "finish_reason", None) is not None and not hasattr(ev, "token_id")
+def best_first(top: tuple[tuple[int, float], ...]) -> list[tuple[int, float]]:
+    """TokenEvent.top_logprobs as [(token_id, logprob)], the most likely first."""
+    return sorted(top, key=lambda p: -p[1])
 
 
 class ChoiceStreams:
@@ -99,7 +96,7 @@ class ChoiceStreams:
         self._jobs = list(jobs)
         self._request_id = request_id
         self._deadline = deadline
-        self._send, self._receive = anyio.create_memory_object_stream[tuple[int, Any]](
+        self._send, self._receive = anyio.create_memory_object_stream[tuple[int, GenerateEvent | ModelcError]](
             max_buffer_size=STREAM_BUFFER + len(self._jobs)
         )
         self._scope: anyio.CancelScope | None = None
@@ -158,7 +155,7 @@ class ChoiceStreams:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             return  # the reader is gone
         except ModelcError as e:
-            item: tuple[int, Any] = (index, e)
+            item: tuple[int, GenerateEvent | ModelcError] = (index, e)
         except Exception as e:  # an engine bug: end this request with a clear error, keep serving
             item = (index, EngineError(f"generation failed: {type(e).__name__}: {e}"))
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -167,7 +164,7 @@ class ChoiceStreams:
     def __aiter__(self) -> ChoiceStreams:
         return self
 
-    async def __anext__(self) -> tuple[int, Any]:
+    async def __anext__(self) -> tuple[int, GenerateEvent]:
         if self._num_open == 0:
             raise StopAsyncIteration
         if self._interrupted is not None:
@@ -186,10 +183,12 @@ class ChoiceStreams:
             raise EngineError("generation ended without a finish event") from None
         if isinstance(ev, ModelcError):
             raise ev
-        if is_finished(ev):
+        if isinstance(ev, Finished):
             self._num_open -= 1
             if ev.finish_reason == "error":
-                raise EngineError(getattr(ev, "error", None) or "generation failed in the engine")
+                raise EngineError(ev.error or "generation failed in the engine")
+        elif not isinstance(ev, TokenEvent):  # the engine broke the contract (modelc.request's events only)
+            raise EngineError(f"generation yielded a {type(ev).__name__}, not a TokenEvent or Finished")
         return index, ev
 
 
@@ -211,13 +210,6 @@ class Timings:
         self.last_token = now
 
 
-def apply_finish(result: ChoiceResult, ev: Any) -> None:
-    result.finish_reason = ev.finish_reason
-    result.cached_tokens = int(getattr(ev, "cached_tokens", 0) or 0)
-    q = getattr(ev, "queue_time_s", None)
-    result.queue_time_s = None if q is None else float(q)
-
-
 async def collect(
     engine: ServedModel, jobs: Sequence[Job], request_id: str, deadline: float | None, timings: Timings
 ) -> list[ChoiceResult]:
@@ -225,8 +217,8 @@ async def collect(
     results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(jobs)]
     async with ChoiceStreams(engine, jobs, request_id, deadline) as streams:
         async for i, ev in streams:
-            if is_finished(ev):
-                apply_finish(results[i], ev)
+            if isinstance(ev, Finished):
+                results[i].finish(ev)
             else:
                 timings.on_token()
                 results[i].add_token(ev)

@@ -17,10 +17,11 @@ from quart import Blueprint, Response
 
 from modelc import __version__
 from modelc.errors import InvalidRequestError, ModelcError
+from modelc.request import Finished
 from modelc.server.context import context_length, encode_bounded, prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings
 from modelc.server.errors import error_body
-from modelc.server.generation import Job, is_finished
+from modelc.server.generation import Job
 from modelc.server.guard import control_route
 from modelc.server.handling import (
     current_engine,
@@ -235,7 +236,7 @@ async def chat_stream() -> Any:
 
 async def native_sse(run: RequestRun) -> AsyncGenerator[bytes, None]:
     async for _, ev in run.events():
-        if is_finished(ev):
+        if isinstance(ev, Finished):
             run.account()
             yield sse_event({"delta": "", "done": True, "finish_reason": ev.finish_reason})
         elif ev.text:

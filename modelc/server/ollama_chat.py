@@ -17,13 +17,13 @@ from typing import Any
 from quart import Blueprint, Response
 
 from modelc.errors import InvalidRequestError, ModelcError
-from modelc.request import SamplingParams
+from modelc.request import Finished, SamplingParams
 from modelc.server import ollama_shapes as shapes
 from modelc.server import openapi_ollama
 from modelc.server.bounds import bounded_int
 from modelc.server.context import prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
-from modelc.server.generation import ChoiceResult, Job, Timings, is_finished
+from modelc.server.generation import ChoiceResult, Job, Timings
 from modelc.server.handling import (
     get_state,
     json_off_loop,
@@ -276,9 +276,9 @@ def _final(plan: OllamaPlan, r: ChoiceResult, timings: Timings, request_start: f
 async def _stream(plan: OllamaPlan, run: RequestRun) -> AsyncGenerator[bytes, None]:
     splitter = ReasoningSplitter(plan.reasoning, in_reasoning=plan.in_reasoning)
     async for _, ev in run.events():
-        if is_finished(ev):
+        if isinstance(ev, Finished):
             continue
-        thinking, said = splitter.feed(ev.text or "")
+        thinking, said = splitter.feed(ev.text)
         if said or thinking:
             yield ndjson(_piece(plan, _message(plan, said, thinking)))
     thinking, said = splitter.finish()

@@ -14,10 +14,10 @@ from typing import Any
 from quart import Blueprint
 
 from modelc.errors import InvalidRequestError
-from modelc.request import SamplingParams
+from modelc.request import Finished, SamplingParams
 from modelc.server import openai_format as fmt
 from modelc.server.context import prompt_limit
-from modelc.server.generation import ChoiceResult, Job, is_finished
+from modelc.server.generation import ChoiceResult, Job
 from modelc.server.handling import (
     check_model,
     engine_for,
@@ -214,7 +214,7 @@ async def chat_sse(engine: ServedModel, plan: ChatPlan, run: RequestRun) -> Asyn
         yield chunk(i, {"role": "assistant", "content": ""})
     async for i, ev in run.events():
         r = results[i]
-        if is_finished(ev):
+        if isinstance(ev, Finished):
             if plan.tools is None and plan.reasoning is not None:
                 for piece in deltas(i, "", None, last=True):
                     yield piece
@@ -225,9 +225,9 @@ async def chat_sse(engine: ServedModel, plan: ChatPlan, run: RequestRun) -> Asyn
             k = len(r.token_ids) - 1
             lp = {"content": fmt.chat_logprob_entries(tok, r, k, k + 1, plan.num_top)} if plan.logprobs else None
             if plan.reasoning is None:
-                yield chunk(i, {"content": ev.text or ""}, None, lp)
+                yield chunk(i, {"content": ev.text}, None, lp)
             else:
-                for piece in deltas(i, ev.text or "", lp):
+                for piece in deltas(i, ev.text, lp):
                     yield piece
     run.account()
     if plan.include_usage:

@@ -14,9 +14,10 @@ from typing import Any
 from quart import Blueprint
 
 from modelc.errors import InvalidRequestError
+from modelc.request import Finished
 from modelc.server import openai_format as fmt
 from modelc.server.context import check_num_sequences, prompt_limit
-from modelc.server.generation import ChoiceResult, Job, is_finished
+from modelc.server.generation import ChoiceResult, Job
 from modelc.server.handling import (
     check_model,
     engine_for,
@@ -163,13 +164,13 @@ async def completion_sse(engine: ServedModel, plan: CompletionPlan, run: Request
             yield chunk(i, plan.prompt_texts[i // plan.n])
     async for i, ev in run.events():
         r = results[i]
-        if is_finished(ev):
+        if isinstance(ev, Finished):
             yield chunk(i, "", r.finish_reason)
             continue
         if ev.text or plan.logprobs:
             k = len(r.token_ids) - 1
             lp = fmt.completion_logprobs(tok, r, k, k + 1, plan.num_top) if plan.logprobs else None
-            yield chunk(i, ev.text or "", None, lp)
+            yield chunk(i, ev.text, None, lp)
     run.account()
     if plan.include_usage:
         usage = fmt.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens)

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from typing import Any
 
 import anyio
 from quart import Response
 
 from modelc.errors import ModelcError
-from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings, apply_finish, is_finished
+from modelc.request import Finished, GenerateEvent
+from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings
 from modelc.server.handling import RequestRecord, account, deadline, finish_record, record
 from modelc.server.served import ServedModel
 from modelc.server.sse import SSE_HEADERS
@@ -58,7 +58,7 @@ class RequestRun:
         self.timings = Timings(start=self.rec.start if start is None else start)
         self.results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(jobs)]
         self._streams: ChoiceStreams | None = None
-        self._first: tuple[int, Any] | None = None
+        self._first: tuple[int, GenerateEvent] | None = None
         self._holds_slot = False
 
     # -- the slot --------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ class RequestRun:
                 await self.close()
             raise
 
-    async def events(self) -> AsyncIterator[tuple[int, Any]]:
+    async def events(self) -> AsyncIterator[tuple[int, GenerateEvent]]:
         """(choice index, TokenEvent | Finished) in arrival order; each is already applied to
         self.results[index] and self.timings. Every step awaits, so a busy stream never starves the loop."""
         assert self._streams is not None, "start() first"
@@ -124,10 +124,10 @@ class RequestRun:
             await anyio.sleep(0)
             yield self._apply(item)
 
-    def _apply(self, item: tuple[int, Any]) -> tuple[int, Any]:
+    def _apply(self, item: tuple[int, GenerateEvent]) -> tuple[int, GenerateEvent]:
         i, ev = item
-        if is_finished(ev):
-            apply_finish(self.results[i], ev)
+        if isinstance(ev, Finished):
+            self.results[i].finish(ev)
         else:
             self.timings.on_token()
             self.results[i].add_token(ev)

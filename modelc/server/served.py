@@ -20,6 +20,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 import numpy as np
 
 from modelc.errors import InvalidRequestError
+from modelc.request import GenerateEvent, SamplingParams
 
 GENERATE = "generate"  # generate(prompt_token_ids, params) -> TokenEvent..., Finished
 EMBED = "embed"  # embed(token_id_lists) -> (S, C) unit vectors
@@ -46,8 +47,8 @@ class ServedModel(Protocol):
 @runtime_checkable
 class Generating(ServedModel, Protocol):
     def generate(
-        self, prompt_token_ids: list[int], params: Any, request_id: str | None = None
-    ) -> AsyncIterator[Any]: ...
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[GenerateEvent]: ...
 
 
 @runtime_checkable

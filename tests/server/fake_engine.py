@@ -1,7 +1,8 @@
 """FakeEngine: the AsyncEngine interface (docs/architecture.md), deterministic and instant, so the
 server tests run without a model. Byte-level tokenizer: token id = byte + 3 (0 bos, 1 eos, 2 pad).
 
-Output: greedy (temperature 0) continues a fixed text from an offset derived from the prompt; with
+It yields modelc.request's own TokenEvent and Finished, so a change there that the server does not
+follow fails the server tests. Output: greedy (temperature 0) continues a fixed text from an offset derived from the prompt; with
 temperature > 0 the offset comes from a numpy Generator seeded by params.seed. A constraint makes it
 emit `constraint_replies[kind]` instead. Stop strings are cut on text as the RequestActor does.
 """
@@ -9,6 +10,7 @@ emit `constraint_replies[kind]` instead. Stop strings are cut on text as the Req
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -16,26 +18,10 @@ import anyio
 import numpy as np
 
 from modelc.errors import OverloadedError
+from modelc.request import Finished, GenerateEvent, SamplingParams, TokenEvent
 
 TEXT = "The quick brown fox jumps over the lazy dog. "
 BOS, EOS, PAD, OFFSET = 0, 1, 2, 3
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
-    token_id: int
-    text: str
-    logprob: float | None
-    top_logprobs: tuple[tuple[int, float], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
-    queue_time_s: float | None = None  # not in modelc.request yet: the server reads it when present
 
 
 class ByteTokenizer:
@@ -104,7 +90,7 @@ class FakeEngine:
         sched = getattr(self.config, "scheduler", None)
         return getattr(sched, "max_model_len", None)
 
-    def output_text(self, prompt: list[int], params: Any) -> str:
+    def output_text(self, prompt: list[int], params: SamplingParams) -> str:
         if params.constraint is not None and params.constraint.kind in self.constraint_replies:
             return self.constraint_replies[params.constraint.kind]
         if self.reply is not None:
@@ -112,10 +98,14 @@ class FakeEngine:
         if params.temperature == 0.0:
             start = int(hashlib.sha256(bytes(str(prompt), "utf8")).hexdigest(), 16) % len(TEXT)
         else:
-            start = int(np.random.default_rng(params.seed).integers(len(TEXT)))
+            # As the real sampler: any integer seed (OpenAI allows negative ones) maps to a uint64.
+            seed = None if params.seed is None else params.seed % 2**64
+            start = int(np.random.default_rng(seed).integers(len(TEXT)))
         return (TEXT[start:] + TEXT + TEXT) * 4
 
-    async def generate(self, prompt_token_ids: list[int], params: Any, request_id: str | None = None):
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[GenerateEvent]:
         if self.max_waiting is not None and self.num_active >= self.max_waiting:
             raise OverloadedError("engine queue is full", retry_after_s=2)
         self.calls.append((list(prompt_token_ids), params))

@@ -119,3 +119,23 @@ async def test_generation_routes_account_tokens(client, path, body) -> None:
     assert line["status"] == 200 and line["completion_tokens"] == 3 and line["prompt_tokens"] > 0
     assert after[0] - before[0] == line["prompt_tokens"] and after[1] - before[1] == 3
     assert client.state.num_in_flight == 0 and client.engine.num_active == 0
+
+
+class ForeignEvents(FakeEngine):
+    """An engine that breaks the event contract: it yields look-alikes of modelc.request's events."""
+
+    async def generate(self, prompt_token_ids, params, request_id=None):
+        from types import SimpleNamespace
+
+        yield SimpleNamespace(token_id=70, text="x", logprob=None, top_logprobs=())
+        yield SimpleNamespace(finish_reason="stop", prompt_tokens=1, completion_tokens=1)
+
+
+async def test_only_request_events_are_served(make_client) -> None:
+    """The server reads modelc.request's TokenEvent/Finished by type: anything else is an engine error
+    (a 500 naming it), never a duck-typed guess."""
+    c = make_client(ForeignEvents())
+    resp = await c.post("/v1/chat/completions", {"messages": MSGS, "max_tokens": 2})
+    assert resp.status_code == 500
+    assert "SimpleNamespace" in (await resp.get_json())["error"]["message"]
+    await wait_released(c)

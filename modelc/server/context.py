@@ -37,9 +37,8 @@ def prompt_limit(engine: ServedModel, body: dict[str, Any], *, truncate_default:
 
 def queue_capacity(engine: ServedModel) -> int | None:
     """The most sequences the engine will queue at once (its max_queue), or None when unknown."""
-    sched = getattr(getattr(engine, "config", None), "scheduler", None)
-    n = getattr(sched, "max_queue", None)
-    return int(n) if isinstance(n, int) and n > 0 else None
+    n = engine.config.scheduler.max_queue if engine.config is not None else 0
+    return n if n > 0 else None
 
 
 def check_num_sequences(engine: ServedModel, num: int) -> None:

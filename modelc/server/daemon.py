@@ -32,7 +32,7 @@ from modelc.errors import ModelcError, UnsupportedError
 from modelc.replicas.engine import ReplicaEngine
 from modelc.server import hypercorn_close, run_host
 from modelc.server.app import create_app
-from modelc.server.engines import adapter_for
+from modelc.server.engines import EncoderEngine, adapter_for
 from modelc.server.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
 from modelc.server.guard import check_bind
@@ -71,7 +71,7 @@ def is_engine(obj: Any) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def open_engine(source: Any, engine_config: Any = None):
+async def open_engine(source: Any, engine_config: EngineConfig | None = None):
     """An engine object as is; encoder/MLP/ONNX sources through their adapters (server/engines.py);
     causal LMs through AsyncEngine.open. Paths are opened as .modelc artifacts."""
     if is_engine(source):
@@ -83,7 +83,7 @@ async def open_engine(source: Any, engine_config: Any = None):
 
     adapter = adapter_for(source)
     if adapter is not None:
-        if getattr(adapter, "warmup", None) is not None and getattr(engine_config, "warmup", True):
+        if isinstance(adapter, EncoderEngine) and (engine_config is None or engine_config.warmup):
             await anyio.to_thread.run_sync(adapter.warmup)
         yield adapter
         return

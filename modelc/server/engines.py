@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import numpy as np
 
+from modelc.errors import UnsupportedError
 from modelc.source import as_source
 from modelc.tokenizer.tokenizer import encode_ids
 
@@ -46,7 +47,26 @@ class _EncoderTokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special)
 
 
-class EncoderEngine:
+class _NoLora:
+    """The serving contract's engine settings and LoRA side for kinds that have neither: no scheduler or
+    KV cache to configure, and no adapters (loading one is a 400, not a missing attribute)."""
+
+    config = None
+    name: str
+    architecture: str
+
+    @property
+    def adapters(self) -> list[str]:
+        return []
+
+    async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> Any:
+        raise UnsupportedError(f"model {self.name!r} ({self.architecture}) takes no LoRA adapters")
+
+    async def unload_adapter(self, name: str) -> None:
+        raise UnsupportedError(f"model {self.name!r} ({self.architecture}) takes no LoRA adapters")
+
+
+class EncoderEngine(_NoLora):
     def __init__(self, source: Any) -> None:
         # lazy: numba kernels load (and compile) only when this path runs
         from modelc.engine.embedder import Embedder
@@ -101,7 +121,7 @@ class EncoderEngine:
         self._embedder.embed_token_ids([[0, 0]])
 
 
-class InferEngine:
+class InferEngine(_NoLora):
     serves: frozenset[str] = frozenset({"infer"})
     context_length = None  # numeric input: no sequence
 

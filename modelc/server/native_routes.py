@@ -47,7 +47,7 @@ from modelc.server.schema import (
     token_ids_of,
     with_constraint,
 )
-from modelc.server.served import ServedModel, inferring
+from modelc.server.served import ModelSource, ServedModel, inferring
 from modelc.server.sse import sse_event
 from modelc.server.state import ServerState
 from modelc.version import git_sha
@@ -55,19 +55,18 @@ from modelc.version import git_sha
 bp = Blueprint("native", __name__)
 
 
-def model_source(engine: ServedModel) -> Any:
+def model_source(engine: ServedModel) -> ModelSource | None:
     return engine.source
 
 
 def model_summary(engine: ServedModel) -> dict[str, Any]:
     src = model_source(engine)
-    tensors = getattr(src, "tensors", None) or {}
     return {
         "name": engine.name,
         "architecture": engine.architecture,
-        "total_params": int(getattr(src, "num_params", sum(t.num_elements for t in tensors.values()))),
-        "total_bytes": int(getattr(src, "total_bytes", sum(t.nbytes for t in tensors.values()))),
-        "tensors": sorted(tensors),
+        "total_params": src.num_params if src is not None else 0,
+        "total_bytes": src.total_bytes if src is not None else 0,
+        "tensors": sorted(src.tensors) if src is not None else [],
     }
 
 
@@ -91,7 +90,7 @@ async def info() -> Any:
 
 def default_generation(state: ServerState, engine: ServedModel | None = None) -> dict[str, Any]:
     d = state.config.defaults
-    sched = getattr(getattr(engine, "config", None), "scheduler", None)
+    sched = engine.config.scheduler if engine is not None and engine.config is not None else None
     gamma = sched.spec_gamma if sched is not None and sched.speculative else 0
     return {
         "max_tokens": d.max_tokens if d.max_tokens is not None else 128,
@@ -102,7 +101,7 @@ def default_generation(state: ServerState, engine: ServedModel | None = None) ->
         "presence_penalty": d.presence_penalty if d.presence_penalty is not None else 0.0,
         "frequency_penalty": d.frequency_penalty if d.frequency_penalty is not None else 0.0,
         "gamma": gamma,
-        "speculative": getattr(sched, "speculative", None),
+        "speculative": sched.speculative if sched is not None else None,
     }
 
 
@@ -119,7 +118,7 @@ async def props() -> Any:
         "total_bytes": summary["total_bytes"],
         "chat_template": getattr(template, "source", None) if template is not None else None,
         "default_generation": default_generation(state, engine),
-        "kv_cache_dtype": getattr(getattr(getattr(engine, "config", None), "cache", None), "kv_dtype", None),
+        "kv_cache_dtype": engine.config.cache.kv_dtype if engine.config is not None else None,
     }
 
 
@@ -355,7 +354,7 @@ async def lora_unload() -> Any:
     body = await read_json() if await _has_body() else {}
     name = get_str(body, "name")
     if name is None:
-        loaded = list(getattr(engine, "adapters", None) or [])
+        loaded = list(engine.adapters)
         if len(loaded) != 1:
             raise InvalidRequestError(
                 f"name the adapter to unload ('name'); loaded: {', '.join(loaded) if loaded else 'none'}", param="name"

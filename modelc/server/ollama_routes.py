@@ -30,7 +30,7 @@ from modelc.server.manager.loaded import model_bytes, model_source
 from modelc.server.manager.lookup import hidden_path, resolve_adapter, resolve_model
 from modelc.server.manager.models import parse_keep_alive
 from modelc.server.openai_routes import engine_capabilities
-from modelc.server.served import ServedModel
+from modelc.server.served import ModelSource, ServedModel
 from modelc.server.state import ServerState
 from modelc.store import dtype_summary
 
@@ -74,7 +74,7 @@ def _default_row(state: ServerState) -> dict[str, Any] | None:
 
     src = model_source(engine)
     path = entry.path if entry is not None else None
-    num_params = int(getattr(src, "num_params", 0) or 0)
+    num_params = src.num_params if src is not None else 0
     name = entry.name if entry is not None else engine.name
     return {
         "name": name,
@@ -86,11 +86,8 @@ def _default_row(state: ServerState) -> dict[str, Any] | None:
     }
 
 
-def _dtypes(src: Any) -> str:
-    entries = getattr(src, "entries", None)
-    if entries:
-        return dtype_summary(entries.values())
-    return "-"
+def _dtypes(src: ModelSource | None) -> str:
+    return dtype_summary(src.tensors.values()) if src is not None else "-"
 
 
 @bp.get("/api/tags")
@@ -130,7 +127,8 @@ async def ps() -> Any:
     rows = []
     for entry in state.models.loaded():
         d = state.models.describe(entry)
-        src_cfg = getattr(model_source(entry.engine), "config", None) or {}
+        src = model_source(entry.engine)
+        src_cfg = src.config if src is not None else {}
         row = {
             "name": entry.name,
             "model": entry.name,
@@ -149,10 +147,7 @@ async def ps() -> Any:
 
 def _num_params(engine: ServedModel) -> int:
     src = model_source(engine)
-    n = getattr(src, "num_params", None)
-    if n is not None:
-        return int(n)
-    return int(sum(getattr(t, "num_elements", 0) for t in (getattr(src, "tensors", None) or {}).values()))
+    return src.num_params if src is not None else 0
 
 
 def _engine_dtypes(entry: Any) -> str:
@@ -181,8 +176,8 @@ async def show() -> Any:
     if path is None:  # the default model served from memory
         engine = current_engine(state)
         src = engine.source
-        arch, cfg, n = engine.architecture, dict(getattr(src, "config", None) or {}), _num_params(engine)
-        template = getattr(src, "chat_template", None)
+        arch, cfg, n = engine.architecture, dict(src.config) if src is not None else {}, _num_params(engine)
+        template = src.chat_template if src is not None else None
 
         caps = engine_capabilities(engine)
         det, modified = shapes.details(arch, n, "-"), state.started_at
@@ -208,7 +203,7 @@ def _path_of(state: ServerState, name: str) -> Path | None:
     manager = state.models
     base = manager.split_adapter(name)[0] if manager is not None else name
     default = manager.default if manager is not None else None
-    if default is not None and (base == default.name or base == getattr(default.engine, "name", None)):
+    if default is not None and (base == default.name or (default.engine is not None and base == default.engine.name)):
         return default.path
     if manager is None and state.engine is not None and base == state.engine.name:
         return None

@@ -33,11 +33,11 @@ def engine_capabilities(engine: ServedModel) -> list[str]:
     """modelc.capabilities of a served engine, from its source (or the engine's own attributes)."""
     from modelc.capabilities import capabilities
 
-    src = engine.source or engine
-    template = getattr(src, "chat_template", None)
-    if template is not None and not isinstance(template, str):
-        template = getattr(template, "source", None)
-    return capabilities(str(getattr(src, "architecture", "") or ""), getattr(src, "config", None), template)
+    src = engine.source
+    if src is not None:
+        return capabilities(src.architecture, src.config, src.chat_template)
+    template = engine.chat_template
+    return capabilities(engine.architecture, None, template.source if template is not None else None)
 
 
 def _stored_capabilities(names: list[str]) -> dict[str, list[str]]:

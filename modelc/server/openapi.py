@@ -388,8 +388,7 @@ def served_operations(paths: dict[str, Any], engine: ServedModel, *, only_model:
     if not only_model:
         return
     vocab = getattr(engine.tokenizer, "vocab_size", None)
-    config = getattr(engine.source, "config", None)
-    width = config.get("hidden_size") if isinstance(config, dict) else None
+    width = engine.source.config.get("hidden_size") if engine.source is not None else None
     _bound_by_model(
         paths, vocab if isinstance(vocab, int) and vocab > 0 else None, width if isinstance(width, int) else None
     )

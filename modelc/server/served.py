@@ -14,11 +14,12 @@ tests/server/test_served.py checks that each kind satisfies them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
+from modelc.config import EngineConfig
 from modelc.errors import InvalidRequestError
 from modelc.request import GenerateEvent, SamplingParams
 
@@ -30,16 +31,43 @@ CAPABILITIES = (GENERATE, EMBED, RERANK, INFER)
 
 
 @runtime_checkable
+class ModelSource(Protocol):
+    """What the server reads of the model an engine serves: modelc.ir.Model and the .modelc Artifact
+    both have it (the artifact's tensors are views of the mapped file)."""
+
+    name: str
+    architecture: str
+    config: dict[str, Any]  # the normalized hyper-parameters (docs/architecture.md)
+    tensors: Mapping[str, Any]  # name -> modelc.ir.TensorData
+    chat_template: str | None  # the template's Jinja source as stored
+
+    @property
+    def num_params(self) -> int: ...  # weights only (no int8/int4 scale tensors)
+
+    @property
+    def total_bytes(self) -> int: ...  # the tensors' bytes as held
+
+
+@runtime_checkable
 class ServedModel(Protocol):
-    """What every served model has: its names, its text side (None for MLP/ONNX) and its load."""
+    """What every served model has: its names, its text side (None for MLP/ONNX), the settings it runs
+    with, its LoRA adapters and its load."""
 
     name: str
     architecture: str
     tokenizer: Any  # modelc.tokenizer.Tokenizer (or the encoders' subset), None without one
     chat_template: Any  # modelc.tokenizer.ChatTemplate, None without one
-    source: Any  # the model source (modelc.ir.Model or an Artifact) it serves, None when it has none
+    source: ModelSource | None  # the model it serves, None when it has none (a test fake)
     context_length: int | None  # the most tokens one sequence may hold (prompt + output); None: no limit
     serves: frozenset[str]  # which of CAPABILITIES it answers
+    config: EngineConfig | None  # the scheduler/cache settings a causal LM runs with; None for encoders, MLP, ONNX
+
+    @property
+    def adapters(self) -> list[str]: ...  # the LoRA adapters loaded (none for kinds that take none)
+
+    async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> Any: ...
+
+    async def unload_adapter(self, name: str) -> None: ...
 
     def stats(self) -> dict[str, Any]: ...
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import anyio
 import numpy as np
 
+from modelc.config import EngineConfig
 from modelc.errors import OverloadedError
 from modelc.request import Finished, GenerateEvent, SamplingParams, TokenEvent
 
@@ -75,20 +76,23 @@ class FakeEngine:
     embed_dim: int = 8
     chat_template: Any = field(default_factory=FakeTemplate)
     tokenizer: ByteTokenizer = field(default_factory=ByteTokenizer)
-    config: dict = field(default_factory=dict)
+    config: EngineConfig | None = None  # tests give one for a context length or a queue capacity
     source: Any = None
     # observations for tests
     calls: list[tuple[list[int], Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
-    adapters: dict[str, tuple[str, float]] = field(default_factory=dict)
+    loaded_adapters: dict[str, tuple[str, float]] = field(default_factory=dict)
     num_active: int = 0
 
     @property
     def context_length(self) -> int | None:
         """As AsyncEngine's: the scheduler's max_model_len (tests set `config` to give one)."""
-        sched = getattr(self.config, "scheduler", None)
-        return getattr(sched, "max_model_len", None)
+        return self.config.scheduler.max_model_len if self.config is not None else None
+
+    @property
+    def adapters(self) -> list[str]:
+        return list(self.loaded_adapters)
 
     def output_text(self, prompt: list[int], params: SamplingParams) -> str:
         if params.constraint is not None and params.constraint.kind in self.constraint_replies:
@@ -146,15 +150,15 @@ class FakeEngine:
         return out
 
     async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> dict:
-        self.adapters[name] = (path, alpha)
+        self.loaded_adapters[name] = (path, alpha)
         return {"applied": 4, "skipped": 0}
 
     async def unload_adapter(self, name: str) -> None:
         from modelc.errors import NotFoundError
 
-        if name not in self.adapters:
+        if name not in self.loaded_adapters:
             raise NotFoundError(f"no LoRA adapter named {name!r} is loaded")
-        del self.adapters[name]
+        del self.loaded_adapters[name]
 
     def stats(self) -> dict:
         return {

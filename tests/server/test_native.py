@@ -107,10 +107,10 @@ async def test_lora_load_unload(make_client, tmp_path) -> None:
     auth = {"headers": {"Authorization": "Bearer tok"}}
     body = await (await client.post("/lora/load", {"path": "ad.safetensors", "alpha": 0.5}, **auth)).get_json()
     where = str((tmp_path / "ad.safetensors").resolve())
-    assert body["name"] == "ad" and body["applied"] == 4 and client.engine.adapters == {"ad": (where, 0.5)}
+    assert body["name"] == "ad" and body["applied"] == 4 and client.engine.loaded_adapters == {"ad": (where, 0.5)}
     assert where not in body["message"]  # the server's path stays on the server
     assert (await client.post("/lora/unload", **auth)).status_code == 200
-    assert client.engine.adapters == {}
+    assert client.engine.loaded_adapters == {}
     await error_of(await client.post("/lora/unload", {"name": "ad"}, **auth), 404)
     await error_of(await client.post("/lora/load", {}, **auth), 400, "path")
     await error_of(await client.post("/lora/load", {"path": "ad.safetensors"}), 403)  # a control route

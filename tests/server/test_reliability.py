@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from types import SimpleNamespace
 
 import pytest
 
+from modelc.config import EngineConfig, SchedulerConfig
 from modelc.server.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
 from tests.server.conftest import error_of
@@ -21,7 +21,7 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 def limited(context: int = 64, max_queue: int = 8) -> FakeEngine:
     """A FakeEngine with a context length and a queue size, as AsyncEngine.config has them."""
     engine = FakeEngine()
-    engine.config = SimpleNamespace(scheduler=SimpleNamespace(max_model_len=context, max_queue=max_queue))
+    engine.config = EngineConfig(scheduler=SchedulerConfig(max_model_len=context, max_queue=max_queue))
     return engine
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from modelc.config import CacheConfig, EngineConfig, ReplicaConfig
-from modelc.errors import InvalidRequestError
+from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.replicas.engine import ReplicaEngine
 from modelc.server.daemon import open_engine
 from modelc.server.engines import EncoderEngine, InferEngine
@@ -19,6 +19,7 @@ from modelc.server.served import (
     INFER,
     PROTOCOLS,
     RERANK,
+    ModelSource,
     ServedModel,
     embedding,
     generating,
@@ -40,9 +41,17 @@ def check_contract(engine: object, serves: set[str]) -> None:
     assert isinstance(engine.name, str) and isinstance(engine.architecture, str)
     assert isinstance(engine.stats(), dict)
     assert engine.context_length is None or engine.context_length > 0
+    assert engine.source is None or isinstance(engine.source, ModelSource)
+    if engine.source is not None:  # the source facts the model list, /props and /api/show read
+        assert isinstance(engine.source.num_params, int) and isinstance(engine.source.total_bytes, int)
+        assert isinstance(engine.source.config, dict) and engine.source.tensors is not None
+    assert engine.config is None or isinstance(engine.config, EngineConfig)
+    assert (engine.config is not None) == (GENERATE in serves)  # a scheduler and a KV cache to configure
+    assert isinstance(engine.adapters, list)
     view = ModelView(loaded(engine), "asked-name")  # the daemon's view serves what its engine serves
     assert isinstance(view, ServedModel) and view.serves == serves and view.name == "asked-name"
     assert view.architecture == engine.architecture and view.tokenizer is engine.tokenizer
+    assert view.source is engine.source and view.config is engine.config and view.adapters == engine.adapters
     for cap in serves:
         assert isinstance(view, PROTOCOLS[cap])
 
@@ -73,6 +82,8 @@ async def test_encoder_and_infer_engines_are_served_models() -> None:
     async with open_engine(tiny_bert(), EngineConfig(warmup=False)) as engine:
         assert isinstance(engine, EncoderEngine)
         check_contract(engine, {EMBED})  # a plain encoder; a cross-encoder also serves RERANK
+        with pytest.raises(UnsupportedError, match="takes no LoRA adapters"):
+            await engine.load_adapter("a", "/nowhere.safetensors")
     async with open_engine(mlp_model()) as engine:
         assert isinstance(engine, InferEngine)
         check_contract(engine, {INFER})
@@ -81,7 +92,7 @@ async def test_encoder_and_infer_engines_are_served_models() -> None:
 
 
 def test_the_test_fake_is_a_served_model() -> None:
-    check_contract(FakeEngine(), {GENERATE, EMBED})
+    check_contract(FakeEngine(config=EngineConfig()), {GENERATE, EMBED})
 
 
 def test_refusals_name_the_route_the_model_serves() -> None:

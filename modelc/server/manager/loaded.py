@@ -20,7 +20,7 @@ import numpy as np
 
 from modelc.cache.budget import kv_bytes_per_block
 from modelc.errors import InvalidRequestError, ModelcError
-from modelc.server.served import ServedModel, embedding, generating, inferring, reranking
+from modelc.server.served import ModelSource, ServedModel, embedding, generating, inferring, reranking
 
 GRACE_S = 2.0  # a model handed to a request counts as busy this long, before its first generate() starts
 
@@ -143,6 +143,7 @@ class ModelView:
         self.serves = engine.serves
         self.source = engine.source
         self.context_length = engine.context_length
+        self.config = engine.config
 
     @property
     def engine(self) -> Any:
@@ -151,9 +152,15 @@ class ModelView:
     def stats(self) -> dict[str, Any]:
         return self._engine.stats()
 
-    def __getattr__(self, attr: str) -> Any:
-        # What is not the serving contract (config, source, adapters, load_adapter...) is the engine's.
-        return getattr(self._engine, attr)
+    @property
+    def adapters(self) -> list[str]:
+        return self._engine.adapters
+
+    async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> Any:
+        return await self._engine.load_adapter(name, path, alpha=alpha, global_=global_)
+
+    async def unload_adapter(self, name: str) -> None:
+        await self._engine.unload_adapter(name)
 
     async def generate(
         self, prompt_token_ids: list[int], params: Any = None, request_id: str | None = None
@@ -185,13 +192,10 @@ class ModelView:
 
 
 def engine_adapters(engine: ServedModel) -> list[str]:
-    try:
-        return list(getattr(engine, "adapters", None) or [])
-    except Exception:
-        return []
+    return list(engine.adapters)
 
 
-def model_source(engine: ServedModel | None) -> Any:
+def model_source(engine: ServedModel | None) -> ModelSource | None:
     return engine.source if engine is not None else None
 
 
@@ -203,11 +207,7 @@ def model_bytes(entry: LoadedModel) -> int:
         except OSError:
             pass
     src = model_source(entry.engine)
-    total = getattr(src, "total_bytes", None)
-    if total is not None:
-        return int(total)
-    tensors = getattr(src, "tensors", None) or {}
-    return int(sum(getattr(t, "nbytes", 0) for t in tensors.values()))
+    return src.total_bytes if src is not None else 0
 
 
 def kv_bytes(engine: ServedModel, num_blocks: int) -> int:
@@ -216,14 +216,10 @@ def kv_bytes(engine: ServedModel, num_blocks: int) -> int:
         return 0
 
     src = model_source(engine)
-    cfg = getattr(src, "config", None)
-    if not isinstance(cfg, dict) or not cfg.get("num_hidden_layers"):
+    if src is None or engine.config is None or not src.config.get("num_hidden_layers"):
         return 0
-    ecfg = getattr(engine, "config", None)
-    cache = getattr(ecfg, "cache", None)
-    kv_dtype = getattr(cache, "kv_dtype", "float32")
-    block_size = getattr(cache, "block_size", 16)
+    cache = engine.config.cache
     try:
-        return num_blocks * kv_bytes_per_block(cfg, block_size, kv_dtype)
+        return num_blocks * kv_bytes_per_block(src.config, cache.block_size, cache.kv_dtype)
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return 0

@@ -13,6 +13,7 @@ import weakref
 from typing import Any
 
 from modelc.errors import InvalidRequestError
+from modelc.server.engines import EncoderTokenizer
 from modelc.server.served import ServedModel
 
 # A token covers at most max(longest vocabulary entry, FLOOR) characters; SLACK more is allowed
@@ -57,12 +58,10 @@ def max_token_chars(tok: Any) -> int:
     except (KeyError, TypeError):
         pass
     longest = 0
-    entries = getattr(tok, "all_token_bytes", None)
-    if callable(entries):
-        try:
-            longest = max((len(b) for b in entries()), default=0)
-        except Exception:  # an odd tokenizer: fall back to the floor times the slack
-            longest = 0
+    try:
+        longest = max((len(b) for b in tok.all_token_bytes()), default=0)
+    except Exception:  # an odd tokenizer: fall back to the floor times the slack
+        longest = 0
     n = max(longest, CHARS_PER_TOKEN_FLOOR)
     try:
         _token_chars[tok] = n
@@ -89,9 +88,8 @@ def encode_bounded(
         if not truncate:
             raise too_long(param, f"{len(text)} characters", limit)
         text = text[: char_budget(tok, limit)]
-    cut = getattr(tok, "encode_truncated", None)  # encoders: their own truncation keeps [SEP] at the end
-    if truncate and limit is not None and cut is not None:
-        return cut(text, limit, add_special)
+    if truncate and limit is not None and isinstance(tok, EncoderTokenizer):
+        return tok.encode_truncated(text, limit, add_special)  # their own truncation keeps [SEP] at the end
     ids = list(tok.encode(text, add_special=add_special))
     if limit is not None and len(ids) > limit:
         if not truncate:

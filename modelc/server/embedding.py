@@ -32,7 +32,7 @@ def embed_inputs(
     if tok is None and any(isinstance(x, str) for x in inputs):
         raise InvalidRequestError(f"model {engine.name!r} has no tokenizer: send token ids", param=param)
     limit = context_length(engine)
-    vocab = getattr(tok, "vocab_size", None)
+    vocab = tok.vocab_size if tok is not None else None
     ids = [encode_prompt(tok, x, vocab, param, limit=limit, truncate=truncate) for x in inputs]
     if any(len(t) == 0 for t in ids):
         raise InvalidRequestError(f"'{param}' must not contain empty inputs", param=param)

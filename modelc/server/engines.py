@@ -20,10 +20,11 @@ from modelc.source import as_source
 from modelc.tokenizer.tokenizer import encode_ids
 
 
-class _EncoderTokenizer:
-    """The Tokenizer subset the routes use, over the embedder's `tokenizers` object. encode() does not
-    truncate (so an input beyond the context is seen: a 400); encode_truncated() cuts with the
-    tokenizer's own truncation, which keeps the closing special tokens ([SEP], </s>)."""
+class EncoderTokenizer:
+    """The Tokenizer subset the routes use (server.served.ServedTokenizer), over the embedder's
+    `tokenizers` object. encode() does not truncate (so an input beyond the context is seen: a 400);
+    encode_truncated() cuts with the tokenizer's own truncation, which keeps the closing special
+    tokens ([SEP], </s>). A token's bytes are its vocabulary spelling (encoders generate no text)."""
 
     def __init__(self, tok: Any) -> None:
         import tokenizers
@@ -33,7 +34,8 @@ class _EncoderTokenizer:
         self._tok.no_truncation()
         self.max_length = (tok.truncation or {}).get("max_length")
         self.vocab_size = tok.get_vocab_size(with_added_tokens=True)
-        self.bos_id = None
+        self.bos_id: int | None = None
+        self._token_bytes: list[bytes] | None = None
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:
         return encode_ids(self._tok, text, add_special)
@@ -45,6 +47,18 @@ class _EncoderTokenizer:
 
     def decode(self, ids: list[int], skip_special: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        table = self.all_token_bytes()
+        return table[token_id] if 0 <= token_id < len(table) else b""
+
+    def all_token_bytes(self) -> list[bytes]:
+        if self._token_bytes is None:
+            self._token_bytes = [(self._tok.id_to_token(i) or "").encode() for i in range(self.vocab_size)]
+        return self._token_bytes
 
 
 class _NoLora:
@@ -78,7 +92,7 @@ class EncoderEngine(_NoLora):
         self.architecture = getattr(source, "architecture", "bert")
         self.context_length = self._embedder.max_seq_length  # inputs beyond it: a 400, or cut with `truncate`
         tok = getattr(self._embedder, "_tok", None)  # the truncating tokenizer the embedder itself uses
-        self.tokenizer = _EncoderTokenizer(tok) if tok is not None else None
+        self.tokenizer = EncoderTokenizer(tok) if tok is not None else None
         self.chat_template = None
         self._limiter = anyio.CapacityLimiter(1)
         self._num_running = 0

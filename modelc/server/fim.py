@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from modelc.server.served import ServedTokenizer
+
 # (prefix, suffix, middle, repo name, file separator) as the vocabularies spell them; the last two may be absent.
 FAMILIES = (
     ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|repo_name|>", "<|file_sep|>"),  # Qwen2.5-Coder
@@ -33,14 +35,9 @@ class FimTokens:
     file_sep: int | None = None
 
 
-def token_id(tokenizer: Any, text: str) -> int | None:
+def token_id(tokenizer: ServedTokenizer, text: str) -> int | None:
     """The id of `text` when it is one token of the vocabulary."""
-    lookup = getattr(tokenizer, "token_to_id", None)
-    if callable(lookup):
-        tid = lookup(text)
-        return None if tid is None else int(tid)
-    ids = tokenizer.encode(text, add_special=False)
-    return int(ids[0]) if len(ids) == 1 else None
+    return tokenizer.token_to_id(text)
 
 
 def find_fim_tokens(tokenizer: Any) -> FimTokens | None:
@@ -80,7 +77,7 @@ def infill_ids(
 ) -> list[int]:
     """The whole FIM prompt: BOS (when the model has one), extra context, PRE prefix SUF suffix MID prompt."""
     enc = lambda s: list(tokenizer.encode(s, add_special=False)) if s else []  # noqa: E731
-    bos = [tokenizer.bos_id] if getattr(tokenizer, "bos_id", None) is not None else []
+    bos = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
     return [
         *bos,
         *extra_context_ids(tokenizer, fim, extra),

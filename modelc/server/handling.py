@@ -20,7 +20,7 @@ from modelc.server.body import OFFLOAD_BYTES, parse_body
 from modelc.server.errors import ServiceUnavailableError
 from modelc.server.fields import ReadFields
 from modelc.server.generation import ChoiceResult, Timings
-from modelc.server.served import Generating, ServedModel, generating
+from modelc.server.served import Generating, ServedModel, ServedTokenizer, generating
 from modelc.server.state import ServerState
 
 STATE_KEY = "modelc"
@@ -71,7 +71,7 @@ def require_generation(engine: ServedModel) -> Generating:
     return generating(engine)
 
 
-def require_tokenizer(engine: ServedModel) -> Any:
+def require_tokenizer(engine: ServedModel) -> ServedTokenizer:
     if engine.tokenizer is None:
         raise InvalidRequestError(f"model {engine.name!r} ({engine.architecture}) has no tokenizer")
     return engine.tokenizer

@@ -122,7 +122,7 @@ def parse_infill(state: Any, engine: ServedModel, body: dict[str, Any]) -> Infil
     )
     ids = check_ids(list(ids), limit=limit, param="input_prefix")
     sb = sampling_body(body)
-    params = parse_sampling(sb, state.config.defaults, vocab_size=getattr(tok, "vocab_size", None))
+    params = parse_sampling(sb, state.config.defaults, vocab_size=tok.vocab_size)
     constraint = parse_constraint(sb)
     precompile(engine, constraint)
     return InfillPlan(

@@ -116,7 +116,7 @@ async def props() -> Any:
         "architecture": engine.architecture,
         "total_params": summary["total_params"],
         "total_bytes": summary["total_bytes"],
-        "chat_template": getattr(template, "source", None) if template is not None else None,
+        "chat_template": template.source if template is not None else None,
         "default_generation": default_generation(state, engine),
         "kv_cache_dtype": engine.config.cache.kv_dtype if engine.config is not None else None,
     }
@@ -176,7 +176,7 @@ async def infer() -> Any:
 def native_params(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> Any:
     require_generation(engine)
     params = parse_sampling(
-        body, state.config.defaults, vocab_size=getattr(engine.tokenizer, "vocab_size", None), native=True
+        body, state.config.defaults, vocab_size=engine.tokenizer.vocab_size if engine.tokenizer else None, native=True
     )
     constraint = parse_constraint(body)
     precompile(engine, constraint)
@@ -184,14 +184,14 @@ def native_params(state: ServerState, engine: ServedModel, body: dict[str, Any])
 
 
 def chat_prompt(engine: ServedModel, body: dict[str, Any]) -> list[int]:
-    require_tokenizer(engine)
+    tok = require_tokenizer(engine)
     messages = parse_messages(body)
     limit = prompt_limit(engine, body)
     check_chat_size(engine, messages, limit)
     text = render_chat(engine, messages, None)
     template = engine.chat_template
-    bos = getattr(template, "bos_token", None) if template else None
-    return encode_chat(engine.tokenizer, text, bos, limit)
+    bos = template.bos_token if template is not None else None
+    return encode_chat(tok, text, bos, limit)
 
 
 def chat_request(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> tuple[Any, list[int]]:
@@ -314,7 +314,7 @@ async def detokenize() -> Any:
     if tokens is None:
         raise InvalidRequestError("'tokens' must be a list of token ids", param="tokens")
     tok = require_tokenizer(engine)
-    check_token_ids(tokens, "tokens", getattr(tok, "vocab_size", None))
+    check_token_ids(tokens, "tokens", tok.vocab_size)
     return {"text": await offload(tok.decode, tokens)}
 
 

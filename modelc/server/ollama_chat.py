@@ -85,7 +85,7 @@ def _no_images(body: dict[str, Any]) -> None:
 def _params(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> SamplingParams:
     require_generation(engine)
     params = shapes.sampling_params(
-        body.get("options"), state.config.defaults, getattr(engine.tokenizer, "vocab_size", None)
+        body.get("options"), state.config.defaults, engine.tokenizer.vocab_size if engine.tokenizer else None
     )
     constraint = shapes.format_constraint(body.get("format"))
     precompile(engine, constraint)
@@ -112,7 +112,7 @@ def _generate_prompt(engine: ServedModel, body: dict[str, Any]) -> list[int]:
         return encode_prompt(tok, text, None, limit=ollama_limit(engine, body))
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     text = render_chat(engine, messages, None)
-    return encode_chat(tok, text, getattr(engine.chat_template, "bos_token", None), ollama_limit(engine, body))
+    return encode_chat(tok, text, engine.chat_template.bos_token, ollama_limit(engine, body))
 
 
 def _think_kwargs(body: dict[str, Any]) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def _chat_prompt(engine: ServedModel, body: dict[str, Any]) -> tuple[list[int], 
     limit = ollama_limit(engine, body)
     check_chat_size(engine, messages, limit)
     text = render_chat(engine, messages, tools, _think_kwargs(body))
-    bos = getattr(engine.chat_template, "bos_token", None)
+    bos = engine.chat_template.bos_token if engine.chat_template is not None else None
     ids = encode_chat(engine.tokenizer, text, bos, limit)
     return ids, tuple(tools) if tools else None, text
 

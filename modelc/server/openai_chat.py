@@ -88,7 +88,7 @@ def parse_chat(state: ServerState, engine: ServedModel, body: dict[str, Any]) ->
     include_usage = parse_stream_options(body, stream)
     n, _ = parse_n(body, stream=stream, allow_best_of=False)
     tok = require_tokenizer(engine)  # a chat is text: a model without a tokenizer cannot take one (400)
-    params = parse_sampling(body, state.config.defaults, vocab_size=getattr(tok, "vocab_size", None))
+    params = parse_sampling(body, state.config.defaults, vocab_size=tok.vocab_size)
     messages = parse_messages(body)
     tools, tool_choice = parse_tools(body)
     offered = tools if tool_choice != "none" else None
@@ -111,7 +111,7 @@ def parse_chat(state: ServerState, engine: ServedModel, body: dict[str, Any]) ->
     check_chat_size(engine, messages, limit)
     text = render_chat(engine, messages, offered, kwargs)
     template = engine.chat_template
-    bos = getattr(template, "bos_token", None) if template is not None else None
+    bos = template.bos_token if template is not None else None
     ids = encode_chat(tok, text, bos, limit)
     params = with_constraint(params, constraint)
     syntax = model_reasoning_syntax(engine) if check_reasoning_format(body.get("reasoning_format")) != "none" else None

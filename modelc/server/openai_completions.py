@@ -71,7 +71,7 @@ def parse_completion(state: ServerState, engine: ServedModel, body: dict[str, An
     include_usage = parse_stream_options(body, stream)
     n, best_of = parse_n(body, stream=stream, allow_best_of=True)
     tok = engine.tokenizer
-    vocab = getattr(tok, "vocab_size", None)
+    vocab = tok.vocab_size if tok is not None else None
     params = parse_sampling(body, state.config.defaults, vocab_size=vocab)
     echo = get_bool(body, "echo")
     if echo and params.logprobs:

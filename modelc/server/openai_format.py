@@ -9,14 +9,14 @@ from typing import Any
 
 from modelc import __version__
 from modelc.server.generation import ChoiceResult
+from modelc.server.served import ServedTokenizer
 
 SYSTEM_FINGERPRINT = f"modelc-{__version__}"
 
 
-def token_str(tokenizer: Any, token_id: int) -> tuple[str, list[int]]:
+def token_str(tokenizer: ServedTokenizer, token_id: int) -> tuple[str, list[int]]:
     """A token's own text and bytes (a partial UTF-8 byte shows as U+FFFD in the text, exact in bytes)."""
-    tb = getattr(tokenizer, "token_bytes", None)
-    raw = tb(token_id) if callable(tb) else tokenizer.decode([token_id], skip_special=False).encode()
+    raw = tokenizer.token_bytes(token_id)
     return raw.decode("utf-8", errors="replace"), list(raw)
 
 

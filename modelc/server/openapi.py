@@ -387,7 +387,7 @@ def served_operations(paths: dict[str, Any], engine: ServedModel, *, only_model:
         paths.pop(path, None)
     if not only_model:
         return
-    vocab = getattr(engine.tokenizer, "vocab_size", None)
+    vocab = engine.tokenizer.vocab_size if engine.tokenizer is not None else None
     width = engine.source.config.get("hidden_size") if engine.source is not None else None
     _bound_by_model(
         paths, vocab if isinstance(vocab, int) and vocab > 0 else None, width if isinstance(width, int) else None

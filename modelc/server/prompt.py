@@ -12,16 +12,13 @@ from modelc.errors import InvalidRequestError, ModelcError
 from modelc.server.context import char_budget, check_ids, encode_bounded, too_long
 from modelc.server.fim import find_fim_tokens, infill_ids
 from modelc.server.schema import bad, check_token_ids
-from modelc.server.served import ServedModel
+from modelc.server.served import ServedModel, ServedTemplate
 from modelc.tokenizer.reasoning import reasoning_syntax
 
 
-def template_takes_tools(template: Any) -> bool:
-    """ChatTemplate.takes_tools (the template reads `tools`); else look for `tools` in its source."""
-    if template is None:
-        return False
-    takes = getattr(template, "takes_tools", None)
-    return bool(takes) if takes is not None else "tools" in (getattr(template, "source", "") or "")
+def template_takes_tools(template: ServedTemplate | None) -> bool:
+    """The template reads `tools` (ChatTemplate.takes_tools)."""
+    return template is not None and template.takes_tools
 
 
 def _tools_module() -> Any:
@@ -81,9 +78,8 @@ def model_reasoning_syntax(engine: ServedModel) -> Any:
     """The reasoning syntax (modelc.tokenizer.reasoning) the model's chat template or vocabulary shows, or None."""
     template = engine.chat_template
     tok = engine.tokenizer
-    to_id = getattr(tok, "token_to_id", None)
-    vocab = [t for t in ("</think>",) if to_id is not None and to_id(t) is not None]
-    return reasoning_syntax(getattr(template, "source", None), vocab)
+    vocab = [t for t in ("</think>",) if tok is not None and tok.token_to_id(t) is not None]
+    return reasoning_syntax(template.source if template is not None else None, vocab)
 
 
 def encode_chat(tokenizer: Any, text: str, bos_token: str | None, limit: int | None = None) -> list[int]:

@@ -31,6 +31,43 @@ CAPABILITIES = (GENERATE, EMBED, RERANK, INFER)
 
 
 @runtime_checkable
+class ServedTokenizer(Protocol):
+    """What the routes use of a model's tokenizer: modelc.tokenizer.Tokenizer, and the encoders' subset
+    (server/engines.EncoderTokenizer)."""
+
+    vocab_size: int
+    bos_id: int | None
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]: ...
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str: ...
+
+    def token_to_id(self, token: str) -> int | None: ...  # None when `token` is not one vocabulary entry
+
+    def token_bytes(self, token_id: int) -> bytes: ...  # the raw bytes it stands for in generated text
+
+    def all_token_bytes(self) -> list[bytes]: ...  # token_bytes of every id (built once)
+
+
+@runtime_checkable
+class ServedTemplate(Protocol):
+    """What the routes use of a chat template: modelc.tokenizer.ChatTemplate."""
+
+    source: str  # the Jinja text
+    bos_token: str  # "" when the model has none
+    takes_tools: bool  # the template reads `tools`
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        **extra: Any,
+    ) -> str: ...
+
+
+@runtime_checkable
 class ModelSource(Protocol):
     """What the server reads of the model an engine serves: modelc.ir.Model and the .modelc Artifact
     both have it (the artifact's tensors are views of the mapped file)."""
@@ -55,8 +92,8 @@ class ServedModel(Protocol):
 
     name: str
     architecture: str
-    tokenizer: Any  # modelc.tokenizer.Tokenizer (or the encoders' subset), None without one
-    chat_template: Any  # modelc.tokenizer.ChatTemplate, None without one
+    tokenizer: ServedTokenizer | None  # None without one (MLP/ONNX)
+    chat_template: ServedTemplate | None  # None without one (encoders, MLP/ONNX)
     source: ModelSource | None  # the model it serves, None when it has none (a test fake)
     context_length: int | None  # the most tokens one sequence may hold (prompt + output); None: no limit
     serves: frozenset[str]  # which of CAPABILITIES it answers

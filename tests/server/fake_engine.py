@@ -40,6 +40,14 @@ class ByteTokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         return bytes([token_id - OFFSET]) if token_id >= OFFSET else {BOS: b"<s>", EOS: b"</s>"}.get(token_id, b"")
 
+    def all_token_bytes(self) -> list[bytes]:
+        return [self.token_bytes(i) for i in range(self.vocab_size)]
+
+    def token_to_id(self, token: str) -> int | None:
+        raw = token.encode()
+        specials = {b"<s>": BOS, b"</s>": EOS}
+        return raw[0] + OFFSET if len(raw) == 1 else specials.get(raw)
+
 
 @dataclass
 class FakeTemplate:

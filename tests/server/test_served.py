@@ -21,6 +21,8 @@ from modelc.server.served import (
     RERANK,
     ModelSource,
     ServedModel,
+    ServedTemplate,
+    ServedTokenizer,
     embedding,
     generating,
     inferring,
@@ -48,6 +50,14 @@ def check_contract(engine: object, serves: set[str]) -> None:
     assert engine.config is None or isinstance(engine.config, EngineConfig)
     assert (engine.config is not None) == (GENERATE in serves)  # a scheduler and a KV cache to configure
     assert isinstance(engine.adapters, list)
+    assert engine.tokenizer is None or isinstance(engine.tokenizer, ServedTokenizer)
+    assert engine.chat_template is None or isinstance(engine.chat_template, ServedTemplate)
+    if engine.tokenizer is not None:  # what logprobs, FIM, prompt budgets and token-id bounds read
+        assert isinstance(engine.tokenizer.vocab_size, int) and engine.tokenizer.vocab_size > 0
+        ids = engine.tokenizer.encode("hi", add_special=False)
+        assert isinstance(engine.tokenizer.token_bytes(ids[0]), bytes)
+        assert len(engine.tokenizer.all_token_bytes()) == engine.tokenizer.vocab_size
+        assert engine.tokenizer.token_to_id("surely-not-one-token-xyz") is None
     view = ModelView(loaded(engine), "asked-name")  # the daemon's view serves what its engine serves
     assert isinstance(view, ServedModel) and view.serves == serves and view.name == "asked-name"
     assert view.architecture == engine.architecture and view.tokenizer is engine.tokenizer

@@ -45,9 +45,9 @@ def test_long_texts_use_encode_batch_with_the_same_ids(monkeypatch) -> None:
 
 def test_encoder_adapter_uses_encode_batch_for_long_texts() -> None:
     from modelc.engine.embedder import truncating_tokenizer
-    from modelc.server.engines import _EncoderTokenizer
+    from modelc.server.engines import EncoderTokenizer
 
-    adapter = _EncoderTokenizer(truncating_tokenizer(spm_json(), 10**6))
+    adapter = EncoderTokenizer(truncating_tokenizer(spm_json(), 10**6))
     inner = adapter._tok
     adapter._tok = spy = Spy(inner)
     text = "hello world " * GIL_FREE_CHARS

@@ -39,6 +39,10 @@ class RunnerLike(Protocol):
     def unload_adapter(self, name: str) -> Any: ...
 
 
+class StepContinuationError(Exception):
+    """The scheduler's step continuation raised in the engine's thread (a scheduler bug)."""
+
+
 class EngineCrashed(Exception):
     """A forward pass raised; the runner's state can no longer be trusted."""
 
@@ -72,7 +76,28 @@ class EngineActor:
                 return
             if isinstance(msg, Shutdown):
                 return
-            await self.scheduler.send(await self._handle(msg))
+            reply = await self._handle(msg)
+            if reply is not None:
+                await self.scheduler.send(reply)
+
+    def _steps(self, plan: BatchPlan, next_step: Any, running: list[BatchPlan]) -> BatchResult | None:
+        """Worker thread: run `plan`; with a continuation, hand each result to the scheduler right here
+        and run the plan it gives back, so a decode step costs no trip through the event loop and no
+        thread wake-up (the loop delivers the tokens meanwhile). None: every result is applied."""
+        while True:
+            running[0] = plan
+            result = self.runner.execute(plan)
+            if next_step is None:
+                return result
+            try:
+                applied, nxt = next_step(self.engine_id, plan, result)
+            except Exception as exc:
+                raise StepContinuationError(describe(exc)) from exc
+            if not applied:
+                return result
+            if nxt is None:
+                return None
+            plan = nxt
 
     async def _call(self, fn: Any, *args: Any) -> Any:
         # abandon_on_cancel stays False: a step that is writing KV pages must finish.
@@ -80,15 +105,19 @@ class EngineActor:
 
     async def _handle(self, msg: object) -> object:
         match msg:
-            case RunBatch(plan=plan):
+            case RunBatch(plan=plan, next_step=next_step):
+                running = [plan]  # the plan in the forward now (a chained one, once the first is applied)
                 try:
-                    result = await self._call(self.runner.execute, plan)
+                    result = await self._call(self._steps, plan, next_step, running)
+                except StepContinuationError:
+                    raise  # the scheduler's own code failed, not the forward: not a crashed engine
                 except Exception as exc:
+                    plan = running[0]
                     error = f"engine {self.engine_id} failed in a forward pass: {describe(exc)}"
                     failed = BatchResult(plan.step_id, (), error=error)
                     await self.scheduler.send(BatchDone(self.engine_id, plan, failed, engine_reset=True))
                     raise EngineCrashed(error) from exc
-                return BatchDone(self.engine_id, plan, result)
+                return None if result is None else BatchDone(self.engine_id, running[0], result)
             case LoadAdapter(request_id=rid, name=name, path=path, alpha=alpha, global_=global_):
                 load = (
                     functools.partial(self.runner.load_adapter, global_=True) if global_ else self.runner.load_adapter

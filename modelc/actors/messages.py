@@ -7,6 +7,7 @@ SequenceFinished) are the scheduler's own output types, re-exported here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -160,10 +161,15 @@ class Shutdown:
 
 @dataclass(frozen=True, slots=True)
 class RunBatch:
-    """Sent only to an idle engine (no RunBatch, Embed or adapter job outstanding)."""
+    """Sent only to an idle engine (no RunBatch, Embed or adapter job outstanding). `next_step`, when
+    set, is the scheduler's step continuation (SchedulerActor.next_step): the engine calls it in its
+    worker thread with each finished plan and runs the plan it returns, until it returns none; then
+    every result is already applied and the engine answers nothing (unless next_step declined to
+    apply the last one: then BatchDone as usual)."""
 
     engine_id: int
     plan: BatchPlan
+    next_step: Callable[[int, BatchPlan, BatchResult], tuple[bool, BatchPlan | None]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,16 +11,27 @@ NOTE: this actor never waits on anyone but its own inbox, so its loop always dra
 - request mailboxes hold max_tokens + 4, more than a sequence's events (accepted, tokens,
   finished, abort ack), and admin replies go to one-shot mailboxes that hold one;
 so every delivery here is a tell() that cannot block. See docs/architecture.md, "Actor graph (H6)".
+
+NOTE: the step continuation. A RunBatch carries `next_step`: the engine's worker thread calls it with
+each finished plan and runs the plan it returns, so back-to-back steps (a decode) never wait for the
+event loop to wake up (on a busy machine each wake-up costs a scheduler slice, more than a small
+model's forward). `next_step` is BatchDone handled in that thread: `handle` runs under `lock` on both
+sides, and every answer, from either thread, goes through one outbox that only the loop delivers, in
+the order the lock saw them. The engine still gets nothing else while it runs (it is busy); a message
+for it (Embed, an adapter job, Shutdown) ends the chain: next_step returns None and the engine reads it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import anyio
+import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from modelc.actors.mailbox import Address
@@ -45,7 +56,7 @@ from modelc.actors.messages import (
 )
 from modelc.engine.core import EngineCore
 from modelc.errors import EngineError, ModelcError, NotFoundError, OverloadedError
-from modelc.scheduler.batch import BatchPlan
+from modelc.scheduler.batch import BatchPlan, BatchResult
 from modelc.scheduler.output import SeqEvent
 from modelc.scheduler.sequence import Sequence
 
@@ -86,8 +97,13 @@ class SchedulerActor:
         self.stopped = False  # Shutdown has been sent to the engines
         self.engine_restarts = 0
         self.snapshot: MappingProxyType = MappingProxyType(self._stats())
+        self.lock = threading.Lock()  # handle() from the loop and from an engine's next_step
+        self._outbox: list[Out] = []  # answers in lock order, delivered by the loop (_flush)
+        self._flush_posted = False
+        self._post: Callable[[Callable[[], None]], None] | None = None  # run a callable on the loop, from a thread
 
     async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
+        self._post = _loop_poster()
         task_status.started()
         try:
             with self.inbox:
@@ -96,16 +112,18 @@ class SchedulerActor:
                         msg = await self.inbox.receive()
                     except anyio.EndOfStream:
                         msg = Shutdown("every sender is gone")
-                    self._deliver(self.handle(msg))
+                    self._receive(msg)
                 # Late arrivals get an answer, then the closed inbox turns further sends into errors.
                 while True:
                     try:
                         msg = self.inbox.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                    self._deliver(self.handle(msg))
+                    self._receive(msg)
         finally:
-            self._hang_up()
+            with self.lock:
+                self._post = None  # no more continuations: an engine still running answers by mail
+                self._hang_up()
 
     def _hang_up(self) -> None:
         """Leaving for good (shutdown, or the tree is going down): close every reply address still
@@ -119,10 +137,40 @@ class SchedulerActor:
         for address in waiting:
             address.close()
 
-    def _deliver(self, outs: list[Out]) -> None:
+    def _receive(self, msg: object) -> None:
+        with self.lock:
+            self._outbox.extend(self.handle(msg))
+        self._flush()
+
+    def _flush(self) -> None:
+        """On the loop: deliver every answer queued so far, in order."""
+        with self.lock:
+            outs, self._outbox, self._flush_posted = self._outbox, [], False
+            self.snapshot = MappingProxyType(self._stats())
         for address, msg in outs:
             address.tell(msg)
-        self.snapshot = MappingProxyType(self._stats())
+
+    def next_step(self, engine_id: int, plan: BatchPlan, result: BatchResult) -> tuple[bool, BatchPlan | None]:
+        """In engine `engine_id`'s worker thread: apply its finished plan (BatchDone) and return (True,
+        the next plan it should run now or None: nothing to run, or another job for it waits in the
+        outbox). (False, None) while shutting down: the engine answers BatchDone by mail, as without."""
+        with self.lock:
+            if self.stopping or self._post is None:
+                # the loop must see the engines go idle (it sends them Shutdown), or this actor is gone
+                return False, None
+            outs = self.handle(BatchDone(engine_id, plan, result))
+            nxt = None
+            for k, (_, msg) in enumerate(outs):
+                if isinstance(msg, RunBatch) and msg.engine_id == engine_id:
+                    nxt = outs.pop(k)[1].plan
+                    break
+            self._outbox.extend(outs)
+            post = not self._flush_posted
+            self._flush_posted = True
+            poster = self._post
+        if post:
+            poster(self._flush)
+        return True, nxt
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -199,7 +247,7 @@ class SchedulerActor:
             self._route(events, outs)
             if plan is not None:
                 eng.busy, eng.plan = True, plan
-                outs.append((eng.address, RunBatch(i, plan)))
+                outs.append((eng.address, RunBatch(i, plan, self.next_step if self._post else None)))
 
     # -- sequences -----------------------------------------------------------------------------
 
@@ -310,6 +358,18 @@ class SchedulerActor:
         total["engines"] = len(self.engines)
         total["engine_restarts"] = self.engine_restarts
         return total
+
+
+def _loop_poster() -> Callable[[Callable[[], None]], None]:
+    """A function that runs a callable soon on this event loop, called from any thread without waiting
+    (anyio.from_thread waits for the result; the engine's thread must not)."""
+    if sniffio.current_async_library() == "trio":
+        import trio  # only under trio
+
+        return trio.lowlevel.current_trio_token().run_sync_soon
+    import asyncio
+
+    return asyncio.get_running_loop().call_soon_threadsafe
 
 
 def _stopping() -> ModelcError:

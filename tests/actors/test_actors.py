@@ -93,6 +93,33 @@ async def test_one_request_streams_then_finishes(anyio_backend) -> None:
         await run_tree(config, body, **kw)
 
 
+async def test_back_to_back_steps_run_in_the_engine_thread(anyio_backend, monkeypatch) -> None:
+    # The step continuation: a 20-token generation is one RunBatch (one worker-thread call and no
+    # BatchDone by mail): the engine's thread applies each step and runs the next one.
+    from modelc.actors.engine import EngineActor
+    from modelc.actors.messages import RunBatch
+
+    handled: list[str] = []
+    handle = EngineActor._handle
+
+    async def counting(self, msg):
+        handled.append(type(msg).__name__)
+        reply = await handle(self, msg)
+        handled.append(type(reply).__name__)
+        return reply
+
+    monkeypatch.setattr(EngineActor, "_handle", counting)
+    config, kw = cfg()
+
+    async def body(tree: Tree) -> None:
+        toks, fin = await tree.collect(list(range(3, 23)), greedy(20))
+        assert toks == greedy_alone(list(range(3, 23)), 20) and fin.finish_reason == "length"
+
+    with anyio.fail_after(20):
+        await run_tree(config, body, **kw)
+    assert handled.count(RunBatch.__name__) == 1 and "BatchDone" not in handled
+
+
 @pytest.mark.parametrize("num_blocks,budget", [(64, 512), (64, 16), (6, 64)], ids=["plain", "chunked", "preempt"])
 async def test_concurrent_greedy_equals_alone(anyio_backend, num_blocks, budget) -> None:
     config, kw = cfg(num_blocks, max_batch_tokens=budget, max_num_seqs=16)

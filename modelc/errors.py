@@ -65,6 +65,8 @@ class RateLimitError(ModelcError):
     error_type = "rate_limit_error"
     code = "rate_limit_exceeded"
 
+    reason: str | None = None  # the metrics label when not the engine's queue ("max_concurrent": the server's limit)
+
     def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
@@ -76,6 +78,8 @@ class OverloadedError(ModelcError):
     http_status = 503
     error_type = "server_error"
     code = "overloaded"
+
+    reason: str | None = None  # the metrics label when not the engine's queue ("max_concurrent": the server's limit)
 
     def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
         super().__init__(message)

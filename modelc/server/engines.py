@@ -88,10 +88,10 @@ class EncoderEngine(_NoLora):
         self.source = source
         self._embedder_source = as_source(source)
         self._embedder = Embedder(self._embedder_source)
-        self.name = getattr(source, "name", "") or self._embedder.name
-        self.architecture = getattr(source, "architecture", "bert")
+        self.name = self._embedder_source.name or self._embedder.name
+        self.architecture = self._embedder_source.architecture or "bert"
         self.context_length = self._embedder.max_seq_length  # inputs beyond it: a 400, or cut with `truncate`
-        tok = getattr(self._embedder, "_tok", None)  # the truncating tokenizer the embedder itself uses
+        tok = self._embedder.tokenizer  # the truncating tokenizer the embedder itself uses (None without one)
         self.tokenizer = EncoderTokenizer(tok) if tok is not None else None
         self.chat_template = None
         self._limiter = anyio.CapacityLimiter(1)
@@ -145,7 +145,7 @@ class InferEngine(_NoLora):
 
         self.source = source
         self._inferencer = Inferencer(source)
-        self.name = getattr(source, "name", "") or self._inferencer.name
+        self.name = self._inferencer.name  # the source's name, else its architecture's
         self.architecture = self._inferencer.architecture
         self.tokenizer = None
         self.chat_template = None

@@ -41,7 +41,7 @@ class ShuttingDownError(ModelcError):
 def rejection_reason(err: ModelcError) -> str | None:
     """The `reason` label of modelc_requests_rejected_total for a refused request, None for other errors."""
     if isinstance(err, OverloadedError):
-        return getattr(err, "reason", None) or ("shutting_down" if "shutting down" in err.message else "queue_full")
+        return err.reason or ("shutting_down" if "shutting down" in err.message else "queue_full")
     return {
         RateLimitError: "rate_limit",
         ShuttingDownError: "shutting_down",

@@ -20,6 +20,7 @@ import numpy as np
 
 from modelc.cache.budget import kv_bytes_per_block
 from modelc.errors import InvalidRequestError, ModelcError
+from modelc.request import GenerateEvent, SamplingParams
 from modelc.server.served import ModelSource, ServedModel, embedding, generating, inferring, reranking
 
 GRACE_S = 2.0  # a model handed to a request counts as busy this long, before its first generate() starts
@@ -163,9 +164,9 @@ class ModelView:
         await self._engine.unload_adapter(name)
 
     async def generate(
-        self, prompt_token_ids: list[int], params: Any = None, request_id: str | None = None
-    ) -> AsyncIterator[Any]:
-        if self.adapter is not None and params is not None and params.adapter is None:
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[GenerateEvent]:
+        if self.adapter is not None and params.adapter is None:
             params = replace(params, adapter=self.adapter)
         self._entry.begin()
         try:

@@ -36,25 +36,12 @@ class PackResult:
     stored_as: dict[str, str] = field(default_factory=dict)  # tensors whose rows forced another kind
 
 
-def pack(
-    source_path: str | os.PathLike[str],
-    *,
-    out: str | os.PathLike[str] | None = None,
-    name: str | None = None,
-    format: str | None = None,
-    arch: str | None = None,
-    compress: str | None = None,
-    level: int = 3,
-    quantize: str | None = None,
-    prune: float | None = None,
-    chat_template: str | os.PathLike[str] | None = None,
-    quantize_embeddings: bool = False,
-    quantize_output: bool = False,
-    progress: Callable[[int, int], None] | None = None,
-    source_hash: bool = False,
-) -> Path:
-    """Pack `source_path` into a .modelc: to `out`, else into the store under `name`. Returns the path."""
-    return pack_model(**locals()).path
+def pack(source_path: str | os.PathLike[str], **options: Any) -> Path:
+    """Pack `source_path` into a .modelc: to `out`, else into the store under `name`. Returns the path.
+
+    The keyword options are pack_model()'s (out, name, format, arch, compress, level, quantize, prune,
+    chat_template, quantize_embeddings, quantize_output, progress, source_hash)."""
+    return pack_model(source_path, **options).path
 
 
 def pack_model(

@@ -23,6 +23,7 @@ for it (Embed, an adapter job, Shutdown) ends the chain: next_step returns None 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -31,7 +32,6 @@ from types import MappingProxyType
 from typing import Any
 
 import anyio
-import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from modelc.actors.mailbox import Address
@@ -363,13 +363,12 @@ class SchedulerActor:
 def _loop_poster() -> Callable[[Callable[[], None]], None]:
     """A function that runs a callable soon on this event loop, called from any thread without waiting
     (anyio.from_thread waits for the result; the engine's thread must not)."""
-    if sniffio.current_async_library() == "trio":
-        import trio  # only under trio
+    try:
+        return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:  # no asyncio loop: trio (the actor core's tests run under it)
+        import trio  # lazy: only under trio, a test dependency
 
         return trio.lowlevel.current_trio_token().run_sync_soon
-    import asyncio
-
-    return asyncio.get_running_loop().call_soon_threadsafe
 
 
 def _stopping() -> ModelcError:

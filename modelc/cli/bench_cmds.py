@@ -15,7 +15,6 @@ import tempfile
 import time
 from typing import Any
 
-import numpy as np
 import typer
 
 from modelc.errors import InvalidRequestError
@@ -51,6 +50,8 @@ def cold_start_s(path: str, threads: int | None, *, fresh_cache: bool) -> float:
 
 
 def _percentile(xs: list[float], q: float) -> float:
+    import numpy as np  # lazy: the CLI imports this module for every command (even --help)
+
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
 
 
@@ -58,6 +59,8 @@ def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int
               cold: bool = True) -> dict[str, Any]:  # fmt: skip
     """Every measurement as a dict (what --json prints). Each timed step is one EngineCore.step() of the
     sync Engine: scheduling, the forward and the update, as the served engine runs them."""
+    import numpy as np  # lazy: the CLI imports this module for every command (even --help)
+
     from modelc.api.engine import Engine
     from modelc.request import SamplingParams
     from modelc.scheduler.output import TokenEmitted

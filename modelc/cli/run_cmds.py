@@ -16,8 +16,6 @@ from typing import Any
 import anyio
 import typer
 
-from modelc.server.state import GenerationDefaults, ServerConfig
-
 
 def engine_config(
     *,
@@ -160,6 +158,7 @@ def run_cmd(
     from modelc.daemon import launch
     from modelc.server.daemon import serve
     from modelc.server.manager.models import ModelManager, parse_keep_alive
+    from modelc.server.state import GenerationDefaults, ServerConfig  # lazy: not for `modelc --help`
 
     if detach and not os.environ.get(launch.DETACH_ENV):
         info = launch.detach(launch.argv_from_context(ctx), api_key=api_key, timeout_s=ready_timeout)

@@ -19,9 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from modelc.capabilities import source_capabilities
 from modelc.errors import ChecksumError, UnsupportedError
-from modelc.ir import SCALE_SUFFIX
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False)
@@ -58,7 +56,9 @@ def quant_sizes(source: Any) -> dict[str, int]:
     without --quantize-embeddings/--quantize-output; norms and biases always do), each at the kind its
     rows allow (quantize.effective_kind: rows that are not whole blocks fall back); int8/int4 add one
     F32 scale per row. "fp32" is every float tensor as F32."""
+    # lazy: the CLI imports this module for every command (even --help); numpy and the packer load only here
     from modelc.artifact.quantize import effective_kind, should_quantize
+    from modelc.ir import SCALE_SUFFIX
 
     sizes = dict.fromkeys(QUANT_PREVIEW, 0)
     for name, t in source.tensors.items():
@@ -89,6 +89,9 @@ def _quantized_bytes(t: Any, kind: str) -> int:
 
 def describe(source: Any, path: Path) -> dict[str, Any]:
     """The inspect summary as plain data (used for --json and the table)."""
+    # lazy: the CLI imports this module for every command (even --help); the model stack loads only here
+    from modelc.capabilities import source_capabilities
+
     header = getattr(source, "header", None)
     fmt = f"modelc (from {source.source_format or '?'})" if header is not None else source.source_format
     return {

@@ -17,7 +17,6 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from modelc.artifact.format import is_artifact
 from modelc.daemon.state_file import DaemonInfo, read_state, remove_state, write_state
 from modelc.errors import ModelcError, NotFoundError
 
@@ -47,6 +46,9 @@ def serve_target(artifact: str | None, progress_bar: ProgressBar | None = None) 
                 "pass one: `modelc run NAME|FILE.modelc|WEIGHTS`"
             )
         return path, _header_name(path)
+    # lazy: the artifact package imports numpy; the CLI imports this module for every command (even --help)
+    from modelc.artifact.format import is_artifact
+
     p = Path(artifact).expanduser()
     if p.is_dir() or (p.is_file() and not is_artifact(p)):
         return pack_weights(p, progress_bar)

@@ -16,8 +16,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelc.store import home
-
 FILE_NAME = "daemon.json"
 FILE_MODE = 0o600
 
@@ -36,6 +34,8 @@ def new_token() -> str:
 
 
 def state_path() -> Path:
+    from modelc.store import home  # lazy: store imports numpy; `modelc --help` reads no daemon state
+
     return home() / FILE_NAME
 
 

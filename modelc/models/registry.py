@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelc.errors import UnsupportedError
-from modelc.kernels.select import KernelSet, kernel_set
 from modelc.models.bounds import check_counts
+
+if TYPE_CHECKING:
+    from modelc.kernels.select import KernelSet
 
 ARCHITECTURES = {
     "llama": "llama", "mistral": "llama", "qwen2": "llama", "phi3": "llama", "qwen3": "llama", "olmo2": "llama",
@@ -23,7 +25,12 @@ def build_model(source: Any, kernels: KernelSet | None = None):
         raise UnsupportedError(f"architecture {arch!r} cannot generate text (supported: {', '.join(ARCHITECTURES)})")
 
     check_counts(source)  # config counts against the tensors present, before anything is allocated from them
-    ks = kernels or kernel_set()
+    if kernels is None:
+        # lazy: capabilities and model_info read ARCHITECTURES without numba; it loads only to build a model
+        from modelc.kernels.select import kernel_set
+
+        kernels = kernel_set()
+    ks = kernels
     if family == "gpt2":
         # lazy: numba kernels load (and compile) only when this path runs
         from modelc.models.gpt2 import Gpt2Model

@@ -94,3 +94,18 @@ def test_read_only_store_is_one_error_line(tmp_path, monkeypatch, capsys):
         assert main(argv) == 1, argv
         err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
         assert len(err) == 1 and err[0].startswith("error: ") and "Read-only file system" in err[0], err
+
+
+def test_help_and_version_load_no_numpy_numba_or_server():
+    """`modelc --help` / `--version` build the whole command tree but load none of the heavy stacks
+    (numba alone took ~0.25 s of a 0.45 s --help before)."""
+    probe = (
+        "import sys\nfrom modelc.cli.main import main\n"
+        "for argv in (['--help'], ['--version'], ['run', '--help']):\n"
+        "    assert main(argv) == 0\n"
+        "heavy = sorted(m for m in ('numpy', 'numba', 'quart', 'hypercorn', 'httpx') if m in sys.modules)\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "HEAVY []" in out.stdout, out.stdout[-500:]

@@ -6,10 +6,16 @@ import os
 
 from modelc.version import __version__
 
-# OpenMP threads (numba's parallel kernels, OpenBLAS) spin while they wait by default; on a busy
-# CPU that starves a descheduled peer thread and made 2-thread decode 10x slower (measured,
-# docs/kernels.md). It must be set before the first parallel kernel runs, so it is set here,
-# when the package is imported. An explicit setting from the user wins.
+# OpenMP threads (numba's parallel kernels, OpenBLAS) spin while they wait by default (libgomp:
+# ~300000 rounds); on a busy CPU that starves a descheduled peer thread and made 2-thread decode
+# 10x slower (measured, docs/kernels.md). Fully passive waiting costs the other extreme: every
+# parallel kernel then wakes a sleeping thread, ~45 us on this VM, ~180 times per decode token.
+# So the threads spin briefly (GOMP_SPINCOUNT=1000: the gap between two kernels of one token)
+# and then sleep: TinyLlama Q4_K_M decode 25.7-29.8 vs 21.5-24.9 tok/s fully passive (2 threads,
+# quiet VM). Both are read when libgomp loads, at the first parallel kernel, so they are set
+# here, when the package is imported. An explicit setting of either from the user wins.
+if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+    os.environ["GOMP_SPINCOUNT"] = "1000"
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 __all__ = ["__version__", "Engine", "AsyncEngine"]

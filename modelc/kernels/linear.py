@@ -12,10 +12,7 @@ from __future__ import annotations
 import os
 
 # NOTE: libgomp (numba's default `omp` threading layer) reads this when it loads, at
-# the first parallel kernel. Its default spin-waiting at barriers burns the cycles a
-# descheduled peer thread needs: with 2 threads on a busy 2-vCPU box a T=1 matmul
-# was 10x slower than passive waiting (measured: 0.5 vs 5.3 tok/s matmul-only on
-# a TinyLlama Q4_0). An explicit setting from the user wins.
+# the first parallel kernel; modelc/__init__.py sets it (and a short GOMP_SPINCOUNT) and says why.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numba  # noqa: E402

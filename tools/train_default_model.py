@@ -1,15 +1,16 @@
-"""Train modelc's bundled default model: a tiny LLaMA-shaped Python code model.
+"""Train modelc's bundled default model: a tiny LLaMA-shaped Python code model with FIM and chat.
 
-Dev-only tool (needs torch, which modelc itself never imports). Trains on the
-CPython standard library's own sources (PSF licence, redistributable), writes a
-Hugging Face folder (config.json, model.safetensors, tokenizer.json,
-tokenizer_config.json) and, when modelc is importable, packs it into
-modelc/data/default.modelc.
+Dev-only tool (needs torch, tokenizers, jinja2; modelc itself never imports torch). Trains on the
+CPython standard library's own sources (PSF licence, redistributable; tools/default_model_data.py),
+seeded and resumable: OUT/ckpt.pt (model, optimizer, step, data RNG) is rewritten every
+--eval-every steps and on SIGTERM/SIGINT, and a rerun of the same command continues from it. The
+best held-out checkpoint so far is exported as a Hugging Face folder, OUT/best, ready for
+`modelc pack`. The budget is in optimizer steps (--steps), never wall-clock, so pauses
+(SIGSTOP/SIGCONT) cost nothing. Learning rate: linear warmup, constant, then a cosine decay over the
+last --decay-frac of the steps (warmup-stable-decay); OUT/stable.pt keeps the weights from the
+start of the decay, so a later session can continue the constant phase with a larger --steps.
 
-    python tools/train_default_model.py --minutes 20 --out /tmp/default-model
-
-Seeded; the held-out perplexity (every 20th stdlib file) is printed and written
-to OUT/metrics.json.
+    nice -n 19 python tools/train_default_model.py --init-from /work/dm-train/base --out /work/dm-train/run --steps 3000
 """
 
 from __future__ import annotations
@@ -19,284 +20,260 @@ import json
 import math
 import os
 import pathlib
-import random
-import sysconfig
+import signal
+import sys
 import time
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from torch import nn
+from tokenizers import Tokenizer
 
-EOS = "<|endoftext|>"
-CHAT_TEMPLATE = (
-    "{% for message in messages %}# {{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}# assistant:\n{% endif %}"
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from default_model_data import (  # noqa: E402
+    CHAT_TEMPLATE,
+    EOS,
+    IM_END,
+    NEW_SPECIALS,
+    Batches,
+    read_texts,
+    split_files,
 )
+from default_model_net import TinyLlama, config_json, load_hf_weights, save_hf_folder  # noqa: E402
+
+SHAPE = {
+    "hidden_size": 256,
+    "intermediate_size": 704,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "max_position_embeddings": 1024,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+}
 
 
-def stdlib_files() -> list[pathlib.Path]:
-    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts)
-    return [p for p in files if 200 < p.stat().st_size < 400_000]
+def lr_at(step: int, args) -> float:
+    warm = min(1.0, (step + 1) / args.warmup)
+    decay_start = int(args.steps * (1 - args.decay_frac))
+    if step < decay_start:
+        return args.lr * warm
+    frac = min(1.0, (step - decay_start) / max(1, args.steps - decay_start))
+    return args.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def read_texts(files: list[pathlib.Path]) -> list[str]:
-    out = []
-    for p in files:
-        try:
-            out.append(p.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, OSError):
-            continue
+def token_bytes(tok: Tokenizer) -> np.ndarray:
+    """UTF-8 bytes each token stands for (byte-level BPE: one character per byte); 0 for special tokens."""
+    out = np.zeros(tok.get_vocab_size(), dtype=np.int64)
+    specials = {t.content for t in tok.get_added_tokens_decoder().values()}
+    for text, i in tok.get_vocab().items():
+        out[i] = 0 if text in specials else len(text)
     return out
 
 
-def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+@torch.no_grad()
+def evaluate(model, held_ids: np.ndarray, nbytes: np.ndarray, extra_rows: dict[str, np.ndarray]) -> dict:
+    """The first model's protocol: the first 200 windows of 128 tokens of the held-out stream (per-token
+    perplexity and bits per byte), plus mean loss over held-out FIM and chat rows."""
+    model.eval()
+    nats, tokens, byts = 0.0, 0, 0
+    for i in range(200):
+        chunk = torch.from_numpy(held_ids[i * 128 : i * 128 + 129])[None]
+        logits = model(chunk[:, :-1]).float()
+        nats += F.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
+        tokens += 128
+        byts += int(nbytes[chunk[0, 1:].numpy()].sum())
+    out = {"ppl": math.exp(nats / tokens), "bpb": nats / math.log(2) / byts, "eval_tokens": tokens, "bytes": byts}
+    for name, rows in extra_rows.items():
+        x = torch.from_numpy(rows)
+        logits = model(x[:, :-1]).float()
+        out[name + "_loss"] = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1)).item()
+    model.train()
+    return out
+
+
+def export(model, tok, cfg, folder: pathlib.Path, metrics: dict) -> None:
+    """A complete HF folder, written beside and renamed into place."""
+    eos_id, im_end = tok.token_to_id(EOS), tok.token_to_id(IM_END)
+    tmp = folder.with_name(folder.name + ".tmp")
+    tok_cfg = {
+        "bos_token": EOS,
+        "eos_token": EOS,
+        "add_bos_token": False,
+        "model_max_length": 1024,
+        "chat_template": CHAT_TEMPLATE,
+    }
+    save_hf_folder(
+        model,
+        tok,
+        tmp,
+        {
+            "config.json": config_json(cfg, eos_id),
+            "tokenizer_config.json": json.dumps(tok_cfg, indent=2),
+            "generation_config.json": json.dumps({"bos_token_id": eos_id, "eos_token_id": [eos_id, im_end]}),
+            "metrics.json": json.dumps(metrics, indent=2),
+        },
     )
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
+    if folder.exists():
+        old = folder.with_name(folder.name + ".old")
+        folder.rename(old)
+        tmp.rename(folder)
+        for p in old.iterdir():
+            p.unlink()
+        old.rmdir()
+    else:
+        tmp.rename(folder)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+def save_ckpt(path: pathlib.Path, state: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
 
 
-def rotate_half(x):
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
-
-class Block(nn.Module):
-    def __init__(self, c: dict) -> None:
-        super().__init__()
-        d, h, kv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-        self.h, self.kv, self.hd = h, kv, hd
-        self.input_layernorm = RMSNorm(d, c["rms_norm_eps"])
-        self.post_attention_layernorm = RMSNorm(d, c["rms_norm_eps"])
-        self.self_attn = nn.Module()
-        self.self_attn.q_proj = nn.Linear(d, h * hd, bias=False)
-        self.self_attn.k_proj = nn.Linear(d, kv * hd, bias=False)
-        self.self_attn.v_proj = nn.Linear(d, kv * hd, bias=False)
-        self.self_attn.o_proj = nn.Linear(h * hd, d, bias=False)
-        self.mlp = nn.Module()
-        self.mlp.gate_proj = nn.Linear(d, c["intermediate_size"], bias=False)
-        self.mlp.up_proj = nn.Linear(d, c["intermediate_size"], bias=False)
-        self.mlp.down_proj = nn.Linear(c["intermediate_size"], d, bias=False)
-
-    def forward(self, x, cos, sin):
-        b, t, _ = x.shape
-        a = self.self_attn
-        y = self.input_layernorm(x)
-        q = a.q_proj(y).view(b, t, self.h, self.hd).transpose(1, 2)
-        k = a.k_proj(y).view(b, t, self.kv, self.hd).transpose(1, 2)
-        v = a.v_proj(y).view(b, t, self.kv, self.hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        rep = self.h // self.kv
-        k = k.repeat_interleave(rep, dim=1)
-        v = v.repeat_interleave(rep, dim=1)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + a.o_proj(o.transpose(1, 2).reshape(b, t, -1))
-        y = self.post_attention_layernorm(x)
-        m = self.mlp
-        return x + m.down_proj(F.silu(m.gate_proj(y)) * m.up_proj(y))
-
-
-class TinyLlama(nn.Module):
-    def __init__(self, c: dict) -> None:
-        super().__init__()
-        self.c = c
-        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList(Block(c) for _ in range(c["num_hidden_layers"]))
-        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        hd = c["head_dim"]
-        inv = 1.0 / (c["rope_theta"] ** (torch.arange(0, hd, 2).float() / hd))
-        pos = torch.arange(c["max_position_embeddings"]).float()
-        freqs = torch.outer(pos, inv)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.register_buffer("cos", emb.cos(), persistent=False)
-        self.register_buffer("sin", emb.sin(), persistent=False)
-        for mod in self.modules():  # GPT-2 style init: small weights keep the tied head's logits sane
-            if isinstance(mod, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(mod.weight, std=0.02)
-
-    def forward(self, ids):
-        t = ids.shape[1]
-        x = self.embed_tokens(ids)
-        cos, sin = self.cos[:t], self.sin[:t]
-        for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.norm(x) @ self.embed_tokens.weight.T  # tied output head
-
-
-def hf_state_dict(model: TinyLlama) -> dict[str, torch.Tensor]:
-    out = {}
-    for k, v in model.state_dict().items():
-        out["model." + k] = v.detach().contiguous().clone()
-    return out
+def setup(args, out: pathlib.Path):
+    """(tokenizer, config, model, checkpoint state or None) for a fresh or resumed run."""
+    ckpt = out / "ckpt.pt"
+    if ckpt.exists():
+        tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+        cfg = json.loads((out / "shape.json").read_text())
+        model = TinyLlama(cfg)
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        print(f"resumed from {ckpt} at step {state['step']}", flush=True)
+        return tok, cfg, model, state
+    src = pathlib.Path(args.init_from)
+    tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    old_vocab = tok.get_vocab_size()
+    tok.add_special_tokens([t for t in NEW_SPECIALS if tok.token_to_id(t) is None])
+    cfg = {"vocab_size": tok.get_vocab_size(), **SHAPE}
+    model = TinyLlama(cfg)
+    weights = load_hf_weights(src)
+    emb = weights["embed_tokens.weight"]
+    new_rows = emb.mean(0, keepdim=True) + 0.02 * torch.randn(cfg["vocab_size"] - old_vocab, emb.shape[1])
+    weights["embed_tokens.weight"] = torch.cat([emb, new_rows])
+    model.load_state_dict(weights)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "shape.json").write_text(json.dumps(cfg, indent=2))
+    print(f"initialised from {src}: vocabulary {old_vocab} -> {cfg['vocab_size']}", flush=True)
+    return tok, cfg, model, None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="/tmp/modelc-default-model")
-    ap.add_argument("--minutes", type=float, default=20.0)
-    ap.add_argument("--vocab", type=int, default=4096)
-    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--out", default="/work/dm-train/run")
+    ap.add_argument("--init-from", default="/work/dm-train/base", help="HF folder to start from (fresh runs)")
+    ap.add_argument("--steps", type=int, default=3000, help="schedule length in optimizer steps")
+    ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--decay-frac", type=float, default=0.2)
+    ap.add_argument("--fim-rate", type=float, default=0.3)
+    ap.add_argument("--chat-rate", type=float, default=0.15)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--bf16", type=int, default=1, help="bf16 autocast for the forward pass (1.5x on AVX-512 BF16)")
+    ap.add_argument("--eval-every", type=int, default=150)
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--resume", default=None, help="continue from a folder this script wrote (same tokenizer)")
-    ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--pack", default=None, help="also pack into this .modelc path (needs modelc importable)")
+    ap.add_argument("--pid-file", default="/work/dm-train/train.pid")
     args = ap.parse_args()
 
-    random.seed(args.seed)
-    np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(args.pid_file).write_text(f"{os.getpid()}\n")
+    tok, cfg, model, state = setup(args, out)
 
-    files = stdlib_files()
-    held = files[::20]
-    train = [f for i, f in enumerate(files) if i % 20]
-    train_texts, held_texts = read_texts(train), read_texts(held)
-    print(f"{len(train_texts)} training files, {len(held_texts)} held-out files")
-
-    if args.resume:
-        tok = Tokenizer.from_file(str(pathlib.Path(args.resume) / "tokenizer.json"))
-    else:
-        tok = train_tokenizer(train_texts, args.vocab)
-    eos_id = tok.token_to_id(EOS)
-    enc = lambda texts: np.concatenate(  # noqa: E731
-        [np.array(e.ids + [eos_id], dtype=np.int64) for e in tok.encode_batch(texts)]
+    streams = {}
+    for part, files in zip(("train", "held"), split_files(), strict=True):
+        cache = out / f"data-{part}.npz"
+        if not cache.exists():
+            np.savez(cache.with_suffix(".tmp.npz"), **Batches.arrays(tok, read_texts(files)))
+            os.replace(cache.with_suffix(".tmp.npz"), cache)
+        streams[part] = dict(np.load(cache))
+    data = Batches(tok, streams["train"], args.seq, args.fim_rate, args.chat_rate)
+    held = Batches(tok, streams["held"], args.seq, 1.0, 0.0)
+    erng = np.random.default_rng(7)
+    extra = {"fim": held.batch(erng, 48)}
+    held.chat_rate = 1.0
+    extra["chat"] = held.batch(erng, 48)
+    nbytes = token_bytes(tok)
+    print(
+        f"training: {len(data.code):,} tokens, {data.n_chat} chat pairs; held out: {len(held.code):,} tokens; "
+        f"{sum(p.numel() for p in model.parameters()):,} parameters",
+        flush=True,
     )
-    train_ids, held_ids = enc(train_texts), enc(held_texts)
-    print(f"{len(train_ids):,} training tokens, {len(held_ids):,} held-out tokens")
 
-    cfg = {
-        "vocab_size": tok.get_vocab_size(),
-        "hidden_size": 256,
-        "intermediate_size": 704,
-        "num_hidden_layers": 4,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-        "max_position_embeddings": 1024,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-    }
-    model = TinyLlama(cfg)
-    if args.resume:
-        from safetensors.torch import load_file
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05, betas=(0.9, 0.95))
+    rng = np.random.default_rng(args.seed)
+    step, best, seen = 0, None, 0
+    if state is not None:
+        opt.load_state_dict(state["opt"])
+        rng.bit_generator.state = state["rng"]
+        step, best, seen = state["step"], state["best"], state["tokens"]
+    log = (out / "log.jsonl").open("a")
 
-        state = {
-            k.removeprefix("model."): v
-            for k, v in load_file(str(pathlib.Path(args.resume) / "model.safetensors")).items()
-        }
-        model.load_state_dict(state)
-        print(f"resumed from {args.resume}")
-    nparams = sum(p.numel() for p in model.parameters())
-    print(f"{nparams:,} parameters")
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05, betas=(0.9, 0.95))
-    deadline = time.monotonic() + args.minutes * 60
-    t0, step, rng = time.monotonic(), 0, np.random.default_rng(args.seed)
-    est_steps = None
-    while time.monotonic() < deadline:
-        starts = rng.integers(0, len(train_ids) - args.seq - 1, size=args.batch)
-        batch = torch.from_numpy(np.stack([train_ids[s : s + args.seq + 1] for s in starts]))
-        if est_steps is None and step == 5:
-            per = (time.monotonic() - t0) / 5
-            est_steps = max(10, int(args.minutes * 60 / per))
-        total = est_steps or 10_000
-        lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / total))))
+    def checkpoint(name: str = "ckpt.pt") -> None:
+        save_ckpt(
+            out / name,
+            {
+                "model": model.state_dict(),
+                "opt": opt.state_dict(),
+                "step": step,
+                "best": best,
+                "rng": rng.bit_generator.state,
+                "tokens": seen,
+                "args": vars(args),
+            },
+        )
+
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+    if state is None:
+        m = evaluate(model, held.code, nbytes, extra)
+        print(f"step 0 (initial weights) {m}", flush=True)
+        log.write(json.dumps({"step": 0, "tokens": 0, **m}) + "\n")
+    decay_start = int(args.steps * (1 - args.decay_frac))
+    c0, w0, t0 = time.process_time(), time.monotonic(), seen
+    model.train()
+    while step < args.steps and not stop:
+        if step == decay_start and not (out / "stable.pt").exists():
+            checkpoint("stable.pt")
+        lr = lr_at(step, args)
         for g in opt.param_groups:
             g["lr"] = lr
-        logits = model(batch[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        batch = torch.from_numpy(data.batch(rng, args.batch))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(args.bf16)):
+            logits = model(batch[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 50 == 0:
-            print(f"step {step} loss {loss.item():.3f} lr {lr:.2e} {time.monotonic() - t0:.0f}s", flush=True)
         step += 1
-
-    model.eval()
-    with torch.no_grad():
-        n = (len(held_ids) - 1) // args.seq
-        n = min(n, 200)
-        losses = []
-        for i in range(n):
-            chunk = torch.from_numpy(held_ids[i * args.seq : i * args.seq + args.seq + 1])[None]
-            logits = model(chunk[:, :-1])
-            losses.append(F.cross_entropy(logits[0], chunk[0, 1:]).item())
-    ppl = math.exp(sum(losses) / len(losses))
-    print(f"held-out perplexity {ppl:.2f} over {n * args.seq} tokens after {step} steps")
-
-    save_file(hf_state_dict(model), str(out / "model.safetensors"), metadata={"format": "pt"})
-    tok.save(str(out / "tokenizer.json"))
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "bos_token_id": eos_id,
-        "eos_token_id": eos_id,
-        "hidden_act": "silu",
-        "tie_word_embeddings": True,
-        "attention_bias": False,
-        "torch_dtype": "float32",
-        **cfg,
-    }
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    (out / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "bos_token": EOS,
-                "eos_token": EOS,
-                "add_bos_token": False,
-                "model_max_length": cfg["max_position_embeddings"],
-                "chat_template": CHAT_TEMPLATE,
-            },
-            indent=2,
-        )
-    )
-    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos_id, "bos_token_id": eos_id}))
-    metrics = {
-        "held_out_perplexity": ppl,
-        "held_out_tokens": n * args.seq,
-        "steps": step,
-        "resumed_from": args.resume,
-        "params": nparams,
-        "train_tokens_seen": step * args.batch * args.seq,
-        "seconds": time.monotonic() - t0,
-        "torch": torch.__version__,
-        "command": "python tools/train_default_model.py "
-        + " ".join(f"--{k} {v}" for k, v in vars(args).items() if v is not None),
-    }
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2))
-    with torch.no_grad():
-        ids = tok.encode("def fibonacci(n):\n").ids
-        x = torch.tensor([ids])
-        for _ in range(40):
-            nxt = model(x)[0, -1].argmax().item()
-            x = torch.cat([x, torch.tensor([[nxt]])], dim=1)
-        print("sample:\n" + tok.decode(x[0].tolist()))
-    if args.pack:
-        os.system(f"modelc pack {out} --name default --quantize f16 -o {args.pack}")
+        seen += args.batch * args.seq
+        if step % 25 == 0:
+            cpu = time.process_time() - c0
+            print(
+                f"step {step} loss {loss.item():.3f} lr {lr:.2e} tokens {seen:,} "
+                f"{(seen - t0) / max(cpu, 1e-9):.0f} tok/s cpu {(seen - t0) / (time.monotonic() - w0):.0f} tok/s wall",
+                flush=True,
+            )
+        if step % args.eval_every == 0 or step == args.steps:
+            m = evaluate(model, held.code, nbytes, extra)
+            rec = {"step": step, "tokens": seen, "lr": lr, "cpu_s": time.process_time() - c0, **m}
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+            print(f"eval {rec}", flush=True)
+            if best is None or m["ppl"] < best:
+                best = m["ppl"]
+                export(model, tok, cfg, out / "best", {**rec, "command": " ".join(sys.argv)})
+            checkpoint()
+    checkpoint()
+    print(f"saved at step {step} ({seen:,} tokens); best held-out perplexity {best}", flush=True)
 
 
 if __name__ == "__main__":

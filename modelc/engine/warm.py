@@ -9,8 +9,9 @@ yet. Two niced helper processes compile meanwhile (the decode path; batches and 
 loads the decode kernels when the first is done and everything when both are: compiling in this process
 would hold the GIL for seconds, which the threads serving on numpy need between calls. Models that are
 not a file (tests) compile in the thread. MODELC_COLD_START=wait restores compiling
-everything first. Models whose forward reaches numba kernels outside the KernelSet (attention
-soft-capping / sinks, the q8_0 and mixed KV caches) or that speculate with a draft model warm first.
+everything first. A draft model (speculative decoding) runs on the same hybrid KernelSet and warms in the
+same thread. Models whose forward reaches numba kernels outside the KernelSet (the q8_0 and mixed KV
+caches) warm first: /health stays 503 until every kernel is compiled or loaded.
 
 warmup(runner): Runner.warmup, split over two processes when numba's cache is cold.
 
@@ -89,13 +90,11 @@ def compiling() -> bool:
 
 
 def _compile_free(runner: Any) -> bool:
-    """Whether every kernel of this runner's forward goes through its KernelSet (so a hybrid set covers it)."""
-    if runner.drafter is not None or runner.kv.kv_dtype not in ("float32", "float16"):
-        return False
-    args = getattr(runner.model, "args", None)
-    if getattr(args, "attn_softcap", 0):
-        return False
-    return not any(getattr(L, "sinks", None) is not None for L in getattr(runner.model, "layers", ()))
+    """Whether every kernel of this runner's forward goes through its KernelSet (so a hybrid set covers it):
+    not the q8_0 and mixed KV caches, whose writes and attention call their numba kernels directly
+    (cache/kv_pages.py); those models warm before /health says ok. A draft model is built on the same
+    KernelSet, and soft-capping / sinks attention is the set's paged_attention_ext."""
+    return runner.kv.kv_dtype in ("float32", "float16")
 
 
 class Warmer:
@@ -121,6 +120,7 @@ class Warmer:
         """Whether `runner` can share this warmer: same weights, KV type and threads, still warming."""
         r = self.runner
         same = r.source is runner.source and r.kv.kv_dtype == runner.kv.kv_dtype and r.threads == runner.threads
+        same = same and _draft_source(r) is _draft_source(runner)
         return same and not self.done.is_set()
 
     def _compile_in_helpers(self, shadow: Any) -> None:
@@ -162,7 +162,8 @@ class Warmer:
             r = self.runner
             for attempt in range(2):  # a second try: another process may have been rewriting the cache
                 try:
-                    shadow = Runner(r.source, num_kv_blocks=2, kv_dtype=r.kv.kv_dtype, threads=r.threads)
+                    shadow = Runner(r.source, num_kv_blocks=2, kv_dtype=r.kv.kv_dtype, threads=r.threads,
+                                    draft_source=_draft_source(r))  # fmt: skip
                     if self.cold and attempt == 0:
                         self._compile_in_helpers(shadow)
                     warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
@@ -233,6 +234,11 @@ def _worth_a_helper(runner: Any) -> bool:
     if _artifact_args(runner.source) is None:
         return False
     return not _cached("modelc.kernels.attention", "paged_attention_parallel")
+
+
+def _draft_source(runner: Any) -> Any:
+    drafter = getattr(runner, "drafter", None)
+    return None if drafter is None else drafter.source
 
 
 def _cached(module: str, name: str) -> bool:

@@ -29,6 +29,8 @@ class KernelSet:
     matmul: Callable  # (out (T, N), x (T, C), w: Weight) -> None
     dequantize: Callable  # (TensorData) -> (rows, cols) f32
     dequantize_rows: Callable  # (TensorData, row_ids) -> (n, cols) f32
+    # paged attention with Gemma 2's logit soft-capping and gpt-oss's sinks (kernels/attention_ext.py)
+    paged_attention_ext: Callable
 
 
 def kernel_set(name: str | None = None) -> KernelSet:
@@ -37,6 +39,7 @@ def kernel_set(name: str | None = None) -> KernelSet:
         name = "ref" if os.environ.get("MODELC_KERNELS", "").lower() == "ref" else "numba"
     if name == "ref":
         from modelc.kernels import ref
+        from modelc.kernels.ref_attention_ext import paged_attention_ext as ref_attention_ext
 
         return KernelSet(
             "ref",
@@ -53,10 +56,11 @@ def kernel_set(name: str | None = None) -> KernelSet:
             ref.matmul,
             ref.dequantize,
             ref.dequantize_rows,
+            ref_attention_ext,
         )
     if name != "numba":
         raise InvalidRequestError(f"unknown kernel set {name!r} (use 'numba' or 'ref')")
-    from modelc.kernels import activation, attention, kv_write, linear, norm, rope
+    from modelc.kernels import activation, attention, attention_ext, kv_write, linear, norm, rope
 
     return KernelSet(
         "numba",
@@ -73,4 +77,5 @@ def kernel_set(name: str | None = None) -> KernelSet:
         linear.matmul,
         linear.dequantize,
         linear.dequantize_rows,
+        attention_ext.paged_attention_ext,
     )

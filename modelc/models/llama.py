@@ -223,11 +223,7 @@ class LlamaModel:
     def _attention(self, out, q3, kp, vp, batch: ForwardBatch, window: int, sinks: np.ndarray | None) -> None:
         a, K = self.args, self.kernels
         if a.attn_softcap or sinks is not None:  # Gemma 2 soft-capping, gpt-oss sinks: their own kernel
-            if K.name == "ref":
-                from modelc.kernels.ref_attention_ext import paged_attention_ext
-            else:
-                from modelc.kernels.attention_ext import paged_attention_ext
-            paged_attention_ext(
+            K.paged_attention_ext(
                 out, q3, kp, vp, batch.block_tables, batch.q_start, batch.pos_start, a.scale, window,
                 a.attn_softcap, _NO_SINKS if sinks is None else sinks,
             )  # fmt: skip

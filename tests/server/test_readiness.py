@@ -1,7 +1,12 @@
 """/health answers 503 {"status": "loading"} until the model is loaded and a request can run without
 compiling: from the first 200 on, no request compiles (or loads from numba's cache) any kernel on the
 threads that serve it. With a warm cache every kernel is loaded before the 200; from an empty cache
-(cold) the first requests run on the reference kernels while the "modelc-warmer" thread compiles."""
+(cold) the first requests run on the reference kernels while the "modelc-warmer" thread compiles.
+
+Model kinds: "tiny" (a llama), "softcap" (Gemma 2's attention soft-capping), "sinks" (gpt-oss's attention
+sinks and MoE), "draft" (speculative decoding with a draft model) serve cold on the reference kernels;
+"q8_0" (the int8 KV cache, whose kernels the KV pages call directly) and "bert" (an encoder) compile or
+load every kernel before the 200 instead."""
 
 from __future__ import annotations
 
@@ -19,8 +24,22 @@ import anyio, httpx
 from numba.core.dispatcher import _DispatcherBase
 sys.path.insert(0, sys.argv[1])
 from tests.server.tiny_model import make_served_model
-from modelc.config import CacheConfig, EngineConfig
+from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
 from modelc.server.daemon import serve
+
+kind = sys.argv[2]
+VARIANTS = sys.argv[1] + "/tests/fixtures/models/variants/"
+model, draft, kv_dtype = make_served_model(), None, "float32"
+if kind in ("softcap", "sinks"):
+    from modelc.formats.detect import read_model
+    model = read_model(VARIANTS + ("gemma2" if kind == "softcap" else "gpt-oss") + "/hf")
+elif kind == "draft":
+    draft = make_served_model(1)
+elif kind == "q8_0":
+    kv_dtype = "q8_0"
+elif kind == "bert":
+    from modelc.formats.detect import read_model
+    model = read_model(sys.argv[1] + "/tests/fixtures/embeddings/tiny_bert")
 
 # every compile or cache load after the first 200, by thread (the hybrid kernels' refusals never get here)
 after_ready, loads = [False], []
@@ -52,36 +71,67 @@ async def main():
                     after_ready[0] = True
                     break
                 await anyio.sleep(0.02)
-            long = "def fibonacci(n):" * 5  # past the BLAS prefill threshold
-            for prompt, n in (("abc", 4), (long, 3)):
-                r = await c.post("/v1/completions", json={"prompt": prompt, "max_tokens": n, "temperature": 0})
+            if kind == "bert":  # token ids: the fixture has no tokenizer; the longer input is a batch
+                for ids in ([5, 6, 7], [[5, 6], list(range(5, 40))]):
+                    r = await c.post("/v1/embeddings", json={"input": ids})
+                    assert r.status_code == 200, r.text
+            else:
+                long = "def fibonacci(n):" * 5  # past the BLAS prefill threshold
+                for prompt, n in (("abc", 4), (long, 3), (["ab", "cd"], 3)):
+                    r = await c.post("/v1/completions", json={"prompt": prompt, "max_tokens": n, "temperature": 0})
+                    assert r.status_code == 200, r.text
+            if kind == "tiny":
+                r = await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
+                                                                "max_tokens": 3, "stream": True})
                 assert r.status_code == 200, r.text
-            r = await c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}],
-                                                            "max_tokens": 3, "stream": True})
-            assert r.status_code == 200, r.text
             print("SEEN", sorted(set(seen)))
             print("SERVING THREADS LOADED", sorted({x for x in loads if x[0] != "modelc-warmer"}))
             print("KERNELS AFTER REQUESTS", (await c.get("/health")).json()["kernels"])
         stop.set()
     async with anyio.create_task_group() as tg:
         tg.start_soon(poll)
-        cfg = EngineConfig(threads=1, cache=CacheConfig(kv_cache_tokens=2048))
-        await serve(make_served_model(), port=port, engine_config=cfg, shutdown=stop, install_signal_handlers=False)
+        cfg = EngineConfig(threads=1, cache=CacheConfig(kv_cache_tokens=2048, kv_dtype=kv_dtype), draft=draft,
+                           scheduler=SchedulerConfig(speculative="draft" if draft is not None else None))
+        await serve(model, port=port, engine_config=cfg, shutdown=stop, install_signal_handlers=False)
 
 anyio.run(main)
 """
 
 
-@pytest.mark.parametrize("cache", ["warm", "cold"])
-def test_health_is_503_until_the_first_request_compiles_nothing(cache, tmp_path):
+def _probe(kind: str, cache: str, tmp_path: pathlib.Path) -> str:
     root = str(pathlib.Path(__file__).resolve().parents[2])
     env = {**os.environ, **({"NUMBA_CACHE_DIR": str(tmp_path / "numba")} if cache == "cold" else {})}
-    out = subprocess.run([sys.executable, "-c", _PROBE, root], capture_output=True, text=True, timeout=600, env=env)
+    out = subprocess.run([sys.executable, "-c", _PROBE, root, kind], capture_output=True, text=True, timeout=900,
+                         env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert "SERVING THREADS LOADED []" in out.stdout, out.stdout
-    if cache == "cold":  # served before numba had compiled everything: on the reference kernels
-        assert "KERNELS AFTER REQUESTS compiling" in out.stdout, out.stdout
     seen = out.stdout.split("SEEN ")[1].splitlines()[0]
     assert "(200, 'ok')" in seen, seen
+    return out.stdout
+
+
+@pytest.mark.parametrize("cache", ["warm", "cold"])
+def test_health_is_503_until_the_first_request_compiles_nothing(cache, tmp_path):
+    out = _probe("tiny", cache, tmp_path)
+    if cache == "cold":  # served before numba had compiled everything: on the reference kernels
+        assert "KERNELS AFTER REQUESTS compiling" in out, out
+    seen = out.split("SEEN ")[1].splitlines()[0]
     if cache == "warm":  # loading every kernel takes a moment; a cold start can be ready before the first poll
         assert "(503, 'loading')" in seen, seen
+
+
+@pytest.mark.parametrize("kind", ["softcap", "sinks", "draft"])
+def test_soft_capping_sinks_and_draft_models_serve_cold_without_compiling(kind, tmp_path):
+    """From an empty cache these serve at once on the reference kernels (soft-capping / sinks attention
+    through the KernelSet's paged_attention_ext; the draft model on the target's hybrid set)."""
+    out = _probe(kind, "cold", tmp_path)
+    assert "KERNELS AFTER REQUESTS compiling" in out, out
+
+
+@pytest.mark.slow  # compiles every kernel of the model before the 200 (minutes from an empty cache on 2 cores)
+@pytest.mark.parametrize("kind", ["q8_0", "bert"])
+def test_q8_kv_cache_and_encoder_models_are_503_until_warm(kind, tmp_path):
+    out = _probe(kind, "cold", tmp_path)
+    assert "KERNELS AFTER REQUESTS ready" in out, out
+    seen = out.split("SEEN ")[1].splitlines()[0]
+    assert "(503, 'loading')" in seen, seen

@@ -1,6 +1,7 @@
 """Single-token (T=1) matvec for the 32-element-block 4-bit code-book types (IQ4_NL, MXFP4) from the stored blocks.
 
-IQ4_XS (256-element super-blocks) runs gemm_fused_k.qmatvec_k's super-block loop with qdot_iq.iq4xs_block.
+IQ4_XS (256-element super-blocks) runs gemm_fused_k.qmatvec_k's super-block loop with qdot_iq.iq4xs_block;
+the grid i-quants and the ternary types run gemm_fused_grid's kernels (qmatvec_iq sends them there).
 
 gemm_fused.qmatvec's contract for these kinds: each 32-element block's 16 code
 bytes go through one vpshufb (qdot_iq) into signed int8 values and straight into
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from modelc.kernels import gemm_fused_grid
 from modelc.kernels.qdot import (
     dot_i8x32,
     f16_at,
@@ -30,8 +32,10 @@ from modelc.kernels.qdot import (
 from modelc.kernels.qdot_iq import iq4nl_blocks8, iq4nl_i8x32, mxfp4_blocks8, mxfp4_i8x32
 from modelc.kernels.quant_iq import E8M0_HALF, IQ4_NL, MXFP4
 
-KINDS = frozenset({IQ4_NL, MXFP4})
-"""Kinds qmatvec_iq serves."""
+KINDS_4BIT = frozenset({IQ4_NL, MXFP4})
+"""Kinds _qmatvec_4bit serves."""
+KINDS = KINDS_4BIT | gemm_fused_grid.KINDS
+"""Kinds qmatvec_iq serves: the 4-bit code books here, the grid and ternary kinds in gemm_fused_grid."""
 
 _ROWS_PER_TASK = 16
 PREFETCH_BYTES = 8192
@@ -87,9 +91,17 @@ def _rows_32(kind, out, w, nbytes, xq, xd, xm, nb, r0, r1):
             out[0, r + 1] = hsum_f32x16(w1) + hsum_f32x8(a1)
 
 
-@njit(cache=True, nogil=True, parallel=True)
 def qmatvec_iq(out, xq, xd, xs, w, kind):
-    """out (1, N) f32 = one activation row (quant.quantize_act form) @ W.T, W of a KINDS type.
+    """out (1, N) f32 = one activation row (quant.quantize_act form) @ W.T, W of a KINDS type (the one T=1 entry)."""
+    if kind in KINDS_4BIT:
+        _qmatvec_4bit(out, xq, xd, xs, w, kind)
+    else:
+        gemm_fused_grid.qmatvec_grid(out, xq, xd, xs, w, kind)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _qmatvec_4bit(out, xq, xd, xs, w, kind):
+    """out (1, N) f32 = one activation row (quant.quantize_act form) @ W.T, W IQ4_NL or MXFP4.
 
     parallel=True over tasks of 16 output rows; the caller sets the thread count.
     xq (1, C) int8, xd (1, C/32), xs (1, C/16) f32 (its per-32 sums undo the +128 code offset);

@@ -17,6 +17,7 @@ were measured (their docstrings say how). In table form (first matching row wins
 | other quantized | >= PREFILL_MIN_T | any | BLAS (dequantize panels + sgemm) |
 | Q4_K / Q5_K / Q6_K / IQ4_XS | 1 | any | MATVEC_K: gemm_fused_k (256-element super-blocks) |
 | IQ4_NL / MXFP4 | 1 | any | MATVEC_IQ: gemm_fused_iq |
+| IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S / IQ1_S / IQ1_M / TQ1_0 / TQ2_0 | 1 | any | MATVEC_IQ: gemm_fused_grid (grid rows gathered in registers) |
 | Q4_0 / Q8_0 | 1 | any | MATVEC: gemm_fused |
 | AMX kinds | >= AMX_MIN_T | HAS_AMX | AMX tiles |
 | register-tile kinds (Q4_0, Q4_K, Q6_K; Q8_0 where cpu.WIDE_DOT_EXACT) | 2 .. | any | TILE: gemm_tile |
@@ -45,7 +46,7 @@ class Path(enum.Enum):
     FLOAT = "float"  # gemm_float.smatmul: F32 weights, 4-row tiles
     HALF = "half"  # gemm_float.hmatmul: F16 / BF16 converted in registers
     MATVEC_K = "matvec_k"  # gemm_fused_k.qmatvec_k: T=1 Q4_K/Q5_K/Q6_K/IQ4_XS, int8 activations
-    MATVEC_IQ = "matvec_iq"  # gemm_fused_iq.qmatvec_iq: T=1 IQ4_NL/MXFP4
+    MATVEC_IQ = "matvec_iq"  # gemm_fused_iq.qmatvec_iq: T=1 IQ4_NL/MXFP4, the grid i-quants, TQ1_0/TQ2_0
     MATVEC = "matvec"  # gemm_fused.qmatvec: T=1 Q4_0/Q8_0
     AMX = "amx"  # gemm_tile_amx.qmatmul_amx: AMX int8 tiles, 16 rows x 16 tokens
     TILE = "tile"  # gemm_tile.qmatmul_tile: register tiles of 4 rows x 4 tokens

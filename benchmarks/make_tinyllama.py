@@ -9,7 +9,10 @@ the tiny-llama fixture. Weights are seeded random blocks with sane fp16 scales
 Type mixes follow llama.cpp: Q4_0 keeps output.weight in Q6_K; Q4_K_M uses
 Q6_K for output.weight and for attn_v / ffn_down in its "more bits" layers; IQ4_XS
 keeps output.weight in Q6_K and every other matrix in IQ4_XS (llama.cpp's mix
-bumps a few attn_v to other types at some shapes; not modelled).
+bumps a few attn_v to other types at some shapes; not modelled); the grid i-quants and TQ1_0/TQ2_0
+likewise (every matrix of that type, output.weight Q6_K: random valid blocks need no importance
+matrix, which llama.cpp's quantizer wants for IQ2_*/IQ1_*/IQ3_XXS; its own mixes keep more tensors
+at higher types).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ TOKENIZER_GGUF = ROOT.parent / "shared" / "fixtures" / "models" / "tiny-llama" /
 
 LAYERS, HIDDEN, FFN, HEADS, KV_HEADS, VOCAB, CTX = 22, 2048, 5632, 32, 4, 32000, 2048
 HEAD_DIM = HIDDEN // HEADS
-FILE_TYPE = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15, "IQ4_XS": 30}  # llama_ftype
+FILE_TYPE = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15, "IQ4_XS": 30, "IQ2_XXS": 19, "IQ2_XS": 20, "IQ2_S": 28,
+             "IQ3_XXS": 23, "IQ3_S": 26, "IQ1_S": 24, "IQ1_M": 31, "TQ1_0": 36, "TQ2_0": 37}  # llama_ftype; fmt: skip
 
 
 def _more_bits(layer: int) -> bool:

@@ -121,11 +121,14 @@ class Batches:
             s = min(s, len(self.chat) - n)
             return self.chat[s : s + n]
         if rng.random() < self.fim_rate:
+            # half the FIM rows start with <|endoftext|>: modelc.server.fim puts the BOS id (here
+            # <|endoftext|>) first whenever the model has one; llama.cpp only when add_bos_token says so
+            lead = np.array([self.eos] if rng.random() < 0.5 else [], dtype=np.int64)
             s = int(rng.integers(0, len(self.code) - n))
-            w = self.code[s : s + n - 4]
+            w = self.code[s : s + n - 4 - len(lead)]
             if self.eos not in w:
                 i, j = sorted(rng.integers(0, len(w) + 1, size=2))
-                return np.concatenate(([self.pre], w[:i], [self.suf], w[j:], [self.mid], w[i:j], [self.eos]))
+                return np.concatenate((lead, [self.pre], w[:i], [self.suf], w[j:], [self.mid], w[i:j], [self.eos]))
         s = int(rng.integers(0, len(self.code) - n))
         return self.code[s : s + n]
 

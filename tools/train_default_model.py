@@ -73,12 +73,12 @@ def token_bytes(tok: Tokenizer) -> np.ndarray:
 
 
 @torch.no_grad()
-def evaluate(model, held_ids: np.ndarray, nbytes: np.ndarray, extra_rows: dict[str, np.ndarray]) -> dict:
+def evaluate(model, held_ids: np.ndarray, nbytes: np.ndarray, extra_rows: dict[str, np.ndarray], windows=200) -> dict:
     """The first model's protocol: the first 200 windows of 128 tokens of the held-out stream (per-token
     perplexity and bits per byte), plus mean loss over held-out FIM and chat rows."""
     model.eval()
     nats, tokens, byts = 0.0, 0, 0
-    for i in range(200):
+    for i in range(min(windows, (len(held_ids) - 1) // 128)):
         chunk = torch.from_numpy(held_ids[i * 128 : i * 128 + 129])[None]
         logits = model(chunk[:, :-1]).float()
         nats += F.cross_entropy(logits[0], chunk[0, 1:], reduction="sum").item()
@@ -177,13 +177,14 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=150)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--pid-file", default="/work/dm-train/train.pid")
+    ap.add_argument("--eval", default=None, help="only evaluate this HF folder (e.g. the unpacked first model)")
+    ap.add_argument("--eval-windows", type=int, default=200, help="with --eval: 128-token held-out windows")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.pid_file).write_text(f"{os.getpid()}\n")
     tok, cfg, model, state = setup(args, out)
 
     streams = {}
@@ -205,6 +206,15 @@ def main() -> None:
         f"{sum(p.numel() for p in model.parameters()):,} parameters",
         flush=True,
     )
+    if args.eval:
+        weights = load_hf_weights(pathlib.Path(args.eval))
+        emb = weights["embed_tokens.weight"]  # the first model lacks the 5 new tokens: their rows are its mean row
+        pad = emb.mean(0, keepdim=True).expand(cfg["vocab_size"] - emb.shape[0], -1)
+        weights["embed_tokens.weight"] = torch.cat([emb, pad])
+        model.load_state_dict(weights)
+        print(json.dumps({"eval": args.eval, **evaluate(model, held.code, nbytes, extra, args.eval_windows)}))
+        return
+    pathlib.Path(args.pid_file).write_text(f"{os.getpid()}\n")
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05, betas=(0.9, 0.95))
     rng = np.random.default_rng(args.seed)

@@ -7,7 +7,7 @@ in two cases: a kernel that inlined a numba function from another file that chan
 MODELC_NO_* switches of cpu.py (module constants compiled into the kernels, which numba's index does
 not key on). So every kernel of modelc/kernels is cached in
 
-    ROOT/<version>-<digest of every kernels/*.py>-<cpu.py's flags>/
+    ROOT/<version>-<digest of every kernels/*.py but NOT_COMPILED>-<cpu.py's flags>/
 
 with that whole key as the source stamp numba checks: it holds across restarts and reinstalls of the
 same code (any path, any mtime), and any change of version, kernel source or switch starts a new,
@@ -27,6 +27,9 @@ import shutil
 import tempfile
 
 KERNELS = pathlib.Path(__file__).resolve().parent
+# The modules of kernels/ that compile nothing (the cache machinery, the compile guard, the hybrid set and
+# the warm lists): editing them keeps every compiled kernel valid, so they are not part of the key.
+NOT_COMPILED = frozenset({"jit_cache.py", "nocompile.py", "hybrid.py", "warm_list.py"})
 KEEP = 32  # ~10 MiB each; a shared dev machine has a folder per worktree and per kernel edit
 _installed = False
 
@@ -47,6 +50,8 @@ def cache_key() -> str:
 
     h = hashlib.sha256()
     for f in sorted(KERNELS.glob("*.py")):
+        if f.name in NOT_COMPILED:
+            continue
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     flags = [n[4:].lower() for n, on in cpu.describe().items() if on and n.startswith("HAS_")]
     return f"{__version__}-{h.hexdigest()[:12]}-{'.'.join(flags) or 'portable'}"

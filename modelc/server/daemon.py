@@ -32,7 +32,7 @@ from modelc.errors import ModelcError, UnsupportedError
 from modelc.replicas.engine import ReplicaEngine
 from modelc.server import hypercorn_close, run_host
 from modelc.server.app import create_app
-from modelc.server.engines import EncoderEngine, adapter_for
+from modelc.server.engines import EncoderEngine, InferEngine, adapter_for
 from modelc.server.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
 from modelc.server.guard import check_bind
@@ -83,7 +83,7 @@ async def open_engine(source: Any, engine_config: EngineConfig | None = None):
 
     adapter = adapter_for(source)
     if adapter is not None:
-        if isinstance(adapter, EncoderEngine) and (engine_config is None or engine_config.warmup):
+        if isinstance(adapter, EncoderEngine | InferEngine) and (engine_config is None or engine_config.warmup):
             await anyio.to_thread.run_sync(adapter.warmup)
         yield adapter
         return

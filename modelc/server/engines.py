@@ -162,6 +162,23 @@ class InferEngine(_NoLora):
     def stats(self) -> dict[str, int]:
         return {"running": self._num_running}
 
+    def warmup(self) -> None:
+        """Run the model on zeros (batches of 1, 2 and 64 where the batch dimension is free: the matmul
+        plan's decode, small-batch and BLAS paths), so the kernels are compiled (or loaded) before /health
+        says ok. Graphs with several inputs warm on their first request."""
+        # lazy: numba kernels load (and compile) only when this path runs
+        from modelc.onnx.feeds import to_array
+
+        inf = self._inferencer
+        if inf.program is not None and len(inf.program.inputs) != 1:
+            return
+        shape = list(inf.spec.get("shape") or [])
+        fixed = [d if isinstance(d, int) and d > 0 else 1 for d in shape]
+        free_batch = bool(shape) and not (isinstance(shape[0], int) and shape[0] > 0)
+        for batch in (1, 2, 64) if free_batch else (None,):
+            dims = fixed if batch is None else [batch, *fixed[1:]]
+            inf._run(to_array(np.zeros(dims).tolist(), inf.spec))
+
 
 def adapter_for(source: Any) -> Any | None:
     """An adapter engine for encoder / MLP / ONNX sources, None for causal LMs (AsyncEngine)."""

@@ -5,8 +5,8 @@ threads that serve it. With a warm cache every kernel is loaded before the 200; 
 
 Model kinds: "tiny" (a llama), "softcap" (Gemma 2's attention soft-capping), "sinks" (gpt-oss's attention
 sinks and MoE), "draft" (speculative decoding with a draft model) serve cold on the reference kernels;
-"q8_0" (the int8 KV cache, whose kernels the KV pages call directly) and "bert" (an encoder) compile or
-load every kernel before the 200 instead."""
+"q8_0" (the int8 KV cache, whose kernels the KV pages call directly), "bert" (an encoder) and "mlp" (a
+quantized MLP behind /infer) compile or load every kernel before the 200 instead."""
 
 from __future__ import annotations
 
@@ -40,6 +40,15 @@ elif kind == "q8_0":
 elif kind == "bert":
     from modelc.formats.detect import read_model
     model = read_model(sys.argv[1] + "/tests/fixtures/embeddings/tiny_bert")
+elif kind == "mlp":  # Q8_0 layers: /infer runs numba matmuls
+    import numpy as np
+    from modelc.ir import DataType, Model, TensorData
+    from modelc.kernels.gemm_random import random_tensor
+    rng = np.random.default_rng(0)
+    t = {"layer0.weight": random_tensor(DataType.Q8_0, 64, 64, rng),
+         "layer0.bias": TensorData.from_array(np.zeros(64, np.float32)),
+         "layer1.weight": random_tensor(DataType.Q8_0, 32, 64, rng)}
+    model = Model("mlp-q8", "mlp", t)
 
 # every compile or cache load after the first 200, by thread (the hybrid kernels' refusals never get here)
 after_ready, loads = [False], []
@@ -71,7 +80,11 @@ async def main():
                     after_ready[0] = True
                     break
                 await anyio.sleep(0.02)
-            if kind == "bert":  # token ids: the fixture has no tokenizer; the longer input is a batch
+            if kind == "mlp":
+                for body in ({"input": [0.5] * 64}, {"inputs": [[0.5] * 64] * 3}, {"inputs": [[0.5] * 64] * 40}):
+                    r = await c.post("/infer", json=body)
+                    assert r.status_code == 200, r.text
+            elif kind == "bert":  # token ids: the fixture has no tokenizer; the longer input is a batch
                 for ids in ([5, 6, 7], [[5, 6], list(range(5, 40))]):
                     r = await c.post("/v1/embeddings", json={"input": ids})
                     assert r.status_code == 200, r.text
@@ -86,7 +99,7 @@ async def main():
                 assert r.status_code == 200, r.text
             print("SEEN", sorted(set(seen)))
             print("SERVING THREADS LOADED", sorted({x for x in loads if x[0] != "modelc-warmer"}))
-            print("KERNELS AFTER REQUESTS", (await c.get("/health")).json()["kernels"])
+            print("KERNELS AFTER REQUESTS", (await c.get("/health")).json().get("kernels"))
         stop.set()
     async with anyio.create_task_group() as tg:
         tg.start_soon(poll)
@@ -131,8 +144,8 @@ def test_soft_capping_sinks_and_draft_models_serve_cold_without_compiling(kind, 
 
 
 @pytest.mark.slow  # compiles every kernel of the model before the 200 (minutes from an empty cache on 2 cores)
-@pytest.mark.parametrize("kind", ["q8_0", "bert"])
-def test_q8_kv_cache_and_encoder_models_are_503_until_warm(kind, tmp_path):
+@pytest.mark.parametrize("kind", ["q8_0", "bert", "mlp"])
+def test_q8_kv_cache_encoder_and_infer_models_are_503_until_warm(kind, tmp_path):
     out = _probe(kind, "cold", tmp_path)
     assert "KERNELS AFTER REQUESTS ready" in out, out
     seen = out.split("SEEN ")[1].splitlines()[0]

@@ -37,7 +37,12 @@ def list_key(runner: Any) -> str | None:
     draft = None if drafter is None else _file_identity(drafter.source)
     if drafter is not None and draft is None:
         return None
-    return warm_list.key(target, draft, str(runner.kv.kv_dtype), runner.threads)
+    # the thread count matters only as one or several (attention's parallel kernel needs two threads), so
+    # `modelc warmup` (numba's default threads) leaves the list a server with --threads 2 replays
+    from numba import config
+
+    threads = runner.threads or config.NUMBA_NUM_THREADS
+    return warm_list.key(target, draft, str(runner.kv.kv_dtype), "parallel" if threads > 1 else "serial")
 
 
 def replayed(key: str | None) -> bool:

@@ -60,6 +60,7 @@ def test_the_list_key_follows_the_file_kv_type_and_threads(tmp_path):
     base = key()
     assert base is not None and key() == base
     assert key(kv_dtype="float16") != base and key(threads=2) != base
+    assert key(threads=2) == key(threads=3)  # one thread or several: the kernels reached differ only so
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # the file was replaced
     assert key() != base

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
+from modelc.engine import warm_replay
 from modelc.engine.drafter import Drafter, DraftJob
 from modelc.engine.lora import LoraAdapter, load_lora
 from modelc.engine.model_info import ModelInfo, eos_ids
@@ -312,6 +313,11 @@ class Runner:
         prefill of a 1.1B model took ~1.5 s here; this takes a few decode steps. Returns seconds.
         """
         t0 = time.perf_counter()
+        # a warm start: the kernel list an earlier warmup of this model file left loads every kernel by
+        # signature from numba's cache, with no forward run (engine/warm_replay.py)
+        key = warm_replay.list_key(self)
+        if warm_replay.replayed(key):
+            return time.perf_counter() - t0
         ids = np.arange(2, dtype=np.int32) % self.vocab_size
         self._scratch_forward([ids[:1]], "logits")
         self._scratch_forward([ids[:1], ids[1:]], "logits")
@@ -319,6 +325,7 @@ class Runner:
             self._warm_prefill_kernels()
         if self.drafter is not None:
             self.drafter.warmup()
+        warm_replay.record(key)
         return time.perf_counter() - t0
 
     def _warm_prefill_kernels(self) -> None:

@@ -36,7 +36,6 @@ from collections.abc import Callable
 from typing import Any
 
 from modelc.artifact.reader import open_artifact
-from modelc.engine import warm_replay
 from modelc.engine.runner import Runner
 
 HELPER_TIMEOUT_S = 900.0
@@ -141,18 +140,6 @@ class Warmer:
             if stage is not None:  # the decode kernels switch to numba now, the rest when all is done
                 shadow._scratch_forward(stage, "logits")
 
-    def _flip(self) -> None:
-        """Every runner of this warmer calls numba directly from now on."""
-        with _lock:
-            for sw in self.switches:
-                sw.numba_only()
-            _warmers.discard(self)  # no runner joins a warmer that has flipped
-
-    def _replayed(self) -> bool:
-        """A warm start: every kernel of the list an earlier warmup of this model left is loaded, none
-        compiled, no forward run (engine/warm_replay.py)."""
-        return warm_replay.replayed(warm_replay.list_key(self.runner))
-
     def _run(self) -> None:
         from numba.core import event
 
@@ -173,18 +160,17 @@ class Warmer:
         t0 = time.perf_counter()
         try:
             r = self.runner
-            if not self.cold and self._replayed():
-                self._flip()
-                return
             for attempt in range(2):  # a second try: another process may have been rewriting the cache
                 try:
                     shadow = Runner(r.source, num_kv_blocks=2, kv_dtype=r.kv.kv_dtype, threads=r.threads,
                                     draft_source=_draft_source(r))  # fmt: skip
                     if self.cold and attempt == 0:
                         self._compile_in_helpers(shadow)
-                    # loads what the helpers compiled, compiles what they did not
-                    warmup(shadow, parallel=False, replay=False)
-                    self._flip()
+                    warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
+                    with _lock:
+                        for sw in self.switches:
+                            sw.numba_only()
+                        _warmers.discard(self)  # no runner joins a warmer that has flipped
                     self.error = None
                     break
                 except Exception as e:  # noqa: BLE001 - kept for ready_runner; the references keep serving
@@ -201,13 +187,9 @@ class Warmer:
                 _warmers.discard(self)
 
 
-def warmup(runner: Any, *, parallel: bool | None = None, replay: bool = True) -> float:
-    """Compile (or load) every kernel a request can reach; returns seconds. parallel=None: when it pays.
-    replay: first try the kernel list an earlier warmup of this model left (engine/warm_replay.py)."""
+def warmup(runner: Any, *, parallel: bool | None = None) -> float:
+    """Compile (or load) every kernel a request can reach; returns seconds. parallel=None: when it pays."""
     t0 = time.perf_counter()
-    key = warm_replay.list_key(runner)
-    if replay and warm_replay.replayed(key):
-        return time.perf_counter() - t0
     wanted = parallel if parallel is not None else _worth_a_helper(runner)
     helper = _start_helper(runner) if wanted else None
     if helper is not None:
@@ -219,7 +201,6 @@ def warmup(runner: Any, *, parallel: bool | None = None, replay: bool = True) ->
             helper.kill()
             helper.wait()
     runner.warmup()
-    warm_replay.record(key)
     return time.perf_counter() - t0
 
 

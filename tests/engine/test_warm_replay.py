@@ -42,7 +42,7 @@ def test_a_warmup_records_a_list_that_a_new_process_replays_completely(tmp_path)
     runner = Runner(open_artifact(path), num_kv_blocks=8, kv_dtype="float32", threads=1)
     key = warm_replay.list_key(runner)
     assert key is not None
-    warm.warmup(runner, parallel=False, replay=False)  # records the list (compiles from a cold shared cache)
+    warm.warmup(runner, parallel=False)  # records the list (compiles from a cold shared cache) or replays it
     root = str(pathlib.Path(__file__).resolve().parents[2])
     out = subprocess.run([sys.executable, "-c", _REPLAY, root, str(path)], capture_output=True, text=True,
                          timeout=600, env=dict(os.environ))  # fmt: skip

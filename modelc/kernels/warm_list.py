@@ -31,6 +31,7 @@ from modelc.kernels import jit_cache
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1]
 FORMAT = "1"
+KEEP = 64  # lists kept per cache folder (the most recently written): tests write one per temporary model file
 
 Entry = tuple[str, str, tuple[Any, ...]]  # (module, function name, argument types)
 
@@ -107,6 +108,16 @@ def save(k: str, entries: list[Entry]) -> None:
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
+    _prune(path.parent)
+
+
+def _prune(folder: pathlib.Path) -> None:
+    try:
+        lists = sorted(folder.glob("*.pkl"), key=lambda f: f.stat().st_mtime, reverse=True)
+        for f in lists[KEEP:]:
+            f.unlink(missing_ok=True)
+    except OSError:
+        return
 
 
 def load(k: str) -> list[Entry] | None:

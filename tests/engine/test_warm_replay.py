@@ -67,3 +67,15 @@ def test_the_list_key_follows_the_file_kv_type_and_threads(tmp_path):
     in_memory = Runner(make_tiny_llama(0), num_kv_blocks=8, kv_dtype="float32", threads=1)
     assert warm_replay.list_key(in_memory) is None  # no file: no list, the warmup runs as before
     assert not warm_replay.replayed(None)
+
+
+def test_lists_are_pruned_to_the_most_recent(tmp_path, monkeypatch):
+    from modelc.kernels import warm_list
+
+    monkeypatch.setattr(warm_list, "_path", lambda k: tmp_path / f"{k}.pkl")
+    monkeypatch.setattr(warm_list, "KEEP", 3)
+    for i in range(5):
+        warm_list.save(f"k{i}", [("modelc.kernels.norm", "rms_norm", ())])
+        os.utime(tmp_path / f"k{i}.pkl", (i, i))  # written in this order
+    assert sorted(f.name for f in tmp_path.glob("*.pkl")) == ["k2.pkl", "k3.pkl", "k4.pkl"]
+    assert warm_list.load("k4") == [("modelc.kernels.norm", "rms_norm", ())] and warm_list.load("k0") is None

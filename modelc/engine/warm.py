@@ -217,7 +217,8 @@ def warm_matmuls(matmul: Any, weights: list[Any]) -> None:
 
     for w in weights:
         r = min(w.rows, 64)  # 64+ rows: the panel dequantizer's threaded variant
-        part = dataclasses.replace(w, rows=r, blocks=w.blocks[:r], scale=None if w.scale is None else w.scale[:r])
+        part = dataclasses.replace(w, rows=r, blocks=w.blocks[:r], scale=None if w.scale is None else w.scale[:r],
+                                   r16=None if w.r16 is None else w.r16[: r // 16])  # fmt: skip
         points = plan.warm_tokens(part)
         for t in points.values():
             matmul(np.empty((t, r), np.float32), np.zeros((t, part.cols), np.float32), part)

@@ -65,6 +65,8 @@ class Weight:
 
     blocks: (N, row_bytes) uint8 view of the stored bytes (zero-copy).
     scale: (N,) f32 per-output-channel scale for I8/I4, else None.
+    r16: the same bytes repacked 16 rows interleaved (gemm_r16.repack), made by the model loader
+    for the numba kernels (models/weights.py); the matmul then runs on it at every T (plan.Path.R16).
     """
 
     dtype: DataType
@@ -72,6 +74,7 @@ class Weight:
     cols: int  # C
     blocks: np.ndarray  # (N, row_bytes) uint8
     scale: np.ndarray | None  # (N,) f32
+    r16: np.ndarray | None = None  # (N/16, C/32 * bytes) uint8: gemm_r16's interleaved copy, when made at load
 
     @property
     def shape(self) -> tuple[int, int]:

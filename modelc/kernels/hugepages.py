@@ -74,6 +74,15 @@ class Arena:
         return out
 
 
+def read_copy(a: np.ndarray) -> np.ndarray:
+    """A private copy of the 1-D uint8 array `a`, read from its file with pread when `a` views a read-only
+    file mapping (so no page of the mapping is touched and none counts in RSS), else copied."""
+    out = np.empty(a.shape[0], np.uint8)
+    if not _read_from_file(out, a):
+        out[:] = a
+    return out
+
+
 def _read_from_file(out: np.ndarray, a: np.ndarray) -> bool:
     """out[:] = a by pread from the file `a` maps (np.memmap, mode "r"); False when `a` is not such a view."""
     m = a  # the memmap that owns the mapping (views of a memmap are memmaps too, with its offset)

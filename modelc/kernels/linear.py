@@ -27,6 +27,7 @@ from modelc.kernels import (
     gemm_fused_iq,
     gemm_fused_k,
     gemm_int,
+    gemm_r16,
     gemm_tile,
     gemm_tile_amx,
     plan,
@@ -132,6 +133,8 @@ def _run(path: Path, out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         gemm_fused_iq.qmatvec_iq(out, xq, xd, xs, w.blocks, kind)
     elif path is Path.MATVEC:
         gemm_fused.qmatvec(out, xq, xd, xs, w.blocks, kind)
+    elif path is Path.R16:
+        gemm_r16.qmatmul_r16(out, xq, xd, w.r16, kind)
     elif path is Path.AMX:
         gemm_tile_amx.qmatmul_amx(out, xq, xd, xs, w.blocks, kind)
     elif path is Path.TILE:

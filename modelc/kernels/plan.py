@@ -8,6 +8,7 @@ were measured (their docstrings say how). In table form (first matching row wins
 | weight | T | CPU | path |
 |---|---|---|---|
 | any | any | `MODELC_KERNELS=ref` | REF: numpy twins (ref_linear) |
+| repacked at load (Q4_0; Q8_0 where cpu.WIDE_DOT_EXACT) | any, but AMX's | any | R16: gemm_r16 |
 | F16 / BF16 / F32 | >= PREFILL_MIN_T_FLOAT, or F32 at T = 1 | any | BLAS (sgemm / sgemv on fp32) |
 | F32 | 2 .. 31 | any | FLOAT: gemm_float.smatmul |
 | F16 / BF16 | < PREFILL_MIN_T_FLOAT | any | HALF: gemm_float.hmatmul |
@@ -34,7 +35,7 @@ import enum
 import numpy as np
 
 from modelc.ir import DataType
-from modelc.kernels import cpu, gemm_fused, gemm_fused_iq, gemm_fused_k, gemm_tile, quant
+from modelc.kernels import cpu, gemm_fused, gemm_fused_iq, gemm_fused_k, gemm_r16, gemm_tile, quant
 from modelc.kernels.gemm_weight import Weight
 
 
@@ -50,10 +51,11 @@ class Path(enum.Enum):
     MATVEC = "matvec"  # gemm_fused.qmatvec: T=1 Q4_0/Q8_0
     AMX = "amx"  # gemm_tile_amx.qmatmul_amx: AMX int8 tiles, 16 rows x 16 tokens
     TILE = "tile"  # gemm_tile.qmatmul_tile: register tiles of 4 rows x 4 tokens
+    R16 = "r16"  # gemm_r16.qmatmul_r16: Q4_0/Q8_0 repacked at load into 16 interleaved rows, any T
     ROWS = "rows"  # gemm_int.qmatmul_rows: each row unpacked once to L1, any quantized kind
 
 
-INT8_PATHS = frozenset({Path.MATVEC_K, Path.MATVEC_IQ, Path.MATVEC, Path.AMX, Path.TILE, Path.ROWS})
+INT8_PATHS = frozenset({Path.MATVEC_K, Path.MATVEC_IQ, Path.MATVEC, Path.AMX, Path.TILE, Path.ROWS, Path.R16})
 """Paths that quantize the activations to int8 blocks first (quant.quantize_act)."""
 
 PREFILL_MIN_T = cpu.env_int("MODELC_PREFILL_T", 32)
@@ -108,6 +110,8 @@ def plan_matmul(w: Weight, t: int) -> Path:
     kind = quant.KIND.get(dt)
     if kind is None or w.cols % 32:  # I8/I4 rows that are not whole 32-blocks
         return Path.BLAS
+    if w.r16 is not None and kind in gemm_r16.R16_KINDS and not (cpu.HAS_AMX and t >= AMX_MIN_T.get(kind, _NEVER)):
+        return Path.R16  # 1.3x the T=1 matvec, 3.4-4.4x the tiles and BLAS at T = 8..128 (gemm_r16)
     if t >= PREFILL_MIN_T:
         if cpu.HAS_AMX and kind in AMX_PREFILL_MAX_T:
             return Path.AMX if t <= AMX_PREFILL_MAX_T[kind] else Path.BLAS

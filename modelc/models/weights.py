@@ -3,18 +3,24 @@
 Weight-layout fixes (fused QKV splits, Conv1D transposes) are done here once, at load, and
 with the numba kernels and MODELC_HUGEPAGES=1 every matrix is copied into huge-page memory
 (kernels/hugepages.py: memory streams ~2x faster than from the 4 KiB pages of the file mapping).
+With the numba kernels (not the hybrid set of a cold start, which serves from the file layout
+while numba compiles), Q4_0 (and Q8_0 where the CPU dots 0..255 codes exactly) matrices are
+repacked into 16 interleaved rows (kernels/gemm_r16.py: 1.3x decode, 3-4x batched decode and
+prefill), read from the file with pread so the file's own pages stay out of RSS: the copy takes
+their place. MODELC_REPACK=0 keeps the file layout.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import numpy as np
 
 from modelc.errors import FormatError
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
-from modelc.kernels import hugepages
+from modelc.kernels import gemm_r16, hugepages
 from modelc.kernels.linear import Weight, prepare_weight
 from modelc.kernels.select import KernelSet
 
@@ -27,6 +33,8 @@ class WeightReader:
         self.kernels = kernels
         self.name = getattr(source, "name", "model")
         self.arena: hugepages.Arena | None = None
+        # not on a cold start's hybrid kernels: they serve from the file layout while numba compiles
+        self.repack = kernels.name == "numba" and os.environ.get("MODELC_REPACK", "1") != "0"
         total = sum(t.nbytes for t in self.tensors.values() if len(t.shape) == 2)
         if kernels.name == "numba" and total and hugepages.enabled(total):
             self.arena = hugepages.Arena(total)  # virtual size; pages come as copied
@@ -64,8 +72,17 @@ class WeightReader:
         return [self._pinned(weight_of(p, s, r, cols, name)) for p, s, r in zip(parts, scales, row_sizes, strict=True)]
 
     def _pinned(self, w: Weight) -> Weight:
-        """w with its bytes in the huge-page arena (when there is one), same shape and dtype."""
-        if self.arena is None or w.blocks.size == 0:
+        """w with its bytes repacked for gemm_r16 (where it applies) or in the huge-page arena (when there
+        is one), same shape and dtype."""
+        if w.blocks.size == 0:
+            return w
+        if self.repack and gemm_r16.can_repack(w.dtype, w.rows, w.cols):
+            src = hugepages.read_copy(w.blocks.reshape(-1)).reshape(w.blocks.shape)
+            r16 = gemm_r16.repack(src, w.dtype)
+            if self.arena is not None:
+                r16 = self.arena.copy(r16.reshape(-1)).reshape(r16.shape)
+            return dataclasses.replace(w, r16=r16)
+        if self.arena is None:
             return w
         copy = self.arena.copy(w.blocks.reshape(-1)).reshape(w.blocks.shape)
         return dataclasses.replace(w, blocks=copy)

@@ -1,0 +1,63 @@
+"""gemm_r16: Q4_0 / Q8_0 weights repacked into 16 interleaved rows, against the numpy twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelc.ir import DataType
+from modelc.kernels import gemm_r16, linear, plan, quant, ref_linear, ref_r16
+from modelc.kernels.gemm_random import random_tensor
+
+TYPES = [dt for dt in (DataType.Q4_0, DataType.Q8_0) if quant.KIND[dt] in gemm_r16.R16_KINDS]
+
+
+def _act(x: np.ndarray):
+    t, c = x.shape
+    xq, xd, xs = np.empty((t, c), np.int8), np.empty((t, c // 32), np.float32), np.empty((t, c // 16), np.float32)
+    quant.quantize_act(xq, xd, xs, x)
+    return xq, xd
+
+
+@pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize(("n", "c", "t"), [(16, 32, 1), (32, 96, 1), (48, 256, 3), (64, 2048, 8), (16, 64, 17)])
+def test_kernel_matches_the_quantized_activation_twin(dtype, n, c, t):
+    rng = np.random.default_rng(n * 7 + c + t)
+    w = linear.prepare_weight(random_tensor(dtype, n, c, rng))
+    x = rng.standard_normal((t, c)).astype(np.float32)  # (T, C)
+    ref = np.empty((t, n), np.float32)
+    ref_linear.matmul_qact(ref, x, w)
+    out = np.full((t, n), np.nan, np.float32)
+    gemm_r16.qmatmul_r16(out, *_act(x), gemm_r16.repack(w.blocks, dtype), quant.KIND[dtype])
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
+def test_repack_is_a_permutation_of_the_file_bytes(dtype):
+    w = linear.prepare_weight(random_tensor(dtype, 32, 64, np.random.default_rng(1)))
+    r = gemm_r16.repack(w.blocks, dtype)
+    np.testing.assert_array_equal(r, ref_r16.repack(w.blocks, dtype))  # the numba loop and its numpy twin
+    assert r.shape == (2, 2 * gemm_r16.BYTES[quant.KIND[dtype]])
+    assert sorted(r.reshape(-1).tolist()) == sorted(np.asarray(w.blocks).reshape(-1).tolist())
+    # the first 32 bytes of a group's block are the 16 rows' fp16 scales, row order
+    assert bytes(r[0, :32]) == b"".join(bytes(w.blocks[i, :2]) for i in range(16))
+
+
+def test_only_whole_row_groups_and_blocks_repack():
+    assert gemm_r16.can_repack(DataType.Q4_0, 32, 64)
+    assert not gemm_r16.can_repack(DataType.Q4_0, 40, 64)  # rows not a multiple of 16
+    assert not gemm_r16.can_repack(DataType.Q4_K, 32, 256)
+    assert not gemm_r16.can_repack(DataType.Q4_0, 0, 64)
+
+
+@pytest.mark.parametrize("t", [1, 4, 40])
+def test_linear_runs_r16_at_every_t_when_the_weight_carries_it(t):
+    rng = np.random.default_rng(t)
+    w0 = linear.prepare_weight(random_tensor(DataType.Q4_0, 32, 128, rng))
+    w = type(w0)(w0.dtype, w0.rows, w0.cols, w0.blocks, None, gemm_r16.repack(w0.blocks, w0.dtype))
+    assert plan.plan_matmul(w, t) is (plan.Path.R16 if not plan.cpu.HAS_AMX or t < 4 else plan.plan_matmul(w, t))
+    x = rng.standard_normal((t, 128)).astype(np.float32)
+    ref, out = np.empty((t, 32), np.float32), np.empty((t, 32), np.float32)
+    ref_linear.matmul_qact(ref, x, w0)
+    linear.matmul(out, x, w)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * np.abs(ref).max())

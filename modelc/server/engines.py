@@ -163,21 +163,27 @@ class InferEngine(_NoLora):
         return {"running": self._num_running}
 
     def warmup(self) -> None:
-        """Run the model on zeros (batches of 1, 2 and 64 where the batch dimension is free: the matmul
-        plan's decode, small-batch and BLAS paths), so the kernels are compiled (or loaded) before /health
-        says ok. Graphs with several inputs warm on their first request."""
+        """Run the model on each input's zeros (ones for a mask) three times, its last free dimension (the
+        batch of an MLP, the sequence of a BERT graph) set to 1, 2 and 64 and any other free one to 1: the
+        matmul plan's decode, small-batch and BLAS paths. So the kernels are compiled (or loaded) before
+        /health says ok."""
         # lazy: numba kernels load (and compile) only when this path runs
         from modelc.onnx.feeds import to_array
 
         inf = self._inferencer
-        if inf.program is not None and len(inf.program.inputs) != 1:
-            return
-        shape = list(inf.spec.get("shape") or [])
-        fixed = [d if isinstance(d, int) and d > 0 else 1 for d in shape]
-        free_batch = bool(shape) and not (isinstance(shape[0], int) and shape[0] > 0)
-        for batch in (1, 2, 64) if free_batch else (None,):
-            dims = fixed if batch is None else [batch, *fixed[1:]]
-            inf._run(to_array(np.zeros(dims).tolist(), inf.spec))
+        specs = inf.program.inputs if inf.program is not None else [inf.spec]
+        for n in (1, 2, 64):
+            feeds = {}
+            for spec in specs:
+                shape = list(spec.get("shape") or [])
+                free = [i for i, d in enumerate(shape) if not (isinstance(d, int) and d > 0)]
+                dims = [n if free and i == free[-1] else d if i not in free else 1 for i, d in enumerate(shape)]
+                fill = np.ones if "mask" in str(spec.get("name", "")) else np.zeros
+                feeds[spec["name"]] = to_array(fill(dims).tolist(), spec)
+            if inf.program is not None:
+                inf.program.run(feeds)
+            else:
+                inf.mlp.forward(feeds[inf.spec["name"]])
 
 
 def adapter_for(source: Any) -> Any | None:

@@ -5,8 +5,8 @@ threads that serve it. With a warm cache every kernel is loaded before the 200; 
 
 Model kinds: "tiny" (a llama), "softcap" (Gemma 2's attention soft-capping), "sinks" (gpt-oss's attention
 sinks and MoE), "draft" (speculative decoding with a draft model) serve cold on the reference kernels;
-"q8_0" (the int8 KV cache, whose kernels the KV pages call directly), "bert" (an encoder) and "mlp" (a
-quantized MLP behind /infer) compile or load every kernel before the 200 instead."""
+"q8_0" (the int8 KV cache, whose kernels the KV pages call directly), "bert" (an encoder) and "mlp" / "onnx" (a
+quantized MLP, a BERT graph behind /infer) compile or load every kernel before the 200 instead."""
 
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ elif kind == "q8_0":
 elif kind == "bert":
     from modelc.formats.detect import read_model
     model = read_model(sys.argv[1] + "/tests/fixtures/embeddings/tiny_bert")
+elif kind == "onnx":  # a BERT graph behind /infer: two named inputs, numba kernels in its ops
+    from modelc.formats.detect import read_model
+    model = read_model(sys.argv[1] + "/tests/fixtures/onnx/tiny_bert.onnx")
 elif kind == "mlp":  # Q8_0 layers: /infer runs numba matmuls
     import numpy as np
     from modelc.ir import DataType, Model, TensorData
@@ -82,6 +85,11 @@ async def main():
                 await anyio.sleep(0.02)
             if kind == "mlp":
                 for body in ({"input": [0.5] * 64}, {"inputs": [[0.5] * 64] * 3}, {"inputs": [[0.5] * 64] * 40}):
+                    r = await c.post("/infer", json=body)
+                    assert r.status_code == 200, r.text
+            elif kind == "onnx":
+                for n in (3, 40):
+                    body = {"inputs": {"input_ids": [list(range(1, n + 1))], "attention_mask": [[1] * n]}}
                     r = await c.post("/infer", json=body)
                     assert r.status_code == 200, r.text
             elif kind == "bert":  # token ids: the fixture has no tokenizer; the longer input is a batch
@@ -144,7 +152,7 @@ def test_soft_capping_sinks_and_draft_models_serve_cold_without_compiling(kind, 
 
 
 @pytest.mark.slow  # compiles every kernel of the model before the 200 (minutes from an empty cache on 2 cores)
-@pytest.mark.parametrize("kind", ["q8_0", "bert", "mlp"])
+@pytest.mark.parametrize("kind", ["q8_0", "bert", "mlp", "onnx"])
 def test_q8_kv_cache_encoder_and_infer_models_are_503_until_warm(kind, tmp_path):
     out = _probe(kind, "cold", tmp_path)
     assert "KERNELS AFTER REQUESTS ready" in out, out

@@ -24,18 +24,39 @@ import numpy as np
 from numba import njit, prange
 
 from modelc.ir import DataType
-from modelc.kernels.qdot import load_f16x16, load_f32x16, prefetch, splat_f32x16, store_f32x16
-from modelc.kernels.qdot_r16 import add_i32x16, bcast4_i8x64, flip_i8x64, nib_hi_i8x64, nib_lo_i8x64, splat_i32x16
+from modelc.kernels.qdot import (
+    fma_f32x16,
+    load_f16x16,
+    load_f32x16,
+    mul_f32x16,
+    prefetch,
+    splat_f32x16,
+    store_f32x16,
+    zeros_f32x16,
+)
+from modelc.kernels.qdot_r16 import (
+    add_i32x16,
+    bcast4_i8x64,
+    bits_i32x16,
+    flip_i8x64,
+    float_i32x16,
+    load_u32x16,
+    nib_hi_i8x64,
+    nib_lo_i8x64,
+    or_shl_i32x16,
+    splat_i32x16,
+)
 from modelc.kernels.qdot_tile import WIDE_DOT_EXACT, dot_u8x64, fmadot_f32x16, load_i8x64
 from modelc.kernels.quant import KIND
 
-Q4_0, Q8_0 = KIND[DataType.Q4_0], KIND[DataType.Q8_0]
-R16_KINDS = frozenset({Q4_0} | ({Q8_0} if WIDE_DOT_EXACT else set()))
+Q4_0, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K]
+R16_KINDS = frozenset({Q4_0, Q4_K} | ({Q8_0} if WIDE_DOT_EXACT else set()))
 """Kinds repacked and multiplied here (Q8_0's code + 128 needs the exact wide dot: VNNI or portable IR)."""
 
 GROUP = 16
-BYTES = {Q4_0: 288, Q8_0: 544}  # one 16-row group of one block
-_BLOCK = {Q4_0: 18, Q8_0: 34}  # one row's block in the file
+BYTES = {Q4_0: 288, Q8_0: 544, Q4_K: 2304}  # one 16-row group of one block (Q4_K: of a 256-element super-block)
+_BLOCK = {Q4_0: 18, Q8_0: 34, Q4_K: 144}  # one row's block in the file
+_ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256}
 PREFETCH_BYTES = 8192
 """How far ahead of the block being read the kernel prefetches, one line at a time (a group's
 blocks are one contiguous stretch; see gemm_fused_k for why software prefetch matters here)."""
@@ -43,7 +64,7 @@ blocks are one contiguous stretch; see gemm_fused_k for why software prefetch ma
 
 def can_repack(dtype: DataType, rows: int, cols: int) -> bool:
     kind = KIND.get(dtype)
-    return kind in R16_KINDS and rows % GROUP == 0 and rows > 0 and cols % 32 == 0 and cols > 0
+    return kind in R16_KINDS and rows % GROUP == 0 and rows > 0 and cols % _ELEMS[kind] == 0 and cols > 0
 
 
 def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
@@ -55,8 +76,32 @@ def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
     n, row_bytes = blocks.shape
     bs = _BLOCK[kind]
     out = np.empty((n // GROUP, (row_bytes // bs) * BYTES[kind]), np.uint8)
-    _repack(np.ascontiguousarray(blocks), out, bs)
+    if kind == Q4_K:
+        _repack_q4_k(np.ascontiguousarray(blocks), out)
+    else:
+        _repack(np.ascontiguousarray(blocks), out, bs)
     return out
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _repack_q4_k(src, out):
+    """Per super-block of 16 rows: [16 fp16 d][16 fp16 dmin][3 x 64: the 12 scale bytes as 4-byte words,
+    lane r = row r's][32 x 64: qs bytes 4k..4k+3 of each row] (2304 bytes)."""
+    nb = src.shape[1] // 144
+    for gi in prange(out.shape[0]):
+        dst = out[gi]
+        for r in range(GROUP):
+            row = src[gi * GROUP + r]
+            for b in range(nb):
+                o = b * 2304
+                p = b * 144
+                for i in range(2):
+                    dst[o + 2 * r + i] = row[p + i]
+                    dst[o + 32 + 2 * r + i] = row[p + 2 + i]
+                for k in range(35):  # 3 scale words, then 32 code words
+                    q = o + 64 + 64 * k + 4 * r
+                    for i in range(4):
+                        dst[q + i] = row[p + 4 + 4 * k + i]
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -144,6 +189,152 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
             out[j, r0 + r] = acc[j * 16 + r]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
+    """Rows 16 gi .. 16 gi + 15 of a Q4_K weight for all t tokens. acc (t * 16,) f32 scratch; fs (256,)
+    f32 scratch: per sub-block s, d * scale_s (fs[16 s:]) and dmin * min_s (fs[128 + 16 s:]) of the 16 rows."""
+    acc[:] = 0.0
+    base = gi * nsb * 2304
+    pf = base + PREFETCH_BYTES
+    for sb in range(nsb):
+        o = base + sb * 2304
+        ahead = o + 2304 + PREFETCH_BYTES
+        while pf < ahead:
+            prefetch(rf, pf)
+            pf += 64
+        d = load_f16x16(rf, o)
+        dm = load_f16x16(rf, o + 32)
+        a = load_u32x16(rf, o + 64)
+        m = load_u32x16(rf, o + 128)
+        md = load_u32x16(rf, o + 192)
+        for j in range(4):  # the 6-bit scales and mins as in ggml's get_scale_min_k4, 16 rows at once
+            store_f32x16(fs, 16 * j, mul_f32x16(d, float_i32x16(bits_i32x16(a, 8 * j, 63))))
+            store_f32x16(fs, 128 + 16 * j, mul_f32x16(dm, float_i32x16(bits_i32x16(m, 8 * j, 63))))
+            s4 = or_shl_i32x16(bits_i32x16(md, 8 * j, 15), bits_i32x16(a, 8 * j + 6, 3), 4)
+            m4 = or_shl_i32x16(bits_i32x16(md, 8 * j + 4, 15), bits_i32x16(m, 8 * j + 6, 3), 4)
+            store_f32x16(fs, 16 * (j + 4), mul_f32x16(d, float_i32x16(s4)))
+            store_f32x16(fs, 128 + 16 * (j + 4), mul_f32x16(dm, float_i32x16(m4)))
+        for j in range(4):  # 64 elements: low nibbles = sub-block 2j, high nibbles = sub-block 2j + 1
+            q = o + 256 + 512 * j
+            c0, c1, c2, c3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
+            c4, c5 = load_i8x64(rf, q + 256), load_i8x64(rf, q + 320)
+            c6, c7 = load_i8x64(rf, q + 384), load_i8x64(rf, q + 448)
+            l0, l1, l2, l3 = nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3)
+            l4, l5, l6, l7 = nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7)
+            h0, h1, h2, h3 = nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3)
+            h4, h5, h6, h7 = nib_hi_i8x64(c4), nib_hi_i8x64(c5), nib_hi_i8x64(c6), nib_hi_i8x64(c7)
+            s0 = 2 * j
+            f0, f1 = load_f32x16(fs, 16 * s0), load_f32x16(fs, 16 * s0 + 16)
+            g0, g1 = load_f32x16(fs, 128 + 16 * s0), load_f32x16(fs, 128 + 16 * s0 + 16)
+            for tt in range(t):
+                xo = tt * c + sb * 256 + 64 * j
+                p = dot_u8x64(splat_i32x16(0), l0, bcast4_i8x64(xq, xo))
+                p = dot_u8x64(p, l1, bcast4_i8x64(xq, xo + 4))
+                p = dot_u8x64(p, l2, bcast4_i8x64(xq, xo + 8))
+                p = dot_u8x64(p, l3, bcast4_i8x64(xq, xo + 12))
+                p = dot_u8x64(p, l4, bcast4_i8x64(xq, xo + 16))
+                p = dot_u8x64(p, l5, bcast4_i8x64(xq, xo + 20))
+                p = dot_u8x64(p, l6, bcast4_i8x64(xq, xo + 24))
+                p = dot_u8x64(p, l7, bcast4_i8x64(xq, xo + 28))
+                p2 = dot_u8x64(splat_i32x16(0), h0, bcast4_i8x64(xq, xo + 32))
+                p2 = dot_u8x64(p2, h1, bcast4_i8x64(xq, xo + 36))
+                p2 = dot_u8x64(p2, h2, bcast4_i8x64(xq, xo + 40))
+                p2 = dot_u8x64(p2, h3, bcast4_i8x64(xq, xo + 44))
+                p2 = dot_u8x64(p2, h4, bcast4_i8x64(xq, xo + 48))
+                p2 = dot_u8x64(p2, h5, bcast4_i8x64(xq, xo + 52))
+                p2 = dot_u8x64(p2, h6, bcast4_i8x64(xq, xo + 56))
+                p2 = dot_u8x64(p2, h7, bcast4_i8x64(xq, xo + 60))
+                k = sb * 8 + s0
+                v = load_f32x16(acc, tt * 16)
+                v = fmadot_f32x16(v, p, f0, splat_f32x16(xd[tt, k]))
+                v = fmadot_f32x16(v, p2, f1, splat_f32x16(xd[tt, k + 1]))
+                v = fma_f32x16(v, g0, splat_f32x16(-xm[tt, k]))
+                v = fma_f32x16(v, g1, splat_f32x16(-xm[tt, k + 1]))
+                store_f32x16(acc, tt * 16, v)
+    r0 = gi * 16
+    for tt in range(t):
+        for r in range(16):
+            out[tt, r0 + r] = acc[tt * 16 + r]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
+    """_group_q4_k for one token: the accumulator stays in a register, each scale is decoded where used."""
+    acc = zeros_f32x16()
+    base = gi * nsb * 2304
+    pf = base + PREFETCH_BYTES
+    for sb in range(nsb):
+        o = base + sb * 2304
+        ahead = o + 2304 + PREFETCH_BYTES
+        while pf < ahead:
+            prefetch(rf, pf)
+            pf += 64
+        d = load_f16x16(rf, o)
+        dm = load_f16x16(rf, o + 32)
+        a = load_u32x16(rf, o + 64)
+        m = load_u32x16(rf, o + 128)
+        md = load_u32x16(rf, o + 192)
+        for j in range(4):
+            s0, s1 = 2 * j, 2 * j + 1  # scale indices of this 64-element part's two sub-blocks
+            if j < 2:
+                sa = bits_i32x16(a, 8 * s0, 63)
+                sb_ = bits_i32x16(a, 8 * s1, 63)
+                ma = bits_i32x16(m, 8 * s0, 63)
+                mb = bits_i32x16(m, 8 * s1, 63)
+            else:
+                i0, i1 = s0 - 4, s1 - 4
+                sa = or_shl_i32x16(bits_i32x16(md, 8 * i0, 15), bits_i32x16(a, 8 * i0 + 6, 3), 4)
+                sb_ = or_shl_i32x16(bits_i32x16(md, 8 * i1, 15), bits_i32x16(a, 8 * i1 + 6, 3), 4)
+                ma = or_shl_i32x16(bits_i32x16(md, 8 * i0 + 4, 15), bits_i32x16(m, 8 * i0 + 6, 3), 4)
+                mb = or_shl_i32x16(bits_i32x16(md, 8 * i1 + 4, 15), bits_i32x16(m, 8 * i1 + 6, 3), 4)
+            q = o + 256 + 512 * j
+            xo = sb * 256 + 64 * j
+            c0, c1, c2, c3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
+            p = dot_u8x64(splat_i32x16(0), nib_lo_i8x64(c0), bcast4_i8x64(xq, xo))
+            p2 = dot_u8x64(splat_i32x16(0), nib_hi_i8x64(c0), bcast4_i8x64(xq, xo + 32))
+            p = dot_u8x64(p, nib_lo_i8x64(c1), bcast4_i8x64(xq, xo + 4))
+            p2 = dot_u8x64(p2, nib_hi_i8x64(c1), bcast4_i8x64(xq, xo + 36))
+            p = dot_u8x64(p, nib_lo_i8x64(c2), bcast4_i8x64(xq, xo + 8))
+            p2 = dot_u8x64(p2, nib_hi_i8x64(c2), bcast4_i8x64(xq, xo + 40))
+            p = dot_u8x64(p, nib_lo_i8x64(c3), bcast4_i8x64(xq, xo + 12))
+            p2 = dot_u8x64(p2, nib_hi_i8x64(c3), bcast4_i8x64(xq, xo + 44))
+            c4, c5 = load_i8x64(rf, q + 256), load_i8x64(rf, q + 320)
+            c6, c7 = load_i8x64(rf, q + 384), load_i8x64(rf, q + 448)
+            p = dot_u8x64(p, nib_lo_i8x64(c4), bcast4_i8x64(xq, xo + 16))
+            p2 = dot_u8x64(p2, nib_hi_i8x64(c4), bcast4_i8x64(xq, xo + 48))
+            p = dot_u8x64(p, nib_lo_i8x64(c5), bcast4_i8x64(xq, xo + 20))
+            p2 = dot_u8x64(p2, nib_hi_i8x64(c5), bcast4_i8x64(xq, xo + 52))
+            p = dot_u8x64(p, nib_lo_i8x64(c6), bcast4_i8x64(xq, xo + 24))
+            p2 = dot_u8x64(p2, nib_hi_i8x64(c6), bcast4_i8x64(xq, xo + 56))
+            p = dot_u8x64(p, nib_lo_i8x64(c7), bcast4_i8x64(xq, xo + 28))
+            p2 = dot_u8x64(p2, nib_hi_i8x64(c7), bcast4_i8x64(xq, xo + 60))
+            k = sb * 8 + s0
+            acc = fmadot_f32x16(acc, p, mul_f32x16(d, float_i32x16(sa)), splat_f32x16(xd[0, k]))
+            acc = fmadot_f32x16(acc, p2, mul_f32x16(d, float_i32x16(sb_)), splat_f32x16(xd[0, k + 1]))
+            acc = fma_f32x16(acc, mul_f32x16(dm, float_i32x16(ma)), splat_f32x16(-xm[0, k]))
+            acc = fma_f32x16(acc, mul_f32x16(dm, float_i32x16(mb)), splat_f32x16(-xm[0, k + 1]))
+    store_f32x16(out.reshape(-1), gi * 16, acc)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _r16_q4_k(out, xq, xd, xs, rw):
+    t, c = xq.shape
+    xm = np.empty((t, c // 32), np.float32)  # (T, C/32) per-32 activation sums: the mins' term
+    for tt in range(t):
+        for k in range(c // 32):
+            xm[tt, k] = xs[tt, 2 * k] + xs[tt, 2 * k + 1]
+    xqf = xq.reshape(-1)
+    rf = rw.reshape(-1)
+    if t == 1:
+        for gi in prange(rw.shape[0]):
+            _group_q4_k_t1(out, xqf, xd, xm, rf, gi, c // 256)
+        return
+    for gi in prange(rw.shape[0]):
+        acc = np.empty(t * 16, np.float32)
+        fs = np.empty(256, np.float32)
+        _group_q4_k(out, xqf, xd, xm, rf, gi, c // 256, t, c, acc, fs)
+
+
 @njit(cache=True, nogil=True)
 def _offsets(xq, nb, off):
     """(T, nb) int32: -off * the sum of each 32-element block's activation codes."""
@@ -182,13 +373,15 @@ def _r16_q8_0(out, xq, xd, rw):
         _group(out, xqf, sa, xd, rf, gi, nb, 4, t, c, acc)
 
 
-def qmatmul_r16(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, rw: np.ndarray, kind: int) -> None:
+def qmatmul_r16(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, rw: np.ndarray, kind: int) -> None:
     """out (T, N) f32 = dequant(W) @ x.T, W repacked by `repack` (rw (N/16, C/32 * BYTES) uint8).
 
-    xq (T, C) int8, xd (T, C/32) f32 from quant.quantize_act; every row of out is written.
+    xq (T, C) int8, xd (T, C/32), xs (T, C/16) f32 from quant.quantize_act; every row of out is written.
     parallel=True over 16-row groups; the caller sets the thread count.
     """
     if kind == Q4_0:
         _r16_q4_0(out, xq, xd, rw)
+    elif kind == Q4_K:
+        _r16_q4_k(out, xq, xd, xs, rw)
     else:
         _r16_q8_0(out, xq, xd, rw)

@@ -134,7 +134,7 @@ def _run(path: Path, out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     elif path is Path.MATVEC:
         gemm_fused.qmatvec(out, xq, xd, xs, w.blocks, kind)
     elif path is Path.R16:
-        gemm_r16.qmatmul_r16(out, xq, xd, w.r16, kind)
+        gemm_r16.qmatmul_r16(out, xq, xd, xs, w.r16, kind)
     elif path is Path.AMX:
         gemm_tile_amx.qmatmul_amx(out, xq, xd, xs, w.blocks, kind)
     elif path is Path.TILE:

@@ -95,3 +95,64 @@ def add_i32x16(typingctx, a, b):
         return builder.add(args[0], args[1])
 
     return I32x16(a, b), codegen
+
+
+@intrinsic
+def load_u32x16(typingctx, ary, idx):
+    """16 little-endian 32-bit words at byte idx of a 1-D C uint8 array, as I32x16."""
+    if not (_check_1d(ary) and ary.dtype == types.uint8 and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _load(context, builder, sig.args[0], args[0], args[1], _v16i32)
+
+    return I32x16(ary, idx), codegen
+
+
+def _as_i32(builder, x):
+    w = x.type.width
+    return builder.trunc(x, _i32) if w > 32 else (builder.sext(x, _i32) if w < 32 else x)
+
+
+def _splat32(builder, x):
+    v = builder.insert_element(ir.Constant(ir.VectorType(_i32, 1), ir.Undefined), _as_i32(builder, x), ir.Constant(_i32, 0))
+    return builder.shuffle_vector(v, v, ir.Constant(_v16i32, [0] * 16))
+
+
+@intrinsic
+def bits_i32x16(typingctx, v, shift, mask):
+    """(v >> shift) & mask per lane (logical shift)."""
+    if not (v == I32x16 and isinstance(shift, types.Integer) and isinstance(mask, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        s = builder.lshr(args[0], _splat32(builder, args[1]))
+        return builder.and_(s, _splat32(builder, args[2]))
+
+    return I32x16(v, shift, mask), codegen
+
+
+@intrinsic
+def or_shl_i32x16(typingctx, a, b, shift):
+    """a | (b << shift) per lane."""
+    if not (a == I32x16 and b == I32x16 and isinstance(shift, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.or_(args[0], builder.shl(args[1], _splat32(builder, args[2])))
+
+    return I32x16(a, b, shift), codegen
+
+
+@intrinsic
+def float_i32x16(typingctx, v):
+    """float32 of each int32 lane."""
+    from modelc.kernels.qdot import F32x16
+
+    if v != I32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.sitofp(args[0], ir.VectorType(ir.FloatType(), 16))
+
+    return F32x16(v), codegen

@@ -11,6 +11,8 @@ from modelc.kernels.gemm_r16 import _BLOCK, BYTES, GROUP, KIND
 def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
     """The numpy twin of gemm_r16.repack (about 0.2-0.3 GB/s: numpy's transposes of small units)."""
     kind = KIND[dtype]
+    if kind == KIND[DataType.Q4_K]:
+        return _repack_q4_k(blocks)
     n, row_bytes = blocks.shape
     bs = _BLOCK[kind]
     nb = row_bytes // bs
@@ -22,3 +24,13 @@ def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
     q = np.ascontiguousarray(b[..., 2:]).view(np.uint32)  # (G, 16 rows, nb, chunks)
     out[:, :, 32:].view(np.uint32).reshape(g, nb, chunks, GROUP)[...] = q.transpose(0, 2, 3, 1)
     return out.reshape(g, nb * BYTES[kind])
+
+
+def _repack_q4_k(blocks: np.ndarray) -> np.ndarray:
+    n, row_bytes = blocks.shape
+    nb, g = row_bytes // 144, n // GROUP
+    b = np.asarray(blocks).reshape(g, GROUP, nb, 144)
+    d = b[..., 0:2].transpose(0, 2, 1, 3).reshape(g, nb, 32)
+    dmin = b[..., 2:4].transpose(0, 2, 1, 3).reshape(g, nb, 32)
+    words = b[..., 4:].reshape(g, GROUP, nb, 35, 4).transpose(0, 2, 3, 1, 4).reshape(g, nb, 35 * 64)
+    return np.ascontiguousarray(np.concatenate([d, dmin, words], axis=2)).reshape(g, nb * 2304)

@@ -84,7 +84,11 @@ def snapshot() -> list[Entry] | None:
     named = _dispatchers()
     known = {id(d) for _, _, d in named}
     for obj in gc.get_objects():
-        if isinstance(obj, Dispatcher) and obj.overloads and id(obj) not in known:
+        try:
+            found = isinstance(obj, Dispatcher)
+        except ReferenceError:  # a weakref.proxy whose object is gone (isinstance asks it for __class__)
+            continue
+        if found and obj.overloads and id(obj) not in known:
             func = obj.py_func
             ours = str(getattr(func, "__module__", "")).startswith("modelc.kernels")
             if ours and "<locals>" not in getattr(func, "__qualname__", ""):

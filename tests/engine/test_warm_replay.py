@@ -79,3 +79,19 @@ def test_lists_are_pruned_to_the_most_recent(tmp_path, monkeypatch):
         os.utime(tmp_path / f"k{i}.pkl", (i, i))  # written in this order
     assert sorted(f.name for f in tmp_path.glob("*.pkl")) == ["k2.pkl", "k3.pkl", "k4.pkl"]
     assert warm_list.load("k4") == [("modelc.kernels.norm", "rms_norm", ())] and warm_list.load("k0") is None
+
+
+def test_snapshot_skips_a_dead_weakref_proxy():
+    """gc.get_objects() hands back weakref proxies too; isinstance() on a dead one raises ReferenceError."""
+    import weakref
+
+    from modelc.kernels import warm_list
+
+    class Gone:
+        pass
+
+    obj = Gone()
+    proxy = weakref.proxy(obj)
+    del obj
+    assert warm_list.snapshot() is not None
+    del proxy

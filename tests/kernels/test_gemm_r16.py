@@ -9,19 +9,21 @@ from modelc.ir import DataType
 from modelc.kernels import gemm_r16, linear, plan, quant, ref_linear, ref_r16
 from modelc.kernels.gemm_random import random_tensor
 
-TYPES = [dt for dt in (DataType.Q4_0, DataType.Q8_0) if quant.KIND[dt] in gemm_r16.R16_KINDS]
+TYPES = [dt for dt in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K) if quant.KIND[dt] in gemm_r16.R16_KINDS]
 
 
 def _act(x: np.ndarray):
     t, c = x.shape
     xq, xd, xs = np.empty((t, c), np.int8), np.empty((t, c // 32), np.float32), np.empty((t, c // 16), np.float32)
     quant.quantize_act(xq, xd, xs, x)
-    return xq, xd
+    return xq, xd, xs
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize(("n", "c", "t"), [(16, 32, 1), (32, 96, 1), (48, 256, 3), (64, 2048, 8), (16, 64, 17)])
 def test_kernel_matches_the_quantized_activation_twin(dtype, n, c, t):
+    if dtype is DataType.Q4_K:
+        c = max(256, c // 256 * 256)
     rng = np.random.default_rng(n * 7 + c + t)
     w = linear.prepare_weight(random_tensor(dtype, n, c, rng))
     x = rng.standard_normal((t, c)).astype(np.float32)  # (T, C)
@@ -34,7 +36,8 @@ def test_kernel_matches_the_quantized_activation_twin(dtype, n, c, t):
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
 def test_repack_is_a_permutation_of_the_file_bytes(dtype):
-    w = linear.prepare_weight(random_tensor(dtype, 32, 64, np.random.default_rng(1)))
+    c = 512 if dtype is DataType.Q4_K else 64
+    w = linear.prepare_weight(random_tensor(dtype, 32, c, np.random.default_rng(1)))
     r = gemm_r16.repack(w.blocks, dtype)
     np.testing.assert_array_equal(r, ref_r16.repack(w.blocks, dtype))  # the numba loop and its numpy twin
     assert r.shape == (2, 2 * gemm_r16.BYTES[quant.KIND[dtype]])
@@ -46,7 +49,8 @@ def test_repack_is_a_permutation_of_the_file_bytes(dtype):
 def test_only_whole_row_groups_and_blocks_repack():
     assert gemm_r16.can_repack(DataType.Q4_0, 32, 64)
     assert not gemm_r16.can_repack(DataType.Q4_0, 40, 64)  # rows not a multiple of 16
-    assert not gemm_r16.can_repack(DataType.Q4_K, 32, 256)
+    assert not gemm_r16.can_repack(DataType.Q4_K, 32, 128)  # not whole super-blocks
+    assert not gemm_r16.can_repack(DataType.Q6_K, 32, 256)
     assert not gemm_r16.can_repack(DataType.Q4_0, 0, 64)
 
 

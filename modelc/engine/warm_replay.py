@@ -77,6 +77,9 @@ def record(key: str | None) -> None:
     """Save the kernels this process has compiled or loaded as the list for key (after a complete warmup)."""
     if key is None:
         return
-    entries = warm_list.snapshot()
+    try:
+        entries = warm_list.snapshot()
+    except Exception:  # noqa: BLE001 - best effort: a list not written only costs the next start its warmup
+        return
     if entries:
         warm_list.save(key, entries)

@@ -95,3 +95,13 @@ def test_snapshot_skips_a_dead_weakref_proxy():
     del obj
     assert warm_list.snapshot() is not None
     del proxy
+
+
+def test_a_failing_snapshot_never_fails_the_warmup(tmp_path, monkeypatch):
+    from modelc.kernels import warm_list
+
+    def boom():
+        raise ReferenceError("weakly-referenced object no longer exists")
+
+    monkeypatch.setattr(warm_list, "snapshot", boom)
+    warm_replay.record("k")  # no error: the list is simply not written

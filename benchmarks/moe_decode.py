@@ -2,7 +2,7 @@
 for all of them), on a GGUF such as benchmarks/make_moe_model.py writes; optionally llama.cpp side by side.
 
     .venv/bin/python benchmarks/moe_decode.py /tmp/moe/qwen3moe-8x32e4-q8_0.gguf [--streams 8] [--tokens 32]
-        [--llamacpp-python /path/to/venv-with-llama_cpp/bin/python] [--rounds 3]
+        [--llamacpp-python /path/to/venv-with-llama_cpp/bin/python [--llamacpp-passive]] [--rounds 3]
 
 Prints decode tok/s for 1 stream and the aggregate for --streams streams (prompt time excluded: the
 clock starts once every stream has its first token). With --llamacpp-python, llama.cpp (llama-cpp-python's
@@ -75,10 +75,13 @@ print(json.dumps(out))
 """
 
 
-def llamacpp(python: str, path: str, prompt: list[int], n: int, streams: list[int], threads: int) -> dict[str, float]:
+def llamacpp(
+    python: str, path: str, prompt: list[int], n: int, streams: list[int], threads: int, passive: bool = False
+) -> dict[str, float]:
+    env = dict(_ORIG_ENV, OMP_WAIT_POLICY="passive") if passive else _ORIG_ENV
     req = {"path": path, "prompt": [int(t) for t in prompt], "tokens": n, "streams": streams, "threads": threads}
     p = subprocess.run([python, "-c", _LLAMACPP], input=json.dumps(req), capture_output=True, text=True,
-                       timeout=1800, env=_ORIG_ENV)  # fmt: skip
+                       timeout=1800, env=env)  # fmt: skip
     if p.returncode != 0:
         raise SystemExit(p.stderr[-2000:])
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -142,6 +145,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--llamacpp-python", help="a Python with llama-cpp-python: run llama.cpp side by side")
+    ap.add_argument("--llamacpp-passive", action="store_true",
+                    help="run llama.cpp with OMP_WAIT_POLICY=passive (its threads sleep at barriers, not spin)")  # fmt: skip
     a = ap.parse_args()
     prompt = [int(t) for t in np.random.default_rng(0).integers(4, 300, 32)]
     eng = Engine.load(a.gguf, threads=a.threads)
@@ -149,10 +154,11 @@ def main() -> None:
     for r in range(a.rounds):
         row = {"modelc 1": one_stream(eng, prompt, a.tokens)}
         if a.llamacpp_python:
-            row["llama.cpp 1"] = llamacpp(a.llamacpp_python, a.gguf, prompt, a.tokens, [1], a.threads)["1"]
+            row["llama.cpp 1"] = llamacpp(a.llamacpp_python, a.gguf, prompt, a.tokens, [1], a.threads,
+                                          a.llamacpp_passive)["1"]  # fmt: skip
         row[f"modelc {a.streams}"] = anyio.run(many_streams, a.gguf, prompt, a.tokens, a.streams, a.threads)
         if a.llamacpp_python:
-            got = llamacpp(a.llamacpp_python, a.gguf, prompt, a.tokens, [a.streams], a.threads)
+            got = llamacpp(a.llamacpp_python, a.gguf, prompt, a.tokens, [a.streams], a.threads, a.llamacpp_passive)
             row[f"llama.cpp {a.streams}"] = got[str(a.streams)]
         load = os.getloadavg()[0]
         print(f"round {r + 1}: " + ", ".join(f"{k}: {v:.2f}" for k, v in row.items()) + f" tok/s (load {load:.1f})",

@@ -6,7 +6,7 @@ take a `Weight`. Validation of shapes, dtypes and scales lives here too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -67,6 +67,8 @@ class Weight:
     scale: (N,) f32 per-output-channel scale for I8/I4, else None.
     r16: the same bytes repacked 16 rows interleaved (gemm_r16.repack), made by the model loader
     for the numba kernels (models/weights.py); the matmul then runs on it at every T (plan.Path.R16).
+    paths: the matmul kernel per token count (plan.fixed_paths), fixed when the Weight is made (also by
+        dataclasses.replace): MODELC_KERNELS=ref and plan.py's bounds as they are then.
     """
 
     dtype: DataType
@@ -75,6 +77,12 @@ class Weight:
     blocks: np.ndarray  # (N, row_bytes) uint8
     scale: np.ndarray | None  # (N,) f32
     r16: np.ndarray | None = None  # (N/16, C/32 * bytes) uint8: gemm_r16's interleaved copy, when made at load
+    paths: tuple = field(default=(), compare=False, repr=False)  # plan.Path per T = 0 .. len-1, set below
+
+    def __post_init__(self) -> None:
+        from modelc.kernels import plan  # here, not at the top: plan imports this module
+
+        object.__setattr__(self, "paths", plan.fixed_paths(self))
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 """Public matmul API: prepare a stored weight once, then out = x @ W.T on its stored dtype.
 
-The kernel for a (weight type, T, CPU) is plan.plan_matmul (the one table): few tokens
+The kernel for a (weight type, T, CPU) is plan.plan_matmul (the one table), fixed per weight when
+the Weight is made (plan.fixed_paths: MODELC_KERNELS=ref applies to weights made after it is set). Few tokens
 (decode, small batches) run the int8-activation kernels or the fp16/bf16 kernels
 (gemm_float); prefill runs the int8 tiles or dequantizes W panel by panel into per-thread
 scratch and calls BLAS (gemm_blas). MODELC_KERNELS=ref runs the numpy twins (ref_linear).
@@ -61,7 +62,8 @@ def use_reference() -> bool:
 
 
 def prepare_weight(t: TensorData, scale: TensorData | None = None) -> Weight:
-    """Wrap a stored (N, C) weight (and its per-row F32 scale for I8/I4) for matmul (zero-copy)."""
+    """Wrap a stored (N, C) weight (and its per-row F32 scale for I8/I4) for matmul (zero-copy), with its
+    kernel plan fixed now (plan.fixed_paths)."""
     return make_weight(t, scale)
 
 
@@ -72,27 +74,33 @@ def _int_path_ok(w: Weight) -> bool:
 def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     """out (T, N) f32 = x (T, C) f32 C-contiguous @ W.T, W (N, C) as stored in `w`.
 
-    The kernel is plan.plan_matmul(w, T). Quantized W: x is quantized to int8 blocks (error
+    The kernel is plan.path(w, T): the weight's fixed plan. Quantized W: x is quantized to int8 blocks (error
     ~5e-3 relative, as in llama.cpp) on the int8 paths; the BLAS path (prefill) is fp32.
     """
     check_matmul_args(out, x, w)
     t = x.shape[0]
     if t == 0 or w.rows == 0:
         return
-    path = plan.plan_matmul(w, t)
+    path = plan.path(w, t)
     if path is Path.REF:
         ref_linear.matmul(out, x, w)
     elif path is Path.BLAS:
         gemm_blas.blas_matmul(out, x, w)
-    elif CHUNK <= 0:
-        _run(path, out, x, w)
     else:
-        setter = _chunk_setter()
-        old = setter(CHUNK)
-        try:
-            _run(path, out, x, w)
-        finally:
-            setter(old)
+        chunked(_run, path, out, x, w)
+
+
+def chunked(kernel, *args) -> None:
+    """kernel(*args) with numba's parallel chunk size set to CHUNK (dynamic scheduling), as the matmuls run."""
+    if CHUNK <= 0:
+        kernel(*args)
+        return
+    setter = _chunk_setter()
+    old = setter(CHUNK)
+    try:
+        kernel(*args)
+    finally:
+        setter(old)
 
 
 _setter = None

@@ -98,9 +98,10 @@ _FLOAT = (DataType.F16, DataType.BF16, DataType.F32)
 _NEVER = 1 << 62
 
 
-def plan_matmul(w: Weight, t: int) -> Path:
-    """The kernel linear.matmul runs for weight `w` and `t` tokens on this CPU (the table above)."""
-    if cpu.use_reference():
+def plan_matmul(w: Weight, t: int, *, reference: bool | None = None) -> Path:
+    """The kernel for weight `w` and `t` tokens on this CPU (the table above); MODELC_KERNELS read now
+    unless `reference` says. linear.matmul runs `path(w, t)`: the weight's plan, fixed when the Weight was made."""
+    if cpu.use_reference() if reference is None else reference:
         return Path.REF
     dt = w.dtype
     if dt in _FLOAT:
@@ -137,6 +138,33 @@ def int8_path(kind: int, t: int) -> Path:
     return Path.ROWS
 
 
+_FIXED: dict[tuple, tuple[Path, ...]] = {}
+
+
+def fixed_paths(w: Weight) -> tuple[Path, ...]:
+    """plan_matmul(w, t) at t = 0 .. max(_bounds()) (index t; [0] unused): weight `w`'s plan, fixed now.
+
+    Weight.__post_init__ stores it on the weight, so MODELC_KERNELS=ref and the bounds above apply as
+    they are when a model is built (the MODELC_NO_* switches are read at import, cpu.py), and a matmul
+    costs a tuple index, not the table. Weights alike for the table share one tuple.
+    """
+    ref = cpu.use_reference()
+    key = (w.dtype, w.cols % 32 == 0, w.r16 is not None, ref, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, cpu.HAS_AMX,
+           cpu.HAS_AVX512_VNNI, *(tuple(sorted(d.items())) for d in (AMX_MIN_T, AMX_PREFILL_MAX_T, ZMM_PREFILL_MAX_T)))  # fmt: skip
+    got = _FIXED.get(key)
+    if got is None:
+        got = _FIXED[key] = tuple(plan_matmul(w, max(t, 1), reference=ref) for t in range(max(_bounds()) + 1))
+    return got
+
+
+def path(w: Weight, t: int) -> Path:
+    """The kernel linear.matmul runs for `w` at `t` >= 1 tokens: its fixed plan (the table past its end)."""
+    paths = w.paths
+    if t < len(paths):
+        return paths[t]
+    return plan_matmul(w, t, reference=paths[1] is Path.REF)
+
+
 def _bounds() -> list[int]:
     """Every T at which some row of the table can change."""
     ts = {1, 2, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, *AMX_MIN_T.values()}
@@ -148,7 +176,7 @@ def warm_tokens(w: Weight) -> dict[Path, int]:
     """For each path weight `w` can reach, the smallest T that reaches it (what warmup runs)."""
     out: dict[Path, int] = {}
     for t in _bounds():
-        out.setdefault(plan_matmul(w, t), t)
+        out.setdefault(path(w, t), t)
     return out
 
 

@@ -31,6 +31,7 @@ class KernelSet:
     dequantize_rows: Callable  # (TensorData, row_ids) -> (n, cols) f32
     # paged attention with Gemma 2's logit soft-capping and gpt-oss's sinks (kernels/attention_ext.py)
     paged_attention_ext: Callable
+    moe_ffn: Callable  # (out (T, C), x (T, C), logits (T, E), MoeExperts, k, normalize) -> None
 
 
 def kernel_set(name: str | None = None) -> KernelSet:
@@ -38,7 +39,7 @@ def kernel_set(name: str | None = None) -> KernelSet:
     if name is None:
         name = "ref" if os.environ.get("MODELC_KERNELS", "").lower() == "ref" else "numba"
     if name == "ref":
-        from modelc.kernels import ref
+        from modelc.kernels import ref, ref_moe
         from modelc.kernels.ref_attention_ext import paged_attention_ext as ref_attention_ext
 
         return KernelSet(
@@ -57,10 +58,11 @@ def kernel_set(name: str | None = None) -> KernelSet:
             ref.dequantize,
             ref.dequantize_rows,
             ref_attention_ext,
+            ref_moe.moe_ffn,
         )
     if name != "numba":
         raise InvalidRequestError(f"unknown kernel set {name!r} (use 'numba' or 'ref')")
-    from modelc.kernels import activation, attention, attention_ext, kv_write, linear, norm, rope
+    from modelc.kernels import activation, attention, attention_ext, kv_write, linear, moe_ffn, norm, rope
 
     return KernelSet(
         "numba",
@@ -78,4 +80,5 @@ def kernel_set(name: str | None = None) -> KernelSet:
         linear.dequantize,
         linear.dequantize_rows,
         attention_ext.paged_attention_ext,
+        moe_ffn.moe_ffn,
     )

@@ -3,7 +3,9 @@ whole batch grouped by expert, so each chosen expert's weights are read once per
 
 Expert weights stay as stored (quantized, memory-mapped): GGUF's 3-D ffn_*_exps tensors and
 transformers' fused experts are sliced per expert without copying; HF's per-expert tensors are
-used as they are.
+used as they are. Where the 3-D tensors are of a type kernels/moe_ffn.py reads, a forward of up to
+moe_ffn.FUSED_MAX_T tokens (decode) runs the layer's experts in one kernel call (KernelSet.moe_ffn);
+otherwise each chosen expert is three matmuls.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import numpy as np
 
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, TensorData
+from modelc.kernels import moe_ffn, ref_moe
 from modelc.kernels.linear import Weight, prepare_weight
+from modelc.kernels.moe_weights import MoeExperts, stack_experts
 from modelc.kernels.select import KernelSet
 from modelc.models.weights import WeightReader
 
-# gpt-oss's clamped SwiGLU
-OSS_ALPHA, OSS_LIMIT = 1.702, 7.0
+OSS_ALPHA, OSS_LIMIT = ref_moe.OSS_ALPHA, ref_moe.OSS_LIMIT  # gpt-oss's clamped SwiGLU
 
 _NAMES = {  # naming -> (router, [per-expert gate, up, down] or fused 3-D gate, up, down, gate_up)
     "gguf": {
@@ -55,6 +58,7 @@ class MoeFFN:
     top_k: int
     normalize: bool  # renormalize the chosen experts' weights to sum 1
     activation: str  # "silu" | "oss" (gpt-oss's clamped SwiGLU)
+    stacked: MoeExperts | None = None  # the 3-D expert tensors, where KernelSet.moe_ffn reads them
 
     @property
     def num_experts(self) -> int:
@@ -63,24 +67,22 @@ class MoeFFN:
     def route(self, h: np.ndarray, kernels: KernelSet) -> tuple[np.ndarray, np.ndarray]:
         """(experts (T, k) int64, weights (T, k) f32): softmax over all experts, top-k, optionally renormalized
         (with renormalization this equals a softmax over the top-k logits, as Mixtral and gpt-oss do)."""
-        T, E, k = h.shape[0], self.num_experts, self.top_k
-        logits = np.empty((T, E), np.float32)
+        return ref_moe.route(self._logits(h, kernels), self.top_k, self.normalize)
+
+    def _logits(self, h: np.ndarray, kernels: KernelSet) -> np.ndarray:
+        logits = np.empty((h.shape[0], self.num_experts), np.float32)  # (T, E)
         kernels.matmul(logits, h, self.router)
         if self.router_bias is not None:
             logits += self.router_bias
-        top = np.argpartition(-logits, k - 1, axis=1)[:, :k] if k < E else np.tile(np.arange(E), (T, 1))
-        chosen = np.take_along_axis(logits, top, axis=1).astype(np.float64)
-        m = logits.max(axis=1, keepdims=True).astype(np.float64)
-        e = np.exp(chosen - m)
-        if self.normalize:
-            w = e / e.sum(axis=1, keepdims=True)
-        else:
-            w = e / np.exp(logits.astype(np.float64) - m).sum(axis=1, keepdims=True)
-        return top.astype(np.int64), w.astype(np.float32)
+        return logits
 
     def forward(self, out: np.ndarray, h: np.ndarray, kernels: KernelSet) -> None:
         """out (T, C) = sum over each token's chosen experts of weight * expert(h)."""
         T = h.shape[0]
+        if self.stacked is not None and T <= moe_ffn.FUSED_MAX_T:  # an F32 router runs in the kernel too
+            logits = None if self.stacked.router is not None else self._logits(h, kernels)
+            kernels.moe_ffn(out, h, logits, self.stacked, self.top_k, self.normalize)
+            return
         experts, weights = self.route(h, kernels)
         if T == 1:  # decode of one sequence: its k experts in turn, no grouping to do
             out[...] = 0.0
@@ -175,6 +177,11 @@ def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN 
     if E <= 0:
         return None
     F = int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"])
+
+    def bias(key: str, size: int) -> np.ndarray | None:
+        name = n.get(key, "") + ".bias"
+        return w.vector(name, E * size).reshape(E, size) if key in n and w.has(name) else None
+
     kinds = ["gguf"] if naming == "gguf" else ["mixtral", "hf", "hf-oss"]
     for kind in kinds:
         n = {key: v.replace("{i}", str(i)) for key, v in _NAMES[kind].items()}
@@ -184,23 +191,24 @@ def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN 
         return None
     if not 0 < k <= E:
         raise FormatError(f"num_experts_per_tok {k} must be in 1..num_experts {E}")
+    biases = (bias("gate", F), bias("up", F), bias("down", C))
+    oss = cfg.get("moe_activation") == "oss"
+    stacked = None
     if kind == "gguf":
         gate, up = _stacked(w, n["gate"] + ".weight", E, F, C), _stacked(w, n["up"] + ".weight", E, F, C)
         down = _stacked(w, n["down"] + ".weight", E, C, F)
+        router = w.matrix(n["router"] + ".weight", E, C)
+        st = stack_experts(*(w.tensor(n[p] + ".weight") for p in ("gate", "up", "down")), biases=biases, oss=oss,
+                           router=router, router_bias=w.maybe_vector(n["router"] + ".bias", E))  # fmt: skip
+        stacked = st if moe_ffn.supported(st) else None  # I8/I4 (with @scale tensors) never are
     elif "gate" in n:
         gate = [w.matrix(n["gate"].format(e=e) + ".weight", F, C) for e in range(E)]
         up = [w.matrix(n["up"].format(e=e) + ".weight", F, C) for e in range(E)]
         down = [w.matrix(n["down"].format(e=e) + ".weight", C, F) for e in range(E)]
     else:
         return _load_oss(w, n, E, k, F, C, cfg)
-
-    def bias(key: str, size: int) -> np.ndarray | None:
-        name = n.get(key, "") + ".bias"
-        return w.vector(name, E * size).reshape(E, size) if key in n and w.has(name) else None
-
     return MoeFFN(
         router=w.matrix(n["router"] + ".weight", E, C), router_bias=w.maybe_vector(n["router"] + ".bias", E),
-        gate=gate, up=up, down=down, gate_bias=bias("gate", F), up_bias=bias("up", F), down_bias=bias("down", C),
-        top_k=k, normalize=bool(cfg.get("norm_topk_prob", True)),
-        activation="oss" if cfg.get("moe_activation") == "oss" else "silu",
+        gate=gate, up=up, down=down, gate_bias=biases[0], up_bias=biases[1], down_bias=biases[2],
+        top_k=k, normalize=bool(cfg.get("norm_topk_prob", True)), activation="oss" if oss else "silu", stacked=stacked,
     )  # fmt: skip

@@ -111,9 +111,10 @@ def test_zero_activation_block_and_zero_tokens() -> None:
 
 
 def test_reference_env_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """MODELC_KERNELS=ref applies to weights prepared after it is set (their plan is fixed then)."""
+    monkeypatch.setenv("MODELC_KERNELS", "ref")
     w = _weight("Q8_0", 16, 64, seed=2)
     x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
-    monkeypatch.setenv("MODELC_KERNELS", "ref")
     got = np.empty((1, 16), np.float32)
     linear.matmul(got, x, w)
     want = np.empty_like(got)

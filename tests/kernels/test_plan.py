@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -42,6 +43,38 @@ def test_every_cpu_has_these_rows() -> None:
 def test_reference_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MODELC_KERNELS", "ref")
     assert plan.plan_matmul(_w("Q4_0"), 1) is Path.REF
+
+
+def test_plan_is_fixed_when_the_weight_is_prepared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Weight's plan is fixed when it is made: the switch and the bounds as they were then."""
+    w = _w("Q4_0")
+    ts = (*range(1, 300), 1000, 5000)  # past the fixed table too
+    before = [plan.path(w, t) for t in ts]
+    monkeypatch.setenv("MODELC_KERNELS", "ref")
+    assert plan.path(w, 1) is Path.MATVEC and plan.plan_matmul(w, 1) is Path.REF
+    assert all(plan.path(_w("Q4_0"), t) is Path.REF for t in (1, 5, 40, 5000))
+    monkeypatch.delenv("MODELC_KERNELS")
+    monkeypatch.setattr(plan, "PREFILL_MIN_T", 2)
+    monkeypatch.setattr(plan, "AMX_PREFILL_MAX_T", {})
+    monkeypatch.setattr(plan, "ZMM_PREFILL_MAX_T", {})
+    late = _w("Q4_0")
+    assert plan.path(late, 2) is Path.BLAS and plan.path(w, 2) is not Path.BLAS
+    assert [plan.path(w, t) for t in ts[:-2]] == before[:-2]  # beyond the table: the bounds as they are now
+
+
+def test_fixed_plan_matches_the_table() -> None:
+    for name in ("F32", "F16", "Q4_0", "Q8_0", "Q4_K", "Q6_K", "IQ4_XS", "Q5_0"):
+        w = _w(name)
+        assert all(plan.path(w, t) is plan.plan_matmul(w, t) for t in range(1, 1025)), name
+    bare = linear.Weight(DataType.Q4_0, 8, 256, np.zeros((8, 144), np.uint8), None)
+    assert plan.path(bare, 1) is Path.MATVEC and plan.path(dataclasses.replace(bare, rows=4), 1) is Path.MATVEC
+
+
+def test_replace_fixes_the_plan_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """dataclasses.replace makes a new Weight: its plan is fixed then (a loader that swaps the bytes)."""
+    w = _w("Q4_0")
+    monkeypatch.setenv("MODELC_KERNELS", "ref")
+    assert plan.path(w, 1) is Path.MATVEC and plan.path(dataclasses.replace(w, blocks=w.blocks.copy()), 1) is Path.REF
 
 
 def test_warm_tokens_reach_every_path_of_the_table() -> None:

@@ -1,0 +1,264 @@
+"""A mixture-of-experts layer's experts in one numba call: routing, gate+up, activation, down, weighting.
+
+Decode is dispatch-bound when each chosen expert is three Python-level matmuls (a Qwen3-MoE token: 16
+layers x 4 experts x 3 plus the attention); `moe_ffn` does a layer's whole expert part in one call: the
+router's logits (an F32 router; others come as logits) and top-k softmax per token, the tokens of the batch grouped by expert (each chosen expert's rows
+are streamed once per step for all its tokens), the gate and up rows of every chosen expert in one
+parallel loop, SiLU(gate) * up (or gpt-oss's clamped SwiGLU) with the expert biases, and the down rows
+of every chosen expert in a second parallel loop, each (token, expert) output weighted into `out`. The
+row dots are the matmul kernels' own on int8-quantized activations: an expert chosen by one token of
+the step runs the T=1 matvec rows (gemm_fused_k._rows for Q4_K / Q5_K / Q6_K / IQ4_XS,
+gemm_fused_iq._rows_32 for IQ4_NL / MXFP4); one chosen by several runs gemm_tile's register tiles where
+the type has them (Q4_K, Q6_K: each weight group unpacked once per 4 tokens), else the matvec rows per
+token (the rows then come from L1/L2 after the first). The numpy twin is ref_moe.moe_ffn.
+
+Other expert types, and batches above FUSED_MAX_T tokens (prefill: the tile / BLAS kernels win there),
+go through models/moe.py's per-expert matmuls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.kernels import gemm_fused_iq, gemm_fused_k, gemm_tile, linear, quant
+from modelc.kernels.fastexp import exp_f32
+from modelc.kernels.gemm_fused_iq import _rows_32
+from modelc.kernels.gemm_fused_k import _rows
+from modelc.kernels.moe_weights import MoeExperts
+from modelc.kernels.qdot import fma_f32x16, hsum_f32x16, load_f32x16, zeros_f32x16
+from modelc.kernels.quant import quantize_act
+from modelc.kernels.quant_iq import IQ4_XS
+
+KINDS = gemm_fused_k.KINDS | gemm_fused_iq.KINDS
+"""Expert weight kinds the one-call kernel reads (every projection must be one of these)."""
+
+FUSED_MAX_T = 16
+"""Up to this many tokens in a forward the experts run here; above, per expert through linear.matmul
+(prefill: an expert then has enough tokens for the int8 tiles or BLAS)."""
+
+_ROWS_PER_TASK = 32  # a multiple of gemm_tile.ROWS
+_NONE = np.zeros((0, 0), np.float32)
+_NONE1 = np.zeros(0, np.float32)
+
+
+def supported(ex: MoeExperts) -> bool:
+    """Whether `moe_ffn` reads these experts (kinds, and whole super-blocks for the 256-element kinds)."""
+    kinds = [quant.KIND.get(dt) for dt in (ex.gate_dtype, ex.up_dtype, ex.down_dtype)]
+    if any(k not in KINDS for k in kinds):
+        return False
+    return all(cols % (256 if k in gemm_fused_k.KINDS else 32) == 0
+               for k, cols in zip(kinds, (ex.hidden, ex.hidden, ex.ffn), strict=True))  # fmt: skip
+
+
+def moe_ffn(
+    out: np.ndarray, x: np.ndarray, logits: np.ndarray | None, ex: MoeExperts, k: int, normalize: bool,
+    qact: bool = True,
+) -> None:
+    """out (T, C) f32 = the experts' part of a MoE layer (ref_moe.moe_ffn's contract; `supported(ex)` must hold).
+
+    x (T, C) f32 C-contiguous; logits (T, E) f32 router logits, or None: computed here from ex.router (fp32).
+    Activations are always quantized (`qact` is the twin's switch). Threads: the caller's numba thread
+    count, chunks as linear.matmul's.
+    """
+    kg, ku, kd = (quant.KIND[dt] for dt in (ex.gate_dtype, ex.up_dtype, ex.down_dtype))
+    if logits is None:
+        logits, router = _NONE, ex.router
+        rbias = _NONE1 if ex.router_bias is None else ex.router_bias
+    else:
+        logits, router, rbias = np.ascontiguousarray(logits, dtype=np.float32), _NONE, _NONE1
+    args = (out, np.ascontiguousarray(x, dtype=np.float32), logits, router, rbias,
+            k, normalize, ex.gate, ex.up, ex.down, kg, ku, kd,
+            _NONE if ex.gate_bias is None else ex.gate_bias, _NONE if ex.up_bias is None else ex.up_bias,
+            _NONE if ex.down_bias is None else ex.down_bias, ex.oss)  # fmt: skip
+    linear.chunked(_moe_ffn, *args)
+
+
+@njit(cache=True, nogil=True)
+def _route(logits, k, normalize, sel, wts):
+    """sel (T, k) int64 / wts (T, k) f32: ref_moe.route (top k of a softmax over all experts, in float64)."""
+    T, E = logits.shape
+    taken = np.zeros(E, np.bool_)
+    for t in range(T):
+        taken[:] = False
+        m = np.float64(logits[t, 0])
+        for e in range(1, E):
+            m = max(m, np.float64(logits[t, e]))
+        for j in range(k):
+            best = -1
+            for e in range(E):
+                if not taken[e] and (best < 0 or logits[t, e] > logits[t, best]):
+                    best = e
+            taken[best] = True
+            sel[t, j] = best
+        den = 0.0
+        if normalize:
+            for j in range(k):
+                den += np.exp(np.float64(logits[t, sel[t, j]]) - m)
+        else:
+            for e in range(E):
+                den += np.exp(np.float64(logits[t, e]) - m)
+        for j in range(k):
+            wts[t, j] = np.float32(np.exp(np.float64(logits[t, sel[t, j]]) - m) / den)
+
+
+@njit(cache=True, nogil=True)
+def _dot_rows(kind, out, w, xq, xd, xm, xs, r0, r1):
+    """out[0, r] = row r of w (N, row_bytes) . one quantized activation row, for r0 <= r < r1 (a T=1 matvec's rows)."""
+    c = xq.shape[0]
+    nbytes = w.shape[1]
+    wf = w.reshape(-1)
+    if kind == 7 or kind == 8 or kind == 9 or kind == IQ4_XS:  # Q4_K, Q5_K, Q6_K (quant.KIND), IQ4_XS
+        _rows(kind, out, wf, nbytes, xq, xd, xm, xs, c // 256, r0, r1)
+    else:
+        _rows_32(kind, out, wf, nbytes, xq, xd, xm, c // 32, r0, r1)
+
+
+@njit(cache=True, nogil=True)
+def _tile_rows(kind, out, w, xq, xs, dxl, r0, r1):
+    """out[:, r] for r0 <= r < r1 (r0 a multiple of 4, r1 too or = N): rows of w (N, row_bytes) Q4_K (7) or
+    Q6_K (9) x every activation row of xq (t, C) int8 / xs (t, C/16) / dxl (t, C/4) (gemm_tile.prep_act)."""
+    n, nbytes = w.shape
+    t, cp = xq.shape
+    ini = np.empty(16, np.int32)  # unused by the K-quant tiles
+    wf, xqf, xsf, dxf = w.reshape(-1), xq.reshape(-1), xs.reshape(-1), dxl.reshape(-1)
+    if kind == 7:
+        gemm_tile._chunk_q4_k(out, wf, r0, r1, n, nbytes, cp // 32, xqf, xsf, ini, dxf, t, cp)
+    else:
+        gemm_tile._chunk_q6_k(out, wf, r0, r1, n, nbytes, cp // 32, xqf, xsf, ini, dxf, t, cp)
+
+
+@njit(cache=True, nogil=True)
+def _group_rows(kind, out, w, xq, xd, xm, xs, dxl, q0, q1, r0, r1):
+    """out[q, r0:r1] = rows r0..r1 of w . activation row q, for the pairs q0 <= q < q1 of one expert."""
+    if q1 - q0 >= 2 and (kind == 7 or kind == 9):
+        _tile_rows(kind, out[q0:q1], w, xq[q0:q1], xs[q0:q1], dxl[q0:q1], r0, r1)
+        return
+    for q in range(q0, q1):
+        _dot_rows(kind, out[q : q + 1], w, xq[q], xd[q], xm[q], xs[q], r0, r1)
+
+
+@njit(cache=True, nogil=True)
+def _quantized(a, tiles):
+    """quant.quantize_act of a (P, C), its per-32 sums, and gemm_tile.prep_act's lane scales when `tiles`."""
+    p, c = a.shape
+    aq = np.empty((p, c), np.int8)
+    ad = np.empty((p, c // 32), np.float32)
+    a_s = np.empty((p, c // 16), np.float32)
+    quantize_act(aq, ad, a_s, a)
+    dxl = np.empty((p if tiles else 0, c // 4), np.float32)
+    if tiles:
+        gemm_tile.prep_act(np.empty((1, 16), np.int32), dxl, aq, ad, 0)
+    return aq, ad, _sums32(a_s), a_s, dxl
+
+
+@njit(cache=True, nogil=True)
+def _router_logits(x, router, rbias):
+    """(T, E) f32 = x (T, C) @ router (E, C).T (+ rbias (E,) when it has elements): 16-lane f32 dots."""
+    T, C = x.shape
+    E = router.shape[0]
+    logits = np.empty((T, E), np.float32)
+    xf, rf = x.reshape(-1), router.reshape(-1)
+    c16 = C - C % 16
+    for t in range(T):
+        for e in range(E):
+            acc = zeros_f32x16()
+            for c in range(0, c16, 16):
+                acc = fma_f32x16(acc, load_f32x16(xf, t * C + c), load_f32x16(rf, e * C + c))
+            v = hsum_f32x16(acc)
+            for c in range(c16, C):
+                v += xf[t * C + c] * rf[e * C + c]
+            logits[t, e] = v + rbias[e] if rbias.shape[0] else v
+    return logits
+
+
+@njit(cache=True, nogil=True)
+def _sums32(xs):
+    """(T, C/32) per-32 activation sums from quantize_act's (T, C/16) half-block sums."""
+    t, h = xs.shape
+    xm = np.empty((t, h // 2), np.float32)
+    for i in range(t):
+        for b in range(h // 2):
+            xm[i, b] = xs[i, 2 * b] + xs[i, 2 * b + 1]
+    return xm
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _moe_ffn(out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku, kd, gbias, ubias, dbias, oss):
+    T, C = x.shape
+    E, F = gate.shape[0], gate.shape[1]
+    P = T * k
+    if logits.shape[0] == 0:  # the router (E, C) F32 here
+        logits = _router_logits(x, router, rbias)
+    sel = np.empty((T, k), np.int64)
+    wts = np.empty((T, k), np.float32)
+    _route(logits, k, normalize, sel, wts)
+    # pairs (token, expert) grouped by expert: order[q] = t * k + j; group g is q = gs[g] .. gs[g + 1] - 1
+    counts = np.zeros(E + 1, np.int64)
+    for p in range(P):
+        counts[sel[p // k, p % k] + 1] += 1
+    for e in range(E):
+        counts[e + 1] += counts[e]
+    order = np.empty(P, np.int64)
+    fill = counts[:E].copy()
+    for p in range(P):
+        e = sel[p // k, p % k]
+        order[fill[e]] = p
+        fill[e] += 1
+    ue = np.empty(E, np.int64)
+    gs = np.empty(E + 1, np.int64)
+    ne = 0
+    shared = False  # some expert has 2+ tokens
+    for e in range(E):
+        if counts[e + 1] > counts[e]:
+            ue[ne] = e
+            gs[ne] = counts[e]
+            shared = shared or counts[e + 1] - counts[e] >= 2
+            ne += 1
+    gs[ne] = P
+    xp = np.empty((P, C), np.float32)  # row q: the token of pair order[q]
+    for q in range(P):
+        xp[q] = x[order[q] // k]
+    xq, xd, xm, xs, xdl = _quantized(xp, shared and (kg == 7 or kg == 9 or ku == 7 or ku == 9))
+    g = np.empty((P, F), np.float32)
+    u = np.empty((P, F), np.float32)
+    nf = (F + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    for task in prange(ne * nf):
+        gi, j = task // nf, task % nf
+        e = ue[gi]
+        r0 = j * _ROWS_PER_TASK
+        r1 = min(F, r0 + _ROWS_PER_TASK)
+        _group_rows(kg, g, gate[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
+        _group_rows(ku, u, up[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
+    a = np.empty((P, F), np.float32)
+    for q in range(P):
+        e = sel[order[q] // k, order[q] % k]
+        for f in range(F):
+            gv, uv = g[q, f], u[q, f]
+            if gbias.shape[0]:
+                gv += gbias[e, f]
+            if ubias.shape[0]:
+                uv += ubias[e, f]
+            if oss:
+                gv = min(gv, np.float32(7.0))
+                uv = min(max(uv, np.float32(-7.0)), np.float32(7.0))
+                a[q, f] = gv / (np.float32(1.0) + np.exp(-np.float32(1.702) * gv)) * (uv + np.float32(1.0))
+            else:
+                a[q, f] = gv / (np.float32(1.0) + exp_f32(-gv)) * uv
+    aq, ad, am, a_s, adl = _quantized(a, shared and (kd == 7 or kd == 9))
+    y = np.empty((P, C), np.float32)
+    nc = (C + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
+    for task in prange(ne * nc):
+        gi, j = task // nc, task % nc
+        r0 = j * _ROWS_PER_TASK
+        r1 = min(C, r0 + _ROWS_PER_TASK)
+        _group_rows(kd, y, down[ue[gi]], aq, ad, am, a_s, adl, gs[gi], gs[gi + 1], r0, r1)
+    out[:, :] = 0.0
+    for q in range(P):
+        p = order[q]
+        t, e, wt = p // k, sel[p // k, p % k], wts[p // k, p % k]
+        for c in range(C):
+            v = y[q, c]
+            if dbias.shape[0]:
+                v += dbias[e, c]
+            out[t, c] += wt * v

@@ -1,0 +1,125 @@
+"""kernels/moe_ffn.py (a MoE layer's experts in one numba call) against its numpy twin ref_moe.moe_ffn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelc.ir import DataType, TensorData
+from modelc.kernels import moe_ffn, ref_moe
+from modelc.kernels.gemm_random import random_tensor
+from modelc.kernels.moe_weights import MoeExperts, stack_experts
+
+EXACT_QACT = 5e-4
+"""Same int8 activations as the twin, float summation order only, but through two matmuls: an order
+difference in gate/up can move one intermediate activation across an int8 rounding step (one code
+of 127 in that block, seen: 1e-4 of the output's max); single matmuls hold 2e-5."""
+
+
+def _experts(gate: str, down: str, E: int, F: int, C: int, seed: int, *, bias: bool = False) -> MoeExperts:
+    rng = np.random.default_rng(seed)
+
+    def stacked(name: str, rows: int, cols: int) -> TensorData:
+        parts = [random_tensor(DataType[name], rows, cols, rng) for _ in range(E)]
+        return TensorData((E, rows, cols), DataType[name], np.concatenate([p.data.reshape(-1) for p in parts]))
+
+    biases = None
+    if bias:
+        biases = tuple(rng.standard_normal((E, n)).astype(np.float32) * 0.1 for n in (F, F, C))
+    return stack_experts(stacked(gate, F, C), stacked(gate, F, C), stacked(down, C, F), biases=biases, oss=bias)
+
+
+def _check(ex: MoeExperts, T: int, k: int, normalize: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((T, ex.hidden)).astype(np.float32)
+    logits = rng.standard_normal((T, ex.num_experts)).astype(np.float32)
+    got = np.full((T, ex.hidden), np.nan, np.float32)
+    moe_ffn.moe_ffn(got, x, logits, ex, k, normalize)
+    want = np.empty_like(got)
+    ref_moe.moe_ffn(want, x, logits, ex, k, normalize, qact=True)
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < EXACT_QACT, (ex.gate_dtype, ex.down_dtype, T, k, err)
+
+
+@pytest.mark.parametrize("gate, down", [("Q4_K", "Q6_K"), ("Q5_K", "Q4_K"), ("IQ4_XS", "IQ4_NL"), ("MXFP4", "Q4_K")])
+def test_matches_twin(gate: str, down: str) -> None:
+    """Decode (1 token) and small batches whose tokens share experts, softmax renormalized or not."""
+    ex = _experts(gate, down, E=6, F=256, C=512, seed=1)
+    assert moe_ffn.supported(ex)
+    _check(ex, T=1, k=2, normalize=True, seed=2)
+    _check(ex, T=5, k=3, normalize=False, seed=3)
+    _check(ex, T=9, k=6, normalize=True, seed=4)  # every expert chosen by every token
+
+
+def test_router_in_the_kernel() -> None:
+    """logits None: the kernel computes them from the F32 router weight (and bias)."""
+    from modelc.kernels import linear
+
+    ex = _experts("Q4_K", "Q6_K", E=5, F=256, C=256, seed=9)
+    rng = np.random.default_rng(10)
+    router = linear.prepare_weight(TensorData.from_array(rng.standard_normal((5, 256)).astype(np.float32)))
+    ex = stack_experts(*_tensors(ex), router=router, router_bias=rng.standard_normal(5).astype(np.float32))
+    assert ex.router is not None
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    got, want = np.empty((4, 256), np.float32), np.empty((4, 256), np.float32)
+    moe_ffn.moe_ffn(got, x, None, ex, 2, True)
+    ref_moe.moe_ffn(want, x, None, ex, 2, True, qact=True)
+    assert float(np.abs(got - want).max() / np.abs(want).max()) < EXACT_QACT
+
+
+def _tensors(ex: MoeExperts) -> tuple[TensorData, TensorData, TensorData]:
+    E, F, C = ex.num_experts, ex.ffn, ex.hidden
+    return (TensorData((E, F, C), ex.gate_dtype, ex.gate.reshape(-1)), TensorData((E, F, C), ex.up_dtype,
+            ex.up.reshape(-1)), TensorData((E, C, F), ex.down_dtype, ex.down.reshape(-1)))  # fmt: skip
+
+
+def test_biases_and_clamped_swiglu() -> None:
+    """gpt-oss: expert biases and the clamped SwiGLU."""
+    _check(_experts("MXFP4", "MXFP4", E=4, F=64, C=128, seed=5, bias=True), T=3, k=2, normalize=True, seed=6)
+
+
+def test_route_matches_twin() -> None:
+    rng = np.random.default_rng(7)
+    logits = rng.standard_normal((6, 10)).astype(np.float32)
+    for k, normalize in ((1, True), (3, False), (10, True)):
+        sel, wts = np.empty((6, k), np.int64), np.empty((6, k), np.float32)
+        moe_ffn._route(logits, k, normalize, sel, wts)
+        want_sel, want_w = ref_moe.route(logits, k, normalize)
+        order = np.argsort(want_sel, axis=1)
+        got_order = np.argsort(sel, axis=1)
+        np.testing.assert_array_equal(np.take_along_axis(sel, got_order, 1), np.take_along_axis(want_sel, order, 1))
+        np.testing.assert_allclose(np.take_along_axis(wts, got_order, 1), np.take_along_axis(want_w, order, 1),
+                                   rtol=1e-6)  # fmt: skip
+
+
+def test_unsupported_kinds() -> None:
+    assert not moe_ffn.supported(_experts("Q4_0", "Q4_0", E=2, F=32, C=64, seed=8))
+    assert not moe_ffn.supported(_experts("Q4_K", "Q8_0", E=2, F=256, C=256, seed=8))
+
+
+_FALLBACK_CHECK = """
+import numpy as np
+from modelc.kernels import moe_ffn, qdot, ref_moe
+from tests.kernels.test_moe_ffn import _experts
+worst = 0.0
+for gate, down in (("Q4_K", "Q6_K"), ("IQ4_XS", "MXFP4")):
+    ex = _experts(gate, down, E=4, F=256, C=256, seed=1)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 256)).astype(np.float32)
+    logits = rng.standard_normal((3, 4)).astype(np.float32)
+    got = np.empty((3, 256), np.float32)
+    moe_ffn.moe_ffn(got, x, logits, ex, 2, True)
+    want = np.empty_like(got)
+    ref_moe.moe_ffn(want, x, logits, ex, 2, True, qact=True)
+    worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+print(qdot.HAS_AVX2, qdot.HAS_VNNI, worst)
+"""
+
+
+@pytest.mark.slow
+def test_fallback_without_avx512_and_vnni(tmp_path) -> None:
+    """The 256-bit AVX2 paths (what an AVX2-only CPU runs) give the same numbers."""
+    from tests.kernels.fallback import fallback_worst
+
+    env = {"MODELC_NO_AVX512": "1", "MODELC_NO_VNNI": "1"}
+    assert fallback_worst(_FALLBACK_CHECK, env, tmp_path, timeout=900) < EXACT_QACT

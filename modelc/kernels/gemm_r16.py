@@ -139,29 +139,14 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
             prefetch(rf, pf)
             pf += 64
         d = load_f16x16(rf, o)
-        if kind == 0:
+        if kind == 0:  # low nibbles: elements 4k..4k+3 (u0-u3), high nibbles: 16+4k.. (u4-u7)
             q0 = load_i8x64(rf, o + 32)
             q1 = load_i8x64(rf, o + 96)
             q2 = load_i8x64(rf, o + 160)
             q3 = load_i8x64(rf, o + 224)
-            l0, h0 = nib_lo_i8x64(q0), nib_hi_i8x64(q0)
-            l1, h1 = nib_lo_i8x64(q1), nib_hi_i8x64(q1)
-            l2, h2 = nib_lo_i8x64(q2), nib_hi_i8x64(q2)
-            l3, h3 = nib_lo_i8x64(q3), nib_hi_i8x64(q3)
-            for j in range(t):
-                xo = j * c + b * 32
-                p = splat_i32x16(sa[j, b])
-                p = dot_u8x64(p, l0, bcast4_i8x64(xq, xo))
-                p = dot_u8x64(p, l1, bcast4_i8x64(xq, xo + 4))
-                p = dot_u8x64(p, l2, bcast4_i8x64(xq, xo + 8))
-                p = dot_u8x64(p, l3, bcast4_i8x64(xq, xo + 12))
-                p2 = dot_u8x64(splat_i32x16(0), h0, bcast4_i8x64(xq, xo + 16))
-                p2 = dot_u8x64(p2, h1, bcast4_i8x64(xq, xo + 20))
-                p2 = dot_u8x64(p2, h2, bcast4_i8x64(xq, xo + 24))
-                p2 = dot_u8x64(p2, h3, bcast4_i8x64(xq, xo + 28))
-                a = fmadot_f32x16(load_f32x16(acc, j * 16), add_i32x16(p, p2), d, splat_f32x16(xd[j, b]))
-                store_f32x16(acc, j * 16, a)
-        else:
+            u0, u1, u2, u3 = nib_lo_i8x64(q0), nib_lo_i8x64(q1), nib_lo_i8x64(q2), nib_lo_i8x64(q3)
+            u4, u5, u6, u7 = nib_hi_i8x64(q0), nib_hi_i8x64(q1), nib_hi_i8x64(q2), nib_hi_i8x64(q3)
+        else:  # chunk k: elements 4k..4k+3, as code + 128
             u0 = flip_i8x64(load_i8x64(rf, o + 32))
             u1 = flip_i8x64(load_i8x64(rf, o + 96))
             u2 = flip_i8x64(load_i8x64(rf, o + 160))
@@ -170,19 +155,19 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
             u5 = flip_i8x64(load_i8x64(rf, o + 352))
             u6 = flip_i8x64(load_i8x64(rf, o + 416))
             u7 = flip_i8x64(load_i8x64(rf, o + 480))
-            for j in range(t):
-                xo = j * c + b * 32
-                p = splat_i32x16(sa[j, b])
-                p = dot_u8x64(p, u0, bcast4_i8x64(xq, xo))
-                p = dot_u8x64(p, u1, bcast4_i8x64(xq, xo + 4))
-                p = dot_u8x64(p, u2, bcast4_i8x64(xq, xo + 8))
-                p = dot_u8x64(p, u3, bcast4_i8x64(xq, xo + 12))
-                p2 = dot_u8x64(splat_i32x16(0), u4, bcast4_i8x64(xq, xo + 16))
-                p2 = dot_u8x64(p2, u5, bcast4_i8x64(xq, xo + 20))
-                p2 = dot_u8x64(p2, u6, bcast4_i8x64(xq, xo + 24))
-                p2 = dot_u8x64(p2, u7, bcast4_i8x64(xq, xo + 28))
-                a = fmadot_f32x16(load_f32x16(acc, j * 16), add_i32x16(p, p2), d, splat_f32x16(xd[j, b]))
-                store_f32x16(acc, j * 16, a)
+        for j in range(t):
+            xo = j * c + b * 32
+            p = splat_i32x16(sa[j, b])
+            p = dot_u8x64(p, u0, bcast4_i8x64(xq, xo))
+            p = dot_u8x64(p, u1, bcast4_i8x64(xq, xo + 4))
+            p = dot_u8x64(p, u2, bcast4_i8x64(xq, xo + 8))
+            p = dot_u8x64(p, u3, bcast4_i8x64(xq, xo + 12))
+            p2 = dot_u8x64(splat_i32x16(0), u4, bcast4_i8x64(xq, xo + 16))
+            p2 = dot_u8x64(p2, u5, bcast4_i8x64(xq, xo + 20))
+            p2 = dot_u8x64(p2, u6, bcast4_i8x64(xq, xo + 24))
+            p2 = dot_u8x64(p2, u7, bcast4_i8x64(xq, xo + 28))
+            a = fmadot_f32x16(load_f32x16(acc, j * 16), add_i32x16(p, p2), d, splat_f32x16(xd[j, b]))
+            store_f32x16(acc, j * 16, a)
     r0 = gi * 16
     for j in range(t):
         for r in range(16):

@@ -33,8 +33,22 @@ TOKENIZER_GGUF = ROOT.parent / "shared" / "fixtures" / "models" / "tiny-llama" /
 
 LAYERS, HIDDEN, FFN, HEADS, KV_HEADS, VOCAB, CTX = 22, 2048, 5632, 32, 4, 32000, 2048
 HEAD_DIM = HIDDEN // HEADS
-FILE_TYPE = {"F16": 1, "Q4_0": 2, "Q8_0": 7, "Q4_K_M": 15, "IQ4_XS": 30, "IQ2_XXS": 19, "IQ2_XS": 20, "IQ2_S": 28,
-             "IQ3_XXS": 23, "IQ3_S": 26, "IQ1_S": 24, "IQ1_M": 31, "TQ1_0": 36, "TQ2_0": 37}  # llama_ftype; fmt: skip
+FILE_TYPE = {
+    "F16": 1,
+    "Q4_0": 2,
+    "Q8_0": 7,
+    "Q4_K_M": 15,
+    "IQ4_XS": 30,
+    "IQ2_XXS": 19,
+    "IQ2_XS": 20,
+    "IQ2_S": 28,
+    "IQ3_XXS": 23,
+    "IQ3_S": 26,
+    "IQ1_S": 24,
+    "IQ1_M": 31,
+    "TQ1_0": 36,
+    "TQ2_0": 37,
+}  # llama_ftype; fmt: skip
 
 
 def _more_bits(layer: int) -> bool:

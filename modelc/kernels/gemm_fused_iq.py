@@ -92,7 +92,8 @@ def _rows_32(kind, out, w, nbytes, xq, xd, xm, nb, r0, r1):
 
 
 def qmatvec_iq(out, xq, xd, xs, w, kind):
-    """out (1, N) f32 = one activation row (quant.quantize_act form) @ W.T, W of a KINDS type (the one T=1 entry)."""
+    """out (T, N) f32 = activation rows (quant.quantize_act form) @ W.T, W of a KINDS type: T = 1 for the
+    4-bit code books, T <= plan.GRID_MAX_T for the grid kinds (plan.plan_matmul's MATVEC_IQ)."""
     if kind in KINDS_4BIT:
         _qmatvec_4bit(out, xq, xd, xs, w, kind)
     else:

@@ -18,7 +18,7 @@ were measured (their docstrings say how). In table form (first matching row wins
 | other quantized | >= PREFILL_MIN_T | any | BLAS (dequantize panels + sgemm) |
 | Q4_K / Q5_K / Q6_K / IQ4_XS | 1 | any | MATVEC_K: gemm_fused_k (256-element super-blocks) |
 | IQ4_NL / MXFP4 | 1 | any | MATVEC_IQ: gemm_fused_iq |
-| IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S / IQ1_S / IQ1_M / TQ1_0 / TQ2_0 | 1 | any | MATVEC_IQ: gemm_fused_grid (grid rows gathered in registers) |
+| IQ2_XXS / IQ2_XS / IQ2_S / IQ3_XXS / IQ3_S / IQ1_S / IQ1_M / TQ1_0 / TQ2_0 | 1 .. GRID_MAX_T | any | MATVEC_IQ: gemm_fused_grid (grid rows gathered in registers) |
 | Q4_0 / Q8_0 | 1 | any | MATVEC: gemm_fused |
 | AMX kinds | >= AMX_MIN_T | HAS_AMX | AMX tiles |
 | register-tile kinds (Q4_0, Q4_K, Q6_K; Q8_0 where cpu.WIDE_DOT_EXACT) | 2 .. | any | TILE: gemm_tile |
@@ -35,7 +35,7 @@ import enum
 import numpy as np
 
 from modelc.ir import DataType
-from modelc.kernels import cpu, gemm_fused, gemm_fused_iq, gemm_fused_k, gemm_r16, gemm_tile, quant
+from modelc.kernels import cpu, gemm_fused, gemm_fused_grid, gemm_fused_iq, gemm_fused_k, gemm_r16, gemm_tile, quant
 from modelc.kernels.gemm_weight import Weight
 
 
@@ -47,7 +47,7 @@ class Path(enum.Enum):
     FLOAT = "float"  # gemm_float.smatmul: F32 weights, 4-row tiles
     HALF = "half"  # gemm_float.hmatmul: F16 / BF16 converted in registers
     MATVEC_K = "matvec_k"  # gemm_fused_k.qmatvec_k: T=1 Q4_K/Q5_K/Q6_K/IQ4_XS, int8 activations
-    MATVEC_IQ = "matvec_iq"  # gemm_fused_iq.qmatvec_iq: T=1 IQ4_NL/MXFP4, the grid i-quants, TQ1_0/TQ2_0
+    MATVEC_IQ = "matvec_iq"  # gemm_fused_iq.qmatvec_iq: T=1 IQ4_NL/MXFP4; T<=GRID_MAX_T grid i-quants, TQ1_0/TQ2_0
     MATVEC = "matvec"  # gemm_fused.qmatvec: T=1 Q4_0/Q8_0
     AMX = "amx"  # gemm_tile_amx.qmatmul_amx: AMX int8 tiles, 16 rows x 16 tokens
     TILE = "tile"  # gemm_tile.qmatmul_tile: register tiles of 4 rows x 4 tokens
@@ -94,6 +94,12 @@ TinyLlama layers, load ~3): with MODELC_NO_AMX=1, tile vs BLAS x2.2 / x1.3 / x0.
 x2.4 / x1.4 / x0.96 / x0.79 (Q4_K) at T = 32 / 64 / 128 / 256; Q6_K (no AMX path) x7.1 / x4.1 / x2.2 /
 x1.2 / x0.69 at T = 32 ... 512. Without AVX512-VNNI (256-bit halves) nothing was measured: BLAS."""
 
+GRID_MAX_T = cpu.env_int("MODELC_GRID_MAX_T", 4)
+"""Up to this many tokens the grid i-quants and TQ1_0/TQ2_0 run gemm_fused_grid (each sub-block's weights
+gathered once per group of four tokens), from here on gemm_int.qmatmul_rows (each row unpacked once).
+`benchmarks/grid_kernels.py` (one 5632 x 2048 matrix, 2 threads, busy VM), IQ2_XXS ms fused vs rows: T = 1:
+2.9 vs 9.9; T = 2: 5.2 vs 10.0; T = 4: 7.0 vs 10.8; T = 8: 12.2 vs 12.7 (even); docs/benchmarks.md has all types."""
+
 _FLOAT = (DataType.F16, DataType.BF16, DataType.F32)
 _NEVER = 1 << 62
 
@@ -126,6 +132,8 @@ def plan_matmul(w: Weight, t: int, *, reference: bool | None = None) -> Path:
             return Path.MATVEC_IQ
         if kind in gemm_fused.FUSED_KINDS:
             return Path.MATVEC
+    if t <= GRID_MAX_T and kind in gemm_fused_grid.KINDS:
+        return Path.MATVEC_IQ
     return int8_path(kind, t)
 
 
@@ -167,7 +175,7 @@ def path(w: Weight, t: int) -> Path:
 
 def _bounds() -> list[int]:
     """Every T at which some row of the table can change."""
-    ts = {1, 2, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, *AMX_MIN_T.values()}
+    ts = {1, 2, GRID_MAX_T + 1, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, *AMX_MIN_T.values()}
     ts |= {b + 1 for b in (*AMX_PREFILL_MAX_T.values(), *ZMM_PREFILL_MAX_T.values()) if b < 4096}
     return sorted(t for t in ts if t >= 1)
 

@@ -116,13 +116,6 @@ def _trit_typer(ary, idx, body):
     return I8x32(ary, idx), codegen
 
 
-def _tq1_first(n):
-    def body(load, builder):
-        return _trit(builder, load(32), [3**n] * 32)
-
-    return body
-
-
 def _tq1_mid(n):
     def body(load, builder):
         v = load(16, 32)
@@ -149,13 +142,27 @@ def _tq1_intrinsic(name, body, doc):
     return intrinsic(typer)
 
 
-# tq1_K(w, o) for K in 0..7: elements 32K..32K+31 of the TQ1_0 block at byte o, as trits 0..2.
-_TQ1 = [_tq1_first(n) for n in range(5)] + [_tq1_mid(0), _tq1_mid(2), _tq1_last]
-tq1_0 = _tq1_intrinsic("tq1_0", _TQ1[0], "TQ1_0 elements 0..31 of the block at byte idx (trits 0..2).")
-tq1_1 = _tq1_intrinsic("tq1_1", _TQ1[1], "TQ1_0 elements 32..63.")
-tq1_2 = _tq1_intrinsic("tq1_2", _TQ1[2], "TQ1_0 elements 64..95.")
-tq1_3 = _tq1_intrinsic("tq1_3", _TQ1[3], "TQ1_0 elements 96..127.")
-tq1_4 = _tq1_intrinsic("tq1_4", _TQ1[4], "TQ1_0 elements 128..159.")
-tq1_5 = _tq1_intrinsic("tq1_5", _TQ1[5], "TQ1_0 elements 160..191 (bytes 32..47, first and second trits).")
-tq1_6 = _tq1_intrinsic("tq1_6", _TQ1[6], "TQ1_0 elements 192..223 (bytes 32..47, third and fourth trits).")
-tq1_7 = _tq1_intrinsic("tq1_7", _TQ1[7], "TQ1_0 elements 224..255 (bytes 32..47 fifth trit, bytes 48..51 four trits).")
+@intrinsic
+def trits_i8x32(typingctx, ary, idx, p):
+    """Trits ((byte * p mod 256) * 3) >> 8 of the 32 bytes ary[idx:idx+32] (TQ1_0's first 160 elements: p = 3^n)."""
+    if not (_check_1d(ary) and isinstance(idx, types.Integer) and isinstance(p, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = builder.load(_ptr_at(context, builder, sig.args[0], args[0], args[1], _v32i8), align=1)
+        p8 = builder.trunc(args[2], _i8) if args[2].type.width > 8 else args[2]
+        pv = builder.insert_element(ir.Constant(_v32i8, ir.Undefined), p8, ir.Constant(_i32, 0))
+        t = builder.mul(v, builder.shuffle_vector(pv, pv, _mask([0] * 32)))
+        return _trit(builder, t, [1] * 32)
+
+    return I8x32(ary, idx, p), codegen
+
+
+# The TQ1_0 elements 160..255 (trits_i8x32 gives 0..159: bytes 0..31 with p = 1, 3, 9, 27, 81).
+tq1_5 = _tq1_intrinsic(
+    "tq1_5", _tq1_mid(0), "TQ1_0 elements 160..191 of the block at byte idx (bytes 32..47, trits 1, 2)."
+)
+tq1_6 = _tq1_intrinsic("tq1_6", _tq1_mid(2), "TQ1_0 elements 192..223 (bytes 32..47, third and fourth trits).")
+tq1_7 = _tq1_intrinsic(
+    "tq1_7", _tq1_last, "TQ1_0 elements 224..255 (bytes 32..47 fifth trit, bytes 48..51 four trits)."
+)

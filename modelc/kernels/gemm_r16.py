@@ -126,6 +126,36 @@ def _repack(src, out, bs):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _ahead(rf, pf, limit):
+    """Prefetch the lines from pf up to limit, one at a time; returns the next line to prefetch."""
+    while pf < limit:
+        prefetch(rf, pf)
+        pf += 64
+    return pf
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot4(p, u0, u1, u2, u3, xq, xo):
+    """p + the dots of chunks u0..u3 (each lane a row's 4 codes) with activation bytes xo, xo+4, xo+8, xo+12."""
+    p = dot_u8x64(p, u0, bcast4_i8x64(xq, xo))
+    p = dot_u8x64(p, u1, bcast4_i8x64(xq, xo + 4))
+    p = dot_u8x64(p, u2, bcast4_i8x64(xq, xo + 8))
+    return dot_u8x64(p, u3, bcast4_i8x64(xq, xo + 12))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scale_min(a, m, md, s):
+    """Sub-block s's 6-bit scale and min of 16 Q4_K rows (ggml's get_scale_min_k4), from the three scale
+    words of each row: a = bytes 0-3, m = bytes 4-7, md = bytes 8-11."""
+    if s < 4:
+        return bits_i32x16(a, 8 * s, 63), bits_i32x16(m, 8 * s, 63)
+    i = s - 4
+    sc = or_shl_i32x16(bits_i32x16(md, 8 * i, 15), bits_i32x16(a, 8 * i + 6, 3), 4)
+    mn = or_shl_i32x16(bits_i32x16(md, 8 * i + 4, 15), bits_i32x16(m, 8 * i + 6, 3), 4)
+    return sc, mn
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
     """Rows 16 gi .. 16 gi + 15 for all t tokens (acc: (t * 16,) f32 scratch)."""
     bb = 288 if kind == 0 else 544
@@ -134,10 +164,7 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
     pf = base + PREFETCH_BYTES
     for b in range(nb):
         o = base + b * bb
-        ahead = o + bb + PREFETCH_BYTES
-        while pf < ahead:
-            prefetch(rf, pf)
-            pf += 64
+        pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
         d = load_f16x16(rf, o)
         if kind == 0:  # low nibbles: elements 4k..4k+3 (u0-u3), high nibbles: 16+4k.. (u4-u7)
             q0 = load_i8x64(rf, o + 32)
@@ -157,15 +184,8 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
             u7 = flip_i8x64(load_i8x64(rf, o + 480))
         for j in range(t):
             xo = j * c + b * 32
-            p = splat_i32x16(sa[j, b])
-            p = dot_u8x64(p, u0, bcast4_i8x64(xq, xo))
-            p = dot_u8x64(p, u1, bcast4_i8x64(xq, xo + 4))
-            p = dot_u8x64(p, u2, bcast4_i8x64(xq, xo + 8))
-            p = dot_u8x64(p, u3, bcast4_i8x64(xq, xo + 12))
-            p2 = dot_u8x64(splat_i32x16(0), u4, bcast4_i8x64(xq, xo + 16))
-            p2 = dot_u8x64(p2, u5, bcast4_i8x64(xq, xo + 20))
-            p2 = dot_u8x64(p2, u6, bcast4_i8x64(xq, xo + 24))
-            p2 = dot_u8x64(p2, u7, bcast4_i8x64(xq, xo + 28))
+            p = _dot4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, xq, xo)
+            p2 = _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16)
             a = fmadot_f32x16(load_f32x16(acc, j * 16), add_i32x16(p, p2), d, splat_f32x16(xd[j, b]))
             store_f32x16(acc, j * 16, a)
     r0 = gi * 16
@@ -183,22 +203,16 @@ def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
     pf = base + PREFETCH_BYTES
     for sb in range(nsb):
         o = base + sb * 2304
-        ahead = o + 2304 + PREFETCH_BYTES
-        while pf < ahead:
-            prefetch(rf, pf)
-            pf += 64
+        pf = _ahead(rf, pf, o + 2304 + PREFETCH_BYTES)
         d = load_f16x16(rf, o)
         dm = load_f16x16(rf, o + 32)
         a = load_u32x16(rf, o + 64)
         m = load_u32x16(rf, o + 128)
         md = load_u32x16(rf, o + 192)
-        for j in range(4):  # the 6-bit scales and mins as in ggml's get_scale_min_k4, 16 rows at once
-            store_f32x16(fs, 16 * j, mul_f32x16(d, float_i32x16(bits_i32x16(a, 8 * j, 63))))
-            store_f32x16(fs, 128 + 16 * j, mul_f32x16(dm, float_i32x16(bits_i32x16(m, 8 * j, 63))))
-            s4 = or_shl_i32x16(bits_i32x16(md, 8 * j, 15), bits_i32x16(a, 8 * j + 6, 3), 4)
-            m4 = or_shl_i32x16(bits_i32x16(md, 8 * j + 4, 15), bits_i32x16(m, 8 * j + 6, 3), 4)
-            store_f32x16(fs, 16 * (j + 4), mul_f32x16(d, float_i32x16(s4)))
-            store_f32x16(fs, 128 + 16 * (j + 4), mul_f32x16(dm, float_i32x16(m4)))
+        for k in range(8):  # d * scale and dmin * min of each sub-block, 16 rows at once
+            sc, mn = _scale_min(a, m, md, k)
+            store_f32x16(fs, 16 * k, mul_f32x16(d, float_i32x16(sc)))
+            store_f32x16(fs, 128 + 16 * k, mul_f32x16(dm, float_i32x16(mn)))
         for j in range(4):  # 64 elements: low nibbles = sub-block 2j, high nibbles = sub-block 2j + 1
             q = o + 256 + 512 * j
             c0, c1, c2, c3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
@@ -213,22 +227,8 @@ def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
             g0, g1 = load_f32x16(fs, 128 + 16 * s0), load_f32x16(fs, 128 + 16 * s0 + 16)
             for tt in range(t):
                 xo = tt * c + sb * 256 + 64 * j
-                p = dot_u8x64(splat_i32x16(0), l0, bcast4_i8x64(xq, xo))
-                p = dot_u8x64(p, l1, bcast4_i8x64(xq, xo + 4))
-                p = dot_u8x64(p, l2, bcast4_i8x64(xq, xo + 8))
-                p = dot_u8x64(p, l3, bcast4_i8x64(xq, xo + 12))
-                p = dot_u8x64(p, l4, bcast4_i8x64(xq, xo + 16))
-                p = dot_u8x64(p, l5, bcast4_i8x64(xq, xo + 20))
-                p = dot_u8x64(p, l6, bcast4_i8x64(xq, xo + 24))
-                p = dot_u8x64(p, l7, bcast4_i8x64(xq, xo + 28))
-                p2 = dot_u8x64(splat_i32x16(0), h0, bcast4_i8x64(xq, xo + 32))
-                p2 = dot_u8x64(p2, h1, bcast4_i8x64(xq, xo + 36))
-                p2 = dot_u8x64(p2, h2, bcast4_i8x64(xq, xo + 40))
-                p2 = dot_u8x64(p2, h3, bcast4_i8x64(xq, xo + 44))
-                p2 = dot_u8x64(p2, h4, bcast4_i8x64(xq, xo + 48))
-                p2 = dot_u8x64(p2, h5, bcast4_i8x64(xq, xo + 52))
-                p2 = dot_u8x64(p2, h6, bcast4_i8x64(xq, xo + 56))
-                p2 = dot_u8x64(p2, h7, bcast4_i8x64(xq, xo + 60))
+                p = _dot4(_dot4(splat_i32x16(0), l0, l1, l2, l3, xq, xo), l4, l5, l6, l7, xq, xo + 16)
+                p2 = _dot4(_dot4(splat_i32x16(0), h0, h1, h2, h3, xq, xo + 32), h4, h5, h6, h7, xq, xo + 48)
                 k = sb * 8 + s0
                 v = load_f32x16(acc, tt * 16)
                 v = fmadot_f32x16(v, p, f0, splat_f32x16(xd[tt, k]))
@@ -250,49 +250,25 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
     pf = base + PREFETCH_BYTES
     for sb in range(nsb):
         o = base + sb * 2304
-        ahead = o + 2304 + PREFETCH_BYTES
-        while pf < ahead:
-            prefetch(rf, pf)
-            pf += 64
+        pf = _ahead(rf, pf, o + 2304 + PREFETCH_BYTES)
         d = load_f16x16(rf, o)
         dm = load_f16x16(rf, o + 32)
         a = load_u32x16(rf, o + 64)
         m = load_u32x16(rf, o + 128)
         md = load_u32x16(rf, o + 192)
         for j in range(4):
-            s0, s1 = 2 * j, 2 * j + 1  # scale indices of this 64-element part's two sub-blocks
-            if j < 2:
-                sa = bits_i32x16(a, 8 * s0, 63)
-                sb_ = bits_i32x16(a, 8 * s1, 63)
-                ma = bits_i32x16(m, 8 * s0, 63)
-                mb = bits_i32x16(m, 8 * s1, 63)
-            else:
-                i0, i1 = s0 - 4, s1 - 4
-                sa = or_shl_i32x16(bits_i32x16(md, 8 * i0, 15), bits_i32x16(a, 8 * i0 + 6, 3), 4)
-                sb_ = or_shl_i32x16(bits_i32x16(md, 8 * i1, 15), bits_i32x16(a, 8 * i1 + 6, 3), 4)
-                ma = or_shl_i32x16(bits_i32x16(md, 8 * i0 + 4, 15), bits_i32x16(m, 8 * i0 + 6, 3), 4)
-                mb = or_shl_i32x16(bits_i32x16(md, 8 * i1 + 4, 15), bits_i32x16(m, 8 * i1 + 6, 3), 4)
+            s0 = 2 * j  # sub-blocks s0 (low nibbles) and s0 + 1 (high nibbles)
+            sa, ma = _scale_min(a, m, md, s0)
+            sb_, mb = _scale_min(a, m, md, s0 + 1)
             q = o + 256 + 512 * j
             xo = sb * 256 + 64 * j
             c0, c1, c2, c3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
-            p = dot_u8x64(splat_i32x16(0), nib_lo_i8x64(c0), bcast4_i8x64(xq, xo))
-            p2 = dot_u8x64(splat_i32x16(0), nib_hi_i8x64(c0), bcast4_i8x64(xq, xo + 32))
-            p = dot_u8x64(p, nib_lo_i8x64(c1), bcast4_i8x64(xq, xo + 4))
-            p2 = dot_u8x64(p2, nib_hi_i8x64(c1), bcast4_i8x64(xq, xo + 36))
-            p = dot_u8x64(p, nib_lo_i8x64(c2), bcast4_i8x64(xq, xo + 8))
-            p2 = dot_u8x64(p2, nib_hi_i8x64(c2), bcast4_i8x64(xq, xo + 40))
-            p = dot_u8x64(p, nib_lo_i8x64(c3), bcast4_i8x64(xq, xo + 12))
-            p2 = dot_u8x64(p2, nib_hi_i8x64(c3), bcast4_i8x64(xq, xo + 44))
             c4, c5 = load_i8x64(rf, q + 256), load_i8x64(rf, q + 320)
             c6, c7 = load_i8x64(rf, q + 384), load_i8x64(rf, q + 448)
-            p = dot_u8x64(p, nib_lo_i8x64(c4), bcast4_i8x64(xq, xo + 16))
-            p2 = dot_u8x64(p2, nib_hi_i8x64(c4), bcast4_i8x64(xq, xo + 48))
-            p = dot_u8x64(p, nib_lo_i8x64(c5), bcast4_i8x64(xq, xo + 20))
-            p2 = dot_u8x64(p2, nib_hi_i8x64(c5), bcast4_i8x64(xq, xo + 52))
-            p = dot_u8x64(p, nib_lo_i8x64(c6), bcast4_i8x64(xq, xo + 24))
-            p2 = dot_u8x64(p2, nib_hi_i8x64(c6), bcast4_i8x64(xq, xo + 56))
-            p = dot_u8x64(p, nib_lo_i8x64(c7), bcast4_i8x64(xq, xo + 28))
-            p2 = dot_u8x64(p2, nib_hi_i8x64(c7), bcast4_i8x64(xq, xo + 60))
+            p = _dot4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3), xq, xo)
+            p = _dot4(p, nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo + 16)
+            p2 = _dot4(splat_i32x16(0), nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3), xq, xo + 32)
+            p2 = _dot4(p2, nib_hi_i8x64(c4), nib_hi_i8x64(c5), nib_hi_i8x64(c6), nib_hi_i8x64(c7), xq, xo + 48)
             k = sb * 8 + s0
             acc = fmadot_f32x16(acc, p, mul_f32x16(d, float_i32x16(sa)), splat_f32x16(xd[0, k]))
             acc = fmadot_f32x16(acc, p2, mul_f32x16(d, float_i32x16(sb_)), splat_f32x16(xd[0, k + 1]))

@@ -193,18 +193,23 @@ def table(dtypes: tuple[DataType, ...] | None = None, cols: int = 2048) -> list[
     rows = []
     for dt in dtypes or (DataType.F16, DataType.F32, DataType.Q4_0, DataType.Q8_0, DataType.Q4_K, DataType.Q5_K,
                          DataType.Q6_K, DataType.IQ4_XS, DataType.Q5_0):  # fmt: skip
-        w = Weight(dt, 1, cols, np.zeros((1, 0), np.uint8), None)  # the plan reads only dtype and cols
-        parts, last = [], None
-        for t in _bounds():
-            p = plan_matmul(w, t)
-            if p is not last:
-                parts.append(f"T>={t}: {p.value}")
-                last = p
-        rows.append((dt.name, "; ".join(parts)))
+        # the plan reads only dtype, cols and whether a repacked copy exists (made at load where gemm_r16 can)
+        variants = [(dt.name, None)]
+        if gemm_r16.can_repack(dt, gemm_r16.GROUP, cols):
+            variants.append((f"{dt.name} (repacked at load)", np.zeros((1, 0), np.uint8)))
+        for name, r16 in variants:
+            w = Weight(dt, 1, cols, np.zeros((1, 0), np.uint8), None, r16=r16)
+            parts, last = [], None
+            for t in _bounds():
+                p = plan_matmul(w, t)
+                if p is not last:
+                    parts.append(f"T>={t}: {p.value}")
+                    last = p
+            rows.append((name, "; ".join(parts)))
     return rows
 
 
 if __name__ == "__main__":
     print(" ".join(f"{k}={v}" for k, v in cpu.describe().items()))
     for name, text in table():
-        print(f"{name:8s} {text}")
+        print(f"{name:26s} {text}")

@@ -133,3 +133,4 @@ def test_plan_prints_its_table() -> None:
                        timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Q4_0" in p.stdout and "T>=1: matvec" in p.stdout
+    assert "Q4_0 (repacked at load)" in p.stdout and "T>=1: r16" in p.stdout  # the rows weights repacked at load take

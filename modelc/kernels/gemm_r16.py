@@ -1,4 +1,5 @@
-"""Q4_0 / Q8_0 matmul on weights repacked at load into groups of 16 interleaved rows (any T).
+"""Q4_0 / Q8_0 / Q4_K matmul on weights repacked at load into groups of 16 interleaved rows (any T);
+IQ4_NL / IQ4_XS in gemm_r16_iq4 (same layout idea, codes through the code book in registers).
 
 NOTE: with row-major blocks, the int8 dot of one (row, token) pair fills a vector with partial
 sums of that one pair, so converting and scaling them (3 float ops) costs as much as the dot
@@ -48,15 +49,18 @@ from modelc.kernels.qdot_r16 import (
 )
 from modelc.kernels.qdot_tile import WIDE_DOT_EXACT, dot_u8x64, fmadot_f32x16, load_i8x64
 from modelc.kernels.quant import KIND
+from modelc.kernels.quant_iq import IQ4_NL, IQ4_XS
 
 Q4_0, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K]
-R16_KINDS = frozenset({Q4_0, Q4_K} | ({Q8_0} if WIDE_DOT_EXACT else set()))
-"""Kinds repacked and multiplied here (Q8_0's code + 128 needs the exact wide dot: VNNI or portable IR)."""
+R16_KINDS = frozenset({Q4_0, Q4_K} | ({Q8_0, IQ4_NL, IQ4_XS} if WIDE_DOT_EXACT else set()))
+"""Kinds repacked and multiplied here (Q8_0's code + 128 and IQ4's code book + 128 need the exact wide dot:
+VNNI or portable IR); IQ4_NL / IQ4_XS in gemm_r16_iq4."""
 
 GROUP = 16
-BYTES = {Q4_0: 288, Q8_0: 544, Q4_K: 2304}  # one 16-row group of one block (Q4_K: of a 256-element super-block)
-_BLOCK = {Q4_0: 18, Q8_0: 34, Q4_K: 144}  # one row's block in the file
-_ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256}
+# one 16-row group of one block (Q4_K, IQ4_XS: of a 256-element super-block)
+BYTES = {Q4_0: 288, Q8_0: 544, Q4_K: 2304, IQ4_NL: 288, IQ4_XS: 2176}
+_BLOCK = {Q4_0: 18, Q8_0: 34, Q4_K: 144, IQ4_NL: 18, IQ4_XS: 136}  # one row's block in the file
+_ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256, IQ4_NL: 32, IQ4_XS: 256}
 PREFETCH_BYTES = 8192
 """How far ahead of the block being read the kernel prefetches, one line at a time (a group's
 blocks are one contiguous stretch; see gemm_fused_k for why software prefetch matters here)."""
@@ -78,7 +82,9 @@ def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
     out = np.empty((n // GROUP, (row_bytes // bs) * BYTES[kind]), np.uint8)
     if kind == Q4_K:
         _repack_q4_k(np.ascontiguousarray(blocks), out)
-    else:
+    elif kind == IQ4_XS:
+        gemm_r16_iq4.repack_xs(blocks, out)
+    else:  # Q4_0, Q8_0, IQ4_NL (same block shape as Q4_0)
         _repack(np.ascontiguousarray(blocks), out, bs)
     return out
 
@@ -344,5 +350,10 @@ def qmatmul_r16(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray,
         _r16_q4_0(out, xq, xd, rw)
     elif kind == Q4_K:
         _r16_q4_k(out, xq, xd, xs, rw)
+    elif kind in gemm_r16_iq4.KINDS:
+        gemm_r16_iq4.qmatmul(out, xq, xd, rw, kind)
     else:
         _r16_q8_0(out, xq, xd, rw)
+
+
+from modelc.kernels import gemm_r16_iq4  # noqa: E402  (last: it imports _ahead, _dot4 and _offsets from here)

@@ -11,8 +11,8 @@ from modelc.kernels.gemm_r16 import _BLOCK, BYTES, GROUP, KIND
 def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
     """The numpy twin of gemm_r16.repack (about 0.2-0.3 GB/s: numpy's transposes of small units)."""
     kind = KIND[dtype]
-    if kind == KIND[DataType.Q4_K]:
-        return _repack_q4_k(blocks)
+    if kind in (KIND[DataType.Q4_K], KIND[DataType.IQ4_XS]):
+        return _repack_super(blocks, _BLOCK[kind])
     n, row_bytes = blocks.shape
     bs = _BLOCK[kind]
     nb = row_bytes // bs
@@ -26,11 +26,12 @@ def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
     return out.reshape(g, nb * BYTES[kind])
 
 
-def _repack_q4_k(blocks: np.ndarray) -> np.ndarray:
+def _repack_super(blocks: np.ndarray, bs: int) -> np.ndarray:
+    """Q4_K (bs 144: d, dmin, 35 words) and IQ4_XS (bs 136: d, scales_h, 33 words): two 16-bit fields, then 4-byte words."""
     n, row_bytes = blocks.shape
-    nb, g = row_bytes // 144, n // GROUP
-    b = np.asarray(blocks).reshape(g, GROUP, nb, 144)
+    nb, g, nw = row_bytes // bs, n // GROUP, (bs - 4) // 4
+    b = np.asarray(blocks).reshape(g, GROUP, nb, bs)
     d = b[..., 0:2].transpose(0, 2, 1, 3).reshape(g, nb, 32)
-    dmin = b[..., 2:4].transpose(0, 2, 1, 3).reshape(g, nb, 32)
-    words = b[..., 4:].reshape(g, GROUP, nb, 35, 4).transpose(0, 2, 3, 1, 4).reshape(g, nb, 35 * 64)
-    return np.ascontiguousarray(np.concatenate([d, dmin, words], axis=2)).reshape(g, nb * 2304)
+    f2 = b[..., 2:4].transpose(0, 2, 1, 3).reshape(g, nb, 32)
+    words = b[..., 4:].reshape(g, GROUP, nb, nw, 4).transpose(0, 2, 3, 1, 4).reshape(g, nb, nw * 64)
+    return np.ascontiguousarray(np.concatenate([d, f2, words], axis=2)).reshape(g, nb * 16 * bs)

@@ -17,6 +17,7 @@ from modelc.kernels.linear import Weight
 from modelc.kernels.rope import longrope_long_inv_freq, rope_inv_freq
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import ForwardBatch, LoraRows
+from modelc.models.fused import MAX_T, Fused
 from modelc.models.llama_args import LlamaArgs
 from modelc.models.llama_layer import HF_NORMS, NAMES, PROJECTIONS, LlamaLayer, load_layer
 from modelc.models.moe import load_moe
@@ -36,6 +37,7 @@ def apply_lora(out: np.ndarray, x: np.ndarray, lora: tuple[LoraRows, ...], key: 
 
 
 _NO_SINKS = np.zeros(0, np.float32)
+_QKV, _GATE_UP = ("q", "k", "v"), ("gate", "up")
 
 
 class LlamaModel:
@@ -75,6 +77,8 @@ class LlamaModel:
         # long-RoPE (Phi-3.5/Phi-4): a sequence longer than a.rope_long_after rotates with the long factors
         self.inv_freq_long = self._long_inv_freq(w, source.config) if a.rope_long_after else None
         qd, kd = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+        # one fused matmul's output (fused.py): fused runs serve up to MAX_T tokens, so this stays small
+        self.fused_out = np.empty(MAX_T * max(qd + 2 * kd, 2 * a.intermediate_size), np.float32)
         self.scratch = Scratch(
             {
                 "x": a.hidden_size,
@@ -161,6 +165,26 @@ class LlamaModel:
         if lora:
             apply_lora(out, x, lora, key)
 
+    def _lins(self, outs: tuple, x: np.ndarray, ws: tuple, fused: tuple[Fused, ...], lora, i: int, keys: tuple):
+        """outs[j] = x @ ws[j].T (+ LoRA) for the projections one input feeds: each run in `fused` as one matmul
+        into fused_out, its parts' columns copied out (models/fused.py), the others one call each."""
+        T = x.shape[0]
+        done = 0
+        for f in fused:
+            if not f.fits(T):
+                continue
+            n = f.weight.rows
+            buf = self.fused_out[: T * n].reshape(T, n)  # (T, rows of the run)
+            self.kernels.matmul(buf, x, f.weight)
+            for j in range(len(f.bounds) - 1):
+                outs[f.first + j][...] = buf[:, f.bounds[j] : f.bounds[j + 1]]
+                done |= 1 << (f.first + j)
+        for j, out in enumerate(outs):
+            if not done >> j & 1:
+                self.kernels.matmul(out, x, ws[j])
+            if lora:
+                apply_lora(out, x, lora, (i, keys[j]))
+
     def forward(self, batch: ForwardBatch, kv: KVPages, *, output: str = "logits") -> np.ndarray:
         """One pass over batch's tokens, writing their K/V to `kv`.
 
@@ -188,9 +212,7 @@ class LlamaModel:
                 self._norm_or_copy(h, x, L.attn_norm)
             else:
                 self._residual(h, x, o, L.attn_norm)  # x += previous FFN output
-            self._lin(q, h, L.q, lora, (i, "q"))
-            self._lin(k, h, L.k, lora, (i, "k"))
-            self._lin(v, h, L.v, lora, (i, "v"))
+            self._lins((q, k, v), h, (L.q, L.k, L.v), L.qkv, lora, i, _QKV)
             if L.q_bias is not None:
                 q += L.q_bias
                 k += L.k_bias
@@ -234,8 +256,7 @@ class LlamaModel:
         """o = down(act(gate(h)) * up(h)) with the layer's biases."""
         T, sc, K = h.shape[0], self.scratch, self.kernels
         gate, up, act = sc.get("gate", T), sc.get("up", T), sc.get("act", T)  # (T, F)
-        self._lin(gate, h, L.gate, lora, (i, "gate"))
-        self._lin(up, h, L.up, lora, (i, "up"))
+        self._lins((gate, up), h, (L.gate, L.up), L.gate_up, lora, i, _GATE_UP)
         if L.gate_bias is not None:
             gate += L.gate_bias
         if L.up_bias is not None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from modelc.errors import FormatError
 from modelc.kernels.linear import Weight
+from modelc.models.fused import Fused
 from modelc.models.llama_args import LlamaArgs
 from modelc.models.weights import WeightReader
 
@@ -36,6 +37,8 @@ class LlamaLayer:
     post_ffn_norm: np.ndarray | None = None  # (C,) on the FFN output before the residual add
     sinks: np.ndarray | None = None  # (H,) attention-sink logits (gpt-oss)
     moe: object | None = None  # a models.moe.MoeFFN instead of gate/up/down (Mixtral, Qwen3-MoE)
+    qkv: tuple[Fused, ...] = ()  # runs of q, k, v fused into one matmul (fused.py), indexes 0..2
+    gate_up: tuple[Fused, ...] = ()  # gate and up fused, indexes 0..1
 
 
 _HF: dict[str, str | None] = {
@@ -103,22 +106,23 @@ def load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int, moe
     n = {k: v.format(i=i) if v else "" for k, v in names.items()}
     C, F, qd, kd = a.hidden_size, a.intermediate_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
     if w.has(n["q"] + ".weight"):
-        q, k, v = (w.matrix(n[p] + ".weight", r, C) for p, r in (("q", qd), ("k", kd), ("v", kd)))
+        (q, k, v), qkv = w.matrices([n[p] + ".weight" for p in ("q", "k", "v")], [qd, kd, kd], C)
         qb, kb, vb = (w.maybe_vector(n[p] + ".bias", r) for p, r in (("q", qd), ("k", kd), ("v", kd)))
     elif w.has(n["qkv"] + ".weight"):
-        q, k, v = w.split_matrix(n["qkv"] + ".weight", [qd, kd, kd], C)
+        (q, k, v), qkv = w.matrices(n["qkv"] + ".weight", [qd, kd, kd], C)
         qkv_b = n["qkv"] + ".bias"
         qb, kb, vb = w.split_vector(qkv_b, [qd, kd, kd]) if w.has(qkv_b) else (None, None, None)
     else:
         raise FormatError(f"model {w.name} has no attention weights for layer {i} ({n['q']}.weight)")
     gb = ub = None
+    gate_up: tuple[Fused, ...] = ()
     if moe is not None:
         gate = up = None
     elif w.has(n["gate"] + ".weight"):
-        gate, up = w.matrix(n["gate"] + ".weight", F, C), w.matrix(n["up"] + ".weight", F, C)
+        (gate, up), gate_up = w.matrices([n["gate"] + ".weight", n["up"] + ".weight"], [F, F], C)
         gb, ub = w.maybe_vector(n["gate"] + ".bias", F), w.maybe_vector(n["up"] + ".bias", F)
     else:
-        gate, up = w.split_matrix(n["gate_up"] + ".weight", [F, F], C)
+        (gate, up), gate_up = w.matrices(n["gate_up"] + ".weight", [F, F], C)
         gu_b = n["gate_up"] + ".bias"
         gb, ub = w.split_vector(gu_b, [F, F]) if w.has(gu_b) else (None, None)
     D, off = a.head_dim, a.norm_offset
@@ -143,5 +147,5 @@ def load_layer(w: WeightReader, names: dict[str, str], a: LlamaArgs, i: int, moe
         o_bias=w.maybe_vector(n["o"] + ".bias", C), gate_bias=gb, up_bias=ub,
         down_bias=w.maybe_vector(n["down"] + ".bias", C), q_norm=head_norm(qn), k_norm=head_norm(kn),
         post_attn_norm=norm("post_attn_norm"), post_ffn_norm=norm("post_ffn_norm"),
-        sinks=w.maybe_vector(n["sinks"], a.num_heads), moe=moe,
+        sinks=w.maybe_vector(n["sinks"], a.num_heads), moe=moe, qkv=qkv, gate_up=gate_up,
     )  # fmt: skip

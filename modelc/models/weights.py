@@ -23,6 +23,7 @@ from modelc.ir import SCALE_SUFFIX, DataType, TensorData
 from modelc.kernels import gemm_r16, hugepages
 from modelc.kernels.linear import Weight, prepare_weight
 from modelc.kernels.select import KernelSet
+from modelc.models.fused import Fused, fuse_runs
 
 
 class WeightReader:
@@ -65,11 +66,26 @@ class WeightReader:
 
     def split_matrix(self, name: str, row_sizes: list[int], cols: int) -> list[Weight]:
         """A fused weight (sum(row_sizes), cols) split by rows into zero-copy Weights."""
+        return [self._pinned(w) for w in self._split(name, row_sizes, cols)]
+
+    def _split(self, name: str, row_sizes: list[int], cols: int) -> list[Weight]:
         t = self.tensor(name)
         scale = self.tensors.get(name + SCALE_SUFFIX)
         parts = split_rows(t, row_sizes, name)
         scales = split_rows(scale, row_sizes, name) if scale is not None else [None] * len(parts)
-        return [self._pinned(weight_of(p, s, r, cols, name)) for p, s, r in zip(parts, scales, row_sizes, strict=True)]
+        return [weight_of(p, s, r, cols, name) for p, s, r in zip(parts, scales, row_sizes, strict=True)]
+
+    def matrices(
+        self, names: list[str] | str, row_sizes: list[int], cols: int
+    ) -> tuple[list[Weight], tuple[Fused, ...]]:
+        """Weights one input feeds (q/k/v, gate/up): tensors `names` (or one tensor split by rows), each as
+        `matrix` gives it, plus each run of consecutive ones that repack alike fused into one matmul (fused.py)."""
+        if isinstance(names, str):
+            ws = self._split(names, row_sizes, cols)
+        else:
+            ws = [weight_of(self.tensor(n), self.tensors.get(n + SCALE_SUFFIX), r, cols, n)
+                  for n, r in zip(names, row_sizes, strict=True)]  # fmt: skip
+        return fuse_runs(ws, self.repack, self._pinned, self.arena)
 
     def _pinned(self, w: Weight) -> Weight:
         """w with its bytes repacked for gemm_r16 (where it applies) or in the huge-page arena (when there

@@ -69,18 +69,20 @@ def _dequantized(tensors: dict[str, TensorData]) -> dict[str, TensorData]:
     }
 
 
-def _engines(tmp_path: pathlib.Path, qtype: DataType) -> tuple[Engine, Engine]:
+def _engines(tmp_path: pathlib.Path, qtype: DataType, monkeypatch=None) -> tuple[Engine, Engine]:
     q = _tensors(qtype)
     _write(tmp_path / "q.gguf", q)
     _write(tmp_path / "f.gguf", _dequantized(q))
+    if monkeypatch is not None:  # the file layout: prefill dequantizes (BLAS) instead of gemm_r16's int8 dots
+        monkeypatch.setenv("MODELC_REPACK", "0")
     eq = Engine.load(pack(tmp_path / "q.gguf", out=tmp_path / "q.modelc"), kv_cache_tokens=256)
     ef = Engine.load(pack(tmp_path / "f.gguf", out=tmp_path / "f.modelc"), kv_cache_tokens=256)
     return eq, ef
 
 
 @pytest.mark.parametrize("name", ["IQ4_XS", pytest.param("IQ2_XXS", marks=pytest.mark.slow)])
-def test_iquant_gguf_packs_generates_and_matches_dequantized_f32(tmp_path: pathlib.Path, name: str) -> None:
-    eq, ef = _engines(tmp_path, DataType[name])
+def test_iquant_gguf_packs_generates_and_matches_dequantized_f32(tmp_path: pathlib.Path, name: str, monkeypatch) -> None:
+    eq, ef = _engines(tmp_path, DataType[name], monkeypatch)
     assert eq.runner.model is not None
     ids = [1, *np.random.default_rng(3).integers(3, len(SPM_TOKENS), 39).tolist()]
     # 40 tokens: prefill dequantizes each matrix exactly (BLAS path), so the logits agree to fp32 rounding
@@ -91,3 +93,28 @@ def test_iquant_gguf_packs_generates_and_matches_dequantized_f32(tmp_path: pathl
     assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
     text = eq.generate("hi", temperature=0.0, max_tokens=6, ignore_eos=True)
     assert isinstance(text, str) and text
+
+
+@pytest.mark.parametrize("name", ["IQ4_XS", "IQ4_NL"])
+def test_iq4_runs_the_repacked_16_row_kernels_at_every_t(tmp_path: pathlib.Path, name: str, monkeypatch) -> None:
+    """Loaded with the numba kernels, IQ4 matrices are repacked (gemm_r16) and every matmul of them, prefill
+    and decode, runs gemm_r16_iq4: int8 activations, so within the int8 kernels' error of the f32 model."""
+    from modelc.kernels import gemm_r16, gemm_r16_iq4, quant
+
+    if quant.KIND[DataType[name]] not in gemm_r16.R16_KINDS:
+        pytest.skip("no exact wide dot (AVX2 without VNNI): IQ4 keeps the file layout")
+    seen: list[int] = []
+    real = gemm_r16_iq4.qmatmul
+    monkeypatch.setattr(gemm_r16_iq4, "qmatmul", lambda out, xq, *a: (seen.append(xq.shape[0]), real(out, xq, *a)))
+    eq, ef = _engines(tmp_path, DataType[name])
+    ids = [1, *np.random.default_rng(3).integers(3, len(SPM_TOKENS), 39).tolist()]
+    for n in (40, 5):
+        seen.clear()
+        got, want = eq.logits(ids[:n]), ef.logits(ids[:n])
+        assert n in seen  # the layers' matrices went through the repacked kernels
+        assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
+        cos = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
+        assert cos.min() > 0.999
+    seen.clear()
+    assert eq.generate("hi", temperature=0.0, max_tokens=4, ignore_eos=True)
+    assert 1 in seen  # decode: T = 1

@@ -121,8 +121,8 @@ print(qdot.HAS_AVX2, qdot.HAS_VNNI, worst)
         {"MODELC_NO_AVX2": "1"},
     ],
 )
-def test_fallback_paths(env: dict[str, str], tmp_path) -> None:
+def test_fallback_paths(env: dict[str, str]) -> None:
     """The 256-bit VNNI, AVX2 and portable LLVM IR paths give the same numbers."""
     from tests.kernels.fallback import fallback_worst
 
-    assert fallback_worst(_FALLBACK_CHECK, env, tmp_path, timeout=600) < EXACT_QACT
+    assert fallback_worst(_FALLBACK_CHECK, env, timeout=600) < EXACT_QACT

@@ -117,9 +117,9 @@ print(qdot.HAS_AVX2, qdot.HAS_VNNI, worst)
 
 
 @pytest.mark.slow
-def test_fallback_without_avx512_and_vnni(tmp_path) -> None:
+def test_fallback_without_avx512_and_vnni() -> None:
     """The 256-bit AVX2 paths (what an AVX2-only CPU runs) give the same numbers."""
     from tests.kernels.fallback import fallback_worst
 
     env = {"MODELC_NO_AVX512": "1", "MODELC_NO_VNNI": "1"}
-    assert fallback_worst(_FALLBACK_CHECK, env, tmp_path, timeout=900) < EXACT_QACT
+    assert fallback_worst(_FALLBACK_CHECK, env, timeout=900) < EXACT_QACT

@@ -8,7 +8,7 @@ the tiny-llama fixture. Weights are seeded random blocks with sane fp16 scales
 (modelc.kernels.gemm_random), so speed is real and text is gibberish.
 Type mixes follow llama.cpp: Q4_0 keeps output.weight in Q6_K; Q4_K_M uses
 Q6_K for output.weight and for attn_v / ffn_down in its "more bits" layers; IQ4_XS
-keeps output.weight in Q6_K and every other matrix in IQ4_XS (llama.cpp's mix
+keeps output.weight in Q6_K and every other matrix in IQ4_XS (IQ4_NL alike) (llama.cpp's mix
 bumps a few attn_v to other types at some shapes; not modelled); the grid i-quants and TQ1_0/TQ2_0
 likewise (every matrix of that type, output.weight Q6_K: random valid blocks need no importance
 matrix, which llama.cpp's quantizer wants for IQ2_*/IQ1_*/IQ3_XXS; its own mixes keep more tensors
@@ -39,6 +39,7 @@ FILE_TYPE = {
     "Q8_0": 7,
     "Q4_K_M": 15,
     "IQ4_XS": 30,
+    "IQ4_NL": 25,
     "IQ2_XXS": 19,
     "IQ2_XS": 20,
     "IQ2_S": 28,

@@ -118,9 +118,9 @@ print(cpu.HAS_AVX2, cpu.HAS_VNNI, worst)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("env", [{"MODELC_NO_AVX512": "1"}, {"MODELC_NO_VNNI": "1"}, {"MODELC_NO_AVX2": "1"}])
-def test_fallback_paths(env, tmp_path):
+def test_fallback_paths(env):
     """The 256-bit (two vpshufb) and portable (select chain) lookups give the twin's numbers; AVX2 without
     VNNI (vpmaddubsw would saturate on codes + 128) keeps IQ4 off this path."""
     from tests.kernels.fallback import fallback_worst
 
-    assert fallback_worst(_FALLBACK, env, tmp_path, timeout=900) < 1e-5
+    assert fallback_worst(_FALLBACK, env, timeout=900) < 1e-5

@@ -82,3 +82,29 @@ def test_mixed_dtypes_fuse_the_run_that_matches_with_bias_and_lora():
     _unfused(model)
     for got, want in zip(fused, _run(model, lora), strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+def test_one_stored_qkv_and_gate_up_tensor_fuses_too():
+    """Phi-3's layout: q/k/v stored as one qkv_proj tensor, gate/up as one gate_up_proj, split by rows at load."""
+    from modelc.ir import TensorData
+
+    src = make_tiny_llama(5, hidden_size=C, intermediate_size=F, num_heads=H, num_kv_heads=KH)
+    rng = np.random.default_rng(8)
+    for i in range(2):
+        p = f"model.layers.{i}."
+        for fused, parts in (("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+                             ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj"))):  # fmt: skip
+            ts = [src.tensors.pop(p + n + ".weight") for n in parts]
+            rows = sum(t.shape[0] for t in ts)
+            q = random_tensor(DataType.Q4_0, rows, C, rng, scale=0.05)
+            src.tensors[p + fused + ".weight"] = TensorData((rows, C), q.dtype, q.data)
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            t = src.tensors[p + name + ".weight"]
+            src.tensors[p + name + ".weight"] = random_tensor(DataType.Q4_0, t.shape[0], t.shape[1], rng, scale=0.05)
+    model = build_model(src, kernel_set("numba"))
+    assert [f.bounds for f in model.layers[0].qkv] == [(0, 256, 384, 512)]
+    assert [f.bounds for f in model.layers[0].gate_up] == [(0, F, 2 * F)]
+    fused = _run(model)
+    _unfused(model)
+    for got, want in zip(fused, _run(model), strict=True):
+        np.testing.assert_array_equal(got, want)

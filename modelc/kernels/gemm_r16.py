@@ -52,15 +52,16 @@ from modelc.kernels.quant import KIND
 from modelc.kernels.quant_iq import IQ4_NL, IQ4_XS
 
 Q4_0, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K]
-R16_KINDS = frozenset({Q4_0, Q4_K} | ({Q8_0, IQ4_NL, IQ4_XS} if WIDE_DOT_EXACT else set()))
+Q6_K = KIND[DataType.Q6_K]
+R16_KINDS = frozenset({Q4_0, Q4_K, Q6_K} | ({Q8_0, IQ4_NL, IQ4_XS} if WIDE_DOT_EXACT else set()))
 """Kinds repacked and multiplied here (Q8_0's code + 128 and IQ4's code book + 128 need the exact wide dot:
-VNNI or portable IR); IQ4_NL / IQ4_XS in gemm_r16_iq4."""
+VNNI or portable IR); IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k."""
 
 GROUP = 16
-# one 16-row group of one block (Q4_K, IQ4_XS: of a 256-element super-block)
-BYTES = {Q4_0: 288, Q8_0: 544, Q4_K: 2304, IQ4_NL: 288, IQ4_XS: 2176}
-_BLOCK = {Q4_0: 18, Q8_0: 34, Q4_K: 144, IQ4_NL: 18, IQ4_XS: 136}  # one row's block in the file
-_ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256, IQ4_NL: 32, IQ4_XS: 256}
+# one 16-row group of one block (Q4_K, Q6_K, IQ4_XS: of a 256-element super-block)
+BYTES = {Q4_0: 288, Q8_0: 544, Q4_K: 2304, Q6_K: 3360, IQ4_NL: 288, IQ4_XS: 2176}
+_BLOCK = {Q4_0: 18, Q8_0: 34, Q4_K: 144, Q6_K: 210, IQ4_NL: 18, IQ4_XS: 136}  # one row's block in the file
+_ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256, IQ4_NL: 32, IQ4_XS: 256}
 PREFETCH_BYTES = 8192
 """How far ahead of the block being read the kernel prefetches, one line at a time (a group's
 blocks are one contiguous stretch; see gemm_fused_k for why software prefetch matters here)."""
@@ -77,6 +78,8 @@ def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
     A numba loop over the groups (the numpy twin, ref_r16.repack, moved ~0.25 GB/s: a 1.1B Q4_0
     model took 3-6 s to load instead of ~1)."""
     kind = KIND[dtype]
+    if kind == Q6_K:
+        return gemm_r16_q6k.repack(blocks)
     n, row_bytes = blocks.shape
     bs = _BLOCK[kind]
     out = np.empty((n // GROUP, (row_bytes // bs) * BYTES[kind]), np.uint8)
@@ -352,8 +355,10 @@ def qmatmul_r16(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray,
         _r16_q4_k(out, xq, xd, xs, rw)
     elif kind in gemm_r16_iq4.KINDS:
         gemm_r16_iq4.qmatmul(out, xq, xd, rw, kind)
+    elif kind == Q6_K:
+        gemm_r16_q6k.qmatmul(out, xq, xd, rw)
     else:
         _r16_q8_0(out, xq, xd, rw)
 
 
-from modelc.kernels import gemm_r16_iq4  # noqa: E402  (last: it imports _ahead, _dot4 and _offsets from here)
+from modelc.kernels import gemm_r16_iq4, gemm_r16_q6k  # noqa: E402  (last: they import _ahead, _dot4, ... from here)

@@ -13,6 +13,10 @@ def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
     kind = KIND[dtype]
     if kind in (KIND[DataType.Q4_K], KIND[DataType.IQ4_XS]):
         return _repack_super(blocks, _BLOCK[kind])
+    if kind == KIND[DataType.Q6_K]:
+        from modelc.kernels import ref_r16_q6k
+
+        return ref_r16_q6k.repack(blocks)
     n, row_bytes = blocks.shape
     bs = _BLOCK[kind]
     nb = row_bytes // bs

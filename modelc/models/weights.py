@@ -4,8 +4,8 @@ Weight-layout fixes (fused QKV splits, Conv1D transposes) are done here once, at
 with the numba kernels and MODELC_HUGEPAGES=1 every matrix is copied into huge-page memory
 (kernels/hugepages.py: memory streams ~2x faster than from the 4 KiB pages of the file mapping).
 With the numba kernels (not the hybrid set of a cold start, which serves from the file layout
-while numba compiles), Q4_0 and Q4_K (and Q8_0, IQ4_NL, IQ4_XS where the CPU dots 0..255 codes exactly) matrices are
-repacked into 16 interleaved rows (kernels/gemm_r16.py: 1.3x decode, 3-4x batched decode and
+while numba compiles), Q4_0, Q4_K and Q6_K (and Q8_0, IQ4_NL, IQ4_XS where the CPU dots 0..255 codes exactly)
+matrices are repacked into 16 interleaved rows (kernels/gemm_r16.py: 1.3x decode, 3-4x batched decode and
 prefill), read from the file with pread so the file's own pages stay out of RSS: the copy takes
 their place. MODELC_REPACK=0 keeps the file layout. `matrices` repacks the projections one input feeds
 (q/k/v, gate/up) into one array where they repack alike, for one matmul call (fused.py).

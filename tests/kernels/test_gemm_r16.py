@@ -50,7 +50,7 @@ def test_only_whole_row_groups_and_blocks_repack():
     assert gemm_r16.can_repack(DataType.Q4_0, 32, 64)
     assert not gemm_r16.can_repack(DataType.Q4_0, 40, 64)  # rows not a multiple of 16
     assert not gemm_r16.can_repack(DataType.Q4_K, 32, 128)  # not whole super-blocks
-    assert not gemm_r16.can_repack(DataType.Q6_K, 32, 256)
+    assert not gemm_r16.can_repack(DataType.Q3_K, 32, 256)
     assert not gemm_r16.can_repack(DataType.Q4_0, 0, 64)
 
 

@@ -10,7 +10,10 @@ row dots are the matmul kernels' own on int8-quantized activations: an expert ch
 the step runs the T=1 matvec rows (gemm_fused_k._rows for Q4_K / Q5_K / Q6_K / IQ4_XS,
 gemm_fused_iq._rows_32 for IQ4_NL / MXFP4); one chosen by several runs gemm_tile's register tiles where
 the type has them (Q4_K, Q6_K: each weight group unpacked once per 4 tokens), else the matvec rows per
-token (the rows then come from L1/L2 after the first). The numpy twin is ref_moe.moe_ffn.
+token (the rows then come from L1/L2 after the first). A projection repacked at load into gemm_r16's
+16-row groups (MoeExperts.*_r16, kinds R16_KINDS) runs gemm_r16's group loops instead, for all the
+tokens of an expert at once (the float work once per 16 rows, token and block). The numpy twin is
+ref_moe.moe_ffn.
 
 Other expert types, and batches above FUSED_MAX_T tokens (prefill: the tile / BLAS kernels win there),
 go through models/moe.py's per-expert matmuls.
@@ -21,10 +24,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from modelc.ir import DataType
 from modelc.kernels import gemm_fused_iq, gemm_fused_k, gemm_tile, linear, quant
 from modelc.kernels.fastexp import exp_f32
 from modelc.kernels.gemm_fused_iq import _rows_32
 from modelc.kernels.gemm_fused_k import _rows
+from modelc.kernels.gemm_r16 import _group_q4_k, _group_q4_k_t1
 from modelc.kernels.moe_weights import MoeExperts
 from modelc.kernels.qdot import fma_f32x16, hsum_f32x16, load_f32x16, zeros_f32x16
 from modelc.kernels.quant import quantize_act
@@ -33,6 +38,10 @@ from modelc.kernels.quant_iq import IQ4_XS
 KINDS = gemm_fused_k.KINDS | gemm_fused_iq.KINDS
 """Expert weight kinds the one-call kernel reads (every projection must be one of these)."""
 
+R16_KINDS = frozenset({quant.KIND[DataType.Q4_K]})
+"""Kinds whose gemm_r16 copy (MoeExperts.*_r16) the kernel reads; the loader repacks no other expert kind
+for it, so an expert's file pages stay untouched where the copy exists."""
+
 FUSED_MAX_T = 16
 """Up to this many tokens in a forward the experts run here; above, per expert through linear.matmul
 (prefill: an expert then has enough tokens for the int8 tiles or BLAS)."""
@@ -40,6 +49,7 @@ FUSED_MAX_T = 16
 _ROWS_PER_TASK = 32  # a multiple of gemm_tile.ROWS
 _NONE = np.zeros((0, 0), np.float32)
 _NONE1 = np.zeros(0, np.float32)
+_NONE3 = np.zeros((0, 0, 0), np.uint8)
 
 
 def supported(ex: MoeExperts) -> bool:
@@ -70,7 +80,8 @@ def moe_ffn(
     args = (out, np.ascontiguousarray(x, dtype=np.float32), logits, router, rbias,
             k, normalize, ex.gate, ex.up, ex.down, kg, ku, kd,
             _NONE if ex.gate_bias is None else ex.gate_bias, _NONE if ex.up_bias is None else ex.up_bias,
-            _NONE if ex.down_bias is None else ex.down_bias, ex.oss)  # fmt: skip
+            _NONE if ex.down_bias is None else ex.down_bias, ex.oss,
+            *(_NONE3 if r is None else r for r in (ex.gate_r16, ex.up_r16, ex.down_r16)))  # fmt: skip
     linear.chunked(_moe_ffn, *args)
 
 
@@ -139,6 +150,23 @@ def _group_rows(kind, out, w, xq, xd, xm, xs, dxl, q0, q1, r0, r1):
 
 
 @njit(cache=True, nogil=True)
+def _r16_rows(kind, out, rw, xq, xd, xm, q0, q1, r0, r1):
+    """out[q, r0:r1] = rows r0..r1 (multiples of 16) of one expert's weight . activation row q, for the pairs
+    q0 <= q < q1: the weight repacked by gemm_r16 (rw (N/16, ...) uint8, a kind in R16_KINDS), its groups'
+    loops over all the pairs at once (as gemm_r16's whole-matrix kernels run them)."""
+    t, c = q1 - q0, xq.shape[1]
+    o, xqf, d, m, rf = out[q0:q1], xq[q0:q1].reshape(-1), xd[q0:q1], xm[q0:q1], rw.reshape(-1)
+    if t == 1:
+        for gi in range(r0 // 16, r1 // 16):
+            _group_q4_k_t1(o, xqf, d, m, rf, gi, c // 256)
+        return
+    acc = np.empty(t * 16, np.float32)
+    fs = np.empty(256, np.float32)
+    for gi in range(r0 // 16, r1 // 16):
+        _group_q4_k(o, xqf, d, m, rf, gi, c // 256, t, c, acc, fs)
+
+
+@njit(cache=True, nogil=True)
 def _quantized(a, tiles):
     """quant.quantize_act of a (P, C), its per-32 sums, and gemm_tile.prep_act's lane scales when `tiles`."""
     p, c = a.shape
@@ -184,7 +212,9 @@ def _sums32(xs):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _moe_ffn(out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku, kd, gbias, ubias, dbias, oss):
+def _moe_ffn(
+    out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku, kd, gbias, ubias, dbias, oss, gr, ur, dr
+):
     T, C = x.shape
     E, F = gate.shape[0], gate.shape[1]
     P = T * k
@@ -219,7 +249,8 @@ def _moe_ffn(out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku
     xp = np.empty((P, C), np.float32)  # row q: the token of pair order[q]
     for q in range(P):
         xp[q] = x[order[q] // k]
-    xq, xd, xm, xs, xdl = _quantized(xp, shared and (kg == 7 or kg == 9 or ku == 7 or ku == 9))
+    tg, tu = shared and gr.shape[0] == 0 and (kg == 7 or kg == 9), shared and ur.shape[0] == 0 and (ku == 7 or ku == 9)
+    xq, xd, xm, xs, xdl = _quantized(xp, tg or tu)
     g = np.empty((P, F), np.float32)
     u = np.empty((P, F), np.float32)
     nf = (F + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
@@ -228,8 +259,14 @@ def _moe_ffn(out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku
         e = ue[gi]
         r0 = j * _ROWS_PER_TASK
         r1 = min(F, r0 + _ROWS_PER_TASK)
-        _group_rows(kg, g, gate[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
-        _group_rows(ku, u, up[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
+        if gr.shape[0]:
+            _r16_rows(kg, g, gr[e], xq, xd, xm, gs[gi], gs[gi + 1], r0, r1)
+        else:
+            _group_rows(kg, g, gate[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
+        if ur.shape[0]:
+            _r16_rows(ku, u, ur[e], xq, xd, xm, gs[gi], gs[gi + 1], r0, r1)
+        else:
+            _group_rows(ku, u, up[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
     a = np.empty((P, F), np.float32)
     for q in range(P):
         e = sel[order[q] // k, order[q] % k]
@@ -245,14 +282,17 @@ def _moe_ffn(out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku
                 a[q, f] = gv / (np.float32(1.0) + np.exp(-np.float32(1.702) * gv)) * (uv + np.float32(1.0))
             else:
                 a[q, f] = gv / (np.float32(1.0) + exp_f32(-gv)) * uv
-    aq, ad, am, a_s, adl = _quantized(a, shared and (kd == 7 or kd == 9))
+    aq, ad, am, a_s, adl = _quantized(a, shared and dr.shape[0] == 0 and (kd == 7 or kd == 9))
     y = np.empty((P, C), np.float32)
     nc = (C + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
     for task in prange(ne * nc):
         gi, j = task // nc, task % nc
         r0 = j * _ROWS_PER_TASK
         r1 = min(C, r0 + _ROWS_PER_TASK)
-        _group_rows(kd, y, down[ue[gi]], aq, ad, am, a_s, adl, gs[gi], gs[gi + 1], r0, r1)
+        if dr.shape[0]:
+            _r16_rows(kd, y, dr[ue[gi]], aq, ad, am, gs[gi], gs[gi + 1], r0, r1)
+        else:
+            _group_rows(kd, y, down[ue[gi]], aq, ad, am, a_s, adl, gs[gi], gs[gi + 1], r0, r1)
     out[:, :] = 0.0
     for q in range(P):
         p = order[q]

@@ -22,7 +22,9 @@ class MoeExperts:
 
     Biases (gpt-oss): gate_bias, up_bias (E, F) f32 and down_bias (E, C) f32, else None. oss: gpt-oss's
     clamped SwiGLU instead of SiLU(gate) * up. router: the (E, C) F32 router weight (and its (E,) bias) when
-    the kernel computes the router logits itself (moe_ffn with logits None), else None.
+    the kernel computes the router logits itself (moe_ffn with logits None), else None. gate_r16, up_r16,
+    down_r16: that projection repacked per expert by gemm_r16.repack ((E, rows/16, row blocks x BYTES)
+    uint8, made by the model loader for the numba kernels), or None; moe_ffn then reads only the copy.
     """
 
     gate_dtype: DataType
@@ -37,6 +39,9 @@ class MoeExperts:
     oss: bool = False
     router: np.ndarray | None = None  # (E, C) f32
     router_bias: np.ndarray | None = None  # (E,) f32
+    gate_r16: np.ndarray | None = None  # (E, F/16, C/256 * 2304) uint8 (Q4_K; see gemm_r16.BYTES)
+    up_r16: np.ndarray | None = None
+    down_r16: np.ndarray | None = None  # (E, C/16, F/256 * 2304)
 
     @property
     def num_experts(self) -> int:

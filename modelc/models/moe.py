@@ -10,13 +10,14 @@ otherwise each chosen expert is three matmuls.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, TensorData
-from modelc.kernels import moe_ffn, ref_moe
+from modelc.kernels import moe_ffn, quant, ref_moe
 from modelc.kernels.linear import Weight, prepare_weight
 from modelc.kernels.moe_weights import MoeExperts, stack_experts
 from modelc.kernels.select import KernelSet
@@ -136,13 +137,15 @@ def expert_slices(t: TensorData, name: str) -> list[TensorData]:
     return [TensorData(t.shape[1:], t.dtype, t.data[e * per : (e + 1) * per]) for e in range(E)]
 
 
-def _stacked(w: WeightReader, name: str, E: int, rows: int, cols: int) -> list[Weight]:
+def _stacked(w: WeightReader, name: str, E: int, rows: int, cols: int, r16: np.ndarray | None) -> list[Weight]:
+    """Expert matrices of a stored (E, rows, cols) tensor, each with its slice of the repacked copy `r16`."""
     t = w.tensor(name)
     if t.shape != (E, rows, cols):
         raise FormatError(f"tensor {name} has shape {t.shape}, expected ({E}, {rows}, {cols})")
     scale = w.tensors.get(name + SCALE_SUFFIX)
     scales = expert_slices(scale, name) if scale is not None and len(scale.shape) == 3 else [None] * E
-    return [prepare_weight(p, s) for p, s in zip(expert_slices(t, name), scales, strict=True)]
+    ws = [prepare_weight(p, s) for p, s in zip(expert_slices(t, name), scales, strict=True)]
+    return ws if r16 is None else [dataclasses.replace(x, r16=r16[e]) for e, x in enumerate(ws)]
 
 
 def _load_oss(w: WeightReader, n: dict[str, str], E: int, k: int, F: int, C: int, cfg: dict) -> MoeFFN:
@@ -195,12 +198,17 @@ def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN 
     oss = cfg.get("moe_activation") == "oss"
     stacked = None
     if kind == "gguf":
-        gate, up = _stacked(w, n["gate"] + ".weight", E, F, C), _stacked(w, n["up"] + ".weight", E, F, C)
-        down = _stacked(w, n["down"] + ".weight", E, C, F)
         router = w.matrix(n["router"] + ".weight", E, C)
-        st = stack_experts(*(w.tensor(n[p] + ".weight") for p in ("gate", "up", "down")), biases=biases, oss=oss,
-                           router=router, router_bias=w.maybe_vector(n["router"] + ".bias", E))  # fmt: skip
-        stacked = st if moe_ffn.supported(st) else None  # I8/I4 (with @scale tensors) never are
+        ts = [w.tensor(n[p] + ".weight") for p in ("gate", "up", "down")]
+        st = stack_experts(*ts, biases=biases, oss=oss, router=router,
+                           router_bias=w.maybe_vector(n["router"] + ".bias", E))  # fmt: skip
+        fused = moe_ffn.supported(st)  # I8/I4 (with @scale tensors) never are
+        # repacked where the one-call kernel reads the copy (else it would map the file's pages beside it)
+        r16 = [w.stacked_r16(t) if not fused or quant.KIND.get(t.dtype) in moe_ffn.R16_KINDS else None for t in ts]
+        gate = _stacked(w, n["gate"] + ".weight", E, F, C, r16[0])
+        up = _stacked(w, n["up"] + ".weight", E, F, C, r16[1])
+        down = _stacked(w, n["down"] + ".weight", E, C, F, r16[2])
+        stacked = dataclasses.replace(st, gate_r16=r16[0], up_r16=r16[1], down_r16=r16[2]) if fused else None
     elif "gate" in n:
         gate = [w.matrix(n["gate"].format(e=e) + ".weight", F, C) for e in range(E)]
         up = [w.matrix(n["up"].format(e=e) + ".weight", F, C) for e in range(E)]

@@ -37,7 +37,7 @@ class WeightReader:
         self.arena: hugepages.Arena | None = None
         # not on a cold start's hybrid kernels: they serve from the file layout while numba compiles
         self.repack = kernels.name == "numba" and os.environ.get("MODELC_REPACK", "1") != "0"
-        total = sum(t.nbytes for t in self.tensors.values() if len(t.shape) == 2)
+        total = sum(t.nbytes for t in self.tensors.values() if len(t.shape) in (2, 3))  # 3-D: MoE experts
         if kernels.name == "numba" and total and hugepages.enabled(total):
             self.arena = hugepages.Arena(total)  # virtual size; pages come as copied
 
@@ -103,6 +103,22 @@ class WeightReader:
             return w
         copy = self.arena.copy(w.blocks.reshape(-1)).reshape(w.blocks.shape)
         return dataclasses.replace(w, blocks=copy)
+
+    def stacked_r16(self, t: TensorData) -> np.ndarray | None:
+        """A stored (E, rows, cols) tensor (MoE experts) repacked for gemm_r16 expert by expert: (E, rows/16,
+        row blocks x gemm_r16.BYTES) uint8, read from the file with pread as `_pinned` does (the copy takes
+        the place of the file's pages); None where gemm_r16 does not apply to one expert's matrix."""
+        if len(t.shape) != 3 or not self.repack or t.nbytes == 0:
+            return None
+        E, rows, cols = t.shape
+        if not gemm_r16.can_repack(t.dtype, rows, cols):
+            return None
+        src = hugepages.read_copy(t.data.reshape(-1)).reshape(E * rows, -1)
+        r16 = gemm_r16.repack(src, t.dtype)  # a group never spans two experts: rows % 16 == 0
+        del src
+        if self.arena is not None:
+            r16 = self.arena.copy(r16.reshape(-1))
+        return r16.reshape(E, rows // gemm_r16.GROUP, -1)
 
     def split_vector(self, name: str, sizes: list[int]) -> list[np.ndarray]:
         v = self.vector(name, sum(sizes))

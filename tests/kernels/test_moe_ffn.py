@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from modelc.ir import DataType, TensorData
-from modelc.kernels import moe_ffn, ref_moe
+from modelc.kernels import gemm_r16, moe_ffn, quant, ref_moe
 from modelc.kernels.gemm_random import random_tensor
 from modelc.kernels.moe_weights import MoeExperts, stack_experts
 
@@ -49,6 +51,37 @@ def test_matches_twin(gate: str, down: str) -> None:
     _check(ex, T=1, k=2, normalize=True, seed=2)
     _check(ex, T=5, k=3, normalize=False, seed=3)
     _check(ex, T=9, k=6, normalize=True, seed=4)  # every expert chosen by every token
+
+
+def _r16(ex: MoeExperts) -> MoeExperts:
+    """ex with its R16_KINDS projections repacked (as models/moe.py's loader does) and their file-layout
+    blocks zeroed: the kernel must read only the copies."""
+    E, F, C = ex.num_experts, ex.ffn, ex.hidden
+    new = {}
+    for name, rows in (("gate", F), ("up", F), ("down", C)):
+        dt, a = getattr(ex, name + "_dtype"), getattr(ex, name)
+        if quant.KIND[dt] in moe_ffn.R16_KINDS:
+            new[name + "_r16"] = gemm_r16.repack(a.reshape(E * rows, -1), dt).reshape(E, rows // 16, -1)
+            new[name] = np.zeros_like(a)
+    return dataclasses.replace(ex, **new)
+
+
+@pytest.mark.parametrize("down", ["Q6_K", "Q4_K"])
+def test_r16_experts_match_twin(down: str) -> None:
+    """Experts repacked into gemm_r16's 16-row groups: decode (1 token) and 8 tokens sharing experts."""
+    ex = _experts("Q4_K", down, E=6, F=256, C=512, seed=11)
+    rx = _r16(ex)
+    assert rx.gate_r16 is not None and (rx.down_r16 is not None) == (down == "Q4_K")
+    for T, k, normalize, seed in ((1, 2, True, 12), (8, 3, False, 13)):
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((T, ex.hidden)).astype(np.float32)
+        logits = rng.standard_normal((T, ex.num_experts)).astype(np.float32)
+        got = np.full((T, ex.hidden), np.nan, np.float32)
+        moe_ffn.moe_ffn(got, x, logits, rx, k, normalize)
+        want = np.empty_like(got)
+        ref_moe.moe_ffn(want, x, logits, ex, k, normalize, qact=True)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err < EXACT_QACT, (down, T, err)
 
 
 def test_router_in_the_kernel() -> None:
@@ -112,13 +145,22 @@ for gate, down in (("Q4_K", "Q6_K"), ("IQ4_XS", "MXFP4")):
     want = np.empty_like(got)
     ref_moe.moe_ffn(want, x, logits, ex, 2, True, qact=True)
     worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+from tests.kernels.test_moe_ffn import _r16
+ex = _experts("Q4_K", "Q4_K", E=4, F=256, C=256, seed=2)
+for T in (1, 8):
+    x = np.random.default_rng(T).standard_normal((T, 256)).astype(np.float32)
+    logits = np.random.default_rng(T + 1).standard_normal((T, 4)).astype(np.float32)
+    got, want = np.empty((T, 256), np.float32), np.empty((T, 256), np.float32)
+    moe_ffn.moe_ffn(got, x, logits, _r16(ex), 2, True)
+    ref_moe.moe_ffn(want, x, logits, ex, 2, True, qact=True)
+    worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
 print(qdot.HAS_AVX2, qdot.HAS_VNNI, worst)
 """
 
 
 @pytest.mark.slow
 def test_fallback_without_avx512_and_vnni() -> None:
-    """The 256-bit AVX2 paths (what an AVX2-only CPU runs) give the same numbers."""
+    """The 256-bit AVX2 paths (what an AVX2-only CPU runs) give the same numbers, the r16 experts too."""
     from tests.kernels.fallback import fallback_worst
 
     env = {"MODELC_NO_AVX512": "1", "MODELC_NO_VNNI": "1"}

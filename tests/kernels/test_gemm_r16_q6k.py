@@ -99,8 +99,8 @@ print(qdot.HAS_AVX2, qdot.HAS_VNNI, worst)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("env", [{"MODELC_NO_AVX512": "1"}, {"MODELC_NO_VNNI": "1"}])
-def test_fallback_paths(env: dict[str, str], tmp_path) -> None:
+def test_fallback_paths(env: dict[str, str]) -> None:
     """The 256-bit VNNI and AVX2 paths give the same numbers at T = 1, 2, 8, 33."""
     from tests.kernels.fallback import fallback_worst
 
-    assert fallback_worst(_FALLBACK_CHECK, env, tmp_path, timeout=900) < 2e-6
+    assert fallback_worst(_FALLBACK_CHECK, env, timeout=900) < 2e-6

@@ -30,6 +30,9 @@ from modelc.kernels.fastexp import exp_f32
 from modelc.kernels.gemm_fused_iq import _rows_32
 from modelc.kernels.gemm_fused_k import _rows
 from modelc.kernels.gemm_r16 import _group_q4_k, _group_q4_k_t1
+from modelc.kernels.gemm_r16_q6k import _group as _group_q6_k
+from modelc.kernels.gemm_r16_q6k import _group_t1 as _group_q6_k_t1
+from modelc.kernels.gemm_r16_q6k import _offsets16
 from modelc.kernels.moe_weights import MoeExperts
 from modelc.kernels.qdot import fma_f32x16, hsum_f32x16, load_f32x16, zeros_f32x16
 from modelc.kernels.quant import quantize_act
@@ -38,7 +41,7 @@ from modelc.kernels.quant_iq import IQ4_XS
 KINDS = gemm_fused_k.KINDS | gemm_fused_iq.KINDS
 """Expert weight kinds the one-call kernel reads (every projection must be one of these)."""
 
-R16_KINDS = frozenset({quant.KIND[DataType.Q4_K]})
+R16_KINDS = frozenset({quant.KIND[DataType.Q4_K], quant.KIND[DataType.Q6_K]})  # gemm_r16 and gemm_r16_q6k
 """Kinds whose gemm_r16 copy (MoeExperts.*_r16) the kernel reads; the loader repacks no other expert kind
 for it, so an expert's file pages stay untouched where the copy exists."""
 
@@ -150,12 +153,22 @@ def _group_rows(kind, out, w, xq, xd, xm, xs, dxl, q0, q1, r0, r1):
 
 
 @njit(cache=True, nogil=True)
-def _r16_rows(kind, out, rw, xq, xd, xm, q0, q1, r0, r1):
+def _r16_rows(kind, out, rw, xq, xd, xm, so, q0, q1, r0, r1):
     """out[q, r0:r1] = rows r0..r1 (multiples of 16) of one expert's weight . activation row q, for the pairs
     q0 <= q < q1: the weight repacked by gemm_r16 (rw (N/16, ...) uint8, a kind in R16_KINDS), its groups'
-    loops over all the pairs at once (as gemm_r16's whole-matrix kernels run them)."""
+    loops over all the pairs at once (as gemm_r16's whole-matrix kernels run them). so: gemm_r16_q6k's
+    (P, C/16) code-sum offsets, for Q6_K."""
     t, c = q1 - q0, xq.shape[1]
     o, xqf, d, m, rf = out[q0:q1], xq[q0:q1].reshape(-1), xd[q0:q1], xm[q0:q1], rw.reshape(-1)
+    if kind == 9:  # Q6_K
+        if t == 1:
+            for gi in range(r0 // 16, r1 // 16):
+                _group_q6_k_t1(o, xqf, d, so[q0:q1], rf, gi, c // 256)
+            return
+        acc6 = np.empty(t * 16, np.float32)
+        for gi in range(r0 // 16, r1 // 16):
+            _group_q6_k(o, xqf, d, so[q0:q1], rf, gi, c // 256, t, c, acc6)
+        return
     if t == 1:
         for gi in range(r0 // 16, r1 // 16):
             _group_q4_k_t1(o, xqf, d, m, rf, gi, c // 256)
@@ -251,6 +264,7 @@ def _moe_ffn(
         xp[q] = x[order[q] // k]
     tg, tu = shared and gr.shape[0] == 0 and (kg == 7 or kg == 9), shared and ur.shape[0] == 0 and (ku == 7 or ku == 9)
     xq, xd, xm, xs, xdl = _quantized(xp, tg or tu)
+    xso = _offsets16(xq) if (gr.shape[0] and kg == 9) or (ur.shape[0] and ku == 9) else np.zeros((0, 0), np.int32)
     g = np.empty((P, F), np.float32)
     u = np.empty((P, F), np.float32)
     nf = (F + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
@@ -260,11 +274,11 @@ def _moe_ffn(
         r0 = j * _ROWS_PER_TASK
         r1 = min(F, r0 + _ROWS_PER_TASK)
         if gr.shape[0]:
-            _r16_rows(kg, g, gr[e], xq, xd, xm, gs[gi], gs[gi + 1], r0, r1)
+            _r16_rows(kg, g, gr[e], xq, xd, xm, xso, gs[gi], gs[gi + 1], r0, r1)
         else:
             _group_rows(kg, g, gate[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
         if ur.shape[0]:
-            _r16_rows(ku, u, ur[e], xq, xd, xm, gs[gi], gs[gi + 1], r0, r1)
+            _r16_rows(ku, u, ur[e], xq, xd, xm, xso, gs[gi], gs[gi + 1], r0, r1)
         else:
             _group_rows(ku, u, up[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
     a = np.empty((P, F), np.float32)
@@ -283,6 +297,7 @@ def _moe_ffn(
             else:
                 a[q, f] = gv / (np.float32(1.0) + exp_f32(-gv)) * uv
     aq, ad, am, a_s, adl = _quantized(a, shared and dr.shape[0] == 0 and (kd == 7 or kd == 9))
+    aso = _offsets16(aq) if dr.shape[0] and kd == 9 else np.zeros((0, 0), np.int32)
     y = np.empty((P, C), np.float32)
     nc = (C + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
     for task in prange(ne * nc):
@@ -290,7 +305,7 @@ def _moe_ffn(
         r0 = j * _ROWS_PER_TASK
         r1 = min(C, r0 + _ROWS_PER_TASK)
         if dr.shape[0]:
-            _r16_rows(kd, y, dr[ue[gi]], aq, ad, am, gs[gi], gs[gi + 1], r0, r1)
+            _r16_rows(kd, y, dr[ue[gi]], aq, ad, am, aso, gs[gi], gs[gi + 1], r0, r1)
         else:
             _group_rows(kd, y, down[ue[gi]], aq, ad, am, a_s, adl, gs[gi], gs[gi + 1], r0, r1)
     out[:, :] = 0.0

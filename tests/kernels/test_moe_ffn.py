@@ -71,7 +71,7 @@ def test_r16_experts_match_twin(down: str) -> None:
     """Experts repacked into gemm_r16's 16-row groups: decode (1 token) and 8 tokens sharing experts."""
     ex = _experts("Q4_K", down, E=6, F=256, C=512, seed=11)
     rx = _r16(ex)
-    assert rx.gate_r16 is not None and (rx.down_r16 is not None) == (down == "Q4_K")
+    assert rx.gate_r16 is not None and rx.down_r16 is not None
     for T, k, normalize, seed in ((1, 2, True, 12), (8, 3, False, 13)):
         rng = np.random.default_rng(seed)
         x = rng.standard_normal((T, ex.hidden)).astype(np.float32)

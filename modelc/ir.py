@@ -266,7 +266,7 @@ class TensorData:
         raise UnsupportedError(f"no DataType for numpy dtype {arr.dtype}")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)
 class Model:
     """A model as read from any format, before packing.
 

@@ -23,7 +23,7 @@ class Artifact:
     __slots__ = (
         "path", "offset", "file_size", "header", "entries", "tensors", "name", "architecture", "config",
         "metadata", "tokenizer_json", "chat_template", "special_tokens", "generation_config",
-        "source_format", "naming", "_map",
+        "source_format", "naming", "_map", "__weakref__",
     )  # fmt: skip
 
     def __init__(self, path: str, offset: int, size: int, header: dict[str, Any], entries: list[TensorEntry]):

@@ -67,6 +67,15 @@ class Runner:
         self.global_adapter: str | None = None
         self.eos_ids = info.eos_ids if info is not None else eos_ids(dict(getattr(source, "special_tokens", None) or {}))
 
+    def rebuild_on_numba(self) -> None:
+        """Rebuild the model (and the draft model) on the plain numba KernelSet. A start that served on the
+        hybrid set (engine/warm.py) does this when its warmup is done: the new model reads the repacked
+        weights the warmup's model made (shared per source, models/weights.py), not the file layout. The
+        KV pages, adapters and sequences stay; a forward running meanwhile finishes on the old model."""
+        self.model = build_model(self.source)
+        if self.drafter is not None:
+            self.drafter.model = build_model(self.drafter.source)
+
     @property
     def num_kv_blocks(self) -> int:
         return self.kv.num_blocks

@@ -69,7 +69,7 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
     with _lock:  # engines of one model (--engines N) share one warmer: their runners are alike
         warmer = next((w for w in _warmers if w.joins(runner)), None)
         if warmer is not None:
-            warmer.switches.append(switch)
+            warmer.served.append((runner, switch))
         else:
             warmer = Warmer(runner, switch, cold=cold)
             warmer.start()
@@ -98,14 +98,17 @@ def _compile_free(runner: Any) -> bool:
 
 
 class Warmer:
-    """The background thread: warmup() of a second Runner on the same weights, then the flip to numba-only.
+    """The background thread: warmup() of a second Runner on the same weights, then the flip to numba-only:
+    each served runner's model is rebuilt on the numba kernels, so it reads the repacked weights the second
+    Runner made (one copy per source, models/weights.py) instead of the file layout the hybrid set read,
+    and calls only kernels the warmup compiled.
 
     `decided` is set when the thread first has to compile (a cold cache) or when it is done; `compiled`
     says which. Errors are kept in `error` (the served runner then stays on the reference kernels)."""
 
     def __init__(self, runner: Any, switch: Any, *, cold: bool = False) -> None:
         self.runner, self.cold = runner, cold
-        self.switches = [switch]  # every runner this warmer flips to numba-only (under _lock)
+        self.served = [(runner, switch)]  # every runner this warmer flips to numba-only (under _lock)
         self.decided, self.done = threading.Event(), threading.Event()
         self.compiled = False
         self.seconds = 0.0
@@ -168,7 +171,8 @@ class Warmer:
                         self._compile_in_helpers(shadow)
                     warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
                     with _lock:
-                        for sw in self.switches:
+                        for served, sw in self.served:
+                            served.rebuild_on_numba()
                             sw.numba_only()
                         _warmers.discard(self)  # no runner joins a warmer that has flipped
                     self.error = None

@@ -9,12 +9,19 @@ matrices are repacked into 16 interleaved rows (kernels/gemm_r16.py: 1.3x decode
 prefill), read from the file with pread so the file's own pages stay out of RSS: the copy takes
 their place. MODELC_REPACK=0 keeps the file layout. `matrices` repacks the projections one input feeds
 (q/k/v, gate/up) into one array where they repack alike, for one matmul call (fused.py).
+
+Repacked (and huge-page) matrices are shared by every WeightReader of one source (`_SHARED`): the
+engines of one model (--engines N), a warm-up's second model and the served model that takes its
+place (engine/warm.py) read one copy, repacked once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import threading
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -25,6 +32,24 @@ from modelc.kernels import gemm_r16, hugepages
 from modelc.kernels.linear import Weight, prepare_weight
 from modelc.kernels.select import KernelSet
 from modelc.models.fused import Fused, fuse_runs
+
+# id(source) -> {(what, *args): Weights built from it with copies (repacked or in huge pages)}, dropped with
+# the source; one lock: two readers of one source building at once (engines, a warm-up) wait for one
+# repack instead of making two
+_SHARED: dict[int, dict[tuple, Any]] = {}
+_SHARED_LOCK = threading.RLock()
+
+
+def _shared_of(source: Any) -> dict[tuple, Any] | None:
+    with _SHARED_LOCK:
+        got = _SHARED.get(id(source))
+        if got is None:
+            try:
+                weakref.finalize(source, _SHARED.pop, id(source), None)
+            except TypeError:  # a source that takes no weak reference: its readers copy for themselves
+                return None
+            got = _SHARED[id(source)] = {}
+        return got
 
 
 class WeightReader:
@@ -40,6 +65,17 @@ class WeightReader:
         total = sum(t.nbytes for t in self.tensors.values() if len(t.shape) in (2, 3))  # 3-D: MoE experts
         if kernels.name == "numba" and total and hugepages.enabled(total):
             self.arena = hugepages.Arena(total)  # virtual size; pages come as copied
+        self.shared = _shared_of(source) if self.repack or self.arena is not None else None
+
+    def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """make(), or what a reader of the same source made for `key` (its copies are read-only)."""
+        if self.shared is None:
+            return make()
+        key = (self.repack, self.arena is not None, *key)
+        with _SHARED_LOCK:
+            if key not in self.shared:
+                self.shared[key] = make()
+            return self.shared[key]
 
     def has(self, name: str) -> bool:
         return name in self.tensors
@@ -63,11 +99,13 @@ class WeightReader:
     def matrix(self, name: str, rows: int, cols: int) -> Weight:
         """A (rows, cols) weight in its stored dtype, with its @scale sibling when it has one."""
         t = self.tensor(name)
-        return self._pinned(weight_of(t, self.tensors.get(name + SCALE_SUFFIX), rows, cols, name))
+        return self._once(("matrix", name, rows, cols),
+                          lambda: self._pinned(weight_of(t, self.tensors.get(name + SCALE_SUFFIX), rows, cols, name)))  # fmt: skip
 
     def split_matrix(self, name: str, row_sizes: list[int], cols: int) -> list[Weight]:
         """A fused weight (sum(row_sizes), cols) split by rows into zero-copy Weights."""
-        return [self._pinned(w) for w in self._split(name, row_sizes, cols)]
+        return self._once(("split", name, tuple(row_sizes), cols),
+                          lambda: [self._pinned(w) for w in self._split(name, row_sizes, cols)])  # fmt: skip
 
     def _split(self, name: str, row_sizes: list[int], cols: int) -> list[Weight]:
         t = self.tensor(name)
@@ -86,7 +124,8 @@ class WeightReader:
         else:
             ws = [weight_of(self.tensor(n), self.tensors.get(n + SCALE_SUFFIX), r, cols, n)
                   for n, r in zip(names, row_sizes, strict=True)]  # fmt: skip
-        return fuse_runs(ws, self.repack, self._pinned, self.arena)
+        key = ("matrices", names if isinstance(names, str) else tuple(names), tuple(row_sizes), cols)
+        return self._once(key, lambda: fuse_runs(ws, self.repack, self._pinned, self.arena))
 
     def _pinned(self, w: Weight) -> Weight:
         """w with its bytes repacked for gemm_r16 (where it applies) or in the huge-page arena (when there
@@ -113,6 +152,11 @@ class WeightReader:
         E, rows, cols = t.shape
         if not gemm_r16.can_repack(t.dtype, rows, cols):
             return None
+        # keyed by the tensor object (the source's, alive as long as the source), kept in the value
+        return self._once(("stacked", id(t)), lambda: (t, self._stacked_r16(t)))[1]
+
+    def _stacked_r16(self, t: TensorData) -> np.ndarray:
+        E, rows, cols = t.shape
         src = hugepages.read_copy(t.data.reshape(-1)).reshape(E * rows, -1)
         r16 = gemm_r16.repack(src, t.dtype)  # a group never spans two experts: rows % 16 == 0
         del src

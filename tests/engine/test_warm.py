@@ -97,7 +97,7 @@ assert main_compiles == [], main_compiles
 if sys.argv[2] == "wait":
     warmer = next(t for t in threading.enumerate() if t.name == "modelc-warmer")
     warmer.join(1200)
-    assert sw.only_numba
+    assert sw.only_numba and runner.model.kernels.name == "numba"
     numba = Runner(art, num_kv_blocks=16, kernels=kernel_set("numba")).logits(ids)
     assert np.allclose(runner.logits(ids), numba, rtol=1e-5, atol=1e-5)
     assert main_compiles == [], main_compiles
@@ -161,4 +161,58 @@ def test_engines_of_one_model_share_one_warmer(monkeypatch):
     warmers = [t for t in threading.enumerate() if t.name == "modelc-warmer"]
     assert len(warmers) == 1
     warmers[0].join(600)
-    assert all(r.model.kernels.matmul.switch.only_numba for r in runners) and not warm.compiling()
+    assert all(r.model.kernels.name == "numba" for r in runners) and not warm.compiling()
+
+
+def _q4_0_tiny():
+    from modelc.artifact.transforms import plan
+
+    src = make_tiny_llama(3)
+    src.tensors, _ = plan(src.tensors, prune=None, quantize="q4_0", quantize_embeddings=True, quantize_output=True)
+    return src
+
+
+def _r16_of(model) -> list:
+    layer = model.layers[0]
+    return [w.r16 for w in (layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down)]
+
+
+def test_after_the_warmer_the_served_model_reads_the_repacked_weights(monkeypatch):
+    """The hybrid set serves from the file layout; when the warmer is done the served runner's model is rebuilt
+    on numba and reads the warmer's repacked copy (one per source): no file-layout kernel to compile later."""
+    import threading
+
+    import numpy as np
+
+    from modelc.engine.runner import Runner
+
+    monkeypatch.delenv("MODELC_REPACK", raising=False)
+    monkeypatch.setattr(warm, "_cached", lambda *a: False)  # cold: ready at once, on the hybrid set
+    src = _q4_0_tiny()
+    runner = warm.ready_runner(lambda kernels: Runner(src, num_kv_blocks=4, kernels=kernels))
+    assert runner.model.kernels.name == "hybrid" and all(r is None for r in _r16_of(runner.model))
+    for t in threading.enumerate():
+        if t.name == "modelc-warmer":
+            t.join(600)
+    assert runner.model.kernels.name == "numba" and not warm.compiling()
+    served = _r16_of(runner.model)
+    assert all(r is not None for r in served)
+    engine = Runner(src, num_kv_blocks=4)  # another engine of the same source reads the same copy
+    assert all(a is b for a, b in zip(served, _r16_of(engine.model), strict=True))
+    assert np.allclose(runner.logits([1, 2, 3]), engine.logits([1, 2, 3]), rtol=1e-5, atol=1e-5)
+
+
+def test_readers_of_one_source_share_one_repacked_copy_and_free_it_with_the_source():
+    import gc
+
+    from modelc.engine.runner import Runner
+    from modelc.models import weights
+
+    src = _q4_0_tiny()
+    a, b = Runner(src, num_kv_blocks=4), Runner(src, num_kv_blocks=4)
+    assert all(x is y and x is not None for x, y in zip(_r16_of(a.model), _r16_of(b.model), strict=True))
+    key = id(src)
+    assert key in weights._SHARED
+    del a, b, src
+    gc.collect()
+    assert key not in weights._SHARED

@@ -19,11 +19,12 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from default_model_data import EOS, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, render_chat  # noqa: E402
+from default_model_data import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, render_chat  # noqa: E402
 from default_model_net import TinyLlama  # noqa: E402
 
 PROMPTS = ["def fibonacci(n):\n", "import os\n", "class Stack:\n    def __init__(self):\n"]
-# (prefix, suffix), laid out as modelc.server.fim does (BOS = <|endoftext|> first)
+# (prefix, suffix), laid out as modelc.server.fim does: no BOS first, as the model adds none (add_bos_token
+# false; it was trained on FIM rows with and without <|endoftext|> first)
 FIM = [("def add(a, b):\n    return", "\n\n\nprint(add(1, 2))\n")]
 CHAT = [[{"role": "user", "content": "Return the number of lines in the file at path."}]]
 STEPS = 24
@@ -43,7 +44,7 @@ def main() -> None:
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     cases = []
     prompts = [(p, {}) for p in PROMPTS]
-    prompts += [(f"{EOS}{FIM_PREFIX}{pre}{FIM_SUFFIX}{suf}{FIM_MIDDLE}", {"fim": [pre, suf]}) for pre, suf in FIM]
+    prompts += [(f"{FIM_PREFIX}{pre}{FIM_SUFFIX}{suf}{FIM_MIDDLE}", {"fim": [pre, suf]}) for pre, suf in FIM]
     prompts += [(render_chat(m, add_generation_prompt=True), {"messages": m}) for m in CHAT]
     with torch.no_grad():
         for prompt, kind in prompts:

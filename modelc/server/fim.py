@@ -75,9 +75,11 @@ def infill_ids(
     extra: Sequence[tuple[str, str]] = (),
     prompt: str = "",
 ) -> list[int]:
-    """The whole FIM prompt: BOS (when the model has one), extra context, PRE prefix SUF suffix MID prompt."""
+    """The whole FIM prompt: BOS (when the model adds one to its prompts, as llama.cpp's infill does),
+    extra context, PRE prefix SUF suffix MID prompt."""
     enc = lambda s: list(tokenizer.encode(s, add_special=False)) if s else []  # noqa: E731
-    bos = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
+    adds_bos = getattr(tokenizer, "adds_bos", tokenizer.bos_id is not None)
+    bos = [tokenizer.bos_id] if tokenizer.bos_id is not None and adds_bos else []
     return [
         *bos,
         *extra_context_ids(tokenizer, fim, extra),

@@ -36,6 +36,14 @@ def test_layout_with_extra_files() -> None:
     )
 
 
+def test_no_bos_when_the_model_adds_none() -> None:
+    # Qwen2.5-Coder: a BOS id in the vocabulary, add_bos_token false: the FIM prompt starts with PRE
+    tok = Tokenizer.from_json(byte_tokenizer_json(FIM), {"bos_token_id": 1, "add_bos_token": False})
+    fim = find_fim_tokens(tok)
+    ids = infill_ids(tok, fim, "a", "b")
+    assert ids[0] == fim.prefix and tok.bos_id not in ids
+
+
 def test_infill_plain_and_stream(server) -> None:
     body = {
         "input_prefix": "def add(a, b):\n    return ",

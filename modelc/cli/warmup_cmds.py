@@ -1,4 +1,5 @@
-"""`modelc warmup [MODEL]`: compile (into numba's on-disk cache) every kernel the model's requests reach.
+"""`modelc warmup [MODEL]`: compile (into numba's on-disk cache) every kernel the model's requests reach,
+and write its repacked weights to their disk cache (models/r16_cache.py).
 
 For images and CI: run it once at build time, and the first `modelc run` of that model starts warm.
 """
@@ -37,8 +38,10 @@ def warmup_cmd(
     else:
         from modelc.engine.runner import Runner
         from modelc.engine.warm import warmup
+        from modelc.models import r16_cache
 
         warmup(Runner(source, num_kv_blocks=2, threads=threads))
+        r16_cache.flush(wait=True)
     cache = _cache_dir()
     out.print(f"warm: {name} in {time.perf_counter() - started:.1f}s (numba cache: {cache})")
 

@@ -272,7 +272,9 @@ def _start_helper(runner: Any, nice: int = 0, mode: str = "batch") -> subprocess
         return subprocess.Popen(
             [sys.executable, "-m", "modelc.engine.warm", *args, runner.kv.kv_dtype, mode],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env={**os.environ, HELPER_NICE_ENV: str(nice), HELPER_PARENT_ENV: str(os.getpid())},
+            # the helper only compiles: the repacked weights it makes go nowhere (this process writes them)
+            env={**os.environ, HELPER_NICE_ENV: str(nice), HELPER_PARENT_ENV: str(os.getpid()),
+                 "MODELC_REPACK_CACHE": "0"},
         )  # fmt: skip
     except OSError:
         return None

@@ -24,6 +24,7 @@ import numpy as np
 from modelc.kernels import gemm_r16, hugepages, plan
 from modelc.kernels.linear import Weight
 from modelc.kernels.plan import Path
+from modelc.models import r16_cache
 
 MAX_T = 32
 """Fused runs serve up to this many tokens (decode, batched decode, short prompts): above it a call's fixed
@@ -74,11 +75,15 @@ def _fusable(w: Weight) -> bool:
 
 
 def _fuse(ws: list[Weight], arena: hugepages.Arena | None, first: int) -> tuple[list[Weight], Fused] | None:
-    packed = [gemm_r16.repack(hugepages.read_copy(w.blocks.reshape(-1)).reshape(w.blocks.shape), w.dtype) for w in ws]
-    if any(p.ndim != 2 or p.shape[0] * 16 != w.rows for p, w in zip(packed, ws, strict=True)):
+    def make() -> np.ndarray | None:
+        packed = [r16_cache.repack_copy(w.blocks, w.dtype) for w in ws]
+        if any(p.ndim != 2 or p.shape[0] * 16 != w.rows for p, w in zip(packed, ws, strict=True)):
+            return None
+        return np.concatenate(packed)  # (sum N / 16, group bytes)
+
+    whole = r16_cache.repacked([w.blocks for w in ws], ws[0].dtype.name, make)
+    if whole is None:
         return None
-    whole = np.concatenate(packed)  # (sum N / 16, group bytes)
-    del packed
     if arena is not None:
         whole = arena.copy(whole.reshape(-1)).reshape(whole.shape)
     bounds = [0]

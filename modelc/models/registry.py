@@ -30,13 +30,16 @@ def build_model(source: Any, kernels: KernelSet | None = None):
         from modelc.kernels.select import kernel_set
 
         kernels = kernel_set()
-    ks = kernels
+    # lazy: numba kernels load (and compile) only when this path runs
+    from modelc.models import r16_cache
+
     if family == "gpt2":
-        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.models.gpt2 import Gpt2Model
 
-        return Gpt2Model(source, ks)
-    # lazy: numba kernels load (and compile) only when this path runs
-    from modelc.models.llama import LlamaModel
+        model = Gpt2Model(source, kernels)
+    else:
+        from modelc.models.llama import LlamaModel
 
-    return LlamaModel(source, ks)
+        model = LlamaModel(source, kernels)
+    r16_cache.flush()  # the weights it repacked go to the disk cache, in the background
+    return model

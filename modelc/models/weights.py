@@ -31,6 +31,7 @@ from modelc.ir import SCALE_SUFFIX, DataType, TensorData
 from modelc.kernels import gemm_r16, hugepages
 from modelc.kernels.linear import Weight, prepare_weight
 from modelc.kernels.select import KernelSet
+from modelc.models import r16_cache
 from modelc.models.fused import Fused, fuse_runs
 
 # id(source) -> {(what, *args): Weights built from it with copies (repacked or in huge pages)}, dropped with
@@ -133,8 +134,7 @@ class WeightReader:
         if w.blocks.size == 0:
             return w
         if self.repack and gemm_r16.can_repack(w.dtype, w.rows, w.cols):
-            src = hugepages.read_copy(w.blocks.reshape(-1)).reshape(w.blocks.shape)
-            r16 = gemm_r16.repack(src, w.dtype)
+            r16 = r16_cache.repacked([w.blocks], w.dtype.name, lambda: r16_cache.repack_copy(w.blocks, w.dtype))
             if self.arena is not None:
                 r16 = self.arena.copy(r16.reshape(-1)).reshape(r16.shape)
             return dataclasses.replace(w, r16=r16)
@@ -157,9 +157,8 @@ class WeightReader:
 
     def _stacked_r16(self, t: TensorData) -> np.ndarray:
         E, rows, cols = t.shape
-        src = hugepages.read_copy(t.data.reshape(-1)).reshape(E * rows, -1)
-        r16 = gemm_r16.repack(src, t.dtype)  # a group never spans two experts: rows % 16 == 0
-        del src
+        blocks = t.data.reshape(E * rows, -1)  # a group never spans two experts: rows % 16 == 0
+        r16 = r16_cache.repacked([blocks], t.dtype.name, lambda: r16_cache.repack_copy(blocks, t.dtype))
         if self.arena is not None:
             r16 = self.arena.copy(r16.reshape(-1))
         return r16.reshape(E, rows // gemm_r16.GROUP, -1)

@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/first_run.py [--models default,tinyllama-q4_0] [--dir /tmp] [--no-install]
 
 For each model, `modelc run MODEL --port P` is started in a fresh process with an empty
-NUMBA_CACHE_DIR (cold) and then again with the cache it left (warm); measured from process start:
+NUMBA_CACHE_DIR and an empty cache of repacked weights (cold) and then again with the caches it left
+(warm); measured from process start:
 ready_s (/health answers 200: loaded, and a request runs without compiling: from an empty cache on
 the reference kernels while numba compiles in the background), ready_cpu_s (the server's user +
 system CPU seconds by then, its warmup helper included: steadier than wall time on a shared machine),
@@ -147,7 +148,8 @@ def main() -> None:
             tag = pathlib.Path(name).name  # a model path names its folders by its file name
             cache = work / f"numba-{tag}"
             cache.mkdir()
-            run_env = {**env, "NUMBA_CACHE_DIR": str(cache)}
+            # an empty kernel cache and an empty cache of repacked weights (models/r16_cache.py), both kept
+            run_env = {**env, "NUMBA_CACHE_DIR": str(cache), "MODELC_REPACK_CACHE_DIR": str(work / f"r16-{tag}")}
             log = work / f"{tag}.log"
             cold = start_to_first_token(model, run_env, log)
             warm = start_to_first_token(model, run_env, log)

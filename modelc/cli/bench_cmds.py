@@ -37,8 +37,9 @@ def cold_start_s(path: str, threads: int | None, *, fresh_cache: bool) -> float:
     """Seconds from process start to a model that has generated (fresh_cache: empty NUMBA_CACHE_DIR)."""
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="modelc-numba-") as tmp:
-        if fresh_cache:
+        if fresh_cache:  # nothing cached: neither compiled kernels nor repacked weights (models/r16_cache.py)
             env["NUMBA_CACHE_DIR"] = tmp
+            env["MODELC_REPACK_CACHE_DIR"] = os.path.join(tmp, "repacked")
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-c", _PROBE, path, str(threads or 0)], env=env,
                               capture_output=True, text=True, timeout=1800)  # fmt: skip

@@ -6,17 +6,11 @@ import numpy as np
 import pytest
 
 from modelc.ir import DataType
-from modelc.kernels import gemm_r16, linear, plan, quant, ref_linear, ref_r16
+from modelc.kernels import gemm_r16, linear, plan, quant, ref_r16
 from modelc.kernels.gemm_random import random_tensor
+from tests.kernels.r16_cases import assert_close, assert_linear_matches_twin, r16_matmul, twin, with_r16
 
 TYPES = [dt for dt in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K) if quant.KIND[dt] in gemm_r16.R16_KINDS]
-
-
-def _act(x: np.ndarray):
-    t, c = x.shape
-    xq, xd, xs = np.empty((t, c), np.int8), np.empty((t, c // 32), np.float32), np.empty((t, c // 16), np.float32)
-    quant.quantize_act(xq, xd, xs, x)
-    return xq, xd, xs
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
@@ -27,11 +21,7 @@ def test_kernel_matches_the_quantized_activation_twin(dtype, n, c, t):
     rng = np.random.default_rng(n * 7 + c + t)
     w = linear.prepare_weight(random_tensor(dtype, n, c, rng))
     x = rng.standard_normal((t, c)).astype(np.float32)  # (T, C)
-    ref = np.empty((t, n), np.float32)
-    ref_linear.matmul_qact(ref, x, w)
-    out = np.full((t, n), np.nan, np.float32)
-    gemm_r16.qmatmul_r16(out, *_act(x), gemm_r16.repack(w.blocks, dtype), quant.KIND[dtype])
-    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+    assert_close(r16_matmul(w, x), twin(w, x))
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
@@ -58,10 +48,6 @@ def test_only_whole_row_groups_and_blocks_repack():
 def test_linear_runs_r16_at_every_t_when_the_weight_carries_it(t):
     rng = np.random.default_rng(t)
     w0 = linear.prepare_weight(random_tensor(DataType.Q4_0, 32, 128, rng))
-    w = type(w0)(w0.dtype, w0.rows, w0.cols, w0.blocks, None, gemm_r16.repack(w0.blocks, w0.dtype))
+    w = with_r16(w0)
     assert plan.plan_matmul(w, t) is (plan.Path.R16 if not plan.cpu.HAS_AMX or t < 4 else plan.plan_matmul(w, t))
-    x = rng.standard_normal((t, 128)).astype(np.float32)
-    ref, out = np.empty((t, 32), np.float32), np.empty((t, 32), np.float32)
-    ref_linear.matmul_qact(ref, x, w0)
-    linear.matmul(out, x, w)
-    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+    assert_linear_matches_twin(w, w0, t, rng)

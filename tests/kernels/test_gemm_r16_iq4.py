@@ -7,26 +7,14 @@ import numpy as np
 import pytest
 
 from modelc.ir import DataType
-from modelc.kernels import gemm_r16, linear, plan, quant, ref_linear, ref_r16
+from modelc.kernels import gemm_r16, linear, plan, quant, ref_r16
 from modelc.kernels.gemm_random import random_tensor
+from tests.kernels.r16_cases import act, assert_close, assert_linear_matches_twin, r16_matmul, twin, with_r16
 
 TYPES = [DataType.IQ4_NL, DataType.IQ4_XS]
 pytestmark = pytest.mark.skipif(
     quant.KIND[DataType.IQ4_XS] not in gemm_r16.R16_KINDS, reason="no exact wide dot (AVX2 without VNNI)"
 )
-
-
-def _act(x: np.ndarray):
-    t, c = x.shape
-    xq, xd, xs = np.empty((t, c), np.int8), np.empty((t, c // 32), np.float32), np.empty((t, c // 16), np.float32)
-    quant.quantize_act(xq, xd, xs, x)
-    return xq, xd, xs
-
-
-def _r16(w, x):
-    out = np.full((x.shape[0], w.rows), np.nan, np.float32)
-    gemm_r16.qmatmul_r16(out, *_act(x), gemm_r16.repack(w.blocks, w.dtype), quant.KIND[w.dtype])
-    return out
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
@@ -37,9 +25,7 @@ def test_kernel_matches_the_quantized_activation_twin(dtype, n, c, t):
     rng = np.random.default_rng(n * 7 + c + t)
     w = linear.prepare_weight(random_tensor(dtype, n, c, rng))
     x = rng.standard_normal((t, c)).astype(np.float32)
-    ref = np.empty((t, n), np.float32)
-    ref_linear.matmul_qact(ref, x, w)
-    np.testing.assert_allclose(_r16(w, x), ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+    assert_close(r16_matmul(w, x), twin(w, x))
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
@@ -50,11 +36,11 @@ def test_kernel_matches_gguf_dequantizer(dtype, t):
     td = random_tensor(dtype, n, c, rng)
     w = linear.prepare_weight(td)
     x = rng.standard_normal((t, c)).astype(np.float32)
-    xq, xd, _ = _act(x)
+    xq, xd, _ = act(x)
     xf = (xq.reshape(t, -1, 32).astype(np.float32) * xd[:, :, None]).reshape(t, c)  # what the kernel sees
     deq = gguf.quants.dequantize(np.asarray(w.blocks).reshape(n, -1), gguf.GGMLQuantizationType[dtype.name])
     want = xf @ deq.reshape(n, c).T
-    np.testing.assert_allclose(_r16(w, x), want, rtol=0, atol=2e-6 * np.abs(want).max())
+    assert_close(r16_matmul(w, x), want)
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
@@ -82,14 +68,10 @@ def test_only_whole_row_groups_and_super_blocks_repack():
 def test_linear_runs_r16_at_every_t_when_the_weight_carries_it(dtype, t):
     rng = np.random.default_rng(t)
     w0 = linear.prepare_weight(random_tensor(dtype, 32, 256, rng))
-    w = type(w0)(w0.dtype, w0.rows, w0.cols, w0.blocks, None, gemm_r16.repack(w0.blocks, w0.dtype))
+    w = with_r16(w0)
     assert plan.plan_matmul(w, t) is plan.Path.R16
     assert plan.plan_matmul(w0, t) is not plan.Path.R16  # without the repacked copy: the file-layout kernels
-    x = rng.standard_normal((t, 256)).astype(np.float32)
-    ref, out = np.empty((t, 32), np.float32), np.empty((t, 32), np.float32)
-    ref_linear.matmul_qact(ref, x, w0)
-    linear.matmul(out, x, w)
-    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+    assert_linear_matches_twin(w, w0, t, rng)
 
 
 _FALLBACK = """

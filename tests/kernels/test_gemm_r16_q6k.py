@@ -8,15 +8,9 @@ import pytest
 from modelc.ir import DataType
 from modelc.kernels import gemm_r16, gemm_r16_q6k, linear, plan, quant, ref_linear, ref_r16, ref_r16_q6k
 from modelc.kernels.gemm_random import random_tensor
+from tests.kernels.r16_cases import act, assert_close, assert_linear_matches_twin, r16_matmul, twin, with_r16
 
 Q6_K = DataType.Q6_K
-
-
-def _act(x: np.ndarray):
-    t, c = x.shape
-    xq, xd, xs = np.empty((t, c), np.int8), np.empty((t, c // 32), np.float32), np.empty((t, c // 16), np.float32)
-    quant.quantize_act(xq, xd, xs, x)
-    return xq, xd, xs
 
 
 def _weight(n: int, c: int, seed: int):
@@ -42,11 +36,7 @@ def test_kernel_matches_the_quantized_activation_twin(n, c, t):
     rng = np.random.default_rng(n * 7 + c + t)
     w = _weight(n, c, n + c + t)
     x = rng.standard_normal((t, c)).astype(np.float32)  # (T, C)
-    ref = np.empty((t, n), np.float32)
-    ref_linear.matmul_qact(ref, x, w)
-    out = np.full((t, n), np.nan, np.float32)
-    gemm_r16.qmatmul_r16(out, *_act(x), gemm_r16.repack(w.blocks, Q6_K), quant.KIND[Q6_K])
-    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+    assert_close(r16_matmul(w, x), twin(w, x))
 
 
 def test_extreme_codes_and_scales_stay_exact():
@@ -59,7 +49,7 @@ def test_extreme_codes_and_scales_stay_exact():
     x = np.where(np.arange(256) % 3 == 0, -1.0, 1.0).astype(np.float32).reshape(1, 256)
     ref, out = np.empty((1, 16), np.float32), np.empty((1, 16), np.float32)
     ref_linear.matmul_qact(ref, x, w)
-    gemm_r16.qmatmul_r16(out, *_act(x), gemm_r16.repack(b, Q6_K), quant.KIND[Q6_K])
+    gemm_r16.qmatmul_r16(out, *act(x), gemm_r16.repack(b, Q6_K), quant.KIND[Q6_K])
     np.testing.assert_allclose(out, ref, rtol=1e-6)
 
 
@@ -67,13 +57,9 @@ def test_extreme_codes_and_scales_stay_exact():
 def test_linear_runs_r16_at_every_t_when_the_weight_carries_it(t):
     rng = np.random.default_rng(t)
     w0 = _weight(32, 512, t)
-    w = type(w0)(w0.dtype, w0.rows, w0.cols, w0.blocks, None, gemm_r16.repack(w0.blocks, Q6_K))
+    w = with_r16(w0)
     assert plan.plan_matmul(w, t) is plan.Path.R16
-    x = rng.standard_normal((t, 512)).astype(np.float32)
-    ref, out = np.empty((t, 32), np.float32), np.empty((t, 32), np.float32)
-    ref_linear.matmul_qact(ref, x, w0)
-    linear.matmul(out, x, w)
-    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+    assert_linear_matches_twin(w, w0, t, rng)
 
 
 _FALLBACK_CHECK = """

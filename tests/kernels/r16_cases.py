@@ -1,0 +1,47 @@
+"""Shared set-ups of the gemm_r16 kernel tests (test_gemm_r16.py, test_gemm_r16_iq4.py, test_gemm_r16_q6k.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from modelc.kernels import gemm_r16, linear, quant, ref_linear
+
+
+def act(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """quant.quantize_act of x (T, C) f32 into new arrays: codes (T, C) int8, scales (T, C/32), half-block sums (T, C/16)."""
+    t, c = x.shape
+    xq, xd, xs = np.empty((t, c), np.int8), np.empty((t, c // 32), np.float32), np.empty((t, c // 16), np.float32)
+    quant.quantize_act(xq, xd, xs, x)
+    return xq, xd, xs
+
+
+def r16_matmul(w, x: np.ndarray) -> np.ndarray:
+    """(T, N) f32 = gemm_r16.qmatmul_r16 of the weight w (file layout, repacked here) and x (T, C) f32."""
+    out = np.full((x.shape[0], w.rows), np.nan, np.float32)
+    gemm_r16.qmatmul_r16(out, *act(x), gemm_r16.repack(w.blocks, w.dtype), quant.KIND[w.dtype])
+    return out
+
+
+def twin(w, x: np.ndarray) -> np.ndarray:
+    """(T, N) f32 = ref_linear.matmul_qact of x (T, C) and the weight w: the numpy twin on the same int8 activations."""
+    ref = np.empty((x.shape[0], w.rows), np.float32)
+    ref_linear.matmul_qact(ref, x, w)
+    return ref
+
+
+def assert_close(got: np.ndarray, want: np.ndarray) -> None:
+    """Same numbers up to float summation order: within 2e-6 of the largest."""
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * np.abs(want).max())
+
+
+def with_r16(w0):
+    """w0 with its gemm_r16 copy attached, as the loader attaches it."""
+    return type(w0)(w0.dtype, w0.rows, w0.cols, w0.blocks, None, gemm_r16.repack(w0.blocks, w0.dtype))
+
+
+def assert_linear_matches_twin(w, w0, t: int, rng: np.random.Generator) -> None:
+    """linear.matmul through w against the twin on w0 (the same weight in file layout), t random activation rows."""
+    x = rng.standard_normal((t, w0.cols)).astype(np.float32)
+    out = np.empty((t, w0.rows), np.float32)
+    linear.matmul(out, x, w)
+    assert_close(out, twin(w0, x))

@@ -94,9 +94,9 @@ OFFSET = 0 if (HAS_AVX2 and not HAS_VNNI) else 128
 """What iq4xs_block adds to each code before the unsigned dot (0: the signed AVX2 path)."""
 
 
-def _lut64(builder, nib, table):
-    """<64 x i8> nibbles -> (table[nib] + OFFSET) as bytes: vpshufb (512 or 2 x 256 bits), selects elsewhere."""
-    vals = [(int(v) + OFFSET) & 0xFF for v in table]
+def _lut64(builder, nib, table, offset=OFFSET):
+    """<64 x i8> nibbles -> (table[nib] + offset) as bytes: vpshufb (512 or 2 x 256 bits), selects elsewhere."""
+    vals = [(int(v) + offset) & 0xFF for v in table]
     v64 = ir.VectorType(_i8, 64)
     if HAS_AVX512_VNNI:
         return _call(builder, "llvm.x86.avx512.pshuf.b.512", v64, [ir.Constant(v64, vals * 4), nib])

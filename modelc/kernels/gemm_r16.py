@@ -144,6 +144,22 @@ def _ahead(rf, pf, limit):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _store_acc(out, acc, gi, t):
+    """out[j, 16 gi .. 16 gi + 15] = acc[16 j .. 16 j + 15] for the t tokens (a group's f32 scratch)."""
+    r0 = gi * 16
+    for j in range(t):
+        for r in range(16):
+            out[j, r0 + r] = acc[j * 16 + r]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _load8(rf, q):
+    """The 8 consecutive 64-byte chunks at byte q of rf."""
+    return (load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192),
+            load_i8x64(rf, q + 256), load_i8x64(rf, q + 320), load_i8x64(rf, q + 384), load_i8x64(rf, q + 448))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _dot4(p, u0, u1, u2, u3, xq, xo):
     """p + the dots of chunks u0..u3 (each lane a row's 4 codes) with activation bytes xo, xo+4, xo+8, xo+12."""
     p = dot_u8x64(p, u0, bcast4_i8x64(xq, xo))
@@ -197,10 +213,7 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
             p2 = _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16)
             a = fmadot_f32x16(load_f32x16(acc, j * 16), add_i32x16(p, p2), d, splat_f32x16(xd[j, b]))
             store_f32x16(acc, j * 16, a)
-    r0 = gi * 16
-    for j in range(t):
-        for r in range(16):
-            out[j, r0 + r] = acc[j * 16 + r]
+    _store_acc(out, acc, gi, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -224,9 +237,7 @@ def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
             store_f32x16(fs, 128 + 16 * k, mul_f32x16(dm, float_i32x16(mn)))
         for j in range(4):  # 64 elements: low nibbles = sub-block 2j, high nibbles = sub-block 2j + 1
             q = o + 256 + 512 * j
-            c0, c1, c2, c3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
-            c4, c5 = load_i8x64(rf, q + 256), load_i8x64(rf, q + 320)
-            c6, c7 = load_i8x64(rf, q + 384), load_i8x64(rf, q + 448)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
             l0, l1, l2, l3 = nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3)
             l4, l5, l6, l7 = nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7)
             h0, h1, h2, h3 = nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3)
@@ -245,10 +256,7 @@ def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
                 v = fma_f32x16(v, g0, splat_f32x16(-xm[tt, k]))
                 v = fma_f32x16(v, g1, splat_f32x16(-xm[tt, k + 1]))
                 store_f32x16(acc, tt * 16, v)
-    r0 = gi * 16
-    for tt in range(t):
-        for r in range(16):
-            out[tt, r0 + r] = acc[tt * 16 + r]
+    _store_acc(out, acc, gi, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -271,9 +279,7 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
             sb_, mb = _scale_min(a, m, md, s0 + 1)
             q = o + 256 + 512 * j
             xo = sb * 256 + 64 * j
-            c0, c1, c2, c3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
-            c4, c5 = load_i8x64(rf, q + 256), load_i8x64(rf, q + 320)
-            c6, c7 = load_i8x64(rf, q + 384), load_i8x64(rf, q + 448)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
             p = _dot4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3), xq, xo)
             p = _dot4(p, nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo + 16)
             p2 = _dot4(splat_i32x16(0), nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3), xq, xo + 32)
@@ -289,10 +295,7 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
 @njit(cache=True, nogil=True, parallel=True)
 def _r16_q4_k(out, xq, xd, xs, rw):
     t, c = xq.shape
-    xm = np.empty((t, c // 32), np.float32)  # (T, C/32) per-32 activation sums: the mins' term
-    for tt in range(t):
-        for k in range(c // 32):
-            xm[tt, k] = xs[tt, 2 * k] + xs[tt, 2 * k + 1]
+    xm = _sums32(xs)  # the mins' term
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
     if t == 1:
@@ -306,15 +309,27 @@ def _r16_q4_k(out, xq, xd, xs, rw):
 
 
 @njit(cache=True, nogil=True)
+def _sums32(xs):
+    """(T, C/32) per-32 activation sums from quantize_act's (T, C/16) half-block sums."""
+    t, h = xs.shape
+    xm = np.empty((t, h // 2), np.float32)
+    for i in range(t):
+        for b in range(h // 2):
+            xm[i, b] = xs[i, 2 * b] + xs[i, 2 * b + 1]
+    return xm
+
+
+@njit(cache=True, nogil=True)
 def _offsets(xq, nb, off):
-    """(T, nb) int32: -off * the sum of each 32-element block's activation codes."""
-    t = xq.shape[0]
+    """(T, nb) int32: -off * the sum of each block's activation codes (nb blocks of C/nb elements a row)."""
+    t, c = xq.shape
+    bs = c // nb
     sa = np.empty((t, nb), np.int32)
     for j in range(t):
         for b in range(nb):
             s = 0
-            for i in range(32):
-                s += np.int32(xq[j, b * 32 + i])
+            for i in range(bs):
+                s += np.int32(xq[j, b * bs + i])
             sa[j, b] = -off * s
     return sa
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _dot4, _offsets
+from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _dot4, _offsets, _store_acc
 from modelc.kernels.qdot import (
     load_f16x16,
     load_f32x16,
@@ -113,61 +113,42 @@ def _xs_scale(d, sh, sl, ib):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _group_nl(out, xq, sa, xd, rf, gi, nb, t, c, acc):
+def _group(out, xq, sa, xd, rf, gi, nb, t, c, acc, xs):
+    """Rows 16 gi .. 16 gi + 15 for all t tokens (acc: (t * 16,) f32 scratch): nb IQ4_NL blocks, or IQ4_XS
+    super-blocks where xs (a constant at each call: the other branch folds away)."""
+    bb = XS_BYTES if xs else NL_BYTES
     acc[:] = 0.0
-    base = gi * nb * NL_BYTES
+    base = gi * nb * bb
     pf = base + PREFETCH_BYTES
     for b in range(nb):
-        o = base + b * NL_BYTES
-        pf = _ahead(rf, pf, o + NL_BYTES + PREFETCH_BYTES)
-        _tokens(acc, rf, o + 32, load_f16x16(rf, o), xq, sa, xd, b, t, c)
-    r0 = gi * 16
-    for j in range(t):
-        for r in range(16):
-            out[j, r0 + r] = acc[j * 16 + r]
+        o = base + b * bb
+        pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
+        if xs:
+            d, sh, sl = load_f16x16(rf, o), load_u16x16(rf, o + 32), load_u32x16(rf, o + 64)
+            for ib in range(8):
+                _tokens(acc, rf, o + 128 + 256 * ib, _xs_scale(d, sh, sl, ib), xq, sa, xd, b * 8 + ib, t, c)
+        else:
+            _tokens(acc, rf, o + 32, load_f16x16(rf, o), xq, sa, xd, b, t, c)
+    _store_acc(out, acc, gi, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _group_nl_t1(out, xq, sa, xd, rf, gi, nb):
+def _group_t1(out, xq, sa, xd, rf, gi, nb, xs):
+    """_group for one token: the accumulator stays in a register."""
+    bb = XS_BYTES if xs else NL_BYTES
     acc = zeros_f32x16()
-    base = gi * nb * NL_BYTES
+    base = gi * nb * bb
     pf = base + PREFETCH_BYTES
     for b in range(nb):
-        o = base + b * NL_BYTES
-        pf = _ahead(rf, pf, o + NL_BYTES + PREFETCH_BYTES)
-        acc = _block(acc, rf, o + 32, load_f16x16(rf, o), xq, b * 32, sa[0, b], xd[0, b])
-    store_f32x16(out.reshape(-1), gi * 16, acc)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _group_xs(out, xq, sa, xd, rf, gi, nsb, t, c, acc):
-    acc[:] = 0.0
-    base = gi * nsb * XS_BYTES
-    pf = base + PREFETCH_BYTES
-    for sb in range(nsb):
-        o = base + sb * XS_BYTES
-        pf = _ahead(rf, pf, o + XS_BYTES + PREFETCH_BYTES)
-        d, sh, sl = load_f16x16(rf, o), load_u16x16(rf, o + 32), load_u32x16(rf, o + 64)
-        for ib in range(8):
-            _tokens(acc, rf, o + 128 + 256 * ib, _xs_scale(d, sh, sl, ib), xq, sa, xd, sb * 8 + ib, t, c)
-    r0 = gi * 16
-    for j in range(t):
-        for r in range(16):
-            out[j, r0 + r] = acc[j * 16 + r]
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _group_xs_t1(out, xq, sa, xd, rf, gi, nsb):
-    acc = zeros_f32x16()
-    base = gi * nsb * XS_BYTES
-    pf = base + PREFETCH_BYTES
-    for sb in range(nsb):
-        o = base + sb * XS_BYTES
-        pf = _ahead(rf, pf, o + XS_BYTES + PREFETCH_BYTES)
-        d, sh, sl = load_f16x16(rf, o), load_u16x16(rf, o + 32), load_u32x16(rf, o + 64)
-        for ib in range(8):
-            k = sb * 8 + ib
-            acc = _block(acc, rf, o + 128 + 256 * ib, _xs_scale(d, sh, sl, ib), xq, k * 32, sa[0, k], xd[0, k])
+        o = base + b * bb
+        pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
+        if xs:
+            d, sh, sl = load_f16x16(rf, o), load_u16x16(rf, o + 32), load_u32x16(rf, o + 64)
+            for ib in range(8):
+                k = b * 8 + ib
+                acc = _block(acc, rf, o + 128 + 256 * ib, _xs_scale(d, sh, sl, ib), xq, k * 32, sa[0, k], xd[0, k])
+        else:
+            acc = _block(acc, rf, o + 32, load_f16x16(rf, o), xq, b * 32, sa[0, b], xd[0, b])
     store_f32x16(out.reshape(-1), gi * 16, acc)
 
 
@@ -180,11 +161,11 @@ def _r16_iq4_nl(out, xq, xd, rw):
     rf = rw.reshape(-1)
     if t == 1:
         for gi in prange(rw.shape[0]):
-            _group_nl_t1(out, xqf, sa, xd, rf, gi, nb)
+            _group_t1(out, xqf, sa, xd, rf, gi, nb, False)
         return
     for gi in prange(rw.shape[0]):
         acc = np.empty(t * 16, np.float32)
-        _group_nl(out, xqf, sa, xd, rf, gi, nb, t, c, acc)
+        _group(out, xqf, sa, xd, rf, gi, nb, t, c, acc, False)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -195,11 +176,11 @@ def _r16_iq4_xs(out, xq, xd, rw):
     rf = rw.reshape(-1)
     if t == 1:
         for gi in prange(rw.shape[0]):
-            _group_xs_t1(out, xqf, sa, xd, rf, gi, c // 256)
+            _group_t1(out, xqf, sa, xd, rf, gi, c // 256, True)
         return
     for gi in prange(rw.shape[0]):
         acc = np.empty(t * 16, np.float32)
-        _group_xs(out, xqf, sa, xd, rf, gi, c // 256, t, c, acc)
+        _group(out, xqf, sa, xd, rf, gi, c // 256, t, c, acc, True)
 
 
 def qmatmul(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, rw: np.ndarray, kind: int) -> None:

@@ -27,7 +27,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _dot4
+from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _dot4, _load8, _offsets, _store_acc
 from modelc.kernels.qdot import (
     fma_f32x16,
     load_f16x16,
@@ -38,7 +38,7 @@ from modelc.kernels.qdot import (
     zeros_f32x16,
 )
 from modelc.kernels.qdot_r16 import add_i32x16, float_i32x16, splat_i32x16
-from modelc.kernels.qdot_tile import I8x64, I32x16, _check_1d, _load, fmadot_f32x16, load_i8x64
+from modelc.kernels.qdot_tile import I8x64, I32x16, _check_1d, _load, fmadot_f32x16
 
 BYTES = 3360  # one 16-row group of one super-block
 BLOCK = 210  # one row's super-block in the file
@@ -168,12 +168,9 @@ def _group(out, xq, xd, so, rf, gi, nsb, t, c, acc):
                 sc = o + 32 + 16 * (8 * h + 2 * m)
                 f0, f1 = mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc))), mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 16)))
                 f2, f3 = mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 32))), mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 48)))
-                h0, h1, h2, h3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
-                h4, h5, h6, h7 = load_i8x64(rf, q + 256), load_i8x64(rf, q + 320), load_i8x64(rf, q + 384), load_i8x64(rf, q + 448)
-                a0, a1, a2, a3 = load_i8x64(rf, a), load_i8x64(rf, a + 64), load_i8x64(rf, a + 128), load_i8x64(rf, a + 192)
-                a4, a5, a6, a7 = load_i8x64(rf, a + 256), load_i8x64(rf, a + 320), load_i8x64(rf, a + 384), load_i8x64(rf, a + 448)
-                b0, b1, b2, b3 = load_i8x64(rf, b), load_i8x64(rf, b + 64), load_i8x64(rf, b + 128), load_i8x64(rf, b + 192)
-                b4, b5, b6, b7 = load_i8x64(rf, b + 256), load_i8x64(rf, b + 320), load_i8x64(rf, b + 384), load_i8x64(rf, b + 448)
+                h0, h1, h2, h3, h4, h5, h6, h7 = _load8(rf, q)
+                a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, a)
+                b0, b1, b2, b3, b4, b5, b6, b7 = _load8(rf, b)
                 bq = sb * 8 + 4 * h + m
                 if hi == 0:
                     _tokens(acc, xq, xd, so, t, c, bq, 2 * bq, f0, f1, f2, f3,
@@ -187,10 +184,7 @@ def _group(out, xq, xd, so, rf, gi, nsb, t, c, acc):
                             six2_i8x64(a4, h4), six2_i8x64(a5, h5), six2_i8x64(a6, h6), six2_i8x64(a7, h7),
                             six3_i8x64(b0, h0), six3_i8x64(b1, h1), six3_i8x64(b2, h2), six3_i8x64(b3, h3),
                             six3_i8x64(b4, h4), six3_i8x64(b5, h5), six3_i8x64(b6, h6), six3_i8x64(b7, h7))  # fmt: skip
-    r0 = gi * 16
-    for tt in range(t):
-        for r in range(16):
-            out[tt, r0 + r] = acc[tt * 16 + r]
+    _store_acc(out, acc, gi, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -223,10 +217,8 @@ def _group_t1(out, xq, xd, so, rf, gi, nsb):
             pf = _ahead(rf, pf, b + PREFETCH_BYTES)
             sc = o + 32 + 128 * h
             bq = sb * 8 + 4 * h
-            h0, h1, h2, h3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
-            h4, h5, h6, h7 = load_i8x64(rf, q + 256), load_i8x64(rf, q + 320), load_i8x64(rf, q + 384), load_i8x64(rf, q + 448)
-            a0, a1, a2, a3 = load_i8x64(rf, a), load_i8x64(rf, a + 64), load_i8x64(rf, a + 128), load_i8x64(rf, a + 192)
-            a4, a5, a6, a7 = load_i8x64(rf, a + 256), load_i8x64(rf, a + 320), load_i8x64(rf, a + 384), load_i8x64(rf, a + 448)
+            h0, h1, h2, h3, h4, h5, h6, h7 = _load8(rf, q)
+            a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, a)
             acc = _block_t1(acc, d, xq, xd, so, rf, sc, bq,
                             six0_i8x64(a0, h0), six0_i8x64(a1, h1), six0_i8x64(a2, h2), six0_i8x64(a3, h3),
                             six0_i8x64(a4, h4), six0_i8x64(a5, h5), six0_i8x64(a6, h6), six0_i8x64(a7, h7))  # fmt: skip
@@ -234,8 +226,7 @@ def _group_t1(out, xq, xd, so, rf, gi, nsb):
                             six2_i8x64(a0, h0), six2_i8x64(a1, h1), six2_i8x64(a2, h2), six2_i8x64(a3, h3),
                             six2_i8x64(a4, h4), six2_i8x64(a5, h5), six2_i8x64(a6, h6), six2_i8x64(a7, h7))  # fmt: skip
             pf = _ahead(rf, pf, b + 512 + PREFETCH_BYTES)
-            a0, a1, a2, a3 = load_i8x64(rf, b), load_i8x64(rf, b + 64), load_i8x64(rf, b + 128), load_i8x64(rf, b + 192)
-            a4, a5, a6, a7 = load_i8x64(rf, b + 256), load_i8x64(rf, b + 320), load_i8x64(rf, b + 384), load_i8x64(rf, b + 448)
+            a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, b)
             acc = _block_t1(acc, d, xq, xd, so, rf, sc + 32, bq + 1,
                             six1_i8x64(a0, h0), six1_i8x64(a1, h1), six1_i8x64(a2, h2), six1_i8x64(a3, h3),
                             six1_i8x64(a4, h4), six1_i8x64(a5, h5), six1_i8x64(a6, h6), six1_i8x64(a7, h7))  # fmt: skip
@@ -248,15 +239,7 @@ def _group_t1(out, xq, xd, so, rf, gi, nsb):
 @njit(cache=True, nogil=True)
 def _offsets16(xq):
     """(T, C/16) int32: -32 * the sum of each 16-element sub-block's activation codes."""
-    t, c = xq.shape
-    so = np.empty((t, c // 16), np.int32)
-    for j in range(t):
-        for k in range(c // 16):
-            s = 0
-            for i in range(16):
-                s += np.int32(xq[j, 16 * k + i])
-            so[j, k] = -32 * s
-    return so
+    return _offsets(xq, xq.shape[1] // 16, 32)
 
 
 @njit(cache=True, nogil=True, parallel=True)

@@ -29,7 +29,7 @@ from modelc.kernels import gemm_fused_iq, gemm_fused_k, gemm_tile, linear, quant
 from modelc.kernels.fastexp import exp_f32
 from modelc.kernels.gemm_fused_iq import _rows_32
 from modelc.kernels.gemm_fused_k import _rows
-from modelc.kernels.gemm_r16 import _group_q4_k, _group_q4_k_t1
+from modelc.kernels.gemm_r16 import _group_q4_k, _group_q4_k_t1, _sums32
 from modelc.kernels.gemm_r16_q6k import _group as _group_q6_k
 from modelc.kernels.gemm_r16_q6k import _group_t1 as _group_q6_k_t1
 from modelc.kernels.gemm_r16_q6k import _offsets16
@@ -211,17 +211,6 @@ def _router_logits(x, router, rbias):
                 v += xf[t * C + c] * rf[e * C + c]
             logits[t, e] = v + rbias[e] if rbias.shape[0] else v
     return logits
-
-
-@njit(cache=True, nogil=True)
-def _sums32(xs):
-    """(T, C/32) per-32 activation sums from quantize_act's (T, C/16) half-block sums."""
-    t, h = xs.shape
-    xm = np.empty((t, h // 2), np.float32)
-    for i in range(t):
-        for b in range(h // 2):
-            xm[i, b] = xs[i, 2 * b] + xs[i, 2 * b + 1]
-    return xm
 
 
 @njit(cache=True, nogil=True, parallel=True)

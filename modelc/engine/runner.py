@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from modelc.artifact.hash_pool import release_pages
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.engine import warm_replay
 from modelc.engine.drafter import Drafter, DraftJob
@@ -75,6 +76,12 @@ class Runner:
         self.model = build_model(self.source)
         if self.drafter is not None:
             self.drafter.model = build_model(self.drafter.source)
+        # the file pages the hybrid set's requests touched would stay in RSS beside the repacked copy:
+        # drop them from this process (the page cache keeps them; what the new model reads faults back)
+        for src in (self.source, None if self.drafter is None else self.drafter.source):
+            for t in (getattr(src, "tensors", None) or {}).values():
+                if len(t.shape) >= 2 and isinstance(t.data, np.ndarray):
+                    release_pages(t.data)
 
     @property
     def num_kv_blocks(self) -> int:

@@ -216,3 +216,19 @@ def test_readers_of_one_source_share_one_repacked_copy_and_free_it_with_the_sour
     del a, b, src
     gc.collect()
     assert key not in weights._SHARED
+
+
+def test_the_rebuild_drops_the_file_pages_the_hybrid_set_read(monkeypatch, tmp_path):
+    """After the flip the file layout is no longer read (the repacked copy is): its pages leave RSS."""
+    from modelc.artifact.reader import open_artifact
+    from modelc.engine import runner as runner_mod
+
+    src = _q4_0_tiny()
+    art = open_artifact(write_artifact(src, tmp_path / "q4.modelc"))
+    r = runner_mod.Runner(art, num_kv_blocks=4)
+    dropped = []
+    monkeypatch.setattr(runner_mod, "release_pages", lambda view: dropped.append(view.ctypes.data))
+    r.rebuild_on_numba()
+    matrices = {t.data.ctypes.data for t in art.tensors.values() if len(t.shape) >= 2}
+    assert matrices and matrices <= set(dropped)
+    assert r.logits([1, 2]).shape[0] == 2

@@ -207,7 +207,10 @@ def _read(path: pathlib.Path) -> dict[str, np.ndarray]:
             if not (isinstance(offset, int) and offset % ALIGN == 0 and 0 < offset and offset + count <= size):
                 return {}
             out[str(name)] = np.frombuffer(m, np.uint8, count=count, offset=offset).reshape(shape)
-        os.utime(path)  # recently used: pruning keeps it
+        try:
+            os.utime(path)  # recently used: pruning keeps it
+        except OSError:  # a read-only cache folder (an image): still readable
+            pass
         return out
     except (ValueError, KeyError, TypeError, OSError):
         return {}

@@ -83,15 +83,24 @@ def read_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _read_from_file(out: np.ndarray, a: np.ndarray) -> bool:
-    """out[:] = a by pread from the file `a` maps (np.memmap, mode "r"); False when `a` is not such a view."""
+def file_place(a: np.ndarray) -> tuple[str, int] | None:
+    """(file name, byte offset of a's first byte in it) when `a` views a read-only file mapping (np.memmap,
+    mode "r"), else None."""
     m = a  # the memmap that owns the mapping (views of a memmap are memmaps too, with its offset)
     while m is not None and not (isinstance(m, np.memmap) and isinstance(m.base, mmap.mmap)):
         m = getattr(m, "base", None)
     if m is None or getattr(m, "mode", "") != "r" or not getattr(m, "filename", None):
+        return None
+    return str(m.filename), int(m.offset + (a.ctypes.data - m.ctypes.data))
+
+
+def _read_from_file(out: np.ndarray, a: np.ndarray) -> bool:
+    """out[:] = a by pread from the file `a` maps (np.memmap, mode "r"); False when `a` is not such a view."""
+    place = file_place(a)
+    if place is None:
         return False
-    start = m.offset + (a.ctypes.data - m.ctypes.data)
-    fd = os.open(m.filename, os.O_RDONLY)
+    filename, start = place
+    fd = os.open(filename, os.O_RDONLY)
     try:
         view = memoryview(out)
         done = 0

@@ -75,14 +75,8 @@ def _fusable(w: Weight) -> bool:
 
 
 def _fuse(ws: list[Weight], arena: hugepages.Arena | None, first: int) -> tuple[list[Weight], Fused] | None:
-    def make() -> np.ndarray | None:
-        packed = [r16_cache.repack_copy(w.blocks, w.dtype) for w in ws]
-        if any(p.ndim != 2 or p.shape[0] * 16 != w.rows for p, w in zip(packed, ws, strict=True)):
-            return None
-        return np.concatenate(packed)  # (sum N / 16, group bytes)
-
-    whole = r16_cache.repacked([w.blocks for w in ws], ws[0].dtype.name, make)
-    if whole is None:
+    whole = r16_cache.repacked([w.blocks for w in ws], ws[0].dtype)  # (sum N / 16, group bytes)
+    if whole is None:  # a kind whose repacked layout is not one row of bytes per 16-row group
         return None
     if arena is not None:
         whole = arena.copy(whole.reshape(-1)).reshape(whole.shape)

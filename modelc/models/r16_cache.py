@@ -31,7 +31,7 @@ import pathlib
 import shutil
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -61,20 +61,21 @@ def enabled() -> bool:
     return os.environ.get("MODELC_REPACK_CACHE", "1") != "0"
 
 
-def repacked(parts: Sequence[np.ndarray], tag: str, make: Callable[[], np.ndarray | None]) -> np.ndarray | None:
-    """The repacked array of the source blocks `parts` (views of a model file; several for a fused run):
-    from the cache file of that model file when it has it, else make() (kept for the cache file). tag
-    names the layout (the stored type)."""
-    found = _locate(parts)
-    if found is None or not enabled():
-        return make()
-    store, name = found
-    got = store.get(f"{tag}@{name}")
-    if got is not None:
-        return got
-    got = make()
-    if got is not None:
-        store.add(f"{tag}@{name}", got)
+def repacked(parts: Sequence[np.ndarray], dtype: DataType) -> np.ndarray | None:
+    """gemm_r16's layout of the source blocks `parts` ((N, row bytes) views of a model file; several for a
+    fused run: their groups one after the other): from the cache file of that model file when it has it,
+    else repacked from the file (and kept for the cache file). None where a fused run's parts do not repack
+    to one row of bytes per 16-row group (they cannot be concatenated)."""
+    found = _locate(parts) if enabled() else None
+    if found is not None:
+        store, name = found
+        name = f"{dtype.name}@{name}"
+        got = store.get(name)
+        if got is not None:
+            return got
+    got = _repack(parts, dtype)
+    if found is not None and got is not None:
+        store.add(name, got)
     return got
 
 
@@ -92,10 +93,15 @@ def flush(wait: bool = False) -> None:
             t.join()
 
 
-def repack_copy(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
-    """gemm_r16's layout of `blocks` (N, row bytes), read from the file with pread as a private copy (the
-    file's own pages stay out of RSS: the copy takes their place)."""
-    return gemm_r16.repack(hugepages.read_copy(blocks.reshape(-1)).reshape(blocks.shape), dtype)
+def _repack(parts: Sequence[np.ndarray], dtype: DataType) -> np.ndarray | None:
+    """repacked() without the cache: each part read from the file with pread as a private copy (the file's
+    own pages stay out of RSS: the copy takes their place), repacked, the parts' groups concatenated."""
+    packed = [gemm_r16.repack(hugepages.read_copy(b.reshape(-1)).reshape(b.shape), dtype) for b in parts]
+    if len(packed) == 1:
+        return packed[0]
+    if any(p.ndim != 2 or p.shape[0] * gemm_r16.GROUP != b.shape[0] for p, b in zip(packed, parts, strict=True)):
+        return None
+    return np.concatenate(packed)  # (sum N / 16, group bytes)
 
 
 def _locate(parts: Sequence[np.ndarray]) -> tuple[Store, str] | None:
@@ -124,15 +130,8 @@ def _locate(parts: Sequence[np.ndarray]) -> tuple[Store, str] | None:
 
 
 def _file_offset(a: np.ndarray) -> tuple[str, int] | None:
-    """(file name, byte offset) of the read-only file mapping (np.memmap, mode "r") the array views."""
-    m = a
-    while m is not None and not (isinstance(m, np.memmap) and isinstance(m.base, mmap.mmap)):
-        m = getattr(m, "base", None)
-    if m is None or getattr(m, "mode", "") != "r" or not getattr(m, "filename", None):
-        return None
-    if not a.flags.c_contiguous:
-        return None
-    return str(m.filename), int(m.offset + (a.ctypes.data - m.ctypes.data))
+    """(file name, byte offset) of the read-only file mapping a C-contiguous `a` views, else None."""
+    return hugepages.file_place(a) if a.flags.c_contiguous else None
 
 
 class Store:
@@ -140,11 +139,10 @@ class Store:
 
     def __init__(self, path: pathlib.Path):
         self.path = path
-        self.mapped: dict[str, np.ndarray] = {}
+        self.mapped = _read(path)
         self.made: dict[str, np.ndarray] = {}
         self.lock = threading.Lock()
         self.writing = False
-        self.mapped = _read(path)
 
     def get(self, name: str) -> np.ndarray | None:
         with self.lock:
@@ -219,17 +217,17 @@ def _read(path: pathlib.Path) -> dict[str, np.ndarray]:
 def _write(path: pathlib.Path, entries: dict[str, np.ndarray]) -> bool:
     """Write the cache file (temp file + rename) and prune the folder; False when there is no room."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    layout, names = [], sorted(entries)
-    head = json.dumps({"format": FORMAT, "entries": [[n, 0, list(entries[n].shape)] for n in names]})
-    first = -(-(len(MAGIC) + _HEAD.size + len(head) + 24 * len(names)) // ALIGN) * ALIGN  # + room for offsets
-    offset = first
-    for n in names:
-        layout.append([n, offset, list(entries[n].shape)])
-        offset = -(-(offset + entries[n].nbytes) // ALIGN) * ALIGN
+    names, first = sorted(entries), ALIGN
+    while True:  # the arrays start after the header, whose length depends on their offsets
+        layout, offset = [], first
+        for n in names:
+            layout.append([n, offset, list(entries[n].shape)])
+            offset = _aligned(offset + entries[n].nbytes)
+        header = json.dumps({"format": FORMAT, "entries": layout}).encode()
+        if len(MAGIC) + _HEAD.size + len(header) <= first:
+            break
+        first = _aligned(len(MAGIC) + _HEAD.size + len(header))
     if shutil.disk_usage(path.parent).free < 2 * offset:
-        return False
-    header = json.dumps({"format": FORMAT, "entries": layout}).encode()
-    if len(MAGIC) + _HEAD.size + len(header) > first:
         return False
     tmpfiles.sweep(path.parent)
     fd, tmp = tmpfiles.make(path.parent, path.name)
@@ -248,6 +246,10 @@ def _write(path: pathlib.Path, entries: dict[str, np.ndarray]) -> bool:
         raise
     _prune(path.parent)
     return True
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
 
 
 def _prune(folder: pathlib.Path) -> None:

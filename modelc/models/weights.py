@@ -134,7 +134,7 @@ class WeightReader:
         if w.blocks.size == 0:
             return w
         if self.repack and gemm_r16.can_repack(w.dtype, w.rows, w.cols):
-            r16 = r16_cache.repacked([w.blocks], w.dtype.name, lambda: r16_cache.repack_copy(w.blocks, w.dtype))
+            r16 = r16_cache.repacked([w.blocks], w.dtype)
             if self.arena is not None:
                 r16 = self.arena.copy(r16.reshape(-1)).reshape(r16.shape)
             return dataclasses.replace(w, r16=r16)
@@ -157,8 +157,8 @@ class WeightReader:
 
     def _stacked_r16(self, t: TensorData) -> np.ndarray:
         E, rows, cols = t.shape
-        blocks = t.data.reshape(E * rows, -1)  # a group never spans two experts: rows % 16 == 0
-        r16 = r16_cache.repacked([blocks], t.dtype.name, lambda: r16_cache.repack_copy(blocks, t.dtype))
+        # a group never spans two experts: rows % 16 == 0
+        r16 = r16_cache.repacked([t.data.reshape(E * rows, -1)], t.dtype)
         if self.arena is not None:
             r16 = self.arena.copy(r16.reshape(-1))
         return r16.reshape(E, rows // gemm_r16.GROUP, -1)

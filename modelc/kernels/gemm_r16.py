@@ -64,7 +64,10 @@ _BLOCK = {Q4_0: 18, Q8_0: 34, Q4_K: 144, Q6_K: 210, IQ4_NL: 18, IQ4_XS: 136}  # 
 _ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256, IQ4_NL: 32, IQ4_XS: 256}
 PREFETCH_BYTES = 8192
 """How far ahead of the block being read the kernel prefetches, one line at a time (a group's
-blocks are one contiguous stretch; see gemm_fused_k for why software prefetch matters here)."""
+blocks are one contiguous stretch; see gemm_fused_k for why software prefetch matters here).
+The one-token loops of Q4_0, Q8_0, Q4_K and IQ4 prefetch nothing: there the hardware prefetcher alone
+streamed more (TinyLlama's matrices, 2 threads, Zen 4: Q4_K 17-26 against 16-18 GB/s, Q4_0, Q8_0 and
+IQ4_XS ~5-15% more), while at T = 4..16 this prefetch is worth 15-30%. Q6_K's keeps its own pattern."""
 
 
 def can_repack(dtype: DataType, rows: int, cols: int) -> bool:
@@ -181,6 +184,19 @@ def _scale_min(a, m, md, s):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _codes(rf, q, kind):
+    """The 8 code vectors of one 16-row Q4_0 (kind 0) or Q8_0 block whose chunks start at byte q:
+    elements 4k..4k+3 (u0-u3) and 16+4k..16+4k+3 (u4-u7), unsigned (Q4_0: code, Q8_0: code + 128)."""
+    if kind == 0:  # low nibbles: elements 4k..4k+3, high nibbles: 16+4k..
+        q0, q1, q2, q3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
+        u0, u1, u2, u3 = nib_lo_i8x64(q0), nib_lo_i8x64(q1), nib_lo_i8x64(q2), nib_lo_i8x64(q3)
+        u4, u5, u6, u7 = nib_hi_i8x64(q0), nib_hi_i8x64(q1), nib_hi_i8x64(q2), nib_hi_i8x64(q3)
+        return u0, u1, u2, u3, u4, u5, u6, u7
+    c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
+    return flip_i8x64(c0), flip_i8x64(c1), flip_i8x64(c2), flip_i8x64(c3), flip_i8x64(c4), flip_i8x64(c5), flip_i8x64(c6), flip_i8x64(c7)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
     """Rows 16 gi .. 16 gi + 15 for all t tokens (acc: (t * 16,) f32 scratch)."""
     bb = 288 if kind == 0 else 544
@@ -191,22 +207,7 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
         o = base + b * bb
         pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
         d = load_f16x16(rf, o)
-        if kind == 0:  # low nibbles: elements 4k..4k+3 (u0-u3), high nibbles: 16+4k.. (u4-u7)
-            q0 = load_i8x64(rf, o + 32)
-            q1 = load_i8x64(rf, o + 96)
-            q2 = load_i8x64(rf, o + 160)
-            q3 = load_i8x64(rf, o + 224)
-            u0, u1, u2, u3 = nib_lo_i8x64(q0), nib_lo_i8x64(q1), nib_lo_i8x64(q2), nib_lo_i8x64(q3)
-            u4, u5, u6, u7 = nib_hi_i8x64(q0), nib_hi_i8x64(q1), nib_hi_i8x64(q2), nib_hi_i8x64(q3)
-        else:  # chunk k: elements 4k..4k+3, as code + 128
-            u0 = flip_i8x64(load_i8x64(rf, o + 32))
-            u1 = flip_i8x64(load_i8x64(rf, o + 96))
-            u2 = flip_i8x64(load_i8x64(rf, o + 160))
-            u3 = flip_i8x64(load_i8x64(rf, o + 224))
-            u4 = flip_i8x64(load_i8x64(rf, o + 288))
-            u5 = flip_i8x64(load_i8x64(rf, o + 352))
-            u6 = flip_i8x64(load_i8x64(rf, o + 416))
-            u7 = flip_i8x64(load_i8x64(rf, o + 480))
+        u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
         for j in range(t):
             xo = j * c + b * 32
             p = _dot4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, xq, xo)
@@ -214,6 +215,22 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
             a = fmadot_f32x16(load_f32x16(acc, j * 16), add_i32x16(p, p2), d, splat_f32x16(xd[j, b]))
             store_f32x16(acc, j * 16, a)
     _store_acc(out, acc, gi, t)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _group_t1(out, xq, sa, xd, rf, gi, nb, kind):
+    """_group for one token: the accumulator stays in a register (no store and reload per block); no software
+    prefetch (see PREFETCH_BYTES)."""
+    bb = 288 if kind == 0 else 544
+    acc = zeros_f32x16()
+    base = gi * nb * bb
+    for b in range(nb):
+        o = base + b * bb
+        u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
+        p = _dot4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, xq, b * 32)
+        p2 = _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, b * 32 + 16)
+        acc = fmadot_f32x16(acc, add_i32x16(p, p2), load_f16x16(rf, o), splat_f32x16(xd[0, b]))
+    store_f32x16(out.reshape(-1), gi * 16, acc)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -264,10 +281,8 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
     """_group_q4_k for one token: the accumulator stays in a register, each scale is decoded where used."""
     acc = zeros_f32x16()
     base = gi * nsb * 2304
-    pf = base + PREFETCH_BYTES
     for sb in range(nsb):
         o = base + sb * 2304
-        pf = _ahead(rf, pf, o + 2304 + PREFETCH_BYTES)
         d = load_f16x16(rf, o)
         dm = load_f16x16(rf, o + 32)
         a = load_u32x16(rf, o + 64)
@@ -341,6 +356,10 @@ def _r16_q4_0(out, xq, xd, rw):
     sa = _offsets(xq, nb, 8)
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
+    if t == 1:
+        for gi in prange(rw.shape[0]):
+            _group_t1(out, xqf, sa, xd, rf, gi, nb, 0)
+        return
     for gi in prange(rw.shape[0]):
         acc = np.empty(t * 16, np.float32)
         _group(out, xqf, sa, xd, rf, gi, nb, 0, t, c, acc)
@@ -353,6 +372,10 @@ def _r16_q8_0(out, xq, xd, rw):
     sa = _offsets(xq, nb, 128)
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
+    if t == 1:
+        for gi in prange(rw.shape[0]):
+            _group_t1(out, xqf, sa, xd, rf, gi, nb, 4)
+        return
     for gi in prange(rw.shape[0]):
         acc = np.empty(t * 16, np.float32)
         _group(out, xqf, sa, xd, rf, gi, nb, 4, t, c, acc)

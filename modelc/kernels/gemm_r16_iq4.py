@@ -134,14 +134,12 @@ def _group(out, xq, sa, xd, rf, gi, nb, t, c, acc, xs):
 
 @njit(cache=True, nogil=True, inline="always")
 def _group_t1(out, xq, sa, xd, rf, gi, nb, xs):
-    """_group for one token: the accumulator stays in a register."""
+    """_group for one token: the accumulator stays in a register; no software prefetch (gemm_r16.PREFETCH_BYTES)."""
     bb = XS_BYTES if xs else NL_BYTES
     acc = zeros_f32x16()
     base = gi * nb * bb
-    pf = base + PREFETCH_BYTES
     for b in range(nb):
         o = base + b * bb
-        pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
         if xs:
             d, sh, sl = load_f16x16(rf, o), load_u16x16(rf, o + 32), load_u32x16(rf, o + 64)
             for ib in range(8):

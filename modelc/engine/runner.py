@@ -367,7 +367,8 @@ class Runner:
             paged_attention_q8_parallel(np.empty_like(q2), q2, kp.data, kp.scales, vp.data, vp.scales, kp.hot_of,
                                         kp.hot, vp.hot, kp.window, *args)  # fmt: skip
         else:
-            attention.paged_attention_parallel(np.empty_like(q2), q2, kp, vp, *args)
+            out2 = np.empty_like(q2)
+            attention.dense_kernel(out2, q2, kp, True)(out2, q2, kp, vp, *args)
 
     # -- adapters ------------------------------------------------------------------------------------
 

@@ -238,7 +238,10 @@ def _worth_a_helper(runner: Any) -> bool:
         return False
     if _artifact_args(runner.source) is None:
         return False
-    return not _cached("modelc.kernels.attention", "paged_attention_parallel")
+    return not (
+        _cached("modelc.kernels.attention", "paged_attention_parallel")
+        or _cached("modelc.kernels.attention_rows", "paged_attention_rows_parallel")
+    )
 
 
 def _draft_source(runner: Any) -> Any:

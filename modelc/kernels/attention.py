@@ -200,10 +200,19 @@ def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start,
         fn(out, q, k.data, k.scales, v.data, v.scales, k.hot_of, k.hot, v.hot, k.window, block_tables, q_start,
            pos_start, scale, window)  # fmt: skip
         return
-    if parallel:
-        paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
-        return
-    paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+    dense_kernel(out, q, k_pages, parallel)(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+
+
+def dense_kernel(out, q, k_pages, parallel: bool):
+    """The numba kernel for float32 / fp16 pages: attention_rows' (every head of a row together) where it
+    applies, else paged_attention's (row, KV head) items; the threaded variant where `parallel`."""
+    from modelc.kernels import attention_rows  # it imports softmax_rows from here
+
+    if attention_rows.supported(q, k_pages) and q.flags.c_contiguous and out.flags.c_contiguous:
+        if parallel and q.shape[0] > 1:
+            return attention_rows.paged_attention_rows_parallel
+        return attention_rows.paged_attention_rows
+    return paged_attention_parallel if parallel else paged_attention
 
 
 def _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window, lens) -> None:

@@ -47,11 +47,22 @@ __all__ = [
     "use_reference",
 ]
 
-CHUNK = cpu.env_int("MODELC_PARALLEL_CHUNK", 4)
+CHUNK = cpu.env_int("MODELC_PARALLEL_CHUNK", -1)
 """prange iterations (of 16 output rows each) a thread takes at a time: dynamic
 scheduling, so on a busy machine a descheduled thread delays a call by one
 chunk, not by half the matrix (matmul-only TinyLlama Q4_0 decode, 2 threads,
-busy VM: 6.2 / 7.8 tok/s vs 3.4 / 5.7 static). 0 = numba's static split."""
+busy VM: 6.2 / 7.8 tok/s with chunks of 4 vs 3.4 / 5.7 static). 0 = numba's
+static split. -1 (the default): the matrix in about PIECES chunks (`chunk_for`)."""
+PIECES = 8
+"""Each chunk restarts a thread's stream through the weights (the hardware prefetcher ramps up again):
+one T=1 pass over TinyLlama Q4_0's matmuls, paired in one process on a quiet Zen 4, cost 3-15% more with
+chunks of 4 than with the static split, ~0-1% more with 8 chunks a matrix (T=8: 5% and ~3%)."""
+
+
+def chunk_for(rows: int) -> int:
+    """The parallel chunk (in 16-row groups) for a matrix of `rows` output rows."""
+    return CHUNK if CHUNK >= 0 else max(4, rows // (16 * PIECES))
+
 
 _ONE = np.ones(1, np.float32)
 
@@ -87,16 +98,16 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     elif path is Path.BLAS:
         gemm_blas.blas_matmul(out, x, w)
     else:
-        chunked(_run, path, out, x, w)
+        chunked(chunk_for(w.rows), _run, path, out, x, w)
 
 
-def chunked(kernel, *args) -> None:
-    """kernel(*args) with numba's parallel chunk size set to CHUNK (dynamic scheduling), as the matmuls run."""
-    if CHUNK <= 0:
+def chunked(chunk: int, kernel, *args) -> None:
+    """kernel(*args) with numba's parallel chunk size set to `chunk` (dynamic scheduling; 0: static)."""
+    if chunk <= 0:
         kernel(*args)
         return
     setter = _chunk_setter()
-    old = setter(CHUNK)
+    old = setter(chunk)
     try:
         kernel(*args)
     finally:

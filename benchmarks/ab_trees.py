@@ -23,6 +23,7 @@ import sys
 import time
 
 _CHILD = r"""
+import modelc  # first, as in the CLI and the server: its thread settings apply only before numpy loads
 import importlib.util, json, os, sys, time
 from dataclasses import replace
 import anyio

@@ -152,6 +152,7 @@ def memory_bandwidth(threads: int, nbytes: int = 1 << 30, rounds: int = 5) -> fl
 
 
 _MODELC_CHILD = r"""
+import modelc  # first, as in the CLI and the server: its thread settings apply only before numpy loads
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("cmp", sys.argv[1])
 cmp = importlib.util.module_from_spec(spec); spec.loader.exec_module(cmp)

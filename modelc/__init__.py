@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from modelc.version import __version__
 
@@ -17,6 +18,14 @@ from modelc.version import __version__
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
     os.environ["GOMP_SPINCOUNT"] = "1000"
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+# OpenBLAS (numpy's BLAS: prefill attention, the BLAS matmul path) keeps its worker thread spinning for
+# 2^28 cycles (~0.1 s) after every call, so through a prefill it held a core that numba's threads needed
+# for the next layer's matmuls: their kernels ran 1.7x slower inside the prefill than alone. 2^16 cycles
+# (~25 us) still spans the back-to-back calls of one attention: TinyLlama Q4_0 prefill of 128 tokens went
+# from 112-133 to 172-216 tok/s (2 threads, same runs). Read when OpenBLAS loads (with numpy), so only
+# where modelc is imported first (the CLI and the server are); an explicit setting wins.
+if "numpy" not in sys.modules:
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "16")
 
 __all__ = ["__version__", "Engine", "AsyncEngine"]
 

@@ -171,6 +171,10 @@ def paged_attention_parallel(out, q, k_pages, v_pages, block_tables, q_start, po
 
 # (row, KV head) items x context positions below which a thread launch costs more than it saves
 PARALLEL_MIN_WORK = 2048
+ROWS_PARALLEL_MIN_WORK = 256
+"""The same for attention_rows' kernel, which splits even one decode row by KV heads: it runs threaded from
+TinyLlama's decode row at 64 positions, where the serial kernel takes ~20 us. Threaded, the attention
+also keeps numba's second thread awake for the next matmul (a sleeping one costs ~50 us to wake here)."""
 BLAS_MIN_ROWS = 64  # a sequence with this many query rows (a prefill chunk) goes through sgemm
 
 
@@ -190,8 +194,9 @@ def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start,
     parallel = False
     if items >= 2 and pos_start.shape[0]:
         ctx = int(pos_start.max()) + q.shape[0]  # upper bound of any row's context
+        rows = dense_kernel(out, q, k_pages, False) is not paged_attention
         # get_num_threads costs ~10 us, so it is asked only when the work could be shared
-        parallel = items * ctx >= PARALLEL_MIN_WORK and get_num_threads() > 1
+        parallel = items * ctx >= (ROWS_PARALLEL_MIN_WORK if rows else PARALLEL_MIN_WORK) and get_num_threads() > 1
     if isinstance(k_pages, tuple):  # kv_q8.QPages: the q8_0 / mixed cache
         from modelc.kernels import attention_q8
 
@@ -208,8 +213,10 @@ def dense_kernel(out, q, k_pages, parallel: bool):
     applies, else paged_attention's (row, KV head) items; the threaded variant where `parallel`."""
     from modelc.kernels import attention_rows  # it imports softmax_rows from here
 
-    if attention_rows.supported(q, k_pages) and q.flags.c_contiguous and out.flags.c_contiguous:
-        if parallel and q.shape[0] > 1:
+    if isinstance(k_pages, np.ndarray) and attention_rows.supported(q, k_pages) and q.flags.c_contiguous and (
+        out.flags.c_contiguous
+    ):
+        if parallel:
             return attention_rows.paged_attention_rows_parallel
         return attention_rows.paged_attention_rows
     return paged_attention_parallel if parallel else paged_attention

@@ -101,22 +101,24 @@ def _prefetch_row(kflat, vflat, base, n):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
-def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale):
-    """Query row t of sequence s attends positions lo .. lo + n - 1: out[t] (H, D) written."""
+def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0, k1):
+    """Query row t of sequence s attends positions lo .. lo + n - 1 with the heads of KV heads k0 .. k1 - 1:
+    those heads of out[t] written."""
     G = H // K
     RW = K * D
-    scores = np.empty((H, n), dtype=np.float32)
+    h0 = k0 * G  # scores row h - h0 is head h
+    scores = np.empty(((k1 - k0) * G, n), dtype=np.float32)
     bases = np.empty(n, dtype=np.int64)  # element offset of each position's K (V) row
     for j in range(n):
         p = lo + j
         bases[j] = (block_tables[s, p // Z] * Z + p % Z) * RW
     for j in range(min(CHUNK, n)):
-        _prefetch_row(kflat, vflat, bases[j], RW)
+        _prefetch_row(kflat, vflat, bases[j] + k0 * D, (k1 - k0) * D)
     j0 = 0
     while j0 + CHUNK <= n:
         for j in range(j0 + CHUNK, min(j0 + 2 * CHUNK, n)):
-            _prefetch_row(kflat, vflat, bases[j], RW)
-        for h in range(H):
+            _prefetch_row(kflat, vflat, bases[j] + k0 * D, (k1 - k0) * D)
+        for h in range(h0, k1 * G):
             qo = (t * H + h) * D
             ko = (h // G) * D
             sc = sums16_f32x16(
@@ -129,35 +131,35 @@ def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale):
                 _dot(qf, qo, kflat, bases[j0 + 12] + ko, D), _dot(qf, qo, kflat, bases[j0 + 13] + ko, D),
                 _dot(qf, qo, kflat, bases[j0 + 14] + ko, D), _dot(qf, qo, kflat, bases[j0 + 15] + ko, D),
             )  # fmt: skip
-            store_f32x16(scores[h], j0, mul_f32x16(sc, splat_f32x16(scale)))
+            store_f32x16(scores[h - h0], j0, mul_f32x16(sc, splat_f32x16(scale)))
         j0 += CHUNK
     for j in range(j0, n):  # the last n % 16 positions one at a time
-        for h in range(H):
-            scores[h, j] = hsum_f32x16(_dot(qf, (t * H + h) * D, kflat, bases[j] + (h // G) * D, D)) * scale
+        for h in range(h0, k1 * G):
+            scores[h - h0, j] = hsum_f32x16(_dot(qf, (t * H + h) * D, kflat, bases[j] + (h // G) * D, D)) * scale
     denom = softmax_rows(scores)
     of = out.reshape(-1)
-    for kh in range(K):
+    for kh in range(k0, k1):
         for c in range(0, D, 16):
             h = kh * G
             while h + 4 <= (kh + 1) * G:  # 4 heads of the group at a time, accumulators in registers
                 a0, a1, a2, a3 = zeros_f32x16(), zeros_f32x16(), zeros_f32x16(), zeros_f32x16()
                 for j in range(n):
                     v = load_kv16(vflat, bases[j] + kh * D + c)
-                    a0 = fma_f32x16(a0, v, splat_f32x16(scores[h, j]))
-                    a1 = fma_f32x16(a1, v, splat_f32x16(scores[h + 1, j]))
-                    a2 = fma_f32x16(a2, v, splat_f32x16(scores[h + 2, j]))
-                    a3 = fma_f32x16(a3, v, splat_f32x16(scores[h + 3, j]))
+                    a0 = fma_f32x16(a0, v, splat_f32x16(scores[h - h0, j]))
+                    a1 = fma_f32x16(a1, v, splat_f32x16(scores[h - h0 + 1, j]))
+                    a2 = fma_f32x16(a2, v, splat_f32x16(scores[h - h0 + 2, j]))
+                    a3 = fma_f32x16(a3, v, splat_f32x16(scores[h - h0 + 3, j]))
                 o = (t * H + h) * D + c
-                store_f32x16(of, o, mul_f32x16(a0, splat_f32x16(np.float32(1.0) / denom[h])))
-                store_f32x16(of, o + D, mul_f32x16(a1, splat_f32x16(np.float32(1.0) / denom[h + 1])))
-                store_f32x16(of, o + 2 * D, mul_f32x16(a2, splat_f32x16(np.float32(1.0) / denom[h + 2])))
-                store_f32x16(of, o + 3 * D, mul_f32x16(a3, splat_f32x16(np.float32(1.0) / denom[h + 3])))
+                store_f32x16(of, o, mul_f32x16(a0, splat_f32x16(np.float32(1.0) / denom[h - h0])))
+                store_f32x16(of, o + D, mul_f32x16(a1, splat_f32x16(np.float32(1.0) / denom[h - h0 + 1])))
+                store_f32x16(of, o + 2 * D, mul_f32x16(a2, splat_f32x16(np.float32(1.0) / denom[h - h0 + 2])))
+                store_f32x16(of, o + 3 * D, mul_f32x16(a3, splat_f32x16(np.float32(1.0) / denom[h - h0 + 3])))
                 h += 4
             while h < (kh + 1) * G:
                 a0 = zeros_f32x16()
                 for j in range(n):
-                    a0 = fma_f32x16(a0, load_kv16(vflat, bases[j] + kh * D + c), splat_f32x16(scores[h, j]))
-                store_f32x16(of, (t * H + h) * D + c, mul_f32x16(a0, splat_f32x16(np.float32(1.0) / denom[h])))
+                    a0 = fma_f32x16(a0, load_kv16(vflat, bases[j] + kh * D + c), splat_f32x16(scores[h - h0, j]))
+                store_f32x16(of, (t * H + h) * D + c, mul_f32x16(a0, splat_f32x16(np.float32(1.0) / denom[h - h0])))
                 h += 1
 
 
@@ -191,17 +193,21 @@ def paged_attention_rows(out, q, k_pages, v_pages, block_tables, q_start, pos_st
     qf, kflat, vflat = q.reshape(-1), k_pages.reshape(-1), v_pages.reshape(-1)
     for t in range(T):
         s, lo, n = _span(t, row_seq, q_start, pos_start, window)
-        _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, np.float32(scale))
+        _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, np.float32(scale), 0, K)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, parallel=True)
 def paged_attention_rows_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
-    """paged_attention_rows with the rows spread over numba's threads (short and long rows alternating)."""
+    """paged_attention_rows with the rows spread over numba's threads (short and long rows alternating); a
+    single row (one decode) is split by KV heads instead."""
     T, H, D = q.shape
     Z, K = k_pages.shape[1], k_pages.shape[2]
     row_seq = _row_seq(T, q_start)
     qf, kflat, vflat = q.reshape(-1), k_pages.reshape(-1), v_pages.reshape(-1)
-    for i in prange(T):
-        t = i // 2 if i % 2 == 0 else T - 1 - i // 2
+    parts = K if T == 1 else 1
+    for i in prange(T * parts):
+        r, part = i // parts, i % parts
+        t = r // 2 if r % 2 == 0 else T - 1 - r // 2
         s, lo, n = _span(t, row_seq, q_start, pos_start, window)
-        _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, np.float32(scale))
+        _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, np.float32(scale),
+             part * K // parts, (part + 1) * K // parts)  # fmt: skip

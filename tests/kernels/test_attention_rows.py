@@ -58,3 +58,36 @@ def test_dispatch_picks_rows_where_it_applies(paged_case):
     assert attention.dense_kernel(np.empty_like(q24), q24, kp24, True) is attention.paged_attention_parallel
     strided = np.zeros((2, 4, 32), np.float32)[:, :, ::2]
     assert attention.dense_kernel(np.empty_like(q), strided, kp, False) is attention.paged_attention
+
+
+_FALLBACK = """
+import numpy as np
+from modelc.kernels import attention_rows, cpu, ref
+rng = np.random.default_rng(0)
+worst = 0.0
+for kv in (np.float32, np.float16):
+    H, K, D, Z, P = 8, 2, 32, 16, 8
+    kp = rng.standard_normal((P, Z, K, D)).astype(kv)
+    vp = rng.standard_normal((P, Z, K, D)).astype(kv)
+    if kv == np.float16:
+        kp, vp = kp.view(np.uint16), vp.view(np.uint16)
+    bt = rng.permutation(P).astype(np.int32)[None, :]
+    q = rng.standard_normal((3, H, D)).astype(np.float32)
+    qs, ps = np.array([0, 3], np.int32), np.array([37], np.int32)
+    want = np.empty_like(q)
+    ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.2, 0)
+    for fn in (attention_rows.paged_attention_rows, attention_rows.paged_attention_rows_parallel):
+        out = np.empty_like(q)
+        fn(out, q, kp, vp, bt, qs, ps, 0.2, 0)
+        worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))
+print(cpu.HAS_AVX2, cpu.HAS_VNNI, worst)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", [{"MODELC_NO_AVX512": "1"}, {"MODELC_NO_AVX2": "1"}])
+def test_fallback_paths(env):
+    """The 16-lane vectors and the transposing sum lowered to 256-bit and to portable code give the same numbers."""
+    from tests.kernels.fallback import fallback_worst
+
+    assert fallback_worst(_FALLBACK, env, timeout=900) < 1e-5

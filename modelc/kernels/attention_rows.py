@@ -100,6 +100,26 @@ def _prefetch_row(kflat, vflat, base, n):
         prefetch(vflat, base + e)
 
 
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _prefetch_part(kflat, vflat, bases, j0, j1, off, width, part, parts):
+    """Part `part` of `parts` of the lines of positions j0 .. j1 - 1 (their K and V elements off .. off +
+    width): a chunk's prefetches spread over the head loop of the chunk before, so they do not queue up
+    in one burst that holds back that loop's own loads."""
+    step = 64 // kflat.itemsize
+    per_row = (width + step - 1) // step
+    total = (j1 - j0) * per_row
+    a = part * total // parts
+    j, ln = j0 + a // per_row, a % per_row
+    for _ in range(a, (part + 1) * total // parts):
+        e = bases[j] + off + ln * step
+        prefetch(kflat, e)
+        prefetch(vflat, e)
+        ln += 1
+        if ln == per_row:
+            ln = 0
+            j += 1
+
+
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
 def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0, k1):
     """Query row t of sequence s attends positions lo .. lo + n - 1 with the heads of KV heads k0 .. k1 - 1:
@@ -116,9 +136,9 @@ def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0
         _prefetch_row(kflat, vflat, bases[j] + k0 * D, (k1 - k0) * D)
     j0 = 0
     while j0 + CHUNK <= n:
-        for j in range(j0 + CHUNK, min(j0 + 2 * CHUNK, n)):
-            _prefetch_row(kflat, vflat, bases[j] + k0 * D, (k1 - k0) * D)
         for h in range(h0, k1 * G):
+            _prefetch_part(kflat, vflat, bases, j0 + CHUNK, min(j0 + 2 * CHUNK, n), k0 * D, (k1 - k0) * D, h - h0,
+                           (k1 - k0) * G)  # fmt: skip
             qo = (t * H + h) * D
             ko = (h // G) * D
             sc = sums16_f32x16(

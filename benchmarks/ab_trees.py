@@ -60,7 +60,10 @@ print("RESULT " + json.dumps(res))
 
 
 def run_tree(tree: str, a: argparse.Namespace) -> dict:
+    # a tree whose kernels just changed compiles them in its first round: without "wait" that round would
+    # serve on the hybrid kernel set while numba compiles in the background (a false slowdown)
     env = dict(os.environ, PYTHONPATH=tree)
+    env.setdefault("MODELC_COLD_START", "wait")
     cmd = [sys.executable, "-c", _CHILD, tree, a.gguf, str(a.threads), str(a.prompt_tokens), str(a.decode_tokens),
            a.streams, str(a.gen_tokens)]  # fmt: skip
     p = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, timeout=3600)

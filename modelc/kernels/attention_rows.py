@@ -5,10 +5,10 @@ every position's K and V rows, page-strided, and its dot loops ran ~60 us hot fo
 row at 160 positions and ~150 us with the pages cold, as they are in a decode step (the layer's
 weights have streamed through the caches since the step before). Here a row reads each position's
 whole K row (all KV heads: one contiguous stretch), 16 positions at a time with the next 16 positions'
-K and V rows prefetched; the 16 dots of a head with a chunk are finished by one transposing sum
+K and V rows prefetched over the chunk's head loop; the 16 dots of a head with a chunk are finished by one transposing sum
 (sums16_f32x16) instead of 16 horizontal sums, and the V pass keeps 4 heads x 16 dims of the output in
 registers while it runs over the positions. TinyLlama's decode row (32 heads, 4 KV heads, D 64) at 160
-positions: ~34 us hot against ~66 (2 threads' machine, Zen 4), ~90 against ~125 with the pages cold.
+positions: ~34-46 us hot against ~66 (2 threads' machine, Zen 4), ~70 against ~110-120 with the pages cold.
 Needs D % 16 == 0 and float32 or fp16 (uint16) pages (`supported`); same contract and numbers as
 attention.paged_attention up to float summation order.
 """
@@ -20,7 +20,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-from modelc.kernels.attention import softmax_rows
+from modelc.kernels.attention import _row_seq, softmax_rows, work_item
 from modelc.kernels.qdot import (
     F32x16,
     fma_f32x16,
@@ -92,15 +92,6 @@ def _dot(qf, qo, kflat, ko, D):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _prefetch_row(kflat, vflat, base, n):
-    """Prefetch the n elements at base of both page arrays (one position's K and V rows)."""
-    step = 64 // kflat.itemsize
-    for e in range(0, n, step):
-        prefetch(kflat, base + e)
-        prefetch(vflat, base + e)
-
-
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _prefetch_part(kflat, vflat, bases, j0, j1, off, width, part, parts):
     """Part `part` of `parts` of the lines of positions j0 .. j1 - 1 (their K and V elements off .. off +
     width): a chunk's prefetches spread over the head loop of the chunk before, so they do not queue up
@@ -132,8 +123,7 @@ def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0
     for j in range(n):
         p = lo + j
         bases[j] = (block_tables[s, p // Z] * Z + p % Z) * RW
-    for j in range(min(CHUNK, n)):
-        _prefetch_row(kflat, vflat, bases[j] + k0 * D, (k1 - k0) * D)
+    _prefetch_part(kflat, vflat, bases, 0, min(CHUNK, n), k0 * D, (k1 - k0) * D, 0, 1)  # the first chunk
     j0 = 0
     while j0 + CHUNK <= n:
         for h in range(h0, k1 * G):
@@ -183,27 +173,6 @@ def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0
                 h += 1
 
 
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _span(t, row_seq, q_start, pos_start, window):
-    """(sequence, first attended position, number of positions) of query row t."""
-    s = row_seq[t]
-    pos = pos_start[s] + t - q_start[s]
-    lo = 0
-    if window > 0 and pos - window + 1 > 0:
-        lo = pos - window + 1
-    return s, lo, pos + 1 - lo
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _row_seq(T, q_start):
-    """(T,) sequence index of each query row."""
-    row_seq = np.empty(T, dtype=np.int64)
-    for s in range(q_start.shape[0] - 1):
-        for t in range(q_start[s], q_start[s + 1]):
-            row_seq[t] = s
-    return row_seq
-
-
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
 def paged_attention_rows(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
     """attention.paged_attention's contract (q and out C-contiguous), on the calling thread."""
@@ -211,9 +180,9 @@ def paged_attention_rows(out, q, k_pages, v_pages, block_tables, q_start, pos_st
     Z, K = k_pages.shape[1], k_pages.shape[2]
     row_seq = _row_seq(T, q_start)
     qf, kflat, vflat = q.reshape(-1), k_pages.reshape(-1), v_pages.reshape(-1)
-    for t in range(T):
-        s, lo, n = _span(t, row_seq, q_start, pos_start, window)
-        _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, np.float32(scale), 0, K)
+    for i in range(T):
+        t, _, s, pos, lo = work_item(T, 1, i, row_seq, q_start, pos_start, window)
+        _row(out, qf, kflat, vflat, block_tables, t, s, lo, pos + 1 - lo, Z, K, H, D, np.float32(scale), 0, K)
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, parallel=True)
@@ -226,8 +195,6 @@ def paged_attention_rows_parallel(out, q, k_pages, v_pages, block_tables, q_star
     qf, kflat, vflat = q.reshape(-1), k_pages.reshape(-1), v_pages.reshape(-1)
     parts = K if T == 1 else 1
     for i in prange(T * parts):
-        r, part = i // parts, i % parts
-        t = r // 2 if r % 2 == 0 else T - 1 - r // 2
-        s, lo, n = _span(t, row_seq, q_start, pos_start, window)
-        _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, np.float32(scale),
+        t, part, s, pos, lo = work_item(T, parts, i, row_seq, q_start, pos_start, window)
+        _row(out, qf, kflat, vflat, block_tables, t, s, lo, pos + 1 - lo, Z, K, H, D, np.float32(scale),
              part * K // parts, (part + 1) * K // parts)  # fmt: skip

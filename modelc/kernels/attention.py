@@ -23,7 +23,8 @@ def work_item(T, K, item, row_seq, q_start, pos_start, window):
     """(t, kv head, sequence, position, first attended position) of a (query row, KV head) work item.
 
     NOTE: rows are visited short/long alternately so a static split of the items over threads
-    gets a balanced share of causal work. Shared with attention_q8."""
+    gets a balanced share of causal work. Shared with attention_q8 and attention_rows (which passes the
+    number of parts it splits a row into as K)."""
     rr = item // K
     t = rr // 2 if rr % 2 == 0 else T - 1 - rr // 2
     s = row_seq[t]
@@ -194,9 +195,9 @@ def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start,
     parallel = False
     if items >= 2 and pos_start.shape[0]:
         ctx = int(pos_start.max()) + q.shape[0]  # upper bound of any row's context
-        rows = dense_kernel(out, q, k_pages, False) is not paged_attention
+        min_work = ROWS_PARALLEL_MIN_WORK if _rows_apply(out, q, k_pages) else PARALLEL_MIN_WORK
         # get_num_threads costs ~10 us, so it is asked only when the work could be shared
-        parallel = items * ctx >= (ROWS_PARALLEL_MIN_WORK if rows else PARALLEL_MIN_WORK) and get_num_threads() > 1
+        parallel = items * ctx >= min_work and get_num_threads() > 1
     if isinstance(k_pages, tuple):  # kv_q8.QPages: the q8_0 / mixed cache
         from modelc.kernels import attention_q8
 
@@ -211,15 +212,19 @@ def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start,
 def dense_kernel(out, q, k_pages, parallel: bool):
     """The numba kernel for float32 / fp16 pages: attention_rows' (every head of a row together) where it
     applies, else paged_attention's (row, KV head) items; the threaded variant where `parallel`."""
-    from modelc.kernels import attention_rows  # it imports softmax_rows from here
-
-    if isinstance(k_pages, np.ndarray) and attention_rows.supported(q, k_pages) and q.flags.c_contiguous and (
-        out.flags.c_contiguous
-    ):
-        if parallel:
-            return attention_rows.paged_attention_rows_parallel
-        return attention_rows.paged_attention_rows
+    if _rows_apply(out, q, k_pages):
+        return attention_rows.paged_attention_rows_parallel if parallel else attention_rows.paged_attention_rows
     return paged_attention_parallel if parallel else paged_attention
+
+
+def _rows_apply(out, q, k_pages) -> bool:
+    """Whether attention_rows' kernel takes these arrays (float32 / fp16 pages, D % 16 == 0, C-contiguous q, out)."""
+    return (
+        isinstance(k_pages, np.ndarray)
+        and attention_rows.supported(q, k_pages)
+        and q.flags.c_contiguous
+        and out.flags.c_contiguous
+    )
 
 
 def _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window, lens) -> None:
@@ -245,3 +250,6 @@ def _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_star
     _numba_attention(sub_out, sub_q, k_pages, v_pages, np.ascontiguousarray(block_tables[idx]), sub_start,
                      np.ascontiguousarray(pos_start[idx]), scale, window)  # fmt: skip
     out[rows] = sub_out
+
+
+from modelc.kernels import attention_rows  # noqa: E402  (last: it imports softmax_rows, work_item from here)

@@ -34,12 +34,17 @@ KEEP = 32  # ~10 MiB each; a shared dev machine has a folder per worktree and pe
 _installed = False
 
 
+def user_cache() -> pathlib.Path:
+    """modelc's folder in the user's cache: $XDG_CACHE_HOME/modelc (~/.cache/modelc)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "modelc"
+
+
 def cache_root() -> pathlib.Path:
     """$NUMBA_CACHE_DIR if set, else $XDG_CACHE_HOME/modelc/kernels."""
     if os.environ.get("NUMBA_CACHE_DIR"):
         return pathlib.Path(os.environ["NUMBA_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "modelc" / "kernels"
+    return user_cache() / "kernels"
 
 
 @functools.lru_cache(maxsize=1)

@@ -53,8 +53,7 @@ _writers: list[threading.Thread] = []
 def cache_dir() -> pathlib.Path:
     if os.environ.get("MODELC_REPACK_CACHE_DIR"):
         return pathlib.Path(os.environ["MODELC_REPACK_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return pathlib.Path(base) / "modelc" / "repacked"
+    return jit_cache.user_cache() / "repacked"
 
 
 def enabled() -> bool:
@@ -108,7 +107,7 @@ def _locate(parts: Sequence[np.ndarray]) -> tuple[Store, str] | None:
     """(the store of the file these views map, their place in it as a name) or None (not a file's view)."""
     files, places = set(), []
     for p in parts:
-        got = _file_offset(p)
+        got = hugepages.file_place(p) if p.flags.c_contiguous else None  # (file name, byte offset)
         if got is None:
             return None
         files.add(got[0])
@@ -127,11 +126,6 @@ def _locate(parts: Sequence[np.ndarray]) -> tuple[Store, str] | None:
         if store is None:
             store = _stores[side] = Store(pathlib.Path(side))
     return store, ",".join(places)
-
-
-def _file_offset(a: np.ndarray) -> tuple[str, int] | None:
-    """(file name, byte offset) of the read-only file mapping a C-contiguous `a` views, else None."""
-    return hugepages.file_place(a) if a.flags.c_contiguous else None
 
 
 class Store:

@@ -20,10 +20,12 @@ from modelc.engine.lora import LoraAdapter, load_lora
 from modelc.engine.model_info import ModelInfo, eos_ids
 from modelc.engine.sampler import SeqSamplerState, sample
 from modelc.engine.spec_verify import verify
+from modelc.engine.thread_tuner import ThreadTuner, batch_key
+from modelc.engine.thread_tuner import enabled as tuner_enabled
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError
 from modelc.kernels.gemm_weight import Weight
 from modelc.kernels.select import KernelSet
-from modelc.kernels.threads import set_compute_threads
+from modelc.kernels.threads import default_threads, set_compute_threads, set_kernel_threads
 from modelc.models.batch import LoraRows, make_batch
 from modelc.models.registry import build_model
 from modelc.request import SamplingParams
@@ -63,6 +65,7 @@ class Runner:
             self.drafter = Drafter(draft_source, num_kv_blocks=num_kv_blocks, target_vocab=self.model.vocab_size,
                                    kv_dtype=kv_dtype, kernels=kernels)  # fmt: skip
         self.threads = threads
+        self.tuner = ThreadTuner((threads or default_threads()) if tuner_enabled() else 1)  # decode steps' threads
         self.states: dict[int, SeqState] = {}
         self.adapters: dict[str, LoraAdapter] = {}
         self.global_adapter: str | None = None
@@ -74,6 +77,7 @@ class Runner:
         weights the warmup's model made (shared per source, models/weights.py), not the file layout. The
         KV pages, adapters and sequences stay; a forward running meanwhile finishes on the old model."""
         self.model = build_model(self.source)
+        self.tuner = ThreadTuner(self.tuner.candidates[0])  # its timings were of the hybrid kernels
         if self.drafter is not None:
             self.drafter.model = build_model(self.drafter.source)
         # the file pages the hybrid set's requests touched would stay in RSS beside the repacked copy:
@@ -95,10 +99,13 @@ class Runner:
     def hidden_size(self) -> int:
         return self.model.hidden_size
 
-    def _set_threads(self) -> None:
-        """Apply the thread budget to numba (per calling thread) and to BLAS (process-wide)."""
+    def _set_threads(self, kernel_threads: int | None = None) -> None:
+        """Apply the thread budget to numba (per calling thread) and to BLAS (process-wide); kernel_threads:
+        numba's count for this step instead (a decode step's, from the tuner), BLAS's staying the budget."""
         if self.threads:
             set_compute_threads(self.threads)
+        if kernel_threads is not None or self.tuner.active:  # the tuner may have lowered it last step
+            set_kernel_threads(kernel_threads or self.tuner.candidates[0])
 
     # -- the step ----------------------------------------------------------------------------------
 
@@ -216,9 +223,15 @@ class Runner:
         lora = tuple(LoraRows(ad, np.concatenate(r)) for ad, r in groups.values())
         rope_lens = [c.prompt_len for c in chunks]  # long-RoPE: the prompt's length decides, for every step
         batch = make_batch(seqs, logit_rows=np.array(rows, np.int64), lora=lora, rope_lens=rope_lens)
-        self._set_threads()
+        # a decode step (one token per chunk, no drafts) runs on the thread count the tuner finds faster
+        key = batch_key(len(chunks)) if self.tuner.active and row == len(chunks) and not proposals else None
+        n = None if key is None else self.tuner.threads_for(key)
+        self._set_threads(n)
         self.kv.prepare(batch.slots, [(bt, start, start + len(ids)) for ids, start, bt in seqs])
+        t0 = time.perf_counter()
         logits = self.model.forward(batch, self.kv)  # (R, V)
+        if key is not None:
+            self.tuner.record(key, n, time.perf_counter() - t0)
         for c, st in zip(chunks, states, strict=True):
             st.block_table = c.block_table
             self.kv.retire(c.block_table, c.start_pos + len(c.token_ids) - c.num_draft)  # drafts may roll back

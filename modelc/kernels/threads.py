@@ -76,9 +76,21 @@ def get_blas_threads() -> int | None:
         return int(fn())
 
 
-def set_compute_threads(n: int) -> None:
-    """n threads for numba kernels called from this thread, and for BLAS (process-wide)."""
+def default_threads() -> int:
+    """numba's thread count when nobody set one (NUMBA_NUM_THREADS: the usable CPUs by default)."""
+    import numba
+
+    return int(numba.config.NUMBA_NUM_THREADS)
+
+
+def set_kernel_threads(n: int) -> None:
+    """n threads for numba kernels called from this thread (BLAS's count unchanged)."""
     import numba
 
     numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+
+
+def set_compute_threads(n: int) -> None:
+    """n threads for numba kernels called from this thread, and for BLAS (process-wide)."""
+    set_kernel_threads(n)
     set_blas_threads(int(n))

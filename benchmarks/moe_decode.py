@@ -21,9 +21,10 @@ import statistics
 import subprocess
 import time
 
-import numpy as np
-
 _ORIG_ENV = dict(os.environ)  # llama.cpp gets the environment as given (modelc sets OMP variables)
+
+import modelc  # noqa: E402, F401, I001  (before numpy, as in the CLI: its OpenBLAS setting applies only then)
+import numpy as np  # noqa: E402
 
 _LLAMACPP = r"""
 import ctypes, json, sys, time

@@ -26,6 +26,7 @@ from numba import njit, prange
 
 from modelc.ir import DataType
 from modelc.kernels import gemm_fused_iq, gemm_fused_k, gemm_tile, quant
+from modelc.kernels.activation import silu_mul
 from modelc.kernels.fastexp import exp_f32
 from modelc.kernels.gemm_fused_iq import _rows_32
 from modelc.kernels.gemm_fused_k import _rows
@@ -216,6 +217,31 @@ def _router_logits(x, router, rbias):
     return logits
 
 
+@njit(cache=True, nogil=True, error_model="numpy")
+def _activate(a, g, u, pe, gbias, ubias, oss):
+    """a (P, F) = SiLU(g) * u, or gpt-oss's clamped SwiGLU, with pair q's expert pe[q]'s biases. Its own
+    function for error_model="numpy": the default's zero-division check keeps the SiLU loop scalar (the
+    loop inside _moe_ffn took ~170 us of a T = 8 call, 32 pairs x 512)."""
+    P, F = g.shape
+    if not oss and gbias.shape[0] == 0 and ubias.shape[0] == 0:
+        silu_mul(a, g, u)
+        return
+    for q in range(P):
+        e = pe[q]
+        for f in range(F):
+            gv, uv = g[q, f], u[q, f]
+            if gbias.shape[0]:
+                gv += gbias[e, f]
+            if ubias.shape[0]:
+                uv += ubias[e, f]
+            if oss:
+                gv = min(gv, np.float32(7.0))
+                uv = min(max(uv, np.float32(-7.0)), np.float32(7.0))
+                a[q, f] = gv / (np.float32(1.0) + np.exp(-np.float32(1.702) * gv)) * (uv + np.float32(1.0))
+            else:
+                a[q, f] = gv / (np.float32(1.0) + exp_f32(-gv)) * uv
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def _moe_ffn(
     out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku, kd, gbias, ubias, dbias, oss, gr, ur, dr
@@ -273,21 +299,11 @@ def _moe_ffn(
             _r16_rows(ku, u, ur[e], xq, xd, xm, xso, gs[gi], gs[gi + 1], r0, r1)
         else:
             _group_rows(ku, u, up[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
-    a = np.empty((P, F), np.float32)
+    pe = np.empty(P, np.int64)  # the expert of pair q
     for q in range(P):
-        e = sel[order[q] // k, order[q] % k]
-        for f in range(F):
-            gv, uv = g[q, f], u[q, f]
-            if gbias.shape[0]:
-                gv += gbias[e, f]
-            if ubias.shape[0]:
-                uv += ubias[e, f]
-            if oss:
-                gv = min(gv, np.float32(7.0))
-                uv = min(max(uv, np.float32(-7.0)), np.float32(7.0))
-                a[q, f] = gv / (np.float32(1.0) + np.exp(-np.float32(1.702) * gv)) * (uv + np.float32(1.0))
-            else:
-                a[q, f] = gv / (np.float32(1.0) + exp_f32(-gv)) * uv
+        pe[q] = sel[order[q] // k, order[q] % k]
+    a = np.empty((P, F), np.float32)
+    _activate(a, g, u, pe, gbias, ubias, oss)
     aq, ad, am, a_s, adl = _quantized(a, shared and dr.shape[0] == 0 and (kd == 7 or kd == 9))
     aso = _offsets16(aq) if dr.shape[0] and kd == 9 else np.zeros((0, 0), np.int32)
     y = np.empty((P, C), np.float32)

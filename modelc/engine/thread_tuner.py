@@ -9,11 +9,14 @@ gains from a second thread depends on the machine, and measured on a 2-vCPU VM i
 - beside one busy process, a Qwen3-MoE-shaped model (32 experts, 4 active): 1 thread 111-117 tok/s,
   2 threads 48-57. The second thread then waits for a core, and every kernel of the token waits for it.
 
-So decode-shaped steps (every chunk one token) alternate between the configured thread count and half of
-it in short blocks (the first step after a switch not counted), keep the faster by median, and probe again
-every PERIOD steps, or sooner where the chosen count's recent steps run DRIFT times slower than it measured
-(a neighbour process started). Batch sizes are tuned apart (8 streams do more arithmetic per byte than 1).
-Prefill steps always use every thread. MODELC_THREAD_TUNER=0 turns tuning off. No numba here.
+So decode-shaped steps (every chunk one token) of SMALL rows or fewer alternate between the configured thread
+count and half of it in short blocks (the first step after a switch not counted) and keep the faster by
+median; they probe again every PERIOD steps, or sooner where the chosen count's recent steps run DRIFT times
+slower than its best (a neighbour process started). Bigger batches do more arithmetic per byte and a probe
+costs them more (at 16 streams half the threads is ~2x slower; a 16-token benchmark would be all probe):
+they stay on the configured count and probe only on drift, or when a small batch's probe found half the
+threads faster (the machine is contended). Batch sizes are tuned apart. Prefill steps always use every
+thread. MODELC_THREAD_TUNER=0 turns tuning off. No numba here.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ ROUNDS = 2
 PERIOD = 256
 """Steps on the chosen count before probing again."""
 DRIFT = 1.5
-"""Probe again early when the chosen count's last BLOCK steps' median is this many times its probe median."""
+"""Probe again early when the chosen count's last BLOCK steps' median is this many times its best median."""
+SMALL = 2
+"""Decode batches of up to this many rows probe from their first step (a probe there costs ~nothing)."""
+CONTENDED = 1.3
+"""A small batch's probe calls the machine contended where half the threads ran this many times faster
+(beside one busy process 2 threads were ~2x slower than 1; quiet, the two were within the noise)."""
 
 
 def enabled() -> bool:
@@ -48,10 +56,11 @@ def batch_key(rows: int) -> int:
 class _Key:
     plan: list[int] = field(default_factory=list)  # thread counts of the probe steps still to run
     samples: dict[int, list[float]] = field(default_factory=dict)
-    best: int = 0  # 0: no probe finished yet
-    best_s: float = 0.0
+    best: int = 0  # 0: no probe finished yet (small batches)
+    best_s: float = float("inf")  # the lowest median of BLOCK steps seen on `best`
     since: int = 0  # steps on `best` since the last probe
     recent: deque = field(default_factory=lambda: deque(maxlen=BLOCK))
+    epoch: int = 0  # the tuner's contention epoch this key last probed in
 
 
 class ThreadTuner:
@@ -60,6 +69,8 @@ class ThreadTuner:
     def __init__(self, threads: int):
         self.candidates = sorted({max(1, int(threads)), max(1, int(threads) // 2)}, reverse=True)
         self._keys: dict[int, _Key] = {}
+        self.contended = False  # the last small batch's probe found half the threads faster
+        self.epoch = 0  # bumped each time that becomes true: bigger batches then probe once
 
     @property
     def active(self) -> bool:
@@ -73,12 +84,22 @@ class ThreadTuner:
     def threads_for(self, key: int) -> int:
         if not self.active:
             return self.candidates[0]
-        st = self._keys.setdefault(key, _Key())
-        if not st.plan and (not st.best or st.since >= PERIOD or self._drifted(st)):
+        st = self._keys.get(key)
+        if st is None:
+            st = self._keys[key] = _Key(best=0 if key <= SMALL else self.candidates[0], epoch=-1)
+        if not st.plan and self._due(key, st):
             st.plan = [n for _ in range(ROUNDS) for n in self.candidates for _ in range(BLOCK)]
             st.samples = {n: [] for n in self.candidates}
             st.recent.clear()
+            st.epoch = self.epoch
         return st.plan[0] if st.plan else st.best
+
+    def _due(self, key: int, st: _Key) -> bool:
+        if not st.best or self._drifted(st):
+            return True
+        if key <= SMALL:
+            return st.since >= PERIOD
+        return self.contended and (st.epoch < self.epoch or st.since >= PERIOD)
 
     def record(self, key: int, threads: int, seconds: float) -> None:
         st = self._keys.get(key)
@@ -95,10 +116,16 @@ class ThreadTuner:
                 med = {n: statistics.median(v) for n, v in st.samples.items()}
                 st.best = min(med, key=lambda n: (med[n], -n))
                 st.best_s, st.since = med[st.best], 0
+                if key <= SMALL:  # contended: half the threads clearly faster (quiet, they are often even)
+                    now = med[self.candidates[0]] > CONTENDED * med[self.candidates[-1]]
+                    self.epoch += now and not self.contended
+                    self.contended = now
             return
         if threads == st.best:
             st.since += 1
             st.recent.append(seconds)
+            if len(st.recent) == BLOCK and not self._drifted(st):
+                st.best_s = min(st.best_s, statistics.median(st.recent))
 
     @staticmethod
     def _drifted(st: _Key) -> bool:

@@ -31,9 +31,38 @@ def test_probe_alternates_blocks_then_keeps_the_faster():
     used = _drive(t, 1, {4: 2.0, 2: 1.0}, probe + 10)
     assert used[:probe] == ([4] * BLOCK + [2] * BLOCK) * ROUNDS
     assert used[probe:] == [2] * 10 and t.choice(1) == 2
-    # a batch size of its own is probed apart, and there more threads win
+    # the machine looks contended: a bigger batch probes too (apart), and there more threads win
+    assert t.contended
     used = _drive(t, 8, {4: 1.0, 2: 3.0}, probe + 3)
-    assert used[probe:] == [4] * 3 and t.choice(1) == 2
+    assert used[:probe] == ([4] * BLOCK + [2] * BLOCK) * ROUNDS
+    assert used[probe:] == [4] * 3 and t.choice(1) == 2 and t.contended
+
+
+def test_big_batches_probe_only_on_drift_or_contention():
+    t = ThreadTuner(2)
+    probe = 2 * BLOCK * ROUNDS
+    # quiet: a 16-row batch stays on every thread from its first step, however long it runs
+    assert _drive(t, 16, {2: 1.0, 1: 2.0}, PERIOD * 2) == [2] * (PERIOD * 2)
+    # its steps turn 4x slower: within BLOCK of them it probes, and moves where half is faster
+    slow = 0
+    while not t._keys[16].plan:
+        assert slow < BLOCK
+        _drive(t, 16, {2: 4.0, 1: 3.0}, 1)
+        slow += 1
+    used = _drive(t, 16, {2: 4.0, 1: 3.0}, probe + 1)  # the loop's last step was the probe's first
+    assert used == (([2] * BLOCK + [1] * BLOCK) * ROUNDS)[1:] + [1, 1]
+    assert not t.contended  # only a small batch's probe says so
+    # a single stream a little faster on half the threads takes them, but that is no contention
+    _drive(t, 1, {2: 1.1, 1: 1.0}, probe)
+    assert t.choice(1) == 1 and not t.contended
+    t = ThreadTuner(2)
+    # a single stream finds half faster: the machine is contended, so a new big batch probes at once
+    _drive(t, 1, {2: 2.0, 1: 1.0}, probe)
+    assert t.contended and t.choice(1) == 1
+    assert _drive(t, 8, {2: 1.0, 1: 2.0}, probe + 1) == ([2] * BLOCK + [1] * BLOCK) * ROUNDS + [2]
+    # the single stream finds every thread faster again: no longer contended
+    _drive(t, 1, {2: 1.0, 1: 2.0}, PERIOD + probe)
+    assert not t.contended and t.choice(1) == 2
 
 
 def test_first_step_of_each_block_is_not_counted():

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelc.errors import InvalidRequestError
+from modelc.ir import SCALE_SUFFIX
 
 KV_DTYPES = ("float32", "float16", "q8_0", "mixed")  # the KV cache types (docs/scheduler.md)
+KV_AUTO = "auto"  # f16 for a model with quantized matrices, f32 for a float one (resolve_kv_dtype)
 _ALIASES = {"f32": "float32", "fp32": "float32", "f16": "float16", "fp16": "float16", "q8": "q8_0", "int8": "q8_0"}
 MAX_GAMMA = 32  # the most drafted tokens one speculative step may verify
 
@@ -22,12 +24,26 @@ def _bad(name: str, why: str) -> None:
 
 
 def parse_kv_dtype(name: str) -> str:
-    """A user's KV cache type (f32, f16, q8_0, mixed, or the canonical names) -> the canonical name."""
+    """A user's KV cache type (auto, f32, f16, q8_0, mixed, or the canonical names) -> the canonical name."""
     canon = _ALIASES.get(str(name).lower(), str(name).lower())
-    if canon not in KV_DTYPES:
-        raise InvalidRequestError(f"KV cache type must be one of f32, f16, q8_0, mixed; got {name!r}",
+    if canon not in KV_DTYPES and canon != KV_AUTO:
+        raise InvalidRequestError(f"KV cache type must be one of auto, f32, f16, q8_0, mixed; got {name!r}",
                                   param="kv_cache_dtype")  # fmt: skip
     return canon
+
+
+def resolve_kv_dtype(name: str, source: Any) -> str:
+    """The KV cache type a model gets for `name`: "auto" is float16 where the model's matrices are quantized
+    (block types, or int8/int4 with scales: llama.cpp's default KV type; it halves decode attention's reads),
+    float32 where they are float (its logits then match transformers' to 1e-4); any other name as parsed."""
+    canon = parse_kv_dtype(name)
+    if canon != KV_AUTO:
+        return canon
+    tensors = getattr(source, "tensors", None) or {}
+    quantized = any(
+        len(t.shape) >= 2 and (t.dtype.is_quantized or n + SCALE_SUFFIX in tensors) for n, t in tensors.items()
+    )
+    return "float16" if quantized else "float32"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +53,7 @@ class CacheConfig:
     block_size: int = 16
     kv_cache_mb: float | None = None
     kv_cache_tokens: int | None = None
-    kv_dtype: str = "float32"
+    kv_dtype: str = KV_AUTO  # resolved per model when an engine opens (resolve_kv_dtype)
     enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
@@ -49,7 +65,7 @@ class CacheConfig:
             _bad("kv_cache_mb", "must be > 0")
         if self.kv_cache_tokens is not None and self.kv_cache_tokens < self.block_size:
             _bad("kv_cache_tokens", f"must be >= {self.block_size}")
-        if self.kv_dtype not in KV_DTYPES:  # f32/f16/q8/... spellings are accepted and normalized
+        if self.kv_dtype not in KV_DTYPES and self.kv_dtype != KV_AUTO:  # f32/f16/q8/... spellings are accepted
             object.__setattr__(self, "kv_dtype", parse_kv_dtype(self.kv_dtype))
 
 

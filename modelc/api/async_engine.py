@@ -33,7 +33,7 @@ from modelc.actors.messages import (
 from modelc.actors.request import RequestActor
 from modelc.actors.supervisor import Supervisor
 from modelc.cache.budget import kv_bytes_per_block, num_kv_blocks
-from modelc.config import EngineConfig
+from modelc.config import EngineConfig, resolve_kv_dtype
 from modelc.engine.model_info import ModelInfo
 from modelc.engine.runner import Runner
 from modelc.engine.warm import ready_runner
@@ -97,6 +97,7 @@ class AsyncEngine:
         source = as_source(source_or_path)
         info = ModelInfo.of(source)
         config = _effective_config(config or EngineConfig(), info)
+        config = replace(config, cache=replace(config.cache, kv_dtype=resolve_kv_dtype(config.cache.kv_dtype, source)))
         draft = None
         if config.draft is not None and runner_factory is None:
             draft = as_source(config.draft)

@@ -15,7 +15,7 @@ import numpy as np
 
 from modelc.cache.block_pool import BlockPool
 from modelc.cache.kv_pages import BLOCK_SIZE
-from modelc.config import SchedulerConfig, parse_kv_dtype
+from modelc.config import SchedulerConfig, resolve_kv_dtype
 from modelc.engine.core import EngineCore
 from modelc.engine.embedder import Embedder, supports_embeddings
 from modelc.engine.infer import Inferencer, supports_infer
@@ -38,7 +38,7 @@ class Engine:
     """One model, one request at a time. `Engine.load(...)` or `Engine(source)` for an in-memory model."""
 
     def __init__(self, source: Any, *, threads: int | None = None, kv_cache_tokens: int = 4096,
-                 kv_dtype: str = "float32"):  # fmt: skip
+                 kv_dtype: str = "auto"):  # fmt: skip
         if kv_cache_tokens < 1:
             raise InvalidRequestError("kv_cache_tokens must be >= 1", param="kv_cache_tokens")
         self.source = source
@@ -58,7 +58,7 @@ class Engine:
             return
         num_blocks = (kv_cache_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE
         info = self.info
-        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=parse_kv_dtype(kv_dtype), threads=threads,
+        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=resolve_kv_dtype(kv_dtype, source), threads=threads,
                              info=info)  # fmt: skip
         # learned position tables (GPT-2) cap the sequence length too
         limit = getattr(self.runner.model, "max_positions", None)
@@ -85,7 +85,7 @@ class Engine:
 
     @classmethod
     def load(cls, path_or_store_name: str | os.PathLike[str], *, threads: int | None = None,
-             kv_cache_tokens: int = 4096, kv_dtype: str = "float32") -> Engine:  # fmt: skip
+             kv_cache_tokens: int = 4096, kv_dtype: str = "auto") -> Engine:  # fmt: skip
         return cls(open_model(path_or_store_name), threads=threads, kv_cache_tokens=kv_cache_tokens,
                    kv_dtype=kv_dtype)  # fmt: skip
 

@@ -8,14 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from modelc.cache.kv_pages import KVPages
-from modelc.config import CacheConfig
+from modelc.config import KV_AUTO, CacheConfig
 
 DEFAULT_KV_CAP_BYTES = 2 << 30  # the default budget never exceeds 2 GiB...
 DEFAULT_KV_FRACTION = 0.25  # ...nor 25% of MemAvailable
 
 
 def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dtype: str = "float32") -> int:
-    """Bytes of K and V for one block across all layers (2 * L * K * Z * bytes per row, see KVPages)."""
+    """Bytes of K and V for one block across all layers (2 * L * K * Z * bytes per row, see KVPages).
+    "auto" (not resolved against a model yet: config.resolve_kv_dtype) counts as float32, its upper bound."""
+    if kv_dtype == KV_AUTO:
+        kv_dtype = "float32"
     num_layers = int(model_config.get("num_hidden_layers") or 0)
     num_heads = int(model_config.get("num_attention_heads") or 1)
     num_kv_heads = int(model_config.get("num_key_value_heads") or num_heads)

@@ -179,7 +179,7 @@ def load_cmd(
         None, "--keep-alive", help="Keep it loaded this long when idle: seconds, '5m', '-1' (forever)."
     ),
     kv_cache_dtype: str | None = typer.Option(
-        None, "--kv-cache-dtype", help="KV cache type for this model: f32, f16, q8_0 or mixed (default: the daemon's)."
+        None, "--kv-cache-dtype", help="KV cache type for this model: auto, f32, f16, q8_0 or mixed (default: the daemon's)."
     ),
     ray: str | None = typer.Option(
         None, "--ray", help="Serve it through Ray engine replicas: 'local', 'auto' or HOST:PORT."

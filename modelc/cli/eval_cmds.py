@@ -25,7 +25,7 @@ def read_text(path: Path) -> str:
 
 
 def eval_perplexity(source: Any, text: str, *, ctx: int, stride: int | None, threads: int | None = None,
-                    kv_dtype: str = "float32", label: str = "perplexity") -> Any:  # fmt: skip
+                    kv_dtype: str = "auto", label: str = "perplexity") -> Any:  # fmt: skip
     """Perplexity of an opened model source (artifact or raw weights) on `text`, with a progress bar."""
     from modelc.api.engine import Engine
     from modelc.cli.store_cmds import progress_bar
@@ -52,7 +52,11 @@ def perplexity_cmd(
         "(llama.cpp --ppl-stride); default: disjoint chunks, score the second half.",
     ),
     threads: int | None = typer.Option(None, "--threads", help="numba threads (default: all cores)."),
-    kv_cache_dtype: str = typer.Option("f32", "--kv-cache-dtype", help="KV cache type (f32, f16, q8_0, mixed)."),
+    kv_cache_dtype: str = typer.Option(
+        "auto",
+        "--kv-cache-dtype",
+        help="KV cache type (auto: f16 for quantized weights, else f32; f32, f16, q8_0, mixed).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Perplexity of MODEL on TEXT_FILE, computed as llama.cpp's llama-perplexity does.

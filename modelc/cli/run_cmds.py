@@ -27,7 +27,7 @@ def engine_config(
     kv_cache_mb: float | None,
     draft: str | None = None,
     gamma: int | None = None,
-    kv_dtype: str = "float32",
+    kv_dtype: str = "auto",
     ray: str | None = None,
     replicas: int = 2,
     cpus_per_replica: float = 1.0,
@@ -81,9 +81,10 @@ def run_cmd(
         0, "--anchor-tokens", help="A context shift keeps at least this many first tokens (attention sinks)."
     ),
     kv_cache_dtype: str = typer.Option(
-        "f32",
+        "auto",
         "--kv-cache-dtype",
-        help="KV cache type: f32, f16, q8_0 (int8 + fp16 scale per 32), mixed (recent 64 tokens f32, older int8).",
+        help="KV cache type: auto (f16 for quantized weights, f32 for float ones), f32, f16, q8_0 (int8 + fp16 "
+        "scale per 32), mixed (recent 64 tokens f32, older int8).",
     ),
     request_timeout: float | None = typer.Option(None, "--request-timeout", help="Seconds per request (408)."),
     max_body_mb: float = typer.Option(

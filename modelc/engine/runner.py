@@ -14,6 +14,7 @@ import numpy as np
 
 from modelc.artifact.hash_pool import release_pages
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
+from modelc.config import resolve_kv_dtype
 from modelc.engine import warm_replay
 from modelc.engine.drafter import Drafter, DraftJob
 from modelc.engine.lora import LoraAdapter, load_lora
@@ -55,6 +56,7 @@ class Runner:
         self.source = source
         self._info = info
         self.model = build_model(source, kernels)
+        kv_dtype = resolve_kv_dtype(kv_dtype, source)  # "auto": f16 for quantized matrices, else f32
         check_kv = getattr(self.model, "check_kv_dtype", None)
         if check_kv is not None:
             check_kv(kv_dtype)

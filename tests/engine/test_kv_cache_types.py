@@ -8,7 +8,7 @@ import pytest
 
 from modelc.api.async_engine import AsyncEngine
 from modelc.api.engine import Engine
-from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
+from modelc.config import CacheConfig, EngineConfig, SchedulerConfig, resolve_kv_dtype
 from modelc.errors import InvalidRequestError
 from modelc.models.tiny import make_tiny_llama
 from modelc.request import SamplingParams
@@ -40,6 +40,7 @@ def test_logits_close_to_f32_kv(model, kv):
 
 def test_aliases_and_bad_type():
     assert CacheConfig(kv_dtype="q8").kv_dtype == "q8_0" and CacheConfig(kv_dtype="f16").kv_dtype == "float16"
+    assert CacheConfig().kv_dtype == "auto" and CacheConfig(kv_dtype="AUTO").kv_dtype == "auto"
     with pytest.raises(InvalidRequestError, match="q8_0"):
         CacheConfig(kv_dtype="int3")
 
@@ -65,3 +66,30 @@ async def test_prefix_hit_reproduces_first_run(model, kv, anyio_backend):
             assert stats["kv_blocks_used"] == 0 and stats["prefix_hits"] > 0
     alone = list(Engine(model, kv_dtype=kv, kv_cache_tokens=512).generate_ids(prompt, params))
     assert alone == runs[0][0]  # mixed too: chunked prefill (64-token steps) reads the rows one pass reads
+
+
+def test_auto_is_f16_for_quantized_matrices_and_f32_for_float_ones():
+    from modelc.artifact.transforms import plan
+
+    flt = make_tiny_llama(2)
+    q4 = make_tiny_llama(2)
+    q4.tensors, _ = plan(q4.tensors, prune=None, quantize="q4_0", quantize_embeddings=False, quantize_output=False)
+    assert resolve_kv_dtype("auto", flt) == "float32" and resolve_kv_dtype("auto", q4) == "float16"
+    assert resolve_kv_dtype("f32", q4) == "float32" and resolve_kv_dtype("q8", flt) == "q8_0"
+    assert Engine(flt).runner.kv.kv_dtype == "float32" and Engine(q4).runner.kv.kv_dtype == "float16"
+    assert Engine(q4, kv_dtype="f32").runner.kv.kv_dtype == "float32"
+    with pytest.raises(InvalidRequestError, match="auto"):
+        resolve_kv_dtype("f8", q4)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_engine_config_reports_the_resolved_type(anyio_backend):
+    from modelc.artifact.transforms import plan
+
+    q4 = make_tiny_llama(2)
+    q4.tensors, _ = plan(q4.tensors, prune=None, quantize="q4_0", quantize_embeddings=False, quantize_output=False)
+    cfg = EngineConfig(threads=1, cpu_count=2, cache=CacheConfig(kv_cache_tokens=256))
+    with anyio.fail_after(120):
+        async with AsyncEngine.open(q4, cfg) as eng:
+            assert eng.config.cache.kv_dtype == "float16"

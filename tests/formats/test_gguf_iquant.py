@@ -75,8 +75,9 @@ def _engines(tmp_path: pathlib.Path, qtype: DataType, monkeypatch=None) -> tuple
     _write(tmp_path / "f.gguf", _dequantized(q))
     if monkeypatch is not None:  # the file layout: prefill dequantizes (BLAS) instead of gemm_r16's int8 dots
         monkeypatch.setenv("MODELC_REPACK", "0")
-    eq = Engine.load(pack(tmp_path / "q.gguf", out=tmp_path / "q.modelc"), kv_cache_tokens=256)
-    ef = Engine.load(pack(tmp_path / "f.gguf", out=tmp_path / "f.modelc"), kv_cache_tokens=256)
+    # the kernels are compared, not the KV type: f32 for both (auto would give the quantized one f16)
+    eq = Engine.load(pack(tmp_path / "q.gguf", out=tmp_path / "q.modelc"), kv_cache_tokens=256, kv_dtype="f32")
+    ef = Engine.load(pack(tmp_path / "f.gguf", out=tmp_path / "f.modelc"), kv_cache_tokens=256, kv_dtype="f32")
     return eq, ef
 
 

@@ -12,8 +12,12 @@ gemm_fused_iq._rows_32 for IQ4_NL / MXFP4); one chosen by several runs gemm_tile
 the type has them (Q4_K, Q6_K: each weight group unpacked once per 4 tokens), else the matvec rows per
 token (the rows then come from L1/L2 after the first). A projection repacked at load into gemm_r16's
 16-row groups (MoeExperts.*_r16, kinds R16_KINDS) runs gemm_r16's group loops instead, for all the
-tokens of an expert at once (the float work once per 16 rows, token and block). The numpy twin is
-ref_moe.moe_ffn.
+tokens of an expert at once (the float work once per 16 rows, token and block). Where every chosen
+expert has one pair (a decode token) and there are at least as many experts as threads, the threads
+split the experts instead of their rows: each runs whole experts (gate, up, activation, down) in one
+parallel region, streaming each matrix end to end (one Qwen3-MoE layer, T = 1, the 16 layers in turn,
+alternating processes: p10 170-204 us against 241-290, median 209-269 against 305-808). The numpy
+twin is ref_moe.moe_ffn.
 
 Other expert types, and batches above FUSED_MAX_T tokens (prefill: the tile / BLAS kernels win there),
 go through models/moe.py's per-expert matmuls.
@@ -22,7 +26,7 @@ go through models/moe.py's per-expert matmuls.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
 from modelc.ir import DataType
 from modelc.kernels import gemm_fused_iq, gemm_fused_k, gemm_tile, quant
@@ -85,7 +89,7 @@ def moe_ffn(
             k, normalize, ex.gate, ex.up, ex.down, kg, ku, kd,
             _NONE if ex.gate_bias is None else ex.gate_bias, _NONE if ex.up_bias is None else ex.up_bias,
             _NONE if ex.down_bias is None else ex.down_bias, ex.oss,
-            *(_NONE3 if r is None else r for r in (ex.gate_r16, ex.up_r16, ex.down_r16)))  # fmt: skip
+            *(_NONE3 if r is None else r for r in (ex.gate_r16, ex.up_r16, ex.down_r16)), get_num_threads())  # fmt: skip
     # NOTE: numba's static split, not linear.chunked's dynamic chunks: a decode step's expert matmuls are
     # a few hundred microseconds, and the chunked schedule made this call 2x slower (192 vs 96 us, one
     # layer of a 32-expert Qwen3-MoE, 2 threads, hot; decode 14.5-15.9 -> 12.4-12.7 ms per token)
@@ -244,7 +248,7 @@ def _activate(a, g, u, pe, gbias, ubias, oss):
 
 @njit(cache=True, nogil=True, parallel=True)
 def _moe_ffn(
-    out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku, kd, gbias, ubias, dbias, oss, gr, ur, dr
+    out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku, kd, gbias, ubias, dbias, oss, gr, ur, dr, nthreads
 ):
     T, C = x.shape
     E, F = gate.shape[0], gate.shape[1]
@@ -283,6 +287,19 @@ def _moe_ffn(
     tg, tu = shared and gr.shape[0] == 0 and (kg == 7 or kg == 9), shared and ur.shape[0] == 0 and (ku == 7 or ku == 9)
     xq, xd, xm, xs, xdl = _quantized(xp, tg or tu)
     xso = _offsets16(xq) if (gr.shape[0] and kg == 9) or (ur.shape[0] and ku == 9) else np.zeros((0, 0), np.int32)
+    pe = np.empty(P, np.int64)  # the expert of pair q
+    for q in range(P):
+        pe[q] = sel[order[q] // k, order[q] % k]
+    y = np.empty((P, C), np.float32)
+    if not shared and ne >= nthreads:  # (numba's get_num_threads() in here would make it uncachable)
+        # one pair per expert (a decode token): each thread runs whole experts, in one parallel region
+        for gi in prange(ne):
+            q = gs[gi]
+            _one_expert(y[q : q + 1], ue[gi], xq[q : q + 1], xd[q : q + 1], xm[q : q + 1], xs[q : q + 1],
+                        xdl[q : q + 1], xso[q : q + 1], gate, up, down, gr, ur, dr, kg, ku, kd, gbias, ubias, oss,
+                        pe[q : q + 1])  # fmt: skip
+        _weigh(out, y, order, sel, wts, k, dbias)
+        return
     g = np.empty((P, F), np.float32)
     u = np.empty((P, F), np.float32)
     nf = (F + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
@@ -299,14 +316,10 @@ def _moe_ffn(
             _r16_rows(ku, u, ur[e], xq, xd, xm, xso, gs[gi], gs[gi + 1], r0, r1)
         else:
             _group_rows(ku, u, up[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
-    pe = np.empty(P, np.int64)  # the expert of pair q
-    for q in range(P):
-        pe[q] = sel[order[q] // k, order[q] % k]
     a = np.empty((P, F), np.float32)
     _activate(a, g, u, pe, gbias, ubias, oss)
     aq, ad, am, a_s, adl = _quantized(a, shared and dr.shape[0] == 0 and (kd == 7 or kd == 9))
     aso = _offsets16(aq) if dr.shape[0] and kd == 9 else np.zeros((0, 0), np.int32)
-    y = np.empty((P, C), np.float32)
     nc = (C + _ROWS_PER_TASK - 1) // _ROWS_PER_TASK
     for task in prange(ne * nc):
         gi, j = task // nc, task % nc
@@ -316,8 +329,41 @@ def _moe_ffn(
             _r16_rows(kd, y, dr[ue[gi]], aq, ad, am, aso, gs[gi], gs[gi + 1], r0, r1)
         else:
             _group_rows(kd, y, down[ue[gi]], aq, ad, am, a_s, adl, gs[gi], gs[gi + 1], r0, r1)
+    _weigh(out, y, order, sel, wts, k, dbias)
+
+
+@njit(cache=True, nogil=True)
+def _one_expert(y, e, xq, xd, xm, xs, xdl, xso, gate, up, down, gr, ur, dr, kg, ku, kd, gbias, ubias, oss, pe):
+    """y (1, C) = expert e's output for one pair (its activation row xq (1, C)...; pe (1,): e): gate and up
+    rows, the activation, its quantization and the down rows, on the calling thread (the matvec row
+    loops, as _moe_ffn's row tasks run them for a single pair: the same values)."""
+    F, C = gate.shape[1], y.shape[1]
+    g = np.empty((1, F), np.float32)
+    u = np.empty((1, F), np.float32)
+    if gr.shape[0]:
+        _r16_rows(kg, g, gr[e], xq, xd, xm, xso, 0, 1, 0, F)
+    else:
+        _group_rows(kg, g, gate[e], xq, xd, xm, xs, xdl, 0, 1, 0, F)
+    if ur.shape[0]:
+        _r16_rows(ku, u, ur[e], xq, xd, xm, xso, 0, 1, 0, F)
+    else:
+        _group_rows(ku, u, up[e], xq, xd, xm, xs, xdl, 0, 1, 0, F)
+    a = np.empty((1, F), np.float32)
+    _activate(a, g, u, pe, gbias, ubias, oss)
+    aq, ad, am, a_s, adl = _quantized(a, False)
+    if dr.shape[0]:
+        aso = _offsets16(aq) if kd == 9 else np.zeros((0, 0), np.int32)
+        _r16_rows(kd, y, dr[e], aq, ad, am, aso, 0, 1, 0, C)
+    else:
+        _group_rows(kd, y, down[e], aq, ad, am, a_s, adl, 0, 1, 0, C)
+
+
+@njit(cache=True, nogil=True)
+def _weigh(out, y, order, sel, wts, k, dbias):
+    """out (T, C) = sum over each token's pairs q of its weight * (y[q] + the expert's down bias)."""
+    C = out.shape[1]
     out[:, :] = 0.0
-    for q in range(P):
+    for q in range(y.shape[0]):
         p = order[q]
         t, e, wt = p // k, sel[p // k, p % k], wts[p // k, p % k]
         for c in range(C):

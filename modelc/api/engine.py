@@ -15,7 +15,7 @@ import numpy as np
 
 from modelc.cache.block_pool import BlockPool
 from modelc.cache.kv_pages import BLOCK_SIZE
-from modelc.config import SchedulerConfig, resolve_kv_dtype
+from modelc.config import SchedulerConfig
 from modelc.engine.core import EngineCore
 from modelc.engine.embedder import Embedder, supports_embeddings
 from modelc.engine.infer import Inferencer, supports_infer
@@ -58,7 +58,7 @@ class Engine:
             return
         num_blocks = (kv_cache_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE
         info = self.info
-        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=resolve_kv_dtype(kv_dtype, source), threads=threads,
+        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=kv_dtype, threads=threads,
                              info=info)  # fmt: skip
         # learned position tables (GPT-2) cap the sequence length too
         limit = getattr(self.runner.model, "max_positions", None)

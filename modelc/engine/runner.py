@@ -26,7 +26,7 @@ from modelc.engine.thread_tuner import enabled as tuner_enabled
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError
 from modelc.kernels.gemm_weight import Weight
 from modelc.kernels.select import KernelSet
-from modelc.kernels.threads import default_threads, set_compute_threads, set_kernel_threads
+from modelc.kernels.threads import default_threads, set_blas_threads, set_kernel_threads
 from modelc.models.batch import LoraRows, make_batch
 from modelc.models.registry import build_model
 from modelc.request import SamplingParams
@@ -105,9 +105,11 @@ class Runner:
         """Apply the thread budget to numba (per calling thread) and to BLAS (process-wide); kernel_threads:
         numba's count for this step instead (a decode step's, from the tuner), BLAS's staying the budget."""
         if self.threads:
-            set_compute_threads(self.threads)
-        if kernel_threads is not None or self.tuner.active:  # the tuner may have lowered it last step
-            set_kernel_threads(kernel_threads or self.tuner.candidates[0])
+            set_blas_threads(self.threads)
+        # with the tuner, always set: it may have lowered the count for the last step
+        n = kernel_threads or (self.tuner.candidates[0] if self.tuner.active else self.threads)
+        if n:
+            set_kernel_threads(n)
 
     # -- the step ----------------------------------------------------------------------------------
 

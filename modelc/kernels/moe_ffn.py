@@ -188,6 +188,16 @@ def _r16_rows(kind, out, rw, xq, xd, xm, so, q0, q1, r0, r1):
 
 
 @njit(cache=True, nogil=True)
+def _rows_of(kind, out, rw, w, e, xq, xd, xm, xs, xdl, so, q0, q1, r0, r1):
+    """out[q, r0:r1] = rows r0..r1 of expert e's projection . activation row q, for q0 <= q < q1: from its
+    gemm_r16 copy rw[e] where the loader made one (rw has experts), else from the stored rows w[e]."""
+    if rw.shape[0]:
+        _r16_rows(kind, out, rw[e], xq, xd, xm, so, q0, q1, r0, r1)
+    else:
+        _group_rows(kind, out, w[e], xq, xd, xm, xs, xdl, q0, q1, r0, r1)
+
+
+@njit(cache=True, nogil=True)
 def _quantized(a, tiles):
     """quant.quantize_act of a (P, C), its per-32 sums, and gemm_tile.prep_act's lane scales when `tiles`."""
     p, c = a.shape
@@ -308,14 +318,8 @@ def _moe_ffn(
         e = ue[gi]
         r0 = j * _ROWS_PER_TASK
         r1 = min(F, r0 + _ROWS_PER_TASK)
-        if gr.shape[0]:
-            _r16_rows(kg, g, gr[e], xq, xd, xm, xso, gs[gi], gs[gi + 1], r0, r1)
-        else:
-            _group_rows(kg, g, gate[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
-        if ur.shape[0]:
-            _r16_rows(ku, u, ur[e], xq, xd, xm, xso, gs[gi], gs[gi + 1], r0, r1)
-        else:
-            _group_rows(ku, u, up[e], xq, xd, xm, xs, xdl, gs[gi], gs[gi + 1], r0, r1)
+        _rows_of(kg, g, gr, gate, e, xq, xd, xm, xs, xdl, xso, gs[gi], gs[gi + 1], r0, r1)
+        _rows_of(ku, u, ur, up, e, xq, xd, xm, xs, xdl, xso, gs[gi], gs[gi + 1], r0, r1)
     a = np.empty((P, F), np.float32)
     _activate(a, g, u, pe, gbias, ubias, oss)
     aq, ad, am, a_s, adl = _quantized(a, shared and dr.shape[0] == 0 and (kd == 7 or kd == 9))
@@ -325,10 +329,7 @@ def _moe_ffn(
         gi, j = task // nc, task % nc
         r0 = j * _ROWS_PER_TASK
         r1 = min(C, r0 + _ROWS_PER_TASK)
-        if dr.shape[0]:
-            _r16_rows(kd, y, dr[ue[gi]], aq, ad, am, aso, gs[gi], gs[gi + 1], r0, r1)
-        else:
-            _group_rows(kd, y, down[ue[gi]], aq, ad, am, a_s, adl, gs[gi], gs[gi + 1], r0, r1)
+        _rows_of(kd, y, dr, down, ue[gi], aq, ad, am, a_s, adl, aso, gs[gi], gs[gi + 1], r0, r1)
     _weigh(out, y, order, sel, wts, k, dbias)
 
 
@@ -340,22 +341,13 @@ def _one_expert(y, e, xq, xd, xm, xs, xdl, xso, gate, up, down, gr, ur, dr, kg, 
     F, C = gate.shape[1], y.shape[1]
     g = np.empty((1, F), np.float32)
     u = np.empty((1, F), np.float32)
-    if gr.shape[0]:
-        _r16_rows(kg, g, gr[e], xq, xd, xm, xso, 0, 1, 0, F)
-    else:
-        _group_rows(kg, g, gate[e], xq, xd, xm, xs, xdl, 0, 1, 0, F)
-    if ur.shape[0]:
-        _r16_rows(ku, u, ur[e], xq, xd, xm, xso, 0, 1, 0, F)
-    else:
-        _group_rows(ku, u, up[e], xq, xd, xm, xs, xdl, 0, 1, 0, F)
+    _rows_of(kg, g, gr, gate, e, xq, xd, xm, xs, xdl, xso, 0, 1, 0, F)
+    _rows_of(ku, u, ur, up, e, xq, xd, xm, xs, xdl, xso, 0, 1, 0, F)
     a = np.empty((1, F), np.float32)
     _activate(a, g, u, pe, gbias, ubias, oss)
     aq, ad, am, a_s, adl = _quantized(a, False)
-    if dr.shape[0]:
-        aso = _offsets16(aq) if kd == 9 else np.zeros((0, 0), np.int32)
-        _r16_rows(kd, y, dr[e], aq, ad, am, aso, 0, 1, 0, C)
-    else:
-        _group_rows(kd, y, down[e], aq, ad, am, a_s, adl, 0, 1, 0, C)
+    aso = _offsets16(aq) if dr.shape[0] and kd == 9 else np.zeros((0, 0), np.int32)
+    _rows_of(kd, y, dr, down, e, aq, ad, am, a_s, adl, aso, 0, 1, 0, C)
 
 
 @njit(cache=True, nogil=True)

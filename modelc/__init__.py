@@ -7,16 +7,17 @@ import sys
 
 from modelc.version import __version__
 
-# OpenMP threads (numba's parallel kernels, OpenBLAS) spin while they wait by default (libgomp:
-# ~300000 rounds); on a busy CPU that starves a descheduled peer thread and made 2-thread decode
-# 10x slower (measured, docs/kernels.md). Fully passive waiting costs the other extreme: every
-# parallel kernel then wakes a sleeping thread, ~45 us on this VM, ~180 times per decode token.
-# So the threads spin briefly (GOMP_SPINCOUNT=1000: the gap between two kernels of one token)
-# and then sleep: TinyLlama Q4_K_M decode 25.7-29.8 vs 21.5-24.9 tok/s fully passive (2 threads,
-# quiet VM). Both are read when libgomp loads, at the first parallel kernel, so they are set
-# here, when the package is imported. An explicit setting of either from the user wins.
+# OpenMP threads (numba's parallel kernels) sleep once they have spun GOMP_SPINCOUNT rounds without work.
+# Waking a sleeping thread costs ~25-45 us on this VM, ~100 us once its vCPU has halted (after ~1.6 ms), and
+# a decode token runs ~90-180 parallel kernels with Python between them, so the spin decides decode speed:
+# 1000 rounds (< 30 us) made every kernel wait for a wake-up, TinyLlama Q4_0 decode median 29-31 tok/s;
+# 100000 (~1.6-3 ms here, libgomp's own estimate is 1 ms) 35-39, best 45-51 (2 threads, quiet VM, the same
+# runs). Spinning is also what makes 2 threads beside a busy process very slow (2-9 tok/s against 20 at 1000
+# rounds): engine/thread_tuner.py measures that and moves to half the threads, where it is 27-29.
+# Read when libgomp loads, at the first parallel kernel, so set here, at import. A user's setting wins;
+# the test suite runs 2 processes on 2 cores and sets 1000 (tests/conftest.py).
 if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-    os.environ["GOMP_SPINCOUNT"] = "1000"
+    os.environ["GOMP_SPINCOUNT"] = "100000"
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 # OpenBLAS (numpy's BLAS: prefill attention, the BLAS matmul path) keeps its worker thread spinning for
 # 2^28 cycles (~0.1 s) after every call, so through a prefill it held a core that numba's threads needed

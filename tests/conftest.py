@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
+
+# the suite runs as 2 processes on 2 cores (.ci/run): threads that spin long between kernels (modelc's
+# default, modelc/__init__.py) would take the core the other process's threads need. Set before any test
+# imports modelc, and before libgomp loads; servers the tests start inherit it.
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "fixtures"

@@ -103,11 +103,12 @@ class Runner:
 
     def _set_threads(self, kernel_threads: int | None = None) -> None:
         """Apply the thread budget to numba (per calling thread) and to BLAS (process-wide); kernel_threads:
-        numba's count for this step instead (a decode step's, from the tuner), BLAS's staying the budget."""
+        numba's count for this step instead (a decode step's, from the tuner), BLAS's staying the budget. Steps
+        the tuner does not time take its prompt_threads() (half the threads on a contended machine)."""
         if self.threads:
             set_blas_threads(self.threads)
         # with the tuner, always set: it may have lowered the count for the last step
-        n = kernel_threads or (self.tuner.candidates[0] if self.tuner.active else self.threads)
+        n = kernel_threads or (self.tuner.prompt_threads() if self.tuner.active else self.threads)
         if n:
             set_kernel_threads(n)
 

@@ -9,14 +9,21 @@ gains from a second thread depends on the machine, and measured on a 2-vCPU VM i
 - beside one busy process, a Qwen3-MoE-shaped model (32 experts, 4 active): 1 thread 111-117 tok/s,
   2 threads 48-57. The second thread then waits for a core, and every kernel of the token waits for it.
 
-So decode-shaped steps (every chunk one token) of SMALL rows or fewer alternate between the configured thread
-count and half of it in short blocks (the first step after a switch not counted) and keep the faster by
-median; they probe again every PERIOD steps, or sooner where the chosen count's recent steps run DRIFT times
-slower than its best (a neighbour process started). Bigger batches do more arithmetic per byte and a probe
+So decode-shaped steps (every chunk one token) of SMALL rows or fewer alternate between half the configured
+thread count and all of it in short blocks (the first step after a switch not counted) and keep the faster by
+median; they probe again every PERIOD steps, or sooner where every thread's recent steps run DRIFT times
+slower than their best (a neighbour process started). Bigger batches do more arithmetic per byte and a probe
 costs them more (at 16 streams half the threads is ~2x slower; a 16-token benchmark would be all probe):
-they stay on the configured count and probe only on drift, or when a small batch's probe found half the
-threads faster (the machine is contended). Batch sizes are tuned apart. Prefill steps always use every
-thread. MODELC_THREAD_TUNER=0 turns tuning off. No numba here.
+they stay on the configured count and probe only on drift, or when a probe found half the threads faster
+(the machine is contended). Batch sizes are tuned apart.
+
+The threads spin between kernels (modelc/__init__.py: GOMP_SPINCOUNT), which is what makes a quiet decode
+fast and a contended one with every thread very slow (TinyLlama Q4_0 beside one busy process: 2-9 tok/s on
+2 threads, 27-29 on 1). So a probe starts on half the threads and cuts a candidate short at its first step
+that runs ABORT times slower than the other's median; a probe cut short waits twice as long (up to
+MAX_PERIOD steps) before the next. Steps the tuner does not time (prefill, drafts, embeddings) run on
+prompt_threads(): half the threads while the machine is contended, else all. MODELC_THREAD_TUNER=0 turns
+tuning off. No numba here.
 """
 
 from __future__ import annotations
@@ -32,12 +39,16 @@ ROUNDS = 2
 """Blocks per candidate in a probe, the candidates' blocks alternating so drift hits both."""
 PERIOD = 256
 """Steps on the chosen count before probing again."""
+MAX_PERIOD = 16 * PERIOD
+"""The longest wait between probes, reached by probes cut short one after another (a lasting neighbour)."""
+ABORT = 2.0
+"""A probe drops a candidate at its first step this many times slower than another candidate's median."""
 DRIFT = 1.5
 """Probe again early when the chosen count's last BLOCK steps' median is this many times its best median."""
 SMALL = 2
 """Decode batches of up to this many rows probe from their first step (a probe there costs ~nothing)."""
 CONTENDED = 1.3
-"""A small batch's probe calls the machine contended where half the threads ran this many times faster
+"""A probe calls the machine contended where half the threads ran this many times faster
 (beside one busy process 2 threads were ~2x slower than 1; quiet, the two were within the noise)."""
 
 
@@ -59,6 +70,7 @@ class _Key:
     best: int = 0  # 0: no probe finished yet (small batches)
     best_s: float = float("inf")  # the lowest median of BLOCK steps seen on `best`
     since: int = 0  # steps on `best` since the last probe
+    period: int = PERIOD  # steps on `best` before the next probe (doubled after a probe cut short)
     recent: deque = field(default_factory=lambda: deque(maxlen=BLOCK))
     epoch: int = 0  # the tuner's contention epoch this key last probed in
 
@@ -69,7 +81,7 @@ class ThreadTuner:
     def __init__(self, threads: int):
         self.candidates = sorted({max(1, int(threads)), max(1, int(threads) // 2)}, reverse=True)
         self._keys: dict[int, _Key] = {}
-        self.contended = False  # the last small batch's probe found half the threads faster
+        self.contended = False  # a probe found half the threads CONTENDED times faster (a small batch's clears it)
         self.epoch = 0  # bumped each time that becomes true: bigger batches then probe once
 
     @property
@@ -88,18 +100,26 @@ class ThreadTuner:
         if st is None:
             st = self._keys[key] = _Key(best=0 if key <= SMALL else self.candidates[0], epoch=-1)
         if not st.plan and self._due(key, st):
-            st.plan = [n for _ in range(ROUNDS) for n in self.candidates for _ in range(BLOCK)]
+            st.plan = [n for _ in range(ROUNDS) for n in self.candidates[::-1] for _ in range(BLOCK)]
             st.samples = {n: [] for n in self.candidates}
             st.recent.clear()
             st.epoch = self.epoch
         return st.plan[0] if st.plan else st.best
 
+    def prompt_threads(self) -> int:
+        """The thread count of the steps not tuned (prefill, drafts, embeddings)."""
+        return self.candidates[-1] if self.contended else self.candidates[0]
+
     def _due(self, key: int, st: _Key) -> bool:
-        if not st.best or self._drifted(st):
+        if not st.best:
+            return True
+        # a slowdown on every thread may be a neighbour (probe at once); on half of them, more threads would
+        # only compete harder for the cores: that waits for the period
+        if st.best == self.candidates[0] and self._drifted(st):
             return True
         if key <= SMALL:
-            return st.since >= PERIOD
-        return self.contended and (st.epoch < self.epoch or st.since >= PERIOD)
+            return st.since >= st.period
+        return self.contended and (st.epoch < self.epoch or st.since >= st.period)
 
     def record(self, key: int, threads: int, seconds: float) -> None:
         st = self._keys.get(key)
@@ -110,22 +130,34 @@ class ThreadTuner:
                 return
             first = len(st.plan) % BLOCK == 0  # the plan is whole blocks: a block's first step
             st.plan.pop(0)
+            faster = [m for m, v in st.samples.items() if m != threads and len(v) >= 2]
+            if faster and seconds > ABORT * min(statistics.median(st.samples[m]) for m in faster):
+                st.plan.clear()  # far slower than a candidate already timed: no more steps on this one
+                self._decide(key, st, {**{m: statistics.median(st.samples[m]) for m in faster}, threads: seconds})
+                st.period = min(2 * st.period, MAX_PERIOD)
+                return
             if not first:
                 st.samples[threads].append(seconds)
             if not st.plan:
-                med = {n: statistics.median(v) for n, v in st.samples.items()}
-                st.best = min(med, key=lambda n: (med[n], -n))
-                st.best_s, st.since = med[st.best], 0
-                if key <= SMALL:  # contended: half the threads clearly faster (quiet, they are often even)
-                    now = med[self.candidates[0]] > CONTENDED * med[self.candidates[-1]]
-                    self.epoch += now and not self.contended
-                    self.contended = now
+                self._decide(key, st, {n: statistics.median(v) for n, v in st.samples.items()})
+                st.period = PERIOD
             return
         if threads == st.best:
             st.since += 1
             st.recent.append(seconds)
             if len(st.recent) == BLOCK and not self._drifted(st):
                 st.best_s = min(st.best_s, statistics.median(st.recent))
+
+    def _decide(self, key: int, st: _Key, med: dict[int, float]) -> None:
+        st.best = min(med, key=lambda n: (med[n], -n))
+        st.best_s, st.since = med[st.best], 0
+        full, half = self.candidates[0], self.candidates[-1]
+        # contended: half the threads clearly faster (quiet, they are often even); only a small batch's probe
+        # clears it (a big batch is expected to gain from every thread)
+        now = full in med and half in med and med[full] > CONTENDED * med[half]
+        if now or key <= SMALL:
+            self.epoch += now and not self.contended
+            self.contended = now
 
     @staticmethod
     def _drifted(st: _Key) -> bool:

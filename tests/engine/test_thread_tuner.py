@@ -6,7 +6,7 @@ import pytest
 
 from modelc.engine import thread_tuner
 from modelc.engine.runner import Runner
-from modelc.engine.thread_tuner import BLOCK, PERIOD, ROUNDS, ThreadTuner, batch_key
+from modelc.engine.thread_tuner import BLOCK, MAX_PERIOD, PERIOD, ROUNDS, ThreadTuner, batch_key
 from modelc.models.tiny import make_tiny_llama
 from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, SeqChunk
@@ -26,16 +26,35 @@ def _drive(tuner: ThreadTuner, key: int, cost: dict[int, float], steps: int, fir
 
 def test_probe_alternates_blocks_then_keeps_the_faster():
     t = ThreadTuner(4)
-    assert t.candidates == [4, 2] and t.active
+    assert t.candidates == [4, 2] and t.active and t.prompt_threads() == 4
     probe = len(t.candidates) * BLOCK * ROUNDS
-    used = _drive(t, 1, {4: 2.0, 2: 1.0}, probe + 10)
-    assert used[:probe] == ([4] * BLOCK + [2] * BLOCK) * ROUNDS
+    used = _drive(t, 1, {4: 1.9, 2: 1.0}, probe + 10)
+    assert used[:probe] == ([2] * BLOCK + [4] * BLOCK) * ROUNDS  # half the threads first
     assert used[probe:] == [2] * 10 and t.choice(1) == 2
-    # the machine looks contended: a bigger batch probes too (apart), and there more threads win
-    assert t.contended
-    used = _drive(t, 8, {4: 1.0, 2: 3.0}, probe + 3)
-    assert used[:probe] == ([4] * BLOCK + [2] * BLOCK) * ROUNDS
+    # the machine looks contended: steps the tuner does not time take half the threads too
+    assert t.contended and t.prompt_threads() == 2
+    # a bigger batch probes too (apart), and there more threads win
+    used = _drive(t, 8, {4: 1.0, 2: 1.5}, probe + 3)
+    assert used[:probe] == ([2] * BLOCK + [4] * BLOCK) * ROUNDS
     assert used[probe:] == [4] * 3 and t.choice(1) == 2 and t.contended
+
+
+def test_a_candidate_far_slower_than_the_other_is_cut_short():
+    t = ThreadTuner(2)
+    # beside a busy process, 2 spinning threads run 10x slower than 1: one step of them ends the probe
+    used = _drive(t, 1, {2: 10.0, 1: 1.0}, BLOCK + 3)
+    assert used == [1] * BLOCK + [2] + [1, 1]
+    st = t._keys[1]
+    assert t.choice(1) == 1 and t.contended and not st.plan and st.period == 2 * PERIOD
+    # each probe cut short doubles the wait before the next, up to MAX_PERIOD
+    used = _drive(t, 1, {2: 10.0, 1: 1.0}, 2 * PERIOD + BLOCK + 1)
+    assert used.count(2) == 1 and st.period == 4 * PERIOD
+    for _ in range(10):
+        _drive(t, 1, {2: 10.0, 1: 1.0}, st.period + BLOCK + 1)
+    assert st.period == MAX_PERIOD
+    # the neighbour left: the next probe runs whole, finds every thread faster, and the period is reset
+    used = _drive(t, 1, {2: 1.0, 1: 1.05}, MAX_PERIOD + 2 * BLOCK * ROUNDS + 1)
+    assert used[-1] == 2 and st.period == PERIOD and not t.contended and t.prompt_threads() == 2
 
 
 def test_big_batches_probe_only_on_drift_or_contention():
@@ -50,8 +69,8 @@ def test_big_batches_probe_only_on_drift_or_contention():
         _drive(t, 16, {2: 4.0, 1: 3.0}, 1)
         slow += 1
     used = _drive(t, 16, {2: 4.0, 1: 3.0}, probe + 1)  # the loop's last step was the probe's first
-    assert used == (([2] * BLOCK + [1] * BLOCK) * ROUNDS)[1:] + [1, 1]
-    assert not t.contended  # only a small batch's probe says so
+    assert used == (([1] * BLOCK + [2] * BLOCK) * ROUNDS)[1:] + [1, 1]
+    assert t.contended  # half the threads 1.33x faster on a big batch: the machine is contended
     # a single stream a little faster on half the threads takes them, but that is no contention
     _drive(t, 1, {2: 1.1, 1: 1.0}, probe)
     assert t.choice(1) == 1 and not t.contended
@@ -59,9 +78,9 @@ def test_big_batches_probe_only_on_drift_or_contention():
     # a single stream finds half faster: the machine is contended, so a new big batch probes at once
     _drive(t, 1, {2: 2.0, 1: 1.0}, probe)
     assert t.contended and t.choice(1) == 1
-    assert _drive(t, 8, {2: 1.0, 1: 2.0}, probe + 1) == ([2] * BLOCK + [1] * BLOCK) * ROUNDS + [2]
+    assert _drive(t, 8, {2: 1.0, 1: 1.5}, probe + 1) == ([1] * BLOCK + [2] * BLOCK) * ROUNDS + [2]
     # the single stream finds every thread faster again: no longer contended
-    _drive(t, 1, {2: 1.0, 1: 2.0}, PERIOD + probe)
+    _drive(t, 1, {2: 1.0, 1: 1.5}, PERIOD + probe)
     assert not t.contended and t.choice(1) == 2
 
 
@@ -69,21 +88,21 @@ def test_first_step_of_each_block_is_not_counted():
     t = ThreadTuner(2)
     probe = 2 * BLOCK * ROUNDS
     # 1 thread is faster except on the step right after each switch, which would tip a mean over
-    used = _drive(t, 1, {2: 1.0, 1: 0.8}, probe + 1, first=50.0)
+    used = _drive(t, 1, {2: 1.0, 1: 0.8}, probe + 1, first=1.9)
     assert used[-1] == 1
 
 
 def test_probes_again_after_the_period_and_on_drift():
     t = ThreadTuner(2)
     probe = 2 * BLOCK * ROUNDS
-    _drive(t, 1, {2: 1.0, 1: 2.0}, probe)
+    _drive(t, 1, {2: 1.0, 1: 1.5}, probe)
     assert t.choice(1) == 2
-    used = _drive(t, 1, {2: 1.0, 1: 2.0}, PERIOD + 1)
-    assert used[:PERIOD] == [2] * PERIOD and used[PERIOD] == 2 and t._keys[1].plan  # a new probe began
-    _drive(t, 1, {2: 1.0, 1: 2.0}, probe - 1)
+    used = _drive(t, 1, {2: 1.0, 1: 1.5}, PERIOD + 1)
+    assert used[:PERIOD] == [2] * PERIOD and used[PERIOD] == 1 and t._keys[1].plan  # a new probe began
+    _drive(t, 1, {2: 1.0, 1: 1.5}, probe - 1)
     assert t.choice(1) == 2 and not t._keys[1].plan
     # a neighbour appears: 2 threads become 3x slower; after BLOCK slow steps the tuner probes, and moves
-    used = _drive(t, 1, {2: 3.0, 1: 2.0}, BLOCK + probe + 2)
+    used = _drive(t, 1, {2: 3.0, 1: 1.5}, BLOCK + probe + 2)
     assert used[:BLOCK] == [2] * BLOCK and used[-2:] == [1, 1]
 
 
@@ -101,7 +120,7 @@ def test_batch_key_buckets():
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
-def test_runner_runs_decode_steps_on_the_tuned_count_and_prefill_on_all():
+def test_runner_runs_decode_steps_on_the_tuned_count_and_prefill_on_all_unless_contended():
     runner = Runner(make_tiny_llama(2), num_kv_blocks=8, threads=2)
     seen: list[tuple[int, int]] = []  # (tokens in the step, numba threads during its forward)
     forward = runner.model.forward
@@ -125,5 +144,16 @@ def test_runner_runs_decode_steps_on_the_tuned_count_and_prefill_on_all():
     for pos in range(5, 8):
         tok = runner.execute(BatchPlan(pos, (chunk([tok], pos),))).tokens[0].token_id
     runner.execute(BatchPlan(9, (chunk([1, 2, 3], 8),)))  # a prefill chunk again: every thread
-    assert seen == [(5, 2), (1, 1), (1, 1), (1, 1), (3, 2)]
+    runner.tuner.contended = True
+    runner.execute(BatchPlan(10, (chunk([4, 5], 11),)))  # on a contended machine: half the threads
+    assert seen == [(5, 2), (1, 1), (1, 1), (1, 1), (3, 2), (2, 1)]
     assert asked == [1, 1, 1]
+
+
+def test_a_slowdown_on_half_the_threads_waits_for_the_period():
+    t = ThreadTuner(2)
+    _drive(t, 1, {2: 10.0, 1: 1.0}, BLOCK + 1)  # contended: 1 thread, the probe cut short
+    assert t.choice(1) == 1
+    # the neighbour gets heavier: 1 thread slows 3x; every thread would compete harder, so no probe yet
+    assert _drive(t, 1, {2: 30.0, 1: 3.0}, 2 * PERIOD) == [1] * (2 * PERIOD)
+    assert _drive(t, 1, {2: 30.0, 1: 3.0}, BLOCK + 1) == [1] * BLOCK + [2]  # the period's probe

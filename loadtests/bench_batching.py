@@ -32,6 +32,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import modelc  # noqa: F401  (before numpy, as in the CLI: its OpenBLAS setting applies only then)
+
+# isort: split
 import anyio
 import httpx
 import numpy as np

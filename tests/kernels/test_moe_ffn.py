@@ -52,6 +52,17 @@ def test_matches_twin(gate: str, down: str) -> None:
     _check(ex, T=1, k=2, normalize=True, seed=2)
     _check(ex, T=5, k=3, normalize=False, seed=3)
     _check(ex, T=9, k=6, normalize=True, seed=4)  # every expert chosen by every token
+    _check(ex, T=1, k=1, normalize=True, seed=5)  # fewer experts than threads: the row split, short tasks
+
+
+def test_task_rows() -> None:
+    """Row tasks: whole experts where there are enough of them, else shorter (multiples of 32) for balance."""
+    assert moe_ffn._task_rows(512, 20, 2) == 512  # a T = 8 step of a 32-expert model: whole experts
+    assert moe_ffn._task_rows(1024, 20, 2) == 1024
+    assert moe_ffn._task_rows(512, 3, 2) == 192  # 3 experts: 8 tasks of 192 rows (the last shorter)
+    assert moe_ffn._task_rows(256, 1, 2) == 32
+    assert moe_ffn._task_rows(40, 1, 8) == 32  # never below 32 rows
+    assert moe_ffn._task_rows(100, 64, 1) == 128  # n rounded up to 32: one task covers the expert
 
 
 def _r16(ex: MoeExperts) -> MoeExperts:

@@ -19,8 +19,8 @@ they stay on the configured count and probe only on drift, or when a probe found
 
 The threads spin between kernels (modelc/__init__.py: GOMP_SPINCOUNT), which is what makes a quiet decode
 fast and a contended one with every thread very slow (TinyLlama Q4_0 beside one busy process: 2-9 tok/s on
-2 threads, 27-29 on 1). So a probe starts on half the threads and cuts a candidate short at its first step
-that runs ABORT times slower than the other's median; a probe cut short waits twice as long (up to
+2 threads, 27-29 on 1). So a probe starts on half the threads and cuts a candidate short at its first counted
+step that runs ABORT times slower than the other's median; a probe cut short waits twice as long (up to
 MAX_PERIOD steps) before the next. Steps the tuner does not time (prefill, drafts, embeddings) run on
 prompt_threads(): half the threads while the machine is contended, else all. MODELC_THREAD_TUNER=0 turns
 tuning off. No numba here.
@@ -33,8 +33,10 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-BLOCK = 4
-"""Steps per probe block; the first of each is not counted (the switch itself)."""
+BLOCK = 6
+"""Steps per probe block; the first of each is not counted (the switch itself). A thread idle for a while
+runs slow for a few steps after (its vCPU's core clocked down?): with 4-step blocks a quiet Qwen3-MoE
+stream timed 2 threads at 7.9-13.4 ms a step against 7.3-8.7 on 1, and stayed on 1, 20% slower than 2."""
 ROUNDS = 2
 """Blocks per candidate in a probe, the candidates' blocks alternating so drift hits both."""
 PERIOD = 256
@@ -47,6 +49,9 @@ DRIFT = 1.5
 """Probe again early when the chosen count's last BLOCK steps' median is this many times its best median."""
 SMALL = 2
 """Decode batches of up to this many rows probe from their first step (a probe there costs ~nothing)."""
+PREFER = 1.1
+"""Half the threads must be this many times faster than all of them to be chosen (noise and a slow start
+after idling favour the count just run; quiet, every thread is the better bet)."""
 CONTENDED = 1.3
 """A probe calls the machine contended where half the threads ran this many times faster
 (beside one busy process 2 threads were ~2x slower than 1; quiet, the two were within the noise)."""
@@ -131,7 +136,9 @@ class ThreadTuner:
             first = len(st.plan) % BLOCK == 0  # the plan is whole blocks: a block's first step
             st.plan.pop(0)
             faster = [m for m, v in st.samples.items() if m != threads and len(v) >= 2]
-            if faster and seconds > ABORT * min(statistics.median(st.samples[m]) for m in faster):
+            # not on a block's first step: that one may pay for the switch (a thread's first wake-up after a
+            # while took 21.5 ms of a 7.8 ms Qwen3-MoE step once: 1 thread then stuck, 15-20% slower)
+            if not first and faster and seconds > ABORT * min(statistics.median(st.samples[m]) for m in faster):
                 st.plan.clear()  # far slower than a candidate already timed: no more steps on this one
                 self._decide(key, st, {**{m: statistics.median(st.samples[m]) for m in faster}, threads: seconds})
                 st.period = min(2 * st.period, MAX_PERIOD)
@@ -149,9 +156,9 @@ class ThreadTuner:
                 st.best_s = min(st.best_s, statistics.median(st.recent))
 
     def _decide(self, key: int, st: _Key, med: dict[int, float]) -> None:
-        st.best = min(med, key=lambda n: (med[n], -n))
-        st.best_s, st.since = med[st.best], 0
         full, half = self.candidates[0], self.candidates[-1]
+        st.best = min(med, key=lambda n: (med[n] * (1.0 if n == full else PREFER), -n))
+        st.best_s, st.since = med[st.best], 0
         # contended: half the threads clearly faster (quiet, they are often even); only a small batch's probe
         # clears it (a big batch is expected to gain from every thread)
         now = full in med and half in med and med[full] > CONTENDED * med[half]

@@ -67,10 +67,15 @@ def run_modelc(path: str, threads: int, ids: list[int], n_decode: int) -> dict:
     t0 = time.perf_counter()
     eng = Engine.load(path, threads=threads, kv_cache_tokens=len(ids) + n_decode + 32)
     load_s = time.perf_counter() - t0
+    from modelc.engine import thread_tuner
+
     greedy = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
-    # warm-up: load (or compile) every kernel variant: short and long prefill, decode
+    # warm-up: load (or compile) every kernel variant: short and long prefill, decode; and decode long enough
+    # for the thread tuner's first probe (a served model has finished it long before)
     list(eng.generate_ids(ids[:8], greedy))
-    list(eng.generate_ids(ids[: min(len(ids), 48)], greedy))
+    probe = SamplingParams(max_tokens=4 + 2 * thread_tuner.BLOCK * thread_tuner.ROUNDS, temperature=0.0,
+                           ignore_eos=True)  # fmt: skip
+    list(eng.generate_ids(ids[: min(len(ids), 48)], probe))
     p = SamplingParams(max_tokens=n_decode + 1, temperature=0.0, ignore_eos=True)
     it = eng.generate_ids(ids, p)
     t0 = time.perf_counter()

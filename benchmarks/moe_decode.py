@@ -9,7 +9,8 @@ clock starts once every stream has its first token). With --llamacpp-python, lla
 low-level API in a subprocess of that venv, never this repo's) decodes the same prompts the same way: one
 sequence, then --streams sequences in one llama_batch per step (as llama.cpp's batched example and its
 server do), greedy, F16 KV cache (its default), same thread count. The engines take turns for --rounds
-rounds so machine noise hits both alike; the best and the median of each are reported.
+rounds so machine noise hits both alike; the best and the median of each are reported. Both warm up first;
+modelc's single stream for long enough to finish the thread tuner's first probe (_warm_tokens).
 """
 
 from __future__ import annotations
@@ -88,11 +89,19 @@ def llamacpp(
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def _warm_tokens() -> int:
+    """Warm-up tokens: 4, plus the thread tuner's first probe of a single stream (engine/thread_tuner.py: a
+    served model has finished it long before; in a 32-token run it would be most of the run)."""
+    from modelc.engine import thread_tuner
+
+    return 4 + 2 * thread_tuner.BLOCK * thread_tuner.ROUNDS
+
+
 def one_stream(eng, prompt: list[int], n: int) -> float:
     from modelc.request import SamplingParams
 
     params = SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-    list(eng.generate_ids(prompt, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)))  # warm up
+    list(eng.generate_ids(prompt, SamplingParams(temperature=0.0, max_tokens=_warm_tokens(), ignore_eos=True)))
     it = eng.generate_ids(prompt, params)
     next(it)
     t0 = time.perf_counter()

@@ -6,6 +6,8 @@ One kernel serves all three: the K/V of every query row is written to the pages 
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from numba import get_num_threads, njit, prange
 
@@ -182,20 +184,40 @@ BLAS_MIN_ROWS = 64  # a sequence with this many query rows (a prefill chunk) goe
 def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
     """paged_attention, choosing per batch: sgemm for long prefill chunks, numba's threads when there
     is enough work to share, else the serial kernel. Same contract as paged_attention."""
-    S = pos_start.shape[0]
-    lens = np.diff(q_start)  # (S,) query rows per sequence
-    if S and int(lens.max()) >= BLAS_MIN_ROWS:
+    lens, most_rows, last_start = _batch_facts(q_start, pos_start)
+    if most_rows >= BLAS_MIN_ROWS:
         _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window, lens)
         return
-    _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+    _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window, last_start)
 
 
-def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
+_facts = threading.local()
+
+
+def _batch_facts(q_start, pos_start) -> tuple[np.ndarray, int, int]:
+    """(rows per sequence, the most rows of one sequence, the latest first position) of a batch. Every layer
+    of a forward passes the same two arrays, so this thread's last answer is kept for them (numpy's diff and
+    max cost ~7 us a layer). Only the choice of kernel depends on these, never a value."""
+    got = getattr(_facts, "last", None)
+    if got is not None and got[0] is q_start and got[1] is pos_start:
+        return got[2]
+    lens = np.diff(q_start)  # (S,) query rows per sequence
+    S = pos_start.shape[0]
+    facts = (lens, int(lens.max()) if S else 0, int(pos_start.max()) if S else 0)
+    _facts.last = (q_start, pos_start, facts)
+    return facts
+
+
+def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window,
+                     last_start: int | None = None) -> None:  # fmt: skip
     items = q.shape[0] * k_pages.shape[2]
     parallel = False
+    rows = _rows_apply(out, q, k_pages)
     if items >= 2 and pos_start.shape[0]:
-        ctx = int(pos_start.max()) + q.shape[0]  # upper bound of any row's context
-        min_work = ROWS_PARALLEL_MIN_WORK if _rows_apply(out, q, k_pages) else PARALLEL_MIN_WORK
+        if last_start is None:
+            last_start = int(pos_start.max())
+        ctx = last_start + q.shape[0]  # upper bound of any row's context
+        min_work = ROWS_PARALLEL_MIN_WORK if rows else PARALLEL_MIN_WORK
         # get_num_threads costs ~10 us, so it is asked only when the work could be shared
         parallel = items * ctx >= min_work and get_num_threads() > 1
     if isinstance(k_pages, tuple):  # kv_q8.QPages: the q8_0 / mixed cache
@@ -206,13 +228,15 @@ def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start,
         fn(out, q, k.data, k.scales, v.data, v.scales, k.hot_of, k.hot, v.hot, k.window, block_tables, q_start,
            pos_start, scale, window)  # fmt: skip
         return
-    dense_kernel(out, q, k_pages, parallel)(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+    dense_kernel(out, q, k_pages, parallel, rows)(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale,
+                                                  window)  # fmt: skip
 
 
-def dense_kernel(out, q, k_pages, parallel: bool):
+def dense_kernel(out, q, k_pages, parallel: bool, rows: bool | None = None):
     """The numba kernel for float32 / fp16 pages: attention_rows' (every head of a row together) where it
-    applies, else paged_attention's (row, KV head) items; the threaded variant where `parallel`."""
-    if _rows_apply(out, q, k_pages):
+    applies (`rows`: _rows_apply's answer when known), else paged_attention's (row, KV head) items; the
+    threaded variant where `parallel`."""
+    if _rows_apply(out, q, k_pages) if rows is None else rows:
         return attention_rows.paged_attention_rows_parallel if parallel else attention_rows.paged_attention_rows
     return paged_attention_parallel if parallel else paged_attention
 

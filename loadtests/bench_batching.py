@@ -185,11 +185,17 @@ async def _prefix(url: str, prefix_tokens: int, rounds: int, vocab: int, timeout
 async def _engine_level(engine: Any, levels: tuple[int, ...], prompt_tokens: int, gen_tokens: int) -> list[dict]:
     """N sequences of prompt_tokens random ids started together on the AsyncEngine (no HTTP): the
     prefill time (until every first token) and the decode rate once all N run in lockstep."""
+    from modelc.engine import thread_tuner
     from modelc.request import SamplingParams, TokenEvent
 
     rng = np.random.default_rng(5)
     vocab = int(engine.tokenizer.vocab_size)
     params = SamplingParams(temperature=0.0, max_tokens=gen_tokens, ignore_eos=True)
+    # warm-up: one sequence long enough for the thread tuner's first probe (a served model has done it long
+    # before; at 16 tokens it would be the whole single-stream figure)
+    warm = SamplingParams(temperature=0.0, max_tokens=4 + 2 * thread_tuner.BLOCK * thread_tuner.ROUNDS, ignore_eos=True)
+    async for _ in engine.generate(rng.integers(min(300, vocab // 2), vocab, 16).tolist(), warm):
+        pass
     out = []
     for n in levels:
         stamps: list[list[float]] = [[] for _ in range(n)]

@@ -44,7 +44,7 @@ PERIOD = 256
 MAX_PERIOD = 16 * PERIOD
 """The longest wait between probes, reached by probes cut short one after another (a lasting neighbour)."""
 ABORT = 2.0
-"""A probe drops a candidate at its first step this many times slower than another candidate's median."""
+"""A probe drops a candidate at its first counted step this many times slower than another candidate's median."""
 DRIFT = 1.5
 """Probe again early when the chosen count's last BLOCK steps' median is this many times its best median."""
 SMALL = 2

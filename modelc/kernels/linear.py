@@ -169,27 +169,9 @@ def dequantize(t: TensorData, scale: TensorData | None = None) -> np.ndarray:
     return dequantize_rows(t, np.arange(rows, dtype=np.int64), scale)
 
 
-_TABLES: dict[int, tuple[TensorData, TensorData | None, Weight]] = {}
-_TABLES_KEPT = 16
-
-
-def _table_weight(t: TensorData, scale: TensorData | None) -> Weight:
-    """make_weight(t, scale, table=True), kept for the tables read every step (embeddings): making it (its
-    kernel plan) took ~8 us, and ~40-60 us right after a large kernel had streamed the caches, against ~3 us
-    for the lookup of one token's row."""
-    got = _TABLES.get(id(t))
-    if got is not None and got[0] is t and got[1] is scale:
-        return got[2]
-    w = make_weight(t, scale, table=True)
-    if len(_TABLES) >= _TABLES_KEPT:
-        _TABLES.pop(next(iter(_TABLES)), None)
-    _TABLES[id(t)] = (t, scale, w)
-    return w
-
-
 def dequantize_rows(t: TensorData, row_ids: np.ndarray, scale: TensorData | None = None) -> np.ndarray:
     """Rows `row_ids` of a (V, C) table -> (len(row_ids), C) f32, touching only those rows."""
-    w = _table_weight(t, scale)
+    w = make_weight(t, scale, table=True)
     if use_reference() or (w.dtype in quant.KIND and not _int_path_ok(w)):
         return ref_linear.dequantize_rows(t, row_ids, scale)
     ids = check_row_ids(row_ids, w.rows)

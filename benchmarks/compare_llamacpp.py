@@ -73,8 +73,7 @@ def run_modelc(path: str, threads: int, ids: list[int], n_decode: int) -> dict:
     # warm-up: load (or compile) every kernel variant: short and long prefill, decode; and decode long enough
     # for the thread tuner's first probe (a served model has finished it long before)
     list(eng.generate_ids(ids[:8], greedy))
-    probe = SamplingParams(max_tokens=4 + 2 * thread_tuner.BLOCK * thread_tuner.ROUNDS, temperature=0.0,
-                           ignore_eos=True)  # fmt: skip
+    probe = SamplingParams(max_tokens=4 + thread_tuner.PROBE_STEPS, temperature=0.0, ignore_eos=True)
     list(eng.generate_ids(ids[: min(len(ids), 48)], probe))
     p = SamplingParams(max_tokens=n_decode + 1, temperature=0.0, ignore_eos=True)
     it = eng.generate_ids(ids, p)

@@ -39,6 +39,8 @@ runs slow for a few steps after (its vCPU's core clocked down?): with 4-step blo
 stream timed 2 threads at 7.9-13.4 ms a step against 7.3-8.7 on 1, and stayed on 1, 20% slower than 2."""
 ROUNDS = 2
 """Blocks per candidate in a probe, the candidates' blocks alternating so drift hits both."""
+PROBE_STEPS = 2 * BLOCK * ROUNDS
+"""Steps of one whole probe (two candidates: every thread and half of them); benchmarks warm up past it."""
 PERIOD = 256
 """Steps on the chosen count before probing again."""
 MAX_PERIOD = 16 * PERIOD
@@ -135,15 +137,15 @@ class ThreadTuner:
                 return
             first = len(st.plan) % BLOCK == 0  # the plan is whole blocks: a block's first step
             st.plan.pop(0)
-            faster = [m for m, v in st.samples.items() if m != threads and len(v) >= 2]
             # not on a block's first step: that one may pay for the switch (a thread's first wake-up after a
             # while took 21.5 ms of a 7.8 ms Qwen3-MoE step once: 1 thread then stuck, 15-20% slower)
-            if not first and faster and seconds > ABORT * min(statistics.median(st.samples[m]) for m in faster):
-                st.plan.clear()  # far slower than a candidate already timed: no more steps on this one
-                self._decide(key, st, {**{m: statistics.median(st.samples[m]) for m in faster}, threads: seconds})
-                st.period = min(2 * st.period, MAX_PERIOD)
-                return
             if not first:
+                others = {m: statistics.median(v) for m, v in st.samples.items() if m != threads and len(v) >= 2}
+                if others and seconds > ABORT * min(others.values()):
+                    st.plan.clear()  # far slower than a candidate already timed: no more steps on this one
+                    self._decide(key, st, {**others, threads: seconds})
+                    st.period = min(2 * st.period, MAX_PERIOD)
+                    return
                 st.samples[threads].append(seconds)
             if not st.plan:
                 self._decide(key, st, {n: statistics.median(v) for n, v in st.samples.items()})

@@ -54,6 +54,7 @@ def main() -> None:
     # under linear.matmul (it calls them through their modules)
     quant.quantize_act = timed("  quantize_act", quant.quantize_act)
     gemm_r16.qmatmul_r16 = timed("  r16 kernel", gemm_r16.qmatmul_r16)
+    gemm_r16.matmul_f32 = timed("  r16 kernel + quantize", gemm_r16.matmul_f32)
     gemm_fused_k.qmatvec_k = timed("  matvec_k kernel", gemm_fused_k.qmatvec_k)
     gemm_fused.qmatvec = timed("  matvec kernel", gemm_fused.qmatvec)
     model.forward = timed("forward", model.forward)

@@ -107,6 +107,7 @@ def _locator_class():
 
         def __init__(self, py_func, py_file) -> None:
             self._lineno = py_func.__code__.co_firstlineno
+            self._py_file = py_file  # numba's warning that a function cannot be cached names it
 
         def get_cache_path(self) -> str:
             return str(cache_dir())

@@ -97,6 +97,8 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         ref_linear.matmul(out, x, w)
     elif path is Path.BLAS:
         gemm_blas.blas_matmul(out, x, w)
+    elif path is Path.R16:  # the decode path: quantize and kernel in one numba entry
+        chunked(chunk_for(w.rows), gemm_r16.matmul_f32, out, x, w.r16, quant.KIND[w.dtype])
     else:
         chunked(chunk_for(w.rows), _run, path, out, x, w)
 
@@ -152,8 +154,6 @@ def _run(path: Path, out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         gemm_fused_iq.qmatvec_iq(out, xq, xd, xs, w.blocks, kind)
     elif path is Path.MATVEC:
         gemm_fused.qmatvec(out, xq, xd, xs, w.blocks, kind)
-    elif path is Path.R16:
-        gemm_r16.qmatmul_r16(out, xq, xd, xs, w.r16, kind)
     elif path is Path.AMX:
         gemm_tile_amx.qmatmul_amx(out, xq, xd, xs, w.blocks, kind)
     elif path is Path.TILE:

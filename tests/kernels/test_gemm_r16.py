@@ -51,3 +51,18 @@ def test_linear_runs_r16_at_every_t_when_the_weight_carries_it(t):
     w = with_r16(w0)
     assert plan.plan_matmul(w, t) is (plan.Path.R16 if not plan.cpu.HAS_AMX or t < 4 else plan.plan_matmul(w, t))
     assert_linear_matches_twin(w, w0, t, rng)
+
+
+ALL_KINDS = [dt for dt in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K, DataType.Q6_K, DataType.IQ4_NL, DataType.IQ4_XS)
+             if quant.KIND[dt] in gemm_r16.R16_KINDS]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ALL_KINDS, ids=lambda d: d.name)
+@pytest.mark.parametrize("t", [1, 5])
+def test_matmul_f32_is_quantize_then_the_kernel(dtype, t):
+    rng = np.random.default_rng(t)
+    w = linear.prepare_weight(random_tensor(dtype, 64, 512, rng))
+    x = rng.standard_normal((t, 512)).astype(np.float32)
+    out = np.full((t, 64), np.nan, np.float32)
+    gemm_r16.matmul_f32(out, x, gemm_r16.repack(w.blocks, dtype), quant.KIND[dtype])
+    np.testing.assert_array_equal(out, r16_matmul(w, x))  # the same kernel on the same codes: bit for bit

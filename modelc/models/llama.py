@@ -166,9 +166,12 @@ class LlamaModel:
             apply_lora(out, x, lora, key)
 
     def _lins(self, outs: tuple, x: np.ndarray, ws: tuple, fused: tuple[Fused, ...], lora, i: int, keys: tuple):
-        """outs[j] = x @ ws[j].T (+ LoRA) for the projections one input feeds: each run in `fused` as one matmul
-        into fused_out, its parts' columns copied out (models/fused.py), the others one call each."""
+        """x @ ws[j].T (+ LoRA) for the projections one input feeds: each run in `fused` as one matmul into
+        fused_out (models/fused.py), the others one call each into outs[j]. Returns the arrays holding them:
+        outs[j], where a fused part's columns are copied, except at T = 1, where a fused part is its column
+        range of fused_out itself (one row: contiguous, no copy; it holds until the next fused run)."""
         T = x.shape[0]
+        res = list(outs)
         done = 0
         for f in fused:
             if not f.fits(T):
@@ -177,13 +180,18 @@ class LlamaModel:
             buf = self.fused_out[: T * n].reshape(T, n)  # (T, rows of the run)
             self.kernels.matmul(buf, x, f.weight)
             for j in range(len(f.bounds) - 1):
-                outs[f.first + j][...] = buf[:, f.bounds[j] : f.bounds[j + 1]]
+                part = buf[:, f.bounds[j] : f.bounds[j + 1]]
+                if T == 1:
+                    res[f.first + j] = part
+                else:
+                    outs[f.first + j][...] = part
                 done |= 1 << (f.first + j)
-        for j, out in enumerate(outs):
+        for j, out in enumerate(res):
             if not done >> j & 1:
                 self.kernels.matmul(out, x, ws[j])
             if lora:
                 apply_lora(out, x, lora, (i, keys[j]))
+        return res
 
     def forward(self, batch: ForwardBatch, kv: KVPages, *, output: str = "logits") -> np.ndarray:
         """One pass over batch's tokens, writing their K/V to `kv`.
@@ -195,11 +203,8 @@ class LlamaModel:
         T, lora, eps = batch.num_tokens, batch.lora, a.rms_norm_eps
         sc.reserve(T)
         x, h, o = sc.get("x", T), sc.get("h", T), sc.get("o", T)  # (T, C)
-        q, k, v, attn = sc.get("q", T), sc.get("k", T), sc.get("v", T), sc.get("attn", T)
-        q3 = q.reshape(T, a.num_heads, a.head_dim)  # (T, H, D)
-        k3 = k.reshape(T, a.num_kv_heads, a.head_dim)  # (T, K, D)
-        v3 = v.reshape(T, a.num_kv_heads, a.head_dim)
-        attn3 = attn.reshape(T, a.num_heads, a.head_dim)
+        qkv, attn = (sc.get("q", T), sc.get("k", T), sc.get("v", T)), sc.get("attn", T)
+        attn3 = attn.reshape(T, a.num_heads, a.head_dim)  # (T, H, D)
         x[...] = K.dequantize_rows(self.embed, batch.token_ids, self.embed_rscale)  # (T, C)
         if a.embed_scale != 1.0:
             x *= np.float32(a.embed_scale)
@@ -212,7 +217,10 @@ class LlamaModel:
                 self._norm_or_copy(h, x, L.attn_norm)
             else:
                 self._residual(h, x, o, L.attn_norm)  # x += previous FFN output
-            self._lins((q, k, v), h, (L.q, L.k, L.v), L.qkv, lora, i, _QKV)
+            q, k, v = self._lins(qkv, h, (L.q, L.k, L.v), L.qkv, lora, i, _QKV)
+            q3 = q.reshape(T, a.num_heads, a.head_dim)  # (T, H, D)
+            k3 = k.reshape(T, a.num_kv_heads, a.head_dim)  # (T, K, D)
+            v3 = v.reshape(T, a.num_kv_heads, a.head_dim)
             if L.q_bias is not None:
                 q += L.q_bias
                 k += L.k_bias
@@ -256,7 +264,7 @@ class LlamaModel:
         """o = down(act(gate(h)) * up(h)) with the layer's biases."""
         T, sc, K = h.shape[0], self.scratch, self.kernels
         gate, up, act = sc.get("gate", T), sc.get("up", T), sc.get("act", T)  # (T, F)
-        self._lins((gate, up), h, (L.gate, L.up), L.gate_up, lora, i, _GATE_UP)
+        gate, up = self._lins((gate, up), h, (L.gate, L.up), L.gate_up, lora, i, _GATE_UP)
         if L.gate_bias is not None:
             gate += L.gate_bias
         if L.up_bias is not None:

@@ -100,13 +100,20 @@ def test_iquant_gguf_packs_generates_and_matches_dequantized_f32(tmp_path: pathl
 def test_iq4_runs_the_repacked_16_row_kernels_at_every_t(tmp_path: pathlib.Path, name: str, monkeypatch) -> None:
     """Loaded with the numba kernels, IQ4 matrices are repacked (gemm_r16) and every matmul of them, prefill
     and decode, runs gemm_r16_iq4: int8 activations, so within the int8 kernels' error of the f32 model."""
-    from modelc.kernels import gemm_r16, gemm_r16_iq4, quant
+    from modelc.kernels import gemm_r16, quant
 
-    if quant.KIND[DataType[name]] not in gemm_r16.R16_KINDS:
+    kind = quant.KIND[DataType[name]]
+    if kind not in gemm_r16.R16_KINDS:
         pytest.skip("no exact wide dot (AVX2 without VNNI): IQ4 keeps the file layout")
     seen: list[int] = []
-    real = gemm_r16_iq4.qmatmul
-    monkeypatch.setattr(gemm_r16_iq4, "qmatmul", lambda out, xq, *a: (seen.append(xq.shape[0]), real(out, xq, *a)))
+    real = gemm_r16.matmul_f32  # linear.matmul's entry to the repacked kernels (gemm_r16_iq4's for IQ4 kinds)
+
+    def spy(out, x, rw, k):
+        if k == kind:
+            seen.append(x.shape[0])
+        real(out, x, rw, k)
+
+    monkeypatch.setattr(gemm_r16, "matmul_f32", spy)
     eq, ef = _engines(tmp_path, DataType[name])
     ids = [1, *np.random.default_rng(3).integers(3, len(SPM_TOKENS), 39).tolist()]
     for n in (40, 5):

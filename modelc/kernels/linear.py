@@ -35,7 +35,7 @@ from modelc.kernels import (
     quant,
     ref_linear,
 )
-from modelc.kernels.gemm_weight import Weight, check_matmul_args, check_row_ids, make_weight, rows_cols
+from modelc.kernels.gemm_weight import SCALED_TYPES, Weight, check_matmul_args, check_row_ids, make_weight, rows_cols
 from modelc.kernels.plan import Path
 
 __all__ = [
@@ -163,6 +163,26 @@ def _run(path: Path, out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         gemm_int.qmatmul_rows(out, xq, xd, xs, w.blocks, kind, rscale, w.dtype in quant.SIGNED)
 
 
+LOOKUP_MAX_ROWS = 64
+"""Up to this many rows a lookup runs on the calling thread (no pool wake-up), from the file's bytes."""
+_LOOKUP_KINDS = {dt: k for dt, k in quant.KIND.items() if dt not in SCALED_TYPES}
+
+
+def _lookup(t: TensorData, ids: np.ndarray, kind: int) -> np.ndarray:
+    """dequantize_rows for a few rows of a block-quantized table (an embedding lookup, once a forward), with
+    no Weight made for it: a decode token's lookup ran at 140-190 us in a forward (its Python runs cold
+    after the last token's kernels), ~45% of it building the Weight's kernel plan that a lookup never uses."""
+    rows = t.shape[0]
+    if ids.shape[0] == 1:
+        if not 0 <= int(ids[0]) < rows:
+            check_row_ids(ids, rows)  # raises RowIdError
+    else:
+        ids = check_row_ids(ids, rows)
+    out = np.empty((ids.shape[0], t.shape[1]), np.float32)  # (R, C)
+    quant.dequantize_rows_1t(out, t.data.reshape(rows, -1), ids, kind, _ONE)
+    return out
+
+
 def dequantize(t: TensorData, scale: TensorData | None = None) -> np.ndarray:
     """Any stored tensor -> (rows, cols) f32 (leading dims flattened into rows)."""
     rows, _ = rows_cols(t)
@@ -171,6 +191,11 @@ def dequantize(t: TensorData, scale: TensorData | None = None) -> np.ndarray:
 
 def dequantize_rows(t: TensorData, row_ids: np.ndarray, scale: TensorData | None = None) -> np.ndarray:
     """Rows `row_ids` of a (V, C) table -> (len(row_ids), C) f32, touching only those rows."""
+    kind = _LOOKUP_KINDS.get(t.dtype)
+    if kind is not None and scale is None and len(t.shape) == 2 and t.shape[1] % 32 == 0 and not use_reference():
+        ids = np.ascontiguousarray(row_ids, dtype=np.int64).reshape(-1)
+        if ids.shape[0] < LOOKUP_MAX_ROWS:
+            return _lookup(t, ids, kind)
     w = make_weight(t, scale, table=True)
     if use_reference() or (w.dtype in quant.KIND and not _int_path_ok(w)):
         return ref_linear.dequantize_rows(t, row_ids, scale)

@@ -138,6 +138,9 @@ def test_bad_arguments_raise_modelc_errors() -> None:
         linear.prepare_weight(TensorData.from_array(np.zeros((2, 32), np.int8)))
     with pytest.raises(ModelcError, match="out of range"):
         linear.dequantize_rows(random_tensor(DataType.Q4_0, 3, 32, np.random.default_rng(0)), np.array([3]))
+    for bad in ([-1], [0, 5], [-2, 1]):
+        with pytest.raises(ModelcError, match="out of range"):
+            linear.dequantize_rows(random_tensor(DataType.Q4_K, 3, 256, np.random.default_rng(0)), np.array(bad))
 
 
 def test_dequantize_flattens_leading_dims() -> None:

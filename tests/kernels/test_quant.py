@@ -73,6 +73,8 @@ def test_dequantize_rows_is_a_row_subset(name: str) -> None:
     np.testing.assert_array_equal(ref_linear.dequantize_rows(t, ids), full[ids])
     np.testing.assert_array_equal(linear.dequantize_rows(t, ids), full[ids])
     np.testing.assert_array_equal(linear.dequantize(t), full)
+    for one in (np.array([7], np.int32), [0], np.array([[10]])):  # a decode step's lookup: one id, any int type
+        np.testing.assert_array_equal(linear.dequantize_rows(t, one), full[np.asarray(one).reshape(-1)])
 
 
 @pytest.mark.parametrize("name", ["I8", "I4"])

@@ -67,7 +67,8 @@ PREFETCH_BYTES = 8192
 blocks are one contiguous stretch; see gemm_fused_k for why software prefetch matters here).
 The one-token loops of Q4_0, Q8_0, Q4_K and IQ4 prefetch nothing: there the hardware prefetcher alone
 streamed more (TinyLlama's matrices, 2 threads, Zen 4: Q4_K 17-26 against 16-18 GB/s, Q4_0, Q8_0 and
-IQ4_XS ~5-15% more), while at T = 4..16 this prefetch is worth 15-30%. Q6_K's keeps its own pattern."""
+IQ4_XS ~5-15% more), while at T = 4..16 this prefetch is worth 15-30%. Q6_K's one-token loop prefetches
+nothing either, once it reads its scales up front (gemm_r16_q6k._group_t1)."""
 
 
 def can_repack(dtype: DataType, rows: int, cols: int) -> bool:

@@ -38,7 +38,7 @@ from modelc.kernels.qdot import (
     zeros_f32x16,
 )
 from modelc.kernels.qdot_r16 import add_i32x16, float_i32x16, splat_i32x16
-from modelc.kernels.qdot_tile import I8x64, I32x16, _check_1d, _load, fmadot_f32x16
+from modelc.kernels.qdot_tile import I8x64, I32x16, _check_1d, _load, fmadot_f32x16, load_i8x64
 
 BYTES = 3360  # one 16-row group of one super-block
 BLOCK = 210  # one row's super-block in the file
@@ -85,6 +85,26 @@ def load_s8_i32x16(typingctx, ary, idx):
         return builder.sext(_load(context, builder, sig.args[0], args[0], args[1], _v16i8), _v16i32)
 
     return I32x16(ary, idx), codegen
+
+
+def _sext_lane(lane: int):
+    """The intrinsic for bytes 16 lane .. 16 lane + 15 of an I8x64, sign-extended to I32x16."""
+
+    def sext(typingctx, v):
+        if v != I8x64:
+            return None
+
+        def codegen(context, builder, sig, args):
+            idx = ir.Constant(ir.VectorType(ir.IntType(32), 16), list(range(16 * lane, 16 * lane + 16)))
+            return builder.sext(builder.shuffle_vector(args[0], ir.Constant(_v64i8, None), idx), _v16i32)
+
+        return I32x16(v), codegen
+
+    sext.__name__ = f"sext{lane}_i32x16"
+    return intrinsic(sext)
+
+
+sext0_i32x16, sext1_i32x16, sext2_i32x16, sext3_i32x16 = (_sext_lane(i) for i in range(4))
 
 
 @intrinsic
@@ -188,12 +208,12 @@ def _group(out, xq, xd, so, rf, gi, nsb, t, c, acc):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _block_t1(acc, d, xq, xd, so, rf, sc, bq, u0, u1, u2, u3, u4, u5, u6, u7):
-    """acc + the 16 rows' dots with 32-element block bq of the one token (codes u, scales at byte sc):
-    the two sub-blocks' integer dots weighted by their integer scales, one float fma."""
+def _block_t1(acc, d, xq, xd, so, s0, s1, bq, u0, u1, u2, u3, u4, u5, u6, u7):
+    """acc + the 16 rows' dots with 32-element block bq of the one token (codes u, the two sub-blocks'
+    scales s0, s1): the two sub-blocks' integer dots weighted by their integer scales, one float fma."""
     p0 = _dot4(splat_i32x16(so[0, 2 * bq]), u0, u1, u2, u3, xq, 32 * bq)
     p1 = _dot4(splat_i32x16(so[0, 2 * bq + 1]), u4, u5, u6, u7, xq, 32 * bq + 16)
-    p = add_i32x16(mul_i32x16(p0, load_s8_i32x16(rf, sc)), mul_i32x16(p1, load_s8_i32x16(rf, sc + 16)))
+    p = add_i32x16(mul_i32x16(p0, s0), mul_i32x16(p1, s1))
     return fmadot_f32x16(acc, p, d, splat_f32x16(xd[0, bq]))
 
 
@@ -201,36 +221,37 @@ def _block_t1(acc, d, xq, xd, so, rf, sc, bq, u0, u1, u2, u3, u4, u5, u6, u7):
 def _group_t1(out, xq, xd, so, rf, gi, nsb):
     """_group for one token: the accumulator stays in a register, codes are unpacked where used.
 
-    Prefetching starts at the group's first line and goes a few lines at a time, before each run of
-    chunks is read: one burst of ~52 lines per super-block, from PREFETCH_BYTES past the group's start
-    (gemm_r16's Q4_K pattern), streamed TinyLlama's 54 MB output matrix at 14.5-15.1 GB/s against this
-    16.7-18.9 and qmatvec_k's 14.7-17.5 (2 threads, interleaved, /tmp/q6k/var2.py of this work)."""
+    A super-block's 256 scale bytes are loaded first, four 64-byte vectors, and each sub-block's 16 scales
+    sign-extended from them where used, so the group is read strictly front to back; no software prefetch.
+    Reading each sub-block's scales from memory where used (the header's lines touched again between the
+    code runs) needed a prefetch burst ahead and still streamed slower: TinyLlama-shaped matrices, 2 threads,
+    Zen 4, one process alternating the two: 2048 x 5632 23.1 vs 17.2 GB/s, 32000 x 2048 25.7 vs 17.7
+    (Q4_K's one-token loop on the same shapes: 22.1 and 26.7)."""
     acc = zeros_f32x16()
     base = gi * nsb * 3360
-    pf = base
     for sb in range(nsb):
         o = base + sb * 3360
-        pf = _ahead(rf, pf, o + 288 + PREFETCH_BYTES)
         d = load_f16x16(rf, o)
+        # scale s of the 16 rows at byte 32 + 16 s: vector v holds sub-blocks 4 v .. 4 v + 3
+        c0, c1, c2, c3 = load_i8x64(rf, o + 32), load_i8x64(rf, o + 96), load_i8x64(rf, o + 160), load_i8x64(rf, o + 224)
         for h in range(2):
             q, a, b = o + 288 + 1536 * h, o + 800 + 1536 * h, o + 1312 + 1536 * h
-            pf = _ahead(rf, pf, b + PREFETCH_BYTES)
-            sc = o + 32 + 128 * h
+            lo = c0 if h == 0 else c2  # sub-blocks 8 h .. 8 h + 3: 32-blocks m = 0, 1 of the half
+            hi = c1 if h == 0 else c3  # 8 h + 4 .. 8 h + 7: m = 2, 3
             bq = sb * 8 + 4 * h
             h0, h1, h2, h3, h4, h5, h6, h7 = _load8(rf, q)
             a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, a)
-            acc = _block_t1(acc, d, xq, xd, so, rf, sc, bq,
+            acc = _block_t1(acc, d, xq, xd, so, sext0_i32x16(lo), sext1_i32x16(lo), bq,
                             six0_i8x64(a0, h0), six0_i8x64(a1, h1), six0_i8x64(a2, h2), six0_i8x64(a3, h3),
                             six0_i8x64(a4, h4), six0_i8x64(a5, h5), six0_i8x64(a6, h6), six0_i8x64(a7, h7))  # fmt: skip
-            acc = _block_t1(acc, d, xq, xd, so, rf, sc + 64, bq + 2,
+            acc = _block_t1(acc, d, xq, xd, so, sext0_i32x16(hi), sext1_i32x16(hi), bq + 2,
                             six2_i8x64(a0, h0), six2_i8x64(a1, h1), six2_i8x64(a2, h2), six2_i8x64(a3, h3),
                             six2_i8x64(a4, h4), six2_i8x64(a5, h5), six2_i8x64(a6, h6), six2_i8x64(a7, h7))  # fmt: skip
-            pf = _ahead(rf, pf, b + 512 + PREFETCH_BYTES)
             a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, b)
-            acc = _block_t1(acc, d, xq, xd, so, rf, sc + 32, bq + 1,
+            acc = _block_t1(acc, d, xq, xd, so, sext2_i32x16(lo), sext3_i32x16(lo), bq + 1,
                             six1_i8x64(a0, h0), six1_i8x64(a1, h1), six1_i8x64(a2, h2), six1_i8x64(a3, h3),
                             six1_i8x64(a4, h4), six1_i8x64(a5, h5), six1_i8x64(a6, h6), six1_i8x64(a7, h7))  # fmt: skip
-            acc = _block_t1(acc, d, xq, xd, so, rf, sc + 96, bq + 3,
+            acc = _block_t1(acc, d, xq, xd, so, sext2_i32x16(hi), sext3_i32x16(hi), bq + 3,
                             six3_i8x64(a0, h0), six3_i8x64(a1, h1), six3_i8x64(a2, h2), six3_i8x64(a3, h3),
                             six3_i8x64(a4, h4), six3_i8x64(a5, h5), six3_i8x64(a6, h6), six3_i8x64(a7, h7))  # fmt: skip
     store_f32x16(out.reshape(-1), gi * 16, acc)

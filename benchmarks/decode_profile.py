@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from modelc.api.engine import Engine
-from modelc.kernels import gemm_fused, gemm_fused_k, gemm_r16, quant
+from modelc.kernels import decode_layer, gemm_fused, gemm_fused_k, gemm_r16, quant
 from modelc.request import SamplingParams
 
 acc: dict[str, float] = collections.defaultdict(float)
@@ -55,6 +55,9 @@ def main() -> None:
     quant.quantize_act = timed("  quantize_act", quant.quantize_act)
     gemm_r16.qmatmul_r16 = timed("  r16 kernel", gemm_r16.qmatmul_r16)
     gemm_r16.matmul_f32 = timed("  r16 kernel + quantize", gemm_r16.matmul_f32)
+    # a one-token step's fused layers (models/llama_decode.py): their kernels run inside these two calls
+    decode_layer.attention_half = timed("attention half (fused)", decode_layer.attention_half)
+    decode_layer.mlp_half = timed("mlp half (fused)", decode_layer.mlp_half)
     gemm_fused_k.qmatvec_k = timed("  matvec_k kernel", gemm_fused_k.qmatvec_k)
     gemm_fused.qmatvec = timed("  matvec kernel", gemm_fused.qmatvec)
     model.forward = timed("forward", model.forward)

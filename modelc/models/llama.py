@@ -13,9 +13,11 @@ import numpy as np
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import UnsupportedError
 from modelc.ir import SCALE_SUFFIX
+from modelc.kernels import decode_layer
 from modelc.kernels.linear import Weight
 from modelc.kernels.rope import longrope_long_inv_freq, rope_inv_freq
 from modelc.kernels.select import KernelSet
+from modelc.models import llama_decode
 from modelc.models.batch import ForwardBatch, LoraRows
 from modelc.models.fused import MAX_T, Fused
 from modelc.models.llama_args import LlamaArgs
@@ -93,6 +95,8 @@ class LlamaModel:
                 "act": a.intermediate_size,
             }
         )
+        # per layer, how a one-token step runs it as two numba calls (None: the general path; llama_decode.py)
+        self.decode_plans = llama_decode.plan_layers(self)
 
     @property
     def hidden_size(self) -> int:
@@ -212,7 +216,24 @@ class LlamaModel:
         if self.inv_freq_long is not None:
             lens = batch.rope_lens if batch.rope_lens is not None else batch.pos_start + np.diff(batch.q_start)
             long_seqs = lens > a.rope_long_after
+        fast = self.decode_plans if self.decode_plans is not None and llama_decode.step_ok(batch, kv) else None
+        if fast is not None:
+            parallel = llama_decode.attention_parallel(batch, a.num_kv_heads)
+            qkv_buf = self.fused_out[: (a.num_heads + 2 * a.num_kv_heads) * a.head_dim]
+            gu_buf, act = self.fused_out[: 2 * a.intermediate_size], sc.get("act", T)
         for i, L in enumerate(self.layers):
+            p = None if fast is None else fast[i]
+            if p is not None:  # one token through kernels/decode_layer.py: two numba calls, not ~12 (llama_decode.py)
+                kp, vp = kv.layer(i)
+                decode_layer.attention_half(
+                    x, o, h, i == 0, *p.norms, qkv_buf, *p.qkv, *p.heads, batch.positions, kp, vp, batch.slots,
+                    batch.block_tables, batch.q_start, batch.pos_start, a.scale, p.window, parallel, attn, *p.out,
+                )  # fmt: skip
+                if p.mlp is None:
+                    L.moe.forward(o, h, K)  # type: ignore[attr-defined]
+                else:
+                    decode_layer.mlp_half(o, h, gu_buf, *p.mlp, act, *p.down)
+                continue
             if i == 0:
                 self._norm_or_copy(h, x, L.attn_norm)
             else:

@@ -1,0 +1,89 @@
+"""A decoder layer at one token (a single sequence's decode step) in two numba entries: the attention half
+and the gated-MLP half, where the forward made ~12 kernel calls from Python a layer, each with its Python
+glue. The kernels are the ones the forward calls (norm, gemm_r16.matmul_f32, rope, kv_write, attention_rows,
+activation), in the same order on the same arrays, so every number is the same (tests/models/
+test_decode_layer.py compares logits bit for bit). models/llama_decode.py decides which layers qualify.
+
+Why: a 1-token step runs its Python between kernels that stream megabytes, so that Python runs with cold
+caches, several times its hot cost (TinyLlama Q4_K_M: ~50 us of glue a layer on top of ~12 calls of 3-9 us).
+
+The matmuls run under whatever numba parallel chunk the caller set (models/llama_decode.py: the static split).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from modelc.kernels import activation, attention_rows, gemm_r16, kv_write, norm, rope
+
+NO_RW = np.zeros((0, 0), np.uint8)  # an absent matmul's weight (its kind is -1)
+NO_F32 = np.zeros(0, np.float32)  # an absent norm weight
+NO_F64 = np.zeros(0, np.float64)  # no RoPE in this layer
+
+
+@njit(cache=True, nogil=True)
+def _mm(buf, lo, hi, x, rw, kind):
+    """buf[lo:hi] (one row) = x @ W.T, W repacked (gemm_r16); nothing where kind < 0."""
+    if kind >= 0:
+        gemm_r16.matmul_f32(buf[lo:hi].reshape((1, hi - lo)), x, rw, kind)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def attention_half(
+    x, o, h, first, attn_norm, eps,
+    qkv, rw0, kind0, end0, rw1, kind1, end1, rw2, kind2,
+    heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox, positions,
+    k_pages, v_pages, slots, block_tables, q_start, pos_start, scale, window, parallel,
+    attn, o_rw, o_kind, ffn_norm,
+):  # fmt: skip
+    """One token (T = 1) through a layer's attention half, as LlamaModel.forward does it:
+
+    x (1, C) += o (the previous layer's output; not for the first layer), h = rms_norm(x, attn_norm);
+    q | k | v = h @ W.T into qkv (nq + 2 nk,): up to three matmuls, each a run of consecutive projections
+    (rw_i, kind_i; kind -1: none) writing qkv[0:end0], qkv[end0:end1], qkv[end1:];
+    per-head q/k RMSNorm where q_norm / k_norm are not empty (per head (D,) or full width (H*D,));
+    RoPE where inv_freq is not empty; K/V written at slots; attention into attn (1, H*D) (attention_rows'
+    kernels; `parallel`: the threaded one); o (1, C) = attn @ O.T; x += o, h = rms_norm(x, ffn_norm).
+    """
+    if first:
+        norm.rms_norm(h, x, attn_norm, eps)
+    else:
+        norm.add_rms_norm(h, x, o, attn_norm, eps)
+    _mm(qkv, 0, end0, h, rw0, kind0)
+    _mm(qkv, end0, end1, h, rw1, kind1)
+    _mm(qkv, end1, qkv.shape[0], h, rw2, kind2)
+    nq = heads * head_dim
+    nk = kv_heads * head_dim
+    q3 = qkv[:nq].reshape((1, heads, head_dim))
+    k3 = qkv[nq : nq + nk].reshape((1, kv_heads, head_dim))
+    v3 = qkv[nq + nk :].reshape((1, kv_heads, head_dim))
+    if q_norm.shape[0]:
+        qn = qkv[:nq].reshape((-1, q_norm.shape[0]))
+        norm.rms_norm(qn, qn, q_norm, eps)
+        kn = qkv[nq : nq + nk].reshape((-1, k_norm.shape[0]))
+        norm.rms_norm(kn, kn, k_norm, eps)
+    if inv_freq.shape[0]:
+        rope.rope(q3, positions, inv_freq, neox)
+        rope.rope(k3, positions, inv_freq, neox)
+    kv_write.kv_write(k_pages, v_pages, k3, v3, slots)
+    a3 = attn.reshape((1, heads, head_dim))
+    if parallel:
+        attention_rows.paged_attention_rows_parallel(a3, q3, k_pages, v_pages, block_tables, q_start, pos_start,
+                                                     scale, window)  # fmt: skip
+    else:
+        attention_rows.paged_attention_rows(a3, q3, k_pages, v_pages, block_tables, q_start, pos_start, scale,
+                                            window)  # fmt: skip
+    gemm_r16.matmul_f32(o, attn, o_rw, o_kind)
+    norm.add_rms_norm(h, x, o, ffn_norm, eps)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def mlp_half(o, h, gu, rw0, kind0, end0, rw1, kind1, act, down_rw, down_kind):
+    """One token through a gated SiLU MLP: gate | up = h @ W.T into gu (2F,), one fused matmul (end0 = 2F,
+    kind1 -1) or two (gu[0:end0], gu[end0:]); act (1, F) = silu(gate) * up; o (1, C) = act @ Down.T."""
+    _mm(gu, 0, end0, h, rw0, kind0)
+    _mm(gu, end0, gu.shape[0], h, rw1, kind1)
+    f = gu.shape[0] // 2
+    activation.silu_mul(act, gu[:f].reshape((1, f)), gu[f:].reshape((1, f)))
+    gemm_r16.matmul_f32(o, act, down_rw, down_kind)

@@ -1,0 +1,124 @@
+"""Which layers of a LlamaModel take a single-token step through kernels/decode_layer.py (one numba entry for
+the attention half, one for the MLP half), and the arguments of each that do not change between steps.
+
+A layer qualifies when it is the plain pre-norm block those entries implement: RMSNorm before attention and
+before the FFN, no biases, no post-norms, no sinks or soft-capping, optional per-head q/k RMSNorm, optional
+RoPE (not long-RoPE, no attention factor), SiLU-gated MLP or a mixture of experts (moe_ffn, called after the
+attention half), and every projection on the gemm_r16 path at T = 1 (alone or in a fused run). A step takes
+it when it is one token of one sequence, with no LoRA, on a KV cache of float32 / fp16 pages that
+attention_rows reads. Anything else runs the forward's general per-kernel path, layer by layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+from modelc.kernels import attention, decode_layer, quant
+from modelc.kernels.linear import Weight
+from modelc.kernels.plan import Path, path
+from modelc.models.fused import Fused
+
+
+@dataclass(frozen=True, slots=True)
+class LayerPlan:
+    norms: tuple  # (attn_norm, eps)
+    qkv: tuple  # (rw0, kind0, end0, rw1, kind1, end1, rw2, kind2)
+    heads: tuple  # (heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox)
+    window: int
+    out: tuple  # (o_rw, o_kind, ffn_norm)
+    mlp: tuple | None  # gate | up as mlp_half takes them: (rw0, kind0, end0, rw1, kind1); None: a MoE layer
+    down: tuple | None  # (down_rw, down_kind)
+
+
+def plan_layers(model: Any) -> list[LayerPlan | None] | None:
+    """Per layer, its LayerPlan or None (it runs the general path); None when no layer qualifies."""
+    a = model.args
+    if model.kernels.name != "numba" or a.attn_softcap or model.inv_freq_long is not None:
+        return None
+    if a.rope_attn_factor != 1.0 or a.residual_scale != 1.0 or a.activation != "silu" or a.head_dim % 16:
+        return None
+    plans = [_plan(model, i, L) for i, L in enumerate(model.layers)]
+    return plans if any(p is not None for p in plans) else None
+
+
+def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
+    a = model.args
+    if L.attn_norm is None or L.ffn_norm is None or L.post_attn_norm is not None or L.post_ffn_norm is not None:
+        return None
+    biases = (L.q_bias, L.k_bias, L.v_bias, L.o_bias, L.gate_bias, L.up_bias, L.down_bias)
+    if L.sinks is not None or any(b is not None for b in biases) or (L.q_norm is None) != (L.k_norm is None):
+        return None
+    qkv = _runs((L.q, L.k, L.v), L.qkv, 3)
+    if qkv is None or not _r16(L.o):
+        return None
+    mlp = down = None
+    if L.moe is None:
+        mlp = _runs((L.gate, L.up), L.gate_up, 2)
+        if mlp is None or not _r16(L.down):
+            return None
+        down = (L.down.r16, quant.KIND[L.down.dtype])
+    inv = model.layer_inv_freq[i]
+    no = decode_layer.NO_F32
+    return LayerPlan(
+        (L.attn_norm, float(a.rms_norm_eps)),
+        qkv,
+        (a.num_heads, a.num_kv_heads, a.head_dim, no if L.q_norm is None else L.q_norm,
+         no if L.k_norm is None else L.k_norm, decode_layer.NO_F64 if inv is None else inv, bool(a.rope_neox)),
+        int(a.layer_windows[i]),
+        (L.o.r16, quant.KIND[L.o.dtype], L.ffn_norm),
+        mlp,
+        down,
+    )  # fmt: skip
+
+
+def _r16(w: Weight | None) -> bool:
+    return w is not None and w.r16 is not None and path(w, 1) is Path.R16
+
+
+def _runs(ws: tuple, fused: tuple[Fused, ...], n: int) -> tuple | None:
+    """The n consecutive projections ws as up to n matmuls, each writing its rows' range of one buffer:
+    (rw_0, kind_0, end_0, ..., rw_{n-1}, kind_{n-1}) with kind -1 for the unused ones (decode_layer's
+    convention: matmul j writes [end_{j-1}, end_j), the last one to the buffer's end); None if a projection is
+    not on the gemm_r16 path at T = 1."""
+    mms: list[tuple[np.ndarray, int, int]] = []  # (rw, kind, rows)
+    j = 0
+    while j < n:
+        run = next((f for f in fused if f.first == j and f.fits(1)), None)
+        if run is not None:
+            mms.append((run.weight.r16, quant.KIND[run.weight.dtype], run.weight.rows))
+            j += len(run.bounds) - 1
+            continue
+        if not _r16(ws[j]):
+            return None
+        mms.append((ws[j].r16, quant.KIND[ws[j].dtype], ws[j].rows))
+        j += 1
+    out: list[Any] = []
+    end = 0
+    for k in range(n):
+        if k < len(mms):
+            rw, kind, rows = mms[k]
+            end += rows
+        else:
+            rw, kind = decode_layer.NO_RW, -1
+        out += [rw, kind] if k == n - 1 else [rw, kind, end]
+    return tuple(out)
+
+
+def step_ok(batch: Any, kv: Any) -> bool:
+    """Whether this forward takes the fused layers: one token of one sequence, no LoRA, float32 / fp16 pages
+    (what attention_rows reads; the head size was checked by plan_layers)."""
+    if batch.num_tokens != 1 or batch.lora:
+        return False
+    kp, _ = kv.layer(0)
+    return isinstance(kp, np.ndarray) and kp.dtype in (np.float32, np.uint16)
+
+
+def attention_parallel(batch: Any, kv_heads: int) -> bool:
+    """attention._numba_attention's choice for attention_rows' kernel at one decode row: threaded when the
+    row's KV heads times its context reach ROWS_PARALLEL_MIN_WORK and numba has more than one thread."""
+    ctx = int(batch.pos_start[0]) + 1
+    return kv_heads >= 2 and kv_heads * ctx >= attention.ROWS_PARALLEL_MIN_WORK and numba.get_num_threads() > 1

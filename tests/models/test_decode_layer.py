@@ -1,0 +1,114 @@
+"""A one-token decode step through kernels/decode_layer.py (models/llama_decode.py) gives the same logits, bit for
+bit, as the forward's general per-kernel path: the same kernels on the same arrays in the same order."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from modelc.api.engine import Engine
+from modelc.models import llama_decode
+from modelc.request import SamplingParams
+
+QUANT = pathlib.Path(__file__).parents[1] / "fixtures/models/quant"
+
+
+def _engine(name: str, kv_dtype: str) -> Engine:
+    return Engine.load(QUANT / name, threads=2, kv_cache_tokens=256, kv_dtype=kv_dtype)
+
+
+def _decode_logits(eng: Engine, fast: bool, n: int = 12) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy tokens and every one-token step's logits, with the fused layers on or off."""
+    m = eng.runner.model
+    plans = m.decode_plans
+    got: list[np.ndarray] = []
+    real = m.forward
+
+    def forward(batch, kv, **kw):
+        out = real(batch, kv, **kw)
+        if batch.num_tokens == 1:
+            got.append(out.copy())
+        return out
+
+    m.forward = forward
+    if not fast:
+        m.decode_plans = None
+    try:
+        ids = [1, *np.random.default_rng(0).integers(3, eng.runner.vocab_size, 20).tolist()]
+        toks = list(eng.generate_ids(ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)))
+    finally:
+        m.forward, m.decode_plans = real, plans
+    return toks, got
+
+
+def _assert_same(eng: Engine) -> None:
+    fast_toks, fast = _decode_logits(eng, True)
+    slow_toks, slow = _decode_logits(eng, False)
+    assert fast_toks == slow_toks and len(fast) == len(slow) > 0
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("name", "kv_dtype"),
+    [("llama/model-Q4_K_M.gguf", "f16"), ("llama/model-Q4_0.gguf", "f32"), ("llama/model-Q8_0.gguf", "f16"),
+     ("qwen3moe/model-Q4_K_M.gguf", "f16"), ("qwen3moe/model-Q4_0.gguf", "f32")],
+)  # fmt: skip
+def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: str) -> None:
+    eng = _engine(name, kv_dtype)
+    plans = eng.runner.model.decode_plans
+    if plans is None:
+        assert "Q8_0" in name  # Q8_0 is on gemm_r16 only with an exact wide dot (VNNI)
+        pytest.skip("Q8_0 is not on the gemm_r16 path on this CPU")
+    assert all(p is not None for p in plans)  # every layer of these plain models qualifies
+    if name.startswith("qwen3moe"):
+        assert all(p.mlp is None for p in plans)  # the experts run moe_ffn after the attention half
+        assert all(p.heads[3].size for p in plans)  # Qwen3's per-head q/k norms
+    if "Q4_K_M" in name:  # attn_v is Q6_K: v runs as its own matmul after the fused q/k run
+        assert all(p.qkv[4] >= 0 and p.qkv[7] < 0 for p in plans)
+    _assert_same(eng)
+
+
+def test_a_projection_off_the_r16_path_keeps_the_layer_general() -> None:
+    eng = _engine("llama/model-IQ4_XS.gguf", "f16")  # llama.cpp made its attn_v Q5_K: file-layout kernels
+    assert eng.runner.model.layers[0].v.dtype.name == "Q5_K" and eng.runner.model.decode_plans is None
+
+
+def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_path: pathlib.Path) -> None:
+    from modelc.ir import DataType
+    from modelc.pack import pack
+    from tests.formats.test_gguf_iquant import LAYERS, _tensors, _write
+
+    assert LAYERS >= 2
+    _write(tmp_path / "q.gguf", _tensors(DataType.Q4_0))
+    eng = Engine.load(pack(tmp_path / "q.gguf", out=tmp_path / "q.modelc"), threads=2, kv_cache_tokens=256)
+    m = eng.runner.model
+    assert m.decode_plans is not None and all(p is not None for p in m.decode_plans)
+    L = m.layers[1]
+    L.q_bias, L.k_bias, L.v_bias = (np.full(w.rows, 0.01, np.float32) for w in (L.q, L.k, L.v))
+    m.decode_plans = llama_decode.plan_layers(m)
+    assert m.decode_plans[1] is None and m.decode_plans[0] is not None
+    _assert_same(eng)
+
+
+def test_steps_that_do_not_qualify() -> None:
+    eng = _engine("llama/model-Q4_0.gguf", "q8_0")  # pages attention_rows does not read
+    m = eng.runner.model
+    assert m.decode_plans is not None
+    seen = []
+    real = m.forward
+
+    def forward(batch, kv, **kw):
+        seen.append(llama_decode.step_ok(batch, kv))
+        return real(batch, kv, **kw)
+
+    m.forward = forward
+    list(eng.generate_ids([1, 5, 6, 7], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)))
+    assert seen and not any(seen)
+
+
+def test_reference_kernels_plan_nothing(monkeypatch) -> None:
+    monkeypatch.setenv("MODELC_KERNELS", "ref")
+    assert _engine("llama/model-Q4_0.gguf", "f32").runner.model.decode_plans is None

@@ -84,21 +84,29 @@ def moe_ffn(
     Activations are always quantized (`qact` is the twin's switch). Threads: the caller's numba thread
     count, split statically (see the note below).
     """
-    kg, ku, kd = (quant.KIND[dt] for dt in (ex.gate_dtype, ex.up_dtype, ex.down_dtype))
     if logits is None:
-        logits, router = _NONE, ex.router
-        rbias = _NONE1 if ex.router_bias is None else ex.router_bias
+        head = (_NONE, *router_args(ex))
     else:
-        logits, router, rbias = np.ascontiguousarray(logits, dtype=np.float32), _NONE, _NONE1
-    args = (out, np.ascontiguousarray(x, dtype=np.float32), logits, router, rbias,
-            k, normalize, ex.gate, ex.up, ex.down, kg, ku, kd,
-            _NONE if ex.gate_bias is None else ex.gate_bias, _NONE if ex.up_bias is None else ex.up_bias,
-            _NONE if ex.down_bias is None else ex.down_bias, ex.oss,
-            *(_NONE3 if r is None else r for r in (ex.gate_r16, ex.up_r16, ex.down_r16)), get_num_threads())  # fmt: skip
+        head = (np.ascontiguousarray(logits, dtype=np.float32), _NONE, _NONE1)
     # NOTE: numba's static split, not linear.chunked's dynamic chunks: a decode step's expert matmuls are
     # a few hundred microseconds, and the chunked schedule made this call 2x slower (192 vs 96 us, one
     # layer of a 32-expert Qwen3-MoE, 2 threads, hot; decode 14.5-15.9 -> 12.4-12.7 ms per token)
-    _moe_ffn(*args)
+    _moe_ffn(out, np.ascontiguousarray(x, dtype=np.float32), *head, *expert_args(ex, k, normalize), get_num_threads())
+
+
+def router_args(ex: MoeExperts) -> tuple[np.ndarray, np.ndarray]:
+    """_moe_ffn's (router, router bias) for computing the router logits in the kernel (ex.router: F32)."""
+    return ex.router, _NONE1 if ex.router_bias is None else ex.router_bias
+
+
+def expert_args(ex: MoeExperts, k: int, normalize: bool) -> tuple:
+    """_moe_ffn's arguments from k to the repacked experts (between the router's and the thread count): what
+    moe_ffn passes, also made once per layer by models/llama_decode.py for its one-token steps."""
+    kg, ku, kd = (quant.KIND[dt] for dt in (ex.gate_dtype, ex.up_dtype, ex.down_dtype))
+    return (k, normalize, ex.gate, ex.up, ex.down, kg, ku, kd,
+            _NONE if ex.gate_bias is None else ex.gate_bias, _NONE if ex.up_bias is None else ex.up_bias,
+            _NONE if ex.down_bias is None else ex.down_bias, ex.oss,
+            *(_NONE3 if r is None else r for r in (ex.gate_r16, ex.up_r16, ex.down_r16)))  # fmt: skip
 
 
 @njit(cache=True, nogil=True)

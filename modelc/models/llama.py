@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import UnsupportedError
 from modelc.ir import SCALE_SUFFIX
-from modelc.kernels import decode_layer
+from modelc.kernels import decode_layer, moe_ffn
 from modelc.kernels.linear import Weight
 from modelc.kernels.rope import longrope_long_inv_freq, rope_inv_freq
 from modelc.kernels.select import KernelSet
@@ -218,7 +219,8 @@ class LlamaModel:
             long_seqs = lens > a.rope_long_after
         fast = self.decode_plans if self.decode_plans is not None and llama_decode.step_ok(batch, kv) else None
         if fast is not None:
-            parallel = llama_decode.attention_parallel(batch, a.num_kv_heads)
+            threads = numba.get_num_threads()
+            parallel = llama_decode.attention_parallel(batch, a.num_kv_heads, threads)
             qkv_buf = self.fused_out[: (a.num_heads + 2 * a.num_kv_heads) * a.head_dim]
             gu_buf, act = self.fused_out[: 2 * a.intermediate_size], sc.get("act", T)
         for i, L in enumerate(self.layers):
@@ -229,7 +231,9 @@ class LlamaModel:
                     x, o, h, i == 0, *p.norms, qkv_buf, *p.qkv, *p.heads, batch.positions, kp, vp, batch.slots,
                     batch.block_tables, batch.q_start, batch.pos_start, a.scale, p.window, parallel, attn, *p.out,
                 )  # fmt: skip
-                if p.mlp is None:
+                if p.moe is not None:
+                    moe_ffn._moe_ffn(o, h, *p.moe, threads)
+                elif p.mlp is None:
                     L.moe.forward(o, h, K)  # type: ignore[attr-defined]
                 else:
                     decode_layer.mlp_half(o, h, gu_buf, *p.mlp, act, *p.down)

@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
-from modelc.kernels import attention, decode_layer, quant
+from modelc.kernels import attention, decode_layer, moe_ffn, quant
 from modelc.kernels.linear import Weight
 from modelc.kernels.plan import Path, path
 from modelc.models.fused import Fused
@@ -32,6 +31,8 @@ class LayerPlan:
     out: tuple  # (o_rw, o_kind, ffn_norm)
     mlp: tuple | None  # gate | up as mlp_half takes them: (rw0, kind0, end0, rw1, kind1); None: a MoE layer
     down: tuple | None  # (down_rw, down_kind)
+    moe: tuple | None  # a MoE layer's moe_ffn._moe_ffn arguments after (out, x) and before the thread count,
+    # where the kernel computes the router itself (else None: the layer's MoeFFN.forward runs)
 
 
 def plan_layers(model: Any) -> list[LayerPlan | None] | None:
@@ -55,8 +56,12 @@ def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
     qkv = _runs((L.q, L.k, L.v), L.qkv, 3)
     if qkv is None or not _r16(L.o):
         return None
-    mlp = down = None
-    if L.moe is None:
+    mlp = down = moe = None
+    if L.moe is not None:
+        st = L.moe.stacked  # moe_ffn's experts with an F32 router it runs itself: called straight from forward
+        if st is not None and st.router is not None:
+            moe = (moe_ffn._NONE, *moe_ffn.router_args(st), *moe_ffn.expert_args(st, L.moe.top_k, L.moe.normalize))
+    else:
         mlp = _runs((L.gate, L.up), L.gate_up, 2)
         if mlp is None or not _r16(L.down):
             return None
@@ -72,6 +77,7 @@ def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
         (L.o.r16, quant.KIND[L.o.dtype], L.ffn_norm),
         mlp,
         down,
+        moe,
     )  # fmt: skip
 
 
@@ -117,8 +123,8 @@ def step_ok(batch: Any, kv: Any) -> bool:
     return isinstance(kp, np.ndarray) and kp.dtype in (np.float32, np.uint16)
 
 
-def attention_parallel(batch: Any, kv_heads: int) -> bool:
+def attention_parallel(batch: Any, kv_heads: int, threads: int) -> bool:
     """attention._numba_attention's choice for attention_rows' kernel at one decode row: threaded when the
-    row's KV heads times its context reach ROWS_PARALLEL_MIN_WORK and numba has more than one thread."""
+    row's KV heads times its context reach ROWS_PARALLEL_MIN_WORK and there is more than one thread."""
     ctx = int(batch.pos_start[0]) + 1
-    return kv_heads >= 2 and kv_heads * ctx >= attention.ROWS_PARALLEL_MIN_WORK and numba.get_num_threads() > 1
+    return kv_heads >= 2 and kv_heads * ctx >= attention.ROWS_PARALLEL_MIN_WORK and threads > 1

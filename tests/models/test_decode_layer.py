@@ -64,7 +64,9 @@ def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: st
         pytest.skip("Q8_0 is not on the gemm_r16 path on this CPU")
     assert all(p is not None for p in plans)  # every layer of these plain models qualifies
     if name.startswith("qwen3moe"):
-        assert all(p.mlp is None for p in plans)  # the experts run moe_ffn after the attention half
+        assert all(p.mlp is None for p in plans)  # the experts run after the attention half
+        # K-quant experts: moe_ffn's kernel called straight from forward; Q4_0 ones: MoeFFN.forward's expert loop
+        assert all((p.moe is not None) == ("Q4_K_M" in name) for p in plans)
         assert all(p.heads[3].size for p in plans)  # Qwen3's per-head q/k norms
     if "Q4_K_M" in name:  # attn_v is Q6_K: v runs as its own matmul after the fused q/k run
         assert all(p.qkv[4] >= 0 and p.qkv[7] < 0 for p in plans)

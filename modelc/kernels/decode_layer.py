@@ -29,22 +29,31 @@ def _mm(buf, lo, hi, x, rw, kind):
         gemm_r16.matmul_f32(buf[lo:hi].reshape((1, hi - lo)), x, rw, kind)
 
 
+@njit(cache=True, nogil=True)
+def _add(v, bias):
+    """v += bias (float32, as numpy's +=) where bias is not empty."""
+    for i in range(bias.shape[0]):
+        v[i] += bias[i]
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def attention_half(
     x, o, h, first, attn_norm, eps,
-    qkv, rw0, kind0, end0, rw1, kind1, end1, rw2, kind2,
+    qkv, rw0, kind0, end0, rw1, kind1, end1, rw2, kind2, qkv_bias,
     heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox, positions,
     k_pages, v_pages, slots, block_tables, q_start, pos_start, scale, window, parallel,
-    attn, o_rw, o_kind, ffn_norm,
+    attn, o_rw, o_kind, o_bias, ffn_norm,
 ):  # fmt: skip
     """One token (T = 1) through a layer's attention half, as LlamaModel.forward does it:
 
     x (1, C) += o (the previous layer's output; not for the first layer), h = rms_norm(x, attn_norm);
     q | k | v = h @ W.T into qkv (nq + 2 nk,): up to three matmuls, each a run of consecutive projections
-    (rw_i, kind_i; kind -1: none) writing qkv[0:end0], qkv[end0:end1], qkv[end1:];
+    (rw_i, kind_i; kind -1: none) writing qkv[0:end0], qkv[end0:end1], qkv[end1:], plus qkv_bias (q | k | v
+    biases) where not empty;
     per-head q/k RMSNorm where q_norm / k_norm are not empty (per head (D,) or full width (H*D,));
     RoPE where inv_freq is not empty; K/V written at slots; attention into attn (1, H*D) (attention_rows'
-    kernels; `parallel`: the threaded one); o (1, C) = attn @ O.T; x += o, h = rms_norm(x, ffn_norm).
+    kernels; `parallel`: the threaded one); o (1, C) = attn @ O.T (+ o_bias where not empty); x += o,
+    h = rms_norm(x, ffn_norm).
     """
     if first:
         norm.rms_norm(h, x, attn_norm, eps)
@@ -53,6 +62,7 @@ def attention_half(
     _mm(qkv, 0, end0, h, rw0, kind0)
     _mm(qkv, end0, end1, h, rw1, kind1)
     _mm(qkv, end1, qkv.shape[0], h, rw2, kind2)
+    _add(qkv, qkv_bias)
     nq = heads * head_dim
     nk = kv_heads * head_dim
     q3 = qkv[:nq].reshape((1, heads, head_dim))
@@ -75,15 +85,19 @@ def attention_half(
         attention_rows.paged_attention_rows(a3, q3, k_pages, v_pages, block_tables, q_start, pos_start, scale,
                                             window)  # fmt: skip
     gemm_r16.matmul_f32(o, attn, o_rw, o_kind)
+    _add(o.reshape(-1), o_bias)
     norm.add_rms_norm(h, x, o, ffn_norm, eps)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def mlp_half(o, h, gu, rw0, kind0, end0, rw1, kind1, act, down_rw, down_kind):
+def mlp_half(o, h, gu, rw0, kind0, end0, rw1, kind1, gu_bias, act, down_rw, down_kind, down_bias):
     """One token through a gated SiLU MLP: gate | up = h @ W.T into gu (2F,), one fused matmul (end0 = 2F,
-    kind1 -1) or two (gu[0:end0], gu[end0:]); act (1, F) = silu(gate) * up; o (1, C) = act @ Down.T."""
+    kind1 -1) or two (gu[0:end0], gu[end0:]), plus gu_bias (gate | up biases) where not empty; act (1, F) =
+    silu(gate) * up; o (1, C) = act @ Down.T (+ down_bias where not empty)."""
     _mm(gu, 0, end0, h, rw0, kind0)
     _mm(gu, end0, gu.shape[0], h, rw1, kind1)
+    _add(gu, gu_bias)
     f = gu.shape[0] // 2
     activation.silu_mul(act, gu[:f].reshape((1, f)), gu[f:].reshape((1, f)))
     gemm_r16.matmul_f32(o, act, down_rw, down_kind)
+    _add(o.reshape(-1), down_bias)

@@ -2,7 +2,7 @@
 the attention half, one for the MLP half), and the arguments of each that do not change between steps.
 
 A layer qualifies when it is the plain pre-norm block those entries implement: RMSNorm before attention and
-before the FFN, no biases, no post-norms, no sinks or soft-capping, optional per-head q/k RMSNorm, optional
+before the FFN, optional projection biases (Qwen2's q/k/v, llama's attention_bias / mlp_bias), no post-norms, no sinks or soft-capping, optional per-head q/k RMSNorm, optional
 RoPE (not long-RoPE, no attention factor), SiLU-gated MLP or a mixture of experts (moe_ffn, called after the
 attention half), and every projection on the gemm_r16 path at T = 1 (alone or in a fused run). A step takes
 it when it is one token of one sequence, with no LoRA, on a KV cache of float32 / fp16 pages that
@@ -25,12 +25,12 @@ from modelc.models.fused import Fused
 @dataclass(frozen=True, slots=True)
 class LayerPlan:
     norms: tuple  # (attn_norm, eps)
-    qkv: tuple  # (rw0, kind0, end0, rw1, kind1, end1, rw2, kind2)
+    qkv: tuple  # (rw0, kind0, end0, rw1, kind1, end1, rw2, kind2, q | k | v biases or NO_F32)
     heads: tuple  # (heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox)
     window: int
-    out: tuple  # (o_rw, o_kind, ffn_norm)
-    mlp: tuple | None  # gate | up as mlp_half takes them: (rw0, kind0, end0, rw1, kind1); None: a MoE layer
-    down: tuple | None  # (down_rw, down_kind)
+    out: tuple  # (o_rw, o_kind, o bias or NO_F32, ffn_norm)
+    mlp: tuple | None  # gate | up as mlp_half takes them: (rw0, kind0, end0, rw1, kind1, biases); None: MoE
+    down: tuple | None  # (down_rw, down_kind, down bias or NO_F32)
     moe: tuple | None  # a MoE layer's moe_ffn._moe_ffn arguments after (out, x) and before the thread count,
     # where the kernel computes the router itself (else None: the layer's MoeFFN.forward runs)
 
@@ -50,8 +50,10 @@ def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
     a = model.args
     if L.attn_norm is None or L.ffn_norm is None or L.post_attn_norm is not None or L.post_ffn_norm is not None:
         return None
-    biases = (L.q_bias, L.k_bias, L.v_bias, L.o_bias, L.gate_bias, L.up_bias, L.down_bias)
-    if L.sinks is not None or any(b is not None for b in biases) or (L.q_norm is None) != (L.k_norm is None):
+    if L.sinks is not None or (L.q_norm is None) != (L.k_norm is None):
+        return None
+    qkv_bias, gu_bias = _biases((L.q_bias, L.k_bias, L.v_bias)), _biases((L.gate_bias, L.up_bias))
+    if qkv_bias is None or gu_bias is None:
         return None
     qkv = _runs((L.q, L.k, L.v), L.qkv, 3)
     if qkv is None or not _r16(L.o):
@@ -65,20 +67,35 @@ def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
         mlp = _runs((L.gate, L.up), L.gate_up, 2)
         if mlp is None or not _r16(L.down):
             return None
-        down = (L.down.r16, quant.KIND[L.down.dtype])
+        mlp = (*mlp, gu_bias)
+        down = (L.down.r16, quant.KIND[L.down.dtype], _bias(L.down_bias))
     inv = model.layer_inv_freq[i]
     no = decode_layer.NO_F32
     return LayerPlan(
         (L.attn_norm, float(a.rms_norm_eps)),
-        qkv,
+        (*qkv, qkv_bias),
         (a.num_heads, a.num_kv_heads, a.head_dim, no if L.q_norm is None else L.q_norm,
          no if L.k_norm is None else L.k_norm, decode_layer.NO_F64 if inv is None else inv, bool(a.rope_neox)),
         int(a.layer_windows[i]),
-        (L.o.r16, quant.KIND[L.o.dtype], L.ffn_norm),
+        (L.o.r16, quant.KIND[L.o.dtype], _bias(L.o_bias), L.ffn_norm),
         mlp,
         down,
         moe,
     )  # fmt: skip
+
+
+def _bias(b: np.ndarray | None) -> np.ndarray:
+    return decode_layer.NO_F32 if b is None else b
+
+
+def _biases(bs: tuple) -> np.ndarray | None:
+    """Consecutive projections' biases as one vector (all of them, or NO_F32 for none); None when only some
+    have one (the forward adds all or none)."""
+    if all(b is None for b in bs):
+        return decode_layer.NO_F32
+    if any(b is None for b in bs):
+        return None
+    return np.ascontiguousarray(np.concatenate(bs), dtype=np.float32)
 
 
 def _r16(w: Weight | None) -> bool:

@@ -78,7 +78,7 @@ def test_a_projection_off_the_r16_path_keeps_the_layer_general() -> None:
     assert eng.runner.model.layers[0].v.dtype.name == "Q5_K" and eng.runner.model.decode_plans is None
 
 
-def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_path: pathlib.Path) -> None:
+def _two_layer_q4_0(tmp_path: pathlib.Path) -> Engine:
     from modelc.ir import DataType
     from modelc.pack import pack
     from tests.formats.test_gguf_iquant import LAYERS, _tensors, _write
@@ -86,13 +86,32 @@ def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_
     assert LAYERS >= 2
     _write(tmp_path / "q.gguf", _tensors(DataType.Q4_0))
     eng = Engine.load(pack(tmp_path / "q.gguf", out=tmp_path / "q.modelc"), threads=2, kv_cache_tokens=256)
+    assert eng.runner.model.decode_plans is not None and all(p is not None for p in eng.runner.model.decode_plans)
+    return eng
+
+
+def test_projection_biases_are_added_as_the_general_path_adds_them(tmp_path: pathlib.Path) -> None:
+    eng = _two_layer_q4_0(tmp_path)
     m = eng.runner.model
-    assert m.decode_plans is not None and all(p is not None for p in m.decode_plans)
-    L = m.layers[1]
-    L.q_bias, L.k_bias, L.v_bias = (np.full(w.rows, 0.01, np.float32) for w in (L.q, L.k, L.v))
+    rng = np.random.default_rng(1)
+    for L in m.layers:  # Qwen2's q/k/v biases, and llama's attention_bias / mlp_bias ones
+        for name in ("q", "k", "v", "o", "gate", "up", "down"):
+            setattr(L, name + "_bias", (0.05 * rng.standard_normal(getattr(L, name).rows)).astype(np.float32))
+    m.decode_plans = llama_decode.plan_layers(m)
+    assert all(p is not None and p.qkv[-1].size and p.out[2].size and p.mlp[-1].size for p in m.decode_plans)
+    _assert_same(eng)
+
+
+def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_path: pathlib.Path) -> None:
+    eng = _two_layer_q4_0(tmp_path)
+    m = eng.runner.model
+    m.layers[1].post_ffn_norm = np.ones(m.args.hidden_size, np.float32)  # OLMo 2 / Gemma style: not fused
     m.decode_plans = llama_decode.plan_layers(m)
     assert m.decode_plans[1] is None and m.decode_plans[0] is not None
     _assert_same(eng)
+    m.layers[1].q_bias = np.zeros(m.layers[1].q.rows, np.float32)  # q's bias without k's and v's: never fused
+    m.layers[1].post_ffn_norm = None
+    assert llama_decode.plan_layers(m)[1] is None
 
 
 def test_steps_that_do_not_qualify() -> None:

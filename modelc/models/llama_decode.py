@@ -4,7 +4,8 @@ the attention half, one for the MLP half), and the arguments of each that do not
 A layer qualifies when it is the plain pre-norm block those entries implement: RMSNorm before attention and
 before the FFN, optional projection biases (Qwen2's q/k/v, llama's attention_bias / mlp_bias), no post-norms, no sinks or soft-capping, optional per-head q/k RMSNorm, optional
 RoPE (not long-RoPE, no attention factor), SiLU-gated MLP or a mixture of experts (moe_ffn, called after the
-attention half), and every projection on the gemm_r16 path at T = 1 (alone or in a fused run). A step takes
+attention half), and every projection at T = 1 on the gemm_r16 path (alone or in a fused run) or on
+gemm_fused_k's one-token kernel (Q5_K, and the K-quants where not repacked). A step takes
 it when it is one token of one sequence, with no LoRA, on a KV cache of float32 / fp16 pages that
 attention_rows reads. Anything else runs the forward's general per-kernel path, layer by layer.
 """
@@ -25,12 +26,12 @@ from modelc.models.fused import Fused
 @dataclass(frozen=True, slots=True)
 class LayerPlan:
     norms: tuple  # (attn_norm, eps)
-    qkv: tuple  # (rw0, kind0, end0, rw1, kind1, end1, rw2, kind2, q | k | v biases or NO_F32)
+    qkv: tuple  # (w0, kind0, how0, end0, w1, kind1, how1, end1, w2, kind2, how2, q | k | v biases or NO_F32)
     heads: tuple  # (heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox)
     window: int
-    out: tuple  # (o_rw, o_kind, o bias or NO_F32, ffn_norm)
-    mlp: tuple | None  # gate | up as mlp_half takes them: (rw0, kind0, end0, rw1, kind1, biases); None: MoE
-    down: tuple | None  # (down_rw, down_kind, down bias or NO_F32)
+    out: tuple  # (o_w, o_kind, o_how, o bias or NO_F32, ffn_norm)
+    mlp: tuple | None  # gate | up as mlp_half takes them: (w0, kind0, how0, end0, w1, kind1, how1, biases)
+    down: tuple | None  # (down_w, down_kind, down_how, down bias or NO_F32); mlp and down None: MoE
     moe: tuple | None  # a MoE layer's moe_ffn._moe_ffn arguments after (out, x) and before the thread count,
     # where the kernel computes the router itself (else None: the layer's MoeFFN.forward runs)
 
@@ -55,8 +56,8 @@ def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
     qkv_bias, gu_bias = _biases((L.q_bias, L.k_bias, L.v_bias)), _biases((L.gate_bias, L.up_bias))
     if qkv_bias is None or gu_bias is None:
         return None
-    qkv = _runs((L.q, L.k, L.v), L.qkv, 3)
-    if qkv is None or not _r16(L.o):
+    qkv, o = _runs((L.q, L.k, L.v), L.qkv, 3), _how(L.o)
+    if qkv is None or o is None:
         return None
     mlp = down = moe = None
     if L.moe is not None:
@@ -64,11 +65,11 @@ def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
         if st is not None and st.router is not None:
             moe = (moe_ffn._NONE, *moe_ffn.router_args(st), *moe_ffn.expert_args(st, L.moe.top_k, L.moe.normalize))
     else:
-        mlp = _runs((L.gate, L.up), L.gate_up, 2)
-        if mlp is None or not _r16(L.down):
+        mlp, dn = _runs((L.gate, L.up), L.gate_up, 2), _how(L.down)
+        if mlp is None or dn is None:
             return None
         mlp = (*mlp, gu_bias)
-        down = (L.down.r16, quant.KIND[L.down.dtype], _bias(L.down_bias))
+        down = (dn[0], quant.KIND[L.down.dtype], dn[1], _bias(L.down_bias))
     inv = model.layer_inv_freq[i]
     no = decode_layer.NO_F32
     return LayerPlan(
@@ -77,7 +78,7 @@ def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
         (a.num_heads, a.num_kv_heads, a.head_dim, no if L.q_norm is None else L.q_norm,
          no if L.k_norm is None else L.k_norm, decode_layer.NO_F64 if inv is None else inv, bool(a.rope_neox)),
         int(a.layer_windows[i]),
-        (L.o.r16, quant.KIND[L.o.dtype], _bias(L.o_bias), L.ffn_norm),
+        (o[0], quant.KIND[L.o.dtype], o[1], _bias(L.o_bias), L.ffn_norm),
         mlp,
         down,
         moe,
@@ -98,36 +99,46 @@ def _biases(bs: tuple) -> np.ndarray | None:
     return np.ascontiguousarray(np.concatenate(bs), dtype=np.float32)
 
 
-def _r16(w: Weight | None) -> bool:
-    return w is not None and w.r16 is not None and path(w, 1) is Path.R16
+def _how(w: Weight | None) -> tuple[np.ndarray, int] | None:
+    """(the array the kernel reads, decode_layer's how) for a weight's T = 1 matmul, or None where decode_layer
+    does not run its path (only gemm_r16's and gemm_fused_k's one-token kernel)."""
+    if w is None:
+        return None
+    p = path(w, 1)
+    if p is Path.R16 and w.r16 is not None:
+        return w.r16, decode_layer.R16
+    if p is Path.MATVEC_K:  # (read-only file blocks beside writable repacked arrays: another numba specialization)
+        return w.blocks, decode_layer.MATVEC_K
+    return None
 
 
 def _runs(ws: tuple, fused: tuple[Fused, ...], n: int) -> tuple | None:
     """The n consecutive projections ws as up to n matmuls, each writing its rows' range of one buffer:
-    (rw_0, kind_0, end_0, ..., rw_{n-1}, kind_{n-1}) with kind -1 for the unused ones (decode_layer's
-    convention: matmul j writes [end_{j-1}, end_j), the last one to the buffer's end); None if a projection is
-    not on the gemm_r16 path at T = 1."""
-    mms: list[tuple[np.ndarray, int, int]] = []  # (rw, kind, rows)
+    (w_0, kind_0, how_0, end_0, ..., w_{n-1}, kind_{n-1}, how_{n-1}) with how NONE for the unused ones
+    (decode_layer's convention: matmul j writes [end_{j-1}, end_j), the last one to the buffer's end);
+    None if a projection's T = 1 path is not one decode_layer runs."""
+    mms: list[tuple[np.ndarray, int, int, int]] = []  # (array, kind, how, rows)
     j = 0
     while j < n:
         run = next((f for f in fused if f.first == j and f.fits(1)), None)
         if run is not None:
-            mms.append((run.weight.r16, quant.KIND[run.weight.dtype], run.weight.rows))
+            mms.append((run.weight.r16, quant.KIND[run.weight.dtype], decode_layer.R16, run.weight.rows))
             j += len(run.bounds) - 1
             continue
-        if not _r16(ws[j]):
+        got = _how(ws[j])
+        if got is None:
             return None
-        mms.append((ws[j].r16, quant.KIND[ws[j].dtype], ws[j].rows))
+        mms.append((got[0], quant.KIND[ws[j].dtype], got[1], ws[j].rows))
         j += 1
     out: list[Any] = []
     end = 0
     for k in range(n):
         if k < len(mms):
-            rw, kind, rows = mms[k]
+            w, kind, how, rows = mms[k]
             end += rows
         else:
-            rw, kind = decode_layer.NO_RW, -1
-        out += [rw, kind] if k == n - 1 else [rw, kind, end]
+            w, kind, how = decode_layer.NO_W, -1, decode_layer.NONE
+        out += [w, kind, how] if k == n - 1 else [w, kind, how, end]
     return tuple(out)
 
 

@@ -129,4 +129,4 @@ def test_iq4_runs_the_repacked_16_row_kernels_at_every_t(tmp_path: pathlib.Path,
     if plans is None:
         assert 1 in seen  # decode: T = 1
     else:
-        assert all(p is not None and p.qkv[1] == kind and p.out[1] == kind for p in plans)
+        assert all(p is not None and p.qkv[1] == kind and p.out[1] == kind for p in plans)  # (w, kind, how, ...)

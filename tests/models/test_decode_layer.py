@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from modelc.api.engine import Engine
+from modelc.kernels import decode_layer
 from modelc.models import llama_decode
 from modelc.request import SamplingParams
 
@@ -54,14 +55,15 @@ def _assert_same(eng: Engine) -> None:
 @pytest.mark.parametrize(
     ("name", "kv_dtype"),
     [("llama/model-Q4_K_M.gguf", "f16"), ("llama/model-Q4_0.gguf", "f32"), ("llama/model-Q8_0.gguf", "f16"),
+     ("llama/model-Q5_K_M.gguf", "f16"), ("llama/model-IQ4_XS.gguf", "f16"),
      ("qwen3moe/model-Q4_K_M.gguf", "f16"), ("qwen3moe/model-Q4_0.gguf", "f32")],
 )  # fmt: skip
 def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: str) -> None:
     eng = _engine(name, kv_dtype)
     plans = eng.runner.model.decode_plans
     if plans is None:
-        assert "Q8_0" in name  # Q8_0 is on gemm_r16 only with an exact wide dot (VNNI)
-        pytest.skip("Q8_0 is not on the gemm_r16 path on this CPU")
+        assert "Q8_0" in name or "IQ4" in name  # on gemm_r16 only with an exact wide dot (VNNI)
+        pytest.skip("these weights are not on the gemm_r16 path on this CPU")
     assert all(p is not None for p in plans)  # every layer of these plain models qualifies
     if name.startswith("qwen3moe"):
         assert all(p.mlp is None for p in plans)  # the experts run after the attention half
@@ -69,13 +71,15 @@ def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: st
         assert all((p.moe is not None) == ("Q4_K_M" in name) for p in plans)
         assert all(p.heads[3].size for p in plans)  # Qwen3's per-head q/k norms
     if "Q4_K_M" in name:  # attn_v is Q6_K: v runs as its own matmul after the fused q/k run
-        assert all(p.qkv[4] >= 0 and p.qkv[7] < 0 for p in plans)
+        assert all(p.qkv[6] == decode_layer.R16 and p.qkv[10] == decode_layer.NONE for p in plans)
+    if "Q5_K_M" in name or "IQ4_XS" in name:  # Q5_K projections: gemm_fused_k's kernel on the file's blocks
+        assert any(decode_layer.MATVEC_K in (p.qkv[2], p.qkv[6], p.qkv[10], p.out[2]) for p in plans)
     _assert_same(eng)
 
 
-def test_a_projection_off_the_r16_path_keeps_the_layer_general() -> None:
-    eng = _engine("llama/model-IQ4_XS.gguf", "f16")  # llama.cpp made its attn_v Q5_K: file-layout kernels
-    assert eng.runner.model.layers[0].v.dtype.name == "Q5_K" and eng.runner.model.decode_plans is None
+def test_a_projection_on_neither_path_keeps_the_layer_general() -> None:
+    eng = _engine("llama/model-Q5_0.gguf", "f16")  # Q5_0: gemm_int's rows kernel at T = 1
+    assert eng.runner.model.decode_plans is None
 
 
 def _two_layer_q4_0(tmp_path: pathlib.Path) -> Engine:
@@ -98,7 +102,7 @@ def test_projection_biases_are_added_as_the_general_path_adds_them(tmp_path: pat
         for name in ("q", "k", "v", "o", "gate", "up", "down"):
             setattr(L, name + "_bias", (0.05 * rng.standard_normal(getattr(L, name).rows)).astype(np.float32))
     m.decode_plans = llama_decode.plan_layers(m)
-    assert all(p is not None and p.qkv[-1].size and p.out[2].size and p.mlp[-1].size for p in m.decode_plans)
+    assert all(p is not None and p.qkv[-1].size and p.out[3].size and p.mlp[-1].size for p in m.decode_plans)
     _assert_same(eng)
 
 

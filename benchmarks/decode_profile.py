@@ -53,7 +53,6 @@ def main() -> None:
     )
     # under linear.matmul (it calls them through their modules)
     quant.quantize_act = timed("  quantize_act", quant.quantize_act)
-    gemm_r16.qmatmul_r16 = timed("  r16 kernel", gemm_r16.qmatmul_r16)
     gemm_r16.matmul_f32 = timed("  r16 kernel + quantize", gemm_r16.matmul_f32)
     # a one-token step's fused layers (models/llama_decode.py): their kernels run inside these two calls
     decode_layer.attention_half = timed("attention half (fused)", decode_layer.attention_half)

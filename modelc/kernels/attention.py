@@ -213,13 +213,11 @@ def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start,
     items = q.shape[0] * k_pages.shape[2]
     parallel = False
     rows = _rows_apply(out, q, k_pages)
-    if items >= 2 and pos_start.shape[0]:
+    if pos_start.shape[0]:
         if last_start is None:
             last_start = int(pos_start.max())
-        ctx = last_start + q.shape[0]  # upper bound of any row's context
-        min_work = ROWS_PARALLEL_MIN_WORK if rows else PARALLEL_MIN_WORK
         # get_num_threads costs ~10 us, so it is asked only when the work could be shared
-        parallel = items * ctx >= min_work and get_num_threads() > 1
+        parallel = share_work(items, last_start + q.shape[0], rows) and get_num_threads() > 1
     if isinstance(k_pages, tuple):  # kv_q8.QPages: the q8_0 / mixed cache
         from modelc.kernels import attention_q8
 
@@ -230,6 +228,12 @@ def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start,
         return
     dense_kernel(out, q, k_pages, parallel, rows)(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale,
                                                   window)  # fmt: skip
+
+
+def share_work(items: int, ctx: int, rows: bool) -> bool:
+    """Whether `items` (row, KV head) items over contexts of up to `ctx` positions are worth numba's threads
+    (given more than one): for attention_rows' kernel (`rows`) or paged_attention's."""
+    return items >= 2 and items * ctx >= (ROWS_PARALLEL_MIN_WORK if rows else PARALLEL_MIN_WORK)
 
 
 def dense_kernel(out, q, k_pages, parallel: bool, rows: bool | None = None):

@@ -36,11 +36,7 @@ def _mm(buf, lo, hi, x, w, kind, how):
     if how == R16:
         gemm_r16.matmul_f32(out, x, w, kind)
     elif how == MATVEC_K:
-        c = x.shape[1]
-        xq = np.empty((1, c), np.int8)
-        xd = np.empty((1, c // 32), np.float32)
-        xs = np.empty((1, c // 16), np.float32)
-        quant.quantize_act(xq, xd, xs, x)
+        xq, xd, xs = quant.quantized(x)
         gemm_fused_k.qmatvec_k(out, xq, xd, xs, w, kind)
 
 

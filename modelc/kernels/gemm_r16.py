@@ -48,7 +48,7 @@ from modelc.kernels.qdot_r16 import (
     splat_i32x16,
 )
 from modelc.kernels.qdot_tile import WIDE_DOT_EXACT, dot_u8x64, fmadot_f32x16, load_i8x64
-from modelc.kernels.quant import KIND, quantize_act
+from modelc.kernels.quant import KIND, quantized
 from modelc.kernels.quant_iq import IQ4_NL, IQ4_XS
 
 Q4_0, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K]
@@ -382,7 +382,8 @@ def _r16_q8_0(out, xq, xd, rw):
         _group(out, xqf, sa, xd, rf, gi, nb, 4, t, c, acc)
 
 
-def qmatmul_r16(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, rw: np.ndarray, kind: int) -> None:
+@njit(cache=True, nogil=True)
+def qmatmul_r16(out, xq, xd, xs, rw, kind):
     """out (T, N) f32 = dequant(W) @ x.T, W repacked by `repack` (rw (N/16, C/32 * BYTES) uint8).
 
     xq (T, C) int8, xd (T, C/32), xs (T, C/16) f32 from quant.quantize_act; every row of out is written.
@@ -392,7 +393,7 @@ def qmatmul_r16(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray,
         _r16_q4_0(out, xq, xd, rw)
     elif kind == Q4_K:
         _r16_q4_k(out, xq, xd, xs, rw)
-    elif kind in gemm_r16_iq4.KINDS:
+    elif kind == IQ4_XS or kind == IQ4_NL:
         gemm_r16_iq4.qmatmul(out, xq, xd, rw, kind)
     elif kind == Q6_K:
         gemm_r16_q6k.qmatmul(out, xq, xd, rw)
@@ -402,27 +403,12 @@ def qmatmul_r16(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray,
 
 @njit(cache=True, nogil=True)
 def matmul_f32(out, x, rw, kind):
-    """qmatmul_r16 from f32 activations x (T, C), quantized here (quant.quantize_act): one entry from Python
+    """qmatmul_r16 from f32 activations x (T, C), quantized here (quant.quantized): one entry from Python
     where linear.matmul made two, with three arrays fewer to allocate there (~10 us less a call on a
     2048 x 2048 Q4_K matrix, hot, Zen 4). The caller sets the threads and numba's parallel chunk (numba's
     own setter is a ctypes pointer, which a cached kernel cannot hold)."""
-    t, c = x.shape
-    xq = np.empty((t, c), np.int8)  # (T, C)
-    xd = np.empty((t, c // 32), np.float32)  # (T, C/32)
-    xs = np.empty((t, c // 16), np.float32)  # (T, C/16)
-    quantize_act(xq, xd, xs, x)
-    if kind == Q4_0:
-        _r16_q4_0(out, xq, xd, rw)
-    elif kind == Q4_K:
-        _r16_q4_k(out, xq, xd, xs, rw)
-    elif kind == Q6_K:
-        gemm_r16_q6k.qmatmul(out, xq, xd, rw)
-    elif kind == Q8_0:
-        _r16_q8_0(out, xq, xd, rw)
-    elif kind == IQ4_XS:
-        gemm_r16_iq4._r16_iq4_xs(out, xq, xd, rw)
-    else:
-        gemm_r16_iq4._r16_iq4_nl(out, xq, xd, rw)
+    xq, xd, xs = quantized(x)
+    qmatmul_r16(out, xq, xd, xs, rw, kind)
 
 
 from modelc.kernels import gemm_r16_iq4, gemm_r16_q6k  # noqa: E402  (last: they import _ahead, _dot4, ... from here)

@@ -181,7 +181,8 @@ def _r16_iq4_xs(out, xq, xd, rw):
         _group(out, xqf, sa, xd, rf, gi, c // 256, t, c, acc, True)
 
 
-def qmatmul(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, rw: np.ndarray, kind: int) -> None:
+@njit(cache=True, nogil=True)
+def qmatmul(out, xq, xd, rw, kind):
     """out (T, N) f32 = dequant(W) @ x.T for W IQ4_NL / IQ4_XS repacked (gemm_r16.repack); xq (T, C) int8 and
     xd (T, C/32) f32 from quant.quantize_act. parallel=True over 16-row groups; the caller sets the threads."""
     if kind == IQ4_XS:

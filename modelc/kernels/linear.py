@@ -142,11 +142,7 @@ def _run(path: Path, out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     if path is Path.HALF:
         gemm_float.hmatmul(out, x, w.blocks, w.dtype is DataType.BF16)
         return
-    t, c = x.shape
-    xq = np.empty((t, c), np.int8)  # (T, C)
-    xd = np.empty((t, c // 32), np.float32)  # (T, C/32)
-    xs = np.empty((t, c // 16), np.float32)  # (T, C/16)
-    quant.quantize_act(xq, xd, xs, x)
+    xq, xd, xs = quant.quantized(x)  # (T, C) int8, (T, C/32), (T, C/16)
     kind = quant.KIND[w.dtype]
     if path is Path.MATVEC_K:
         gemm_fused_k.qmatvec_k(out, xq, xd, xs, w.blocks, kind)

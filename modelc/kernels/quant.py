@@ -288,6 +288,18 @@ def dequantize_rows_1t(out, w, row_ids, kind, rscale):
 
 
 @njit(cache=True, nogil=True)
+def quantized(x):
+    """quantize_act of x (T, C) f32 into new arrays: (codes (T, C) int8, scales (T, C/32) f32, half-block sums
+    (T, C/16) f32), what the int8-activation kernels take."""
+    t, c = x.shape
+    xq = np.empty((t, c), np.int8)
+    xd = np.empty((t, c // 32), np.float32)
+    xs = np.empty((t, c // 16), np.float32)
+    quantize_act(xq, xd, xs, x)
+    return xq, xd, xs
+
+
+@njit(cache=True, nogil=True)
 def quantize_act(xq, xd, xs, x):
     """Quantize activations to Q8_0-style blocks; the twin is ref_linear.quantize_act.
 

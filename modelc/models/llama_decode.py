@@ -152,7 +152,6 @@ def step_ok(batch: Any, kv: Any) -> bool:
 
 
 def attention_parallel(batch: Any, kv_heads: int, threads: int) -> bool:
-    """attention._numba_attention's choice for attention_rows' kernel at one decode row: threaded when the
-    row's KV heads times its context reach ROWS_PARALLEL_MIN_WORK and there is more than one thread."""
-    ctx = int(batch.pos_start[0]) + 1
-    return kv_heads >= 2 and kv_heads * ctx >= attention.ROWS_PARALLEL_MIN_WORK and threads > 1
+    """attention._numba_attention's choice for attention_rows' kernel at one decode row (its KV heads are the
+    items, its position + 1 the context)."""
+    return threads > 1 and attention.share_work(kv_heads, int(batch.pos_start[0]) + 1, True)

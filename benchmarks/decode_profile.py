@@ -1,7 +1,9 @@
 """Where a decode token's time goes: every KernelSet entry of the model (and the matmul kernels under
 linear.matmul) wrapped in a timer, over greedy decode steps after a 128-token prompt; best of 3 rounds.
 
-    PYTHONPATH=. python benchmarks/decode_profile.py MODEL.gguf [--threads 2] [--tokens 32]
+    PYTHONPATH=. python benchmarks/decode_profile.py MODEL.gguf [--threads 2] [--tokens 32] [--streams N]
+
+With --streams N, N sequences (16-token prompts) decode together and the figures are per batched step.
 
 Prints ms per token, calls per token and us per call of each, the Python glue in the forward (forward
 minus its kernel calls) and the engine's share (step minus forward). The timers cost ~0.3 us per call.
@@ -40,8 +42,9 @@ def main() -> None:
     ap.add_argument("model")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--streams", type=int, default=1, help="sequences decoding together (per-step figures)")
     a = ap.parse_args()
-    eng = Engine.load(a.model, threads=a.threads, kv_cache_tokens=512)
+    eng = Engine.load(a.model, threads=a.threads, kv_cache_tokens=max(512, a.streams * (a.tokens + 64)))
     ids = [1, *np.random.default_rng(0).integers(100, eng.runner.vocab_size, 127).tolist()]
     warm = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
     list(eng.generate_ids(ids[:8], warm))
@@ -61,25 +64,63 @@ def main() -> None:
     gemm_fused.qmatvec = timed("  matvec kernel", gemm_fused.qmatvec)
     model.forward = timed("forward", model.forward)
     best = None
-    for _ in range(3):
-        it = eng.generate_ids(ids, SamplingParams(max_tokens=a.tokens + 1, temperature=0.0, ignore_eos=True))
-        next(it)
-        acc.clear()
-        cnt.clear()
-        t0 = time.perf_counter()
-        n = sum(1 for _ in it)
-        per = (time.perf_counter() - t0) / n
+    for r in range(3):
+        per, n = (_one_stream(eng, ids, a.tokens) if a.streams == 1 else
+                  _batched(eng, a.streams, a.tokens, np.random.default_rng(r)))  # fmt: skip
         if best is None or per < best[0]:
             best = (per, dict(acc), dict(cnt), n)
     per, got, calls, n = best
-    print(f"{a.model}: {1e3 * per:.2f} ms/token ({1 / per:.2f} tok/s), {a.threads} threads")
+    unit = "token" if a.streams == 1 else "step"
+    print(f"{a.model}: {1e3 * per:.2f} ms/{unit} ({a.streams / per:.2f} tok/s), {a.streams} stream(s), "
+          f"{a.threads} threads")  # fmt: skip
     for k in sorted(got, key=lambda k: -got[k]):
         print(
-            f"  {k:20s} {1e3 * got[k] / n:7.2f} ms/token {calls[k] / n:6.1f} calls/token {1e6 * got[k] / calls[k]:8.1f} us/call"
+            f"  {k:20s} {1e3 * got[k] / n:7.2f} ms/{unit} {calls[k] / n:6.1f} calls/{unit} {1e6 * got[k] / calls[k]:8.1f} us/call"
         )
     kernels = sum(v for k, v in got.items() if k != "forward" and not k.startswith(" "))
-    print(f"  python glue in forward {1e3 * (got['forward'] - kernels) / n:.2f} ms/token; "
-          f"engine (step - forward) {1e3 * (per - got['forward'] / n):.2f} ms/token")  # fmt: skip
+    print(f"  python glue in forward {1e3 * (got['forward'] - kernels) / n:.2f} ms/{unit}; "
+          f"engine (step - forward) {1e3 * (per - got['forward'] / n):.2f} ms/{unit}")  # fmt: skip
+
+
+def _one_stream(eng: Engine, ids: list[int], tokens: int) -> tuple[float, int]:
+    """Seconds per token over `tokens` greedy steps after the prompt's first token; the step count."""
+    it = eng.generate_ids(ids, SamplingParams(max_tokens=tokens + 1, temperature=0.0, ignore_eos=True))
+    next(it)
+    acc.clear()
+    cnt.clear()
+    t0 = time.perf_counter()
+    n = sum(1 for _ in it)
+    return (time.perf_counter() - t0) / n, n
+
+
+def _batched(eng: Engine, streams: int, tokens: int, rng: np.random.Generator) -> tuple[float, int]:
+    """Seconds per step over `tokens` steps in which all `streams` sequences decode together; the step count."""
+    from modelc.cache.block_pool import BlockPool
+    from modelc.engine.core import EngineCore
+    from modelc.scheduler.output import TokenEmitted
+    from modelc.scheduler.scheduler import Scheduler
+    from modelc.scheduler.sequence import Sequence
+
+    # the one-request Engine's scheduler, widened to `streams` sequences
+    config = dataclasses.replace(eng.core.scheduler.config, max_num_seqs=streams, max_queue=streams)
+    core = EngineCore(Scheduler(config, BlockPool(eng.runner.num_kv_blocks, enable_prefix_caching=False)), eng.runner)
+    params = SamplingParams(max_tokens=tokens + 8, temperature=0.0, ignore_eos=True)
+    vocab = eng.runner.vocab_size
+    base = 1_000_000 + 1000 * int(rng.integers(1000))
+    for i in range(streams):
+        core.add(Sequence(base + i, [1, *rng.integers(100, vocab, 15).tolist()], params))
+    started: set[int] = set()
+    while len(started) < streams:  # prefill (chunks) until every sequence has its first token
+        started |= {ev.seq_id for ev in core.step() if isinstance(ev, TokenEmitted)}
+    acc.clear()
+    cnt.clear()
+    t0 = time.perf_counter()
+    for _ in range(tokens):
+        core.step()
+    per = (time.perf_counter() - t0) / tokens
+    core.abort_all()
+    core.release()
+    return per, tokens
 
 
 if __name__ == "__main__":

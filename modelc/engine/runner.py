@@ -354,7 +354,8 @@ class Runner:
             return time.perf_counter() - t0
         ids = np.arange(2, dtype=np.int32) % self.vocab_size
         self._scratch_forward([ids[:1]], "logits")
-        self._scratch_forward([ids[:1], ids[1:]], "logits")
+        self._scratch_forward([ids[:1], ids[1:]], "logits")  # decode steps: the fused layers where they apply
+        self._scratch_forward([ids], "logits")  # two tokens of one sequence: the general per-kernel path
         if self.model.kernels.name in ("numba", "hybrid"):
             self._warm_prefill_kernels()
         if self.drafter is not None:

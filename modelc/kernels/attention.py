@@ -184,7 +184,7 @@ BLAS_MIN_ROWS = 64  # a sequence with this many query rows (a prefill chunk) goe
 def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
     """paged_attention, choosing per batch: sgemm for long prefill chunks, numba's threads when there
     is enough work to share, else the serial kernel. Same contract as paged_attention."""
-    lens, most_rows, last_start = _batch_facts(q_start, pos_start)
+    lens, most_rows, last_start = batch_facts(q_start, pos_start)
     if most_rows >= BLAS_MIN_ROWS:
         _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window, lens)
         return
@@ -194,7 +194,7 @@ def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_st
 _facts = threading.local()
 
 
-def _batch_facts(q_start, pos_start) -> tuple[np.ndarray, int, int]:
+def batch_facts(q_start, pos_start) -> tuple[np.ndarray, int, int]:
     """(rows per sequence, the most rows of one sequence, the latest first position) of a batch. Every layer
     of a forward passes the same two arrays, so this thread's last answer is kept for them (numpy's diff and
     max cost ~7 us a layer). Only the choice of kernel depends on these, never a value."""

@@ -221,15 +221,17 @@ class LlamaModel:
         if fast is not None:
             threads = numba.get_num_threads()
             parallel = llama_decode.attention_parallel(batch, a.num_kv_heads, threads)
-            qkv_buf = self.fused_out[: (a.num_heads + 2 * a.num_kv_heads) * a.head_dim]
-            gu_buf, act = self.fused_out[: 2 * a.intermediate_size], sc.get("act", T)
+            nqkv, ngu = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim, 2 * a.intermediate_size
+            qkv_buf = self.fused_out[: T * nqkv].reshape(T, nqkv)
+            gu_buf, act = self.fused_out[: T * ngu].reshape(T, ngu), sc.get("act", T)
         for i, L in enumerate(self.layers):
             p = None if fast is None else fast[i]
-            if p is not None:  # one token through kernels/decode_layer.py: two numba calls, not ~12 (llama_decode.py)
+            if p is not None and T <= p.max_t:  # decode_layer.py: two numba calls, not ~12 (llama_decode.py)
                 kp, vp = kv.layer(i)
                 decode_layer.attention_half(
-                    x, o, h, i == 0, *p.norms, qkv_buf, *p.qkv, *p.heads, batch.positions, kp, vp, batch.slots,
-                    batch.block_tables, batch.q_start, batch.pos_start, a.scale, p.window, parallel, attn, *p.out,
+                    x, o, h, i == 0, *p.norms, qkv_buf, *p.qkv, *qkv, *p.heads, batch.positions, kp, vp,
+                    batch.slots, batch.block_tables, batch.q_start, batch.pos_start, a.scale, p.window, parallel,
+                    attn, *p.out,
                 )  # fmt: skip
                 if p.moe is not None:
                     moe_ffn._moe_ffn(o, h, *p.moe, threads)

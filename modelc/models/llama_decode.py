@@ -1,13 +1,17 @@
-"""Which layers of a LlamaModel take a single-token step through kernels/decode_layer.py (one numba entry for
-the attention half, one for the MLP half), and the arguments of each that do not change between steps.
+"""Which layers of a LlamaModel take a decode step through kernels/decode_layer.py (one numba entry for the
+attention half, one for the MLP half), up to how many tokens, and the arguments of each that do not change
+between steps.
 
 A layer qualifies when it is the plain pre-norm block those entries implement: RMSNorm before attention and
 before the FFN, optional projection biases (Qwen2's q/k/v, llama's attention_bias / mlp_bias), no post-norms, no sinks or soft-capping, optional per-head q/k RMSNorm, optional
 RoPE (not long-RoPE, no attention factor), SiLU-gated MLP or a mixture of experts (moe_ffn, called after the
 attention half), and every projection at T = 1 on the gemm_r16 path (alone or in a fused run) or on
 gemm_fused_k's one-token kernel (Q5_K, and the K-quants where not repacked). A step takes
-it when it is one token of one sequence, with no LoRA, on a KV cache of float32 / fp16 pages that
-attention_rows reads. Anything else runs the forward's general per-kernel path, layer by layer.
+it when every sequence of it is one token (a single stream, or streams in lockstep), with no LoRA, on a KV
+cache of float32 / fp16 pages that attention_rows reads, and a layer takes it up to its plan's `max_t` tokens:
+as many as every matmul of the layer stays on the path it has at one token (gemm_r16 at any T up to
+fused.MAX_T here; gemm_fused_k's kernel at one token only), and its experts in moe_ffn's one call. Anything
+else runs the forward's general per-kernel path, layer by layer.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import numpy as np
 from modelc.kernels import attention, decode_layer, moe_ffn, quant
 from modelc.kernels.linear import Weight
 from modelc.kernels.plan import Path, path
-from modelc.models.fused import Fused
+from modelc.models.fused import MAX_T, Fused
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +38,7 @@ class LayerPlan:
     down: tuple | None  # (down_w, down_kind, down_how, down bias or NO_F32); mlp and down None: MoE
     moe: tuple | None  # a MoE layer's moe_ffn._moe_ffn arguments after (out, x) and before the thread count,
     # where the kernel computes the router itself (else None: the layer's MoeFFN.forward runs)
+    max_t: int = 1  # the most tokens a step may have for this layer to take it (_max_t)
 
 
 def plan_layers(model: Any) -> list[LayerPlan | None] | None:
@@ -82,7 +87,28 @@ def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
         mlp,
         down,
         moe,
+        _max_t(L, qkv, o[1], mlp, down, moe),
     )  # fmt: skip
+
+
+def _max_t(L: Any, qkv: tuple, o_how: int, mlp: tuple | None, down: tuple | None, moe: tuple | None) -> int:
+    """The most tokens up to which the layer's step computes what the general path does at that many: every
+    matmul on the path it has at T = 1 (gemm_r16: the table keeps it there up to AMX's prefill bounds; the
+    fused runs while Fused.fits), and a MoE layer's experts in moe_ffn (up to its FUSED_MAX_T); at most
+    fused.MAX_T (the model's fused output buffer)."""
+    hows = [qkv[2], qkv[6], qkv[10], o_how] + ([mlp[2], mlp[6], down[2]] if mlp is not None else [])
+    if any(h == decode_layer.MATVEC_K for h in hows):
+        return 1  # gemm_fused_k's kernel is the one-token path only
+    if L.moe is not None and (moe is None or L.moe.stacked is None):
+        return 1  # the layer's MoeFFN.forward: the experts one by one at one token, grouped at more
+    top = min(MAX_T, moe_ffn.FUSED_MAX_T) if moe is not None else MAX_T
+    runs = [*L.qkv, *L.gate_up]
+    weights = [*_alone((L.q, L.k, L.v), L.qkv), L.o, *_alone((L.gate, L.up), L.gate_up), L.down]
+    weights = [w for w in weights if w is not None]
+    for t in range(2, top + 1):
+        if any(path(w, t) is not path(w, 1) for w in weights) or any(f.fits(t) != f.fits(1) for f in runs):
+            return t - 1
+    return top
 
 
 def _bias(b: np.ndarray | None) -> np.ndarray:
@@ -142,16 +168,30 @@ def _runs(ws: tuple, fused: tuple[Fused, ...], n: int) -> tuple | None:
     return tuple(out)
 
 
+def _alone(ws: tuple, fused: tuple[Fused, ...]) -> list:
+    """The projections of ws that no fused run covers at one token (each is its own matmul)."""
+    covered = {f.first + j for f in fused if f.fits(1) for j in range(len(f.bounds) - 1)}
+    return [w for j, w in enumerate(ws) if j not in covered]
+
+
 def step_ok(batch: Any, kv: Any) -> bool:
-    """Whether this forward takes the fused layers: one token of one sequence, no LoRA, float32 / fp16 pages
-    (what attention_rows reads; the head size was checked by plan_layers)."""
-    if batch.num_tokens != 1 or batch.lora:
+    """Whether this forward may take the fused layers (each layer up to its max_t tokens): every sequence one
+    token, no LoRA, float32 / fp16 pages (what attention_rows reads; the head size was checked by
+    plan_layers)."""
+    T = batch.num_tokens
+    if batch.lora or T > MAX_T or T != batch.num_seqs:
+        return False
+    if T > 1 and attention.batch_facts(batch.q_start, batch.pos_start)[1] != 1:
         return False
     kp, _ = kv.layer(0)
     return isinstance(kp, np.ndarray) and kp.dtype in (np.float32, np.uint16)
 
 
 def attention_parallel(batch: Any, kv_heads: int, threads: int) -> bool:
-    """attention._numba_attention's choice for attention_rows' kernel at one decode row (its KV heads are the
-    items, its position + 1 the context)."""
-    return threads > 1 and attention.share_work(kv_heads, int(batch.pos_start[0]) + 1, True)
+    """attention._numba_attention's choice for attention_rows' kernel at T one-token rows (a row's KV heads
+    are its items; the latest first position + T the context)."""
+    if threads <= 1:
+        return False
+    T = batch.num_tokens
+    last = int(batch.pos_start[0]) if T == 1 else attention.batch_facts(batch.q_start, batch.pos_start)[2]
+    return attention.share_work(T * kv_heads, last + T, True)

@@ -1,15 +1,17 @@
-"""A one-token decode step through kernels/decode_layer.py (models/llama_decode.py) gives the same logits, bit for
-bit, as the forward's general per-kernel path: the same kernels on the same arrays in the same order."""
+"""A decode step through kernels/decode_layer.py (models/llama_decode.py), one stream or several in lockstep, gives
+the same logits, bit for bit, as the forward's general per-kernel path: the same kernels on the same arrays in
+the same order."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 
 import numpy as np
 import pytest
 
 from modelc.api.engine import Engine
-from modelc.kernels import decode_layer
+from modelc.kernels import decode_layer, moe_ffn
 from modelc.models import llama_decode
 from modelc.request import SamplingParams
 
@@ -75,6 +77,75 @@ def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: st
     if "Q5_K_M" in name or "IQ4_XS" in name:  # Q5_K projections: gemm_fused_k's kernel on the file's blocks
         assert any(decode_layer.MATVEC_K in (p.qkv[2], p.qkv[6], p.qkv[10], p.out[2]) for p in plans)
     _assert_same(eng)
+
+
+def _batched_logits(eng: Engine, fast: bool, streams: int = 5, steps: int = 6) -> tuple[list[np.ndarray], int]:
+    """The logits of every forward in which all `streams` sequences (prompts of different lengths) decode one
+    token each, with the fused layers on or off; and how many attention halves ran at more than one token."""
+    from modelc.cache.block_pool import BlockPool
+    from modelc.engine.core import EngineCore
+    from modelc.scheduler.scheduler import Scheduler
+    from modelc.scheduler.sequence import Sequence
+
+    m = eng.runner.model
+    plans, real, real_half = m.decode_plans, m.forward, decode_layer.attention_half
+    got: list[np.ndarray] = []
+    wide = [0]
+
+    def forward(batch, kv, **kw):
+        out = real(batch, kv, **kw)
+        if batch.num_tokens == batch.num_seqs == streams:
+            got.append(out.copy())
+        return out
+
+    def half(x, *args):
+        wide[0] += x.shape[0] > 1
+        return real_half(x, *args)
+
+    config = dataclasses.replace(eng.core.scheduler.config, max_num_seqs=streams, max_queue=streams)
+    core = EngineCore(Scheduler(config, BlockPool(eng.runner.num_kv_blocks, enable_prefix_caching=False)), eng.runner)
+    rng = np.random.default_rng(2)
+    params = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
+    m.forward, decode_layer.attention_half = forward, half
+    if not fast:
+        m.decode_plans = None
+    try:
+        for i in range(streams):
+            core.add(Sequence(i, [1, *rng.integers(3, eng.runner.vocab_size, 6 + 5 * i).tolist()], params))
+        while core.has_work:
+            core.step()
+    finally:
+        m.forward, m.decode_plans, decode_layer.attention_half = real, plans, real_half
+    return got, wide[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "kv_dtype"),
+    [("llama/model-Q4_K_M.gguf", "f16"), ("llama/model-Q4_0.gguf", "f32"), ("qwen3moe/model-Q4_K_M.gguf", "f16")],
+)
+def test_streams_in_lockstep_take_the_fused_layers_bit_for_bit(name: str, kv_dtype: str) -> None:
+    eng = _engine(name, kv_dtype)
+    plans = eng.runner.model.decode_plans
+    assert plans is not None and all(p is not None and p.max_t >= 5 for p in plans)
+    if name.startswith("qwen3moe"):
+        assert all(p.max_t <= moe_ffn.FUSED_MAX_T for p in plans)  # the experts' one call stops there
+    fast, wide = _batched_logits(eng, True)
+    slow, none = _batched_logits(eng, False)
+    assert len(fast) == len(slow) >= 4 and wide >= len(fast) * len(plans) and none == 0
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_one_token_paths_stop_the_fused_layers_at_one_token() -> None:
+    eng = _engine("llama/model-Q5_K_M.gguf", "f16")  # Q5_K: gemm_fused_k's one-token kernel; more tokens: rows
+    plans = eng.runner.model.decode_plans
+    assert plans is not None
+    one = [p for p in plans if p is not None and decode_layer.MATVEC_K in (p.qkv[2], p.qkv[6], p.qkv[10], p.out[2])]
+    assert one and all(p.max_t == 1 for p in one)
+    eng = _engine("qwen3moe/model-Q4_0.gguf", "f16")  # Q4_0 experts: MoeFFN.forward's loop, grouped at T > 1
+    assert all(p.max_t == 1 for p in eng.runner.model.decode_plans)
+    fast, wide = _batched_logits(eng, True, streams=3, steps=3)
+    assert fast and wide == 0
 
 
 def test_a_projection_on_neither_path_keeps_the_layer_general() -> None:

@@ -30,6 +30,7 @@ DECODE_EXCEPTIONS = {("deepseek-llm", "Führer"), ("deepseek-coder", "Führer")}
         ("refact", "refact"),
         ("starcoder", "starcoder"),
         ("command-r", "command-r"),
+        ("qwen35", "qwen35"),  # Qwen3.5's pre-tokenizer
         ("gemma-4", "default"),  # tokenizer.ggml.model "gemma4", no pre key (llama.cpp implies its gemma4 pre-type)
     ],
 )

@@ -26,7 +26,7 @@ from modelc.engine.thread_tuner import enabled as tuner_enabled
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError
 from modelc.kernels.gemm_weight import Weight
 from modelc.kernels.select import KernelSet
-from modelc.kernels.threads import default_threads, set_blas_threads, set_kernel_threads
+from modelc.kernels.threads import blas_threads_for, default_threads, set_blas_threads, set_kernel_threads
 from modelc.models.batch import LoraRows, make_batch
 from modelc.models.registry import build_model
 from modelc.request import SamplingParams
@@ -102,11 +102,11 @@ class Runner:
         return self.model.hidden_size
 
     def _set_threads(self, kernel_threads: int | None = None) -> None:
-        """Apply the thread budget to numba (per calling thread) and to BLAS (process-wide); kernel_threads:
+        """Apply the thread budget to numba (per calling thread) and to BLAS (process-wide, threads.blas_threads_for); kernel_threads:
         numba's count for this step instead (a decode step's, from the tuner), BLAS's staying the budget. Steps
         the tuner does not time take its prompt_threads() (half the threads on a contended machine)."""
         if self.threads:
-            set_blas_threads(self.threads)
+            set_blas_threads(blas_threads_for(self.threads))
         # with the tuner, always set: it may have lowered the count for the last step
         n = kernel_threads or (self.tuner.prompt_threads() if self.tuner.active else self.threads)
         if n:

@@ -15,12 +15,18 @@ import threading
 import numba
 import numpy as np
 
+import modelc
 from modelc.ir import DataType
 from modelc.kernels import gemm_float, quant, ref_linear
 from modelc.kernels.gemm_weight import Weight
 
 PANEL_BYTES = 64 << 20
 """Largest float32 panel dequantized at once (a 32000 x 2048 lm_head goes in 2 panels)."""
+
+SPIN_MIN_MACS = 1 << 26
+"""Where OpenBLAS's idle workers spin ~0.1 s after a call (numpy imported before modelc), sgemm of fewer
+multiply-adds than this runs on one thread: a MoE router (32 x 1024 at 128 tokens) between expert kernels
+(Qwen3-MoE-shaped prefill of 128 tokens: 151 -> ~500 tok/s), where a 2048 x 2048 projection keeps numba's count."""
 
 _local = threading.local()
 _ONE = np.ones(1, np.float32)
@@ -52,7 +58,10 @@ def _matmul(x: np.ndarray, wt: np.ndarray, out: np.ndarray) -> None:
     if _blas_threads_local is None:
         np.matmul(x, wt, out=out)
         return
-    old = _blas_threads_local(numba.get_num_threads())
+    n = numba.get_num_threads()
+    if n > 1 and out.size * x.shape[-1] < SPIN_MIN_MACS and not modelc._BLAS_SPIN_BOUNDED:
+        n = 1  # OpenBLAS's workers would spin ~0.1 s after it (threads.blas_threads_for): worth it for big ones only
+    old = _blas_threads_local(n)
     try:
         np.matmul(x, wt, out=out)
     finally:

@@ -90,7 +90,20 @@ def set_kernel_threads(n: int) -> None:
     numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
 
 
+def blas_threads_for(n: int) -> int:
+    """OpenBLAS's process-wide thread count for a budget of n threads: n where its idle workers stop spinning
+    within ~25 us of a call (modelc set OPENBLAS_THREAD_TIMEOUT before numpy loaded OpenBLAS, or the user set
+    it), else 1. With numpy imported before modelc each worker spins ~0.1 s after every call, holding a core
+    that the numba kernels between BLAS calls need: prefill of 128 tokens, TinyLlama Q4_0 80 against 194
+    tok/s, a Qwen3-MoE-shaped model 78 against 613 (its routers' sgemm runs between the expert kernels of
+    every layer); on one BLAS thread (which runs in the caller) 221 and 504. The float matmuls that sgemm
+    carries (gemm_blas) still take numba's count per call."""
+    import modelc
+
+    return int(n) if modelc._BLAS_SPIN_BOUNDED else 1
+
+
 def set_compute_threads(n: int) -> None:
-    """n threads for numba kernels called from this thread, and for BLAS (process-wide)."""
+    """n threads for numba kernels called from this thread, and for BLAS (process-wide; blas_threads_for)."""
     set_kernel_threads(n)
-    set_blas_threads(int(n))
+    set_blas_threads(blas_threads_for(n))

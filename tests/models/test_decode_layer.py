@@ -136,6 +136,24 @@ def test_streams_in_lockstep_take_the_fused_layers_bit_for_bit(name: str, kv_dty
         np.testing.assert_array_equal(a, b)
 
 
+def _assert_same_batched(eng: Engine, streams: int = 4) -> None:
+    fast, wide = _batched_logits(eng, True, streams=streams, steps=4)
+    slow, _ = _batched_logits(eng, False, streams=streams, steps=4)
+    assert len(fast) == len(slow) >= 2 and wide > 0
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_sliding_windows_shorter_than_the_context_match_at_one_and_more_tokens() -> None:
+    eng = _engine("llama/model-Q4_0.gguf", "f16")
+    m = eng.runner.model
+    m.args = dataclasses.replace(m.args, layer_windows=tuple(5 + 2 * i for i in range(m.args.num_layers)))
+    m.decode_plans = llama_decode.plan_layers(m)  # prompts of 6-26 tokens: every window slides
+    assert all(p is not None and p.window == 5 + 2 * i for i, p in enumerate(m.decode_plans))
+    _assert_same(eng)
+    _assert_same_batched(eng)
+
+
 def test_one_token_paths_stop_the_fused_layers_at_one_token() -> None:
     eng = _engine("llama/model-Q5_K_M.gguf", "f16")  # Q5_K: gemm_fused_k's one-token kernel; more tokens: rows
     plans = eng.runner.model.decode_plans
@@ -175,6 +193,7 @@ def test_projection_biases_are_added_as_the_general_path_adds_them(tmp_path: pat
     m.decode_plans = llama_decode.plan_layers(m)
     assert all(p is not None and p.qkv[-1].size and p.out[3].size and p.mlp[-1].size for p in m.decode_plans)
     _assert_same(eng)
+    _assert_same_batched(eng)
 
 
 def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_path: pathlib.Path) -> None:
@@ -184,6 +203,7 @@ def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_
     m.decode_plans = llama_decode.plan_layers(m)
     assert m.decode_plans[1] is None and m.decode_plans[0] is not None
     _assert_same(eng)
+    _assert_same_batched(eng)
     m.layers[1].q_bias = np.zeros(m.layers[1].q.rows, np.float32)  # q's bias without k's and v's: never fused
     m.layers[1].post_ffn_norm = None
     assert llama_decode.plan_layers(m)[1] is None

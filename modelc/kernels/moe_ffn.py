@@ -19,8 +19,8 @@ parallel region, streaming each matrix end to end (one Qwen3-MoE layer, T = 1, t
 alternating processes: p10 170-204 us against 241-290, median 209-269 against 305-808). The numpy
 twin is ref_moe.moe_ffn.
 
-Other expert types, and batches above FUSED_MAX_T tokens (prefill: the tile / BLAS kernels win there),
-go through models/moe.py's per-expert matmuls.
+Other expert types, and batches above FUSED_MAX_T tokens where the table puts bigger expert batches on
+AMX tiles or BLAS (prefill), go through models/moe.py's per-expert matmuls (MoeFFN.one_call).
 """
 
 from __future__ import annotations
@@ -52,7 +52,13 @@ for it, so an expert's file pages stay untouched where the copy exists."""
 
 FUSED_MAX_T = 16
 """Up to this many tokens in a forward the experts run here; above, per expert through linear.matmul
-(prefill: an expert then has enough tokens for the int8 tiles or BLAS)."""
+(prefill: an expert then has enough tokens for the int8 tiles or BLAS), except where every expert matmul
+would run gemm_r16 anyway (models/moe.MoeFFN.one_call), up to R16_MAX_T."""
+R16_MAX_T = 128
+"""The most tokens moe_ffn takes where the experts' matmuls would all be gemm_r16's (MoeFFN.one_call): its one
+call against three matmuls an expert, the 16 layers of a Qwen3-MoE-shaped Q4_K_M model (32 experts, 4 active;
+Zen 4, 2 threads, no AMX): 45 vs 97 ms at 32 tokens, 110-146 vs 203-209 at 128, and no better from 256
+(178-291 vs 246-270; 526 vs 535 at 512): there each expert has tokens enough to keep the per-expert kernel busy."""
 
 _ROW_STEP = 32  # task rows are a multiple of this (of gemm_tile.ROWS and of gemm_r16's 16-row groups)
 TASKS_PER_THREAD = 4

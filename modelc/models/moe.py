@@ -4,8 +4,8 @@ whole batch grouped by expert, so each chosen expert's weights are read once per
 Expert weights stay as stored (quantized, memory-mapped): GGUF's 3-D ffn_*_exps tensors and
 transformers' fused experts are sliced per expert without copying; HF's per-expert tensors are
 used as they are. Where the 3-D tensors are of a type kernels/moe_ffn.py reads, a forward of up to
-moe_ffn.FUSED_MAX_T tokens (decode) runs the layer's experts in one kernel call (KernelSet.moe_ffn);
-otherwise each chosen expert is three matmuls.
+moe_ffn.FUSED_MAX_T tokens (decode), or of any size where the experts stay on gemm_r16 (MoeFFN.one_call),
+runs the layer's experts in one kernel call (KernelSet.moe_ffn); otherwise each chosen expert is three matmuls.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from modelc.ir import SCALE_SUFFIX, TensorData
 from modelc.kernels import moe_ffn, quant, ref_moe
 from modelc.kernels.linear import Weight, prepare_weight
 from modelc.kernels.moe_weights import MoeExperts, stack_experts
+from modelc.kernels.plan import Path, warm_tokens
 from modelc.kernels.select import KernelSet
 from modelc.models.weights import WeightReader
 
@@ -60,6 +61,7 @@ class MoeFFN:
     normalize: bool  # renormalize the chosen experts' weights to sum 1
     activation: str  # "silu" | "oss" (gpt-oss's clamped SwiGLU)
     stacked: MoeExperts | None = None  # the 3-D expert tensors, where KernelSet.moe_ffn reads them
+    _all_r16: bool | None = dataclasses.field(default=None, repr=False)  # (one_call's cache)
 
     @property
     def num_experts(self) -> int:
@@ -80,7 +82,7 @@ class MoeFFN:
     def forward(self, out: np.ndarray, h: np.ndarray, kernels: KernelSet) -> None:
         """out (T, C) = sum over each token's chosen experts of weight * expert(h)."""
         T = h.shape[0]
-        if self.stacked is not None and T <= moe_ffn.FUSED_MAX_T:  # an F32 router runs in the kernel too
+        if self.one_call(T):  # an F32 router runs in the kernel too
             logits = None if self.stacked.router is not None else self._logits(h, kernels)
             kernels.moe_ffn(out, h, logits, self.stacked, self.top_k, self.normalize)
             return
@@ -105,6 +107,20 @@ class MoeFFN:
             y *= weights.reshape(-1)[sel][:, None]
             out[rows] += y
         assert start == T * self.top_k
+
+    def one_call(self, T: int) -> bool:
+        """Whether a forward of T tokens runs the experts in moe_ffn's one call: up to moe_ffn.FUSED_MAX_T
+        tokens, and up to moe_ffn.R16_MAX_T where the per-expert matmuls would run gemm_r16 at every token
+        count (the repacked layout the call reads too: one call instead of three matmuls an expert, the same
+        kernel; measured there). Where the table moves bigger expert batches to AMX tiles or BLAS, prefill keeps
+        the per-expert matmuls."""
+        if self.stacked is None:
+            return False
+        if T <= moe_ffn.FUSED_MAX_T:
+            return True
+        if self._all_r16 is None:
+            self._all_r16 = all(set(warm_tokens(w)) == {Path.R16} for w in (self.gate[0], self.up[0], self.down[0]))
+        return self._all_r16 and T <= moe_ffn.R16_MAX_T
 
     def _expert(self, e: int, x: np.ndarray, kernels: KernelSet) -> np.ndarray:
         n, F = x.shape[0], self.gate[e].rows

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,9 @@ def test_each_chosen_expert_is_read_once_per_forward(mixtral_dir, monkeypatch):
         return real(out, x, w)
 
     ks = model.kernels
-    monkeypatch.setattr(model, "kernels", type(ks)(**{**{f: getattr(ks, f) for f in ks.__dataclass_fields__}, "matmul": counting}))
+    monkeypatch.setattr(
+        model, "kernels", type(ks)(**{**{f: getattr(ks, f) for f in ks.__dataclass_fields__}, "matmul": counting})
+    )
     ids = list(range(3, 15))
     eng.logits(ids)
     assert seen and len(seen) == len(set(seen))  # one gate matmul per chosen expert (layer 0)
@@ -131,3 +135,35 @@ def test_gpt_oss_mxfp4_experts(fixtures_dir):
     got, want = eng.logits(ids), Engine(plain).logits(ids)
     cos = (got * want).sum(-1) / np.linalg.norm(got, axis=-1) / np.linalg.norm(want, axis=-1)
     assert cos.min() >= 0.999
+
+
+def test_prefill_runs_repacked_experts_in_one_call_where_the_table_keeps_them_on_gemm_r16(monkeypatch):
+    """MoeFFN.one_call: above moe_ffn.FUSED_MAX_T tokens a layer whose expert matmuls would all be gemm_r16's
+    (the repacked copy moe_ffn reads) runs moe_ffn's one call up to R16_MAX_T; the per-expert matmuls give the
+    same numbers up to float summation order."""
+    import pathlib
+
+    from modelc.kernels import moe_ffn
+    from modelc.kernels.plan import Path, warm_tokens
+
+    eng = Engine.load(pathlib.Path(__file__).parents[1] / "fixtures/models/quant/qwen3moe/model-Q4_K_M.gguf")
+    L = eng.runner.model.layers[0].moe
+    assert L.stacked is not None
+    on_r16 = all(set(warm_tokens(w)) == {Path.R16} for w in (L.gate[0], L.up[0], L.down[0]))
+    T = moe_ffn.FUSED_MAX_T + 9
+    assert L.one_call(moe_ffn.FUSED_MAX_T) and L.one_call(T) == on_r16 and not L.one_call(moe_ffn.R16_MAX_T + 1)
+    calls = []
+    real = eng.runner.model.kernels.moe_ffn
+    h = np.random.default_rng(0).standard_normal((T, L.gate[0].cols)).astype(np.float32)
+    outs = []
+    top = moe_ffn.R16_MAX_T
+    for limit in (top, 0):
+        monkeypatch.setattr(moe_ffn, "R16_MAX_T", limit)
+        kernels = dataclasses.replace(
+            eng.runner.model.kernels, moe_ffn=lambda *a, lim=limit, **k: calls.append(lim) or real(*a, **k)
+        )
+        out = np.empty_like(h)
+        L.forward(out, h, kernels)
+        outs.append(out)
+    assert calls == ([top] if on_r16 else [])
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-4, atol=1e-4 * float(np.abs(outs[1]).max()))

@@ -73,6 +73,7 @@ def test_no_worse_than_llamacpp(family, qtype, monkeypatch):
     per_expert = min(moe_ffn.FUSED_MAX_T, 23)  # 24 tokens and more: per-expert matmuls
     for n, one_call in ((len(ids), False), (24, False), (24, True), (1, True)):
         monkeypatch.setattr(moe_ffn, "FUSED_MAX_T", n if one_call else per_expert)
+        monkeypatch.setattr(moe_ffn, "R16_MAX_T", n if one_call else 0)  # (MoeFFN.one_call's repacked rule)
         gaps.clear()
         ours = eng.logits(ids[:n]).astype(np.float64)
         want, theirs = fp32[:n], theirs_all[:n]

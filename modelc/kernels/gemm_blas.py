@@ -15,10 +15,10 @@ import threading
 import numba
 import numpy as np
 
-import modelc
 from modelc.ir import DataType
 from modelc.kernels import gemm_float, quant, ref_linear
 from modelc.kernels.gemm_weight import Weight
+from modelc.kernels.threads import blas_threads_for
 
 PANEL_BYTES = 64 << 20
 """Largest float32 panel dequantized at once (a 32000 x 2048 lm_head goes in 2 panels)."""
@@ -59,8 +59,8 @@ def _matmul(x: np.ndarray, wt: np.ndarray, out: np.ndarray) -> None:
         np.matmul(x, wt, out=out)
         return
     n = numba.get_num_threads()
-    if n > 1 and out.size * x.shape[-1] < SPIN_MIN_MACS and not modelc._BLAS_SPIN_BOUNDED:
-        n = 1  # OpenBLAS's workers would spin ~0.1 s after it (threads.blas_threads_for): worth it for big ones only
+    if out.size * x.shape[-1] < SPIN_MIN_MACS:
+        n = blas_threads_for(n)  # 1 where OpenBLAS's workers would spin ~0.1 s after it: worth it for big ones only
     old = _blas_threads_local(n)
     try:
         np.matmul(x, wt, out=out)

@@ -99,7 +99,7 @@ def _max_t(L: Any, qkv: tuple, o_how: int, mlp: tuple | None, down: tuple | None
     hows = [qkv[2], qkv[6], qkv[10], o_how] + ([mlp[2], mlp[6], down[2]] if mlp is not None else [])
     if any(h == decode_layer.MATVEC_K for h in hows):
         return 1  # gemm_fused_k's kernel is the one-token path only
-    if L.moe is not None and (moe is None or L.moe.stacked is None):
+    if L.moe is not None and moe is None:
         return 1  # the layer's MoeFFN.forward: the experts one by one at one token, grouped at more
     top = min(MAX_T, moe_ffn.FUSED_MAX_T) if moe is not None else MAX_T
     runs = [*L.qkv, *L.gate_up]

@@ -2,8 +2,11 @@
 linear.matmul) wrapped in a timer, over greedy decode steps after a 128-token prompt; best of 3 rounds.
 
     PYTHONPATH=. python benchmarks/decode_profile.py MODEL.gguf [--threads 2] [--tokens 32] [--streams N]
+        [--per-layer]
 
 With --streams N, N sequences (16-token prompts) decode together and the figures are per batched step.
+Where every layer runs in kernels/decode_step.py's one call, that call is one line; --per-layer runs the
+layers as two calls each instead (decode_layer's halves, each timed).
 
 Prints ms per token, calls per token and us per call of each, the Python glue in the forward (forward
 minus its kernel calls) and the engine's share (step minus forward). The timers cost ~0.3 us per call.
@@ -19,7 +22,7 @@ import time
 import numpy as np
 
 from modelc.api.engine import Engine
-from modelc.kernels import decode_layer, gemm_fused, gemm_fused_k, gemm_r16, moe_ffn, quant
+from modelc.kernels import decode_layer, decode_step, gemm_fused, gemm_fused_k, gemm_r16, moe_ffn, quant
 from modelc.request import SamplingParams
 
 acc: dict[str, float] = collections.defaultdict(float)
@@ -43,6 +46,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--streams", type=int, default=1, help="sequences decoding together (per-step figures)")
+    ap.add_argument("--per-layer", action="store_true", help="two calls a layer, not decode_step's one call")
     a = ap.parse_args()
     eng = Engine.load(a.model, threads=a.threads, kv_cache_tokens=max(512, a.streams * (a.tokens + 64)))
     ids = [1, *np.random.default_rng(0).integers(100, eng.runner.vocab_size, 127).tolist()]
@@ -50,6 +54,8 @@ def main() -> None:
     list(eng.generate_ids(ids[:8], warm))
     list(eng.generate_ids(ids[:48], warm))
     model = eng.runner.model
+    if a.per_layer:
+        model.step_plan = None
     K = model.kernels
     # (moe_ffn: timed below as the kernel the forward may also call directly)
     model.kernels = dataclasses.replace(
@@ -67,6 +73,7 @@ def main() -> None:
     # a one-token step's fused layers (models/llama_decode.py): their kernels run inside these two calls
     decode_layer.attention_half = timed("attention half (fused)", decode_layer.attention_half)
     decode_layer.mlp_half = timed("mlp half (fused)", decode_layer.mlp_half)
+    decode_step.decode_layers = timed("every layer (one call)", decode_step.decode_layers)
     gemm_fused_k.qmatvec_k = timed("  matvec_k kernel", gemm_fused_k.qmatvec_k)
     gemm_fused.qmatvec = timed("  matvec kernel", gemm_fused.qmatvec)
     model.forward = timed("forward", model.forward)

@@ -14,7 +14,7 @@ import numpy as np
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import UnsupportedError
 from modelc.ir import SCALE_SUFFIX
-from modelc.kernels import decode_layer, moe_ffn
+from modelc.kernels import decode_layer, decode_step, moe_ffn
 from modelc.kernels.linear import Weight
 from modelc.kernels.rope import longrope_long_inv_freq, rope_inv_freq
 from modelc.kernels.select import KernelSet
@@ -98,6 +98,8 @@ class LlamaModel:
         )
         # per layer, how a one-token step runs it as two numba calls (None: the general path; llama_decode.py)
         self.decode_plans = llama_decode.plan_layers(self)
+        # the same, every layer in one numba call where all of them qualify (dense; kernels/decode_step.py)
+        self.step_plan = llama_decode.plan_step(self.decode_plans)
 
     @property
     def hidden_size(self) -> int:
@@ -224,6 +226,15 @@ class LlamaModel:
             nqkv, ngu = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim, 2 * a.intermediate_size
             qkv_buf = self.fused_out[: T * nqkv].reshape(T, nqkv)
             gu_buf, act = self.fused_out[: T * ngu].reshape(T, ngu), sc.get("act", T)
+            step = self.step_plan
+            if step is not None and step.plans is fast and T <= step.max_t:  # every layer in one numba call
+                decode_step.decode_layers(
+                    step.table, x, o, h, float(eps), qkv_buf, *qkv, a.num_heads, a.num_kv_heads, a.head_dim,
+                    batch.positions, kv.k, kv.v, batch.slots, batch.block_tables, batch.q_start, batch.pos_start,
+                    a.scale, parallel, attn, gu_buf, act,
+                )  # fmt: skip
+                x += o
+                return self._head(x, batch, output)
         for i, L in enumerate(self.layers):
             p = None if fast is None else fast[i]
             if p is not None and T <= p.max_t:  # decode_layer.py: two numba calls, not ~12 (llama_decode.py)

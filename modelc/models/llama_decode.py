@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from modelc.kernels import attention, decode_layer, moe_ffn, quant
+from modelc.kernels import attention, decode_layer, decode_step, moe_ffn, quant
 from modelc.kernels.linear import Weight
 from modelc.kernels.plan import Path, path
 from modelc.models.fused import MAX_T, Fused
@@ -109,6 +109,25 @@ def _max_t(L: Any, qkv: tuple, o_how: int, mlp: tuple | None, down: tuple | None
         if any(path(w, t) is not path(w, 1) for w in weights) or any(f.fits(t) != f.fits(1) for f in runs):
             return t - 1
     return top
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """Every layer in decode_step's one numba entry: its table (a row a layer) and up to how many tokens."""
+
+    table: np.ndarray  # (L, decode_step.WIDTH) int64
+    max_t: int
+    plans: list[LayerPlan]  # what the table was built from: they keep its arrays alive, and the forward takes
+    # the table only while these are the model's decode_plans
+
+
+def plan_step(plans: list[LayerPlan | None] | None) -> StepPlan | None:
+    """A StepPlan where every layer takes the decode layers with a dense MLP (MoE layers run moe_ffn between
+    the halves: they keep the per-layer calls)."""
+    if not plans or any(p is None or p.mlp is None for p in plans):
+        return None
+    rows = [decode_step.encode(((p.norms[0],), p.qkv, p.heads[3:], (p.window,), p.out, p.mlp, p.down)) for p in plans]
+    return StepPlan(np.array(rows, np.int64), min(p.max_t for p in plans), plans)
 
 
 def _bias(b: np.ndarray | None) -> np.ndarray:

@@ -1,6 +1,7 @@
 """A decode step through kernels/decode_layer.py (models/llama_decode.py), one stream or several in lockstep, gives
 the same logits, bit for bit, as the forward's general per-kernel path: the same kernels on the same arrays in
-the same order."""
+the same order. So does every layer in kernels/decode_step.py's one call (the model's step_plan), where all
+layers qualify."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from modelc.api.engine import Engine
-from modelc.kernels import decode_layer, moe_ffn
+from modelc.kernels import decode_layer, decode_step, moe_ffn
 from modelc.models import llama_decode
 from modelc.request import SamplingParams
 
@@ -22,10 +23,11 @@ def _engine(name: str, kv_dtype: str) -> Engine:
     return Engine.load(QUANT / name, threads=2, kv_cache_tokens=256, kv_dtype=kv_dtype)
 
 
-def _decode_logits(eng: Engine, fast: bool, n: int = 12) -> tuple[list[int], list[np.ndarray]]:
-    """Greedy tokens and every one-token step's logits, with the fused layers on or off."""
+def _decode_logits(eng: Engine, mode: str, n: int = 12) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy tokens and every one-token step's logits: mode "step" (the model as loaded: every layer in one call
+    where its step_plan allows), "layers" (the decode layers, two calls a layer) or "general"."""
     m = eng.runner.model
-    plans = m.decode_plans
+    plans, step = m.decode_plans, m.step_plan
     got: list[np.ndarray] = []
     real = m.forward
 
@@ -36,22 +38,23 @@ def _decode_logits(eng: Engine, fast: bool, n: int = 12) -> tuple[list[int], lis
         return out
 
     m.forward = forward
-    if not fast:
-        m.decode_plans = None
+    m.decode_plans = None if mode == "general" else plans
+    m.step_plan = step if mode == "step" else None
     try:
         ids = [1, *np.random.default_rng(0).integers(3, eng.runner.vocab_size, 20).tolist()]
         toks = list(eng.generate_ids(ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)))
     finally:
-        m.forward, m.decode_plans = real, plans
+        m.forward, m.decode_plans, m.step_plan = real, plans, step
     return toks, got
 
 
 def _assert_same(eng: Engine) -> None:
-    fast_toks, fast = _decode_logits(eng, True)
-    slow_toks, slow = _decode_logits(eng, False)
-    assert fast_toks == slow_toks and len(fast) == len(slow) > 0
-    for a, b in zip(fast, slow, strict=True):
-        np.testing.assert_array_equal(a, b)
+    slow_toks, slow = _decode_logits(eng, "general")
+    for mode in ("step", "layers"):
+        fast_toks, fast = _decode_logits(eng, mode)
+        assert fast_toks == slow_toks and len(fast) == len(slow) > 0
+        for a, b in zip(fast, slow, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize(
@@ -67,6 +70,8 @@ def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: st
         assert "Q8_0" in name or "IQ4" in name  # on gemm_r16 only with an exact wide dot (VNNI)
         pytest.skip("these weights are not on the gemm_r16 path on this CPU")
     assert all(p is not None for p in plans)  # every layer of these plain models qualifies
+    # every layer in one call where all are dense (MoE layers run their experts between the halves)
+    assert (eng.runner.model.step_plan is None) == name.startswith("qwen3moe")
     if name.startswith("qwen3moe"):
         assert all(p.mlp is None for p in plans)  # the experts run after the attention half
         # K-quant experts: moe_ffn's kernel called straight from forward; Q4_0 ones: MoeFFN.forward's expert loop
@@ -79,16 +84,17 @@ def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: st
     _assert_same(eng)
 
 
-def _batched_logits(eng: Engine, fast: bool, streams: int = 5, steps: int = 6) -> tuple[list[np.ndarray], int]:
+def _batched_logits(eng: Engine, mode: str, streams: int = 5, steps: int = 6) -> tuple[list[np.ndarray], int]:
     """The logits of every forward in which all `streams` sequences (prompts of different lengths) decode one
-    token each, with the fused layers on or off; and how many attention halves ran at more than one token."""
+    token each (mode as _decode_logits); and how many attention halves ran at more than one token."""
     from modelc.cache.block_pool import BlockPool
     from modelc.engine.core import EngineCore
     from modelc.scheduler.scheduler import Scheduler
     from modelc.scheduler.sequence import Sequence
 
     m = eng.runner.model
-    plans, real, real_half = m.decode_plans, m.forward, decode_layer.attention_half
+    plans, step, real, real_half, real_step = (m.decode_plans, m.step_plan, m.forward, decode_layer.attention_half,
+                                               decode_step.decode_layers)  # fmt: skip
     got: list[np.ndarray] = []
     wide = [0]
 
@@ -102,20 +108,25 @@ def _batched_logits(eng: Engine, fast: bool, streams: int = 5, steps: int = 6) -
         wide[0] += x.shape[0] > 1
         return real_half(x, *args)
 
+    def layers(table, x, *args):
+        wide[0] += table.shape[0] * (x.shape[0] > 1)
+        return real_step(table, x, *args)
+
     config = dataclasses.replace(eng.core.scheduler.config, max_num_seqs=streams, max_queue=streams)
     core = EngineCore(Scheduler(config, BlockPool(eng.runner.num_kv_blocks, enable_prefix_caching=False)), eng.runner)
     rng = np.random.default_rng(2)
     params = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
-    m.forward, decode_layer.attention_half = forward, half
-    if not fast:
-        m.decode_plans = None
+    m.forward, decode_layer.attention_half, decode_step.decode_layers = forward, half, layers
+    m.decode_plans = None if mode == "general" else plans
+    m.step_plan = step if mode == "step" else None
     try:
         for i in range(streams):
             core.add(Sequence(i, [1, *rng.integers(3, eng.runner.vocab_size, 6 + 5 * i).tolist()], params))
         while core.has_work:
             core.step()
     finally:
-        m.forward, m.decode_plans, decode_layer.attention_half = real, plans, real_half
+        m.forward, m.decode_plans, m.step_plan = real, plans, step
+        decode_layer.attention_half, decode_step.decode_layers = real_half, real_step
     return got, wide[0]
 
 
@@ -129,19 +140,22 @@ def test_streams_in_lockstep_take_the_fused_layers_bit_for_bit(name: str, kv_dty
     assert plans is not None and all(p is not None and p.max_t >= 5 for p in plans)
     if name.startswith("qwen3moe"):
         assert all(p.max_t <= moe_ffn.FUSED_MAX_T for p in plans)  # the experts' one call stops there
-    fast, wide = _batched_logits(eng, True)
-    slow, none = _batched_logits(eng, False)
-    assert len(fast) == len(slow) >= 4 and wide >= len(fast) * len(plans) and none == 0
-    for a, b in zip(fast, slow, strict=True):
-        np.testing.assert_array_equal(a, b)
+    slow, none = _batched_logits(eng, "general")
+    assert none == 0
+    for mode in ("step", "layers"):
+        fast, wide = _batched_logits(eng, mode)
+        assert len(fast) == len(slow) >= 4 and wide >= len(fast) * len(plans)
+        for a, b in zip(fast, slow, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def _assert_same_batched(eng: Engine, streams: int = 4) -> None:
-    fast, wide = _batched_logits(eng, True, streams=streams, steps=4)
-    slow, _ = _batched_logits(eng, False, streams=streams, steps=4)
-    assert len(fast) == len(slow) >= 2 and wide > 0
-    for a, b in zip(fast, slow, strict=True):
-        np.testing.assert_array_equal(a, b)
+    slow, _ = _batched_logits(eng, "general", streams=streams, steps=4)
+    for mode in ("step", "layers"):
+        fast, wide = _batched_logits(eng, mode, streams=streams, steps=4)
+        assert len(fast) == len(slow) >= 2 and wide > 0
+        for a, b in zip(fast, slow, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_sliding_windows_shorter_than_the_context_match_at_one_and_more_tokens() -> None:
@@ -149,6 +163,7 @@ def test_sliding_windows_shorter_than_the_context_match_at_one_and_more_tokens()
     m = eng.runner.model
     m.args = dataclasses.replace(m.args, layer_windows=tuple(5 + 2 * i for i in range(m.args.num_layers)))
     m.decode_plans = llama_decode.plan_layers(m)  # prompts of 6-26 tokens: every window slides
+    m.step_plan = llama_decode.plan_step(m.decode_plans)
     assert all(p is not None and p.window == 5 + 2 * i for i, p in enumerate(m.decode_plans))
     _assert_same(eng)
     _assert_same_batched(eng)
@@ -162,7 +177,7 @@ def test_one_token_paths_stop_the_fused_layers_at_one_token() -> None:
     assert one and all(p.max_t == 1 for p in one)
     eng = _engine("qwen3moe/model-Q4_0.gguf", "f16")  # Q4_0 experts: MoeFFN.forward's loop, grouped at T > 1
     assert all(p.max_t == 1 for p in eng.runner.model.decode_plans)
-    fast, wide = _batched_logits(eng, True, streams=3, steps=3)
+    fast, wide = _batched_logits(eng, "step", streams=3, steps=3)
     assert fast and wide == 0
 
 
@@ -191,6 +206,7 @@ def test_projection_biases_are_added_as_the_general_path_adds_them(tmp_path: pat
         for name in ("q", "k", "v", "o", "gate", "up", "down"):
             setattr(L, name + "_bias", (0.05 * rng.standard_normal(getattr(L, name).rows)).astype(np.float32))
     m.decode_plans = llama_decode.plan_layers(m)
+    m.step_plan = llama_decode.plan_step(m.decode_plans)
     assert all(p is not None and p.qkv[-1].size and p.out[3].size and p.mlp[-1].size for p in m.decode_plans)
     _assert_same(eng)
     _assert_same_batched(eng)
@@ -202,6 +218,7 @@ def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_
     m.layers[1].post_ffn_norm = np.ones(m.args.hidden_size, np.float32)  # OLMo 2 / Gemma style: not fused
     m.decode_plans = llama_decode.plan_layers(m)
     assert m.decode_plans[1] is None and m.decode_plans[0] is not None
+    assert llama_decode.plan_step(m.decode_plans) is None  # a general layer between: the per-layer calls
     _assert_same(eng)
     _assert_same_batched(eng)
     m.layers[1].q_bias = np.zeros(m.layers[1].q.rows, np.float32)  # q's bias without k's and v's: never fused
@@ -228,3 +245,21 @@ def test_steps_that_do_not_qualify() -> None:
 def test_reference_kernels_plan_nothing(monkeypatch) -> None:
     monkeypatch.setenv("MODELC_KERNELS", "ref")
     assert _engine("llama/model-Q4_0.gguf", "f32").runner.model.decode_plans is None
+
+
+def test_the_step_table_holds_each_layers_arrays_and_refuses_wrong_ones() -> None:
+    m = _engine("llama/model-Q4_0.gguf", "f16").runner.model
+    st = m.step_plan
+    assert st is not None and st.plans is m.decode_plans and st.table.shape == (m.args.num_layers, decode_step.WIDTH)
+    for p, row in zip(m.decode_plans, st.table, strict=True):
+        norm, w0 = p.norms[0], p.qkv[0]
+        assert row[:5].tolist() == [norm.ctypes.data, norm.shape[0], w0.ctypes.data, *w0.shape]
+    assert st.max_t == min(p.max_t for p in m.decode_plans) > 1
+    p = m.decode_plans[0]
+    parts = ((p.norms[0],), p.qkv, p.heads[3:], (p.window,), p.out, p.mlp, p.down)
+    bad = ((p.norms[0].astype(np.float64),), *parts[1:])
+    with pytest.raises(ValueError, match="f32 field"):
+        decode_step.encode(bad)
+    strided = ((np.ones(2 * m.args.hidden_size, np.float32)[::2],), *parts[1:])
+    with pytest.raises(ValueError, match="f32 field"):
+        decode_step.encode(strided)

@@ -33,6 +33,7 @@ from modelc.engine.sampler import (
     _process_row,
     _top_logprobs,
     distribution,
+    wants_logprobs,
 )
 from modelc.request import SamplingParams
 
@@ -40,7 +41,7 @@ from modelc.request import SamplingParams
 @dataclass(frozen=True, slots=True)
 class Emitted:
     token_id: int
-    logprob: float  # raw (pre-temperature) log-probability at its position
+    logprob: float  # raw (pre-temperature) log-probability at its position (NaN unless asked: wants_logprobs)
     top_logprobs: tuple[tuple[int, float], ...]
     accepted: bool  # a draft the target accepted (False: the correction or the bonus token)
 
@@ -87,7 +88,7 @@ def verify(
         else:
             tok, accepted = _accept_or_resample(x, drafts[i], None if draft_probs is None else draft_probs[i], params,
                                                 state, raw, eos_ids)  # fmt: skip
-        lse = _logsumexp(raw, scratch)
+        lse = _logsumexp(raw, scratch) if wants_logprobs(params) else np.nan
         out.append(Emitted(tok, float(raw[tok] - lse), _top_logprobs(raw, lse, params.top_logprobs), accepted))
         state.append(tok)
         if not accepted:

@@ -66,7 +66,7 @@ class BatchPlan:
 class SampledToken:
     seq_id: int
     token_id: int
-    logprob: float  # raw (pre-temperature) log-probability of token_id
+    logprob: float  # raw (pre-temperature) log-probability of token_id; NaN unless the params ask for it
     top_logprobs: tuple[tuple[int, float], ...] = ()  # (token_id, logprob), best first
     constraint_done: bool = False  # the grammar accepts and allows nothing more
 

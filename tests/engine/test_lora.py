@@ -87,7 +87,7 @@ def test_per_sequence_and_global_adapters_in_one_batch():
     adapters = {1: "one", 2: None, 3: "one"}  # None -> the global adapter "two"
     chunks = tuple(
         SeqChunk(s, np.array(ids, np.int32), 0, np.array([s * 2, s * 2 + 1], np.int32), True,
-                 SamplingParams(temperature=0.0, adapter=adapters[s]), len(ids), 0, True)
+                 SamplingParams(temperature=0.0, logprobs=True, adapter=adapters[s]), len(ids), 0, True)
         for s, ids in p.items()
     )  # fmt: skip
     res = runner.execute(BatchPlan(0, chunks))

@@ -48,7 +48,8 @@ class AllowOnly:
 def test_greedy_logprobs_and_top_logprobs():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(3, 50)).astype(np.float32)
-    params = [SamplingParams(temperature=0.0, top_logprobs=5), SamplingParams(temperature=0.0), SamplingParams(top_k=1)]
+    params = [SamplingParams(temperature=0.0, top_logprobs=5), SamplingParams(temperature=0.0, logprobs=True),
+              SamplingParams(top_k=1, logprobs=True)]  # fmt: skip
     (tok, lp, tops), _ = run(logits, params)
     assert tok.tolist() == logits.argmax(axis=1).tolist()
     for s in range(3):
@@ -68,6 +69,15 @@ def test_logprobs_are_raw_even_when_processed():
     assert tok[0] == 1
     assert lp[0] == pytest.approx(log_softmax(logits[0])[1], abs=1e-6)
     assert [t for t, _ in tops[0]] == [3, 2]
+
+
+def test_logprobs_only_where_asked():
+    logits = np.array([[0.0, 1.0, 2.0, 3.0]] * 3, dtype=np.float32)
+    ps = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.0, logprobs=True),
+          SamplingParams(temperature=0.0, top_logprobs=1)]  # fmt: skip
+    (tok, lp, tops), _ = run(logits, ps)
+    assert tok.tolist() == [3, 3, 3] and np.isnan(lp[0]) and tops[0] == ()
+    assert lp[1] == lp[2] == pytest.approx(log_softmax(logits[0])[3], abs=1e-6) and tops[2][0][0] == 3
 
 
 def test_logit_bias_out_of_range_ignored_and_ban():
@@ -254,7 +264,7 @@ def test_large_vocab_batch_runs_and_respects_filters():
     assert tok[1] in np.argsort(-logits[1])[:40]
     assert logits[3, tok[3]] / 1.0 >= logits[3].max() + np.log(0.1) - 1e-4
     assert len(tops[5]) == 20 and all(a[1] >= b[1] for a, b in zip(tops[5], tops[5][1:], strict=False))
-    assert np.all(lp <= 0) and np.all(np.isfinite(lp))
+    assert lp[5] <= 0 and np.isfinite(lp[5]) and np.isnan(np.delete(lp, 5)).all()  # only where asked
 
 
 def test_shape_mismatch_is_engine_error():

@@ -55,9 +55,19 @@ print(json.dumps({"prefill_tok_s": len(ids) / (t1 - t0), "decode_tok_s": toks / 
 
 
 def prompt_ids(n: int, vocab: int = 32000, seed: int = 0) -> list[int]:
-    """n deterministic ordinary token ids (BOS first): the same prompt for both engines."""
+    """n deterministic ordinary token ids (BOS first) below `vocab`: the same prompt for both engines. Ids
+    from 100 where the vocabulary has room (the first ids are often control tokens)."""
     rng = np.random.default_rng(seed)
-    return [1, *rng.integers(100, vocab, n - 1).tolist()]
+    return [1, *rng.integers(min(100, vocab // 2), vocab, n - 1).tolist()]
+
+
+def vocab_size(path: str) -> int:
+    """Rows of the GGUF's token embedding (the ids a prompt may use)."""
+    import gguf
+
+    r = gguf.GGUFReader(path)
+    emb = next(t for t in r.tensors if t.name == "token_embd.weight")
+    return int(max(emb.shape))  # gguf lists dims innermost first: (hidden, vocab)
 
 
 def run_modelc(path: str, threads: int, ids: list[int], n_decode: int) -> dict:
@@ -164,7 +174,7 @@ path, threads, n_prompt, n_decode, mode = sys.argv[2], int(sys.argv[3]), int(sys
 if mode == "matmul":
     r = cmp.run_matmul_only(path, threads, n_prompt)
 else:
-    r = cmp.run_modelc(path, threads, cmp.prompt_ids(n_prompt), n_decode)
+    r = cmp.run_modelc(path, threads, cmp.prompt_ids(n_prompt, cmp.vocab_size(path)), n_decode)
 print(json.dumps(r))
 """
 
@@ -243,7 +253,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--matmul-only", action="store_true", help="time modelc's matmuls only (upper bound)")
     ap.add_argument("--write", type=pathlib.Path, default=None)
     a = ap.parse_args(argv)
-    ids = prompt_ids(a.prompt_tokens)
     load0 = os.getloadavg()
     bw = memory_bandwidth(a.threads)
     print(f"memory bandwidth ({a.threads} threads): {bw / 1e9:.1f} GB/s", flush=True)
@@ -251,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     label = "modelc matmuls only (upper bound)" if a.matmul_only else "modelc"
     for path in a.gguf:
         name, nbytes = pathlib.Path(path).stem, weight_bytes_per_token(path)
+        ids = prompt_ids(a.prompt_tokens, vocab_size(path))
         mine: list[dict] = []
         theirs: list[dict] = []
         for i in range(a.rounds):

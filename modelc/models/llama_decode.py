@@ -94,14 +94,17 @@ def _plan(model: Any, i: int, L: Any) -> LayerPlan | None:
 def _max_t(L: Any, qkv: tuple, o_how: int, mlp: tuple | None, down: tuple | None, moe: tuple | None) -> int:
     """The most tokens up to which the layer's step computes what the general path does at that many: every
     matmul on the path it has at T = 1 (gemm_r16: the table keeps it there up to AMX's prefill bounds; the
-    fused runs while Fused.fits), and a MoE layer's experts in moe_ffn (up to its FUSED_MAX_T); at most
-    fused.MAX_T (the model's fused output buffer)."""
+    fused runs while Fused.fits), and a MoE layer's experts in moe_ffn's one call (MoeFFN.one_call: up to its
+    FUSED_MAX_T, or R16_MAX_T where every expert matmul stays on gemm_r16); at most fused.MAX_T (the model's
+    fused output buffer)."""
     hows = [qkv[2], qkv[6], qkv[10], o_how] + ([mlp[2], mlp[6], down[2]] if mlp is not None else [])
     if any(h == decode_layer.MATVEC_K for h in hows):
         return 1  # gemm_fused_k's kernel is the one-token path only
     if L.moe is not None and moe is None:
         return 1  # the layer's MoeFFN.forward: the experts one by one at one token, grouped at more
-    top = min(MAX_T, moe_ffn.FUSED_MAX_T) if moe is not None else MAX_T
+    top = MAX_T
+    if moe is not None and not L.moe.one_call(MAX_T):  # above FUSED_MAX_T: per-expert matmuls (AMX, BLAS)
+        top = min(MAX_T, moe_ffn.FUSED_MAX_T)
     runs = [*L.qkv, *L.gate_up]
     weights = [*_alone((L.q, L.k, L.v), L.qkv), L.o, *_alone((L.gate, L.up), L.gate_up), L.down]
     weights = [w for w in weights if w is not None]

@@ -14,6 +14,7 @@ import pytest
 from modelc.api.engine import Engine
 from modelc.kernels import decode_layer, decode_step, moe_ffn
 from modelc.models import llama_decode
+from modelc.models.fused import MAX_T
 from modelc.request import SamplingParams
 
 QUANT = pathlib.Path(__file__).parents[1] / "fixtures/models/quant"
@@ -138,8 +139,9 @@ def test_streams_in_lockstep_take_the_fused_layers_bit_for_bit(name: str, kv_dty
     eng = _engine(name, kv_dtype)
     plans = eng.runner.model.decode_plans
     assert plans is not None and all(p is not None and p.max_t >= 5 for p in plans)
-    if name.startswith("qwen3moe"):
-        assert all(p.max_t <= moe_ffn.FUSED_MAX_T for p in plans)  # the experts' one call stops there
+    if name.startswith("qwen3moe"):  # as far as the experts' one call goes (moe_ffn.R16_MAX_T on gemm_r16)
+        one = eng.runner.model.layers[0].moe.one_call(MAX_T)
+        assert all(p.max_t == (MAX_T if one else moe_ffn.FUSED_MAX_T) for p in plans)
     slow, none = _batched_logits(eng, "general")
     assert none == 0
     for mode in ("step", "layers"):
@@ -263,3 +265,17 @@ def test_the_step_table_holds_each_layers_arrays_and_refuses_wrong_ones() -> Non
     strided = ((np.ones(2 * m.args.hidden_size, np.float32)[::2],), *parts[1:])
     with pytest.raises(ValueError, match="f32 field"):
         decode_step.encode(strided)
+
+
+def test_moe_batches_past_fused_max_t_stay_on_the_decode_layers_bit_for_bit() -> None:
+    eng = Engine.load(QUANT / "qwen3moe/model-Q4_K_M.gguf", threads=2, kv_cache_tokens=2048, kv_dtype="f16")
+    m = eng.runner.model
+    if not m.layers[0].moe.one_call(MAX_T):
+        pytest.skip("expert batches past FUSED_MAX_T leave gemm_r16 on this CPU (AMX tiles)")
+    assert all(p.max_t == MAX_T for p in m.decode_plans)
+    streams = moe_ffn.FUSED_MAX_T + 2
+    slow, _ = _batched_logits(eng, "general", streams=streams, steps=3)
+    fast, wide = _batched_logits(eng, "step", streams=streams, steps=3)
+    assert len(fast) == len(slow) >= 1 and wide >= len(fast) * len(m.decode_plans)
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -62,12 +62,15 @@ def prompt_ids(n: int, vocab: int = 32000, seed: int = 0) -> list[int]:
 
 
 def vocab_size(path: str) -> int:
-    """Rows of the GGUF's token embedding (the ids a prompt may use)."""
+    """The ids a prompt may use: the GGUF's vocabulary (tokenizer.ggml.tokens; both engines refuse ids past
+    it), at most its token embedding's rows."""
     import gguf
 
     r = gguf.GGUFReader(path)
     emb = next(t for t in r.tensors if t.name == "token_embd.weight")
-    return int(max(emb.shape))  # gguf lists dims innermost first: (hidden, vocab)
+    rows = int(max(emb.shape))  # gguf lists dims innermost first: (hidden, vocab)
+    tokens = r.fields.get("tokenizer.ggml.tokens")
+    return min(rows, len(tokens.data)) if tokens is not None else rows
 
 
 def run_modelc(path: str, threads: int, ids: list[int], n_decode: int) -> dict:

@@ -55,6 +55,8 @@ def _fn(kind: str):
 def set_blas_threads(n: int) -> bool:
     """Use n BLAS threads from now on; False when numpy's BLAS is not an OpenBLAS we can reach."""
     global _current
+    if _current == n and _lib is not None:  # the usual case, every engine step: no lock, no ctypes call
+        return True
     with _lock:
         fn = _fn("set")
         if fn is None:
@@ -87,7 +89,9 @@ def set_kernel_threads(n: int) -> None:
     """n threads for numba kernels called from this thread (BLAS's count unchanged)."""
     import numba
 
-    numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+    n = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    if numba.get_num_threads() != n:  # every engine step asks; most keep the count
+        numba.set_num_threads(n)
 
 
 def blas_threads_for(n: int) -> int:

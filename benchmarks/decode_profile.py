@@ -74,6 +74,7 @@ def main() -> None:
     decode_layer.attention_half = timed("attention half (fused)", decode_layer.attention_half)
     decode_layer.mlp_half = timed("mlp half (fused)", decode_layer.mlp_half)
     decode_step.decode_layers = timed("every layer (one call)", decode_step.decode_layers)
+    decode_step.decode_layers_moe = timed("every layer (one call)", decode_step.decode_layers_moe)
     gemm_fused_k.qmatvec_k = timed("  matvec_k kernel", gemm_fused_k.qmatvec_k)
     gemm_fused.qmatvec = timed("  matvec kernel", gemm_fused.qmatvec)
     model.forward = timed("forward", model.forward)

@@ -1,5 +1,6 @@
-"""Every layer of a decode step in one numba entry: decode_layer's attention and MLP halves called from a
-loop in numba, where the forward called them from Python, two calls a layer.
+"""Every layer of a decode step in one numba entry: decode_layer's attention and MLP halves (or the attention
+half and moe_ffn's experts) called from a loop in numba, where the forward called them from Python, two calls
+a layer.
 
 Why: a decode step's Python between the layers runs with caches the weights have just streamed through,
 so a few lines a layer (the call, its ~45 arguments, the plan's tuples) cost ~20-30 us of idle memory bus
@@ -21,37 +22,48 @@ import numpy as np
 from numba import carray, njit, types
 from numba.extending import intrinsic
 
-from modelc.kernels import decode_layer
+from modelc.kernels import decode_layer, moe_ffn
 
-F32, F64, U8, INT = "f32", "f64", "u8", "int"
-LAYOUT = (
+F32, F32_2, F64, U8, U8_3, INT = "f32", "f32_2", "f64", "u8", "u8_3", "int"
+ATTENTION = (
     (F32,),  # attn_norm
     (U8, INT, INT, INT, U8, INT, INT, INT, U8, INT, INT, F32),  # q | k | v runs, their biases
     (F32, F32, F64, INT),  # q_norm, k_norm, inv_freq, neox
     (INT,),  # window
     (U8, INT, INT, F32, F32),  # o, its kind and path, o bias, ffn_norm
+)
+MLP = (
     (U8, INT, INT, INT, U8, INT, INT, F32),  # gate | up runs, their biases
     (U8, INT, INT, F32),  # down, its kind and path, its bias
 )
-"""The table's fields, in the order the kernel reads them: an array takes 2 columns (address, length) or 3
-(address, rows, columns: U8, the weights), a number 1."""
-_DTYPES = {F32: np.dtype(np.float32), F64: np.dtype(np.float64), U8: np.dtype(np.uint8)}
-WIDTH = sum(3 if f == U8 else 2 if f in _DTYPES else 1 for part in LAYOUT for f in part)
+MOE = (
+    # moe_ffn._moe_ffn's arguments between (out, x) and the thread count (llama_decode's LayerPlan.moe)
+    (F32_2, F32_2, F32, INT, INT, U8_3, U8_3, U8_3, INT, INT, INT, F32_2, F32_2, F32_2, INT, U8_3, U8_3, U8_3),
+)
+"""A table row's fields, in the order the kernels read them: the attention half's, then the MLP half's
+(decode_layers) or the experts' (decode_layers_moe). An array takes 1 column for its address and 1 per
+dimension, a number 1."""
+_ARRAYS = {F32: (np.float32, 1), F32_2: (np.float32, 2), F64: (np.float64, 1), U8: (np.uint8, 2),
+           U8_3: (np.uint8, 3)}  # fmt: skip
 
 
-def encode(parts: tuple) -> list[int]:
-    """One layer's row of the table: `parts` as LAYOUT lays them out (tuples of arrays and numbers)."""
+def width(layout: tuple) -> int:
+    return sum(1 + _ARRAYS[f][1] if f in _ARRAYS else 1 for part in layout for f in part)
+
+
+def encode(layout: tuple, parts: tuple) -> list[int]:
+    """One layer's row of a table: `parts` (tuples of arrays and numbers) as `layout` lays them out."""
     row: list[int] = []
-    for fields, values in zip(LAYOUT, parts, strict=True):
+    for fields, values in zip(layout, parts, strict=True):
         for f, v in zip(fields, values, strict=True):
             if f == INT:
                 row.append(int(v))
                 continue
             a = np.asarray(v)
-            if a.dtype != _DTYPES[f] or not a.flags.c_contiguous or a.ndim != (2 if f == U8 else 1):
+            dtype, ndim = _ARRAYS[f]
+            if a.dtype != dtype or not a.flags.c_contiguous or a.ndim != ndim:
                 raise ValueError(f"decode_step: a {f} field got {a.dtype} {a.shape}")
             row += [a.ctypes.data, *a.shape]
-    assert len(row) == WIDTH
     return row
 
 
@@ -74,6 +86,11 @@ def _f32(row, c):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _f32_2(row, c):
+    return carray(_address(row[c], np.float32), (row[c + 1], row[c + 2])), c + 3
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _f64(row, c):
     return carray(_address(row[c], np.float64), (row[c + 1],)), c + 2
 
@@ -83,32 +100,55 @@ def _u8(row, c):
     return carray(_address(row[c], np.uint8), (row[c + 1], row[c + 2])), c + 3
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _u8_3(row, c):
+    return carray(_address(row[c], np.uint8), (row[c + 1], row[c + 2], row[c + 3])), c + 4
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _attention_half(
+    r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots, block_tables,
+    q_start, pos_start, scale, parallel, attn,
+):  # fmt: skip
+    """decode_layer.attention_half for layer i (row r: ATTENTION's fields); returns the next column of r."""
+    attn_norm, c = _f32(r, 0)
+    w0, c = _u8(r, c)
+    kind0, how0, end0 = r[c], r[c + 1], r[c + 2]
+    w1, c = _u8(r, c + 3)
+    kind1, how1, end1 = r[c], r[c + 1], r[c + 2]
+    w2, c = _u8(r, c + 3)
+    kind2, how2 = r[c], r[c + 1]
+    qkv_bias, c = _f32(r, c + 2)
+    q_norm, c = _f32(r, c)
+    k_norm, c = _f32(r, c)
+    inv_freq, c = _f64(r, c)
+    neox, window = r[c] != 0, r[c + 1]
+    o_w, c = _u8(r, c + 2)
+    o_kind, o_how = r[c], r[c + 1]
+    o_bias, c = _f32(r, c + 2)
+    ffn_norm, c = _f32(r, c)
+    decode_layer.attention_half(
+        x, o, h, i == 0, attn_norm, eps,
+        qkv, w0, kind0, how0, end0, w1, kind1, how1, end1, w2, kind2, how2, qkv_bias, q, k, v,
+        heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox, positions,
+        k_all[i], v_all[i], slots, block_tables, q_start, pos_start, scale, window, parallel,
+        attn, o_w, o_kind, o_how, o_bias, ffn_norm,
+    )  # fmt: skip
+    return c
+
+
 @njit(cache=True, nogil=True, error_model="numpy")
 def decode_layers(
     table, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots, block_tables,
     q_start, pos_start, scale, parallel, attn, gu, act,
 ):  # fmt: skip
-    """Every layer (a row of `table` each) of T one-token rows: decode_layer.attention_half then mlp_half, as
-    the forward calls them; k_all / v_all: the (L, P, Z, K, D) KV pages. o ends as the last layer's output
-    (the forward adds it to x)."""
+    """Every layer (a row of `table` each: ATTENTION + MLP) of T one-token rows: decode_layer.attention_half
+    then mlp_half, as the forward calls them; k_all / v_all: the (L, P, Z, K, D) KV pages. o ends as the last
+    layer's output (the forward adds it to x)."""
     for i in range(table.shape[0]):
         r = table[i]
-        attn_norm, c = _f32(r, 0)
-        w0, c = _u8(r, c)
-        kind0, how0, end0 = r[c], r[c + 1], r[c + 2]
-        w1, c = _u8(r, c + 3)
-        kind1, how1, end1 = r[c], r[c + 1], r[c + 2]
-        w2, c = _u8(r, c + 3)
-        kind2, how2 = r[c], r[c + 1]
-        qkv_bias, c = _f32(r, c + 2)
-        q_norm, c = _f32(r, c)
-        k_norm, c = _f32(r, c)
-        inv_freq, c = _f64(r, c)
-        neox, window = r[c] != 0, r[c + 1]
-        o_w, c = _u8(r, c + 2)
-        o_kind, o_how = r[c], r[c + 1]
-        o_bias, c = _f32(r, c + 2)
-        ffn_norm, c = _f32(r, c)
+        c = _attention_half(r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all,
+                            slots, block_tables, q_start, pos_start, scale, parallel, attn)  # fmt: skip
         g0, c = _u8(r, c)
         gkind0, ghow0, gend0 = r[c], r[c + 1], r[c + 2]
         g1, c = _u8(r, c + 3)
@@ -117,12 +157,35 @@ def decode_layers(
         down_w, c = _u8(r, c)
         down_kind, down_how = r[c], r[c + 1]
         down_bias, c = _f32(r, c + 2)
-        decode_layer.attention_half(
-            x, o, h, i == 0, attn_norm, eps,
-            qkv, w0, kind0, how0, end0, w1, kind1, how1, end1, w2, kind2, how2, qkv_bias, q, k, v,
-            heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox, positions,
-            k_all[i], v_all[i], slots, block_tables, q_start, pos_start, scale, window, parallel,
-            attn, o_w, o_kind, o_how, o_bias, ffn_norm,
-        )  # fmt: skip
         decode_layer.mlp_half(o, h, gu, g0, gkind0, ghow0, gend0, g1, gkind1, ghow1, gu_bias, act, down_w, down_kind,
                               down_how, down_bias)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def decode_layers_moe(
+    table, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots, block_tables,
+    q_start, pos_start, scale, parallel, attn, nthreads,
+):  # fmt: skip
+    """decode_layers for a mixture of experts in every layer (rows: ATTENTION + MOE): the attention half, then
+    moe_ffn._moe_ffn (its router computed in the kernel) on nthreads threads."""
+    for i in range(table.shape[0]):
+        r = table[i]
+        c = _attention_half(r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all,
+                            slots, block_tables, q_start, pos_start, scale, parallel, attn)  # fmt: skip
+        logits, c = _f32_2(r, c)
+        router, c = _f32_2(r, c)
+        rbias, c = _f32(r, c)
+        top_k, normalize = r[c], r[c + 1] != 0
+        gate, c = _u8_3(r, c + 2)
+        up, c = _u8_3(r, c)
+        down, c = _u8_3(r, c)
+        kg, ku, kd = r[c], r[c + 1], r[c + 2]
+        gbias, c = _f32_2(r, c + 3)
+        ubias, c = _f32_2(r, c)
+        dbias, c = _f32_2(r, c)
+        oss = r[c] != 0
+        gr, c = _u8_3(r, c + 1)
+        ur, c = _u8_3(r, c)
+        dr, c = _u8_3(r, c)
+        moe_ffn._moe_ffn(o, h, logits, router, rbias, top_k, normalize, gate, up, down, kg, ku, kd, gbias, ubias,
+                         dbias, oss, gr, ur, dr, nthreads)  # fmt: skip

@@ -228,11 +228,13 @@ class LlamaModel:
             gu_buf, act = self.fused_out[: T * ngu].reshape(T, ngu), sc.get("act", T)
             step = self.step_plan
             if step is not None and step.plans is fast and T <= step.max_t:  # every layer in one numba call
-                decode_step.decode_layers(
-                    step.table, x, o, h, float(eps), qkv_buf, *qkv, a.num_heads, a.num_kv_heads, a.head_dim,
-                    batch.positions, kv.k, kv.v, batch.slots, batch.block_tables, batch.q_start, batch.pos_start,
-                    a.scale, parallel, attn, gu_buf, act,
-                )  # fmt: skip
+                args = (step.table, x, o, h, float(eps), qkv_buf, *qkv, a.num_heads, a.num_kv_heads, a.head_dim,
+                        batch.positions, kv.k, kv.v, batch.slots, batch.block_tables, batch.q_start,
+                        batch.pos_start, a.scale, parallel, attn)  # fmt: skip
+                if step.moe:
+                    decode_step.decode_layers_moe(*args, threads)
+                else:
+                    decode_step.decode_layers(*args, gu_buf, act)
                 x += o
                 return self._head(x, batch, output)
         for i, L in enumerate(self.layers):

@@ -116,21 +116,30 @@ def _max_t(L: Any, qkv: tuple, o_how: int, mlp: tuple | None, down: tuple | None
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
-    """Every layer in decode_step's one numba entry: its table (a row a layer) and up to how many tokens."""
+    """Every layer in one of decode_step's numba entries: its table (a row a layer) and up to how many tokens."""
 
-    table: np.ndarray  # (L, decode_step.WIDTH) int64
+    table: np.ndarray  # (L, row width) int64
+    moe: bool  # decode_step.decode_layers_moe (every layer's experts in moe_ffn), else decode_layers
     max_t: int
     plans: list[LayerPlan]  # what the table was built from: they keep its arrays alive, and the forward takes
     # the table only while these are the model's decode_plans
 
 
 def plan_step(plans: list[LayerPlan | None] | None) -> StepPlan | None:
-    """A StepPlan where every layer takes the decode layers with a dense MLP (MoE layers run moe_ffn between
-    the halves: they keep the per-layer calls)."""
-    if not plans or any(p is None or p.mlp is None for p in plans):
+    """A StepPlan where every layer takes the decode layers, all with a dense MLP or all with experts that
+    moe_ffn runs with its router (else the per-layer calls)."""
+    if not plans or any(p is None for p in plans):
         return None
-    rows = [decode_step.encode(((p.norms[0],), p.qkv, p.heads[3:], (p.window,), p.out, p.mlp, p.down)) for p in plans]
-    return StepPlan(np.array(rows, np.int64), min(p.max_t for p in plans), plans)
+    moe = plans[0].moe is not None
+    if any((p.moe is not None) != moe or (p.mlp is None) != moe for p in plans):
+        return None  # dense and MoE layers mixed, or experts through MoeFFN.forward
+    layout = decode_step.ATTENTION + (decode_step.MOE if moe else decode_step.MLP)
+    rows = [
+        decode_step.encode(layout, ((p.norms[0],), p.qkv, p.heads[3:], (p.window,), p.out,
+                                    *((p.moe,) if moe else (p.mlp, p.down))))
+        for p in plans
+    ]  # fmt: skip
+    return StepPlan(np.array(rows, np.int64), moe, min(p.max_t for p in plans), plans)
 
 
 def _bias(b: np.ndarray | None) -> np.ndarray:

@@ -71,8 +71,10 @@ def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: st
         assert "Q8_0" in name or "IQ4" in name  # on gemm_r16 only with an exact wide dot (VNNI)
         pytest.skip("these weights are not on the gemm_r16 path on this CPU")
     assert all(p is not None for p in plans)  # every layer of these plain models qualifies
-    # every layer in one call where all are dense (MoE layers run their experts between the halves)
-    assert (eng.runner.model.step_plan is None) == name.startswith("qwen3moe")
+    # every layer in one call, dense or with moe_ffn's experts (Q4_0 experts: MoeFFN.forward between the halves)
+    step = eng.runner.model.step_plan
+    assert (step is None) == (name == "qwen3moe/model-Q4_0.gguf")
+    assert step is None or step.moe == name.startswith("qwen3moe")
     if name.startswith("qwen3moe"):
         assert all(p.mlp is None for p in plans)  # the experts run after the attention half
         # K-quant experts: moe_ffn's kernel called straight from forward; Q4_0 ones: MoeFFN.forward's expert loop
@@ -94,8 +96,8 @@ def _batched_logits(eng: Engine, mode: str, streams: int = 5, steps: int = 6) ->
     from modelc.scheduler.sequence import Sequence
 
     m = eng.runner.model
-    plans, step, real, real_half, real_step = (m.decode_plans, m.step_plan, m.forward, decode_layer.attention_half,
-                                               decode_step.decode_layers)  # fmt: skip
+    plans, step, real, real_half = m.decode_plans, m.step_plan, m.forward, decode_layer.attention_half
+    real_steps = decode_step.decode_layers, decode_step.decode_layers_moe
     got: list[np.ndarray] = []
     wide = [0]
 
@@ -109,15 +111,19 @@ def _batched_logits(eng: Engine, mode: str, streams: int = 5, steps: int = 6) ->
         wide[0] += x.shape[0] > 1
         return real_half(x, *args)
 
-    def layers(table, x, *args):
-        wide[0] += table.shape[0] * (x.shape[0] > 1)
-        return real_step(table, x, *args)
+    def counted(kernel):
+        def layers(table, x, *args):
+            wide[0] += table.shape[0] * (x.shape[0] > 1)
+            return kernel(table, x, *args)
+
+        return layers
 
     config = dataclasses.replace(eng.core.scheduler.config, max_num_seqs=streams, max_queue=streams)
     core = EngineCore(Scheduler(config, BlockPool(eng.runner.num_kv_blocks, enable_prefix_caching=False)), eng.runner)
     rng = np.random.default_rng(2)
     params = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
-    m.forward, decode_layer.attention_half, decode_step.decode_layers = forward, half, layers
+    m.forward, decode_layer.attention_half = forward, half
+    decode_step.decode_layers, decode_step.decode_layers_moe = (counted(k) for k in real_steps)
     m.decode_plans = None if mode == "general" else plans
     m.step_plan = step if mode == "step" else None
     try:
@@ -127,7 +133,8 @@ def _batched_logits(eng: Engine, mode: str, streams: int = 5, steps: int = 6) ->
             core.step()
     finally:
         m.forward, m.decode_plans, m.step_plan = real, plans, step
-        decode_layer.attention_half, decode_step.decode_layers = real_half, real_step
+        decode_layer.attention_half = real_half
+        decode_step.decode_layers, decode_step.decode_layers_moe = real_steps
     return got, wide[0]
 
 
@@ -252,19 +259,22 @@ def test_reference_kernels_plan_nothing(monkeypatch) -> None:
 def test_the_step_table_holds_each_layers_arrays_and_refuses_wrong_ones() -> None:
     m = _engine("llama/model-Q4_0.gguf", "f16").runner.model
     st = m.step_plan
-    assert st is not None and st.plans is m.decode_plans and st.table.shape == (m.args.num_layers, decode_step.WIDTH)
+    width = decode_step.width(decode_step.ATTENTION + decode_step.MLP)
+    assert st is not None and st.plans is m.decode_plans and st.table.shape == (m.args.num_layers, width)
     for p, row in zip(m.decode_plans, st.table, strict=True):
         norm, w0 = p.norms[0], p.qkv[0]
         assert row[:5].tolist() == [norm.ctypes.data, norm.shape[0], w0.ctypes.data, *w0.shape]
     assert st.max_t == min(p.max_t for p in m.decode_plans) > 1
     p = m.decode_plans[0]
+    layout = decode_step.ATTENTION + decode_step.MLP
     parts = ((p.norms[0],), p.qkv, p.heads[3:], (p.window,), p.out, p.mlp, p.down)
+    assert decode_step.encode(layout, parts) == st.table[0].tolist()
     bad = ((p.norms[0].astype(np.float64),), *parts[1:])
     with pytest.raises(ValueError, match="f32 field"):
-        decode_step.encode(bad)
+        decode_step.encode(layout, bad)
     strided = ((np.ones(2 * m.args.hidden_size, np.float32)[::2],), *parts[1:])
     with pytest.raises(ValueError, match="f32 field"):
-        decode_step.encode(strided)
+        decode_step.encode(layout, strided)
 
 
 def test_moe_batches_past_fused_max_t_stay_on_the_decode_layers_bit_for_bit() -> None:

@@ -41,14 +41,14 @@ MOE = (
     (F32_2, F32_2, F32, INT, INT, U8_3, U8_3, U8_3, INT, INT, INT, F32_2, F32_2, F32_2, INT, U8_3, U8_3, U8_3),
 )
 """A table row's fields, in the order the kernels read them: the attention half's, then the MLP half's
-(decode_layers) or the experts' (decode_layers_moe). An array takes 1 column for its address and 1 per
-dimension, a number 1."""
+(decode_layers) or the experts' (decode_layers_moe). An array takes 4 columns (its address and 3 dimensions,
+leading ones where it has fewer), a number 1."""
 _ARRAYS = {F32: (np.float32, 1), F32_2: (np.float32, 2), F64: (np.float64, 1), U8: (np.uint8, 2),
            U8_3: (np.uint8, 3)}  # fmt: skip
 
 
 def width(layout: tuple) -> int:
-    return sum(1 + _ARRAYS[f][1] if f in _ARRAYS else 1 for part in layout for f in part)
+    return sum(4 if f in _ARRAYS else 1 for part in layout for f in part)
 
 
 def encode(layout: tuple, parts: tuple) -> list[int]:
@@ -63,7 +63,7 @@ def encode(layout: tuple, parts: tuple) -> list[int]:
             dtype, ndim = _ARRAYS[f]
             if a.dtype != dtype or not a.flags.c_contiguous or a.ndim != ndim:
                 raise ValueError(f"decode_step: a {f} field got {a.dtype} {a.shape}")
-            row += [a.ctypes.data, *a.shape]
+            row += [a.ctypes.data, *(1,) * (3 - ndim), *a.shape]
     return row
 
 
@@ -81,28 +81,21 @@ def _address(typingctx, addr, dtype):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _f32(row, c):
-    return carray(_address(row[c], np.float32), (row[c + 1],)), c + 2
+def _array(row, c, dtype):
+    """The (D0, D1, D2) array of `dtype` whose address and dimensions are columns c .. c + 3; the next column."""
+    return carray(_address(row[c], dtype), (row[c + 1], row[c + 2], row[c + 3])), c + 4
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _f32_2(row, c):
-    return carray(_address(row[c], np.float32), (row[c + 1], row[c + 2])), c + 3
+def _vec(row, c, dtype):
+    a, c = _array(row, c, dtype)
+    return a[0, 0], c
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _f64(row, c):
-    return carray(_address(row[c], np.float64), (row[c + 1],)), c + 2
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _u8(row, c):
-    return carray(_address(row[c], np.uint8), (row[c + 1], row[c + 2])), c + 3
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _u8_3(row, c):
-    return carray(_address(row[c], np.uint8), (row[c + 1], row[c + 2], row[c + 3])), c + 4
+def _mat(row, c, dtype):
+    a, c = _array(row, c, dtype)
+    return a[0], c
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -111,22 +104,22 @@ def _attention_half(
     q_start, pos_start, scale, parallel, attn,
 ):  # fmt: skip
     """decode_layer.attention_half for layer i (row r: ATTENTION's fields); returns the next column of r."""
-    attn_norm, c = _f32(r, 0)
-    w0, c = _u8(r, c)
+    attn_norm, c = _vec(r, 0, np.float32)
+    w0, c = _mat(r, c, np.uint8)
     kind0, how0, end0 = r[c], r[c + 1], r[c + 2]
-    w1, c = _u8(r, c + 3)
+    w1, c = _mat(r, c + 3, np.uint8)
     kind1, how1, end1 = r[c], r[c + 1], r[c + 2]
-    w2, c = _u8(r, c + 3)
+    w2, c = _mat(r, c + 3, np.uint8)
     kind2, how2 = r[c], r[c + 1]
-    qkv_bias, c = _f32(r, c + 2)
-    q_norm, c = _f32(r, c)
-    k_norm, c = _f32(r, c)
-    inv_freq, c = _f64(r, c)
+    qkv_bias, c = _vec(r, c + 2, np.float32)
+    q_norm, c = _vec(r, c, np.float32)
+    k_norm, c = _vec(r, c, np.float32)
+    inv_freq, c = _vec(r, c, np.float64)
     neox, window = r[c] != 0, r[c + 1]
-    o_w, c = _u8(r, c + 2)
+    o_w, c = _mat(r, c + 2, np.uint8)
     o_kind, o_how = r[c], r[c + 1]
-    o_bias, c = _f32(r, c + 2)
-    ffn_norm, c = _f32(r, c)
+    o_bias, c = _vec(r, c + 2, np.float32)
+    ffn_norm, c = _vec(r, c, np.float32)
     decode_layer.attention_half(
         x, o, h, i == 0, attn_norm, eps,
         qkv, w0, kind0, how0, end0, w1, kind1, how1, end1, w2, kind2, how2, qkv_bias, q, k, v,
@@ -149,14 +142,14 @@ def decode_layers(
         r = table[i]
         c = _attention_half(r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all,
                             slots, block_tables, q_start, pos_start, scale, parallel, attn)  # fmt: skip
-        g0, c = _u8(r, c)
+        g0, c = _mat(r, c, np.uint8)
         gkind0, ghow0, gend0 = r[c], r[c + 1], r[c + 2]
-        g1, c = _u8(r, c + 3)
+        g1, c = _mat(r, c + 3, np.uint8)
         gkind1, ghow1 = r[c], r[c + 1]
-        gu_bias, c = _f32(r, c + 2)
-        down_w, c = _u8(r, c)
+        gu_bias, c = _vec(r, c + 2, np.float32)
+        down_w, c = _mat(r, c, np.uint8)
         down_kind, down_how = r[c], r[c + 1]
-        down_bias, c = _f32(r, c + 2)
+        down_bias, c = _vec(r, c + 2, np.float32)
         decode_layer.mlp_half(o, h, gu, g0, gkind0, ghow0, gend0, g1, gkind1, ghow1, gu_bias, act, down_w, down_kind,
                               down_how, down_bias)  # fmt: skip
 
@@ -172,20 +165,20 @@ def decode_layers_moe(
         r = table[i]
         c = _attention_half(r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all,
                             slots, block_tables, q_start, pos_start, scale, parallel, attn)  # fmt: skip
-        logits, c = _f32_2(r, c)
-        router, c = _f32_2(r, c)
-        rbias, c = _f32(r, c)
+        logits, c = _mat(r, c, np.float32)
+        router, c = _mat(r, c, np.float32)
+        rbias, c = _vec(r, c, np.float32)
         top_k, normalize = r[c], r[c + 1] != 0
-        gate, c = _u8_3(r, c + 2)
-        up, c = _u8_3(r, c)
-        down, c = _u8_3(r, c)
+        gate, c = _array(r, c + 2, np.uint8)
+        up, c = _array(r, c, np.uint8)
+        down, c = _array(r, c, np.uint8)
         kg, ku, kd = r[c], r[c + 1], r[c + 2]
-        gbias, c = _f32_2(r, c + 3)
-        ubias, c = _f32_2(r, c)
-        dbias, c = _f32_2(r, c)
+        gbias, c = _mat(r, c + 3, np.float32)
+        ubias, c = _mat(r, c, np.float32)
+        dbias, c = _mat(r, c, np.float32)
         oss = r[c] != 0
-        gr, c = _u8_3(r, c + 1)
-        ur, c = _u8_3(r, c)
-        dr, c = _u8_3(r, c)
+        gr, c = _array(r, c + 1, np.uint8)
+        ur, c = _array(r, c, np.uint8)
+        dr, c = _array(r, c, np.uint8)
         moe_ffn._moe_ffn(o, h, logits, router, rbias, top_k, normalize, gate, up, down, kg, ku, kd, gbias, ubias,
                          dbias, oss, gr, ur, dr, nthreads)  # fmt: skip

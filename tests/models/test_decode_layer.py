@@ -263,7 +263,7 @@ def test_the_step_table_holds_each_layers_arrays_and_refuses_wrong_ones() -> Non
     assert st is not None and st.plans is m.decode_plans and st.table.shape == (m.args.num_layers, width)
     for p, row in zip(m.decode_plans, st.table, strict=True):
         norm, w0 = p.norms[0], p.qkv[0]
-        assert row[:5].tolist() == [norm.ctypes.data, norm.shape[0], w0.ctypes.data, *w0.shape]
+        assert row[:8].tolist() == [norm.ctypes.data, 1, 1, norm.shape[0], w0.ctypes.data, 1, *w0.shape]
     assert st.max_t == min(p.max_t for p in m.decode_plans) > 1
     p = m.decode_plans[0]
     layout = decode_step.ATTENTION + decode_step.MLP

@@ -98,7 +98,7 @@ class LlamaModel:
         )
         # per layer, how a one-token step runs it as two numba calls (None: the general path; llama_decode.py)
         self.decode_plans = llama_decode.plan_layers(self)
-        # the same, every layer in one numba call where all of them qualify (dense; kernels/decode_step.py)
+        # the same, every layer in one numba call where all of them qualify alike (kernels/decode_step.py)
         self.step_plan = llama_decode.plan_step(self.decode_plans)
 
     @property

@@ -9,8 +9,8 @@ glue in forward").
 
 The layers' arguments that do not change between steps (weights, norms, biases, RoPE frequencies, the
 kinds and paths of the matmuls: models/llama_decode.py's LayerPlan) travel as one int64 table, a row a
-layer: an array is its address and shape (C-contiguous, of the dtype its place expects; `encode` checks
-both), a number is itself. The kernel rebuilds the arrays with numba.carray (writable, no owner: the
+layer: an array is its address and 3 dimensions (C-contiguous, of the dtype and rank its place expects;
+`encode` checks them), a number is itself. The kernel rebuilds the arrays with numba.carray (writable, no owner: the
 caller keeps the arrays alive while the table is used, and nothing here writes them). The per-step
 arrays (hidden states, scratch, KV pages, positions) are passed as usual. Same kernels, same order, same
 arrays as the per-layer calls: every number is the same (tests/models/test_decode_layer.py).

@@ -55,7 +55,7 @@ def _fn(kind: str):
 def set_blas_threads(n: int) -> bool:
     """Use n BLAS threads from now on; False when numpy's BLAS is not an OpenBLAS we can reach."""
     global _current
-    if _current == n and _lib is not None:  # the usual case, every engine step: no lock, no ctypes call
+    if _current == n:  # the usual case, every engine step (_current is set only once a call went through)
         return True
     with _lock:
         fn = _fn("set")

@@ -134,12 +134,14 @@ def plan_step(plans: list[LayerPlan | None] | None) -> StepPlan | None:
     if any((p.moe is not None) != moe or (p.mlp is None) != moe for p in plans):
         return None  # dense and MoE layers mixed, or experts through MoeFFN.forward
     layout = decode_step.ATTENTION + (decode_step.MOE if moe else decode_step.MLP)
-    rows = [
-        decode_step.encode(layout, ((p.norms[0],), p.qkv, p.heads[3:], (p.window,), p.out,
-                                    *((p.moe,) if moe else (p.mlp, p.down))))
-        for p in plans
-    ]  # fmt: skip
+    rows = [decode_step.encode(layout, step_parts(p)) for p in plans]
     return StepPlan(np.array(rows, np.int64), moe, min(p.max_t for p in plans), plans)
+
+
+def step_parts(p: LayerPlan) -> tuple:
+    """A LayerPlan's fields as decode_step's layouts order them: ATTENTION's parts, then MOE's or MLP's."""
+    rest = (p.moe,) if p.moe is not None else (p.mlp, p.down)
+    return ((p.norms[0],), p.qkv, p.heads[3:], (p.window,), p.out, *rest)
 
 
 def _bias(b: np.ndarray | None) -> np.ndarray:

@@ -267,7 +267,7 @@ def test_the_step_table_holds_each_layers_arrays_and_refuses_wrong_ones() -> Non
     assert st.max_t == min(p.max_t for p in m.decode_plans) > 1
     p = m.decode_plans[0]
     layout = decode_step.ATTENTION + decode_step.MLP
-    parts = ((p.norms[0],), p.qkv, p.heads[3:], (p.window,), p.out, p.mlp, p.down)
+    parts = llama_decode.step_parts(p)
     assert decode_step.encode(layout, parts) == st.table[0].tolist()
     bad = ((p.norms[0].astype(np.float64),), *parts[1:])
     with pytest.raises(ValueError, match="f32 field"):

@@ -14,6 +14,7 @@ from modelc.errors import ModelcError, PayloadTooLargeError
 from modelc.server import (
     anthropic_routes,
     guard,
+    hypercorn_close,
     infill_routes,
     native_routes,
     ollama_chat,
@@ -108,6 +109,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
                 rec.error = f"HTTP {response.status_code}"
             finish_record(state, rec, response.status_code)
         response.headers.setdefault("X-Request-Id", rec.request_id if rec else "")
+        hypercorn_close.close_if_body_unread(request, response)
         return guard.add_cors(request, response, state.config)
 
     @app.teardown_request

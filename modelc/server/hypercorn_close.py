@@ -10,6 +10,12 @@ in flight (hypercorn reads nothing during a response), so nothing is cut short.
 
 install() patches hypercorn.asyncio.tcp_server.TCPServer once; it does nothing when that class is
 not the shape described (another hypercorn version): tests/server/test_keep_alive.py then fails.
+
+An answer sent before the request's body has arrived in full (a 403 from the guard, a 413, a 429)
+ends the connection too: hypercorn recycles an HTTP/1.1 connection only once both sides are done,
+else it closes it, with nothing in the answer saying so. A client then sends its next request into
+a socket being closed and reads "Server disconnected without sending a response".
+close_if_body_unread() says `Connection: close` in such an answer, so the client opens a new one.
 """
 
 from __future__ import annotations
@@ -35,3 +41,19 @@ def install() -> bool:
     _read_data._modelc_closes = True  # type: ignore[attr-defined]
     TCPServer._read_data = _read_data  # type: ignore[method-assign]
     return True
+
+
+def close_if_body_unread(request: Any, response: Any) -> None:
+    """Add `Connection: close` to an HTTP/1.x answer whose request has a body not yet read in full.
+
+    A request without a body (no Content-Length, or 0, and not chunked) never closes: its end may
+    still be in quart's queue when a quick answer is ready, and keep-alive must hold for it."""
+    if request.http_version not in ("1.0", "1.1"):
+        return  # HTTP/2 has no Connection header; its streams end on their own
+    chunked = "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+    if not request.content_length and not chunked:
+        return
+    complete = getattr(getattr(request, "body", None), "_complete", None)  # quart.wrappers.request.Body
+    if complete is not None and complete.is_set():
+        return
+    response.headers["Connection"] = "close"

@@ -79,3 +79,34 @@ def test_connections_closed_by_clients_do_not_hold_file_descriptors() -> None:
         assert open_sockets(s.proc.pid) == before
     finally:
         s.stop()
+
+
+def test_an_answer_before_the_body_says_connection_close() -> None:
+    """The guard refuses a cross-origin POST from its headers alone; the body is still on its way,
+    so hypercorn closes the connection after the 403, and the 403 says so (no client reuses it)."""
+    s = LiveServer("--delay", "0")
+    try:
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+            sock.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n"
+            )  # the body ("{}") is never sent
+            head = read_response(sock).lower()
+            assert head.startswith(b"http/1.1 403") and b"\r\nconnection: close" in head
+            sock.settimeout(10)
+            assert sock.recv(1) == b""  # and closed it is
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+            body = b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}'
+            post = (
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            for _ in range(2):  # a body read in full keeps the connection alive, as does a bodiless GET
+                sock.sendall(post)
+                head = read_response(sock).lower()
+                assert head.startswith(b"http/1.1 200") and b"connection: close" not in head
+                sock.sendall(REQUEST)
+                head = read_response(sock).lower()
+                assert head.startswith(b"http/1.1 200") and b"connection: close" not in head
+    finally:
+        s.stop()

@@ -4,15 +4,21 @@ NOTE: decode reads every weight once per token, so it runs at the speed the CPU 
 memory, and with 4 KiB pages of an mmap'd file each 4 KiB costs a TLB miss (two-level page
 walks under a hypervisor). Measured on the 2-vCPU AMD EPYC VM, one thread streaming a 630 MB
 GGUF: 13.7 GB/s from the file mapping (12.5 with MADV_HUGEPAGE on it: the page cache kept 4 KiB
-mappings), 16.0 from a plain anonymous copy, 27.8 from an anonymous copy on huge pages.
+mappings), 16.0 from a plain anonymous copy, 27.8 from an anonymous copy on huge pages. End to end,
+two engines of one file in one process, decodes alternating (docs/benchmarks.md, 2026-12-02): TinyLlama
+decode 1.07x (Q4_0) and 1.05x (Q4_K_M) faster from the huge pages than from the repack cache's mapping.
+
+So it is the default where the kernel hands out transparent huge pages for MADV_HUGEPAGE
+(/sys/kernel/mm/transparent_hugepage/enabled: always or madvise) and the weights take at most half of
+MemAvailable (else the file mapping is kept, which can page). MODELC_HUGEPAGES=0 keeps the zero-copy
+file mapping, =1 copies even without transparent huge pages.
 
 RSS: the copy replaces the file pages a decode would have mapped anyway (the copy is read from
 the file with pread, so no page of the file mapping is touched); the page cache still holds the
-file, outside RSS. Costs: processes serving the same
-file no longer share its pages (each has its own copy), the weights must fit in RAM (at most half of
-MemAvailable, else the file mapping is kept), and loading takes longer (the copy, and the kernel
-compacting memory for the huge pages: +5-9 s for 630 MB on the busy VM). So it is opt-in:
-`MODELC_HUGEPAGES=1`; the default keeps the zero-copy file mapping. No numba here.
+file, outside RSS. Costs: processes serving the same file no longer share its pages (each has its
+own copy: set MODELC_HUGEPAGES=0 to run several on one host from one page cache), and loading takes
+longer (the copy, and the kernel compacting memory for the huge pages: +0.5 s for 600 MB on a quiet
+VM, 5-9 s once on a busy one). No numba here.
 """
 
 from __future__ import annotations
@@ -27,11 +33,25 @@ ALIGN = 64
 
 
 def enabled(nbytes: int) -> bool:
-    """Whether `nbytes` of weights go into a huge-page arena: MODELC_HUGEPAGES=1, the OS has MADV_HUGEPAGE,
-    and they take at most half of the memory available now (else the file mapping, which can page)."""
-    if os.environ.get("MODELC_HUGEPAGES", "0") != "1" or not hasattr(mmap, "MADV_HUGEPAGE"):
+    """Whether `nbytes` of weights go into a huge-page arena: not MODELC_HUGEPAGES=0, the OS has MADV_HUGEPAGE
+    and (unless MODELC_HUGEPAGES=1) transparent huge pages for it, and they take at most half of the memory
+    available now (else the file mapping, which can page)."""
+    flag = os.environ.get("MODELC_HUGEPAGES", "")
+    if flag == "0" or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return False
+    if flag != "1" and not transparent_huge_pages():
         return False
     return nbytes <= _available_bytes() // 2
+
+
+def transparent_huge_pages() -> bool:
+    """Whether the kernel backs MADV_HUGEPAGE memory with 2 MiB pages ("always" or "madvise" selected)."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            mode = f.read()
+    except OSError:
+        return False
+    return "[always]" in mode or "[madvise]" in mode
 
 
 def _available_bytes() -> int:
@@ -83,25 +103,52 @@ def read_copy(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def file_place(a: np.ndarray) -> tuple[str, int] | None:
-    """(file name, byte offset of a's first byte in it) when `a` views a read-only file mapping (np.memmap,
-    mode "r"), else None."""
-    m = a  # the memmap that owns the mapping (views of a memmap are memmaps too, with its offset)
+FILE_ID = "modelc_file_id"
+"""The attribute `mark_file` sets on an np.memmap: (st_dev, st_ino) of the file it maps."""
+
+
+def mark_file(mm: np.memmap, fd: int) -> None:
+    """Record on `mm` the identity of the file it maps, from the open descriptor it was made from: the file
+    is then read with pread only while its path still names that file (the repack cache renames a new
+    file over an old one, with its arrays at other offsets, and prunes old ones)."""
+    st = os.fstat(fd)
+    setattr(mm, FILE_ID, (st.st_dev, st.st_ino))
+
+
+def _mapping(a: np.ndarray) -> np.memmap | None:
+    """The np.memmap that owns the mapping `a` views (views of a memmap are memmaps too, with its offset)."""
+    m = a
     while m is not None and not (isinstance(m, np.memmap) and isinstance(m.base, mmap.mmap)):
         m = getattr(m, "base", None)
-    if m is None or getattr(m, "mode", "") != "r" or not getattr(m, "filename", None):
+    return m
+
+
+def file_place(a: np.ndarray) -> tuple[str, int] | None:
+    """(file name, byte offset of a's first byte in it) when `a` views a file mapping that nothing writes:
+    an np.memmap of mode "r", or of mode "c" (copy-on-write: the repack cache's, whose arrays are only
+    read), else None."""
+    m = _mapping(a)
+    if m is None or getattr(m, "mode", "") not in ("r", "c") or not getattr(m, "filename", None):
         return None
     return str(m.filename), int(m.offset + (a.ctypes.data - m.ctypes.data))
 
 
 def _read_from_file(out: np.ndarray, a: np.ndarray) -> bool:
-    """out[:] = a by pread from the file `a` maps (np.memmap, mode "r"); False when `a` is not such a view."""
+    """out[:] = a by pread from the file `a` maps (file_place); False when `a` is not such a view, or its
+    file is gone or is no longer the one `mark_file` recorded (the caller then copies through the mapping)."""
     place = file_place(a)
     if place is None:
         return False
     filename, start = place
-    fd = os.open(filename, os.O_RDONLY)
     try:
+        fd = os.open(filename, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        want = getattr(_mapping(a), FILE_ID, None)
+        st = os.fstat(fd)
+        if want is not None and (st.st_dev, st.st_ino) != want:
+            return False
         view = memoryview(out)
         done = 0
         while done < out.shape[0]:
@@ -109,6 +156,8 @@ def _read_from_file(out: np.ndarray, a: np.ndarray) -> bool:
             if got <= 0:
                 return False
             done += got
+    except OSError:
+        return False
     finally:
         os.close(fd)
     return True

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 import pathlib
 import shutil
@@ -174,23 +173,28 @@ class Store:
 
 
 def _read(path: pathlib.Path) -> dict[str, np.ndarray]:
-    """The arrays of a cache file, mapped copy-on-write; {} when it is missing or does not parse."""
+    """The arrays of a cache file, mapped copy-on-write; {} when it is missing or does not parse.
+
+    The arrays are views of an np.memmap of the file, so hugepages.Arena.copy reads them from the file
+    (pread) instead of through the mapping: nothing writes them, and no page of the mapping counts in RSS.
+    Where the file has been pruned or replaced since (another process's write), the copy reads the mapping."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < len(MAGIC) + _HEAD.size:
                 return {}
-            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            m = np.memmap(f, np.uint8, mode="c", shape=(size,))
+            hugepages.mark_file(m, f.fileno())
     except (OSError, ValueError):
         return {}
     try:
-        if m[: len(MAGIC)] != MAGIC:
+        if m[: len(MAGIC)].tobytes() != MAGIC:
             return {}
         (n,) = _HEAD.unpack_from(m, len(MAGIC))
         start = len(MAGIC) + _HEAD.size
         if n > size - start:
             return {}
-        header = json.loads(bytes(m[start : start + n]))
+        header = json.loads(m[start : start + n].tobytes())
         if header.get("format") != FORMAT:
             return {}
         out = {}
@@ -198,7 +202,7 @@ def _read(path: pathlib.Path) -> dict[str, np.ndarray]:
             count = int(np.prod(shape))
             if not (isinstance(offset, int) and offset % ALIGN == 0 and 0 < offset and offset + count <= size):
                 return {}
-            out[str(name)] = np.frombuffer(m, np.uint8, count=count, offset=offset).reshape(shape)
+            out[str(name)] = m[offset : offset + count].reshape(shape)
         try:
             os.utime(path)  # recently used: pruning keeps it
         except OSError:  # a read-only cache folder (an image): still readable

@@ -1,8 +1,9 @@
 """Reading a model source's tensors by name for the architectures: lookups, f32 vectors, row splits.
 
 Weight-layout fixes (fused QKV splits, Conv1D transposes) are done here once, at load, and
-with the numba kernels and MODELC_HUGEPAGES=1 every matrix is copied into huge-page memory
-(kernels/hugepages.py: memory streams ~2x faster than from the 4 KiB pages of the file mapping).
+with the numba kernels every matrix is copied into huge-page memory where the kernel has transparent
+huge pages (kernels/hugepages.py: decode 1.05-1.07x faster than from the 4 KiB pages of the file mapping;
+MODELC_HUGEPAGES=0 keeps the mapping).
 With the numba kernels (not the hybrid set of a cold start, which serves from the file layout
 while numba compiles), Q4_0, Q4_K and Q6_K (and Q8_0, IQ4_NL, IQ4_XS where the CPU dots 0..255 codes exactly)
 matrices are repacked into 16 interleaved rows (kernels/gemm_r16.py: 1.3x decode, 3-4x batched decode and

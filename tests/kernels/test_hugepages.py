@@ -46,12 +46,59 @@ def test_file_mapped_source_is_read_from_the_file(tmp_path) -> None:
     assert not hugepages._read_from_file(np.empty(3, np.uint8), data[:3])
 
 
-def test_opt_in_and_memory_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_where_the_kernel_has_huge_pages_and_memory_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hasattr(mmap, "MADV_HUGEPAGE"):
+        pytest.skip("no MADV_HUGEPAGE on this OS")
     monkeypatch.delenv("MODELC_HUGEPAGES", raising=False)
-    assert not hugepages.enabled(1)  # off by default
+    monkeypatch.setattr(hugepages, "transparent_huge_pages", lambda: True)
+    assert hugepages.enabled(1)  # on by default
+    assert not hugepages.enabled(1 << 60)  # more than half of the memory available
+    monkeypatch.setattr(hugepages, "transparent_huge_pages", lambda: False)
+    assert not hugepages.enabled(1)  # "never": a copy on 4 KiB pages streams no faster than the mapping
     monkeypatch.setenv("MODELC_HUGEPAGES", "1")
     assert hugepages.enabled(1)
-    assert not hugepages.enabled(1 << 60)  # more than half of the memory available
+    monkeypatch.setenv("MODELC_HUGEPAGES", "0")
+    monkeypatch.setattr(hugepages, "transparent_huge_pages", lambda: True)
+    assert not hugepages.enabled(1)
+
+
+def test_transparent_huge_pages_reads_the_selected_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+    import io
+
+    real = builtins.open
+    for text, want in (("always [madvise] never\n", True), ("[always] madvise never\n", True),
+                       ("always madvise [never]\n", False)):  # fmt: skip
+        monkeypatch.setattr(builtins, "open", lambda p, *a, t=text, **k: io.StringIO(t) if "transparent" in str(p)
+                            else real(p, *a, **k))  # fmt: skip
+        assert hugepages.transparent_huge_pages() is want
+    monkeypatch.setattr(builtins, "open", real)
+
+
+def test_repack_cache_arrays_are_read_from_their_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repack cache maps its file copy-on-write; the arena reads its arrays with pread, so the mapping's
+    pages never count in RSS beside the copy."""
+    from modelc.models import r16_cache
+
+    a = np.random.default_rng(2).integers(0, 256, (3, 5000), dtype=np.uint8)
+    path = tmp_path / "x.r16"
+    assert r16_cache._write(path, {"w": a})
+    got = r16_cache._read(path)["w"]
+    np.testing.assert_array_equal(got, a)
+    place = hugepages.file_place(got[1:])
+    assert place is not None and place[0] == str(path)
+    calls = []
+    real = hugepages.os.preadv
+    monkeypatch.setattr(hugepages.os, "preadv", lambda *x: calls.append(1) or real(*x))
+    out = hugepages.Arena(a.nbytes).copy(got.reshape(-1))
+    np.testing.assert_array_equal(out, a.reshape(-1))
+    assert calls
+    # another process renames a new cache file over it (its arrays elsewhere), then prunes it: the copy
+    # still holds what this process mapped
+    assert r16_cache._write(path, {"a": np.zeros((9, 4096), np.uint8), "w": a[::-1].copy()})
+    np.testing.assert_array_equal(hugepages.Arena(a.nbytes).copy(got.reshape(-1)), a.reshape(-1))
+    path.unlink()
+    np.testing.assert_array_equal(hugepages.read_copy(got[2]), a[2])
 
 
 def test_weight_reader_pins_matrices(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,11 +4,15 @@ attention.paged_attention visits (query row, KV head) items: each reads one head
 every position's K and V rows, page-strided, and its dot loops ran ~60 us hot for a TinyLlama decode
 row at 160 positions and ~150 us with the pages cold, as they are in a decode step (the layer's
 weights have streamed through the caches since the step before). Here a row reads each position's
-whole K row (all KV heads: one contiguous stretch), 16 positions at a time with the next 16 positions'
-K and V rows prefetched over the chunk's head loop; the 16 dots of a head with a chunk are finished by one transposing sum
-(sums16_f32x16) instead of 16 horizontal sums, and the V pass keeps 4 heads x 16 dims of the output in
-registers while it runs over the positions. TinyLlama's decode row (32 heads, 4 KV heads, D 64) at 160
-positions: ~34-46 us hot against ~66 (2 threads' machine, Zen 4), ~70 against ~110-120 with the pages cold.
+whole K row (all KV heads: one contiguous stretch). Where a KV head's group of query heads is a multiple
+of 4 (GQA: TinyLlama 8, Llama 3 4), the scores come 4 positions x 4 heads at a time (`_scores4`): each K
+vector is loaded (and converted from fp16) once for 4 heads, and the 16 dots are finished together by one
+transposing sum (sums16_f32x16) instead of 16 horizontal sums, the K and V rows 16 positions ahead
+prefetched. Other groups (1: MHA, 3, 5, 7) take 16 positions of one head at a time, with the next 16
+positions' rows prefetched over the chunk's head loop. The V pass keeps 4 heads x 16 dims of the output
+in registers while it runs over the positions. TinyLlama's decode row (32 heads, 4 KV heads, D 64), 2
+threads, Zen 4: 160 positions 21 us hot (28 with 16 x 1), 512 positions 60 us (85); the dots are the same
+sums in the same order, so both ways give the same bits.
 Needs D % 16 == 0 and float32 or fp16 (uint16) pages (`supported`); same contract and numbers as
 attention.paged_attention up to float summation order.
 """
@@ -35,8 +39,11 @@ from modelc.kernels.qdot import (
 )
 
 CHUNK = 16
-"""Positions whose dots with a head are finished together (sums16_f32x16); while one chunk is read, the
-next chunk's whole K and V rows (K heads x D elements each) are prefetched."""
+"""Positions whose dots with a head are finished together (sums16_f32x16) where the group is not a multiple
+of 4; while one chunk is read, the next chunk's whole K and V rows (K heads x D elements each) are
+prefetched."""
+AHEAD4 = 16
+"""_scores4: how many positions ahead of the 4 being read their K and V rows are prefetched."""
 
 
 def supported(q: np.ndarray, k_pages: np.ndarray) -> bool:
@@ -91,6 +98,83 @@ def _dot(qf, qo, kflat, ko, D):
     return a
 
 
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
+def _dots4x4(qf, qo, D, kflat, b0, b1, b2, b3):
+    """The 16 dots of 4 consecutive heads (q at qo, qo + D, ...) with 4 positions' K rows (b0..b3: the head's
+    offset in each), lane 4 i + p = head i with position p: each K vector is loaded once for the 4 heads."""
+    a0 = a1 = a2 = a3 = b_0 = b_1 = b_2 = b_3 = zeros_f32x16()
+    c0 = c1 = c2 = c3 = d0 = d1 = d2 = d3 = zeros_f32x16()
+    for c in range(0, D, 16):
+        qa = load_f32x16(qf, qo + c)
+        qb = load_f32x16(qf, qo + D + c)
+        qc = load_f32x16(qf, qo + 2 * D + c)
+        qd = load_f32x16(qf, qo + 3 * D + c)
+        k = load_kv16(kflat, b0 + c)
+        a0, b_0, c0, d0 = fma_f32x16(a0, qa, k), fma_f32x16(b_0, qb, k), fma_f32x16(c0, qc, k), fma_f32x16(d0, qd, k)
+        k = load_kv16(kflat, b1 + c)
+        a1, b_1, c1, d1 = fma_f32x16(a1, qa, k), fma_f32x16(b_1, qb, k), fma_f32x16(c1, qc, k), fma_f32x16(d1, qd, k)
+        k = load_kv16(kflat, b2 + c)
+        a2, b_2, c2, d2 = fma_f32x16(a2, qa, k), fma_f32x16(b_2, qb, k), fma_f32x16(c2, qc, k), fma_f32x16(d2, qd, k)
+        k = load_kv16(kflat, b3 + c)
+        a3, b_3, c3, d3 = fma_f32x16(a3, qa, k), fma_f32x16(b_3, qb, k), fma_f32x16(c3, qc, k), fma_f32x16(d3, qd, k)
+    return sums16_f32x16(a0, a1, a2, a3, b_0, b_1, b_2, b_3, c0, c1, c2, c3, d0, d1, d2, d3)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
+def _scores4(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
+    """scores[h - k0 G, j] = scale q_h . K_j for the heads of KV heads k0 .. k1 - 1, 4 positions x 4 heads at a
+    time (G % 4 == 0), the K and V rows AHEAD4 positions ahead prefetched; positions n - n % 4 .. n - 1 are
+    left to the caller."""
+    G = H // K
+    _prefetch_part(kflat, vflat, bases, 0, min(AHEAD4, n), k0 * D, (k1 - k0) * D, 0, 1)
+    tmp = np.empty(16, np.float32)
+    sv = splat_f32x16(scale)
+    h0 = k0 * G
+    j0 = 0
+    while j0 + 4 <= n:
+        _prefetch_part(kflat, vflat, bases, min(j0 + AHEAD4, n), min(j0 + AHEAD4 + 4, n), k0 * D, (k1 - k0) * D, 0, 1)
+        for kh in range(k0, k1):
+            ko = kh * D
+            for h in range(kh * G, (kh + 1) * G, 4):
+                sc = _dots4x4(qf, (t * H + h) * D, D, kflat, bases[j0] + ko, bases[j0 + 1] + ko, bases[j0 + 2] + ko,
+                              bases[j0 + 3] + ko)  # fmt: skip
+                store_f32x16(tmp, 0, mul_f32x16(sc, sv))
+                for i in range(4):
+                    for p in range(4):
+                        scores[h - h0 + i, j0 + p] = tmp[4 * i + p]
+        j0 += 4
+    return j0
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
+def _scores16(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
+    """_scores4's scores for any group size, 16 positions of one head at a time (the next 16 positions' rows
+    prefetched over the chunk's head loop); positions n - n % 16 .. n - 1 are left to the caller."""
+    G = H // K
+    h0 = k0 * G
+    _prefetch_part(kflat, vflat, bases, 0, min(CHUNK, n), k0 * D, (k1 - k0) * D, 0, 1)  # the first chunk
+    j0 = 0
+    while j0 + CHUNK <= n:
+        for h in range(h0, k1 * G):
+            _prefetch_part(kflat, vflat, bases, j0 + CHUNK, min(j0 + 2 * CHUNK, n), k0 * D, (k1 - k0) * D, h - h0,
+                           (k1 - k0) * G)  # fmt: skip
+            qo = (t * H + h) * D
+            ko = (h // G) * D
+            sc = sums16_f32x16(
+                _dot(qf, qo, kflat, bases[j0] + ko, D), _dot(qf, qo, kflat, bases[j0 + 1] + ko, D),
+                _dot(qf, qo, kflat, bases[j0 + 2] + ko, D), _dot(qf, qo, kflat, bases[j0 + 3] + ko, D),
+                _dot(qf, qo, kflat, bases[j0 + 4] + ko, D), _dot(qf, qo, kflat, bases[j0 + 5] + ko, D),
+                _dot(qf, qo, kflat, bases[j0 + 6] + ko, D), _dot(qf, qo, kflat, bases[j0 + 7] + ko, D),
+                _dot(qf, qo, kflat, bases[j0 + 8] + ko, D), _dot(qf, qo, kflat, bases[j0 + 9] + ko, D),
+                _dot(qf, qo, kflat, bases[j0 + 10] + ko, D), _dot(qf, qo, kflat, bases[j0 + 11] + ko, D),
+                _dot(qf, qo, kflat, bases[j0 + 12] + ko, D), _dot(qf, qo, kflat, bases[j0 + 13] + ko, D),
+                _dot(qf, qo, kflat, bases[j0 + 14] + ko, D), _dot(qf, qo, kflat, bases[j0 + 15] + ko, D),
+            )  # fmt: skip
+            store_f32x16(scores[h - h0], j0, mul_f32x16(sc, splat_f32x16(scale)))
+        j0 += CHUNK
+    return j0
+
+
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _prefetch_part(kflat, vflat, bases, j0, j1, off, width, part, parts):
     """Part `part` of `parts` of the lines of positions j0 .. j1 - 1 (their K and V elements off .. off +
@@ -123,27 +207,11 @@ def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0
     for j in range(n):
         p = lo + j
         bases[j] = (block_tables[s, p // Z] * Z + p % Z) * RW
-    _prefetch_part(kflat, vflat, bases, 0, min(CHUNK, n), k0 * D, (k1 - k0) * D, 0, 1)  # the first chunk
-    j0 = 0
-    while j0 + CHUNK <= n:
-        for h in range(h0, k1 * G):
-            _prefetch_part(kflat, vflat, bases, j0 + CHUNK, min(j0 + 2 * CHUNK, n), k0 * D, (k1 - k0) * D, h - h0,
-                           (k1 - k0) * G)  # fmt: skip
-            qo = (t * H + h) * D
-            ko = (h // G) * D
-            sc = sums16_f32x16(
-                _dot(qf, qo, kflat, bases[j0] + ko, D), _dot(qf, qo, kflat, bases[j0 + 1] + ko, D),
-                _dot(qf, qo, kflat, bases[j0 + 2] + ko, D), _dot(qf, qo, kflat, bases[j0 + 3] + ko, D),
-                _dot(qf, qo, kflat, bases[j0 + 4] + ko, D), _dot(qf, qo, kflat, bases[j0 + 5] + ko, D),
-                _dot(qf, qo, kflat, bases[j0 + 6] + ko, D), _dot(qf, qo, kflat, bases[j0 + 7] + ko, D),
-                _dot(qf, qo, kflat, bases[j0 + 8] + ko, D), _dot(qf, qo, kflat, bases[j0 + 9] + ko, D),
-                _dot(qf, qo, kflat, bases[j0 + 10] + ko, D), _dot(qf, qo, kflat, bases[j0 + 11] + ko, D),
-                _dot(qf, qo, kflat, bases[j0 + 12] + ko, D), _dot(qf, qo, kflat, bases[j0 + 13] + ko, D),
-                _dot(qf, qo, kflat, bases[j0 + 14] + ko, D), _dot(qf, qo, kflat, bases[j0 + 15] + ko, D),
-            )  # fmt: skip
-            store_f32x16(scores[h - h0], j0, mul_f32x16(sc, splat_f32x16(scale)))
-        j0 += CHUNK
-    for j in range(j0, n):  # the last n % 16 positions one at a time
+    if G % 4 == 0:
+        j0 = _scores4(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1)
+    else:
+        j0 = _scores16(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1)
+    for j in range(j0, n):  # the last n % 4 (n % 16) positions one at a time
         for h in range(h0, k1 * G):
             scores[h - h0, j] = hsum_f32x16(_dot(qf, (t * H + h) * D, kflat, bases[j] + (h // G) * D, D)) * scale
     denom = softmax_rows(scores)

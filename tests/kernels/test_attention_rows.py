@@ -7,8 +7,10 @@ from modelc.kernels import attention, attention_rows, ref
 
 CASES = [
     # (seq_lens, q_lens, H, K, D): decode batch at chunk edges (15, 16, 17, 32, 33 positions), a prefill,
-    # a chunk after a cached prefix, groups of 1, 3, 5 (4-head blocks and their remainder), 8, D 16..128
+    # a chunk after a cached prefix, groups of 1, 3, 5 (4-head blocks and their remainder), 8, D 16..128;
+    # groups of 4 and 8 take 4 positions x 4 heads (_scores4: n % 4 tails), the others 16 positions x 1 head
     ([15, 16, 17, 32, 33], [1, 1, 1, 1, 1], 32, 4, 64),
+    ([1, 2, 3, 5, 6, 7, 130], [1, 1, 1, 1, 1, 1, 1], 16, 4, 32),
     ([40], [40], 6, 2, 16),
     ([70], [9], 5, 1, 32),
     ([3, 50, 20], [1, 7, 20], 4, 4, 128),
@@ -91,3 +93,23 @@ def test_fallback_paths(env):
     from tests.kernels.fallback import fallback_worst
 
     assert fallback_worst(_FALLBACK, env, timeout=900) < 1e-5
+
+
+def test_four_by_four_scores_are_the_one_head_scores_bit_for_bit(paged_case):
+    """_scores4 sums each dot in the same order as _scores16, so a group of 4 gives the same bits either way."""
+    from numba import njit
+
+    q, kp, vp, bt, qs, ps, _ = paged_case([61], [1], 8, 2, 64, "float16", seed=5)
+    n, Z, K = 61, kp.shape[1], kp.shape[2]
+    bases = np.array([(bt[0, j // Z] * Z + j % Z) * K * 64 for j in range(n)], np.int64)
+
+    @njit
+    def both(qf, kf, vf, bases, n):
+        a, b = np.zeros((8, n), np.float32), np.zeros((8, n), np.float32)
+        ja = attention_rows._scores4(a, qf, kf, vf, bases, 0, n, 2, 8, 64, np.float32(0.125), 0, 2)
+        jb = attention_rows._scores16(b, qf, kf, vf, bases, 0, n, 2, 8, 64, np.float32(0.125), 0, 2)
+        return a, b, ja, jb
+
+    a, b, ja, jb = both(q.reshape(-1), kp.reshape(-1), vp.reshape(-1), bases, n)
+    assert (ja, jb) == (60, 48)
+    np.testing.assert_array_equal(a[:, :48], b[:, :48])

@@ -62,6 +62,18 @@ class Tree:
     def stats(self) -> dict:
         return dict(self.supervisor.scheduler_actor.snapshot)
 
+    async def settled(self, timeout_s: float = 10.0) -> dict:
+        """The stats once nothing runs, waits or holds a KV block (or after timeout_s): a client that left
+        frees its blocks through the scheduler and the engine's worker thread, and a task waiting on that
+        thread counts as blocked for wait_all_tasks_blocked, so one wait does not see the end."""
+        with anyio.move_on_after(timeout_s):
+            while True:
+                st = self.stats()
+                if st["running"] == 0 and st["waiting"] == 0 and st["kv_blocks_used"] == 0:
+                    break
+                await anyio.sleep(0.01)
+        return self.stats()
+
 
 async def run_tree(config: EngineConfig, body, **runner_kw) -> Tree:
     tree = Tree(config, **runner_kw)
@@ -172,7 +184,7 @@ async def test_disconnect_aborts_and_frees_blocks(anyio_backend) -> None:
                     scope.cancel()  # the client went away
         assert len(got) == 3
         await wait_all_tasks_blocked()
-        stats = tree.stats()
+        stats = await tree.settled()
         assert stats["running"] == 0 and stats["waiting"] == 0 and stats["kv_blocks_used"] == 0
 
     with anyio.fail_after(20):
@@ -200,7 +212,7 @@ async def test_abort_half_of_64_streams(anyio_backend) -> None:
             for i in range(64):
                 tg.start_soon(one, i)
         await wait_all_tasks_blocked()
-        stats = tree.stats()
+        stats = await tree.settled()
         assert stats["kv_blocks_used"] == 0 and stats["running"] == 0 and stats["waiting"] == 0
         assert tree.runners[0].states == set() or all(s > 0 for s in tree.runners[0].states)
 
@@ -421,7 +433,7 @@ async def test_random_mix_of_requests_aborts_and_priorities(anyio_backend, seed)
                 if rng.random() < 0.3:
                     await wait_all_tasks_blocked()
         await wait_all_tasks_blocked()
-        stats = tree.stats()
+        stats = await tree.settled()
         assert stats["kv_blocks_used"] == 0 and stats["running"] == 0 and stats["waiting"] == 0
         assert stats["preemptions"] > 0 and stats["prefix_hits"] > 0
 

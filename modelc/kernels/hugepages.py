@@ -5,20 +5,20 @@ memory, and with 4 KiB pages of an mmap'd file each 4 KiB costs a TLB miss (two-
 walks under a hypervisor). Measured on the 2-vCPU AMD EPYC VM, one thread streaming a 630 MB
 GGUF: 13.7 GB/s from the file mapping (12.5 with MADV_HUGEPAGE on it: the page cache kept 4 KiB
 mappings), 16.0 from a plain anonymous copy, 27.8 from an anonymous copy on huge pages. End to end,
-two engines of one file in one process, decodes alternating (docs/benchmarks.md, 2026-12-02): TinyLlama
-decode 1.07x (Q4_0) and 1.05x (Q4_K_M) faster from the huge pages than from the repack cache's mapping.
+two engines of one file in one process, decodes alternating (benchmarks/hugepages_ab.py; docs/benchmarks.md,
+2026-12-02): TinyLlama decode 1.02-1.07x faster from the huge pages than from the repack cache's mapping.
 
 So it is the default where the kernel hands out transparent huge pages for MADV_HUGEPAGE
-(/sys/kernel/mm/transparent_hugepage/enabled: always or madvise) and the weights take at most half of
-MemAvailable (else the file mapping is kept, which can page). MODELC_HUGEPAGES=0 keeps the zero-copy
+(/sys/kernel/mm/transparent_hugepage/enabled: always or madvise) and the weights take MIN_BYTES or more
+and at most half of MemAvailable (else the file mapping is kept, which can page). MODELC_HUGEPAGES=0 keeps the zero-copy
 file mapping, =1 copies even without transparent huge pages.
 
 RSS: the copy replaces the file pages a decode would have mapped anyway (the copy is read from
 the file with pread, so no page of the file mapping is touched); the page cache still holds the
 file, outside RSS. Costs: processes serving the same file no longer share its pages (each has its
 own copy: set MODELC_HUGEPAGES=0 to run several on one host from one page cache), and loading takes
-longer (the copy, and the kernel compacting memory for the huge pages: +0.5 s for 600 MB on a quiet
-VM, 5-9 s once on a busy one). No numba here.
+longer: the copy (0.5 s for 600 MB), and on a VM whose host backs guest memory lazily (Firecracker) each
+2 MiB page is fresh memory to the host: +1.4-4.5 s for 600 MB there. No numba here.
 """
 
 from __future__ import annotations
@@ -30,16 +30,19 @@ import numpy as np
 
 HUGE_PAGE = 2 << 20
 ALIGN = 64
+MIN_BYTES = 64 << 20
+"""Below this many bytes of weights the default keeps the file mapping: their 4 KiB pages are few enough for
+the TLB, and the copy would still fault in fresh 2 MiB pages (tests load hundreds of tiny models)."""
 
 
 def enabled(nbytes: int) -> bool:
-    """Whether `nbytes` of weights go into a huge-page arena: not MODELC_HUGEPAGES=0, the OS has MADV_HUGEPAGE
-    and (unless MODELC_HUGEPAGES=1) transparent huge pages for it, and they take at most half of the memory
-    available now (else the file mapping, which can page)."""
+    """Whether `nbytes` of weights go into a huge-page arena: not MODELC_HUGEPAGES=0, the OS has MADV_HUGEPAGE,
+    unless MODELC_HUGEPAGES=1 the kernel has transparent huge pages for it and there are MIN_BYTES or more,
+    and they take at most half of the memory available now (else the file mapping, which can page)."""
     flag = os.environ.get("MODELC_HUGEPAGES", "")
     if flag == "0" or not hasattr(mmap, "MADV_HUGEPAGE"):
         return False
-    if flag != "1" and not transparent_huge_pages():
+    if flag != "1" and (nbytes < MIN_BYTES or not transparent_huge_pages()):
         return False
     return nbytes <= _available_bytes() // 2
 

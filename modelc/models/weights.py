@@ -2,7 +2,7 @@
 
 Weight-layout fixes (fused QKV splits, Conv1D transposes) are done here once, at load, and
 with the numba kernels every matrix is copied into huge-page memory where the kernel has transparent
-huge pages (kernels/hugepages.py: decode 1.05-1.07x faster than from the 4 KiB pages of the file mapping;
+huge pages (kernels/hugepages.py: decode 1.02-1.07x faster than from the 4 KiB pages of the file mapping;
 MODELC_HUGEPAGES=0 keeps the mapping).
 With the numba kernels (not the hybrid set of a cold start, which serves from the file layout
 while numba compiles), Q4_0, Q4_K and Q6_K (and Q8_0, IQ4_NL, IQ4_XS where the CPU dots 0..255 codes exactly)

@@ -51,10 +51,12 @@ def test_default_where_the_kernel_has_huge_pages_and_memory_guard(monkeypatch: p
         pytest.skip("no MADV_HUGEPAGE on this OS")
     monkeypatch.delenv("MODELC_HUGEPAGES", raising=False)
     monkeypatch.setattr(hugepages, "transparent_huge_pages", lambda: True)
-    assert hugepages.enabled(1)  # on by default
-    assert not hugepages.enabled(1 << 60)  # more than half of the memory available
+    monkeypatch.setattr(hugepages, "_available_bytes", lambda: 1 << 40)
+    assert hugepages.enabled(hugepages.MIN_BYTES)  # on by default
+    assert not hugepages.enabled(hugepages.MIN_BYTES - 1)  # a tiny model keeps its mapping
+    assert not hugepages.enabled(1 << 40)  # more than half of the memory available
     monkeypatch.setattr(hugepages, "transparent_huge_pages", lambda: False)
-    assert not hugepages.enabled(1)  # "never": a copy on 4 KiB pages streams no faster than the mapping
+    assert not hugepages.enabled(hugepages.MIN_BYTES)  # "never": 4 KiB pages stream no faster than the mapping
     monkeypatch.setenv("MODELC_HUGEPAGES", "1")
     assert hugepages.enabled(1)
     monkeypatch.setenv("MODELC_HUGEPAGES", "0")

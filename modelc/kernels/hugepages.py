@@ -47,10 +47,14 @@ def enabled(nbytes: int) -> bool:
     return nbytes <= _available_bytes() // 2
 
 
-def transparent_huge_pages() -> bool:
-    """Whether the kernel backs MADV_HUGEPAGE memory with 2 MiB pages ("always" or "madvise" selected)."""
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def transparent_huge_pages(path: str = THP_ENABLED) -> bool:
+    """Whether the kernel backs MADV_HUGEPAGE memory with 2 MiB pages ("always" or "madvise" selected in
+    `path`, e.g. "always [madvise] never")."""
     try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+        with open(path) as f:
             mode = f.read()
     except OSError:
         return False

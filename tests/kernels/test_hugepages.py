@@ -64,17 +64,13 @@ def test_default_where_the_kernel_has_huge_pages_and_memory_guard(monkeypatch: p
     assert not hugepages.enabled(1)
 
 
-def test_transparent_huge_pages_reads_the_selected_mode(monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
-    import io
-
-    real = builtins.open
+def test_transparent_huge_pages_reads_the_selected_mode(tmp_path) -> None:
+    mode = tmp_path / "enabled"
     for text, want in (("always [madvise] never\n", True), ("[always] madvise never\n", True),
                        ("always madvise [never]\n", False)):  # fmt: skip
-        monkeypatch.setattr(builtins, "open", lambda p, *a, t=text, **k: io.StringIO(t) if "transparent" in str(p)
-                            else real(p, *a, **k))  # fmt: skip
-        assert hugepages.transparent_huge_pages() is want
-    monkeypatch.setattr(builtins, "open", real)
+        mode.write_text(text)
+        assert hugepages.transparent_huge_pages(str(mode)) is want
+    assert hugepages.transparent_huge_pages(str(tmp_path / "missing")) is False
 
 
 def test_repack_cache_arrays_are_read_from_their_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,6 +42,7 @@ from modelc.kernels.qdot_r16 import (
     flip_i8x64,
     float_i32x16,
     load_u32x16,
+    mul_i32x16,
     nib_hi_i8x64,
     nib_lo_i8x64,
     or_shl_i32x16,
@@ -278,33 +279,52 @@ def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _byte_i32x16(v, k):
+    """Byte k of each lane of v, 0..255."""
+    return bits_i32x16(v, 8 * k, 255)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
-    """_group_q4_k for one token: the accumulator stays in a register, each scale is decoded where used."""
+    """_group_q4_k for one token: the accumulator stays in a register, and a super-block's work is arranged
+    for fewer vector ops than _group_q4_k's (float sums in another order, so not its bits):
+    - the 16 rows' 8 scales and 8 mins are unpacked to bytes once (sclo, schi, mnlo, mnhi: byte s % 4 of a
+      lane is its row's scale or min s), where ggml's get_scale_min_k4 per sub-block took up to 12 ops;
+    - each sub-block's integer dot is multiplied by its integer scale (exact: |p * sc| < 2^22, so its float
+      is too) and summed with the activation scales; d and dmin multiply once per super-block.
+    Hot (in cache, 64 groups of a 2048-column matrix, 2 threads, Zen 4): 67 -> 78 GB/s on AVX-512, 48 ->
+    53 on the AVX2 path; streamed from memory the matmul moved 0-2% (the reads dominate)."""
     acc = zeros_f32x16()
     base = gi * nsb * 2304
     for sb in range(nsb):
         o = base + sb * 2304
-        d = load_f16x16(rf, o)
-        dm = load_f16x16(rf, o + 32)
         a = load_u32x16(rf, o + 64)
         m = load_u32x16(rf, o + 128)
         md = load_u32x16(rf, o + 192)
-        for j in range(4):
-            s0 = 2 * j  # sub-blocks s0 (low nibbles) and s0 + 1 (high nibbles)
-            sa, ma = _scale_min(a, m, md, s0)
-            sb_, mb = _scale_min(a, m, md, s0 + 1)
+        sclo = bits_i32x16(a, 0, 0x3F3F3F3F)  # scales 0..3
+        mnlo = bits_i32x16(m, 0, 0x3F3F3F3F)  # mins 0..3
+        schi = or_shl_i32x16(bits_i32x16(md, 0, 0x0F0F0F0F), bits_i32x16(a, 6, 0x03030303), 4)  # scales 4..7
+        mnhi = or_shl_i32x16(bits_i32x16(md, 4, 0x0F0F0F0F), bits_i32x16(m, 6, 0x03030303), 4)  # mins 4..7
+        sacc = zeros_f32x16()  # sum over sub-blocks s of dot_s * scale_s * xd_s
+        macc = zeros_f32x16()  # sum of min_s * xm_s
+        for j in range(4):  # sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
+            sv = sclo if j < 2 else schi
+            mv = mnlo if j < 2 else mnhi
+            b0 = (2 * j) % 4
             q = o + 256 + 512 * j
             xo = sb * 256 + 64 * j
             c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
             p = _dot4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3), xq, xo)
             p = _dot4(p, nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo + 16)
-            p2 = _dot4(splat_i32x16(0), nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3), xq, xo + 32)
+            p2 = _dot4(splat_i32x16(0), nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3), xq, xo + 32)  # fmt: skip
             p2 = _dot4(p2, nib_hi_i8x64(c4), nib_hi_i8x64(c5), nib_hi_i8x64(c6), nib_hi_i8x64(c7), xq, xo + 48)
-            k = sb * 8 + s0
-            acc = fmadot_f32x16(acc, p, mul_f32x16(d, float_i32x16(sa)), splat_f32x16(xd[0, k]))
-            acc = fmadot_f32x16(acc, p2, mul_f32x16(d, float_i32x16(sb_)), splat_f32x16(xd[0, k + 1]))
-            acc = fma_f32x16(acc, mul_f32x16(dm, float_i32x16(ma)), splat_f32x16(-xm[0, k]))
-            acc = fma_f32x16(acc, mul_f32x16(dm, float_i32x16(mb)), splat_f32x16(-xm[0, k + 1]))
+            k = sb * 8 + 2 * j
+            sacc = fma_f32x16(sacc, float_i32x16(mul_i32x16(p, _byte_i32x16(sv, b0))), splat_f32x16(xd[0, k]))
+            sacc = fma_f32x16(sacc, float_i32x16(mul_i32x16(p2, _byte_i32x16(sv, b0 + 1))), splat_f32x16(xd[0, k + 1]))
+            macc = fma_f32x16(macc, float_i32x16(_byte_i32x16(mv, b0)), splat_f32x16(-xm[0, k]))
+            macc = fma_f32x16(macc, float_i32x16(_byte_i32x16(mv, b0 + 1)), splat_f32x16(-xm[0, k + 1]))
+        acc = fma_f32x16(acc, load_f16x16(rf, o), sacc)
+        acc = fma_f32x16(acc, load_f16x16(rf, o + 32), macc)
     store_f32x16(out.reshape(-1), gi * 16, acc)
 
 

@@ -37,7 +37,7 @@ from modelc.kernels.qdot import (
     store_f32x16,
     zeros_f32x16,
 )
-from modelc.kernels.qdot_r16 import add_i32x16, float_i32x16, splat_i32x16
+from modelc.kernels.qdot_r16 import add_i32x16, float_i32x16, mul_i32x16, splat_i32x16
 from modelc.kernels.qdot_tile import I8x64, I32x16, _check_1d, _load, fmadot_f32x16, load_i8x64
 
 BYTES = 3360  # one 16-row group of one super-block
@@ -105,18 +105,6 @@ def _sext_lane(lane: int):
 
 
 sext0_i32x16, sext1_i32x16, sext2_i32x16, sext3_i32x16 = (_sext_lane(i) for i in range(4))
-
-
-@intrinsic
-def mul_i32x16(typingctx, a, b):
-    """a * b per lane (low 32 bits)."""
-    if not (a == I32x16 and b == I32x16):
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.mul(args[0], args[1])
-
-    return I32x16(a, b), codegen
 
 
 def repack(blocks: np.ndarray) -> np.ndarray:

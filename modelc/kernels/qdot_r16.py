@@ -98,6 +98,18 @@ def add_i32x16(typingctx, a, b):
 
 
 @intrinsic
+def mul_i32x16(typingctx, a, b):
+    """a * b per lane (low 32 bits)."""
+    if not (a == I32x16 and b == I32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.mul(args[0], args[1])
+
+    return I32x16(a, b), codegen
+
+
+@intrinsic
 def load_u32x16(typingctx, ary, idx):
     """16 little-endian 32-bit words at byte idx of a 1-D C uint8 array, as I32x16."""
     if not (_check_1d(ary) and ary.dtype == types.uint8 and isinstance(idx, types.Integer)):

@@ -15,8 +15,8 @@ So `MODELC_NO_AVX512=1 MODELC_NO_VNNI=1 MODELC_NO_AMX=1` runs what an AVX2-only 
 runs, and `MODELC_NO_AVX2=1` the portable code. The other switches the kernels read:
 `MODELC_KERNELS=ref` (numpy twins, `use_reference`), and the tuning numbers of plan.py
 (`MODELC_PREFILL_T`, `MODELC_PREFILL_T_FLOAT`), linear.py (`MODELC_PARALLEL_CHUNK`) and
-hugepages.py (`MODELC_HUGEPAGES=0`: weights served from the file mapping, not copied into huge-page
-memory at load).
+hugepages.py (`MODELC_HUGEPAGES=0`: weights served from the file mapping, not moved onto huge
+pages after load).
 
 The intrinsics are compiled for these flags; numba's index does not key on them, so
 kernels/jit_cache.py puts the flags in the cache folder's name. No numba here.

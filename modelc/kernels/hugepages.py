@@ -1,4 +1,4 @@
-"""Weights copied once at load into anonymous memory backed by 2 MiB pages (MADV_HUGEPAGE).
+"""Weights moved onto 2 MiB pages in place, in the background, after load (MADV_HUGEPAGE + mremap).
 
 NOTE: decode reads every weight once per token, so it runs at the speed the CPU can stream
 memory, and with 4 KiB pages of an mmap'd file each 4 KiB costs a TLB miss (two-level page
@@ -6,37 +6,56 @@ walks under a hypervisor). Measured on the 2-vCPU AMD EPYC VM, one thread stream
 GGUF: 13.7 GB/s from the file mapping (12.5 with MADV_HUGEPAGE on it: the page cache kept 4 KiB
 mappings), 16.0 from a plain anonymous copy, 27.8 from an anonymous copy on huge pages. End to end,
 two engines of one file in one process, decodes alternating (benchmarks/hugepages_ab.py; docs/benchmarks.md,
-2026-12-02): TinyLlama decode 1.02-1.07x faster from the huge pages than from the repack cache's mapping.
+2026-12-02): TinyLlama decode 1.02-1.07x faster from huge pages than from the repack cache's mapping.
 
-So it is the default where the kernel hands out transparent huge pages for MADV_HUGEPAGE
+How: the weights are served from their file mappings (the model file's, the repack cache's) as soon as they
+are loaded. `promote(a)` queues the 2 MiB-aligned stretches under a file-mapped array; a daemon thread
+copies each stretch (up to STEP bytes) into fresh anonymous memory advised MADV_HUGEPAGE, then mremap()s
+it over the same addresses. Every array keeps its address, nothing is swapped under the engine, and a
+kernel reading a stretch while it moves sees the same bytes before and after (the page tables change
+under the mm lock; a read in between faults and waits). A copy made at load instead (the arena of an
+earlier session) made loading wait for the huge pages: on a VM whose host backs guest memory lazily
+(Firecracker) each fresh 2 MiB page is a host fault of up to 17 ms, +1.4-4.5 s for 600 MB; here that
+time passes while the server already serves (the first seconds of decode run slower while it does).
+
+The default: on where the kernel hands out transparent huge pages for MADV_HUGEPAGE
 (/sys/kernel/mm/transparent_hugepage/enabled: always or madvise) and the weights take MIN_BYTES or more
-and at most half of MemAvailable (else the file mapping is kept, which can page). MODELC_HUGEPAGES=0 keeps the zero-copy
-file mapping, =1 copies even without transparent huge pages.
+and at most half of MemAvailable. MODELC_HUGEPAGES=0 keeps the file mappings, =1 moves any size.
 
-RSS: the copy replaces the file pages a decode would have mapped anyway (the copy is read from
-the file with pread, so no page of the file mapping is touched); the page cache still holds the
-file, outside RSS. Costs: processes serving the same file no longer share its pages (each has its
-own copy: set MODELC_HUGEPAGES=0 to run several on one host from one page cache), and loading takes
-longer: the copy (0.5 s for 600 MB), and on a VM whose host backs guest memory lazily (Firecracker) each
-2 MiB page is fresh memory to the host: +1.4-4.5 s for 600 MB there. No numba here.
+RSS: the moved pages take the place of the file pages a decode maps anyway; the page cache still holds the
+file, outside RSS. Processes serving one file no longer share those pages (set MODELC_HUGEPAGES=0 to run
+several on one host from one page cache). Arrays that are not file mappings (a first load's fresh repacks)
+are left as they are: numpy already advises MADV_HUGEPAGE on its allocations of 4 MiB and more.
+Linux only (mremap); elsewhere `promote` does nothing. No numba here.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import mmap
 import os
+import sys
+import threading
+import time
+import weakref
 
 import numpy as np
 
 HUGE_PAGE = 2 << 20
-ALIGN = 64
+STEP = 32 << 20
+"""At most this many bytes move in one mremap: one mapping each, so a 70 GB model takes ~2200 of the
+process's 65530 (vm.max_map_count)."""
+SETTLE_S = 0.5
+"""The mover waits this long after the first array of a batch is queued, so a load's neighbouring arrays merge
+into longer stretches (a 2 MiB page straddling two arrays moves only once both are queued)."""
 MIN_BYTES = 64 << 20
-"""Below this many bytes of weights the default keeps the file mapping: their 4 KiB pages are few enough for
-the TLB, and the copy would still fault in fresh 2 MiB pages (tests load hundreds of tiny models)."""
+"""Below this many bytes of weights the default keeps the file mappings: their 4 KiB pages are few enough for
+the TLB (and tests load hundreds of tiny models)."""
 
 
 def enabled(nbytes: int) -> bool:
-    """Whether `nbytes` of weights go into a huge-page arena: not MODELC_HUGEPAGES=0, the OS has MADV_HUGEPAGE,
+    """Whether `nbytes` of weights move onto huge pages: not MODELC_HUGEPAGES=0, the OS has MADV_HUGEPAGE,
     unless MODELC_HUGEPAGES=1 the kernel has transparent huge pages for it and there are MIN_BYTES or more,
     and they take at most half of the memory available now (else the file mapping, which can page)."""
     flag = os.environ.get("MODELC_HUGEPAGES", "")
@@ -72,35 +91,6 @@ def _available_bytes() -> int:
     return 0
 
 
-class Arena:
-    """One anonymous mapping of `nbytes` (rounded up to 2 MiB, 2 MiB-aligned, MADV_HUGEPAGE) and a bump
-    allocator: `copy(a)` returns a read-only copy of a 1-D uint8 array in it (64-byte aligned)."""
-
-    def __init__(self, nbytes: int) -> None:
-        size = max(HUGE_PAGE, -(-(nbytes + HUGE_PAGE) // HUGE_PAGE) * HUGE_PAGE)
-        self._map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self._buf = np.frombuffer(self._map, np.uint8)  # keeps the mapping alive
-        self._pos = (-self._buf.ctypes.data) % HUGE_PAGE
-        self._map.madvise(mmap.MADV_HUGEPAGE, self._pos, size - self._pos)
-        self.used_bytes = 0
-
-    def copy(self, a: np.ndarray) -> np.ndarray:
-        """A read-only copy of the 1-D uint8 array `a` in the arena. A view of a read-only file mapping is
-        read from the file (pread: no page of the mapping is touched, so none counts in RSS); any other
-        array is copied."""
-        n = a.shape[0]
-        pos = self._pos + (-self._pos) % ALIGN
-        if pos + n > self._buf.shape[0]:
-            raise MemoryError(f"huge-page arena full: {n} more bytes at {pos} of {self._buf.shape[0]}")
-        out = self._buf[pos : pos + n]
-        if not _read_from_file(out, a):
-            out[:] = a
-        out.flags.writeable = False
-        self._pos = pos + n
-        self.used_bytes += n
-        return out
-
-
 def read_copy(a: np.ndarray) -> np.ndarray:
     """A private copy of the 1-D uint8 array `a`, read from its file with pread when `a` views a read-only
     file mapping (so no page of the mapping is touched and none counts in RSS), else copied."""
@@ -108,18 +98,6 @@ def read_copy(a: np.ndarray) -> np.ndarray:
     if not _read_from_file(out, a):
         out[:] = a
     return out
-
-
-FILE_ID = "modelc_file_id"
-"""The attribute `mark_file` sets on an np.memmap: (st_dev, st_ino) of the file it maps."""
-
-
-def mark_file(mm: np.memmap, fd: int) -> None:
-    """Record on `mm` the identity of the file it maps, from the open descriptor it was made from: the file
-    is then read with pread only while its path still names that file (the repack cache renames a new
-    file over an old one, with its arrays at other offsets, and prunes old ones)."""
-    st = os.fstat(fd)
-    setattr(mm, FILE_ID, (st.st_dev, st.st_ino))
 
 
 def _mapping(a: np.ndarray) -> np.memmap | None:
@@ -142,7 +120,7 @@ def file_place(a: np.ndarray) -> tuple[str, int] | None:
 
 def _read_from_file(out: np.ndarray, a: np.ndarray) -> bool:
     """out[:] = a by pread from the file `a` maps (file_place); False when `a` is not such a view, or its
-    file is gone or is no longer the one `mark_file` recorded (the caller then copies through the mapping)."""
+    file is gone (the caller then copies through the mapping)."""
     place = file_place(a)
     if place is None:
         return False
@@ -152,10 +130,6 @@ def _read_from_file(out: np.ndarray, a: np.ndarray) -> bool:
     except OSError:
         return False
     try:
-        want = getattr(_mapping(a), FILE_ID, None)
-        st = os.fstat(fd)
-        if want is not None and (st.st_dev, st.st_ino) != want:
-            return False
         view = memoryview(out)
         done = 0
         while done < out.shape[0]:
@@ -168,3 +142,168 @@ def _read_from_file(out: np.ndarray, a: np.ndarray) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+# ---- the mover ---------------------------------------------------------------------------------------
+
+MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _load_libc():
+    """libc with mmap, munmap, madvise, mprotect and mremap typed, or None (not Linux, no MADV_HUGEPAGE)."""
+    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return None
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        vp, sz, i = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+        lib.mmap.argtypes, lib.mmap.restype = [vp, sz, i, i, i, ctypes.c_long], vp
+        lib.munmap.argtypes, lib.munmap.restype = [vp, sz], i
+        lib.madvise.argtypes, lib.madvise.restype = [vp, sz, i], i
+        lib.mprotect.argtypes, lib.mprotect.restype = [vp, sz, i], i
+        lib.mremap.argtypes, lib.mremap.restype = [vp, sz, sz, i, vp], vp
+    except (OSError, AttributeError):
+        return None
+    return lib
+
+
+_LIBC = _load_libc()
+
+
+def _move(addr: int, n: int, prot: int) -> bool:
+    """Copy the n bytes at addr (2 MiB-aligned, n a multiple of 2 MiB) into fresh anonymous memory advised
+    MADV_HUGEPAGE and mremap it over addr with protection prot; False (addr untouched) where a call fails."""
+    lib = _LIBC
+    p = lib.mmap(None, n + HUGE_PAGE, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    if p is None or p == _MAP_FAILED:
+        return False
+    a = p + (-p) % HUGE_PAGE
+    moved = False
+    try:
+        lib.madvise(a, n, mmap.MADV_HUGEPAGE)  # advice: without it the copy still lands, on small pages
+        ctypes.memmove(a, addr, n)  # through the mapping: the bytes every reader of it sees
+        if prot != mmap.PROT_READ | mmap.PROT_WRITE and lib.mprotect(a, n, prot) != 0:
+            return False
+        moved = lib.mremap(a, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, addr) == addr
+        return moved
+    finally:
+        if a > p:
+            lib.munmap(p, a - p)
+        if p + HUGE_PAGE > a:
+            lib.munmap(a + n, p + HUGE_PAGE - a)
+        if not moved:
+            lib.munmap(a, n)
+
+
+def _stretches(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The 2 MiB-aligned (start, end) inside the union of the byte ranges."""
+    out = []
+    lo = hi = None
+    for s, e in sorted(ranges) + [(None, None)]:
+        if s is not None and hi is not None and s <= hi:
+            hi = max(hi, e)
+            continue
+        if lo is not None:
+            a, b = lo + (-lo) % HUGE_PAGE, hi - hi % HUGE_PAGE
+            if b > a:
+                out.append((a, b))
+        lo, hi = s, e
+    return out
+
+
+class _Mover:
+    """The daemon thread that moves queued stretches of file mappings onto huge pages, mapping by mapping."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._maps: dict[int, dict] = {}  # id(np.memmap) -> {"ref", "ranges", "done", "prot", "new"}
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+        self.moved_bytes = 0
+        self.failed = 0
+
+    def add(self, owner: np.memmap, start: int, end: int) -> None:
+        prot = mmap.PROT_READ if owner.mode == "r" else mmap.PROT_READ | mmap.PROT_WRITE  # as the mapping had
+        with self._lock:
+            st = self._maps.get(id(owner))
+            if st is None or st["ref"]() is not owner:
+                st = self._maps[id(owner)] = {"ref": weakref.ref(owner), "ranges": [], "done": set(), "prot": prot}
+                weakref.finalize(owner, self._forget, id(owner), st)
+            st["ranges"].append((start, end))
+            st["new"] = True
+            self._idle.clear()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="modelc-hugepages", daemon=True)
+                self._thread.start()
+
+    def _forget(self, key: int, st: dict) -> None:
+        with self._lock:
+            if self._maps.get(key) is st:
+                del self._maps[key]
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(SETTLE_S)
+            with self._lock:
+                todo = [(st["ref"](), st) for st in self._maps.values() if st.get("new")]
+                todo = [(o, st) for o, st in todo if o is not None]  # strong refs: no unmap while moving
+                for _, st in todo:
+                    st["new"] = False
+                if not todo:
+                    self._thread = None
+                    self._idle.set()
+                    return
+            for _owner, st in todo:
+                with self._lock:
+                    ranges = list(st["ranges"])
+                if not self._move_all(_stretches(ranges), st):
+                    self.failed += 1
+            del todo
+
+    def _move_all(self, stretches: list[tuple[int, int]], st: dict) -> bool:
+        """Move the pages of the stretches not moved yet, in runs of up to STEP bytes; False at the first
+        failure (the rest stays on its mapping)."""
+        done = st["done"]  # 2 MiB page addresses moved already
+        for a, b in stretches:
+            c = a
+            while c < b:
+                if c in done:
+                    c += HUGE_PAGE
+                    continue
+                e = c
+                while e < b and e - c < STEP and e not in done:
+                    e += HUGE_PAGE
+                if not _move(c, e - c, st["prot"]):
+                    return False
+                done.update(range(c, e, HUGE_PAGE))
+                self.moved_bytes += e - c
+                c = e
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._idle.wait(timeout)
+
+
+_MOVER = _Mover()
+
+
+def promote(a: np.ndarray) -> None:
+    """Queue the whole 2 MiB pages under `a` for the move onto huge pages, where `a` views a file mapping
+    (np.memmap) and this OS can (Linux); anything else stays as it is."""
+    if _LIBC is None or a.size == 0:
+        return
+    owner = _mapping(a)
+    if owner is None or getattr(owner, "mode", "") not in ("r", "c"):  # r+ / w+: writes must reach the file
+        return
+    _MOVER.add(owner, a.ctypes.data, a.ctypes.data + a.nbytes)
+
+
+def wait(timeout: float | None = None) -> bool:
+    """Wait until everything queued has moved (or failed to); False when `timeout` passed first."""
+    return _MOVER.wait(timeout)
+
+
+def moved_bytes() -> int:
+    """Bytes moved onto huge pages in this process so far."""
+    return _MOVER.moved_bytes

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from modelc.kernels import gemm_r16, hugepages, plan
+from modelc.kernels import gemm_r16, plan
 from modelc.kernels.linear import Weight
 from modelc.kernels.plan import Path
 from modelc.models import r16_cache
@@ -43,11 +43,12 @@ class Fused:
 
 
 def fuse_runs(
-    ws: list[Weight], repack: bool, pin: Callable[[Weight], Weight], arena: hugepages.Arena | None
+    ws: list[Weight], repack: bool, pin: Callable[[Weight], Weight], place: Callable[[np.ndarray], None]
 ) -> tuple[list[Weight], tuple[Fused, ...]]:
     """The weights `ws` (as read from the file, not yet repacked) ready for matmul, and one Fused per run of
     two or more consecutive ones that repack alike. Weights in no run go through `pin` (the reader's usual
-    repack / huge-page placement). `repack`: whether the reader repacks for gemm_r16 at all."""
+    repack and huge-page queueing); `place` takes each fused array (the reader's huge-page queueing). `repack`:
+    whether the reader repacks for gemm_r16 at all."""
     out: list[Weight] = []
     runs: list[Fused] = []
     i = 0
@@ -60,7 +61,7 @@ def fuse_runs(
             out.append(pin(ws[i]))
             i += 1
             continue
-        got = _fuse(ws[i:j], arena, i)
+        got = _fuse(ws[i:j], place, i)
         if got is None:  # a kind whose repacked layout is not one row of bytes per 16-row group
             out.extend(pin(w) for w in ws[i:j])
         else:
@@ -74,12 +75,11 @@ def _fusable(w: Weight) -> bool:
     return w.blocks.size > 0 and w.scale is None and gemm_r16.can_repack(w.dtype, w.rows, w.cols)
 
 
-def _fuse(ws: list[Weight], arena: hugepages.Arena | None, first: int) -> tuple[list[Weight], Fused] | None:
+def _fuse(ws: list[Weight], place: Callable[[np.ndarray], None], first: int) -> tuple[list[Weight], Fused] | None:
     whole = r16_cache.repacked([w.blocks for w in ws], ws[0].dtype)  # (sum N / 16, group bytes)
     if whole is None:  # a kind whose repacked layout is not one row of bytes per 16-row group
         return None
-    if arena is not None:
-        whole = arena.copy(whole.reshape(-1)).reshape(whole.shape)
+    place(whole)
     bounds = [0]
     for w in ws:
         bounds.append(bounds[-1] + w.rows)

@@ -175,16 +175,14 @@ class Store:
 def _read(path: pathlib.Path) -> dict[str, np.ndarray]:
     """The arrays of a cache file, mapped copy-on-write; {} when it is missing or does not parse.
 
-    The arrays are views of an np.memmap of the file, so hugepages.Arena.copy reads them from the file
-    (pread) instead of through the mapping: nothing writes them, and no page of the mapping counts in RSS.
-    Where the file has been pruned or replaced since (another process's write), the copy reads the mapping."""
+    The arrays are views of an np.memmap of the file (mode c: nothing writes them), so hugepages.promote can
+    move their pages onto huge pages in place."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < len(MAGIC) + _HEAD.size:
                 return {}
             m = np.memmap(f, np.uint8, mode="c", shape=(size,))
-            hugepages.mark_file(m, f.fileno())
     except (OSError, ValueError):
         return {}
     try:

@@ -1,9 +1,9 @@
 """Reading a model source's tensors by name for the architectures: lookups, f32 vectors, row splits.
 
 Weight-layout fixes (fused QKV splits, Conv1D transposes) are done here once, at load, and
-with the numba kernels every matrix is copied into huge-page memory where the kernel has transparent
-huge pages (kernels/hugepages.py: decode 1.02-1.07x faster than from the 4 KiB pages of the file mapping;
-MODELC_HUGEPAGES=0 keeps the mapping).
+with the numba kernels every file-mapped matrix is queued to move onto huge pages in place, in the
+background, where the kernel has transparent huge pages (kernels/hugepages.py: decode 1.02-1.07x faster
+than from the 4 KiB pages of the file mapping; MODELC_HUGEPAGES=0 keeps the mapping).
 With the numba kernels (not the hybrid set of a cold start, which serves from the file layout
 while numba compiles), Q4_0, Q4_K and Q6_K (and Q8_0, IQ4_NL, IQ4_XS where the CPU dots 0..255 codes exactly)
 matrices are repacked into 16 interleaved rows (kernels/gemm_r16.py: 1.3x decode, 3-4x batched decode and
@@ -11,7 +11,7 @@ prefill), read from the file with pread so the file's own pages stay out of RSS:
 their place. MODELC_REPACK=0 keeps the file layout. `matrices` repacks the projections one input feeds
 (q/k/v, gate/up) into one array where they repack alike, for one matmul call (fused.py).
 
-Repacked (and huge-page) matrices are shared by every WeightReader of one source (`_SHARED`): the
+Repacked matrices are shared by every WeightReader of one source (`_SHARED`): the
 engines of one model (--engines N), a warm-up's second model and the served model that takes its
 place (engine/warm.py) read one copy, repacked once.
 """
@@ -35,7 +35,7 @@ from modelc.kernels.select import KernelSet
 from modelc.models import r16_cache
 from modelc.models.fused import Fused, fuse_runs
 
-# id(source) -> {(what, *args): Weights built from it with copies (repacked or in huge pages)}, dropped with
+# id(source) -> {(what, *args): Weights built from it with copies (repacked)}, dropped with
 # the source; one lock: two readers of one source building at once (engines, a warm-up) wait for one
 # repack instead of making two
 _SHARED: dict[int, dict[tuple, Any]] = {}
@@ -61,19 +61,18 @@ class WeightReader:
         self.tensors: dict[str, TensorData] = source.tensors
         self.kernels = kernels
         self.name = getattr(source, "name", "model")
-        self.arena: hugepages.Arena | None = None
         # not on a cold start's hybrid kernels: they serve from the file layout while numba compiles
         self.repack = kernels.name == "numba" and os.environ.get("MODELC_REPACK", "1") != "0"
         total = sum(t.nbytes for t in self.tensors.values() if len(t.shape) in (2, 3))  # 3-D: MoE experts
-        if kernels.name == "numba" and total and hugepages.enabled(total):
-            self.arena = hugepages.Arena(total)  # virtual size; pages come as copied
-        self.shared = _shared_of(source) if self.repack or self.arena is not None else None
+        # whether the matrices move onto huge pages (in the background, after load)
+        self.huge = kernels.name == "numba" and bool(total) and hugepages.enabled(total)
+        self.shared = _shared_of(source) if self.repack else None
 
     def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
         """make(), or what a reader of the same source made for `key` (its copies are read-only)."""
         if self.shared is None:
             return make()
-        key = (self.repack, self.arena is not None, *key)
+        key = (self.repack, *key)
         with _SHARED_LOCK:
             if key not in self.shared:
                 self.shared[key] = make()
@@ -127,22 +126,25 @@ class WeightReader:
             ws = [weight_of(self.tensor(n), self.tensors.get(n + SCALE_SUFFIX), r, cols, n)
                   for n, r in zip(names, row_sizes, strict=True)]  # fmt: skip
         key = ("matrices", names if isinstance(names, str) else tuple(names), tuple(row_sizes), cols)
-        return self._once(key, lambda: fuse_runs(ws, self.repack, self._pinned, self.arena))
+        return self._once(key, lambda: fuse_runs(ws, self.repack, self._pinned, self._huge))
 
     def _pinned(self, w: Weight) -> Weight:
-        """w with its bytes repacked for gemm_r16 (where it applies) or in the huge-page arena (when there
-        is one), same shape and dtype."""
+        """w with its bytes repacked for gemm_r16 (where it applies), same shape and dtype; the bytes it
+        reads are queued for huge pages (`_huge`)."""
         if w.blocks.size == 0:
             return w
         if self.repack and gemm_r16.can_repack(w.dtype, w.rows, w.cols):
             r16 = r16_cache.repacked([w.blocks], w.dtype)
-            if self.arena is not None:
-                r16 = self.arena.copy(r16.reshape(-1)).reshape(r16.shape)
+            self._huge(r16)
             return dataclasses.replace(w, r16=r16)
-        if self.arena is None:
-            return w
-        copy = self.arena.copy(w.blocks.reshape(-1)).reshape(w.blocks.shape)
-        return dataclasses.replace(w, blocks=copy)
+        self._huge(w.blocks)
+        return w
+
+    def _huge(self, a: np.ndarray) -> None:
+        """Queue a's pages for the move onto huge pages where this reader moves them (hugepages.promote: a
+        file mapping's; fresh arrays are numpy's, advised MADV_HUGEPAGE already)."""
+        if self.huge:
+            hugepages.promote(a)
 
     def stacked_r16(self, t: TensorData) -> np.ndarray | None:
         """A stored (E, rows, cols) tensor (MoE experts) repacked for gemm_r16 expert by expert: (E, rows/16,
@@ -160,8 +162,7 @@ class WeightReader:
         E, rows, cols = t.shape
         # a group never spans two experts: rows % 16 == 0
         r16 = r16_cache.repacked([t.data.reshape(E * rows, -1)], t.dtype)
-        if self.arena is not None:
-            r16 = self.arena.copy(r16.reshape(-1))
+        self._huge(r16)
         return r16.reshape(E, rows // gemm_r16.GROUP, -1)
 
     def split_vector(self, name: str, sizes: list[int]) -> list[np.ndarray]:

@@ -1,8 +1,10 @@
-"""kernels/hugepages.py: the huge-page arena the weights are copied into at load, and WeightReader's use of it."""
+"""kernels/hugepages.py: file-mapped weights moved onto huge pages in place, in the background, and WeightReader's
+use of it."""
 
 from __future__ import annotations
 
 import mmap
+import threading
 
 import numpy as np
 import pytest
@@ -10,40 +12,96 @@ import pytest
 from modelc.kernels import hugepages
 from modelc.kernels.select import kernel_set
 
-pytestmark = pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no MADV_HUGEPAGE on this OS")
+HP = hugepages.HUGE_PAGE
+linux_only = pytest.mark.skipif(hugepages._LIBC is None, reason="moving pages needs Linux's mremap")
 
 
-def test_copies_are_equal_aligned_and_read_only() -> None:
-    arena = hugepages.Arena(10_000)
-    rng = np.random.default_rng(0)
-    srcs = [rng.integers(0, 256, n, dtype=np.uint8) for n in (1, 1000, 3333, 64)]
-    outs = [arena.copy(s) for s in srcs]
-    for s, o in zip(srcs, outs, strict=True):
-        np.testing.assert_array_equal(o, s)
-        assert o.ctypes.data % hugepages.ALIGN == 0
-        assert not o.flags.writeable
-        assert not np.shares_memory(o, s)
-    assert arena.used_bytes == sum(s.size for s in srcs)
-    assert (outs[0].ctypes.data - (outs[0].ctypes.data % hugepages.HUGE_PAGE)) % hugepages.HUGE_PAGE == 0
+def test_stretches_are_the_whole_huge_pages_inside_the_union_of_the_ranges() -> None:
+    assert hugepages._stretches([]) == []
+    assert hugepages._stretches([(1, 2 * HP - 1)]) == []  # no whole page inside
+    assert hugepages._stretches([(HP + 5, 3 * HP), (10, HP + 5)]) == [(HP, 3 * HP)]  # touching ranges merge
+    got = hugepages._stretches([(0, HP), (HP // 2, 2 * HP + 7), (5 * HP - 1, 8 * HP + 1)])
+    assert got == [(0, 2 * HP), (5 * HP, 8 * HP)]
 
 
-def test_full_arena_raises() -> None:
-    arena = hugepages.Arena(1)
-    arena.copy(np.zeros(hugepages.HUGE_PAGE, np.uint8))
-    with pytest.raises(MemoryError):
-        arena.copy(np.zeros(4 * hugepages.HUGE_PAGE, np.uint8))
+def _maps(start: int, end: int) -> list[tuple[str, int]]:
+    """(permissions, inode) of each mapping of /proc/self/maps that overlaps [start, end)."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo < end and hi > start:
+                out.append((parts[1], int(parts[4])))
+    return out
 
 
-def test_file_mapped_source_is_read_from_the_file(tmp_path) -> None:
-    """A view of a read-only np.memmap is read with pread (at the view's offset in the file)."""
+@linux_only
+@pytest.mark.parametrize("mode", ["r", "c"])
+def test_a_file_mapping_moves_onto_anonymous_pages_in_place_while_read(tmp_path, mode) -> None:
+    p = tmp_path / "w.bin"
+    data = np.random.default_rng(1).integers(0, 256, 9 * HP + 12345, dtype=np.uint8)
+    data.tofile(p)
+    mm = np.memmap(p, np.uint8, mode=mode)
+    addr = mm.ctypes.data
+    parts = [mm[100 : 3 * HP + 1], mm[3 * HP + 1 :]]  # two arrays: the page they share moves too
+    stop, seen = threading.Event(), []
+
+    def read() -> None:  # a reader of the mapping all the while (a decode in its worker thread)
+        while not stop.is_set():
+            seen.append(np.array_equal(mm[::4099], data[::4099]))
+
+    t = threading.Thread(target=read)
+    t.start()
+    before = hugepages.moved_bytes()
+    try:
+        for a in parts:
+            hugepages.promote(a)
+        assert hugepages.wait(60)
+    finally:
+        stop.set()
+        t.join()
+    lo = addr + 100 + (-(addr + 100)) % HP
+    hi = (addr + mm.size) // HP * HP
+    assert hugepages.moved_bytes() - before == hi - lo and hi - lo >= 8 * HP
+    assert seen and all(seen)
+    assert mm.ctypes.data == addr and np.array_equal(mm, data)  # same addresses, same bytes
+    perms = "r--p" if mode == "r" else "rw-p"
+    assert _maps(lo, hi) and all(m == (perms, 0) for m in _maps(lo, hi))  # anonymous now, as protected as before
+    assert all(inode != 0 for _, inode in _maps(addr, lo) + _maps(hi, addr + mm.size))  # partial pages stay
+    if mode == "c":
+        mm[lo - addr] = data[lo - addr] ^ 1  # copy-on-write mappings stay writable (nothing writes weights)
+        assert mm[lo - addr] != data[lo - addr]
+
+
+@linux_only
+def test_writable_shared_mappings_and_heap_arrays_stay_where_they_are(tmp_path) -> None:
+    p = tmp_path / "w.bin"
+    np.zeros(4 * HP, np.uint8).tofile(p)
+    rw = np.memmap(p, np.uint8, mode="r+")  # its writes must reach the file
+    before = hugepages.moved_bytes()
+    hugepages.promote(rw)
+    hugepages.promote(np.zeros(4 * HP, np.uint8))
+    assert hugepages.wait(10)
+    assert hugepages.moved_bytes() == before
+    assert all(inode != 0 for _, inode in _maps(rw.ctypes.data, rw.ctypes.data + rw.size))
+
+
+def test_file_mapped_source_is_read_from_the_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """read_copy of a view of a read-only np.memmap reads the file with pread (at the view's offset), so the
+    mapping's pages are not touched (repacking reads its input this way)."""
     p = tmp_path / "w.bin"
     data = np.random.default_rng(1).integers(0, 256, 5 * mmap.PAGESIZE + 123, dtype=np.uint8)
     data.tofile(p)
     mm = np.memmap(p, dtype=np.uint8, mode="r", offset=5)
-    out = hugepages.Arena(mm.size).copy(mm[7:].reshape(-1, 1).reshape(-1))
-    np.testing.assert_array_equal(out, data[12:])
+    calls = []
+    real = hugepages.os.preadv
+    monkeypatch.setattr(hugepages.os, "preadv", lambda *x: calls.append(1) or real(*x))
+    np.testing.assert_array_equal(hugepages.read_copy(mm[7:]), data[12:])
+    assert calls
     assert hugepages._read_from_file(np.empty(3, np.uint8), mm[2:5])
     assert not hugepages._read_from_file(np.empty(3, np.uint8), data[:3])
+    np.testing.assert_array_equal(hugepages.read_copy(data[:7]), data[:7])
 
 
 def test_default_where_the_kernel_has_huge_pages_and_memory_guard(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,46 +131,23 @@ def test_transparent_huge_pages_reads_the_selected_mode(tmp_path) -> None:
     assert hugepages.transparent_huge_pages(str(tmp_path / "missing")) is False
 
 
-def test_repack_cache_arrays_are_read_from_their_file(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The repack cache maps its file copy-on-write; the arena reads its arrays with pread, so the mapping's
-    pages never count in RSS beside the copy."""
-    from modelc.models import r16_cache
-
-    a = np.random.default_rng(2).integers(0, 256, (3, 5000), dtype=np.uint8)
-    path = tmp_path / "x.r16"
-    assert r16_cache._write(path, {"w": a})
-    got = r16_cache._read(path)["w"]
-    np.testing.assert_array_equal(got, a)
-    place = hugepages.file_place(got[1:])
-    assert place is not None and place[0] == str(path)
-    calls = []
-    real = hugepages.os.preadv
-    monkeypatch.setattr(hugepages.os, "preadv", lambda *x: calls.append(1) or real(*x))
-    out = hugepages.Arena(a.nbytes).copy(got.reshape(-1))
-    np.testing.assert_array_equal(out, a.reshape(-1))
-    assert calls
-    # another process renames a new cache file over it (its arrays elsewhere), then prunes it: the copy
-    # still holds what this process mapped
-    assert r16_cache._write(path, {"a": np.zeros((9, 4096), np.uint8), "w": a[::-1].copy()})
-    np.testing.assert_array_equal(hugepages.Arena(a.nbytes).copy(got.reshape(-1)), a.reshape(-1))
-    path.unlink()
-    np.testing.assert_array_equal(hugepages.read_copy(got[2]), a[2])
-
-
-def test_weight_reader_pins_matrices(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_weight_reader_queues_its_matrices(monkeypatch: pytest.MonkeyPatch) -> None:
     from modelc.models.tiny import make_tiny_llama
     from modelc.models.weights import WeightReader
 
+    queued = []
+    monkeypatch.setattr(hugepages, "promote", queued.append)
     monkeypatch.setenv("MODELC_HUGEPAGES", "1")
+    monkeypatch.setenv("MODELC_REPACK", "0")
     model = make_tiny_llama()
     name = "model.layers.0.self_attn.q_proj.weight"
     t = model.tensors[name]
     r = WeightReader(model, kernel_set("numba"))
-    assert r.arena is not None
+    assert r.huge
     w = r.matrix(name, *t.shape)
-    assert not np.shares_memory(w.blocks, t.data)
-    np.testing.assert_array_equal(w.blocks.reshape(-1), t.data)
+    assert np.shares_memory(w.blocks, t.data)  # served where it is; the move (if any) happens in place
+    assert len(queued) == 1 and np.shares_memory(queued[0], t.data)
     monkeypatch.setenv("MODELC_HUGEPAGES", "0")
-    w0 = WeightReader(model, kernel_set("numba")).matrix(name, *t.shape)
-    assert np.shares_memory(w0.blocks, t.data)
-    assert WeightReader(model, kernel_set("ref")).arena is None
+    assert not WeightReader(model, kernel_set("numba")).huge
+    monkeypatch.setenv("MODELC_HUGEPAGES", "1")
+    assert not WeightReader(model, kernel_set("ref")).huge

@@ -22,7 +22,7 @@ def art(tmp_path, monkeypatch):
     monkeypatch.setenv("MODELC_REPACK_CACHE_DIR", str(tmp_path / "r16"))
     monkeypatch.delenv("MODELC_REPACK_CACHE", raising=False)
     monkeypatch.delenv("MODELC_REPACK", raising=False)
-    monkeypatch.setenv("MODELC_HUGEPAGES", "0")  # the weights stay in the cache file's mapping (see the last test)
+    monkeypatch.setenv("MODELC_HUGEPAGES", "0")  # no huge pages (see the last test)
     monkeypatch.setattr(r16_cache, "_stores", {})  # a fresh process's view
     src = make_tiny_llama(3)
     src.tensors, _ = plan(src.tensors, prune=None, quantize="q4_0", quantize_embeddings=True, quantize_output=True)
@@ -99,18 +99,20 @@ def test_only_the_most_recently_used_files_are_kept(tmp_path, monkeypatch):
     assert np.array_equal(r16_cache._read(tmp_path / "4.r16")["a"], np.full((2, 64), 4, np.uint8))
 
 
-def test_the_huge_page_copy_of_a_second_load_comes_from_the_cache_file(art, monkeypatch):
-    """With the huge-page arena the weights are copies, read from the cache file with pread, not mapped."""
+def test_a_second_load_queues_the_cache_files_pages_for_huge_pages(art, monkeypatch):
+    """With huge pages on, the weights are still served from the cache file's mapping, whose pages move onto
+    huge pages in place (hugepages.promote), the same bytes at the same addresses."""
     monkeypatch.setenv("MODELC_HUGEPAGES", "1")
     first = Runner(open_artifact(art), num_kv_blocks=4)
     r16_cache.flush(wait=True)
     _new_process(monkeypatch)
-    reads = []
-    real = os.preadv
-    monkeypatch.setattr(os, "preadv", lambda fd, bufs, off: reads.append(os.readlink(f"/proc/self/fd/{fd}"))
-                        or real(fd, bufs, off))  # fmt: skip
+    queued = []
+    real = hugepages.promote
+    monkeypatch.setattr(hugepages, "promote", lambda a: queued.append(a) or real(a))
     second = Runner(open_artifact(art), num_kv_blocks=4)
-    assert all(hugepages.file_place(a) is None for a in _r16(second))  # the arena's (an anonymous mapping)
-    assert any(r.endswith(".r16") for r in reads)
-    assert all(np.array_equal(a, b) for a, b in zip(_r16(first), _r16(second), strict=True))
+    assert hugepages.wait(60)
+    got = _r16(second)
+    assert all(_mapped(a) and hugepages.file_place(a)[0].endswith(".r16") for a in got)
+    assert all(any(np.shares_memory(a, q) for q in queued) for a in got)
+    assert all(np.array_equal(a, b) for a, b in zip(_r16(first), got, strict=True))
     assert np.array_equal(first.logits([1, 2, 3]), second.logits([1, 2, 3]))

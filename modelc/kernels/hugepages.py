@@ -304,6 +304,11 @@ def wait(timeout: float | None = None) -> bool:
     return _MOVER.wait(timeout)
 
 
+def moving() -> bool:
+    """Whether queued pages are still moving (or waiting to)."""
+    return not _MOVER._idle.is_set()
+
+
 def moved_bytes() -> int:
     """Bytes moved onto huge pages in this process so far."""
     return _MOVER.moved_bytes

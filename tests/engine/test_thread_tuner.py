@@ -170,3 +170,14 @@ def test_a_slowdown_on_half_the_threads_waits_for_the_period():
     # the neighbour gets heavier: 1 thread slows 3x; every thread would compete harder, so no probe yet
     assert _drive(t, 1, {2: 30.0, 1: 3.0}, 2 * PERIOD) == [1] * (2 * PERIOD)
     assert _drive(t, 1, {2: 30.0, 1: 3.0}, BLOCK + 2) == [1] * BLOCK + [2, 2]  # the period's probe
+
+
+def test_no_probe_starts_while_weights_move_onto_huge_pages(monkeypatch):
+    t = ThreadTuner(4)
+    moving = [True]
+    monkeypatch.setattr(thread_tuner.hugepages, "moving", lambda: moving[0])
+    assert _drive(t, 1, {4: 1.0, 2: 0.1}, 20) == [4] * 20  # the configured count, no probe
+    assert not t._keys[1].plan and t.choice(1) == 4
+    moving[0] = False
+    used = _drive(t, 1, {4: 1.0, 2: 0.1}, 2 * BLOCK * ROUNDS + 5)
+    assert 2 in used[: 2 * BLOCK] and used[-5:] == [2] * 5  # the probe runs once the move is done

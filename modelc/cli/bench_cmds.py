@@ -63,6 +63,7 @@ def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int
     import numpy as np  # lazy: the CLI imports this module for every command (even --help)
 
     from modelc.api.engine import Engine
+    from modelc.kernels import hugepages
     from modelc.request import SamplingParams
     from modelc.scheduler.output import TokenEmitted
     from modelc.scheduler.sequence import Sequence
@@ -108,6 +109,9 @@ def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int
         core.release()
 
     result["warmup_s"] = runner.warmup()  # every kernel compiled or loaded before timing
+    t0 = time.perf_counter()
+    hugepages.wait()  # the weights' move onto huge pages after the load (seconds): time the steady state
+    result["hugepages_move_s"] = time.perf_counter() - t0
     prefill_rates: dict[str, float] = {}
     for n in prompt_tokens:
         times = []

@@ -309,6 +309,11 @@ def moving() -> bool:
     return not _MOVER._idle.is_set()
 
 
+def move_failures() -> int:
+    """Mappings whose move stopped at a failed call in this process (their rest stays on the file mapping)."""
+    return _MOVER.failed
+
+
 def moved_bytes() -> int:
     """Bytes moved onto huge pages in this process so far."""
     return _MOVER.moved_bytes

@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from modelc.kernels import hugepages
+
 # The seed spec's buckets for modelc_inference_duration_seconds.
 INFERENCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -70,6 +72,22 @@ class EngineStatsCollector(Collector):
             rate.add_metric([], float(stats.get("spec_decode_num_accepted_tokens", 0)) / drafted if drafted else 0.0)
             yield rate
         yield from _replica_series(stats.get("replicas") or [])
+        yield from _hugepage_series()
+
+
+def _hugepage_series() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """This process's move of file-mapped weights onto huge pages (kernels/hugepages.py)."""
+    moved = GaugeMetricFamily("modelc_hugepages_moved_bytes", "Weight bytes moved onto huge pages after load.")
+    moved.add_metric([], float(hugepages.moved_bytes()))
+    yield moved
+    moving = GaugeMetricFamily("modelc_hugepages_moving", "1 while weights are moving onto huge pages, else 0.")
+    moving.add_metric([], float(hugepages.moving()))
+    yield moving
+    failed = CounterMetricFamily(
+        "modelc_hugepages_move_failures", "Weight mappings whose move onto huge pages stopped at a failed call."
+    )
+    failed.add_metric([], float(hugepages.move_failures()))
+    yield failed
 
 
 # Per Ray engine replica (modelc/replicas/): stats row key -> (metric name, help)

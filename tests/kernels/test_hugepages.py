@@ -53,7 +53,7 @@ def test_a_file_mapping_moves_onto_anonymous_pages_in_place_while_read(tmp_path,
 
     t = threading.Thread(target=read)
     t.start()
-    before = hugepages.moved_bytes()
+    before, failures = hugepages.moved_bytes(), hugepages.move_failures()
     try:
         for a in parts:
             hugepages.promote(a)
@@ -64,6 +64,7 @@ def test_a_file_mapping_moves_onto_anonymous_pages_in_place_while_read(tmp_path,
     lo = addr + 100 + (-(addr + 100)) % HP
     hi = (addr + mm.size) // HP * HP
     assert hugepages.moved_bytes() - before == hi - lo and hi - lo >= 8 * HP
+    assert hugepages.move_failures() == failures and not hugepages.moving()
     assert seen and all(seen)
     assert mm.ctypes.data == addr and np.array_equal(mm, data)  # same addresses, same bytes
     perms = "r--p" if mode == "r" else "rw-p"
@@ -151,3 +152,18 @@ def test_weight_reader_queues_its_matrices(monkeypatch: pytest.MonkeyPatch) -> N
     assert not WeightReader(model, kernel_set("numba")).huge
     monkeypatch.setenv("MODELC_HUGEPAGES", "1")
     assert not WeightReader(model, kernel_set("ref")).huge
+
+
+@linux_only
+def test_a_failed_move_leaves_the_rest_on_the_mapping_and_is_counted(tmp_path, monkeypatch) -> None:
+    p = tmp_path / "w.bin"
+    np.ones(6 * HP, np.uint8).tofile(p)
+    mm = np.memmap(p, np.uint8, mode="r")
+    calls = []
+    monkeypatch.setattr(hugepages, "_move", lambda addr, n, prot: calls.append(n) and False)
+    before, failures = hugepages.moved_bytes(), hugepages.move_failures()
+    hugepages.promote(mm)
+    assert hugepages.wait(10)
+    assert len(calls) == 1  # stops at the first failure
+    assert hugepages.moved_bytes() == before and hugepages.move_failures() == failures + 1
+    assert np.array_equal(mm, np.ones(6 * HP, np.uint8))

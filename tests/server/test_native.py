@@ -136,6 +136,9 @@ async def test_metrics_and_log_lines(client) -> None:
         "modelc_num_preemptions_total 0.0",
         "modelc_request_prompt_tokens_count 2.0",
         "modelc_request_queue_time_seconds_count 2.0",
+        "modelc_hugepages_moved_bytes",
+        "modelc_hugepages_moving",
+        "modelc_hugepages_move_failures_total",
     ):
         assert name in text, name
     lines = client.log_lines()

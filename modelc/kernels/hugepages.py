@@ -286,6 +286,8 @@ class _Mover:
 
 
 _MOVER = _Mover()
+if hasattr(os, "register_at_fork"):  # a forked child has no mover thread (and maybe a held lock): start afresh
+    os.register_at_fork(after_in_child=lambda: _MOVER.__init__())
 
 
 def promote(a: np.ndarray) -> None:

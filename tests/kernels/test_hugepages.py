@@ -167,3 +167,32 @@ def test_a_failed_move_leaves_the_rest_on_the_mapping_and_is_counted(tmp_path, m
     assert len(calls) == 1  # stops at the first failure
     assert hugepages.moved_bytes() == before and hugepages.move_failures() == failures + 1
     assert np.array_equal(mm, np.ones(6 * HP, np.uint8))
+
+
+@linux_only
+def test_a_forked_child_starts_with_an_idle_mover(tmp_path) -> None:
+    import os
+    import signal
+    import time
+
+    p = tmp_path / "w.bin"
+    np.ones(6 * HP, np.uint8).tofile(p)
+    mm = np.memmap(p, np.uint8, mode="r")
+    hugepages.promote(mm)  # the parent's mover is busy (or about to be) when the child forks
+    pid = os.fork()
+    if pid == 0:  # the child: waiting returns at once, and a move there works
+        ok = hugepages.wait(5) and not hugepages.moving() and hugepages.moved_bytes() == 0
+        hugepages.promote(mm)
+        ok = ok and hugepages.wait(30) and hugepages.moved_bytes() > 0 and bool(np.all(mm == 1))
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 60
+    done, status = os.waitpid(pid, os.WNOHANG)
+    while not done and time.monotonic() < deadline:
+        time.sleep(0.05)
+        done, status = os.waitpid(pid, os.WNOHANG)
+    if not done:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert done, "the forked child hung"
+    assert hugepages.wait(30)
+    assert os.waitstatus_to_exitcode(status) == 0

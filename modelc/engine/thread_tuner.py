@@ -116,7 +116,7 @@ class ThreadTuner:
             st.samples = {n: [] for n in self.candidates}
             st.recent.clear()
             st.epoch = self.epoch
-        return st.plan[0] if st.plan else (st.best or self.candidates[0])
+        return st.plan[0] if st.plan else self.choice(key)
 
     def prompt_threads(self) -> int:
         """The thread count of the steps not tuned (prefill, drafts, embeddings)."""

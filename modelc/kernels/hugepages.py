@@ -55,11 +55,11 @@ the TLB (and tests load hundreds of tiny models)."""
 
 
 def enabled(nbytes: int) -> bool:
-    """Whether `nbytes` of weights move onto huge pages: not MODELC_HUGEPAGES=0, the OS has MADV_HUGEPAGE,
+    """Whether `nbytes` of weights move onto huge pages: not MODELC_HUGEPAGES=0, the mover can run here (Linux),
     unless MODELC_HUGEPAGES=1 the kernel has transparent huge pages for it and there are MIN_BYTES or more,
     and they take at most half of the memory available now (else the file mapping, which can page)."""
     flag = os.environ.get("MODELC_HUGEPAGES", "")
-    if flag == "0" or not hasattr(mmap, "MADV_HUGEPAGE"):
+    if flag == "0" or _LIBC is None:
         return False
     if flag != "1" and (nbytes < MIN_BYTES or not transparent_huge_pages()):
         return False
@@ -108,12 +108,18 @@ def _mapping(a: np.ndarray) -> np.memmap | None:
     return m
 
 
-def file_place(a: np.ndarray) -> tuple[str, int] | None:
-    """(file name, byte offset of a's first byte in it) when `a` views a file mapping that nothing writes:
-    an np.memmap of mode "r", or of mode "c" (copy-on-write: the repack cache's, whose arrays are only
-    read), else None."""
+def _unwritten_mapping(a: np.ndarray) -> np.memmap | None:
+    """The np.memmap `a` views when nothing writes it through to its file: mode "r", or mode "c" (copy-on-write:
+    the repack cache's, whose arrays are only read); else None (r+ / w+: writes must reach the file)."""
     m = _mapping(a)
-    if m is None or getattr(m, "mode", "") not in ("r", "c") or not getattr(m, "filename", None):
+    return m if m is not None and getattr(m, "mode", "") in ("r", "c") else None
+
+
+def file_place(a: np.ndarray) -> tuple[str, int] | None:
+    """(file name, byte offset of a's first byte in it) when `a` views a file mapping that nothing writes
+    (`_unwritten_mapping`), else None."""
+    m = _unwritten_mapping(a)
+    if m is None or not getattr(m, "filename", None):
         return None
     return str(m.filename), int(m.offset + (a.ctypes.data - m.ctypes.data))
 
@@ -189,8 +195,7 @@ def _move(addr: int, n: int, prot: int) -> bool:
     finally:
         if a > p:
             lib.munmap(p, a - p)
-        if p + HUGE_PAGE > a:
-            lib.munmap(a + n, p + HUGE_PAGE - a)
+        lib.munmap(a + n, p + HUGE_PAGE - a)  # the tail: a - p < HUGE_PAGE
         if not moved:
             lib.munmap(a, n)
 
@@ -228,7 +233,8 @@ class _Mover:
         with self._lock:
             st = self._maps.get(id(owner))
             if st is None or st["ref"]() is not owner:
-                st = self._maps[id(owner)] = {"ref": weakref.ref(owner), "ranges": [], "done": set(), "prot": prot}
+                st = {"ref": weakref.ref(owner), "ranges": [], "done": set(), "prot": prot, "new": False}
+                self._maps[id(owner)] = st
                 weakref.finalize(owner, self._forget, id(owner), st)
             st["ranges"].append((start, end))
             st["new"] = True
@@ -246,20 +252,21 @@ class _Mover:
         while True:
             time.sleep(SETTLE_S)
             with self._lock:
-                todo = [(st["ref"](), st) for st in self._maps.values() if st.get("new")]
-                todo = [(o, st) for o, st in todo if o is not None]  # strong refs: no unmap while moving
-                for _, st in todo:
+                pairs = [(st["ref"](), st) for st in self._maps.values() if st["new"]]
+                held = [o for o, _ in pairs if o is not None]  # strong refs: no unmap while moving
+                todo = [st for o, st in pairs if o is not None]
+                for st in todo:
                     st["new"] = False
                 if not todo:
                     self._thread = None
                     self._idle.set()
                     return
-            for _owner, st in todo:
+            for st in todo:
                 with self._lock:
                     ranges = list(st["ranges"])
                 if not self._move_all(_stretches(ranges), st):
                     self.failed += 1
-            del todo
+            del pairs, held  # before the next sleep: an unloaded model's mapping can go
 
     def _move_all(self, stretches: list[tuple[int, int]], st: dict) -> bool:
         """Move the pages of the stretches not moved yet, in runs of up to STEP bytes; False at the first
@@ -295,8 +302,8 @@ def promote(a: np.ndarray) -> None:
     (np.memmap) and this OS can (Linux); anything else stays as it is."""
     if _LIBC is None or a.size == 0:
         return
-    owner = _mapping(a)
-    if owner is None or getattr(owner, "mode", "") not in ("r", "c"):  # r+ / w+: writes must reach the file
+    owner = _unwritten_mapping(a)
+    if owner is None:
         return
     _MOVER.add(owner, a.ctypes.data, a.ctypes.data + a.nbytes)
 

@@ -105,9 +105,8 @@ def test_file_mapped_source_is_read_from_the_file(tmp_path, monkeypatch: pytest.
     np.testing.assert_array_equal(hugepages.read_copy(data[:7]), data[:7])
 
 
+@linux_only
 def test_default_where_the_kernel_has_huge_pages_and_memory_guard(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not hasattr(mmap, "MADV_HUGEPAGE"):
-        pytest.skip("no MADV_HUGEPAGE on this OS")
     monkeypatch.delenv("MODELC_HUGEPAGES", raising=False)
     monkeypatch.setattr(hugepages, "transparent_huge_pages", lambda: True)
     monkeypatch.setattr(hugepages, "_available_bytes", lambda: 1 << 40)

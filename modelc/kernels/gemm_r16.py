@@ -14,7 +14,7 @@ Layout of one (16-row group, 32-element block), `BYTES[kind]` bytes:
   Q4_0: [16 fp16 scales d_r][4 chunks x 64 bytes: chunk k, lane r = row r's code bytes 4k..4k+3]
         (low nibbles: elements 4k..4k+3, high nibbles: 16+4k..16+4k+3; code - 8)
   Q8_0: [16 fp16 scales][8 chunks x 64 bytes: chunk k, lane r = row r's codes 4k..4k+3] (signed;
-        the dot takes them as code + 128, so only where cpu.WIDE_DOT_EXACT)
+        the dot takes them as code + 128 where cpu.WIDE_DOT_EXACT, else signed: Q8_SIGNED)
 The code offsets (-8, -128) start each block dot at -offset * (the block's activation code sum).
 Same numbers as ref_linear.matmul_qact up to float summation order.
 """
@@ -48,15 +48,26 @@ from modelc.kernels.qdot_r16 import (
     or_shl_i32x16,
     splat_i32x16,
 )
-from modelc.kernels.qdot_tile import WIDE_DOT_EXACT, dot_u8x64, fmadot_f32x16, load_i8x64
+from modelc.kernels.qdot_tile import (
+    WIDE_DOT_EXACT,
+    dot4_u6_u8x64,
+    dot8_u4_u8x64,
+    dot_u8x64,
+    fmadot_f32x16,
+    load_i8x64,
+    sdot_i8x64,
+)
 from modelc.kernels.quant import KIND, quantized
 from modelc.kernels.quant_iq import IQ4_NL, IQ4_XS
 
 Q4_0, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K]
 Q6_K = KIND[DataType.Q6_K]
-R16_KINDS = frozenset({Q4_0, Q4_K, Q6_K} | ({Q8_0, IQ4_NL, IQ4_XS} if WIDE_DOT_EXACT else set()))
-"""Kinds repacked and multiplied here (Q8_0's code + 128 and IQ4's code book + 128 need the exact wide dot:
-VNNI or portable IR); IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k."""
+R16_KINDS = frozenset({Q4_0, Q4_K, Q6_K, Q8_0} | ({IQ4_NL, IQ4_XS} if WIDE_DOT_EXACT else set()))
+"""Kinds repacked and multiplied here (IQ4's code book + 128 needs the exact wide dot: VNNI or portable IR);
+IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k."""
+Q8_SIGNED = not WIDE_DOT_EXACT
+"""AVX2 without VNNI: Q8_0's codes stay signed and each dot takes |w| x (x * sign(w)) (qdot_tile.sdot_i8x64,
+2 ops more a ymm half); elsewhere they go in as code + 128 (vpdpbusd, one op) with a -128 * sum(x) start."""
 
 GROUP = 16
 # one 16-row group of one block (Q4_K, Q6_K, IQ4_XS: of a 256-element super-block)
@@ -174,6 +185,31 @@ def _dot4(p, u0, u1, u2, u3, xq, xo):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _sdot4(p, w0, w1, w2, w3, xq, xo):
+    """_dot4 for Q8_0's signed codes (Q8_SIGNED)."""
+    p = sdot_i8x64(p, w0, bcast4_i8x64(xq, xo))
+    p = sdot_i8x64(p, w1, bcast4_i8x64(xq, xo + 4))
+    p = sdot_i8x64(p, w2, bcast4_i8x64(xq, xo + 8))
+    return sdot_i8x64(p, w3, bcast4_i8x64(xq, xo + 12))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot8_u4(p, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo):
+    """p + the dots of chunks u0..u7 (codes <= 15) with activation bytes xo, xo+4, .., xo+28: _dot4 twice, in
+    fewer ops on AVX2 without VNNI (qdot_tile.dot8_u4_u8x64)."""
+    return dot8_u4_u8x64(p, u0, u1, u2, u3, u4, u5, u6, u7,
+                         bcast4_i8x64(xq, xo), bcast4_i8x64(xq, xo + 4), bcast4_i8x64(xq, xo + 8), bcast4_i8x64(xq, xo + 12),
+                         bcast4_i8x64(xq, xo + 16), bcast4_i8x64(xq, xo + 20), bcast4_i8x64(xq, xo + 24), bcast4_i8x64(xq, xo + 28))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot4_u6(p, u0, u1, u2, u3, xq, xo):
+    """_dot4 for codes <= 63 (Q6_K), in fewer ops on AVX2 without VNNI (qdot_tile.dot4_u6_u8x64)."""
+    return dot4_u6_u8x64(p, u0, u1, u2, u3,
+                         bcast4_i8x64(xq, xo), bcast4_i8x64(xq, xo + 4), bcast4_i8x64(xq, xo + 8), bcast4_i8x64(xq, xo + 12))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _scale_min(a, m, md, s):
     """Sub-block s's 6-bit scale and min of 16 Q4_K rows (ggml's get_scale_min_k4), from the three scale
     words of each row: a = bytes 0-3, m = bytes 4-7, md = bytes 8-11."""
@@ -188,13 +224,16 @@ def _scale_min(a, m, md, s):
 @njit(cache=True, nogil=True, inline="always")
 def _codes(rf, q, kind):
     """The 8 code vectors of one 16-row Q4_0 (kind 0) or Q8_0 block whose chunks start at byte q:
-    elements 4k..4k+3 (u0-u3) and 16+4k..16+4k+3 (u4-u7), unsigned (Q4_0: code, Q8_0: code + 128)."""
+    elements 4k..4k+3 (u0-u3) and 16+4k..16+4k+3 (u4-u7), unsigned (Q4_0: code, Q8_0: code + 128) but
+    Q8_0's signed codes where Q8_SIGNED."""
     if kind == 0:  # low nibbles: elements 4k..4k+3, high nibbles: 16+4k..
         q0, q1, q2, q3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
         u0, u1, u2, u3 = nib_lo_i8x64(q0), nib_lo_i8x64(q1), nib_lo_i8x64(q2), nib_lo_i8x64(q3)
         u4, u5, u6, u7 = nib_hi_i8x64(q0), nib_hi_i8x64(q1), nib_hi_i8x64(q2), nib_hi_i8x64(q3)
         return u0, u1, u2, u3, u4, u5, u6, u7
     c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
+    if Q8_SIGNED:
+        return c0, c1, c2, c3, c4, c5, c6, c7
     return flip_i8x64(c0), flip_i8x64(c1), flip_i8x64(c2), flip_i8x64(c3), flip_i8x64(c4), flip_i8x64(c5), flip_i8x64(c6), flip_i8x64(c7)  # fmt: skip
 
 
@@ -212,9 +251,13 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
         u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
         for j in range(t):
             xo = j * c + b * 32
-            p = _dot4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, xq, xo)
-            p2 = _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16)
-            a = fmadot_f32x16(load_f32x16(acc, j * 16), add_i32x16(p, p2), d, splat_f32x16(xd[j, b]))
+            if kind == 0:
+                p = _dot8_u4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, u4, u5, u6, u7, xq, xo)
+            elif Q8_SIGNED:
+                p = _sdot4(_sdot4(splat_i32x16(0), u0, u1, u2, u3, xq, xo), u4, u5, u6, u7, xq, xo + 16)
+            else:
+                p = add_i32x16(_dot4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, xq, xo), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16))  # fmt: skip
+            a = fmadot_f32x16(load_f32x16(acc, j * 16), p, d, splat_f32x16(xd[j, b]))
             store_f32x16(acc, j * 16, a)
     _store_acc(out, acc, gi, t)
 
@@ -229,9 +272,13 @@ def _group_t1(out, xq, sa, xd, rf, gi, nb, kind):
     for b in range(nb):
         o = base + b * bb
         u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
-        p = _dot4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, xq, b * 32)
-        p2 = _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, b * 32 + 16)
-        acc = fmadot_f32x16(acc, add_i32x16(p, p2), load_f16x16(rf, o), splat_f32x16(xd[0, b]))
+        if kind == 0:
+            p = _dot8_u4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32)
+        elif Q8_SIGNED:
+            p = _sdot4(_sdot4(splat_i32x16(0), u0, u1, u2, u3, xq, b * 32), u4, u5, u6, u7, xq, b * 32 + 16)
+        else:
+            p = add_i32x16(_dot4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, xq, b * 32), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, b * 32 + 16))  # fmt: skip
+        acc = fmadot_f32x16(acc, p, load_f16x16(rf, o), splat_f32x16(xd[0, b]))
     store_f32x16(out.reshape(-1), gi * 16, acc)
 
 
@@ -266,8 +313,8 @@ def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
             g0, g1 = load_f32x16(fs, 128 + 16 * s0), load_f32x16(fs, 128 + 16 * s0 + 16)
             for tt in range(t):
                 xo = tt * c + sb * 256 + 64 * j
-                p = _dot4(_dot4(splat_i32x16(0), l0, l1, l2, l3, xq, xo), l4, l5, l6, l7, xq, xo + 16)
-                p2 = _dot4(_dot4(splat_i32x16(0), h0, h1, h2, h3, xq, xo + 32), h4, h5, h6, h7, xq, xo + 48)
+                p = _dot8_u4(splat_i32x16(0), l0, l1, l2, l3, l4, l5, l6, l7, xq, xo)
+                p2 = _dot8_u4(splat_i32x16(0), h0, h1, h2, h3, h4, h5, h6, h7, xq, xo + 32)
                 k = sb * 8 + s0
                 v = load_f32x16(acc, tt * 16)
                 v = fmadot_f32x16(v, p, f0, splat_f32x16(xd[tt, k]))
@@ -314,10 +361,10 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
             q = o + 256 + 512 * j
             xo = sb * 256 + 64 * j
             c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
-            p = _dot4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3), xq, xo)
-            p = _dot4(p, nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo + 16)
-            p2 = _dot4(splat_i32x16(0), nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3), xq, xo + 32)  # fmt: skip
-            p2 = _dot4(p2, nib_hi_i8x64(c4), nib_hi_i8x64(c5), nib_hi_i8x64(c6), nib_hi_i8x64(c7), xq, xo + 48)
+            p = _dot8_u4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3),
+                         nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo)  # fmt: skip
+            p2 = _dot8_u4(splat_i32x16(0), nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3),
+                          nib_hi_i8x64(c4), nib_hi_i8x64(c5), nib_hi_i8x64(c6), nib_hi_i8x64(c7), xq, xo + 32)  # fmt: skip
             k = sb * 8 + 2 * j
             sacc = fma_f32x16(sacc, float_i32x16(mul_i32x16(p, _byte_i32x16(sv, b0))), splat_f32x16(xd[0, k]))
             sacc = fma_f32x16(sacc, float_i32x16(mul_i32x16(p2, _byte_i32x16(sv, b0 + 1))), splat_f32x16(xd[0, k + 1]))
@@ -390,7 +437,7 @@ def _r16_q4_0(out, xq, xd, rw):
 def _r16_q8_0(out, xq, xd, rw):
     t, c = xq.shape
     nb = c // 32
-    sa = _offsets(xq, nb, 128)
+    sa = _offsets(xq, nb, 0 if Q8_SIGNED else 128)
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
     if t == 1:

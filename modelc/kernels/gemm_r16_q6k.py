@@ -27,7 +27,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _dot4, _load8, _offsets, _store_acc
+from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _dot4_u6, _load8, _offsets, _store_acc
 from modelc.kernels.qdot import (
     fma_f32x16,
     load_f16x16,
@@ -145,10 +145,10 @@ def _tokens(acc, xq, xd, so, t, c, bq, s, f0, f1, f2, f3, u0, u1, u2, u3, u4, u5
     bq + 1 (codes v, scales f2, f3), for every token; s = bq's first 16-element sub-block."""
     for tt in range(t):
         xo = tt * c + 32 * bq
-        p0 = _dot4(splat_i32x16(so[tt, s]), u0, u1, u2, u3, xq, xo)
-        p1 = _dot4(splat_i32x16(so[tt, s + 1]), u4, u5, u6, u7, xq, xo + 16)
-        p2 = _dot4(splat_i32x16(so[tt, s + 2]), v0, v1, v2, v3, xq, xo + 32)
-        p3 = _dot4(splat_i32x16(so[tt, s + 3]), v4, v5, v6, v7, xq, xo + 48)
+        p0 = _dot4_u6(splat_i32x16(so[tt, s]), u0, u1, u2, u3, xq, xo)
+        p1 = _dot4_u6(splat_i32x16(so[tt, s + 1]), u4, u5, u6, u7, xq, xo + 16)
+        p2 = _dot4_u6(splat_i32x16(so[tt, s + 2]), v0, v1, v2, v3, xq, xo + 32)
+        p3 = _dot4_u6(splat_i32x16(so[tt, s + 3]), v4, v5, v6, v7, xq, xo + 48)
         a = load_f32x16(acc, tt * 16)
         w0 = fma_f32x16(mul_f32x16(float_i32x16(p0), f0), float_i32x16(p1), f1)
         w1 = fma_f32x16(mul_f32x16(float_i32x16(p2), f2), float_i32x16(p3), f3)
@@ -199,8 +199,8 @@ def _group(out, xq, xd, so, rf, gi, nsb, t, c, acc):
 def _block_t1(acc, d, xq, xd, so, s0, s1, bq, u0, u1, u2, u3, u4, u5, u6, u7):
     """acc + the 16 rows' dots with 32-element block bq of the one token (codes u, the two sub-blocks'
     scales s0, s1): the two sub-blocks' integer dots weighted by their integer scales, one float fma."""
-    p0 = _dot4(splat_i32x16(so[0, 2 * bq]), u0, u1, u2, u3, xq, 32 * bq)
-    p1 = _dot4(splat_i32x16(so[0, 2 * bq + 1]), u4, u5, u6, u7, xq, 32 * bq + 16)
+    p0 = _dot4_u6(splat_i32x16(so[0, 2 * bq]), u0, u1, u2, u3, xq, 32 * bq)
+    p1 = _dot4_u6(splat_i32x16(so[0, 2 * bq + 1]), u4, u5, u6, u7, xq, 32 * bq + 16)
     p = add_i32x16(mul_i32x16(p0, s0), mul_i32x16(p1, s1))
     return fmadot_f32x16(acc, p, d, splat_f32x16(xd[0, bq]))
 

@@ -134,6 +134,89 @@ def dot_u8x64(typingctx, acc, u, a):
     return I32x16(acc, u, a), codegen
 
 
+def _dot_runs(builder, acc, us, avs, run):
+    """acc + the dots of the (us[i], avs[i]) pairs. With AVX2 but no VNNI, `run` consecutive vpmaddubsw results
+    are summed as int16 before one vpmaddwd (exact only where run * 2 * max(u) * 127 <= 32767: the caller's
+    bound on its codes); elsewhere one dot_u8x64 each."""
+    if HAS_VNNI512 or HAS_VNNI or not HAS_AVX2:
+        for u, a in zip(us, avs, strict=True):
+            acc = _dot_u8x64(builder, acc, u, a)
+        return acc
+    ones = ir.Constant(_v16i16, [1] * 16)
+    halves = []
+    for k in range(2):
+        c = _half_of(builder, acc, k)
+        for r in range(0, len(us), run):
+            s16 = None
+            for u, a in zip(us[r : r + run], avs[r : r + run], strict=True):
+                p16 = _call(
+                    builder, "llvm.x86.avx2.pmadd.ub.sw", _v16i16, [_half_of(builder, u, k), _half_of(builder, a, k)]
+                )
+                s16 = p16 if s16 is None else builder.add(s16, p16)
+            c = builder.add(c, _call(builder, "llvm.x86.avx2.pmadd.wd", _v8i32, [s16, ones]))
+        halves.append(c)
+    return _cat(builder, halves[0], halves[1])
+
+
+@intrinsic
+def dot8_u4_u8x64(typingctx, acc, u0, u1, u2, u3, u4, u5, u6, u7, a0, a1, a2, a3, a4, a5, a6, a7):
+    """acc + the 8 dots (u_i, a_i) as dot_u8x64 chains them, for codes u <= 15 (Q4_0, Q4_K nibbles): with AVX2
+    but no VNNI the 8 pair products add up as int16 (8 * 2 * 15 * 127 < 2^15) before one vpmaddwd, 17 ops a
+    ymm half instead of 24."""
+    if not (
+        acc == I32x16 and all(v == I8x64 for v in (u0, u1, u2, u3, u4, u5, u6, u7, a0, a1, a2, a3, a4, a5, a6, a7))
+    ):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _dot_runs(builder, args[0], args[1:9], args[9:17], 8)
+
+    return I32x16(acc, u0, u1, u2, u3, u4, u5, u6, u7, a0, a1, a2, a3, a4, a5, a6, a7), codegen
+
+
+@intrinsic
+def dot4_u6_u8x64(typingctx, acc, u0, u1, u2, u3, a0, a1, a2, a3):
+    """acc + the 4 dots (u_i, a_i) for codes u <= 63 (Q6_K): with AVX2 but no VNNI, pairs of vpmaddubsw results
+    add up as int16 (2 * 2 * 63 * 127 < 2^15), two vpmaddwd instead of four."""
+    if not (acc == I32x16 and all(v == I8x64 for v in (u0, u1, u2, u3, a0, a1, a2, a3))):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _dot_runs(builder, args[0], args[1:5], args[5:9], 2)
+
+    return I32x16(acc, u0, u1, u2, u3, a0, a1, a2, a3), codegen
+
+
+@intrinsic
+def sdot_i8x64(typingctx, acc, w, a):
+    """acc + per-lane sum of 4 products w * a, both signed (|a| <= 127): with AVX2, |w| x (a * sign(w)) per
+    ymm half (vpabsb, vpsignb; pair sums <= 2 * 128 * 127 < 2^15, exact), so Q8_0's codes need no + 128
+    offset where no VNNI makes that wide dot exact (gemm_r16's Q8_0 on AVX2)."""
+    if not (acc == I32x16 and w == I8x64 and a == I8x64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        c, w, a = args
+        if not HAS_AVX2:
+            return builder.add(c, dot4_generic(builder, w, a, signed=True))
+        halves = []
+        for k in range(2):
+            wk, ak = _half_of(builder, w, k), _half_of(builder, a, k)
+            aw = _call(builder, "llvm.abs.v32i8", _v32i8, [wk, ir.Constant(ir.IntType(1), 0)])
+            sa = _call(builder, "llvm.x86.avx2.psign.b", _v32i8, [ak, wk])
+            ck = _half_of(builder, c, k)
+            if HAS_VNNI:
+                args = [ck, builder.bitcast(aw, _v8i32), builder.bitcast(sa, _v8i32)]
+                halves.append(_call(builder, "llvm.x86.avx512.vpdpbusd.256", _v8i32, args))
+            else:
+                p16 = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _v16i16, [aw, sa])
+                ones = ir.Constant(_v16i16, [1] * 16)
+                halves.append(builder.add(ck, _call(builder, "llvm.x86.avx2.pmadd.wd", _v8i32, [p16, ones])))
+        return _cat(builder, halves[0], halves[1])
+
+    return I32x16(acc, w, a), codegen
+
+
 # ---- loads, stores, float ops ----------------------------------------------------------
 
 

@@ -66,3 +66,33 @@ def test_matmul_f32_is_quantize_then_the_kernel(dtype, t):
     out = np.full((t, 64), np.nan, np.float32)
     gemm_r16.matmul_f32(out, x, gemm_r16.repack(w.blocks, dtype), quant.KIND[dtype])
     np.testing.assert_array_equal(out, r16_matmul(w, x))  # the same kernel on the same codes: bit for bit
+
+
+_CODES = {
+    DataType.Q4_0: (18, slice(2, 18), 0xFF),
+    DataType.Q8_0: (34, slice(2, 34), 0x80),
+    DataType.Q4_K: (144, slice(16, 144), 0xFF),
+    DataType.Q6_K: (210, slice(0, 192), 0xFF),
+}
+"""Per stored type: one row's block bytes, where its code bytes lie in the block, and the byte that makes every
+code its largest in magnitude (Q4: 15, Q6_K: 63, Q8_0: -128)."""
+
+
+@pytest.mark.parametrize("dtype", list(_CODES), ids=lambda d: d.name)
+@pytest.mark.parametrize("t", [1, 3])
+def test_largest_codes_against_full_scale_activations(dtype, t):
+    """Every code at its largest against activation codes of +-127 in runs: the largest int16 partial sums
+    the AVX2 path adds up before widening (qdot_tile.dot8_u4_u8x64, dot4_u6_u8x64, sdot_i8x64) must not
+    saturate."""
+    n, c = 32, 512
+    rng = np.random.default_rng(t)
+    w0 = linear.prepare_weight(random_tensor(dtype, n, c, rng))
+    size, codes, fill = _CODES[dtype]
+    b = np.array(w0.blocks).reshape(n, -1, size)
+    b[:, :, codes] = fill
+    w = type(w0)(dtype, n, c, b.reshape(n, -1), None, None)
+    sign = np.where(rng.random((t, c // 16)) < 0.8, 1.0, -1.0).repeat(16, axis=1)  # mostly one sign per 32-block
+    x = (sign * (1.0 + 0.001 * rng.random((t, c)))).astype(np.float32)
+    got, want = r16_matmul(w, x), twin(w, x)
+    assert np.abs(want).max() > 0
+    assert_close(got, want)

@@ -14,7 +14,7 @@ Layout of one (16-row group, 32-element block), `BYTES[kind]` bytes:
   Q4_0: [16 fp16 scales d_r][4 chunks x 64 bytes: chunk k, lane r = row r's code bytes 4k..4k+3]
         (low nibbles: elements 4k..4k+3, high nibbles: 16+4k..16+4k+3; code - 8)
   Q8_0: [16 fp16 scales][8 chunks x 64 bytes: chunk k, lane r = row r's codes 4k..4k+3] (signed;
-        the dot takes them as code + 128 where cpu.WIDE_DOT_EXACT, else signed: Q8_SIGNED)
+        the dot takes them as code + 128 where cpu.WIDE_DOT_EXACT, else signed: SIGNED_DOT)
 The code offsets (-8, -128) start each block dot at -offset * (the block's activation code sum).
 Same numbers as ref_linear.matmul_qact up to float summation order.
 """
@@ -62,12 +62,12 @@ from modelc.kernels.quant_iq import IQ4_NL, IQ4_XS
 
 Q4_0, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K]
 Q6_K = KIND[DataType.Q6_K]
-R16_KINDS = frozenset({Q4_0, Q4_K, Q6_K, Q8_0} | ({IQ4_NL, IQ4_XS} if WIDE_DOT_EXACT else set()))
-"""Kinds repacked and multiplied here (IQ4's code book + 128 needs the exact wide dot: VNNI or portable IR);
-IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k."""
-Q8_SIGNED = not WIDE_DOT_EXACT
-"""AVX2 without VNNI: Q8_0's codes stay signed and each dot takes |w| x (x * sign(w)) (qdot_tile.sdot_i8x64,
-2 ops more a ymm half); elsewhere they go in as code + 128 (vpdpbusd, one op) with a -128 * sum(x) start."""
+R16_KINDS = frozenset({Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS})
+"""Kinds repacked and multiplied here (IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k)."""
+SIGNED_DOT = not WIDE_DOT_EXACT
+"""AVX2 without VNNI: Q8_0's codes and IQ4's code book values stay signed and each dot takes |w| x (x * sign(w))
+(qdot_tile.sdot_i8x64, 2 ops more a ymm half); elsewhere they go in as value + 128 (vpdpbusd, one op, exact
+only with VNNI or the portable IR: cpu.WIDE_DOT_EXACT) with a -128 * sum(x) start."""
 
 GROUP = 16
 # one 16-row group of one block (Q4_K, Q6_K, IQ4_XS: of a 256-element super-block)
@@ -186,7 +186,7 @@ def _dot4(p, u0, u1, u2, u3, xq, xo):
 
 @njit(cache=True, nogil=True, inline="always")
 def _sdot4(p, w0, w1, w2, w3, xq, xo):
-    """_dot4 for Q8_0's signed codes (Q8_SIGNED)."""
+    """_dot4 for Q8_0's signed codes (SIGNED_DOT)."""
     p = sdot_i8x64(p, w0, bcast4_i8x64(xq, xo))
     p = sdot_i8x64(p, w1, bcast4_i8x64(xq, xo + 4))
     p = sdot_i8x64(p, w2, bcast4_i8x64(xq, xo + 8))
@@ -225,14 +225,14 @@ def _scale_min(a, m, md, s):
 def _codes(rf, q, kind):
     """The 8 code vectors of one 16-row Q4_0 (kind 0) or Q8_0 block whose chunks start at byte q:
     elements 4k..4k+3 (u0-u3) and 16+4k..16+4k+3 (u4-u7), unsigned (Q4_0: code, Q8_0: code + 128) but
-    Q8_0's signed codes where Q8_SIGNED."""
+    Q8_0's signed codes where SIGNED_DOT."""
     if kind == 0:  # low nibbles: elements 4k..4k+3, high nibbles: 16+4k..
         q0, q1, q2, q3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
         u0, u1, u2, u3 = nib_lo_i8x64(q0), nib_lo_i8x64(q1), nib_lo_i8x64(q2), nib_lo_i8x64(q3)
         u4, u5, u6, u7 = nib_hi_i8x64(q0), nib_hi_i8x64(q1), nib_hi_i8x64(q2), nib_hi_i8x64(q3)
         return u0, u1, u2, u3, u4, u5, u6, u7
     c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
-    if Q8_SIGNED:
+    if SIGNED_DOT:
         return c0, c1, c2, c3, c4, c5, c6, c7
     return flip_i8x64(c0), flip_i8x64(c1), flip_i8x64(c2), flip_i8x64(c3), flip_i8x64(c4), flip_i8x64(c5), flip_i8x64(c6), flip_i8x64(c7)  # fmt: skip
 
@@ -253,7 +253,7 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
             xo = j * c + b * 32
             if kind == 0:
                 p = _dot8_u4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, u4, u5, u6, u7, xq, xo)
-            elif Q8_SIGNED:
+            elif SIGNED_DOT:
                 p = _sdot4(_sdot4(splat_i32x16(0), u0, u1, u2, u3, xq, xo), u4, u5, u6, u7, xq, xo + 16)
             else:
                 p = add_i32x16(_dot4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, xq, xo), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16))  # fmt: skip
@@ -274,7 +274,7 @@ def _group_t1(out, xq, sa, xd, rf, gi, nb, kind):
         u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
         if kind == 0:
             p = _dot8_u4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32)
-        elif Q8_SIGNED:
+        elif SIGNED_DOT:
             p = _sdot4(_sdot4(splat_i32x16(0), u0, u1, u2, u3, xq, b * 32), u4, u5, u6, u7, xq, b * 32 + 16)
         else:
             p = add_i32x16(_dot4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, xq, b * 32), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, b * 32 + 16))  # fmt: skip
@@ -437,7 +437,7 @@ def _r16_q4_0(out, xq, xd, rw):
 def _r16_q8_0(out, xq, xd, rw):
     t, c = xq.shape
     nb = c // 32
-    sa = _offsets(xq, nb, 0 if Q8_SIGNED else 128)
+    sa = _offsets(xq, nb, 0 if SIGNED_DOT else 128)
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
     if t == 1:

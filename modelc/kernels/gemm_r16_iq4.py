@@ -5,7 +5,8 @@ its own row's partial sum; the float work runs once per (16 rows, token, 32 elem
 4-bit codes mapped through the IQ4 code book in registers: nibble -> KVALUES_IQ4NL + 128 (1..241)
 by one byte shuffle (qdot_r16_iq4.lut_iq4_i8x64), and each block dot started at -128 * the block's
 activation code sum (gemm_r16._offsets), so the int32 block dot is exactly sum(kvalue * x code).
-Codes up to 241 need the exact wide dot (cpu.WIDE_DOT_EXACT: VNNI or the portable IR), as Q8_0.
+Codes up to 241 need the exact wide dot (cpu.WIDE_DOT_EXACT: VNNI or the portable IR); on AVX2 without VNNI
+the book's signed values go into the signed dot instead (gemm_r16.SIGNED_DOT, as Q8_0 there), no offset.
 
 Layout of one 16-row group, a permutation of the file's bytes (same size):
   IQ4_NL, per 32-element block (288 bytes): Q4_0's, gemm_r16._repack: [16 fp16 d][4 chunks x 64
@@ -23,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _dot4, _offsets, _store_acc
+from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, SIGNED_DOT, _ahead, _dot4, _offsets, _sdot4, _store_acc
 from modelc.kernels.qdot import (
     load_f16x16,
     load_f32x16,
@@ -86,12 +87,20 @@ def _codes(rf, q):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _dot8(s0, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo):
+    """s0 + the 16 rows' 32-element block dot (looked-up codes u0-u7) with xq[xo:xo+32]."""
+    if SIGNED_DOT:
+        return _sdot4(_sdot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo), u4, u5, u6, u7, xq, xo + 16)
+    return add_i32x16(
+        _dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16)
+    )
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _block(acc, rf, q, f, xq, xo, s0, xdk):
     """acc + the 16 rows' block at byte q (scales f) dotted with xq[xo:xo+32] (code sum offset s0, scale xdk)."""
     u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, q)
-    p = _dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo)
-    p2 = _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16)
-    return fmadot_f32x16(acc, add_i32x16(p, p2), f, splat_f32x16(xdk))
+    return fmadot_f32x16(acc, _dot8(s0, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo), f, splat_f32x16(xdk))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -100,9 +109,8 @@ def _tokens(acc, rf, q, f, xq, sa, xd, k, t, c):
     u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, q)
     for j in range(t):
         xo = j * c + k * 32
-        p = _dot4(splat_i32x16(sa[j, k]), u0, u1, u2, u3, xq, xo)
-        p2 = _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16)
-        store_f32x16(acc, j * 16, fmadot_f32x16(load_f32x16(acc, j * 16), add_i32x16(p, p2), f, splat_f32x16(xd[j, k])))
+        p = _dot8(sa[j, k], u0, u1, u2, u3, u4, u5, u6, u7, xq, xo)
+        store_f32x16(acc, j * 16, fmadot_f32x16(load_f32x16(acc, j * 16), p, f, splat_f32x16(xd[j, k])))
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -8,7 +8,7 @@ were measured (their docstrings say how). In table form (first matching row wins
 | weight | T | CPU | path |
 |---|---|---|---|
 | any | any | `MODELC_KERNELS=ref` | REF: numpy twins (ref_linear) |
-| repacked at load (Q4_0, Q8_0, Q4_K, Q6_K; IQ4_NL, IQ4_XS where cpu.WIDE_DOT_EXACT) | any, but AMX's | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
+| repacked at load (Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS) | any, but AMX's | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
 | F16 / BF16 / F32 | >= PREFILL_MIN_T_FLOAT, or F32 at T = 1 | any | BLAS (sgemm / sgemv on fp32) |
 | F32 | 2 .. 31 | any | FLOAT: gemm_float.smatmul |
 | F16 / BF16 | < PREFILL_MIN_T_FLOAT | any | HALF: gemm_float.hmatmul |

@@ -2,7 +2,8 @@
 on 64 nibbles at once, and the 16 rows' 16-bit IQ4_XS high scale bits.
 
 `lut_iq4_i8x64(v)` maps 64 nibbles (0..15) to KVALUES_IQ4NL + 128 (1..241, unsigned bytes) so the
-unsigned x signed dot (vpdpbusd) takes them; the kernel subtracts 128 * the activation code sum.
+unsigned x signed dot (vpdpbusd) takes them; the kernel subtracts 128 * the activation code sum. On AVX2
+without VNNI (CODE_OFFSET 0) it maps them to the signed values, for the signed dot.
 AVX-512 BW: one 512-bit `vpshufb` (the table in each 128-bit lane); AVX2: two 256-bit ones; without
 AVX2 a chain of 16 vector selects: qdot_iq._lut64, the IQ4_XS super-block dot's lookup, at offset 128.
 """
@@ -15,16 +16,17 @@ from numba.extending import intrinsic
 
 from modelc.kernels.iq_tables import KVALUES_IQ4NL
 from modelc.kernels.qdot_iq import _lut64
-from modelc.kernels.qdot_tile import I8x64, I32x16, _check_1d, _load
+from modelc.kernels.qdot_tile import WIDE_DOT_EXACT, I8x64, I32x16, _check_1d, _load
 
 _i16, _i32 = ir.IntType(16), ir.IntType(32)
-CODE_OFFSET = 128
-"""What the lookup adds to each code book value: the kernel starts each block dot at -128 * sum(x codes)."""
+CODE_OFFSET = 0 if not WIDE_DOT_EXACT else 128
+"""What the lookup adds to each code book value: with 128 (the unsigned dot) the kernel starts each block dot at
+-128 * sum(x codes); on AVX2 without VNNI the values stay signed for the signed dot (gemm_r16.SIGNED_DOT)."""
 
 
 @intrinsic
 def lut_iq4_i8x64(typingctx, v):
-    """Per byte: KVALUES_IQ4NL[v] + 128 (v: nibbles 0..15; result 1..241 as unsigned bytes)."""
+    """Per byte: KVALUES_IQ4NL[v] + CODE_OFFSET (v: nibbles 0..15; 1..241 as unsigned bytes, or the signed values)."""
     if v != I8x64:
         return None
 

@@ -73,9 +73,11 @@ _CODES = {
     DataType.Q8_0: (34, slice(2, 34), 0x80),
     DataType.Q4_K: (144, slice(16, 144), 0xFF),
     DataType.Q6_K: (210, slice(0, 192), 0xFF),
+    DataType.IQ4_NL: (18, slice(2, 18), 0x00),
+    DataType.IQ4_XS: (136, slice(8, 136), 0x00),
 }
 """Per stored type: one row's block bytes, where its code bytes lie in the block, and the byte that makes every
-code its largest in magnitude (Q4: 15, Q6_K: 63, Q8_0: -128)."""
+code its largest in magnitude (Q4: 15, Q6_K: 63, Q8_0: -128, IQ4: the book's -127)."""
 
 
 @pytest.mark.parametrize("dtype", list(_CODES), ids=lambda d: d.name)

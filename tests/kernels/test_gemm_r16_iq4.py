@@ -7,14 +7,11 @@ import numpy as np
 import pytest
 
 from modelc.ir import DataType
-from modelc.kernels import gemm_r16, linear, plan, quant, ref_r16
+from modelc.kernels import gemm_r16, linear, plan, ref_r16
 from modelc.kernels.gemm_random import random_tensor
 from tests.kernels.r16_cases import act, assert_close, assert_linear_matches_twin, r16_matmul, twin, with_r16
 
 TYPES = [DataType.IQ4_NL, DataType.IQ4_XS]
-pytestmark = pytest.mark.skipif(
-    quant.KIND[DataType.IQ4_XS] not in gemm_r16.R16_KINDS, reason="no exact wide dot (AVX2 without VNNI)"
-)
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
@@ -81,9 +78,6 @@ from modelc.kernels import cpu, gemm_r16, linear, quant, ref_linear
 from modelc.kernels.gemm_random import random_tensor
 worst = 0.0
 for dt in (DataType.IQ4_NL, DataType.IQ4_XS):
-    if quant.KIND[dt] not in gemm_r16.R16_KINDS:
-        assert not cpu.WIDE_DOT_EXACT
-        continue
     for t in (1, 3):
         rng = np.random.default_rng(t)
         w = linear.prepare_weight(random_tensor(dt, 32, 512, rng))
@@ -101,8 +95,8 @@ print(cpu.HAS_AVX2, cpu.HAS_VNNI, worst)
 @pytest.mark.slow
 @pytest.mark.parametrize("env", [{"MODELC_NO_AVX512": "1"}, {"MODELC_NO_VNNI": "1"}, {"MODELC_NO_AVX2": "1"}])
 def test_fallback_paths(env):
-    """The 256-bit (two vpshufb) and portable (select chain) lookups give the twin's numbers; AVX2 without
-    VNNI (vpmaddubsw would saturate on codes + 128) keeps IQ4 off this path."""
+    """The 256-bit (two vpshufb) and portable (select chain) lookups give the twin's numbers, and so does AVX2
+    without VNNI (the signed values into the signed dot: vpmaddubsw would saturate on values + 128)."""
     from tests.kernels.fallback import fallback_worst
 
     assert fallback_worst(_FALLBACK, env, timeout=900) < 1e-5

@@ -176,21 +176,21 @@ def _load8(rf, q):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _dot4(p, u0, u1, u2, u3, xq, xo):
-    """p + the dots of chunks u0..u3 (each lane a row's 4 codes) with activation bytes xo, xo+4, xo+8, xo+12."""
-    p = dot_u8x64(p, u0, bcast4_i8x64(xq, xo))
-    p = dot_u8x64(p, u1, bcast4_i8x64(xq, xo + 4))
-    p = dot_u8x64(p, u2, bcast4_i8x64(xq, xo + 8))
-    return dot_u8x64(p, u3, bcast4_i8x64(xq, xo + 12))
+def _dot1(p, u, xq, xo, signed):
+    """p + the dot of chunk u (each lane a row's 4 codes) with activation bytes xo..xo+3 broadcast: u unsigned
+    (dot_u8x64), or Q8_0's / IQ4's signed codes where `signed` (sdot_i8x64, SIGNED_DOT)."""
+    if signed:
+        return sdot_i8x64(p, u, bcast4_i8x64(xq, xo))
+    return dot_u8x64(p, u, bcast4_i8x64(xq, xo))
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _sdot4(p, w0, w1, w2, w3, xq, xo):
-    """_dot4 for Q8_0's signed codes (SIGNED_DOT)."""
-    p = sdot_i8x64(p, w0, bcast4_i8x64(xq, xo))
-    p = sdot_i8x64(p, w1, bcast4_i8x64(xq, xo + 4))
-    p = sdot_i8x64(p, w2, bcast4_i8x64(xq, xo + 8))
-    return sdot_i8x64(p, w3, bcast4_i8x64(xq, xo + 12))
+def _dot4(p, u0, u1, u2, u3, xq, xo, signed=False):
+    """p + the dots of chunks u0..u3 with activation bytes xo, xo+4, xo+8, xo+12 (_dot1 each)."""
+    p = _dot1(p, u0, xq, xo, signed)
+    p = _dot1(p, u1, xq, xo + 4, signed)
+    p = _dot1(p, u2, xq, xo + 8, signed)
+    return _dot1(p, u3, xq, xo + 12, signed)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -254,7 +254,7 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
             if kind == 0:
                 p = _dot8_u4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, u4, u5, u6, u7, xq, xo)
             elif SIGNED_DOT:
-                p = _sdot4(_sdot4(splat_i32x16(0), u0, u1, u2, u3, xq, xo), u4, u5, u6, u7, xq, xo + 16)
+                p = _dot4(_dot4(splat_i32x16(0), u0, u1, u2, u3, xq, xo, True), u4, u5, u6, u7, xq, xo + 16, True)
             else:
                 p = add_i32x16(_dot4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, xq, xo), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16))  # fmt: skip
             a = fmadot_f32x16(load_f32x16(acc, j * 16), p, d, splat_f32x16(xd[j, b]))
@@ -275,7 +275,7 @@ def _group_t1(out, xq, sa, xd, rf, gi, nb, kind):
         if kind == 0:
             p = _dot8_u4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32)
         elif SIGNED_DOT:
-            p = _sdot4(_sdot4(splat_i32x16(0), u0, u1, u2, u3, xq, b * 32), u4, u5, u6, u7, xq, b * 32 + 16)
+            p = _dot4(_dot4(splat_i32x16(0), u0, u1, u2, u3, xq, b * 32, True), u4, u5, u6, u7, xq, b * 32 + 16, True)
         else:
             p = add_i32x16(_dot4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, xq, b * 32), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, b * 32 + 16))  # fmt: skip
         acc = fmadot_f32x16(acc, p, load_f16x16(rf, o), splat_f32x16(xd[0, b]))

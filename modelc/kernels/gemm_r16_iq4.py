@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, SIGNED_DOT, _ahead, _dot4, _offsets, _sdot4, _store_acc
+from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, SIGNED_DOT, _ahead, _dot4, _offsets, _store_acc
 from modelc.kernels.qdot import (
     load_f16x16,
     load_f32x16,
@@ -90,7 +90,7 @@ def _codes(rf, q):
 def _dot8(s0, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo):
     """s0 + the 16 rows' 32-element block dot (looked-up codes u0-u7) with xq[xo:xo+32]."""
     if SIGNED_DOT:
-        return _sdot4(_sdot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo), u4, u5, u6, u7, xq, xo + 16)
+        return _dot4(_dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo, True), u4, u5, u6, u7, xq, xo + 16, True)
     return add_i32x16(
         _dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16)
     )

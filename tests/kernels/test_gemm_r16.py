@@ -98,3 +98,39 @@ def test_largest_codes_against_full_scale_activations(dtype, t):
     got, want = r16_matmul(w, x), twin(w, x)
     assert np.abs(want).max() > 0
     assert_close(got, want)
+
+
+_FALLBACK = """
+import numpy as np
+from modelc.ir import DataType
+from modelc.kernels import cpu, gemm_r16, linear, quant, ref_linear
+from modelc.kernels.gemm_random import random_tensor
+worst = 0.0
+for dt, size, codes, fill in ((DataType.Q4_0, 18, slice(2, 18), 0xFF), (DataType.Q8_0, 34, slice(2, 34), 0x80),
+                              (DataType.Q4_K, 144, slice(16, 144), 0xFF)):
+    for t, extreme in ((1, False), (3, False), (9, True), (1, True)):
+        rng = np.random.default_rng(t)
+        w = linear.prepare_weight(random_tensor(dt, 32, 512, rng))
+        x = rng.standard_normal((t, 512)).astype(np.float32)
+        if extreme:  # every code at its largest magnitude, activation codes +-127
+            b = np.array(w.blocks).reshape(32, -1, size)
+            b[:, :, codes] = fill
+            w = type(w)(dt, 32, 512, b.reshape(32, -1), None, None)
+            x = np.ones((t, 512), np.float32)
+            x[1::2] = -1.0  # whole rows of one sign: the largest int16 partial sums
+        xq, xd, xs = quant.quantized(x)
+        out, want = np.full((t, 32), np.nan, np.float32), np.empty((t, 32), np.float32)
+        gemm_r16.qmatmul_r16(out, xq, xd, xs, gemm_r16.repack(w.blocks, dt), quant.KIND[dt])
+        ref_linear.matmul_qact(want, x, w)
+        worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))
+print(cpu.HAS_AVX2, cpu.HAS_VNNI, worst)
+"""
+
+
+@pytest.mark.slow
+def test_avx2_path_without_vnni():
+    """The AVX2 path (int16 sums of 8 vpmaddubsw for Q4_0 / Q4_K, |w| x sign(x, w) for Q8_0) against the twin,
+    largest-magnitude codes included, on a CPU whose default path is VNNI (a no-op switch on AVX2-only CPUs)."""
+    from tests.kernels.fallback import fallback_worst
+
+    assert fallback_worst(_FALLBACK, {"MODELC_NO_VNNI": "1", "MODELC_NO_AMX": "1"}, timeout=900) < 2e-6

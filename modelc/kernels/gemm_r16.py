@@ -203,6 +203,18 @@ def _dot8_u4(p, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _block_dot(s0, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo, nibbles):
+    """s0 + the 16 rows' dot of one 32-element block (code vectors u0..u7: elements 4k.., 16+4k..) with
+    xq[xo:xo+32]: Q4_0's nibbles (`nibbles`, codes <= 15) through _dot8_u4; Q8_0's codes and IQ4's looked-up
+    values signed where SIGNED_DOT, else as value + 128."""
+    if nibbles:
+        return _dot8_u4(splat_i32x16(s0), u0, u1, u2, u3, u4, u5, u6, u7, xq, xo)
+    if SIGNED_DOT:
+        return _dot4(_dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo, True), u4, u5, u6, u7, xq, xo + 16, True)
+    return add_i32x16(_dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _dot4_u6(p, u0, u1, u2, u3, xq, xo):
     """_dot4 for codes <= 63 (Q6_K), in fewer ops on AVX2 without VNNI (qdot_tile.dot4_u6_u8x64)."""
     return dot4_u6_u8x64(p, u0, u1, u2, u3,
@@ -251,12 +263,7 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
         u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
         for j in range(t):
             xo = j * c + b * 32
-            if kind == 0:
-                p = _dot8_u4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, u4, u5, u6, u7, xq, xo)
-            elif SIGNED_DOT:
-                p = _dot4(_dot4(splat_i32x16(0), u0, u1, u2, u3, xq, xo, True), u4, u5, u6, u7, xq, xo + 16, True)
-            else:
-                p = add_i32x16(_dot4(splat_i32x16(sa[j, b]), u0, u1, u2, u3, xq, xo), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16))  # fmt: skip
+            p = _block_dot(sa[j, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, xo, kind == 0)
             a = fmadot_f32x16(load_f32x16(acc, j * 16), p, d, splat_f32x16(xd[j, b]))
             store_f32x16(acc, j * 16, a)
     _store_acc(out, acc, gi, t)
@@ -272,12 +279,7 @@ def _group_t1(out, xq, sa, xd, rf, gi, nb, kind):
     for b in range(nb):
         o = base + b * bb
         u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
-        if kind == 0:
-            p = _dot8_u4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32)
-        elif SIGNED_DOT:
-            p = _dot4(_dot4(splat_i32x16(0), u0, u1, u2, u3, xq, b * 32, True), u4, u5, u6, u7, xq, b * 32 + 16, True)
-        else:
-            p = add_i32x16(_dot4(splat_i32x16(sa[0, b]), u0, u1, u2, u3, xq, b * 32), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, b * 32 + 16))  # fmt: skip
+        p = _block_dot(sa[0, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32, kind == 0)
         acc = fmadot_f32x16(acc, p, load_f16x16(rf, o), splat_f32x16(xd[0, b]))
     store_f32x16(out.reshape(-1), gi * 16, acc)
 
@@ -404,8 +406,11 @@ def _sums32(xs):
 
 @njit(cache=True, nogil=True)
 def _offsets(xq, nb, off):
-    """(T, nb) int32: -off * the sum of each block's activation codes (nb blocks of C/nb elements a row)."""
+    """(T, nb) int32: -off * the sum of each block's activation codes (nb blocks of C/nb elements a row); zeros
+    without summing where off is 0 (signed codes: SIGNED_DOT)."""
     t, c = xq.shape
+    if off == 0:
+        return np.zeros((t, nb), np.int32)
     bs = c // nb
     sa = np.empty((t, nb), np.int32)
     for j in range(t):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, SIGNED_DOT, _ahead, _dot4, _offsets, _store_acc
+from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _block_dot, _offsets, _store_acc
 from modelc.kernels.qdot import (
     load_f16x16,
     load_f32x16,
@@ -87,20 +87,10 @@ def _codes(rf, q):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _dot8(s0, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo):
-    """s0 + the 16 rows' 32-element block dot (looked-up codes u0-u7) with xq[xo:xo+32]."""
-    if SIGNED_DOT:
-        return _dot4(_dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo, True), u4, u5, u6, u7, xq, xo + 16, True)
-    return add_i32x16(
-        _dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16)
-    )
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _block(acc, rf, q, f, xq, xo, s0, xdk):
     """acc + the 16 rows' block at byte q (scales f) dotted with xq[xo:xo+32] (code sum offset s0, scale xdk)."""
     u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, q)
-    return fmadot_f32x16(acc, _dot8(s0, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo), f, splat_f32x16(xdk))
+    return fmadot_f32x16(acc, _block_dot(s0, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo, False), f, splat_f32x16(xdk))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -109,7 +99,7 @@ def _tokens(acc, rf, q, f, xq, sa, xd, k, t, c):
     u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, q)
     for j in range(t):
         xo = j * c + k * 32
-        p = _dot8(sa[j, k], u0, u1, u2, u3, u4, u5, u6, u7, xq, xo)
+        p = _block_dot(sa[j, k], u0, u1, u2, u3, u4, u5, u6, u7, xq, xo, False)
         store_f32x16(acc, j * 16, fmadot_f32x16(load_f32x16(acc, j * 16), p, f, splat_f32x16(xd[j, k])))
 
 

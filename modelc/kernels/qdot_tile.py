@@ -199,20 +199,9 @@ def sdot_i8x64(typingctx, acc, w, a):
         c, w, a = args
         if not HAS_AVX2:
             return builder.add(c, dot4_generic(builder, w, a, signed=True))
-        halves = []
-        for k in range(2):
-            wk, ak = _half_of(builder, w, k), _half_of(builder, a, k)
-            aw = _call(builder, "llvm.abs.v32i8", _v32i8, [wk, ir.Constant(ir.IntType(1), 0)])
-            sa = _call(builder, "llvm.x86.avx2.psign.b", _v32i8, [ak, wk])
-            ck = _half_of(builder, c, k)
-            if HAS_VNNI:
-                args = [ck, builder.bitcast(aw, _v8i32), builder.bitcast(sa, _v8i32)]
-                halves.append(_call(builder, "llvm.x86.avx512.vpdpbusd.256", _v8i32, args))
-            else:
-                p16 = _call(builder, "llvm.x86.avx2.pmadd.ub.sw", _v16i16, [aw, sa])
-                ones = ir.Constant(_v16i16, [1] * 16)
-                halves.append(builder.add(ck, _call(builder, "llvm.x86.avx2.pmadd.wd", _v8i32, [p16, ones])))
-        return _cat(builder, halves[0], halves[1])
+        aw = _call(builder, "llvm.abs.v64i8", _v64i8, [w, ir.Constant(ir.IntType(1), 0)])
+        sa = [_call(builder, "llvm.x86.avx2.psign.b", _v32i8, [_half_of(builder, a, k), _half_of(builder, w, k)]) for k in range(2)]  # fmt: skip
+        return _dot_u8x64(builder, c, aw, _cat(builder, sa[0], sa[1]))  # its pair sums stay exact: <= 2 * 128 * 127
 
     return I32x16(acc, w, a), codegen
 

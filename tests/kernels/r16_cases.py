@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelc.ir import DataType
 from modelc.kernels import gemm_r16, linear, quant, ref_linear
 
 
@@ -42,3 +43,24 @@ def assert_linear_matches_twin(w, w0, t: int, rng: np.random.Generator) -> None:
     out = np.empty((t, w0.rows), np.float32)
     linear.matmul(out, x, w)
     assert_close(out, twin(w0, x))
+
+
+_CODES = {
+    DataType.Q4_0: (18, slice(2, 18), 0xFF),
+    DataType.Q8_0: (34, slice(2, 34), 0x80),
+    DataType.Q4_K: (144, slice(16, 144), 0xFF),
+    DataType.Q6_K: (210, slice(0, 192), 0xFF),
+    DataType.IQ4_NL: (18, slice(2, 18), 0x00),
+    DataType.IQ4_XS: (136, slice(8, 136), 0x00),
+}
+"""Per stored type: one row's block bytes, where its code bytes lie in the block, and the byte that makes every
+code its largest in magnitude (Q4: 15, Q6_K: 63, Q8_0: -128, IQ4: the book's -127)."""
+LARGEST_CODE_TYPES = tuple(_CODES)
+
+
+def largest_codes(w):
+    """The weight w (file layout) with every code at its largest magnitude, scales kept."""
+    size, codes, fill = _CODES[w.dtype]
+    b = np.array(w.blocks).reshape(w.rows, -1, size)
+    b[:, :, codes] = fill
+    return type(w)(w.dtype, w.rows, w.cols, b.reshape(w.rows, -1), None, None)

@@ -8,7 +8,15 @@ import pytest
 from modelc.ir import DataType
 from modelc.kernels import gemm_r16, linear, plan, quant, ref_r16
 from modelc.kernels.gemm_random import random_tensor
-from tests.kernels.r16_cases import assert_close, assert_linear_matches_twin, r16_matmul, twin, with_r16
+from tests.kernels.r16_cases import (
+    LARGEST_CODE_TYPES,
+    assert_close,
+    assert_linear_matches_twin,
+    largest_codes,
+    r16_matmul,
+    twin,
+    with_r16,
+)
 
 TYPES = [dt for dt in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K) if quant.KIND[dt] in gemm_r16.R16_KINDS]
 
@@ -68,19 +76,7 @@ def test_matmul_f32_is_quantize_then_the_kernel(dtype, t):
     np.testing.assert_array_equal(out, r16_matmul(w, x))  # the same kernel on the same codes: bit for bit
 
 
-_CODES = {
-    DataType.Q4_0: (18, slice(2, 18), 0xFF),
-    DataType.Q8_0: (34, slice(2, 34), 0x80),
-    DataType.Q4_K: (144, slice(16, 144), 0xFF),
-    DataType.Q6_K: (210, slice(0, 192), 0xFF),
-    DataType.IQ4_NL: (18, slice(2, 18), 0x00),
-    DataType.IQ4_XS: (136, slice(8, 136), 0x00),
-}
-"""Per stored type: one row's block bytes, where its code bytes lie in the block, and the byte that makes every
-code its largest in magnitude (Q4: 15, Q6_K: 63, Q8_0: -128, IQ4: the book's -127)."""
-
-
-@pytest.mark.parametrize("dtype", list(_CODES), ids=lambda d: d.name)
+@pytest.mark.parametrize("dtype", LARGEST_CODE_TYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("t", [1, 3])
 def test_largest_codes_against_full_scale_activations(dtype, t):
     """Every code at its largest against activation codes of +-127 in runs: the largest int16 partial sums
@@ -88,11 +84,7 @@ def test_largest_codes_against_full_scale_activations(dtype, t):
     saturate."""
     n, c = 32, 512
     rng = np.random.default_rng(t)
-    w0 = linear.prepare_weight(random_tensor(dtype, n, c, rng))
-    size, codes, fill = _CODES[dtype]
-    b = np.array(w0.blocks).reshape(n, -1, size)
-    b[:, :, codes] = fill
-    w = type(w0)(dtype, n, c, b.reshape(n, -1), None, None)
+    w = largest_codes(linear.prepare_weight(random_tensor(dtype, n, c, rng)))
     sign = np.where(rng.random((t, c // 16)) < 0.8, 1.0, -1.0).repeat(16, axis=1)  # mostly one sign per 32-block
     x = (sign * (1.0 + 0.001 * rng.random((t, c)))).astype(np.float32)
     got, want = r16_matmul(w, x), twin(w, x)
@@ -105,17 +97,15 @@ import numpy as np
 from modelc.ir import DataType
 from modelc.kernels import cpu, gemm_r16, linear, quant, ref_linear
 from modelc.kernels.gemm_random import random_tensor
+from tests.kernels.r16_cases import largest_codes
 worst = 0.0
-for dt, size, codes, fill in ((DataType.Q4_0, 18, slice(2, 18), 0xFF), (DataType.Q8_0, 34, slice(2, 34), 0x80),
-                              (DataType.Q4_K, 144, slice(16, 144), 0xFF)):
+for dt in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K):
     for t, extreme in ((1, False), (3, False), (9, True), (1, True)):
         rng = np.random.default_rng(t)
         w = linear.prepare_weight(random_tensor(dt, 32, 512, rng))
         x = rng.standard_normal((t, 512)).astype(np.float32)
         if extreme:  # every code at its largest magnitude, activation codes +-127
-            b = np.array(w.blocks).reshape(32, -1, size)
-            b[:, :, codes] = fill
-            w = type(w)(dt, 32, 512, b.reshape(32, -1), None, None)
+            w = largest_codes(w)
             x = np.ones((t, 512), np.float32)
             x[1::2] = -1.0  # whole rows of one sign: the largest int16 partial sums
         xq, xd, xs = quant.quantized(x)

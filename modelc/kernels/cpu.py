@@ -10,6 +10,7 @@ Each flag is read at import from llvmlite's host features, and an environment sw
 | `HAS_AVX512_VNNI` | HAS_VNNI + avx512f/bw/vl/vnni | `MODELC_NO_AVX512` | 512-bit dots: K-quant/IQ matvec, register tiles |
 | `HAS_AVX512` | HAS_AVX512_VNNI + avx512vbmi | `MODELC_NO_AVX512` | 16-lane Q4_0/Q8_0/F16 matvec (`vpermt2b`) |
 | `HAS_AMX` | HAS_AVX512_VNNI + amx-tile/amx-int8, and the kernel's permission | `MODELC_NO_AMX` | AMX int8 tiles (batches, prefill) |
+| `PREFETCH_T1` | HAS_AVX2 without HAS_AVX512_VNNI, unless `MODELC_PREFETCH_T1=0`/`1` says | `MODELC_PREFETCH_T1=0` | software prefetch in gemm_r16's one-token Q4_0/Q8_0/Q4_K loops |
 
 So `MODELC_NO_AVX512=1 MODELC_NO_VNNI=1 MODELC_NO_AMX=1` runs what an AVX2-only CPU (AMD Zen 3)
 runs, and `MODELC_NO_AVX2=1` the portable code. The other switches the kernels read:
@@ -74,6 +75,13 @@ HAS_AVX512 = HAS_AVX512_VNNI and _has("avx512vbmi")
 HAS_AMX = HAS_AVX512_VNNI and not _off("MODELC_NO_AMX") and _amx_permitted()
 """The AMX int8 tiles may be used (CPU, kernel permission, AVX512-VNNI for the rest)."""
 
+PREFETCH_T1 = os.environ.get("MODELC_PREFETCH_T1", "") == "1" or (
+    os.environ.get("MODELC_PREFETCH_T1", "") != "0" and HAS_AVX2 and not HAS_AVX512_VNNI
+)
+"""gemm_r16's one-token loops prefetch ahead (gemm_r16.PREFETCH_BYTES) where the hardware prefetcher alone streams
+less: on by default on AVX2-class CPUs (Zen 3: Q4_0 decode +7-8%), off with AVX-512 (Zen 4 streamed 5-15% more
+without). A per-CPU default from the two CPUs measured (docs/benchmarks.md); MODELC_PREFETCH_T1=1 or 0 overrides."""
+
 WIDE_DOT_EXACT = HAS_VNNI or not HAS_AVX2
 """The 64-byte unsigned x signed dot is exact for codes up to 255 (VNNI or the portable IR);
 the AVX2 vpmaddubsw pair saturates above 63, so Q8_0's 0..255 codes need this."""
@@ -91,5 +99,5 @@ def env_int(name: str, default: int) -> int:
 
 def describe() -> dict[str, bool]:
     """The flags above by name (for `modelc info`-style output and benchmark headers)."""
-    names = ("HAS_AVX2", "HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "WIDE_DOT_EXACT")
+    names = ("HAS_AVX2", "HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "PREFETCH_T1", "WIDE_DOT_EXACT")
     return {n: bool(globals()[n]) for n in names}

@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit, prange
 
 from modelc.ir import DataType
+from modelc.kernels.cpu import PREFETCH_T1
 from modelc.kernels.qdot import (
     fma_f32x16,
     load_f16x16,
@@ -77,10 +78,16 @@ _ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256, IQ4_NL: 32, IQ4_XS: 256}
 PREFETCH_BYTES = 8192
 """How far ahead of the block being read the kernel prefetches, one line at a time (a group's
 blocks are one contiguous stretch; see gemm_fused_k for why software prefetch matters here).
-The one-token loops of Q4_0, Q8_0, Q4_K and IQ4 prefetch nothing: there the hardware prefetcher alone
-streamed more (TinyLlama's matrices, 2 threads, Zen 4: Q4_K 17-26 against 16-18 GB/s, Q4_0, Q8_0 and
-IQ4_XS ~5-15% more), while at T = 4..16 this prefetch is worth 15-30%. Q6_K's one-token loop prefetches
-nothing either, once it reads its scales up front (gemm_r16_q6k._group_t1)."""
+At T = 4..16 this prefetch is worth 15-30%. The one-token loops of Q4_0, Q8_0 and Q4_K prefetch only
+where cpu.PREFETCH_T1 (AVX2-class CPUs by default), because the two CPUs measured disagree:
+- Zen 4 (AVX-512), TinyLlama's matrices, 2 threads: the hardware prefetcher alone streamed more (Q4_K
+  17-26 against 16-18 GB/s; Q4_0, Q8_0 and IQ4_XS ~5-15% more);
+- Zen 3 (AVX2), same matrices, 3 alternations (benchmarks/r16_kernels.py, stream): with the prefetch Q4_0
+  2048 x 5632 read 22-28 against 19-21 GB/s and 32000 x 2048 27-31 against 19-24, Q4_K 19-21 against 16-20;
+  TinyLlama Q4_0 decode (compare_llamacpp, 3 alternations) 41.1-43.1 against 35.7-39.2 tok/s; Q4_K_M decode
+  did not move (30.3 against 30.5, median of the bests).
+IQ4's one-token loop prefetches nothing; Q6_K's neither, once it reads its scales up front
+(gemm_r16_q6k._group_t1; on Zen 3 a prefetch there moved nothing)."""
 
 
 def can_repack(dtype: DataType, rows: int, cols: int) -> bool:
@@ -271,13 +278,16 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
 
 @njit(cache=True, nogil=True, inline="always")
 def _group_t1(out, xq, sa, xd, rf, gi, nb, kind):
-    """_group for one token: the accumulator stays in a register (no store and reload per block); no software
-    prefetch (see PREFETCH_BYTES)."""
+    """_group for one token: the accumulator stays in a register (no store and reload per block); software
+    prefetch only where PREFETCH_T1 (see PREFETCH_BYTES)."""
     bb = 288 if kind == 0 else 544
     acc = zeros_f32x16()
     base = gi * nb * bb
+    pf = base + PREFETCH_BYTES
     for b in range(nb):
         o = base + b * bb
+        if PREFETCH_T1:
+            pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
         u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
         p = _block_dot(sa[0, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32, kind == 0)
         acc = fmadot_f32x16(acc, p, load_f16x16(rf, o), splat_f32x16(xd[0, b]))
@@ -345,8 +355,11 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
     53 on the AVX2 path; streamed from memory the matmul moved 0-2% (the reads dominate)."""
     acc = zeros_f32x16()
     base = gi * nsb * 2304
+    pf = base + PREFETCH_BYTES
     for sb in range(nsb):
         o = base + sb * 2304
+        if PREFETCH_T1:
+            pf = _ahead(rf, pf, o + 2304 + PREFETCH_BYTES)
         a = load_u32x16(rf, o + 64)
         m = load_u32x16(rf, o + 128)
         md = load_u32x16(rf, o + 192)

@@ -58,7 +58,7 @@ def cache_key() -> str:
         if f.name in NOT_COMPILED:
             continue
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    flags = [n[4:].lower() for n, on in cpu.describe().items() if on and n.startswith("HAS_")]
+    flags = [n.removeprefix("HAS_").lower() for n, on in cpu.describe().items() if on and n != "WIDE_DOT_EXACT"]
     return f"{__version__}-{h.hexdigest()[:12]}-{'.'.join(flags) or 'portable'}"
 
 

@@ -75,6 +75,14 @@ def test_a_cpu_switch_gets_its_own_folder(tmp_path):
     assert key2.endswith("-portable") and key2 != key
 
 
+def test_the_one_token_prefetch_switch_gets_its_own_folder(tmp_path):
+    _install(tmp_path / "a")
+    _, on = _run(tmp_path / "a", tmp_path / "cache", MODELC_PREFETCH_T1="1")
+    _, off = _run(tmp_path / "a", tmp_path / "cache", MODELC_PREFETCH_T1="0")
+    assert on.endswith(".prefetch_t1") or on.endswith("-prefetch_t1")
+    assert "prefetch_t1" not in off and on != off
+
+
 def test_an_unusable_cache_folder_falls_back_to_numbas_own(tmp_path):
     _install(tmp_path / "a")
     blocked = tmp_path / "not-a-folder"

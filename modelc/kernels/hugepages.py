@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
+import logging
 import mmap
 import os
 import sys
@@ -153,6 +155,8 @@ def _read_from_file(out: np.ndarray, a: np.ndarray) -> bool:
 # ---- the mover ---------------------------------------------------------------------------------------
 
 MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
+_log = logging.getLogger("modelc.hugepages")
+"""A failed move is one warning here (stdlib logging: with no handler set up, Python prints it to stderr)."""
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
@@ -176,28 +180,34 @@ def _load_libc():
 _LIBC = _load_libc()
 
 
-def _move(addr: int, n: int, prot: int) -> bool:
+def _move(addr: int, n: int, prot: int) -> str | None:
     """Copy the n bytes at addr (2 MiB-aligned, n a multiple of 2 MiB) into fresh anonymous memory advised
-    MADV_HUGEPAGE and mremap it over addr with protection prot; False (addr untouched) where a call fails."""
+    MADV_HUGEPAGE and mremap it over addr with protection prot; None when moved, else the failed call and its
+    errno (addr untouched)."""
     lib = _LIBC
     p = lib.mmap(None, n + HUGE_PAGE, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
     if p is None or p == _MAP_FAILED:
-        return False
+        return _failed("mmap")
     a = p + (-p) % HUGE_PAGE
     moved = False
     try:
         lib.madvise(a, n, mmap.MADV_HUGEPAGE)  # advice: without it the copy still lands, on small pages
         ctypes.memmove(a, addr, n)  # through the mapping: the bytes every reader of it sees
         if prot != mmap.PROT_READ | mmap.PROT_WRITE and lib.mprotect(a, n, prot) != 0:
-            return False
+            return _failed("mprotect")
         moved = lib.mremap(a, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, addr) == addr
-        return moved
+        return None if moved else _failed("mremap")
     finally:
         if a > p:
             lib.munmap(p, a - p)
         lib.munmap(a + n, p + HUGE_PAGE - a)  # the tail: a - p < HUGE_PAGE
         if not moved:
             lib.munmap(a, n)
+
+
+def _failed(call: str) -> str:
+    e = ctypes.get_errno()
+    return f"{call}: {errno.errorcode.get(e, str(e))} ({os.strerror(e)})"
 
 
 def _stretches(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -264,13 +274,20 @@ class _Mover:
             for st in todo:
                 with self._lock:
                     ranges = list(st["ranges"])
-                if not self._move_all(_stretches(ranges), st):
+                err = self._move_all(_stretches(ranges), st)
+                if err is not None:
                     self.failed += 1
+                    _log.warning(
+                        "huge pages: a weight mapping stays partly on 4 KiB pages, %s (%d MiB moved in this"
+                        " process; an ENOMEM from mremap can be vm.max_map_count; MODELC_HUGEPAGES=0 skips the move)",
+                        err,
+                        self.moved_bytes >> 20,
+                    )
             del pairs, held  # before the next sleep: an unloaded model's mapping can go
 
-    def _move_all(self, stretches: list[tuple[int, int]], st: dict) -> bool:
-        """Move the pages of the stretches not moved yet, in runs of up to STEP bytes; False at the first
-        failure (the rest stays on its mapping)."""
+    def _move_all(self, stretches: list[tuple[int, int]], st: dict) -> str | None:
+        """Move the pages of the stretches not moved yet, in runs of up to STEP bytes; at the first failure,
+        what failed (`_move`; the rest stays on its mapping), else None."""
         done = st["done"]  # 2 MiB page addresses moved already
         for a, b in stretches:
             c = a
@@ -281,12 +298,13 @@ class _Mover:
                 e = c
                 while e < b and e - c < STEP and e not in done:
                     e += HUGE_PAGE
-                if not _move(c, e - c, st["prot"]):
-                    return False
+                err = _move(c, e - c, st["prot"])
+                if err is not None:
+                    return err
                 done.update(range(c, e, HUGE_PAGE))
                 self.moved_bytes += e - c
                 c = e
-        return True
+        return None
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._idle.wait(timeout)

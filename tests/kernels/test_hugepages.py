@@ -154,18 +154,36 @@ def test_weight_reader_queues_its_matrices(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @linux_only
-def test_a_failed_move_leaves_the_rest_on_the_mapping_and_is_counted(tmp_path, monkeypatch) -> None:
+def test_a_failed_move_leaves_the_rest_on_the_mapping_is_counted_and_logged(tmp_path, monkeypatch, caplog) -> None:
     p = tmp_path / "w.bin"
     np.ones(6 * HP, np.uint8).tofile(p)
     mm = np.memmap(p, np.uint8, mode="r")
     calls = []
-    monkeypatch.setattr(hugepages, "_move", lambda addr, n, prot: calls.append(n) and False)
+    monkeypatch.setattr(
+        hugepages, "_move", lambda addr, n, prot: calls.append(n) or "mremap: ENOMEM (Cannot allocate memory)"
+    )
     before, failures = hugepages.moved_bytes(), hugepages.move_failures()
-    hugepages.promote(mm)
-    assert hugepages.wait(10)
+    with caplog.at_level("WARNING", logger="modelc.hugepages"):
+        hugepages.promote(mm)
+        assert hugepages.wait(10)
     assert len(calls) == 1  # stops at the first failure
     assert hugepages.moved_bytes() == before and hugepages.move_failures() == failures + 1
     assert np.array_equal(mm, np.ones(6 * HP, np.uint8))
+    assert [r.getMessage() for r in caplog.records if "mremap: ENOMEM" in r.getMessage()]
+
+
+@linux_only
+def test_a_real_failed_call_names_itself_and_leaves_the_bytes(tmp_path, monkeypatch) -> None:
+    p = tmp_path / "w.bin"
+    np.arange(2 * HP, dtype=np.uint32).astype(np.uint8).tofile(p)
+    mm = np.memmap(p, np.uint8, mode="r")
+    addr = mm.ctypes.data + (-mm.ctypes.data) % HP
+    n = (mm.ctypes.data + mm.nbytes - addr) // HP * HP
+    if n == 0:
+        pytest.skip("the mapping holds no whole huge page")
+    err = hugepages._move(addr, n, 0xFFFF)  # an invalid protection: mprotect fails with EINVAL
+    assert err is not None and err.startswith("mprotect: EINVAL")
+    assert np.array_equal(mm, np.arange(2 * HP, dtype=np.uint32).astype(np.uint8))
 
 
 @linux_only

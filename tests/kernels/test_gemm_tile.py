@@ -188,6 +188,7 @@ _FALLBACK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a subprocess compiling the tiles for each switch (79 s of the default run on Zen 3): as the other fallback tests
 @pytest.mark.parametrize(
     "env, names",
     [

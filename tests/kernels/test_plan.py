@@ -112,7 +112,7 @@ _FLAGS = "from modelc.kernels import cpu; print(' '.join(str(v) for v in cpu.des
         ("MODELC_NO_AMX", {"HAS_AMX"}),
         ("MODELC_NO_AVX512", {"HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX"}),
         ("MODELC_NO_VNNI", {"HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX"}),
-        ("MODELC_NO_AVX2", {"HAS_AVX2", "HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX"}),
+        ("MODELC_NO_AVX2", {"HAS_AVX2", "HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "PREFETCH_T1"}),
     ],
 )
 def test_switches_turn_off_a_flag_and_all_that_need_it(switch: str, off: set[str]) -> None:
@@ -123,8 +123,18 @@ def test_switches_turn_off_a_flag_and_all_that_need_it(switch: str, off: set[str
     for name, value in got.items():
         if name in off:
             assert value is False, name
-        elif name != "WIDE_DOT_EXACT":
+        elif name not in ("WIDE_DOT_EXACT", "PREFETCH_T1"):  # derived: a switch may turn these on
             assert value == cpu.describe()[name], name
+
+
+@pytest.mark.parametrize("value", ["", "0", "1"])
+def test_one_token_prefetch_defaults_to_avx2_without_avx512_and_the_switch_overrides(value: str) -> None:
+    env = dict(os.environ, MODELC_PREFETCH_T1=value, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", _FLAGS], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = dict(zip(cpu.describe(), (v == "True" for v in p.stdout.split()), strict=True))
+    default = got["HAS_AVX2"] and not got["HAS_AVX512_VNNI"]
+    assert got["PREFETCH_T1"] is {"": default, "0": False, "1": True}[value]
 
 
 def test_plan_prints_its_table() -> None:

@@ -1,8 +1,9 @@
 """Where a decode token's time goes: every KernelSet entry of the model (and the matmul kernels under
-linear.matmul) wrapped in a timer, over greedy decode steps after a 128-token prompt; best of 3 rounds.
+linear.matmul) wrapped in a timer, over greedy decode steps after a 128-token prompt (--prompt-tokens: the
+context attention reads); best of 3 rounds.
 
     PYTHONPATH=. python benchmarks/decode_profile.py MODEL.gguf [--threads 2] [--tokens 32] [--streams N]
-        [--per-layer]
+        [--per-layer] [--prompt-tokens 128]
 
 With --streams N, N sequences (16-token prompts) decode together and the figures are per batched step.
 Where every layer runs in kernels/decode_step.py's one call, that call is one line; --per-layer runs the
@@ -47,9 +48,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--streams", type=int, default=1, help="sequences decoding together (per-step figures)")
     ap.add_argument("--per-layer", action="store_true", help="two calls a layer, not decode_step's one call")
+    ap.add_argument("--prompt-tokens", type=int, default=128, help="the one stream's prompt (its context)")
     a = ap.parse_args()
-    eng = Engine.load(a.model, threads=a.threads, kv_cache_tokens=max(512, a.streams * (a.tokens + 64)))
-    ids = [1, *np.random.default_rng(0).integers(100, eng.runner.vocab_size, 127).tolist()]
+    kv = max(512, a.streams * (a.tokens + 64), a.prompt_tokens + a.tokens + 64)
+    eng = Engine.load(a.model, threads=a.threads, kv_cache_tokens=kv)
+    ids = [1, *np.random.default_rng(0).integers(100, eng.runner.vocab_size, a.prompt_tokens - 1).tolist()]
     warm = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
     list(eng.generate_ids(ids[:8], warm))
     list(eng.generate_ids(ids[:48], warm))

@@ -75,9 +75,7 @@ HAS_AVX512 = HAS_AVX512_VNNI and _has("avx512vbmi")
 HAS_AMX = HAS_AVX512_VNNI and not _off("MODELC_NO_AMX") and _amx_permitted()
 """The AMX int8 tiles may be used (CPU, kernel permission, AVX512-VNNI for the rest)."""
 
-PREFETCH_T1 = os.environ.get("MODELC_PREFETCH_T1", "") == "1" or (
-    os.environ.get("MODELC_PREFETCH_T1", "") != "0" and HAS_AVX2 and not HAS_AVX512_VNNI
-)
+PREFETCH_T1 = {"1": True, "0": False}.get(os.environ.get("MODELC_PREFETCH_T1", ""), HAS_AVX2 and not HAS_AVX512_VNNI)
 """gemm_r16's one-token loops prefetch ahead (gemm_r16.PREFETCH_BYTES) where the hardware prefetcher alone streams
 less: on by default on AVX2-class CPUs (Zen 3: Q4_0 decode +7-8%), off with AVX-512 (Zen 4 streamed 5-15% more
 without). A per-CPU default from the two CPUs measured (docs/benchmarks.md); MODELC_PREFETCH_T1=1 or 0 overrides."""

@@ -173,7 +173,7 @@ def test_a_failed_move_leaves_the_rest_on_the_mapping_is_counted_and_logged(tmp_
 
 
 @linux_only
-def test_a_real_failed_call_names_itself_and_leaves_the_bytes(tmp_path, monkeypatch) -> None:
+def test_a_real_failed_call_names_itself_and_leaves_the_bytes(tmp_path) -> None:
     p = tmp_path / "w.bin"
     np.arange(2 * HP, dtype=np.uint32).astype(np.uint8).tofile(p)
     mm = np.memmap(p, np.uint8, mode="r")

@@ -106,6 +106,14 @@ def test_matmul_runs_the_planned_path(name: str) -> None:
 _FLAGS = "from modelc.kernels import cpu; print(' '.join(str(v) for v in cpu.describe().values()))"
 
 
+def _flags(**switches: str) -> dict[str, bool]:
+    """cpu.describe() of a fresh interpreter with these environment switches."""
+    env = dict(os.environ, **switches, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", _FLAGS], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return dict(zip(cpu.describe(), (v == "True" for v in p.stdout.split()), strict=True))
+
+
 @pytest.mark.parametrize(
     "switch, off",
     [
@@ -116,10 +124,7 @@ _FLAGS = "from modelc.kernels import cpu; print(' '.join(str(v) for v in cpu.des
     ],
 )
 def test_switches_turn_off_a_flag_and_all_that_need_it(switch: str, off: set[str]) -> None:
-    env = dict(os.environ, **{switch: "1"}, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", _FLAGS], env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    got = dict(zip(cpu.describe(), (v == "True" for v in p.stdout.split()), strict=True))
+    got = _flags(**{switch: "1"})
     for name, value in got.items():
         if name in off:
             assert value is False, name
@@ -129,10 +134,7 @@ def test_switches_turn_off_a_flag_and_all_that_need_it(switch: str, off: set[str
 
 @pytest.mark.parametrize("value", ["", "0", "1"])
 def test_one_token_prefetch_defaults_to_avx2_without_avx512_and_the_switch_overrides(value: str) -> None:
-    env = dict(os.environ, MODELC_PREFETCH_T1=value, PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", _FLAGS], env=env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    got = dict(zip(cpu.describe(), (v == "True" for v in p.stdout.split()), strict=True))
+    got = _flags(MODELC_PREFETCH_T1=value)
     default = got["HAS_AVX2"] and not got["HAS_AVX512_VNNI"]
     assert got["PREFETCH_T1"] is {"": default, "0": False, "1": True}[value]
 

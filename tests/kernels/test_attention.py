@@ -117,3 +117,17 @@ def test_auto_dispatch_matches_serial(tol, paged_case):
     finally:
         numba.set_num_threads(before)
     np.testing.assert_allclose(b, a, **tol["float32"])
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 17, 40])
+def test_row_max_is_max_wherever_it_lies(n):
+    from numba import njit
+
+    from modelc.kernels.attention import _row_max
+
+    f = njit(lambda x: _row_max(x))
+    rng = np.random.default_rng(n)
+    for at in range(n):
+        x = rng.standard_normal(n).astype(np.float32)
+        x[at] = 9.0
+        assert f(x) == np.float32(9.0)

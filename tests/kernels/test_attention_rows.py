@@ -113,3 +113,72 @@ def test_four_by_four_scores_are_the_one_head_scores_bit_for_bit(paged_case):
     a, b, ja, jb = both(q.reshape(-1), kp.reshape(-1), vp.reshape(-1), bases, n)
     assert (ja, jb) == (60, 48)
     np.testing.assert_array_equal(a[:, :48], b[:, :48])
+
+
+def test_sums8_finishes_8_dots_in_lane_order():
+    from numba import njit
+
+    from modelc.kernels.qdot import load_f32x8, store_f32x8
+
+    @njit
+    def sums(a, out):
+        store_f32x8(out, 0, attention_rows.sums8_f32x8(
+            load_f32x8(a, 0), load_f32x8(a, 8), load_f32x8(a, 16), load_f32x8(a, 24),
+            load_f32x8(a, 32), load_f32x8(a, 40), load_f32x8(a, 48), load_f32x8(a, 56)))  # fmt: skip
+
+    a = np.random.default_rng(4).integers(-50, 50, 64).astype(np.float32)
+    out = np.empty(8, np.float32)
+    sums(a, out)
+    np.testing.assert_array_equal(out, a.reshape(8, 8).sum(axis=1))
+
+
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_narrow_scores_agree_bit_for_bit_and_match_numpy(kv_dtype, paged_case):
+    """The 8-lane kernels (NARROW: CPUs without AVX-512) sum each dot alike, 4 heads x 2 positions or 8 positions
+    x 1 head, over several SPAN4N batches and an odd tail; both match the scores numpy computes."""
+    from numba import njit
+
+    n, H, K, D = 2 * attention_rows.SPAN4N * 3 + 5, 8, 2, 64
+    q, kp, vp, bt, qs, ps, _ = paged_case([n], [1], H, K, D, kv_dtype, seed=9)
+    Z = kp.shape[1]
+    bases = np.array([(bt[0, j // Z] * Z + j % Z) * K * D for j in range(n)], np.int64)
+
+    @njit
+    def both(qf, kf, vf, bases, n):
+        a, b = np.zeros((H, n), np.float32), np.zeros((H, n), np.float32)
+        ja = attention_rows._scores4n(a, qf, kf, vf, bases, 0, n, K, H, D, np.float32(0.125), 0, K)
+        jb = attention_rows._scores8n(b, qf, kf, vf, bases, 0, n, K, H, D, np.float32(0.125), 0, K)
+        return a, b, ja, jb
+
+    a, b, ja, jb = both(q.reshape(-1), kp.reshape(-1), vp.reshape(-1), bases, n)
+    assert (ja, jb) == (n - 1, n - n % 8)
+    np.testing.assert_array_equal(a[:, :jb], b[:, :jb])
+    k = (kp.view(np.float16) if kv_dtype == "float16" else kp).astype(np.float32)
+    rows = np.stack([k[bt[0, j // Z], j % Z] for j in range(n)])  # (n, K, D)
+    want = np.einsum("hd,jhd->hj", q[0], np.repeat(rows, H // K, axis=1)) * 0.125
+    np.testing.assert_allclose(a[:, :ja], want[:, :ja], rtol=1e-5, atol=1e-5)
+
+
+def test_values_in_blocks_match_numpy():
+    """_values (VBLOCK positions at a time, partial sums carried between blocks) against numpy, for 4-head groups
+    and a remainder head (G = 6), over several blocks and a short last one."""
+    from numba import njit
+
+    rng = np.random.default_rng(11)
+    n, K, G, D = 3 * attention_rows.VBLOCK + 7, 2, 6, 32
+    H = K * G
+    v = rng.standard_normal((n, K, D)).astype(np.float32)
+    bases = np.arange(n, dtype=np.int64) * K * D
+    scores = rng.random((H, n)).astype(np.float32)
+    denom = scores.sum(axis=1).astype(np.float32)
+
+    @njit
+    def run(of, vf, bases, scores, denom):
+        vacc = np.empty(G * D, np.float32)
+        for kh in range(K):
+            attention_rows._values(of, vf, bases, scores, denom, vacc, 0, n, H, D, G, kh, 0)
+
+    of = np.full(H * D, np.nan, np.float32)
+    run(of, v.reshape(-1), bases, scores, denom)
+    want = np.einsum("hj,jhd->hd", scores, np.repeat(v, G, axis=1)) / denom[:, None]
+    np.testing.assert_allclose(of.reshape(H, D), want, rtol=1e-5, atol=1e-6)

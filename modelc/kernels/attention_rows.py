@@ -9,10 +9,11 @@ of 4 (GQA: TinyLlama 8, Llama 3 4), the scores come 4 positions x 4 heads at a t
 vector is loaded (and converted from fp16) once for 4 heads, and the 16 dots are finished together by one
 transposing sum (sums16_f32x16) instead of 16 horizontal sums, the K and V rows 16 positions ahead
 prefetched. Other groups (1: MHA, 3, 5, 7) take 16 positions of one head at a time, with the next 16
-positions' rows prefetched over the chunk's head loop. The V pass keeps 4 heads x 16 dims of the output
-in registers while it runs over the positions. TinyLlama's decode row (32 heads, 4 KV heads, D 64), 2
-threads, Zen 4: 160 positions 21 us hot (28 with 16 x 1), 512 positions 60 us (85); the dots are the same
-sums in the same order, so both ways give the same bits.
+positions' rows prefetched over the chunk's head loop. TinyLlama's decode row (32 heads, 4 KV heads, D
+64), 2 threads, Zen 4: 160 positions 21 us hot (28 with 16 x 1), 512 positions 60 us (85); the dots are
+the same sums in the same order, so both ways give the same bits. Without AVX-512 (`NARROW`) the same two
+shapes run in 8-lane vectors (`_scores4n`, `_scores8n`), which fit AVX2's 16 registers. The V pass
+(`_values`) keeps 4 heads x 16 dims of the output in registers over 32 positions at a time.
 Needs D % 16 == 0 and float32 or fp16 (uint16) pages (`supported`); same contract and numbers as
 attention.paged_attention up to float summation order.
 """
@@ -242,8 +243,8 @@ def _dots4x2(qf, qo, D, kflat, b0, b1, acc, ao):
     in each) as 8 vectors of lane partial sums, summed as _dot8 sums them, stored to acc[ao:ao + 64] (vector 2 i + p:
     head i with position p): 8 accumulators, 4 q vectors and a K vector fit AVX2's 16 registers, and each K vector
     is loaded (converted) once for the 4 heads. The caller finishes them later (_finish4n), many at once: finished
-    here, each call's FMA chains and its transposing sum ran one after the other (~90 cycles a call on Zen 3 where
-    the FMAs alone take ~35)."""
+    here, each call's FMA chains and its transposing sum ran one after the other (~90 cycles a call on Zen 3,
+    ~50 with the sums left for later)."""
     a0 = a1 = b_0 = b_1 = c0 = c1 = d0 = d1 = zeros_f32x8()
     for c in range(0, D, 8):
         qa = load_f32x8(qf, qo + c)
@@ -273,8 +274,10 @@ def _finish4n(scores, acc, pairs, groups, j0, sv):
         j = j0 + 2 * p
         for g in range(groups):
             o = (p * groups + g) * 64
-            sc = sums8_f32x8(load_f32x8(acc, o), load_f32x8(acc, o + 8), load_f32x8(acc, o + 16), load_f32x8(acc, o + 24),
-                             load_f32x8(acc, o + 32), load_f32x8(acc, o + 40), load_f32x8(acc, o + 48), load_f32x8(acc, o + 56))  # fmt: skip
+            sc = sums8_f32x8(
+                load_f32x8(acc, o), load_f32x8(acc, o + 8), load_f32x8(acc, o + 16), load_f32x8(acc, o + 24),
+                load_f32x8(acc, o + 32), load_f32x8(acc, o + 40), load_f32x8(acc, o + 48), load_f32x8(acc, o + 56),
+            )  # fmt: skip
             store_f32x8(tmp, 0, mul_f32x8(sc, sv))
             for i in range(4):
                 scores[4 * g + i, j] = tmp[2 * i]
@@ -287,9 +290,9 @@ SPAN4N = 8
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
 def _scores4n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
-    """_scores4 in 8-lane vectors (NARROW): 2 positions x 4 heads at a time, every head of the KV heads k0 .. k1 - 1
-    for a pair of positions before the next pair (their K rows stay in L1 across the heads), finished SPAN4N pairs
-    at a time; position n - 1 is left to the caller where n is odd."""
+    """_scores4 in 8-lane vectors (NARROW; _scores4's arguments, vflat unread): 2 positions x 4 heads at a time,
+    every head of the KV heads k0 .. k1 - 1 for a pair of positions before the next pair (their K rows stay in L1
+    across the heads), finished SPAN4N pairs at a time; position n - 1 is left to the caller where n is odd."""
     G = H // K
     groups = (k1 - k0) * G // 4
     _prefetch_lines(kflat, bases, 0, min(AHEAD4, n), k0 * D, (k1 - k0) * D, 0, 1)
@@ -314,8 +317,9 @@ def _scores4n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
 def _scores8n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
-    """_scores16 in 8-lane vectors (NARROW): 8 positions of one head at a time (8 accumulators), the next 8
-    positions' rows prefetched over the chunk's head loop; positions n - n % 8 .. n - 1 are left to the caller."""
+    """_scores16 in 8-lane vectors (NARROW; _scores16's arguments, vflat unread): 8 positions of one head at a time
+    (8 accumulators), the next 8 positions' rows prefetched over the chunk's head loop; positions n - n % 8 ..
+    n - 1 are left to the caller."""
     G = H // K
     h0 = k0 * G
     _prefetch_lines(kflat, bases, 0, min(8, n), k0 * D, (k1 - k0) * D, 0, 1)  # the first chunk
@@ -378,9 +382,10 @@ def _values(of, vflat, bases, scores, denom, vacc, t, n, H, D, G, kh, h0):
     """Row t's output for the G heads of KV head kh: their softmax weights (scores rows kh G - h0 ..) times the
     positions' V rows, over the denominators. VBLOCK positions at a time, every 16 dims x 4 heads of the block
     before the next block (partial sums kept in vacc, (G D,) f32, between blocks; the next block's V lines
-    prefetched a share in each of the block's passes): passes over all n positions per 16 dims read each V line from L2 8 times at TinyLlama's
-    512-byte row stride, which maps to few L1 sets, at ~12 cycles a position on Zen 3 where 5 were the FMAs'.
-    Each sum adds the positions in order, as those passes did: the same bits."""
+    prefetched a share in each of the block's passes). Passes over all n positions per 16 dims read each V
+    line 8 times from the caches or memory: ~12 cycles a position on Zen 3 where the FMAs take ~5, and at 1900
+    positions (22 layers, one thread) 5.1-5.4 ms a token against 3.8 in blocks. Each sum adds the positions
+    in order, as those passes did: the same bits."""
     vacc[:] = 0.0
     g0 = kh * G - h0  # scores row of the group's first head
     vo = kh * D

@@ -67,32 +67,28 @@ def supported(q: np.ndarray, k_pages: np.ndarray) -> bool:
     return q.shape[-1] % 16 == 0 and k_pages.dtype in (np.float32, np.uint16)
 
 
-def load_kv16(flat, i):
-    """16 stored KV elements at element i of a 1-D page array, as float32 (numba only)."""
-    raise NotImplementedError("numba only")
+def _kv_loader(lanes: int, load_f16, load_f32):
+    """load_kv{lanes}(flat, i): `lanes` stored KV elements at element i of a 1-D page array (fp16 as uint16, or
+    float32), as float32 (numba only)."""
+
+    def load(flat, i):
+        raise NotImplementedError("numba only")
+
+    load.__name__ = load.__qualname__ = f"load_kv{lanes}"
+
+    @overload(load, inline="always")
+    def _impl(flat, i):
+        if flat.dtype == types.uint16:
+            return lambda flat, i: load_f16(flat, i)
+        if flat.dtype == types.float32:
+            return lambda flat, i: load_f32(flat, i)
+        return None
+
+    return load
 
 
-@overload(load_kv16, inline="always")
-def _load_kv16_impl(flat, i):
-    if flat.dtype == types.uint16:
-        return lambda flat, i: load_f16x16(flat, i)
-    if flat.dtype == types.float32:
-        return lambda flat, i: load_f32x16(flat, i)
-    return None
-
-
-def load_kv8(flat, i):
-    """8 stored KV elements at element i of a 1-D page array, as float32 (numba only)."""
-    raise NotImplementedError("numba only")
-
-
-@overload(load_kv8, inline="always")
-def _load_kv8_impl(flat, i):
-    if flat.dtype == types.uint16:
-        return lambda flat, i: load_f16x8(flat, i)
-    if flat.dtype == types.float32:
-        return lambda flat, i: load_f32x8(flat, i)
-    return None
+load_kv16 = _kv_loader(16, load_f16x16, load_f32x16)
+load_kv8 = _kv_loader(8, load_f16x8, load_f32x8)
 
 
 def _fold_sums(builder, vs: list, n: int):

@@ -33,23 +33,33 @@ def test_rows_kernel_matches_ref(seq_lens, q_lens, H, K, D, kv_dtype, window, to
         np.testing.assert_allclose(out, want, **tol["float32"])
 
 
-def test_sums16_finishes_16_dots_in_lane_order():
+@pytest.mark.parametrize("lanes", [16, 8])
+def test_sums_finish_dots_in_lane_order(lanes):
+    """sums16_f32x16 / sums8_f32x8: lane i is the sum of vector i's lanes."""
     from numba import njit
 
-    from modelc.kernels.qdot import load_f32x16, store_f32x16
+    from modelc.kernels import qdot
 
-    @njit
-    def sums(a, out):
-        store_f32x16(out, 0, attention_rows.sums16_f32x16(
-            load_f32x16(a, 0), load_f32x16(a, 16), load_f32x16(a, 32), load_f32x16(a, 48),
-            load_f32x16(a, 64), load_f32x16(a, 80), load_f32x16(a, 96), load_f32x16(a, 112),
-            load_f32x16(a, 128), load_f32x16(a, 144), load_f32x16(a, 160), load_f32x16(a, 176),
-            load_f32x16(a, 192), load_f32x16(a, 208), load_f32x16(a, 224), load_f32x16(a, 240)))  # fmt: skip
+    load, store = getattr(qdot, f"load_f32x{lanes}"), getattr(qdot, f"store_f32x{lanes}")
+    if lanes == 16:
 
-    a = np.random.default_rng(3).integers(-50, 50, 256).astype(np.float32)
-    out = np.empty(16, np.float32)
+        @njit
+        def sums(a, out):
+            store(out, 0, attention_rows.sums16_f32x16(
+                load(a, 0), load(a, 16), load(a, 32), load(a, 48), load(a, 64), load(a, 80), load(a, 96), load(a, 112),
+                load(a, 128), load(a, 144), load(a, 160), load(a, 176), load(a, 192), load(a, 208), load(a, 224),
+                load(a, 240)))  # fmt: skip
+    else:
+
+        @njit
+        def sums(a, out):
+            store(out, 0, attention_rows.sums8_f32x8(
+                load(a, 0), load(a, 8), load(a, 16), load(a, 24), load(a, 32), load(a, 40), load(a, 48), load(a, 56)))  # fmt: skip
+
+    a = np.random.default_rng(lanes).integers(-50, 50, lanes * lanes).astype(np.float32)
+    out = np.empty(lanes, np.float32)
     sums(a, out)
-    np.testing.assert_array_equal(out, a.reshape(16, 16).sum(axis=1))
+    np.testing.assert_array_equal(out, a.reshape(lanes, lanes).sum(axis=1))
 
 
 def test_dispatch_picks_rows_where_it_applies(paged_case):
@@ -113,23 +123,6 @@ def test_four_by_four_scores_are_the_one_head_scores_bit_for_bit(paged_case):
     a, b, ja, jb = both(q.reshape(-1), kp.reshape(-1), vp.reshape(-1), bases, n)
     assert (ja, jb) == (60, 48)
     np.testing.assert_array_equal(a[:, :48], b[:, :48])
-
-
-def test_sums8_finishes_8_dots_in_lane_order():
-    from numba import njit
-
-    from modelc.kernels.qdot import load_f32x8, store_f32x8
-
-    @njit
-    def sums(a, out):
-        store_f32x8(out, 0, attention_rows.sums8_f32x8(
-            load_f32x8(a, 0), load_f32x8(a, 8), load_f32x8(a, 16), load_f32x8(a, 24),
-            load_f32x8(a, 32), load_f32x8(a, 40), load_f32x8(a, 48), load_f32x8(a, 56)))  # fmt: skip
-
-    a = np.random.default_rng(4).integers(-50, 50, 64).astype(np.float32)
-    out = np.empty(8, np.float32)
-    sums(a, out)
-    np.testing.assert_array_equal(out, a.reshape(8, 8).sum(axis=1))
 
 
 @pytest.mark.parametrize("kv_dtype", ["float32", "float16"])

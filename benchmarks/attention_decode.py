@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         kv.retire(table, ctx)
         q = rng.standard_normal((1, H, D)).astype(np.float32)
         ms = token_ms(kv, q, ctx, a.rounds)
-        read = 2 * a.layers * ctx * K * D * np.dtype(np.float16 if a.kv_dtype == "float16" else np.float32).itemsize
+        read = kv.nbytes * ctx // (kv.num_blocks * BLOCK_SIZE)  # the K/V bytes of ctx positions, any KV type
         print(f"ctx {ctx}: {ms:.2f} ms/token ({a.layers} layers, {a.kv_dtype}, {a.threads} threads), "
               f"K/V {read / 1e6:.1f} MB at {read / ms / 1e6:.1f} GB/s", flush=True)  # fmt: skip
     return 0

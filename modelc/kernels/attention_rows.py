@@ -172,13 +172,14 @@ def _scores4(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
     time (G % 4 == 0), the K and V rows AHEAD4 positions ahead prefetched; positions n - n % 4 .. n - 1 are
     left to the caller."""
     G = H // K
-    _prefetch_part(kflat, vflat, bases, 0, min(AHEAD4, n), k0 * D, (k1 - k0) * D, 0, 1)
+    _prefetch_part(kflat, vflat, bases, 0, min(AHEAD4, n), k0 * D, (k1 - k0) * D, 0, 1, True)
     tmp = np.empty(16, np.float32)
     sv = splat_f32x16(scale)
     h0 = k0 * G
     j0 = 0
     while j0 + 4 <= n:
-        _prefetch_part(kflat, vflat, bases, min(j0 + AHEAD4, n), min(j0 + AHEAD4 + 4, n), k0 * D, (k1 - k0) * D, 0, 1)
+        _prefetch_part(kflat, vflat, bases, min(j0 + AHEAD4, n), min(j0 + AHEAD4 + 4, n), k0 * D, (k1 - k0) * D, 0, 1,
+                       True)  # fmt: skip
         for kh in range(k0, k1):
             ko = kh * D
             for h in range(kh * G, (kh + 1) * G, 4):
@@ -201,12 +202,12 @@ def _scores16(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
     and its parallel twin took 35 s to compile instead of 22 with both inlined), while a call costs ~nothing."""
     G = H // K
     h0 = k0 * G
-    _prefetch_part(kflat, vflat, bases, 0, min(CHUNK, n), k0 * D, (k1 - k0) * D, 0, 1)  # the first chunk
+    _prefetch_part(kflat, vflat, bases, 0, min(CHUNK, n), k0 * D, (k1 - k0) * D, 0, 1, True)  # the first chunk
     j0 = 0
     while j0 + CHUNK <= n:
         for h in range(h0, k1 * G):
             _prefetch_part(kflat, vflat, bases, j0 + CHUNK, min(j0 + 2 * CHUNK, n), k0 * D, (k1 - k0) * D, h - h0,
-                           (k1 - k0) * G)  # fmt: skip
+                           (k1 - k0) * G, True)  # fmt: skip
             qo = (t * H + h) * D
             ko = (h // G) * D
             sc = sums16_f32x16(
@@ -291,7 +292,7 @@ def _scores4n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
     across the heads), finished SPAN4N pairs at a time; position n - 1 is left to the caller where n is odd."""
     G = H // K
     groups = (k1 - k0) * G // 4
-    _prefetch_lines(kflat, bases, 0, min(AHEAD4, n), k0 * D, (k1 - k0) * D, 0, 1)
+    _prefetch_part(kflat, kflat, bases, 0, min(AHEAD4, n), k0 * D, (k1 - k0) * D, 0, 1, False)
     acc = np.empty(SPAN4N * groups * 64, np.float32)
     sv = splat_f32x8(scale)
     j0 = 0
@@ -299,7 +300,8 @@ def _scores4n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
         pairs = min(SPAN4N, (n - j0) // 2)
         for p in range(pairs):
             j = j0 + 2 * p
-            _prefetch_lines(kflat, bases, min(j + AHEAD4, n), min(j + AHEAD4 + 2, n), k0 * D, (k1 - k0) * D, 0, 1)
+            _prefetch_part(kflat, kflat, bases, min(j + AHEAD4, n), min(j + AHEAD4 + 2, n), k0 * D, (k1 - k0) * D, 0, 1,
+                           False)  # fmt: skip
             g = p * groups
             for kh in range(k0, k1):
                 ko = kh * D
@@ -318,11 +320,12 @@ def _scores8n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
     n - 1 are left to the caller."""
     G = H // K
     h0 = k0 * G
-    _prefetch_lines(kflat, bases, 0, min(8, n), k0 * D, (k1 - k0) * D, 0, 1)  # the first chunk
+    _prefetch_part(kflat, kflat, bases, 0, min(8, n), k0 * D, (k1 - k0) * D, 0, 1, False)  # the first chunk
     j0 = 0
     while j0 + 8 <= n:
         for h in range(h0, k1 * G):
-            _prefetch_lines(kflat, bases, j0 + 8, min(j0 + 16, n), k0 * D, (k1 - k0) * D, h - h0, (k1 - k0) * G)
+            _prefetch_part(kflat, kflat, bases, j0 + 8, min(j0 + 16, n), k0 * D, (k1 - k0) * D, h - h0, (k1 - k0) * G,
+                           False)  # fmt: skip
             qo = (t * H + h) * D
             ko = (h // G) * D
             sc = sums8_f32x8(
@@ -337,40 +340,34 @@ def _scores8n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _prefetch_lines(flat, bases, j0, j1, off, width, part, parts):
-    """_prefetch_part's lines of one array: the narrow scores read K only, and _values prefetches its own V
-    (V lines prefetched while the scores are read are gone from the caches at long contexts by the V pass)."""
-    step = 64 // flat.itemsize
-    per_row = (width + step - 1) // step
-    total = (j1 - j0) * per_row
-    a = part * total // parts
-    j, ln = j0 + a // per_row, a % per_row
-    for _ in range(a, (part + 1) * total // parts):
-        prefetch(flat, bases[j] + off + ln * step)
-        ln += 1
-        if ln == per_row:
-            ln = 0
-            j += 1
-
-
-@njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _prefetch_part(kflat, vflat, bases, j0, j1, off, width, part, parts):
-    """Part `part` of `parts` of the lines of positions j0 .. j1 - 1 (their K and V elements off .. off +
-    width): a chunk's prefetches spread over the head loop of the chunk before, so they do not queue up
+def _prefetch_part(a, b, bases, j0, j1, off, width, part, parts, both):
+    """Part `part` of `parts` of the lines of positions j0 .. j1 - 1 (elements off .. off + width of each row) of
+    page array a, and of b at the same offsets where `both` (K and V; the narrow scores prefetch K only, and
+    _values its own V: V lines prefetched with the scores are gone from the caches by the V pass at long
+    contexts). A chunk's prefetches are spread over the head loop of the chunk before, so they do not queue up
     in one burst that holds back that loop's own loads."""
-    step = 64 // kflat.itemsize
+    step = 64 // a.itemsize
     per_row = (width + step - 1) // step
     total = (j1 - j0) * per_row
-    a = part * total // parts
-    j, ln = j0 + a // per_row, a % per_row
-    for _ in range(a, (part + 1) * total // parts):
+    i = part * total // parts
+    j, ln = j0 + i // per_row, i % per_row
+    for _ in range(i, (part + 1) * total // parts):
         e = bases[j] + off + ln * step
-        prefetch(kflat, e)
-        prefetch(vflat, e)
+        prefetch(a, e)
+        if both:
+            prefetch(b, e)
         ln += 1
         if ln == per_row:
             ln = 0
             j += 1
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
+def _one_dot(qf, qo, kflat, ko, D):
+    """q[qo:qo+D] . K[ko:ko+D], summed as the path's scores kernels sum it (8 lanes where NARROW, else 16)."""
+    if NARROW:
+        return hsum_f32x8(_dot8(qf, qo, kflat, ko, D))
+    return hsum_f32x16(_dot(qf, qo, kflat, ko, D))
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
@@ -386,14 +383,14 @@ def _values(of, vflat, bases, scores, denom, vacc, t, n, H, D, G, kh, h0):
     g0 = kh * G - h0  # scores row of the group's first head
     vo = kh * D
     passes = (D // 16) * (G // 4 + G % 4)
-    _prefetch_lines(vflat, bases, 0, min(VBLOCK, n), vo, D, 0, 1)
+    _prefetch_part(vflat, vflat, bases, 0, min(VBLOCK, n), vo, D, 0, 1, False)
     for j0 in range(0, n, VBLOCK):
         j1 = min(j0 + VBLOCK, n)
         p = 0
         for c in range(0, D, 16):
             g = 0
             while g + 4 <= G:  # 4 heads of the group at a time, accumulators in registers
-                _prefetch_lines(vflat, bases, j1, min(j1 + VBLOCK, n), vo, D, p, passes)
+                _prefetch_part(vflat, vflat, bases, j1, min(j1 + VBLOCK, n), vo, D, p, passes, False)
                 p += 1
                 o = g * D + c
                 a0, a1 = load_f32x16(vacc, o), load_f32x16(vacc, o + D)
@@ -410,7 +407,7 @@ def _values(of, vflat, bases, scores, denom, vacc, t, n, H, D, G, kh, h0):
                 store_f32x16(vacc, o + 3 * D, a3)
                 g += 4
             while g < G:
-                _prefetch_lines(vflat, bases, j1, min(j1 + VBLOCK, n), vo, D, p, passes)
+                _prefetch_part(vflat, vflat, bases, j1, min(j1 + VBLOCK, n), vo, D, p, passes, False)
                 p += 1
                 a0 = load_f32x16(vacc, g * D + c)
                 for j in range(j0, j1):
@@ -440,17 +437,13 @@ def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0
             j0 = _scores4n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1)
         else:
             j0 = _scores8n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1)
-        for j in range(j0, n):  # the last n % 2 (n % 8) positions one at a time
-            for h in range(h0, k1 * G):
-                scores[h - h0, j] = hsum_f32x8(_dot8(qf, (t * H + h) * D, kflat, bases[j] + (h // G) * D, D)) * scale
+    elif G % 4 == 0:
+        j0 = _scores4(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1)
     else:
-        if G % 4 == 0:
-            j0 = _scores4(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1)
-        else:
-            j0 = _scores16(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1)
-        for j in range(j0, n):  # the last n % 4 (n % 16) positions one at a time
-            for h in range(h0, k1 * G):
-                scores[h - h0, j] = hsum_f32x16(_dot(qf, (t * H + h) * D, kflat, bases[j] + (h // G) * D, D)) * scale
+        j0 = _scores16(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1)
+    for j in range(j0, n):  # the positions those leave (n % 2, n % 4, n % 8 or n % 16) one at a time
+        for h in range(h0, k1 * G):
+            scores[h - h0, j] = _one_dot(qf, (t * H + h) * D, kflat, bases[j] + (h // G) * D, D) * scale
     denom = softmax_rows(scores)
     of = out.reshape(-1)
     vacc = np.empty(G * D, dtype=np.float32)

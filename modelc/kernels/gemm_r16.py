@@ -295,6 +295,17 @@ def _group_t1(out, xq, sa, xd, rf, gi, nb, kind):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _tokens_q4_k(acc, xq, xd, xm, t, c, xo, k, f, g, u0, u1, u2, u3, u4, u5, u6, u7):
+    """acc[16 tt:] += the 16 rows' Q4_K sub-block k for every token tt: codes u0..u7 (its 32 elements, starting at
+    column xo) dotted with the activations, times f (d * scale) and the activation scale, minus g (dmin * min)
+    times the activation sum."""
+    for tt in range(t):
+        p = _dot8_u4(splat_i32x16(0), u0, u1, u2, u3, u4, u5, u6, u7, xq, tt * c + xo)
+        v = fmadot_f32x16(load_f32x16(acc, tt * 16), p, f, splat_f32x16(xd[tt, k]))
+        store_f32x16(acc, tt * 16, fma_f32x16(v, g, splat_f32x16(-xm[tt, k])))
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
     """Rows 16 gi .. 16 gi + 15 of a Q4_K weight for all t tokens. acc (t * 16,) f32 scratch; fs (256,)
     f32 scratch: per sub-block s, d * scale_s (fs[16 s:]) and dmin * min_s (fs[128 + 16 s:]) of the 16 rows.
@@ -327,17 +338,9 @@ def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
             s0 = 2 * j
             f0, f1 = load_f32x16(fs, 16 * s0), load_f32x16(fs, 16 * s0 + 16)
             g0, g1 = load_f32x16(fs, 128 + 16 * s0), load_f32x16(fs, 128 + 16 * s0 + 16)
-            k = sb * 8 + s0
-            for tt in range(t):  # sub-block 2j (low nibbles) for every token, then 2j + 1: 8 code vectors live
-                xo = tt * c + sb * 256 + 64 * j
-                p = _dot8_u4(splat_i32x16(0), l0, l1, l2, l3, l4, l5, l6, l7, xq, xo)
-                v = fmadot_f32x16(load_f32x16(acc, tt * 16), p, f0, splat_f32x16(xd[tt, k]))
-                store_f32x16(acc, tt * 16, fma_f32x16(v, g0, splat_f32x16(-xm[tt, k])))
-            for tt in range(t):
-                xo = tt * c + sb * 256 + 64 * j + 32
-                p2 = _dot8_u4(splat_i32x16(0), h0, h1, h2, h3, h4, h5, h6, h7, xq, xo)
-                v = fmadot_f32x16(load_f32x16(acc, tt * 16), p2, f1, splat_f32x16(xd[tt, k + 1]))
-                store_f32x16(acc, tt * 16, fma_f32x16(v, g1, splat_f32x16(-xm[tt, k + 1])))
+            k = sb * 8 + s0  # sub-block 2j (low nibbles) for every token, then 2j + 1 (high)
+            _tokens_q4_k(acc, xq, xd, xm, t, c, sb * 256 + 64 * j, k, f0, g0, l0, l1, l2, l3, l4, l5, l6, l7)
+            _tokens_q4_k(acc, xq, xd, xm, t, c, sb * 256 + 64 * j + 32, k + 1, f1, g1, h0, h1, h2, h3, h4, h5, h6, h7)
     _store_acc(out, acc, gi, t)
 
 

@@ -10,7 +10,7 @@ Each flag is read at import from llvmlite's host features, and an environment sw
 | `HAS_AVX512_VNNI` | HAS_VNNI + avx512f/bw/vl/vnni | `MODELC_NO_AVX512` | 512-bit dots: K-quant/IQ matvec, register tiles |
 | `HAS_AVX512` | HAS_AVX512_VNNI + avx512vbmi | `MODELC_NO_AVX512` | 16-lane Q4_0/Q8_0/F16 matvec (`vpermt2b`) |
 | `HAS_AMX` | HAS_AVX512_VNNI + amx-tile/amx-int8, and the kernel's permission | `MODELC_NO_AMX` | AMX int8 tiles (batches, prefill) |
-| `PREFETCH_T1` | HAS_AVX2 without HAS_AVX512_VNNI, unless `MODELC_PREFETCH_T1=0`/`1` says | `MODELC_PREFETCH_T1=0` | software prefetch in gemm_r16's one-token Q4_0/Q8_0/Q4_K loops |
+| `PREFETCH_T1` | HAS_AVX2, but not HAS_AVX512_VNNI on AMD Zen 4 (`znver4`), unless `MODELC_PREFETCH_T1=0`/`1` says | `MODELC_PREFETCH_T1=0` | software prefetch in gemm_r16's one-token Q4_0/Q8_0/Q4_K loops |
 
 So `MODELC_NO_AVX512=1 MODELC_NO_VNNI=1 MODELC_NO_AMX=1` runs what an AVX2-only CPU (AMD Zen 3)
 runs, and `MODELC_NO_AVX2=1` the portable code. The other switches the kernels read:
@@ -38,6 +38,13 @@ def _host_features() -> dict[str, bool]:
         return {}
 
 
+def _host_cpu_name() -> str:
+    try:
+        return llb.get_host_cpu_name()
+    except RuntimeError:
+        return ""
+
+
 def _off(name: str) -> bool:
     return bool(os.environ.get(name))
 
@@ -60,6 +67,9 @@ def _amx_permitted() -> bool:
 FEATURES = _host_features()
 """llvmlite's host CPU features (name -> present)."""
 
+CPU_NAME = _host_cpu_name()
+"""LLVM's name of the host CPU (znver3, znver4, sapphirerapids, emeraldrapids, ...; "" where unknown)."""
+
 HAS_AVX2 = not _off("MODELC_NO_AVX2") and _has("avx2", "fma")
 """The int8 dot compiles to vpmaddubsw/vpmaddwd (x86 AVX2)."""
 
@@ -75,10 +85,14 @@ HAS_AVX512 = HAS_AVX512_VNNI and _has("avx512vbmi")
 HAS_AMX = HAS_AVX512_VNNI and not _off("MODELC_NO_AMX") and _amx_permitted()
 """The AMX int8 tiles may be used (CPU, kernel permission, AVX512-VNNI for the rest)."""
 
-PREFETCH_T1 = {"1": True, "0": False}.get(os.environ.get("MODELC_PREFETCH_T1", ""), HAS_AVX2 and not HAS_AVX512_VNNI)
+PREFETCH_T1 = {"1": True, "0": False}.get(
+    os.environ.get("MODELC_PREFETCH_T1", ""), HAS_AVX2 and not (HAS_AVX512_VNNI and CPU_NAME == "znver4")
+)
 """gemm_r16's one-token loops prefetch ahead (gemm_r16.PREFETCH_BYTES) where the hardware prefetcher alone streams
-less: on by default on AVX2-class CPUs (Zen 3: Q4_0 decode +7-8%), off with AVX-512 (Zen 4 streamed 5-15% more
-without). A per-CPU default from the two CPUs measured (docs/benchmarks.md); MODELC_PREFETCH_T1=1 or 0 overrides."""
+less. A per-CPU default from the three CPUs measured (docs/benchmarks.md): on for Zen 3 (Q4_0 decode +7-8%) and
+Emerald Rapids (streamed, alternating in one process: Q4_0 +26%, Q4_K +35%, Q8_0 +6%), off for Zen 4's AVX-512
+kernels (5-15% more without); unmeasured CPUs get the prefetch. MODELC_PREFETCH_T1=1 or 0 overrides."""
+
 
 WIDE_DOT_EXACT = HAS_VNNI or not HAS_AVX2
 """The 64-byte unsigned x signed dot is exact for codes up to 255 (VNNI or the portable IR);

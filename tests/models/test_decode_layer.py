@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from modelc.api.engine import Engine
-from modelc.kernels import decode_layer, decode_step, moe_ffn
+from modelc.kernels import decode_layer, decode_step, moe_ffn, plan
 from modelc.models import llama, llama_decode
 from modelc.models.fused import MAX_T
 from modelc.request import SamplingParams
@@ -168,20 +168,34 @@ def _batched_logits(eng: Engine, mode: str, streams: int = 5, steps: int = 6) ->
 def test_streams_in_lockstep_take_the_fused_layers_bit_for_bit(name: str, kv_dtype: str) -> None:
     eng = _engine(name, kv_dtype)
     plans = eng.runner.model.decode_plans
-    assert plans is not None and all(p is not None and p.max_t >= 5 for p in plans)
-    if name.startswith("qwen3moe"):  # as far as the experts' one call goes (moe_ffn.R16_MAX_T on gemm_r16)
-        one = eng.runner.model.layers[0].moe.one_call(MAX_T)
-        assert all(p.max_t == (MAX_T if one else moe_ffn.FUSED_MAX_T) for p in plans)
-    slow, none = _batched_logits(eng, "general")
+    assert plans is not None and all(p is not None for p in plans)
+    for p, L in zip(plans, eng.runner.model.layers, strict=True):
+        top = MAX_T
+        if name.startswith("qwen3moe"):  # as far as the experts' one call goes (moe_ffn.R16_MAX_T on gemm_r16)
+            top = MAX_T if L.moe.one_call(MAX_T) else moe_ffn.FUSED_MAX_T
+        assert p.max_t == _one_token_paths_up_to(L, top) >= 2
+    streams = min(5, *(p.max_t for p in plans))  # AMX CPUs: Q4_0 leaves gemm_r16 at 4 tokens (plan.AMX_MIN_T)
+    slow, none = _batched_logits(eng, "general", streams=streams)
     assert none == 0
     for mode in ("step", "layers"):
-        fast, wide = _batched_logits(eng, mode)
+        fast, wide = _batched_logits(eng, mode, streams=streams)
         assert len(fast) == len(slow) >= 4 and wide >= len(fast) * len(plans)
         for a, b in zip(fast, slow, strict=True):
             np.testing.assert_array_equal(a, b)
 
 
+def _one_token_paths_up_to(L, top: int) -> int:
+    """The most tokens, at most top, up to which every dense matmul of layer L runs its one-token kernel."""
+    ws = [w for w in (getattr(L, n, None) for n in ("q", "k", "v", "o", "gate", "up", "down")) if w is not None]
+    for t in range(2, top + 1):
+        if any(plan.path(w, t) is not plan.path(w, 1) for w in ws):
+            return t - 1
+    return top
+
+
 def _assert_same_batched(eng: Engine, streams: int = 4) -> None:
+    streams = min(streams, *(p.max_t for p in eng.runner.model.decode_plans if p is not None))
+    assert streams >= 2
     slow, _ = _batched_logits(eng, "general", streams=streams, steps=4)
     for mode in ("step", "layers"):
         fast, wide = _batched_logits(eng, mode, streams=streams, steps=4)

@@ -78,16 +78,17 @@ _ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256, IQ4_NL: 32, IQ4_XS: 256}
 PREFETCH_BYTES = 8192
 """How far ahead of the block being read the kernel prefetches, one line at a time (a group's
 blocks are one contiguous stretch; see gemm_fused_k for why software prefetch matters here).
-At T = 4..16 this prefetch is worth 15-30%. The one-token loops of Q4_0, Q8_0 and Q4_K prefetch only
-where cpu.PREFETCH_T1 (AVX2-class CPUs by default), because the two CPUs measured disagree:
+At T = 4..16 this prefetch is worth 15-30%. The one-token loops of Q4_0, Q8_0, Q4_K and Q6_K prefetch only
+where cpu.PREFETCH_T1 (every AVX2 CPU but Zen 4's AVX-512 kernels), because the CPUs measured disagree:
 - Zen 4 (AVX-512), TinyLlama's matrices, 2 threads: the hardware prefetcher alone streamed more (Q4_K
   17-26 against 16-18 GB/s; Q4_0, Q8_0 and IQ4_XS ~5-15% more);
 - Zen 3 (AVX2), same matrices, 3 alternations (benchmarks/r16_kernels.py, stream): with the prefetch Q4_0
   2048 x 5632 read 22-28 against 19-21 GB/s and 32000 x 2048 27-31 against 19-24, Q4_K 19-21 against 16-20;
   TinyLlama Q4_0 decode (compare_llamacpp, 3 alternations) 41.1-43.1 against 35.7-39.2 tok/s; Q4_K_M decode
-  did not move (30.3 against 30.5, median of the bests).
-IQ4's one-token loop prefetches nothing; Q6_K's neither, once it reads its scales up front
-(gemm_r16_q6k._group_t1; on Zen 3 a prefetch there moved nothing)."""
+  did not move (30.3 against 30.5, median of the bests); Q6_K moved nothing;
+- Emerald Rapids (AVX-512, AMX), both variants alternating in one process, streamed: Q4_0 21.9 -> 27.7,
+  Q4_K 18.5 -> 24.7, Q8_0 30.2 -> 32.0, Q6_K 17.4 -> 28.1 GB/s (2048 x 5632; 4, 8 and 16 KiB ahead alike).
+IQ4's one-token loop prefetches nothing (lookup-bound: on Zen 3 it read less with it)."""
 
 
 def can_repack(dtype: DataType, rows: int, cols: int) -> bool:

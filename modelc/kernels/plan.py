@@ -8,7 +8,7 @@ were measured (their docstrings say how). In table form (first matching row wins
 | weight | T | CPU | path |
 |---|---|---|---|
 | any | any | `MODELC_KERNELS=ref` | REF: numpy twins (ref_linear) |
-| repacked at load (Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS) | any, but AMX's | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
+| repacked at load (Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS) | any; AMX kinds below R16_AMX_MIN_T where HAS_AMX | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
 | F16 / BF16 / F32 | >= PREFILL_MIN_T_FLOAT, or F32 at T = 1 | any | BLAS (sgemm / sgemv on fp32) |
 | F32 | 2 .. 31 | any | FLOAT: gemm_float.smatmul |
 | F16 / BF16 | < PREFILL_MIN_T_FLOAT | any | HALF: gemm_float.hmatmul |
@@ -75,10 +75,22 @@ GFLOP/s), below BLAS (~40) already at T = 128 on the dev VM."""
 _Q4_0, _Q8_0, _Q4_K, _Q6_K = (quant.KIND[d] for d in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K, DataType.Q6_K))
 
 AMX_MIN_T = {_Q4_0: 4, _Q8_0: 6, _Q4_K: 6}
-"""Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, the AMX tiles run the type (where cpu.HAS_AMX).
+"""Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, the AMX tiles run the type (where cpu.HAS_AMX) for a
+weight not repacked for gemm_r16 (R16_AMX_MIN_T for those).
 Measured (one thread, TinyLlama layer, weights streamed), ms per layer AMX vs the zmm tile at T = 4 / 8
 / 16: Q4_0 5.4 / 8.4 / 9.4 vs 6.2 / 11.8 / ~19; Q8_0 7.8 / 8.5 / 9.4 vs 7.6 / 11.0 / 17.7;
 Q4_K 6.5 / 7.1 / 11.5 vs 6.2 / 10.2 / 19.2."""
+
+R16_AMX_MIN_T = {_Q4_0: 80, _Q8_0: 80, _Q4_K: 80}
+"""Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, a weight repacked for gemm_r16 runs the AMX tiles
+instead (where cpu.HAS_AMX; AMX reads the file's blocks). Measured on Emerald Rapids (2 threads, weights
+streamed, both kernels alternating in one process, ms AMX / gemm_r16 at T = 8 / 16 / 32 / 64 / 80 / 96 /
+128): Q4_0 5632x2048 0.94/0.33, 1.35/0.58, 1.83/1.26, 2.61/2.16, 3.21/2.81, 3.53/3.46, 5.52/5.23; 2048x5632
+0.95/0.35, 0.96/0.59, 1.47/1.07, 2.41/2.23, 2.91/3.06, 3.39/4.33, 4.69/6.30. Q8_0 and Q4_K alike: gemm_r16
+ahead up to 64 (1.6-2.9x at 8 tokens), the two even at ~80, AMX ahead from ~96 on the 2048 x 5632 shape.
+So batched decode (8-32 streams) stays on gemm_r16 and the fused decode layers; prefill chunks of 80 and more
+take AMX. (Until 2026-12-05 AMX_MIN_T served here too, measured against the zmm tile only: an 8-stream
+TinyLlama Q4_0 step took 78 ms on AMX against 34 on gemm_r16.)"""
 
 AMX_PREFILL_MAX_T = {_Q4_0: 1 << 30, _Q8_0: 1 << 30, _Q4_K: 1 << 30}
 """Per kind: up to this many tokens prefill (T >= PREFILL_MIN_T) stays on the AMX tiles instead of
@@ -117,7 +129,7 @@ def plan_matmul(w: Weight, t: int, *, reference: bool | None = None) -> Path:
     kind = quant.KIND.get(dt)
     if kind is None or w.cols % 32:  # I8/I4 rows that are not whole 32-blocks
         return Path.BLAS
-    if w.r16 is not None and kind in gemm_r16.R16_KINDS and not (cpu.HAS_AMX and t >= AMX_MIN_T.get(kind, _NEVER)):
+    if w.r16 is not None and kind in gemm_r16.R16_KINDS and not (cpu.HAS_AMX and t >= R16_AMX_MIN_T.get(kind, _NEVER)):
         return Path.R16  # 1.3x the T=1 matvec, 3.4-4.4x the tiles and BLAS at T = 8..128 (gemm_r16)
     if t >= PREFILL_MIN_T:
         if cpu.HAS_AMX and kind in AMX_PREFILL_MAX_T:
@@ -158,7 +170,8 @@ def fixed_paths(w: Weight) -> tuple[Path, ...]:
     """
     ref = cpu.use_reference()
     key = (w.dtype, w.cols % 32 == 0, w.r16 is not None, ref, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, cpu.HAS_AMX,
-           cpu.HAS_AVX512_VNNI, *(tuple(sorted(d.items())) for d in (AMX_MIN_T, AMX_PREFILL_MAX_T, ZMM_PREFILL_MAX_T)))  # fmt: skip
+           cpu.HAS_AVX512_VNNI, *(tuple(sorted(d.items())) for d in (AMX_MIN_T, R16_AMX_MIN_T, AMX_PREFILL_MAX_T,
+                                                                     ZMM_PREFILL_MAX_T)))  # fmt: skip
     got = _FIXED.get(key)
     if got is None:
         got = _FIXED[key] = tuple(plan_matmul(w, max(t, 1), reference=ref) for t in range(max(_bounds()) + 1))
@@ -175,7 +188,7 @@ def path(w: Weight, t: int) -> Path:
 
 def _bounds() -> list[int]:
     """Every T at which some row of the table can change."""
-    ts = {1, 2, GRID_MAX_T + 1, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, *AMX_MIN_T.values()}
+    ts = {1, 2, GRID_MAX_T + 1, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, *AMX_MIN_T.values(), *R16_AMX_MIN_T.values()}
     ts |= {b + 1 for b in (*AMX_PREFILL_MAX_T.values(), *ZMM_PREFILL_MAX_T.values()) if b < 4096}
     return sorted(t for t in ts if t >= 1)
 

@@ -52,12 +52,13 @@ def test_only_whole_row_groups_and_blocks_repack():
     assert not gemm_r16.can_repack(DataType.Q4_0, 0, 64)
 
 
-@pytest.mark.parametrize("t", [1, 4, 40])
+@pytest.mark.parametrize("t", [1, 4, 40, 100])
 def test_linear_runs_r16_at_every_t_when_the_weight_carries_it(t):
     rng = np.random.default_rng(t)
     w0 = linear.prepare_weight(random_tensor(DataType.Q4_0, 32, 128, rng))
     w = with_r16(w0)
-    assert plan.plan_matmul(w, t) is (plan.Path.R16 if not plan.cpu.HAS_AMX or t < 4 else plan.plan_matmul(w, t))
+    amx = plan.cpu.HAS_AMX and t >= plan.R16_AMX_MIN_T[quant.KIND[DataType.Q4_0]]
+    assert plan.plan_matmul(w, t) is (plan.Path.AMX if amx else plan.Path.R16)
     assert_linear_matches_twin(w, w0, t, rng)
 
 

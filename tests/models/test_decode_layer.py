@@ -174,7 +174,7 @@ def test_streams_in_lockstep_take_the_fused_layers_bit_for_bit(name: str, kv_dty
         if name.startswith("qwen3moe"):  # as far as the experts' one call goes (moe_ffn.R16_MAX_T on gemm_r16)
             top = MAX_T if L.moe.one_call(MAX_T) else moe_ffn.FUSED_MAX_T
         assert p.max_t == _one_token_paths_up_to(L, top) >= 2
-    streams = min(5, *(p.max_t for p in plans))  # AMX CPUs: Q4_0 leaves gemm_r16 at 4 tokens (plan.AMX_MIN_T)
+    streams = min(5, *(p.max_t for p in plans))  # at most the layers' bound (plan.R16_AMX_MIN_T on AMX CPUs)
     slow, none = _batched_logits(eng, "general", streams=streams)
     assert none == 0
     for mode in ("step", "layers"):

@@ -1,4 +1,6 @@
-"""Q4_0 / Q8_0 / Q4_K matmul from plan.AMX_MIN_T tokens on, prefill included, on Intel AMX int8 tiles (cpu.HAS_AMX).
+"""Q4_0 / Q8_0 / Q4_K matmul on Intel AMX int8 tiles (cpu.HAS_AMX), prefill included: from plan.AMX_MIN_T tokens on
+for weights in the file's layout, from plan.R16_AMX_MIN_T (80) for weights repacked for gemm_r16, whose kernel
+is faster below that (this kernel's flat cost per block, below).
 
 NOTE: the zmm tile (gemm_tile) spends ~4 vector ops per (row, token, 64
 elements), so its cost grows with T. Here, per 16-row panel of W and
@@ -201,7 +203,7 @@ def amx_q4_k(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
 
 def qmatmul_amx(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, w: np.ndarray, kind: int) -> None:
     """gemm_int.qmatmul's contract for Q4_0 (kind 0) / Q8_0 (4) / Q4_K (7) weights on AMX (any T;
-    plan.plan_matmul sends T >= plan.AMX_MIN_T)."""
+    plan.plan_matmul sends T >= plan.AMX_MIN_T, or plan.R16_AMX_MIN_T for repacked weights)."""
     t = xq.shape[0]
     if kind == 4:
         nxs = np.zeros(xd.size, np.float32)  # (T * nb,)

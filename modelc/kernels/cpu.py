@@ -10,7 +10,7 @@ Each flag is read at import from llvmlite's host features, and an environment sw
 | `HAS_AVX512_VNNI` | HAS_VNNI + avx512f/bw/vl/vnni | `MODELC_NO_AVX512` | 512-bit dots: K-quant/IQ matvec, register tiles |
 | `HAS_AVX512` | HAS_AVX512_VNNI + avx512vbmi | `MODELC_NO_AVX512` | 16-lane Q4_0/Q8_0/F16 matvec (`vpermt2b`) |
 | `HAS_AMX` | HAS_AVX512_VNNI + amx-tile/amx-int8, and the kernel's permission | `MODELC_NO_AMX` | AMX int8 tiles (batches, prefill) |
-| `PREFETCH_T1` | HAS_AVX2, but not HAS_AVX512_VNNI on AMD Zen 4 (`znver4`), unless `MODELC_PREFETCH_T1=0`/`1` says | `MODELC_PREFETCH_T1=0` | software prefetch in gemm_r16's one-token Q4_0/Q8_0/Q4_K loops |
+| `PREFETCH_T1` | HAS_AVX2, but not HAS_AVX512_VNNI on AMD Zen 4 (`znver4`), unless `MODELC_PREFETCH_T1=0`/`1` says | `MODELC_PREFETCH_T1=0` | software prefetch in gemm_r16's one-token Q4_0/Q8_0/Q4_K/Q6_K loops (IQ4's with AVX-512) |
 
 So `MODELC_NO_AVX512=1 MODELC_NO_VNNI=1 MODELC_NO_AMX=1` runs what an AVX2-only CPU (AMD Zen 3)
 runs, and `MODELC_NO_AVX2=1` the portable code. The other switches the kernels read:
@@ -92,7 +92,6 @@ PREFETCH_T1 = {"1": True, "0": False}.get(
 less. A per-CPU default from the three CPUs measured (docs/benchmarks.md): on for Zen 3 (Q4_0 decode +7-8%) and
 Emerald Rapids (streamed, alternating in one process: Q4_0 +26%, Q4_K +35%, Q8_0 +6%), off for Zen 4's AVX-512
 kernels (5-15% more without); unmeasured CPUs get the prefetch. MODELC_PREFETCH_T1=1 or 0 overrides."""
-
 
 WIDE_DOT_EXACT = HAS_VNNI or not HAS_AVX2
 """The 64-byte unsigned x signed dot is exact for codes up to 255 (VNNI or the portable IR);

@@ -87,7 +87,8 @@ where cpu.PREFETCH_T1 (every AVX2 CPU but Zen 4's AVX-512 kernels), because the 
   TinyLlama Q4_0 decode (compare_llamacpp, 3 alternations) 41.1-43.1 against 35.7-39.2 tok/s; Q4_K_M decode
   did not move (30.3 against 30.5, median of the bests); Q6_K moved nothing;
 - Emerald Rapids (AVX-512, AMX), both variants alternating in one process, streamed: Q4_0 21.9 -> 27.7,
-  Q4_K 18.5 -> 24.7, Q8_0 30.2 -> 32.0, Q6_K 17.4 -> 28.1 GB/s (2048 x 5632; 4, 8 and 16 KiB ahead alike).
+  Q4_K 18.5 -> 24.7, Q8_0 30.2 -> 32.0, Q6_K 17.4 -> 28.1 GB/s (2048 x 5632; Q6_K 4, 8 and 16 KiB ahead
+  alike).
 IQ4's one-token loop prefetches only with AVX-512 (gemm_r16_iq4.PREFETCH_T1_IQ4: on Zen 3 it read less with it)."""
 
 

@@ -212,7 +212,8 @@ def _group_t1(out, xq, xd, so, rf, gi, nsb):
 
     A super-block's 256 scale bytes are loaded first, four 64-byte vectors, and each sub-block's 16 scales
     sign-extended from them where used, so the group is read strictly front to back; prefetched
-    gemm_r16.PREFETCH_BYTES ahead where cpu.PREFETCH_T1 (Emerald Rapids: 17.4 -> 28.1 GB/s streamed). Reading each sub-block's scales from memory where used (the header's lines touched again between the
+    gemm_r16.PREFETCH_BYTES ahead where cpu.PREFETCH_T1 (Emerald Rapids: 17.4 -> 28.1 GB/s streamed).
+    Reading each sub-block's scales from memory where used (the header's lines touched again between the
     code runs) needed a prefetch burst ahead and still streamed slower: TinyLlama-shaped matrices, 2 threads,
     Zen 4, one process alternating the two: 2048 x 5632 23.1 vs 17.2 GB/s, 32000 x 2048 25.7 vs 17.7
     (Q4_K's one-token loop on the same shapes: 22.1 and 26.7)."""

@@ -89,7 +89,13 @@ where cpu.PREFETCH_T1 (every AVX2 CPU but Zen 4's AVX-512 kernels), because the 
 - Emerald Rapids (AVX-512, AMX), both variants alternating in one process, streamed: Q4_0 21.9 -> 27.7,
   Q4_K 18.5 -> 24.7, Q8_0 30.2 -> 32.0, Q6_K 17.4 -> 28.1 GB/s (2048 x 5632; Q6_K 4, 8 and 16 KiB ahead
   alike).
-IQ4's one-token loop prefetches only with AVX-512 (gemm_r16_iq4.PREFETCH_T1_IQ4: on Zen 3 it read less with it)."""
+IQ4's one-token loop prefetches only with AVX-512 (gemm_r16_iq4.PREFETCH_T1_IQ4: on Zen 3 it read less with it).
+Super-blocks of 2 KiB and more (Q4_K, IQ4_XS, Q6_K's many-token loop) are prefetched a part at a time, just
+ahead of the part being read, not in one burst when the super-block starts: a burst of 36 lines waits for line
+fill buffers with the vector work queued behind it. Emerald Rapids, both forms alternating in one process,
+streamed, 5632 x 2048 and 2048 x 5632: Q4_K T = 8 97 -> 131 and 102 -> 130 GB/s effective, T = 16 +23-25%,
+T = 1 +8%, the AVX2 path (MODELC_NO_AVX512/VNNI/AMX) T = 8 +19%; IQ4_XS T = 8 +24-27%, T = 1 +8-9%. Q6_K's
+one-token loop read the same either way (0-3%) and keeps its burst."""
 
 
 def can_repack(dtype: DataType, rows: int, cols: int) -> bool:
@@ -320,7 +326,7 @@ def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
     pf = base + PREFETCH_BYTES
     for sb in range(nsb):
         o = base + sb * 2304
-        pf = _ahead(rf, pf, o + 2304 + PREFETCH_BYTES)
+        pf = _ahead(rf, pf, o + 256 + PREFETCH_BYTES)
         d = load_f16x16(rf, o)
         dm = load_f16x16(rf, o + 32)
         a = load_u32x16(rf, o + 64)
@@ -332,6 +338,7 @@ def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
             store_f32x16(fs, 128 + 16 * k, mul_f32x16(dm, float_i32x16(mn)))
         for j in range(4):  # 64 elements: low nibbles = sub-block 2j, high nibbles = sub-block 2j + 1
             q = o + 256 + 512 * j
+            pf = _ahead(rf, pf, q + 512 + PREFETCH_BYTES)
             c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
             l0, l1, l2, l3 = nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3)
             l4, l5, l6, l7 = nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7)
@@ -368,7 +375,7 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
     for sb in range(nsb):
         o = base + sb * 2304
         if PREFETCH_T1:
-            pf = _ahead(rf, pf, o + 2304 + PREFETCH_BYTES)
+            pf = _ahead(rf, pf, o + 256 + PREFETCH_BYTES)
         a = load_u32x16(rf, o + 64)
         m = load_u32x16(rf, o + 128)
         md = load_u32x16(rf, o + 192)
@@ -384,6 +391,8 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
             b0 = (2 * j) % 4
             q = o + 256 + 512 * j
             xo = sb * 256 + 64 * j
+            if PREFETCH_T1:
+                pf = _ahead(rf, pf, q + 512 + PREFETCH_BYTES)
             c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
             p = _dot8_u4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3),
                          nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo)  # fmt: skip

@@ -127,10 +127,11 @@ def _group(out, xq, sa, xd, rf, gi, nb, t, c, acc, xs):
     pf = base + PREFETCH_BYTES
     for b in range(nb):
         o = base + b * bb
-        pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
+        pf = _ahead(rf, pf, o + (128 if xs else bb) + PREFETCH_BYTES)
         if xs:
             d, sh, sl = load_f16x16(rf, o), load_u16x16(rf, o + 32), load_u32x16(rf, o + 64)
             for ib in range(8):
+                pf = _ahead(rf, pf, o + 128 + 256 * ib + 256 + PREFETCH_BYTES)
                 _tokens(acc, rf, o + 128 + 256 * ib, _xs_scale(d, sh, sl, ib), xq, sa, xd, b * 8 + ib, t, c)
         else:
             _tokens(acc, rf, o + 32, load_f16x16(rf, o), xq, sa, xd, b, t, c)
@@ -147,11 +148,13 @@ def _group_t1(out, xq, sa, xd, rf, gi, nb, xs):
     for b in range(nb):
         o = base + b * bb
         if PREFETCH_T1_IQ4:
-            pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
+            pf = _ahead(rf, pf, o + (128 if xs else bb) + PREFETCH_BYTES)
         if xs:
             d, sh, sl = load_f16x16(rf, o), load_u16x16(rf, o + 32), load_u32x16(rf, o + 64)
             for ib in range(8):
                 k = b * 8 + ib
+                if PREFETCH_T1_IQ4:
+                    pf = _ahead(rf, pf, o + 128 + 256 * ib + 256 + PREFETCH_BYTES)
                 acc = _block(acc, rf, o + 128 + 256 * ib, _xs_scale(d, sh, sl, ib), xq, k * 32, sa[0, k], xd[0, k])
         else:
             acc = _block(acc, rf, o + 32, load_f16x16(rf, o), xq, b * 32, sa[0, b], xd[0, b])

@@ -171,8 +171,8 @@ def _group(out, xq, xd, so, rf, gi, nsb, t, c, acc):
         d = load_f16x16(rf, o)
         for h in range(2):
             q, a, b = o + 288 + 1536 * h, o + 800 + 1536 * h, o + 1312 + 1536 * h
-            pf = _ahead(rf, pf, q + 1536 + PREFETCH_BYTES)
             for hi in range(2):
+                pf = _ahead(rf, pf, q + 768 * (hi + 1) + PREFETCH_BYTES)
                 m = 2 * hi  # 32-blocks m (ql chunks a) and m + 1 (ql chunks b) of the half
                 sc = o + 32 + 16 * (8 * h + 2 * m)
                 f0, f1 = mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc))), mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 16)))

@@ -3,11 +3,12 @@ linear.matmul) wrapped in a timer, over greedy decode steps after a 128-token pr
 context attention reads); best of 3 rounds.
 
     PYTHONPATH=. python benchmarks/decode_profile.py MODEL.gguf [--threads 2] [--tokens 32] [--streams N]
-        [--per-layer] [--prompt-tokens 128]
+        [--per-layer | --unfused] [--prompt-tokens 128]
 
 With --streams N, N sequences (16-token prompts) decode together and the figures are per batched step.
 Where every layer runs in kernels/decode_step.py's one call, that call is one line; --per-layer runs the
-layers as two calls each instead (decode_layer's halves, each timed).
+layers as two calls each instead (decode_layer's halves, each timed); --unfused runs the forward's own kernel
+calls instead of the fused layers, so each kernel has its line (with its Python glue between them).
 
 Prints ms per token, calls per token and us per call of each, the Python glue in the forward (forward
 minus its kernel calls) and the engine's share (step minus forward). The timers cost ~0.3 us per call.
@@ -48,6 +49,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--streams", type=int, default=1, help="sequences decoding together (per-step figures)")
     ap.add_argument("--per-layer", action="store_true", help="two calls a layer, not decode_step's one call")
+    ap.add_argument("--unfused", action="store_true", help="every kernel called from the forward (no fused layers)")
     ap.add_argument("--prompt-tokens", type=int, default=128, help="the one stream's prompt (its context)")
     a = ap.parse_args()
     kv = max(512, a.streams * (a.tokens + 64), a.prompt_tokens + a.tokens + 64)
@@ -57,8 +59,10 @@ def main() -> None:
     list(eng.generate_ids(ids[:8], warm))
     list(eng.generate_ids(ids[:48], warm))
     model = eng.runner.model
-    if a.per_layer:
+    if a.per_layer or a.unfused:
         model.step_plan = None
+    if a.unfused:
+        model.decode_plans = None
     K = model.kernels
     # (moe_ffn: timed below as the kernel the forward may also call directly)
     model.kernels = dataclasses.replace(

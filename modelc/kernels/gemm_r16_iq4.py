@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit, prange
 
 from modelc.kernels.cpu import HAS_AVX512_VNNI, PREFETCH_T1
-from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _block_dot, _offsets, _store_acc
+from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, TOKEN_CHUNK, _ahead, _block_dot, _offsets, _store_acc
 from modelc.kernels.qdot import (
     load_f16x16,
     load_f32x16,
@@ -173,8 +173,10 @@ def _r16_iq4_nl(out, xq, xd, rw):
             _group_t1(out, xqf, sa, xd, rf, gi, nb, False)
         return
     for gi in prange(rw.shape[0]):
-        acc = np.empty(t * 16, np.float32)
-        _group(out, xqf, sa, xd, rf, gi, nb, t, c, acc, False)
+        acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
+        for t0 in range(0, t, TOKEN_CHUNK):
+            t1 = min(t, t0 + TOKEN_CHUNK)
+            _group(out[t0:t1], xqf[t0 * c : t1 * c], sa[t0:t1], xd[t0:t1], rf, gi, nb, t1 - t0, c, acc, False)
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -188,8 +190,10 @@ def _r16_iq4_xs(out, xq, xd, rw):
             _group_t1(out, xqf, sa, xd, rf, gi, c // 256, True)
         return
     for gi in prange(rw.shape[0]):
-        acc = np.empty(t * 16, np.float32)
-        _group(out, xqf, sa, xd, rf, gi, c // 256, t, c, acc, True)
+        acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
+        for t0 in range(0, t, TOKEN_CHUNK):
+            t1 = min(t, t0 + TOKEN_CHUNK)
+            _group(out[t0:t1], xqf[t0 * c : t1 * c], sa[t0:t1], xd[t0:t1], rf, gi, c // 256, t1 - t0, c, acc, True)
 
 
 @njit(cache=True, nogil=True)

@@ -28,7 +28,7 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from modelc.kernels.cpu import PREFETCH_T1
-from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, _ahead, _dot4_u6, _load8, _offsets, _store_acc
+from modelc.kernels.gemm_r16 import GROUP, PREFETCH_BYTES, TOKEN_CHUNK, _ahead, _dot4_u6, _load8, _offsets, _store_acc
 from modelc.kernels.qdot import (
     fma_f32x16,
     load_f16x16,
@@ -269,5 +269,7 @@ def qmatmul(out, xq, xd, rw):
             _group_t1(out, xqf, xd, so, rf, gi, c // 256)
         return
     for gi in prange(rw.shape[0]):
-        acc = np.empty(t * 16, np.float32)
-        _group(out, xqf, xd, so, rf, gi, c // 256, t, c, acc)
+        acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
+        for t0 in range(0, t, TOKEN_CHUNK):
+            t1 = min(t, t0 + TOKEN_CHUNK)
+            _group(out[t0:t1], xqf[t0 * c : t1 * c], xd[t0:t1], so[t0:t1], rf, gi, c // 256, t1 - t0, c, acc)

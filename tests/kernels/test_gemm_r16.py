@@ -77,6 +77,21 @@ def test_matmul_f32_is_quantize_then_the_kernel(dtype, t):
     np.testing.assert_array_equal(out, r16_matmul(w, x))  # the same kernel on the same codes: bit for bit
 
 
+@pytest.mark.parametrize("dtype", ALL_KINDS, ids=lambda d: d.name)
+def test_many_tokens_run_in_chunks_with_each_chunks_own_bits(dtype):
+    """Past TOKEN_CHUNK tokens a group's tokens go in chunks: every row of the result is the bits the same kernel
+    gives for its chunk alone (each token's sums run in the same order), and the twin's numbers."""
+    rng = np.random.default_rng(7)
+    ch = gemm_r16.TOKEN_CHUNK
+    t = 2 * ch + 5
+    w = linear.prepare_weight(random_tensor(dtype, 32, 512, rng))
+    x = rng.standard_normal((t, 512)).astype(np.float32)
+    got = r16_matmul(w, x)
+    for t0 in range(0, t, ch):
+        np.testing.assert_array_equal(got[t0 : t0 + ch], r16_matmul(w, x[t0 : t0 + ch]))
+    assert_close(got, twin(w, x))
+
+
 @pytest.mark.parametrize("dtype", LARGEST_CODE_TYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("t", [1, 3])
 def test_largest_codes_against_full_scale_activations(dtype, t):

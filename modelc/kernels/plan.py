@@ -81,16 +81,19 @@ Measured (one thread, TinyLlama layer, weights streamed), ms per layer AMX vs th
 / 16: Q4_0 5.4 / 8.4 / 9.4 vs 6.2 / 11.8 / ~19; Q8_0 7.8 / 8.5 / 9.4 vs 7.6 / 11.0 / 17.7;
 Q4_K 6.5 / 7.1 / 11.5 vs 6.2 / 10.2 / 19.2."""
 
-R16_AMX_MIN_T = {_Q4_0: 80, _Q8_0: 80, _Q4_K: 80}
+R16_AMX_MIN_T = {_Q4_0: 160, _Q8_0: 160, _Q4_K: 160}
 """Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, a weight repacked for gemm_r16 runs the AMX tiles
 instead (where cpu.HAS_AMX; AMX reads the file's blocks). Measured on Emerald Rapids (2 threads, weights
 streamed, both kernels alternating in one process, ms AMX / gemm_r16 at T = 8 / 16 / 32 / 64 / 80 / 96 /
 128): Q4_0 5632x2048 0.94/0.33, 1.35/0.58, 1.83/1.26, 2.61/2.16, 3.21/2.81, 3.53/3.46, 5.52/5.23; 2048x5632
 0.95/0.35, 0.96/0.59, 1.47/1.07, 2.41/2.23, 2.91/3.06, 3.39/4.33, 4.69/6.30. Q8_0 and Q4_K alike: gemm_r16
 ahead up to 64 (1.6-2.9x at 8 tokens), the two even at ~80, AMX ahead from ~96 on the 2048 x 5632 shape.
-So batched decode (8-32 streams) stays on gemm_r16 and the fused decode layers; prefill chunks of 80 and more
-take AMX. (Until 2026-12-05 AMX_MIN_T served here too, measured against the zmm tile only: an 8-stream
-TinyLlama Q4_0 step took 78 ms on AMX against 34 on gemm_r16.)"""
+So batched decode (8-32 streams) stays on gemm_r16 and the fused decode layers. (Until 2026-12-05 AMX_MIN_T
+served here too, measured against the zmm tile only: an 8-stream TinyLlama Q4_0 step took 78 ms on AMX against
+34 on gemm_r16.) Once gemm_r16 took many tokens 64 at a time (gemm_r16.TOKEN_CHUNK), the two met between 128
+and 192 tokens instead, ratio AMX / gemm_r16 over two runs on the same shapes (Q4_0, Q8_0, Q4_K x 2 shapes):
+at 128 tokens 0.92-1.37 (mean 1.04), at 192 0.79-1.09 (mean 0.93), at 256 0.82-1.09; so AMX from 160 (the
+expert batches of MoE models' one call, up to moe_ffn.R16_MAX_T = 128, stay on gemm_r16 too)."""
 
 AMX_PREFILL_MAX_T = {_Q4_0: 1 << 30, _Q8_0: 1 << 30, _Q4_K: 1 << 30}
 """Per kind: up to this many tokens prefill (T >= PREFILL_MIN_T) stays on the AMX tiles instead of
@@ -191,6 +194,11 @@ def _bounds() -> list[int]:
     ts = {1, 2, GRID_MAX_T + 1, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, *AMX_MIN_T.values(), *R16_AMX_MIN_T.values()}
     ts |= {b + 1 for b in (*AMX_PREFILL_MAX_T.values(), *ZMM_PREFILL_MAX_T.values()) if b < 4096}
     return sorted(t for t in ts if t >= 1)
+
+
+def paths_up_to(w: Weight, t_max: int) -> set[Path]:
+    """Every path weight `w` takes at 1 .. t_max tokens."""
+    return {path(w, t) for t in _bounds() if t <= t_max} | {path(w, t_max)}
 
 
 def warm_tokens(w: Weight) -> dict[Path, int]:

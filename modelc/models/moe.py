@@ -20,7 +20,7 @@ from modelc.ir import SCALE_SUFFIX, TensorData
 from modelc.kernels import moe_ffn, quant, ref_moe
 from modelc.kernels.linear import Weight, prepare_weight
 from modelc.kernels.moe_weights import MoeExperts, stack_experts
-from modelc.kernels.plan import Path, warm_tokens
+from modelc.kernels.plan import Path, paths_up_to
 from modelc.kernels.select import KernelSet
 from modelc.models.weights import WeightReader
 
@@ -119,7 +119,8 @@ class MoeFFN:
         if T <= moe_ffn.FUSED_MAX_T:
             return True
         if self._all_r16 is None:
-            self._all_r16 = all(set(warm_tokens(w)) == {Path.R16} for w in (self.gate[0], self.up[0], self.down[0]))
+            ws = (self.gate[0], self.up[0], self.down[0])
+            self._all_r16 = all(paths_up_to(w, moe_ffn.R16_MAX_T) == {Path.R16} for w in ws)
         return self._all_r16 and T <= moe_ffn.R16_MAX_T
 
     def _expert(self, e: int, x: np.ndarray, kernels: KernelSet) -> np.ndarray:

@@ -52,7 +52,7 @@ def test_only_whole_row_groups_and_blocks_repack():
     assert not gemm_r16.can_repack(DataType.Q4_0, 0, 64)
 
 
-@pytest.mark.parametrize("t", [1, 4, 40, 100])
+@pytest.mark.parametrize("t", [1, 4, 40, 100, 200])
 def test_linear_runs_r16_at_every_t_when_the_weight_carries_it(t):
     rng = np.random.default_rng(t)
     w0 = linear.prepare_weight(random_tensor(DataType.Q4_0, 32, 128, rng))

@@ -90,6 +90,17 @@ def test_warm_tokens_reach_every_path_of_the_table() -> None:
             assert all(plan.plan_matmul(w, u) is not path for u in range(1, t))
 
 
+def test_paths_up_to_are_every_path_from_one_token_to_the_bound() -> None:
+    """MoeFFN.one_call asks whether every expert matmul up to R16_MAX_T tokens is gemm_r16's (repacked weights)."""
+    from tests.kernels.r16_cases import with_r16
+
+    for name in ("F16", "Q4_0", "Q8_0", "Q4_K", "Q6_K", "Q5_0"):
+        w0 = linear.prepare_weight(random_tensor(DataType[name], 16, 256, np.random.default_rng(0)))
+        for w in (w0, with_r16(w0)) if name in ("Q4_0", "Q8_0", "Q4_K", "Q6_K") else (w0,):
+            for top in (1, 5, 31, 32, 127, 128, 129, 159, 160, 200, 1024):
+                assert plan.paths_up_to(w, top) == {plan.plan_matmul(w, t) for t in range(1, top + 1)}, (name, top)
+
+
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q5_0", "F16"])
 def test_matmul_runs_the_planned_path(name: str) -> None:
     """Each planned path gives the numbers of its twin (int8 paths: the activation-quantizing twin)."""

@@ -144,12 +144,12 @@ def test_prefill_runs_repacked_experts_in_one_call_where_the_table_keeps_them_on
     import pathlib
 
     from modelc.kernels import moe_ffn
-    from modelc.kernels.plan import Path, warm_tokens
+    from modelc.kernels.plan import Path, paths_up_to
 
     eng = Engine.load(pathlib.Path(__file__).parents[1] / "fixtures/models/quant/qwen3moe/model-Q4_K_M.gguf")
     L = eng.runner.model.layers[0].moe
     assert L.stacked is not None
-    on_r16 = all(set(warm_tokens(w)) == {Path.R16} for w in (L.gate[0], L.up[0], L.down[0]))
+    on_r16 = all(paths_up_to(w, moe_ffn.R16_MAX_T) == {Path.R16} for w in (L.gate[0], L.up[0], L.down[0]))
     T = moe_ffn.FUSED_MAX_T + 9
     assert L.one_call(moe_ffn.FUSED_MAX_T) and L.one_call(T) == on_r16 and not L.one_call(moe_ffn.R16_MAX_T + 1)
     calls = []

@@ -98,11 +98,12 @@ where cpu.PREFETCH_T1 (every AVX2 CPU but Zen 4's AVX-512 kernels), because the 
 IQ4's one-token loop prefetches only with AVX-512 (gemm_r16_iq4.PREFETCH_T1_IQ4: on Zen 3 it read less with it).
 Super-blocks of 2 KiB and more (Q4_K, IQ4_XS, Q6_K's many-token loop) are prefetched a part at a time (512,
 256, 768 bytes), just ahead of the part being read, not in one burst when the super-block (Q6_K: a half) starts:
-a burst of 24-36 lines waits for line fill buffers with the vector work queued behind it. Emerald Rapids, both forms alternating in one process,
-streamed, 5632 x 2048 and 2048 x 5632: Q4_K T = 8 97 -> 131 and 102 -> 130 GB/s effective, T = 16 +23-25%,
-T = 1 +8%, the AVX2 path (MODELC_NO_AVX512/VNNI/AMX) T = 8 +19%; IQ4_XS T = 8 +24-27%, T = 1 +8-9%; Q6_K
-(768 bytes, was 1536) T = 8 +6-9%, T = 16 +7%, AVX2 path T = 8 +9%. Q6_K's one-token loop read the same
-either way (0-3%) and keeps its burst."""
+a burst of 24-36 lines likely waits for line fill buffers with the vector work queued behind it (this VM has
+no counters to show it). Emerald Rapids, both forms alternating in one process, streamed, 5632 x 2048 and
+2048 x 5632: Q4_K T = 8 97 -> 131 and 102 -> 130 GB/s effective, T = 16 +23-25%, T = 1 +8%, the AVX2 path
+(MODELC_NO_AVX512/VNNI/AMX) T = 8 +18%; IQ4_XS T = 8 +24-27%, T = 1 +8-9%; Q6_K (768 bytes, was 1536) T = 8
++6-9%, T = 16 +7%, AVX2 path T = 8 +9%. Q6_K's one-token loop read the same either way (0-3%) and keeps its
+burst."""
 
 
 def can_repack(dtype: DataType, rows: int, cols: int) -> bool:

@@ -12,33 +12,18 @@ import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from quart import Blueprint, Response
+from quart import Blueprint
 
-from modelc.errors import ModelcError, OverloadedError
+from modelc.errors import ModelcError
 from modelc.server import anthropic_shapes as shapes
 from modelc.server import openapi_surfaces
 from modelc.server.chat_run import ChatStream, matched_stop, named_event, run_chat, stream_chat
-from modelc.server.errors import ServiceUnavailableError
 from modelc.server.handling import engine_for, get_state, offload, read_json, record
 from modelc.server.openai_chat import ChatPlan, parse_chat, split_reasoning_of, split_tool_calls
 from modelc.server.served import ServedModel
 
 OPENAPI_PATHS = openapi_surfaces.ANTHROPIC
 bp = Blueprint("anthropic", __name__)
-
-
-def error_response(err: ModelcError) -> Response:
-    resp = Response(json.dumps(shapes.error_body(err)), status=err.http_status, content_type="application/json")
-    if isinstance(err, OverloadedError):
-        resp.headers["Retry-After"] = str(err.retry_after_s)
-    if isinstance(err, ServiceUnavailableError):
-        resp.headers["Retry-After"] = "1"
-    return resp
-
-
-@bp.errorhandler(ModelcError)
-async def _error(err: ModelcError) -> Response:
-    return error_response(err)
 
 
 async def _plan(body: dict[str, Any], *, count_only: bool = False) -> tuple[Any, ChatPlan]:

@@ -11,19 +11,9 @@ import uuid
 from typing import Any
 
 from modelc.errors import InvalidRequestError, ModelcError
+from modelc.server.bounds import BOUNDS, bounded_float, bounded_int
+from modelc.server.errors import anthropic_error_body
 from modelc.server.schema import bad
-
-# ModelcError.http_status -> Anthropic's error `type`.
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    408: "timeout_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-}
 
 # Sampling fields passed through as they are (modelc's extensions, as on chat completions).
 EXTENSIONS = (
@@ -45,7 +35,7 @@ STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "abort": "end_turn"}
 
 
 def error_body(err: ModelcError) -> dict[str, Any]:
-    return {"type": "error", "error": {"type": ERROR_TYPES.get(err.http_status, "api_error"), "message": err.message}}
+    return anthropic_error_body(err.http_status, err.message)
 
 
 def new_message_id() -> str:
@@ -159,10 +149,36 @@ def _tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, Any, bool
     return out, {"auto": "auto", "any": "required", "none": "none"}[kind], parallel
 
 
+def _thinking(body: dict[str, Any], count_only: bool) -> bool | None:
+    """`thinking` -> whether the template's thinking is on (None: not sent). `budget_tokens` is checked
+    as Anthropic checks it (required for "enabled", >= 1024, below max_tokens); the model then thinks
+    until it closes its thought or max_tokens ends the answer (no separate thinking budget is kept)."""
+    thinking = body.get("thinking")
+    if thinking is None:
+        return None
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if not isinstance(kind, str) or kind not in THINKING:
+        raise bad("thinking.type", f"must be one of {sorted(THINKING)}")
+    budget = thinking.get("budget_tokens")
+    if budget is None:
+        if kind == "enabled":
+            raise bad("thinking.budget_tokens", "is required when thinking is enabled")
+        return THINKING[kind]
+    budget = int(BOUNDS["budget_tokens"].check("thinking.budget_tokens", budget))
+    max_tokens = body.get("max_tokens")
+    if not count_only and isinstance(max_tokens, int) and budget >= max_tokens:
+        raise bad("thinking.budget_tokens", f"must be less than max_tokens ({max_tokens}), got {budget}")
+    return THINKING[kind]
+
+
 def chat_body(body: dict[str, Any], *, count_only: bool = False) -> dict[str, Any]:
-    """A Messages request -> the equivalent chat-completions request body."""
+    """A Messages request -> the equivalent chat-completions request body. The fields whose range is
+    Anthropic's own (max_tokens >= 1, temperature 0-1, top_k >= 0) are checked against it here."""
     if not count_only and body.get("max_tokens") is None:
         raise bad("max_tokens", "is required")
+    bounded_int(body, "max_tokens", None, "anthropic_max_tokens")
+    bounded_float(body, "temperature", None, "anthropic_temperature")
+    bounded_int(body, "top_k", None, "anthropic_top_k")
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise bad("messages", "must be a non-empty list of messages")
@@ -201,11 +217,9 @@ def chat_body(body: dict[str, Any], *, count_only: bool = False) -> dict[str, An
             out["parallel_tool_calls"] = parallel
     elif choice not in (None, "auto", "none"):
         raise InvalidRequestError("'tool_choice' needs 'tools'", param="tool_choice")
-    thinking = body.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("type") in THINKING:
-        out["chat_template_kwargs"] = {"enable_thinking": THINKING[thinking["type"]]}
-    elif thinking is not None:
-        raise bad("thinking", f"must be {{'type': one of {sorted(THINKING)}}}")
+    thinking = _thinking(body, count_only)
+    if thinking is not None:
+        out["chat_template_kwargs"] = {"enable_thinking": thinking}
     fmt = (body.get("output_config") or {}).get("format") if isinstance(body.get("output_config"), dict) else None
     if fmt is not None:
         if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):

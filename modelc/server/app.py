@@ -96,9 +96,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         except ModelcError as e:
             rec.error = e.message
             count_rejection(e)
-            if request.path.startswith("/v1/messages"):
-                return anthropic_routes.error_response(e)
-            return error_response(e)
+            return error_response(e)  # in the shape of the request's API (server/errors.py)
         return None
 
     @app.after_request

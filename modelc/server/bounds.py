@@ -104,6 +104,14 @@ BOUNDS: dict[str, Bound] = {
     "logprobs_count": I(0, MAX_TOP_LOGPROBS),  # legacy completions: `logprobs` is a number of alternatives
     "n": I(1, MAX_N),
     "best_of": I(1, MAX_N),
+    # the Anthropic Messages API's own ranges (docs.anthropic.com, "Messages")
+    "anthropic_max_tokens": I(1),
+    "anthropic_temperature": N(0, 1),
+    "anthropic_top_k": I(0),
+    "budget_tokens": I(1024, description="thinking tokens; Anthropic's minimum is 1024, less than max_tokens"),
+    # the OpenAI Responses API's own ranges (platform.openai.com/docs/api-reference/responses)
+    "max_output_tokens": I(16, description="OpenAI's minimum is 16"),
+    "responses_n": I(1, 1, description="a response has one output"),
     # other routes
     "dimensions": I(1, description="keep the first N features (renormalized)"),
     "top_n": I(1),

@@ -1,7 +1,9 @@
-"""ModelcError -> OpenAI-style error responses, and the HTTP errors Quart raises (404, 405, 413).
+"""ModelcError -> error responses in the shape of the API the request is on, and the HTTP errors Quart
+raises (404, 405, 413) and unexpected exceptions (500) in the same shapes.
 
-Body: {"error": {"message", "type", "param", "code"}}, except on the Ollama-shaped /api/* routes, where
-Ollama clients expect {"error": "<message>"}. 429 and 503 carry Retry-After.
+Bodies: OpenAI's {"error": {"message", "type", "param", "code"}} by default; Anthropic's
+{"type": "error", "error": {"type", "message"}} on /v1/messages*; Ollama's {"error": "<message>"} on
+/api/*. 429 and 503 carry Retry-After.
 """
 
 from __future__ import annotations
@@ -64,17 +66,53 @@ def error_body(err: ModelcError) -> dict[str, Any]:
     return {"error": {"message": err.message, "type": err.error_type, "param": err.param, "code": err.code}}
 
 
+# HTTP status -> Anthropic's error `type` (docs.anthropic.com, "Errors"); anything else is api_error.
+ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    415: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+
+def api_of_request() -> str:
+    """Which API's error shape the current request gets: "ollama" (/api/*), "anthropic"
+    (/v1/messages*) or "openai" (every other route, modelc's own included)."""
+    if not has_request_context():
+        return "openai"
+    path = request.path
+    if path.startswith("/api/"):
+        return "ollama"
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return "anthropic"
+    return "openai"
+
+
 def ollama_shaped() -> bool:
     """Whether the current request is on the Ollama API (/api/*), whose clients read {"error": "..."}."""
-    return has_request_context() and request.path.startswith("/api/")
+    return api_of_request() == "ollama"
 
 
-def shaped_body(message: str, openai_body: dict[str, Any]) -> dict[str, Any]:
-    return {"error": message} if ollama_shaped() else openai_body
+def shaped_body(message: str, openai_body: dict[str, Any], status: int = 400) -> dict[str, Any]:
+    api = api_of_request()
+    if api == "ollama":
+        return {"error": message}
+    if api == "anthropic":
+        return anthropic_error_body(status, message)
+    return openai_body
 
 
 def error_response(err: ModelcError) -> Response:
-    body = shaped_body(err.message, error_body(err))
+    body = shaped_body(err.message, error_body(err), err.http_status)
     resp = Response(json.dumps(body), status=err.http_status, content_type="application/json")
     if isinstance(err, OverloadedError | RateLimitError):
         resp.headers["Retry-After"] = str(err.retry_after_s)
@@ -98,7 +136,8 @@ def http_error_response(exc: HTTPException) -> Response:
         405: "method not allowed for this route",
         413: "request body too large: over the server's limit (modelc run --max-body-mb)",
     }.get(status, exc.description or exc.name)
-    body = shaped_body(message, {"error": {"message": message, "type": error_type, "param": None, "code": code}})
+    openai_body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    body = shaped_body(message, openai_body, status)
     resp = Response(json.dumps(body), status=status, content_type="application/json")
     if status == 405 and getattr(exc, "valid_methods", None):
         resp.headers["Allow"] = ", ".join(exc.valid_methods)

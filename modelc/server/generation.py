@@ -14,6 +14,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -23,11 +24,14 @@ from modelc.server import run_host
 from modelc.server.served import ServedModel
 
 STREAM_BUFFER = 64  # events buffered per request before the pumps wait for the reader
-LIVE: weakref.WeakSet[ChoiceStreams] = weakref.WeakSet()  # open ChoiceStreams of this process
+# Open engine work of this process that a drain may end: every ChoiceStreams, and the engine calls of
+# embeddings, rerank and /infer (server/run.EngineCall). Each has interrupt(error).
+LIVE: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def interrupt_all(error: ModelcError) -> int:
-    """End every open ChoiceStreams with `error` at its next event (the drain timeout). Returns how many."""
+    """End every open ChoiceStreams and engine call with `error` (the drain timeout): streams at their
+    next event, engine calls at their next await. Returns how many."""
     live = list(LIVE)
     for streams in live:
         streams.interrupt(error)

@@ -71,6 +71,7 @@ class ChatPlan:
     num_top: int
     reasoning: Any = None  # ReasoningSyntax whose thoughts go to reasoning_content (None: all is content)
     in_reasoning: bool = False  # the prompt already opened the reasoning
+    forced_tool: bool = False  # tool_choice required/named: the output is a call envelope, never text
 
 
 def make_jobs(prompt_ids: list[int], params: SamplingParams, n: int) -> list[Job]:
@@ -93,6 +94,7 @@ def parse_chat(state: ServerState, engine: ServedModel, body: dict[str, Any]) ->
     tools, tool_choice = parse_tools(body)
     offered = tools if tool_choice != "none" else None
     constraint = parse_constraint(body)
+    tc = None
     if offered is not None:
         # An array of calls only when the client asked for parallel calls explicitly (OpenAI's default
         # `true` permits them; forcing a list on every `required` call would change the output shape).
@@ -127,6 +129,7 @@ def parse_chat(state: ServerState, engine: ServedModel, body: dict[str, Any]) ->
         num_top=params.top_logprobs,
         reasoning=syntax,
         in_reasoning=starts_in_reasoning(syntax, text),
+        forced_tool=tc is not None,
     )
 
 
@@ -138,12 +141,17 @@ def split_reasoning_of(plan: ChatPlan, r: ChoiceResult) -> tuple[str | None, str
 
 
 def split_tool_calls(plan: ChatPlan, r: ChoiceResult) -> tuple[str | None, list[dict[str, Any]]]:
+    """(content, tool calls) of a choice. A forced call (tool_choice required or named) that max_tokens
+    cut before it was whole has neither: its text is modelc's call envelope, not an answer; the finish
+    reason ("length") says the output is incomplete."""
     _, text = split_reasoning_of(plan, r)
     if plan.tools is None:
         return text, []
     content, calls = parse_tool_calls(text, list(plan.tools))
     if calls and not plan.parallel_tool_calls:
         calls = calls[:1]
+    if not calls and plan.forced_tool:
+        return None, []
     return (content or None) if calls else text, calls
 
 
@@ -251,4 +259,6 @@ def final_chunks(tok: Any, plan: ChatPlan, r: ChoiceResult, chunk: Any) -> list[
         out.append(chunk(r.index, {"tool_calls": fmt.tool_call_deltas(calls)}, None, lp))
         out.append(chunk(r.index, {}, "tool_calls"))
         return out
+    if content is None:  # a forced call cut short: no content to send
+        return [*out, chunk(r.index, {}, r.finish_reason, lp)]
     return [*out, chunk(r.index, {"content": text}, None, lp), chunk(r.index, {}, r.finish_reason)]

@@ -9,7 +9,7 @@ from typing import Any
 from modelc.server.anthropic_shapes import EXTENSIONS, THINKING
 from modelc.server.bounds import schema_of
 from modelc.server.openapi import GEN_ERRORS, MODEL_NAME, SAMPLING, STOP, B, I, N, S, _obj, _op
-from modelc.server.responses_shapes import TEXT_PARTS
+from modelc.server.responses_shapes import EFFORTS, TEXT_PARTS
 
 TEXT_BLOCK = _obj({"type": {"const": "text"}, "text": S}, ("type", "text"))
 TEXT_BLOCKS = {"type": "array", "items": TEXT_BLOCK}
@@ -46,12 +46,14 @@ ANTHROPIC_ERROR = _obj({"type": {"const": "error"}, "error": _obj({"type": S, "m
 MESSAGES_REQ = _obj(
     {
         "model": MODEL_NAME,
-        "max_tokens": schema_of("max_tokens"),
+        "max_tokens": schema_of("max_tokens", "anthropic_max_tokens"),
         "system": {"oneOf": [S, TEXT_BLOCKS]},
         "messages": {"type": "array", "items": {"oneOf": [USER_TURN, ASSISTANT_TURN]}, "minItems": 1},
         "stop_sequences": STOP["oneOf"][1],
         "stream": B,
         **{name: SAMPLING[name] for name in EXTENSIONS},
+        "temperature": schema_of("temperature", "anthropic_temperature"),
+        "top_k": schema_of("top_k", "anthropic_top_k"),
         "tools": {
             "type": "array",
             "items": _obj(
@@ -72,7 +74,11 @@ MESSAGES_REQ = _obj(
             "if": {"properties": {"type": {"const": "tool"}}},
             "then": {"required": ["name"]},
         },
-        "thinking": _obj({"type": {"enum": sorted(THINKING)}, "budget_tokens": I}, ("type",)),
+        "thinking": {
+            **_obj({"type": {"enum": sorted(THINKING)}, "budget_tokens": schema_of("budget_tokens")}, ("type",)),
+            "if": {"properties": {"type": {"const": "enabled"}}},
+            "then": {"required": ["budget_tokens"]},
+        },
         "output_config": _obj(
             {"format": _obj({"type": {"const": "json_schema"}, "schema": {"type": "object"}}, ("type", "schema"))}
         ),
@@ -134,8 +140,13 @@ RESPONSES_REQ = {
             "previous_response_id": S,
             "store": B,
             "stream": B,
-            "max_output_tokens": schema_of("max_tokens"),
+            "max_output_tokens": schema_of("max_output_tokens"),
             **{name: SAMPLING[name] for name in EXTENSIONS},
+            "n": schema_of("n", "responses_n"),
+            "top_logprobs": schema_of("top_logprobs"),
+            "include": {"type": "array", "items": S},
+            "reasoning": _obj({"effort": {"enum": list(EFFORTS)}, "summary": S}),
+            "background": {**B, "enum": [False], "description": "background responses are not supported"},
             "tools": {
                 "type": "array",
                 "items": _obj(

@@ -68,10 +68,11 @@ def render_chat(
         return fallback_render(messages)
     try:
         return template.render(messages, tools=tools, add_generation_prompt=True, **kwargs)
-    except ModelcError as e:
-        raise InvalidRequestError(f"chat template failed: {e.message}", param="messages") from None
+    except ModelcError as e:  # already one line saying what failed ("chat template failed: ...")
+        raise InvalidRequestError(e.message, param="messages") from None
     except Exception as e:  # a template error on these messages is the request's problem, not a crash
-        raise InvalidRequestError(f"chat template failed: {type(e).__name__}: {e}", param="messages") from None
+        why = " ".join(str(e).split())[:300]
+        raise InvalidRequestError(f"chat template failed: {type(e).__name__}: {why}", param="messages") from None
 
 
 def model_reasoning_syntax(engine: ServedModel) -> Any:

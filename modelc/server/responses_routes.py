@@ -15,7 +15,7 @@ from typing import Any
 from quart import Blueprint, current_app
 
 from modelc.errors import ModelcError
-from modelc.server import openapi_surfaces, responses_store
+from modelc.server import openai_format, openapi_surfaces, responses_store
 from modelc.server import responses_shapes as shapes
 from modelc.server.chat_run import ChatStream, named_event, run_chat, stream_chat
 from modelc.server.generation import ChoiceResult
@@ -40,8 +40,9 @@ def store() -> responses_store.ResponseStore:
 class Turn:
     """One request's pieces: the original body, its id, the conversation to store, the plan."""
 
-    def __init__(self, body: dict[str, Any], conversation: list[dict[str, Any]], plan: Any) -> None:
+    def __init__(self, body: dict[str, Any], conversation: list[dict[str, Any]], plan: Any, tokenizer: Any) -> None:
         self.body = body
+        self.tokenizer = tokenizer
         self.response_id = shapes.new_id("resp")
         self.conversation = conversation
         self.plan = plan
@@ -54,10 +55,17 @@ class Turn:
         content, calls = split_tool_calls(self.plan, r)
         reasoning, _ = split_reasoning_of(self.plan, r)
         items: list[dict[str, Any]] = [shapes.reasoning_item(shapes.new_id("rs"), reasoning)] if reasoning else []
-        if content or not calls:
-            items.append(shapes.message_item(shapes.new_id("msg"), content or ""))
+        if content is not None or not (calls or self.plan.forced_tool):  # a cut forced call has no message
+            items.append(shapes.message_item(shapes.new_id("msg"), content or "", logprobs=self.logprobs(r)))
         items += [shapes.function_call_item(c) for c in calls]
         return items, shapes.assistant_message(content, calls)
+
+    def logprobs(self, r: ChoiceResult) -> list[dict[str, Any]] | None:
+        """The output_text logprobs (include message.output_text.logprobs, or top_logprobs > 0): every
+        generated token's, as chat completions gives them."""
+        if not self.plan.logprobs:
+            return None
+        return openai_format.chat_logprob_entries(self.tokenizer, r, num_top=self.plan.num_top)
 
     def finish(self, r: ChoiceResult, items: list[dict[str, Any]], assistant: dict[str, Any]) -> dict[str, Any]:
         rec = self.rec
@@ -88,7 +96,7 @@ async def create_response() -> Any:
         history = list(store().get(prev).messages)
     chat, conversation = shapes.chat_body(body, history)
     engine = await engine_for(state, chat.get("model"))
-    turn = Turn(body, conversation, await offload(parse_chat, state, engine, chat))  # off the loop
+    turn = Turn(body, conversation, await offload(parse_chat, state, engine, chat), engine.tokenizer)  # off the loop
     if turn.plan.stream:
         return await stream_chat(state, engine, turn.plan, lambda cs: response_events(cs, turn), error_frames)
     r = await run_chat(state, engine, turn.plan)
@@ -149,10 +157,15 @@ async def response_events(cs: ChatStream, turn: Turn) -> AsyncGenerator[bytes, N
             ]
         if open_kind == "message":
             text = texts["message"]
+            lps = turn.logprobs(cs.result)  # the tokens so far (all of them once the answer is done)
             return [
-                event("response.output_text.done", **where("message"), text=text, logprobs=[]),
-                event("response.content_part.done", **where("message"), part=shapes.output_text(text)),
-                event("response.output_item.done", output_index=index, item=shapes.message_item(ids["message"], text)),
+                event("response.output_text.done", **where("message"), text=text, logprobs=lps or []),
+                event("response.content_part.done", **where("message"), part=shapes.output_text(text, lps)),
+                event(
+                    "response.output_item.done",
+                    output_index=index,
+                    item=shapes.message_item(ids["message"], text, logprobs=lps),
+                ),
             ]
         return []
 

@@ -7,13 +7,15 @@ Pure, no awaits. Field names follow the OpenAI API reference (platform.openai.co
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
 
 from modelc.errors import InvalidRequestError
 from modelc.server.anthropic_shapes import EXTENSIONS
-from modelc.server.schema import bad
+from modelc.server.bounds import bounded_int
+from modelc.server.schema import bad, get_bool
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -128,6 +130,50 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     return {"type": f["type"]}
 
 
+# reasoning.effort -> the chat template's switches: gpt-oss reads reasoning_effort (low/medium/high),
+# Qwen3/SmolLM3 enable_thinking and Granite thinking; "none" turns thinking off.
+EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def _reasoning_kwargs(reasoning: Any) -> dict[str, Any]:
+    if reasoning is None:
+        return {}
+    if not isinstance(reasoning, dict):
+        raise bad("reasoning", "must be an object such as {'effort': 'low'}")
+    effort = reasoning.get("effort")
+    if effort is None:
+        return {}
+    if not isinstance(effort, str) or effort not in EFFORTS:
+        raise bad("reasoning.effort", f"must be one of {', '.join(EFFORTS)}, got {json.dumps(effort)[:40]}")
+    if effort == "none":
+        return {"enable_thinking": False, "thinking": False}
+    level = {"minimal": "low", "xhigh": "high"}.get(effort, effort)
+    return {"enable_thinking": True, "thinking": True, "reasoning_effort": level}
+
+
+def _include(body: dict[str, Any]) -> list[str]:
+    include = body.get("include")
+    if include is None:
+        return []
+    if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
+        raise bad("include", "must be a list of strings")
+    return include
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    """What the Responses API has and modelc does not do: refused with a 400, never answered as if done."""
+    if get_bool(body, "background"):
+        raise bad(
+            "background",
+            "is not supported: modelc answers every response in the request that creates it; "
+            "send 'stream': true to read it while it is generated",
+        )
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or n != 1):  # BOUNDS["responses_n"] in /openapi.json
+        raise bad("n", "must be 1: a response has one output (use /v1/chat/completions with 'n' for several)")
+
+
 def chat_body(body: dict[str, Any], history: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """A Responses request (+ the stored conversation before it) -> (chat-completions body, the
     conversation to store: history + this input, without instructions)."""
@@ -141,8 +187,17 @@ def chat_body(body: dict[str, Any], history: list[dict[str, Any]]) -> tuple[dict
             raise bad("instructions", "must be a string")
         messages.insert(0, {"role": "system", "content": instructions})
     out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
-    if body.get("max_output_tokens") is not None:
-        out["max_tokens"] = body["max_output_tokens"]
+    max_output = bounded_int(body, "max_output_tokens", None)
+    if max_output is not None:
+        out["max_tokens"] = max_output
+    _refuse_unsupported(body)
+    kwargs = _reasoning_kwargs(body.get("reasoning"))
+    if kwargs:
+        out["chat_template_kwargs"] = kwargs
+    top = bounded_int(body, "top_logprobs", 0) or 0
+    if top or LOGPROBS_INCLUDE in _include(body):
+        out["logprobs"] = True
+        out["top_logprobs"] = top
     for name in ("stream", "parallel_tool_calls", *EXTENSIONS):
         if body.get(name) is not None:
             out[name] = body[name]
@@ -160,13 +215,15 @@ def chat_body(body: dict[str, Any], history: list[dict[str, Any]]) -> tuple[dict
     return out, conversation
 
 
-def message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+def message_item(
+    item_id: str, text: str, status: str = "completed", logprobs: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "id": item_id,
         "type": "message",
         "status": status,
         "role": "assistant",
-        "content": [output_text(text)] if status == "completed" else [],
+        "content": [output_text(text, logprobs)] if status != "in_progress" else [],
     }
 
 
@@ -181,8 +238,10 @@ def reasoning_item(item_id: str, text: str) -> dict[str, Any]:
     }
 
 
-def output_text(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def output_text(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An output_text part; `logprobs` are chat completions' entries ({token, logprob, bytes,
+    top_logprobs}), the shape OpenAI gives them here too."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def function_call_item(call: dict[str, Any], status: str = "completed") -> dict[str, Any]:

@@ -29,12 +29,25 @@ from quart import Response
 
 from modelc.errors import ModelcError
 from modelc.request import Finished, GenerateEvent
-from modelc.server.generation import ChoiceResult, ChoiceStreams, Job, Timings
+from modelc.server.generation import LIVE, ChoiceResult, ChoiceStreams, Job, Timings
 from modelc.server.handling import RequestRecord, account, deadline, finish_record, record
 from modelc.server.served import ServedModel
 from modelc.server.sse import SSE_HEADERS
 from modelc.server.state import ServerState
 from modelc.server.streaming import StreamBody
+
+
+class EngineCall:
+    """One slot's engine work, cancelled by interrupt() (the drain timeout) at its next await."""
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.error: ModelcError | None = None
+
+    def interrupt(self, error: ModelcError) -> None:
+        if self.error is None:
+            self.error = error
+        self.scope.cancel()
 
 
 class RequestRun:
@@ -74,11 +87,19 @@ class RequestRun:
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        """Hold a concurrency slot for engine work that is not a generation (embed, rerank, infer)."""
+        """Hold a concurrency slot for engine work that is not a generation (embed, rerank, infer).
+        The server's drain may end the work inside (interrupt_all): it then raises that error (503
+        shutting_down), as a generation cut by the drain does."""
         self._acquire()
+        call = EngineCall()
         try:
-            yield
+            with call.scope:
+                LIVE.add(call)
+                yield
+            if call.error is not None:
+                raise call.error
         finally:
+            LIVE.discard(call)
             self._release()
 
     def count_prompt(self, num_tokens: int) -> None:

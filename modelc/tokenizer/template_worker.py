@@ -167,7 +167,7 @@ def _serve() -> None:
 
     # lazy: runs in the worker child process; the parent imports this module from chat_template
     from modelc.tokenizer import chat_template
-    from modelc.tokenizer.chat_template import _environment
+    from modelc.tokenizer.chat_template import _environment, _one_line
 
     class ParentClock(datetime):
         """strftime_now() shows the parent's clock (so a caller that fixes the time fixes it here too)."""
@@ -209,8 +209,10 @@ def _serve() -> None:
                 reply = {"error": cause.message, "kind": "raise"}
             elif "out of fuel" in str(exc):
                 reply = {"error": "it ran past its work budget (a loop too long)", "kind": "fuel"}
-            else:
-                reply = {"error": " ".join(str(exc).split())[:300], "kind": "other"}
+            else:  # its message only: str(exc) shows the template's source lines around the error
+                reply = {"error": _one_line(exc), "kind": "other"}
+        except ModelcError as exc:  # raise_exception's own error, passed through by minijinja as is
+            reply = {"error": exc.message, "kind": "raise"}
         except Exception as exc:  # noqa: BLE001 - everything becomes a reply; the parent decides
             reply = {"error": f"{type(exc).__name__}: {exc}"[:300], "kind": "other"}
         out.write(json.dumps(reply).encode() + b"\n")

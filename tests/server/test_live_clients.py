@@ -57,22 +57,22 @@ def x_bias(server) -> dict[str, int]:
 # ------------------------------------------------------------------ OpenAI Responses API
 def test_responses_plain_and_previous_response_id(oai, server) -> None:
     r = oai.responses.create(
-        model="tiny-llama", input="hi", instructions="be brief", max_output_tokens=6, temperature=0
+        model="tiny-llama", input="hi", instructions="be brief", max_output_tokens=16, temperature=0
     )
     assert r.object == "response" and r.status == "incomplete"
     assert r.incomplete_details.reason == "max_output_tokens"
-    assert r.usage.output_tokens == 6 and r.usage.input_tokens > 0 and isinstance(r.output_text, str)
-    again = oai.responses.create(model="tiny-llama", input="more", previous_response_id=r.id, max_output_tokens=2)
+    assert r.usage.output_tokens == 16 and r.usage.input_tokens > 0 and isinstance(r.output_text, str)
+    again = oai.responses.create(model="tiny-llama", input="more", previous_response_id=r.id, max_output_tokens=16)
     assert again.previous_response_id == r.id
-    assert again.usage.input_tokens > r.usage.input_tokens + r.usage.output_tokens - 2  # the history was sent
+    assert again.usage.input_tokens > r.usage.input_tokens + r.usage.output_tokens - 16  # the history was sent
     assert oai.responses.retrieve(r.id).id == r.id
-    gone = oai.responses.create(model="tiny-llama", input="x", max_output_tokens=1, store=False)
+    gone = oai.responses.create(model="tiny-llama", input="x", max_output_tokens=16, store=False)
     with pytest.raises(openai.NotFoundError):
-        oai.responses.create(model="tiny-llama", input="y", previous_response_id=gone.id, max_output_tokens=1)
+        oai.responses.create(model="tiny-llama", input="y", previous_response_id=gone.id, max_output_tokens=16)
 
 
 def test_responses_stream_matches_plain(oai) -> None:
-    kw = {"model": "tiny-llama", "input": "hi", "max_output_tokens": 8, "temperature": 0}
+    kw = {"model": "tiny-llama", "input": "hi", "max_output_tokens": 16, "temperature": 0}  # OpenAI's minimum
     full = oai.responses.create(**kw)
     events = list(oai.responses.create(**kw, stream=True))
     types = [e.type for e in events]
@@ -114,12 +114,12 @@ def test_responses_function_call_round_trip(oai) -> None:
     jsonschema.validate(json.loads(calls[0].arguments), WEATHER)
     out = {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny"}
     r2 = oai.responses.create(
-        model="tiny-llama", input=[out], previous_response_id=r.id, tools=tools, max_output_tokens=3, temperature=0
+        model="tiny-llama", input=[out], previous_response_id=r.id, tools=tools, max_output_tokens=16, temperature=0
     )
     assert r2.status in ("completed", "incomplete") and r2.usage.input_tokens > r.usage.input_tokens
     # without the store: the client sends the whole conversation back, the output items as they came
     history = [{"role": "user", "content": "weather?"}, *r.output, out]
-    r3 = oai.responses.create(model="tiny-llama", input=history, tools=tools, max_output_tokens=3, temperature=0)
+    r3 = oai.responses.create(model="tiny-llama", input=history, tools=tools, max_output_tokens=16, temperature=0)
     assert r3.usage.input_tokens == r2.usage.input_tokens
     events = list(
         oai.responses.create(

@@ -105,10 +105,10 @@ async def test_messages_stream_events_and_errors(make_client) -> None:
 
 async def test_responses_store_false_and_tools(make_client) -> None:
     c = make_client()
-    r = await c.post("/v1/responses", {"input": "hi", "max_output_tokens": 3, "store": False})
+    r = await c.post("/v1/responses", {"input": "hi", "max_output_tokens": 16, "store": False})
     rid = (await r.get_json())["id"]
     assert (await c.get(f"/v1/responses/{rid}")).status_code == 404
-    r = await c.post("/v1/responses", {"input": "hi", "max_output_tokens": 3})
+    r = await c.post("/v1/responses", {"input": "hi", "max_output_tokens": 16})
     rid = (await r.get_json())["id"]
     assert (await (await c.get(f"/v1/responses/{rid}")).get_json())["id"] == rid
     assert (await c.http.delete(f"/v1/responses/{rid}")).status_code == 200
@@ -182,7 +182,7 @@ async def test_errors_mid_stream(make_client) -> None:
     ).get_data()
     event, data = sse_events(raw.decode())[-1]
     assert event == "error" and data["type"] == "error" and data["error"]["type"] == "api_error"
-    raw = await (await c.post("/v1/responses", {"input": "x", "max_output_tokens": 9, "stream": True})).get_data()
+    raw = await (await c.post("/v1/responses", {"input": "x", "max_output_tokens": 16, "stream": True})).get_data()
     event, data = sse_events(raw.decode())[-1]
     assert event == "error" and data["type"] == "error" and "injected engine failure" in data["message"]
     assert c.engine.num_active == 0

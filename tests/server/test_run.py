@@ -103,8 +103,8 @@ async def test_embedding_routes_count_prompt_tokens(client, path, body) -> None:
         ("/api/generate", {"model": "fake-model", "prompt": "hello", "options": {"num_predict": 3}}),
         ("/v1/messages", {"model": "fake-model", "messages": MSGS, "max_tokens": 3}),
         ("/v1/messages", {"model": "fake-model", "messages": MSGS, "max_tokens": 3, "stream": True}),
-        ("/v1/responses", {"input": "hello", "max_output_tokens": 3}),
-        ("/v1/responses", {"input": "hello", "max_output_tokens": 3, "stream": True}),
+        ("/v1/responses", {"input": "hello", "max_output_tokens": 16}),  # OpenAI's minimum
+        ("/v1/responses", {"input": "hello", "max_output_tokens": 16, "stream": True}),
     ],
 )
 async def test_generation_routes_account_tokens(client, path, body) -> None:
@@ -116,8 +116,9 @@ async def test_generation_routes_account_tokens(client, path, body) -> None:
     text = await metrics_text(client)
     after = metric(text, "modelc_prompt_tokens_total"), metric(text, "modelc_tokens_generated_total")
     line = [ln for ln in client.log_lines() if ln["path"] == path][-1]
-    assert line["status"] == 200 and line["completion_tokens"] == 3 and line["prompt_tokens"] > 0
-    assert after[0] - before[0] == line["prompt_tokens"] and after[1] - before[1] == 3
+    n = body.get("max_output_tokens", 3)
+    assert line["status"] == 200 and line["completion_tokens"] == n and line["prompt_tokens"] > 0
+    assert after[0] - before[0] == line["prompt_tokens"] and after[1] - before[1] == n
     assert client.state.num_in_flight == 0 and client.engine.num_active == 0
 
 

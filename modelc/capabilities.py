@@ -1,19 +1,27 @@
-"""What a model can do, from its architecture, config and chat template: completion, chat, tools, thinking,
-embedding. One answer for GET /v1/models, /api/show and `modelc inspect`; pure data, no weights read."""
+"""What a model can do, from its architecture, config, chat template and metadata: completion, chat, tools,
+thinking, embedding, rerank. One answer for GET /v1/models, /api/show and `modelc inspect`; pure data, no
+weights read."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from modelc.models.heads import is_cross_encoder
 from modelc.models.registry import ARCHITECTURES
 from modelc.tokenizer.reasoning import reasoning_syntax
 
 EMBEDDING_ARCHITECTURES = ("bert",)
 
 
-def capabilities(architecture: str, config: Mapping[str, Any] | None, chat_template: str | None) -> list[str]:
-    """The capability names, in a fixed order: completion, chat, tools, thinking, embedding."""
+def capabilities(
+    architecture: str,
+    config: Mapping[str, Any] | None,
+    chat_template: str | None,
+    metadata: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """The capability names, in a fixed order: completion, chat, tools, thinking, embedding, rerank.
+    A cross-encoder has `rerank` and not `embedding`."""
     cfg = config or {}
     out: list[str] = []
     generates = architecture in ARCHITECTURES
@@ -25,7 +33,9 @@ def capabilities(architecture: str, config: Mapping[str, Any] | None, chat_templ
                 out.append("tools")
             if reasoning_syntax(chat_template) is not None:
                 out.append("thinking")
-    if architecture in EMBEDDING_ARCHITECTURES or cfg.get("pooling"):
+    if is_cross_encoder(architecture, metadata):
+        out.append("rerank")
+    elif architecture in EMBEDDING_ARCHITECTURES or cfg.get("pooling"):
         out.append("embedding")
     return out
 
@@ -36,4 +46,5 @@ def source_capabilities(source: Any) -> list[str]:
         str(getattr(source, "architecture", "") or ""),
         getattr(source, "config", None),
         getattr(source, "chat_template", None),
+        getattr(source, "metadata", None),
     )

@@ -48,3 +48,10 @@ def test_inspect_reports_capabilities(fixtures_dir):
     assert json.loads(res.output)["capabilities"] == ["completion"]
     res = CliRunner().invoke(app, ["inspect", str(path)])
     assert "capabilities: completion" in res.output
+
+
+def test_a_cross_encoder_reranks_and_is_no_embedding_model() -> None:
+    ce = {"hf_config": {"architectures": ["XLMRobertaForSequenceClassification"]}}
+    assert capabilities("bert", {}, None, ce) == ["rerank"]
+    assert capabilities("bert", {}, None, {"hf_config": {"architectures": ["BertModel"]}}) == ["embedding"]
+    assert capabilities("bert", {}, None, {"hf_config": "not a dict"}) == ["embedding"]

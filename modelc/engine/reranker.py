@@ -60,9 +60,22 @@ class Reranker:
     def encode_pairs(self, query: str, documents: Sequence[str]) -> list[Any]:
         return self._tok.encode_batch([(query, d) for d in documents])
 
-    def rank(self, query: str, documents: Sequence[str], *, truncate: bool = False) -> Ranking:
+    def cut_documents(self, documents: Sequence[str], max_tokens: int) -> list[str]:
+        """Each document cut after its first `max_tokens` tokens (at that token's end in the text)."""
+        encs = self._tok.encode_batch(list(documents), add_special_tokens=False)
+        return [
+            d if len(e.ids) <= max_tokens else d[: e.offsets[max_tokens - 1][1]]
+            for d, e in zip(documents, encs, strict=True)
+        ]
+
+    def rank(
+        self, query: str, documents: Sequence[str], *, truncate: bool = False, max_tokens_per_doc: int | None = None
+    ) -> Ranking:
         """Scores of (query, document) pairs. A pair longer than max_seq_length is a 400 unless
-        `truncate`; then it is cut longest-first (transformers' default for pairs)."""
+        `truncate`; then it is cut longest-first (transformers' default for pairs). `max_tokens_per_doc`
+        first cuts each document to that many tokens (Cohere's parameter)."""
+        if max_tokens_per_doc is not None:
+            documents = self.cut_documents(documents, max_tokens_per_doc)
         encs = self.encode_pairs(query, documents)
         for i, e in enumerate(encs):
             if not e.ids:

@@ -16,17 +16,14 @@ import numpy as np
 from modelc.errors import FormatError
 from modelc.ir import SCALE_SUFFIX, TensorData
 from modelc.kernels.select import KernelSet
+from modelc.models import heads
 from modelc.models.bert import BertModel, _weight_prefix, hf_names
 from modelc.models.mlp import Linear
-
-CLASSIFIER_SUFFIX = "ForSequenceClassification"
 
 
 def is_cross_encoder(source: Any) -> bool:
     """A BERT-family source packed from a `...ForSequenceClassification` checkpoint."""
-    hf = (getattr(source, "metadata", None) or {}).get("hf_config") or {}
-    archs = hf.get("architectures") or []
-    return str(getattr(source, "architecture", "")) == "bert" and any(str(a).endswith(CLASSIFIER_SUFFIX) for a in archs)
+    return heads.is_cross_encoder(str(getattr(source, "architecture", "")), getattr(source, "metadata", None))
 
 
 def _linear(ks: KernelSet, tensors: dict[str, TensorData], base: str) -> Linear:

@@ -162,7 +162,9 @@ async def message_events(cs: ChatStream, engine: ServedModel, stops: list[str]) 
         {
             "type": "message_delta",
             "delta": {"stop_reason": shapes.stop_reason(r.finish_reason, stop, bool(calls)), "stop_sequence": stop},
-            "usage": {"output_tokens": rec.completion_tokens},
+            # the whole usage, input included (as Anthropic's API sends it now): LangChain's
+            # ChatAnthropic.stream() reads the input tokens from this event
+            "usage": shapes.usage(rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens),
         },
     )
     yield named_event("message_stop", {"type": "message_stop"})

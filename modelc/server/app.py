@@ -79,7 +79,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
     async def _guard() -> Response | None:
         rule = request.url_rule.rule if request.url_rule is not None else "unknown"
         g.modelc_record = rec = RequestRecord(
-            new_id("chatcmpl" if rule == "/v1/chat/completions" else "cmpl"), request.method, rule
+            new_id("chatcmpl" if rule in ("/v1/chat/completions", "/chat/completions") else "cmpl"), request.method, rule
         )
         exempt = request.path in EXEMPT_PATHS or webui.is_public(request.path)
         try:

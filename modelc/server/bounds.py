@@ -115,6 +115,8 @@ BOUNDS: dict[str, Bound] = {
     # other routes
     "dimensions": I(1, description="keep the first N features (renormalized)"),
     "top_n": I(1),
+    "input_items_limit": I(1, 100, description="items per page (OpenAI's 1..100)"),
+    "max_tokens_per_doc": I(1, description="each document cut to this many tokens"),
     "num_predict": I(-2, description="tokens to generate; -1 = no limit, -2 = fill the context"),
 }
 
@@ -128,6 +130,18 @@ def bounded_int(body: dict, name: str, default: int | None, bound: str | None = 
 def bounded_float(body: dict, name: str, default: float | None, bound: str | None = None) -> float | None:
     v = body.get(name)
     return default if v is None else float(BOUNDS[bound or name].check(name, v))
+
+
+def query_int(args: Any, name: str, default: int, bound: str | None = None) -> int:
+    """An integer query parameter (a string in the URL) checked against BOUNDS[bound or name]."""
+    raw = args.get(name)
+    if raw is None:
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise bad(name, f"must be an integer, got {raw[:40]!r}") from None
+    return int(BOUNDS[bound or name].check(name, v))
 
 
 def schema_of(name: str, bound: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Engine-like adapters so one server serves every kind of model through the same routes:
-EncoderEngine (BERT-family embeddings: /v1/embeddings, /embeddings, /tokenize; cross-encoders also
-/v1/rerank) and InferEngine
+EncoderEngine (BERT-family embeddings: /v1/embeddings, /embeddings, /tokenize; cross-encoders
+/v1/rerank and /tokenize instead) and InferEngine
 (MLP/ONNX: /infer). Both are server.served.ServedModel; generation routes answer 400 for them
 (`serves` has no "generate").
 
@@ -108,14 +108,18 @@ class EncoderEngine(_NoLora):
 
     @property
     def serves(self) -> frozenset[str]:
-        return frozenset({"embed", "rerank"}) if self._reranker is not None else frozenset({"embed"})
+        # A cross-encoder scores pairs: its pooled hidden state is no embedding (as TEI refuses /embed
+        # for a reranker), so /v1/embeddings answers it with a 400 naming /v1/rerank.
+        return frozenset({"rerank"}) if self._reranker is not None else frozenset({"embed"})
 
-    async def rerank(self, query: str, documents: list[str], *, truncate: bool = False) -> Any:
+    async def rerank(
+        self, query: str, documents: list[str], *, truncate: bool = False, max_tokens_per_doc: int | None = None
+    ) -> Any:
         """modelc.engine.reranker.Ranking of `documents` for `query` (in document order); a pair beyond
-        the context is a 400 unless `truncate`."""
+        the context is a 400 unless `truncate`; `max_tokens_per_doc` cuts each document first."""
         self._num_running += 1
         try:
-            rank = functools.partial(self._reranker.rank, truncate=truncate)
+            rank = functools.partial(self._reranker.rank, truncate=truncate, max_tokens_per_doc=max_tokens_per_doc)
             return await anyio.to_thread.run_sync(rank, query, documents, limiter=self._limiter)
         finally:
             self._num_running -= 1

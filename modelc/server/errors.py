@@ -3,7 +3,7 @@ raises (404, 405, 413) and unexpected exceptions (500) in the same shapes.
 
 Bodies: OpenAI's {"error": {"message", "type", "param", "code"}} by default; Anthropic's
 {"type": "error", "error": {"type", "message"}} on /v1/messages*; Ollama's {"error": "<message>"} on
-/api/*. 429 and 503 carry Retry-After.
+/api/*; Cohere's {"message": "..."} on /v2/rerank. 429 and 503 carry Retry-After.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
 
 def api_of_request() -> str:
     """Which API's error shape the current request gets: "ollama" (/api/*), "anthropic"
-    (/v1/messages*) or "openai" (every other route, modelc's own included)."""
+    (/v1/messages*), "cohere" (/v2/rerank) or "openai" (every other route, modelc's own included)."""
     if not has_request_context():
         return "openai"
     path = request.path
@@ -94,6 +94,8 @@ def api_of_request() -> str:
         return "ollama"
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return "anthropic"
+    if path == "/v2/rerank":
+        return "cohere"
     return "openai"
 
 
@@ -108,6 +110,8 @@ def shaped_body(message: str, openai_body: dict[str, Any], status: int = 400) ->
         return {"error": message}
     if api == "anthropic":
         return anthropic_error_body(status, message)
+    if api == "cohere":
+        return {"message": message}
     return openai_body
 
 

@@ -1,5 +1,6 @@
 """The native (seed spec) API: /health /info /props /v1/system /api/version /metrics /infer /chat
-/chat/stream /complete /embeddings /tokenize /detokenize /lora/load /lora/unload.
+/chat/stream /complete /embeddings /tokenize /detokenize /lora/load /lora/unload. /embeddings also
+answers OpenAI's embeddings request (is_openai_embeddings), as /v1/embeddings.
 
 Shapes follow ../shared/SEED-SPEC.md's HTTP API section; generation reuses the OpenAI machinery
 with the seed defaults (temperature 0 = greedy, top_p/min_p 0 = off).
@@ -34,6 +35,7 @@ from modelc.server.handling import (
     require_tokenizer,
 )
 from modelc.server.manager.lookup import hidden_path, resolve_adapter
+from modelc.server.openai_routes import openai_embeddings
 from modelc.server.prompt import check_chat_size, encode_chat, encode_prompt, render_chat
 from modelc.server.run import RequestRun
 from modelc.server.schema import (
@@ -268,11 +270,23 @@ def single_or_batch(body: dict[str, Any], kind: type) -> tuple[list[Any], bool]:
     return [item], False
 
 
+# The fields only OpenAI's embeddings request has: a body with one of them (every OpenAI client sends
+# `model`, which OpenAI requires) or a list `input` is answered in OpenAI's shape, as /v1/embeddings.
+OPENAI_EMBEDDING_FIELDS = ("model", "encoding_format", "dimensions", "user")
+
+
+def is_openai_embeddings(body: dict[str, Any]) -> bool:
+    return any(body.get(k) is not None for k in OPENAI_EMBEDDING_FIELDS) or isinstance(body.get("input"), list)
+
+
 @bp.post("/embeddings")
 async def native_embeddings() -> Any:
+    """The seed spec's {"input"} / {"inputs"} embeddings, or OpenAI's (the /v1 path without /v1)."""
     state = get_state()
-    engine = current_engine(state)
     body = await read_json()
+    if is_openai_embeddings(body):
+        return await openai_embeddings(body)
+    engine = current_engine(state)
     texts, batch = single_or_batch(body, str)
     truncate = get_bool(body, "truncate", False)
     vectors, _ = await run_embeddings(state, engine, texts, "inputs" if batch else "input", truncate=truncate)

@@ -65,7 +65,7 @@ class OllamaPlan:
     stream: bool
     tools: tuple[dict[str, Any], ...] | None
     load_s: float
-    reasoning: Any = None  # ReasoningSyntax: its thoughts go to message.thinking (chat only)
+    reasoning: Any = None  # ReasoningSyntax: its thoughts go to message.thinking (chat) or thinking (generate)
     in_reasoning: bool = False  # the prompt already opened the reasoning
 
 
@@ -97,8 +97,11 @@ def ollama_limit(engine: ServedModel, body: dict[str, Any]) -> int | None:
     return prompt_limit(engine, body, truncate_default=True)
 
 
-def _generate_prompt(engine: ServedModel, body: dict[str, Any]) -> list[int]:
+def _generate_prompt(engine: ServedModel, body: dict[str, Any]) -> tuple[list[int], str | None]:
+    """The prompt ids, and the rendered text when the chat template made it (then `think` applies and
+    the answer's thoughts go to `thinking`, as on /api/chat); None for raw and fill-in-the-middle prompts."""
     prompt, system, suffix = body.get("prompt"), body.get("system"), body.get("suffix")
+    think = _think_kwargs(body)
     for key, v in (("prompt", prompt), ("system", system), ("suffix", suffix)):
         if v is not None and not isinstance(v, str):
             raise InvalidRequestError(f"'{key}' must be a string", param=key)
@@ -106,13 +109,13 @@ def _generate_prompt(engine: ServedModel, body: dict[str, Any]) -> list[int]:
         raise InvalidRequestError("'template' overrides are not supported; the model's chat template is used")
     tok = engine.tokenizer
     if suffix:
-        return fim_prompt_ids(tok, prompt, suffix, ollama_limit(engine, body))
+        return fim_prompt_ids(tok, prompt, suffix, ollama_limit(engine, body)), None
     if body.get("raw") or engine.chat_template is None:
         text = f"{system}\n\n{prompt}" if system else prompt
-        return encode_prompt(tok, text, None, limit=ollama_limit(engine, body))
+        return encode_prompt(tok, text, None, limit=ollama_limit(engine, body)), None
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    text = render_chat(engine, messages, None)
-    return encode_chat(tok, text, engine.chat_template.bos_token, ollama_limit(engine, body))
+    text = render_chat(engine, messages, None, think)
+    return encode_chat(tok, text, engine.chat_template.bos_token, ollama_limit(engine, body)), text
 
 
 def _think_kwargs(body: dict[str, Any]) -> dict[str, Any]:
@@ -151,11 +154,13 @@ def _prepare(
     templates, tokenizer and grammar (run in a worker thread)."""
     params = _params(state, engine, body)
     require_tokenizer(engine)
+    tools = None
     if chat:
         ids, tools, text = _chat_prompt(engine, body)
-        syntax = model_reasoning_syntax(engine)
-        return params, ids, tools, syntax, starts_in_reasoning(syntax, text)
-    return params, _generate_prompt(engine, body), None, None, False
+    else:
+        ids, text = _generate_prompt(engine, body)
+    syntax = model_reasoning_syntax(engine) if text is not None else None
+    return params, ids, tools, syntax, starts_in_reasoning(syntax, text or "")
 
 
 async def _load_only(state: ServerState, name: str, body: dict[str, Any], chat: bool) -> dict[str, Any]:
@@ -221,9 +226,10 @@ async def _lines(lines: list[bytes]) -> AsyncIterator[bytes]:
 
 
 def _message(plan: OllamaPlan, text: str, thinking: str | None = None) -> Any:
-    """A message (chat) or response text (generate); with tools offered, tool calls are split out."""
+    """A message (chat) or response text (generate; its thinking is a field of the line, _piece);
+    with tools offered, tool calls are split out."""
     if not plan.chat:
-        return text
+        return (text, thinking) if thinking else text
     msg: dict[str, Any] = {"role": "assistant", "content": text}
     if thinking:
         msg["thinking"] = thinking
@@ -249,7 +255,12 @@ def _args(raw: Any) -> Any:
 
 def _piece(plan: OllamaPlan, message: Any, done: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"model": plan.model, "created_at": shapes.iso_time(time.time())}
-    out["message" if plan.chat else "response"] = message
+    if plan.chat:
+        out["message"] = message
+    elif isinstance(message, tuple):  # generate: (response, thinking)
+        out["response"], out["thinking"] = message
+    else:
+        out["response"] = message
     out["done"] = done
     return out
 

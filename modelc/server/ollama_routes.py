@@ -20,6 +20,7 @@ from quart import Blueprint, Response
 
 from modelc import registry, store
 from modelc.artifact.reader import read_header_only
+from modelc.capabilities import source_capabilities
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server import ollama_shapes as shapes
 from modelc.server import openapi_ollama
@@ -185,7 +186,7 @@ async def show() -> Any:
         with hidden_path(path, name):  # a corrupt file's error names the model, not the file
             art = await anyio.to_thread.run_sync(read_header_only, path)
         arch, cfg, n, template = art.architecture, art.config, art.num_params, art.chat_template
-        caps = shapes.capabilities(arch, cfg, template)
+        caps = source_capabilities(art)
         det, modified = shapes.header_details(art), path.stat().st_mtime
     return {
         "modelfile": f"# modelc artifact\nFROM {name}\n",  # never the server's path

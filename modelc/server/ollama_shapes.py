@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from modelc.artifact.reader import read_header_only
-from modelc.capabilities import capabilities as caps
 from modelc.errors import InvalidRequestError, ModelcError
 from modelc.request import Constraint
 from modelc.server.bounds import BOUNDS
@@ -156,8 +155,3 @@ def model_info(architecture: str, config: dict[str, Any], num_params: int) -> di
         if config.get(key) is not None:
             info[f"{a}.{name}"] = config[key]
     return info
-
-
-def capabilities(architecture: str, config: dict | None = None, chat_template: str | None = None) -> list[str]:
-    """modelc.capabilities' names (completion, chat, tools, thinking, embedding)."""
-    return caps(architecture, config, chat_template)

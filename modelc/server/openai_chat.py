@@ -170,6 +170,7 @@ def chat_choice(tok: Any, plan: ChatPlan, r: ChoiceResult) -> dict[str, Any]:
 
 
 @bp.post("/v1/chat/completions")
+@bp.post("/chat/completions")  # the OpenAI paths without /v1, as llama.cpp's server and vLLM
 async def chat_completions() -> Any:
     state = get_state()
     body = await read_json()

@@ -124,6 +124,7 @@ def pick_best(plan: CompletionPlan, results: list[ChoiceResult]) -> list[tuple[i
 
 
 @bp.post("/v1/completions")
+@bp.post("/completions")
 async def completions() -> Any:
     state = get_state()
     body = await read_json()

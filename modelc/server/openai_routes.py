@@ -1,5 +1,6 @@
-"""OpenAI model listing and embeddings: GET /v1/models, /v1/models/{id}, POST /v1/embeddings.
-(Chat and completions live in openai_chat.py and openai_completions.py.)"""
+"""OpenAI model listing and embeddings: GET /v1/models, /v1/models/{id}, POST /v1/embeddings (and the
+same paths without /v1, as llama.cpp's server and vLLM answer them; /embeddings is shared with the
+native API, native_routes.py). Chat and completions live in openai_chat.py and openai_completions.py."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from quart import Blueprint
 
 from modelc import store
 from modelc.artifact.reader import read_header_only
-from modelc.capabilities import source_capabilities
+from modelc.capabilities import capabilities, source_capabilities
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
 from modelc.server.bounds import bounded_int
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
 from modelc.server.handling import check_model, current_engine, engine_for, get_state, json_off_loop, read_json
 from modelc.server.manager.loaded import engine_adapters
 from modelc.server.schema import get_bool, get_str, parse_prompts
-from modelc.server.served import ServedModel
+from modelc.server.served import RERANK, ServedModel
 
 bp = Blueprint("openai", __name__)
 
@@ -25,19 +26,20 @@ bp = Blueprint("openai", __name__)
 def model_card(name: str, created: int, capabilities: list[str] | None = None) -> dict[str, Any]:
     card: dict[str, Any] = {"id": name, "object": "model", "created": created, "owned_by": "modelc"}
     if capabilities is not None:
-        card["capabilities"] = capabilities  # modelc's extension (completion, chat, tools, thinking, embedding)
+        card["capabilities"] = capabilities  # modelc's extension (modelc.capabilities)
     return card
 
 
 def engine_capabilities(engine: ServedModel) -> list[str]:
     """modelc.capabilities of a served engine, from its source (or the engine's own attributes)."""
-    from modelc.capabilities import capabilities
-
     src = engine.source
     if src is not None:
-        return capabilities(src.architecture, src.config, src.chat_template)
+        return source_capabilities(src)
     template = engine.chat_template
-    return capabilities(engine.architecture, None, template.source if template is not None else None)
+    caps = capabilities(engine.architecture, None, template.source if template is not None else None)
+    if RERANK in engine.serves and "embedding" in caps:  # a cross-encoder without a source to read
+        caps[caps.index("embedding")] = "rerank"
+    return caps
 
 
 def _stored_capabilities(names: list[str]) -> dict[str, list[str]]:
@@ -51,7 +53,24 @@ def _stored_capabilities(names: list[str]) -> dict[str, list[str]]:
     return out
 
 
+async def model_capabilities(state: Any, engine: ServedModel, model_id: str) -> list[str] | None:
+    """The capabilities of the model `model_id` names (model_known said it exists): the served engine's,
+    a loaded model's, or a stored one's from its header. An adapter name has its base model's."""
+    names = {engine.name, *state.config.model_aliases}
+    base = model_id[: -len(":latest")] if model_id.endswith(":latest") else model_id
+    if state.models is None:
+        return engine_capabilities(engine) if base in names else None
+    base, _ = state.models.split_adapter(model_id)
+    if base in names:
+        return engine_capabilities(engine)
+    entry = state.models.find(base)
+    if entry is not None and entry.engine is not None:
+        return engine_capabilities(entry.engine)
+    return (await anyio.to_thread.run_sync(_stored_capabilities, [base])).get(base)
+
+
 @bp.get("/v1/models")
+@bp.get("/models")  # llama.cpp's server and vLLM answer the OpenAI paths without /v1 too
 async def list_models() -> Any:
     state = get_state()
     engine = current_engine(state)
@@ -94,18 +113,23 @@ def model_known(state: Any, engine: ServedModel, model_id: str) -> bool:
 
 
 @bp.get("/v1/models/<path:model_id>")
+@bp.get("/models/<path:model_id>")
 async def get_model(model_id: str) -> Any:
     state = get_state()
     engine = current_engine(state)
     if not model_known(state, engine, model_id):
         raise NotFoundError(f"model {model_id!r} not found; this server serves {engine.name!r}", param="model")
-    return model_card(model_id, int(state.started_at), engine_capabilities(engine) if model_id == engine.name else None)
+    return model_card(model_id, int(state.started_at), await model_capabilities(state, engine, model_id))
 
 
 @bp.post("/v1/embeddings")
 async def embeddings() -> Any:
+    return await openai_embeddings(await read_json())
+
+
+async def openai_embeddings(body: dict[str, Any]) -> Any:
+    """OpenAI's embeddings: /v1/embeddings, and /embeddings when the body is OpenAI's (native_routes)."""
     state = get_state()
-    body = await read_json()
     engine = await engine_for(state, body.get("model"))
     model = check_model(state, engine, body)
     fmt = get_str(body, "encoding_format", "float")

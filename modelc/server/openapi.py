@@ -9,6 +9,7 @@ url_map appears with the same methods, and that the rest are all hand-written.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
 import sys
@@ -369,7 +370,9 @@ def openapi_spec(app: Any = None, served: ServedModel | None = None, *, only_mod
 
 
 OLLAMA_ERROR = _obj({"error": S}, ("error",))
-RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")
+ANTHROPIC_ERROR = _obj({"type": {"const": "error"}, "error": _obj({"type": S, "message": S})})
+COHERE_ERROR = _obj({"message": S}, ("message",))
+RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking", "/v2/rerank")
 
 
 def served_operations(paths: dict[str, Any], engine: ServedModel, *, only_model: bool) -> None:
@@ -448,18 +451,29 @@ def below_pattern(n: int) -> str:
     return "^(" + "|".join(alts) + ")$"
 
 
+def error_schema(path: str) -> dict[str, Any]:
+    """The error body of the API `path` is on (server/errors.api_of_request): Ollama's on /api/*,
+    Anthropic's on /v1/messages*, Cohere's on /v2/rerank, OpenAI's elsewhere."""
+    if path.startswith("/api/"):
+        return OLLAMA_ERROR
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return ANTHROPIC_ERROR
+    if path == "/v2/rerank":
+        return COHERE_ERROR
+    return ERROR
+
+
 def _declare_errors(paths: dict[str, Any]) -> None:
-    """Every operation may answer 403 (server/guard.py: Host, Origin, control token); /api/* errors are
-    Ollama-shaped ({"error": "<message>"}, server/errors.py)."""
+    """Every operation may answer 403 (server/guard.py: Host, Origin, control token); every error body
+    is in the shape of the path's API (error_schema)."""
     for path, ops in paths.items():
+        schema = error_schema(path)
         for op in ops.values():
             responses = op.setdefault("responses", {})
             responses.setdefault("403", {"description": "forbidden (Host, Origin or control token)", **_json(ERROR)})
-            if not path.startswith("/api/"):
-                continue
             for code, resp in responses.items():
                 if code[:1] in ("4", "5") and "application/json" in resp.get("content", {}):
-                    resp["content"]["application/json"]["schema"] = OLLAMA_ERROR
+                    resp["content"]["application/json"]["schema"] = schema
 
 
 def _declare_path_params(paths: dict[str, Any]) -> None:
@@ -488,6 +502,25 @@ def other_paths(app: Any, known: dict[str, Any]) -> dict[str, Any]:
         for method in sorted(m.lower() for m in rule.methods - {"HEAD", "OPTIONS"}):
             op = _op(doc, {"type": "object"}, {"type": "object"} if method in ("post", "put", "delete") else None)
             out.setdefault(path, {})[method] = {**op, "x-modelc-generated": True}
+    return out
+
+
+# The OpenAI paths without /v1 (llama.cpp's server and vLLM answer both): the same operations.
+# (/embeddings is the native route, which also takes OpenAI's body; /responses* are in openapi_surfaces.)
+OPENAI_ALIASES = {
+    "/chat/completions": "/v1/chat/completions",
+    "/completions": "/v1/completions",
+    "/models": "/v1/models",
+    "/models/{model_id}": "/v1/models/{model_id}",
+}
+
+
+def alias_of(ops: dict[str, Any], of: str) -> dict[str, Any]:
+    """The operations of path `of`, described again for a path that answers exactly as it does."""
+    out = copy.deepcopy(ops)
+    for op in out.values():
+        op["summary"] = f"{op['summary']} (alias of {of})"
+        op["x-modelc-alias-of"] = of
     return out
 
 
@@ -607,9 +640,19 @@ def server_spec() -> dict[str, Any]:
         "/complete": {"post": _op("Native completion", _obj({"completion": S}), with_prompt, errors=GEN_ERRORS)},
         "/embeddings": {
             "post": _op(
-                "Native embeddings",
-                _obj({"embedding": {"type": "array"}, "embeddings": {"type": "array"}, "model": S}),
-                SINGLE_OR_BATCH,
+                "Native embeddings ({input} or {inputs}); a body with OpenAI's fields (model, encoding_format, "
+                "dimensions, user) or a list input is OpenAI's embeddings, answered as /v1/embeddings",
+                _obj(
+                    {
+                        "embedding": {"type": "array"},
+                        "embeddings": {"type": "array"},
+                        "model": S,
+                        "object": S,
+                        "data": {"type": "array"},
+                        "usage": USAGE,
+                    }
+                ),
+                {"anyOf": [SINGLE_OR_BATCH, EMBED_REQ]},
                 errors=GEN_ERRORS,
             )
         },
@@ -644,6 +687,8 @@ def server_spec() -> dict[str, Any]:
             )
         },
     }
+    for alias, of in OPENAI_ALIASES.items():
+        paths[alias] = alias_of(paths[of], of)
     return {
         "openapi": "3.1.0",
         "info": {"title": "modelc", "version": __version__},

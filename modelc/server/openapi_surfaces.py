@@ -4,11 +4,9 @@ openapi.other_paths picks up."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from modelc.server.anthropic_shapes import EXTENSIONS, THINKING
 from modelc.server.bounds import schema_of
-from modelc.server.openapi import GEN_ERRORS, MODEL_NAME, SAMPLING, STOP, B, I, N, S, _obj, _op
+from modelc.server.openapi import GEN_ERRORS, MODEL_NAME, SAMPLING, STOP, B, I, N, S, _obj, _op, alias_of
 from modelc.server.responses_shapes import EFFORTS, TEXT_PARTS
 
 TEXT_BLOCK = _obj({"type": {"const": "text"}, "text": S}, ("type", "text"))
@@ -42,7 +40,6 @@ ASSISTANT_TURN = _obj(
     },
     ("role", "content"),
 )
-ANTHROPIC_ERROR = _obj({"type": {"const": "error"}, "error": _obj({"type": S, "message": S})})
 MESSAGES_REQ = _obj(
     {
         "model": MODEL_NAME,
@@ -199,37 +196,38 @@ RESPONSE = _obj(
 )
 
 
-def _anthropic(op: dict[str, Any]) -> dict[str, Any]:
-    for code, r in op["responses"].items():
-        if code != "200":
-            r["content"]["application/json"]["schema"] = ANTHROPIC_ERROR
-    return op
-
-
 ANTHROPIC = {
     "/v1/messages": {
-        "post": _anthropic(
-            _op(
-                "Anthropic Messages API (SSE events when stream=true)",
-                MESSAGE,
-                MESSAGES_REQ,
-                sse=True,
-                errors=GEN_ERRORS,
-            )
+        "post": _op(
+            "Anthropic Messages API (SSE events when stream=true)", MESSAGE, MESSAGES_REQ, sse=True, errors=GEN_ERRORS
         )
     },
     "/v1/messages/count_tokens": {
-        "post": _anthropic(
-            _op(
-                "Anthropic token count of a Messages request",
-                _obj({"input_tokens": I}),
-                {**MESSAGES_REQ, "required": ["messages"]},  # no max_tokens needed to count
-                errors=GEN_ERRORS,
-            )
+        "post": _op(
+            "Anthropic token count of a Messages request",
+            _obj({"input_tokens": I}),
+            {**MESSAGES_REQ, "required": ["messages"]},  # no max_tokens needed to count
+            errors=GEN_ERRORS,
         )
     },
 }
-RESPONSES = {
+INPUT_ITEMS = _obj(
+    {
+        "object": {"const": "list"},
+        "data": {"type": "array", "items": _obj({"id": S, "type": S}, ("id", "type"))},
+        "first_id": {"type": ["string", "null"]},
+        "last_id": {"type": ["string", "null"]},
+        "has_more": B,
+    },
+    ("object", "data", "has_more"),
+)
+_INPUT_ITEMS_PARAMS = [
+    {"name": "limit", "in": "query", "schema": schema_of("limit", "input_items_limit")},
+    {"name": "order", "in": "query", "schema": {"enum": ["asc", "desc"]}},
+    {"name": "after", "in": "query", "schema": S},
+    {"name": "before", "in": "query", "schema": S},
+]
+_V1_RESPONSES = {
     "/v1/responses": {
         "post": _op(
             "OpenAI Responses API (typed SSE events when stream=true)",
@@ -243,6 +241,18 @@ RESPONSES = {
         "get": _op("A stored response", RESPONSE, errors=(401, 404)),
         "delete": _op("Delete a stored response", _obj({"id": S, "deleted": B}), errors=(401, 404)),
     },
+    "/v1/responses/{response_id}/input_items": {
+        "get": {
+            **_op(
+                "The input items of a stored response (OpenAI's paginated list)", INPUT_ITEMS, errors=(400, 401, 404)
+            ),
+            "parameters": _INPUT_ITEMS_PARAMS,
+        }
+    },
+}
+RESPONSES = {  # and the same paths without /v1
+    **_V1_RESPONSES,
+    **{path.removeprefix("/v1"): alias_of(ops, path) for path, ops in _V1_RESPONSES.items()},
 }
 INFILL_REQ = _obj(
     {
@@ -318,6 +328,37 @@ RERANK_RESP = _obj(
     }
 )
 _RERANK_OP = _op(
-    "Rerank documents for a query with a cross-encoder (Jina/Cohere shape)", RERANK_RESP, RERANK_REQ, errors=GEN_ERRORS
+    "Rerank documents for a query with a cross-encoder (Jina/Cohere v1 shape)",
+    RERANK_RESP,
+    RERANK_REQ,
+    errors=GEN_ERRORS,
 )
-RERANK = {path: {"post": _RERANK_OP} for path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")}
+RERANK_V2_REQ = _obj(
+    {
+        "model": S,
+        "query": S,
+        "documents": {"type": "array", "items": S, "minItems": 1, "maxItems": 1000},
+        "top_n": schema_of("top_n"),
+        "max_tokens_per_doc": schema_of("max_tokens_per_doc"),
+        "priority": I,
+    },
+    ("query", "documents"),
+)
+RERANK_V2_RESP = _obj(
+    {
+        "id": S,
+        "results": {"type": "array", "items": _obj({"index": I, "relevance_score": N}, ("index", "relevance_score"))},
+        "meta": {"type": "object"},
+    },
+    ("results",),
+)
+_RERANK_V2_OP = _op(
+    "Cohere's v2 rerank (cohere.ClientV2.rerank): long documents are cut, not refused",
+    RERANK_V2_RESP,
+    RERANK_V2_REQ,
+    errors=GEN_ERRORS,
+)
+RERANK = {
+    **{path: {"post": _RERANK_OP} for path in ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking")},
+    "/v2/rerank": {"post": _RERANK_V2_OP},
+}

@@ -1,4 +1,5 @@
-"""POST /v1/responses (+ GET/DELETE /v1/responses/{id}): the OpenAI Responses API on the chat pipeline.
+"""POST /v1/responses (+ GET/DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items; the same
+paths without /v1): the OpenAI Responses API on the chat pipeline.
 
 The body (plus the stored conversation of previous_response_id) becomes a chat-completions body
 (responses_shapes.chat_body) run through openai_chat.parse_chat. Streams are typed events
@@ -12,11 +13,12 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from quart import Blueprint, current_app
+from quart import Blueprint, current_app, request
 
 from modelc.errors import ModelcError
 from modelc.server import openai_format, openapi_surfaces, responses_store
 from modelc.server import responses_shapes as shapes
+from modelc.server.bounds import query_int
 from modelc.server.chat_run import ChatStream, named_event, run_chat, stream_chat
 from modelc.server.generation import ChoiceResult
 from modelc.server.handling import engine_for, get_state, offload, read_json, record
@@ -47,6 +49,7 @@ class Turn:
         self.conversation = conversation
         self.plan = plan
         self.keep = get_bool(body, "store", True)
+        self.input_items = tuple(shapes.input_items(body["input"]))
         self.rec = record()  # streams run outside the request context: hold what they need
         self.store = store()
 
@@ -80,11 +83,13 @@ class Turn:
             finish_reason=r.finish_reason,
         )
         if self.keep:
-            self.store.put(self.response_id, responses_store.Stored(tuple([*self.conversation, assistant]), resp))
+            stored = responses_store.Stored(tuple([*self.conversation, assistant]), resp, self.input_items)
+            self.store.put(self.response_id, stored)
         return resp
 
 
 @bp.post("/v1/responses")
+@bp.post("/responses")
 async def create_response() -> Any:
     state = get_state()
     body = await read_json()
@@ -105,11 +110,44 @@ async def create_response() -> Any:
 
 
 @bp.get("/v1/responses/<response_id>")
+@bp.get("/responses/<response_id>")
 async def get_response(response_id: str) -> Any:
     return store().get(response_id).response
 
 
+@bp.get("/v1/responses/<response_id>/input_items")
+@bp.get("/responses/<response_id>/input_items")
+async def list_input_items(response_id: str) -> Any:
+    """The input items of a stored response, a page of OpenAI's list shape (order desc by default)."""
+    args = request.args
+    limit = query_int(args, "limit", 20, "input_items_limit")
+    order = args.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise bad("order", f"must be asc or desc, got {order[:40]!r}")
+    items = list(store().get(response_id, param="response_id").input_items)
+    if order == "desc":
+        items.reverse()
+    ids = [item["id"] for item in items]
+    for name in ("after", "before"):
+        cursor = args.get(name)
+        if cursor is None:
+            continue
+        if cursor not in ids:
+            raise bad(name, "is not the id of an input item of this response")
+        at = ids.index(cursor)
+        items, ids = (items[at + 1 :], ids[at + 1 :]) if name == "after" else (items[:at], ids[:at])
+    page = items[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(items) > limit,
+    }
+
+
 @bp.delete("/v1/responses/<response_id>")
+@bp.delete("/responses/<response_id>")
 async def delete_response(response_id: str) -> Any:
     store().delete(response_id)
     return {"id": response_id, "object": "response", "deleted": True}

@@ -85,6 +85,26 @@ def input_messages(value: Any) -> list[dict[str, Any]]:
     return out
 
 
+def input_items(value: Any) -> list[dict[str, Any]]:
+    """`input` (already checked by input_messages) as OpenAI lists it under /input_items: every item
+    with an id, a message's content as parts (input_text; output_text for the assistant's)."""
+    if isinstance(value, str):
+        value = [{"type": "message", "role": "user", "content": value}]
+    out = []
+    for item in value:
+        kind = item.get("type", "message")
+        if kind == "message":
+            text = "output_text" if item.get("role") == "assistant" else "input_text"
+            content = item.get("content")
+            parts = [{"type": text, "text": content}] if isinstance(content, str) else list(content)
+            new = {"type": "message", "role": item.get("role"), "content": parts, "status": "completed"}
+            out.append({"id": item.get("id") or new_id("msg"), **new})
+        else:
+            prefix = {"function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}.get(kind, "item")
+            out.append({**item, "id": item.get("id") or new_id(prefix)})
+    return out
+
+
 def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     tools = body.get("tools")
     if tools is None or tools == []:

@@ -1,5 +1,5 @@
-"""The bounded in-memory store behind the Responses API's previous_response_id: an LRU of stored
-conversations, bounded by count and by bytes. Lost on restart (documented in docs/api.md)."""
+"""The bounded in-memory store behind the Responses API's previous_response_id and input_items: an LRU
+of stored conversations, bounded by count and by bytes. Lost on restart (documented in docs/api.md)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ class Stored:
 
     messages: tuple[dict[str, Any], ...]
     response: dict[str, Any]
+    input_items: tuple[dict[str, Any], ...] = ()  # this request's `input`, as GET .../input_items lists it
 
     @property
     def num_bytes(self) -> int:
-        return len(json.dumps([self.messages, self.response], ensure_ascii=False).encode())
+        return len(json.dumps([self.messages, self.response, self.input_items], ensure_ascii=False).encode())
 
 
 class ResponseStore:
@@ -49,12 +50,12 @@ class ResponseStore:
         _, size = self._items.pop(response_id)
         self.num_bytes -= size
 
-    def get(self, response_id: str) -> Stored:
+    def get(self, response_id: str, param: str = "previous_response_id") -> Stored:
         item = self._items.get(response_id)
         if item is None:
             raise NotFoundError(
-                f"response {response_id!r} not found (it was not stored, or this server restarted or dropped it)",
-                param="previous_response_id",
+                f"response {response_id[:80]!r} not found (it was not stored, or this server restarted or dropped it)",
+                param=param,
             )
         self._items.move_to_end(response_id)
         return item[0]

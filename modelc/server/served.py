@@ -123,7 +123,9 @@ class Embedding(ServedModel, Protocol):
 
 @runtime_checkable
 class Reranking(ServedModel, Protocol):
-    async def rerank(self, query: str, documents: Sequence[str], *, truncate: bool = False) -> Any: ...
+    async def rerank(
+        self, query: str, documents: Sequence[str], *, truncate: bool = False, max_tokens_per_doc: int | None = None
+    ) -> Any: ...
 
 
 @runtime_checkable

@@ -33,7 +33,7 @@ class SlowEngine(FakeEngine):
     async def embed(self, token_id_lists):
         await self._wait()
 
-    async def rerank(self, query, documents, *, truncate=False):
+    async def rerank(self, query, documents, **kw):
         await self._wait()
 
     async def infer(self, payload):

@@ -5,7 +5,9 @@ the cut keeps the closing special token, as the model's own tokenizer does."""
 
 from __future__ import annotations
 
+import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -28,8 +30,25 @@ def artifact(tmp_path_factory) -> pathlib.Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def embedding_artifact(tmp_path_factory) -> pathlib.Path:
+    """The same tiny BERT as a plain encoder (BertModel): an embedding model (a cross-encoder is not one)."""
+    folder = tmp_path_factory.mktemp("emb") / "tiny_bert"
+    shutil.copytree(FIXTURE, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["BertModel"]}))
+    out = folder.parent / "tiny_bert.modelc"
+    pack(folder, out=out, name="tiny_bert")
+    return out
+
+
 @pytest.fixture
-def encoder(artifact) -> EncoderEngine:
+def encoder(embedding_artifact) -> EncoderEngine:
+    return EncoderEngine(open_artifact(embedding_artifact))
+
+
+@pytest.fixture
+def reranker(artifact) -> EncoderEngine:
     return EncoderEngine(open_artifact(artifact))
 
 
@@ -70,13 +89,13 @@ async def test_truncate_cuts_as_the_models_own_tokenizer(encoder, make_client) -
 async def test_ollama_embed_truncates_by_default(encoder, make_client) -> None:
     c = make_client(encoder)
     expected = encoder._embedder.embed([LONG])[0]
-    resp = await c.post("/api/embed", {"model": "tiny_bert_ce", "input": LONG})
+    resp = await c.post("/api/embed", {"model": "tiny_bert", "input": LONG})
     body = await resp.get_json()
     assert resp.status_code == 200 and body["prompt_eval_count"] == 64, body
     np.testing.assert_allclose(body["embeddings"][0], expected, atol=1e-5)
-    resp = await c.post("/api/embed", {"model": "tiny_bert_ce", "input": LONG, "truncate": False})
+    resp = await c.post("/api/embed", {"model": "tiny_bert", "input": LONG, "truncate": False})
     assert resp.status_code == 400 and "context length" in (await resp.get_json())["error"]
-    resp = await c.post("/api/embeddings", {"model": "tiny_bert_ce", "prompt": LONG})
+    resp = await c.post("/api/embeddings", {"model": "tiny_bert", "prompt": LONG})
     assert resp.status_code == 200
     np.testing.assert_allclose((await resp.get_json())["embedding"], expected, atol=1e-5)
 
@@ -88,7 +107,8 @@ async def test_token_id_inputs_beyond_the_context_are_400(encoder, make_client) 
     assert resp.status_code == 200 and (await resp.get_json())["usage"]["prompt_tokens"] == 64
 
 
-async def test_rerank_pairs_beyond_the_context_are_400_unless_truncated(encoder, make_client) -> None:
+async def test_rerank_pairs_beyond_the_context_are_400_unless_truncated(reranker, make_client) -> None:
+    encoder = reranker
     c = make_client(encoder)
     for route in ("/v1/rerank", "/rerank"):
         err = await error_of(await c.post(route, {"query": "hello", "documents": [SHORT, LONG]}), 400, "documents[1]")

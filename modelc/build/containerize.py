@@ -19,6 +19,8 @@ MODEL_IN_IMAGE = "/models/model.modelc"
 # env var -> `modelc run` flag (value flags only; empty/unset = the flag's default)
 ENV_FLAGS = {
     "MODELC_RATE_LIMIT": "--rate-limit",
+    "MODELC_RATE_LIMIT_TOKENS": "--rate-limit-tokens",
+    "MODELC_MAX_REQUEST_TOKENS": "--max-request-tokens",
     "MODELC_MAX_CONCURRENT": "--max-concurrent",
     "MODELC_MAX_QUEUE": "--max-queue",
     "MODELC_MAX_NUM_SEQS": "--max-num-seqs",

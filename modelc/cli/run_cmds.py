@@ -72,6 +72,12 @@ def run_cmd(
         None, "--api-key", envvar="MODELC_API_KEY", help="Require 'Authorization: Bearer KEY' (probes exempt)."
     ),
     rate_limit: int | None = typer.Option(None, "--rate-limit", help="Requests per minute per client IP (429)."),
+    rate_limit_tokens: int | None = typer.Option(
+        None, "--rate-limit-tokens", help="Model tokens (prompt + generated) per minute per client IP (429)."
+    ),
+    max_request_tokens: int = typer.Option(
+        300_000, "--max-request-tokens", help="Input tokens one embeddings or rerank request may hold (0 = any)."
+    ),
     max_concurrent: int | None = typer.Option(None, "--max-concurrent", help="In-flight inference requests (503)."),
     max_queue: int = typer.Option(256, "--max-queue", help="Waiting sequences before the engine answers 503."),
     max_num_seqs: int = typer.Option(64, "--max-num-seqs", help="Sequences in one running batch."),
@@ -180,6 +186,8 @@ def run_cmd(
         insecure_no_auth=insecure_no_auth,
         registries=tuple(registry),
         rate_limit_per_min=rate_limit,
+        rate_limit_tokens_per_min=rate_limit_tokens,
+        max_request_tokens=max_request_tokens or None,
         max_concurrent=max_concurrent,
         request_timeout_s=request_timeout,
         max_body_bytes=int(max_body_mb * 1024 * 1024),

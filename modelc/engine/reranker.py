@@ -69,14 +69,28 @@ class Reranker:
         ]
 
     def rank(
-        self, query: str, documents: Sequence[str], *, truncate: bool = False, max_tokens_per_doc: int | None = None
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,
+        max_tokens_per_doc: int | None = None,
+        max_total_tokens: int | None = None,
     ) -> Ranking:
         """Scores of (query, document) pairs. A pair longer than max_seq_length is a 400 unless
         `truncate`; then it is cut longest-first (transformers' default for pairs). `max_tokens_per_doc`
-        first cuts each document to that many tokens (Cohere's parameter)."""
+        first cuts each document to that many tokens (Cohere's parameter); pairs holding more than
+        `max_total_tokens` in all are a 400 before the model runs."""
         if max_tokens_per_doc is not None:
             documents = self.cut_documents(documents, max_tokens_per_doc)
         encs = self.encode_pairs(query, documents)
+        total = sum(len(e.ids) for e in encs)
+        if max_total_tokens is not None and total > max_total_tokens:
+            raise InvalidRequestError(
+                f"the query and documents hold {total} tokens, over this server's limit of {max_total_tokens} "
+                "input tokens per request (--max-request-tokens); send fewer or shorter documents",
+                param="documents",
+            )
         for i, e in enumerate(encs):
             if not e.ids:
                 raise InvalidRequestError(f"document {i} tokenizes to nothing", param="documents")

@@ -78,15 +78,21 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
     @app.before_request
     async def _guard() -> Response | None:
         rule = request.url_rule.rule if request.url_rule is not None else "unknown"
+        client = request.remote_addr or "unknown"
         g.modelc_record = rec = RequestRecord(
-            new_id("chatcmpl" if rule in ("/v1/chat/completions", "/chat/completions") else "cmpl"), request.method, rule
+            new_id("chatcmpl" if rule in ("/v1/chat/completions", "/chat/completions") else "cmpl"),
+            request.method,
+            rule,
+            client=client,
         )
         exempt = request.path in EXEMPT_PATHS or webui.is_public(request.path)
         try:
             # Host, Origin, Content-Type, API key and control token, for every route (server/guard.py)
             guard.check_request(request, app.view_functions.get(request.endpoint or ""), state.config)
             if state.limiter is not None and not exempt:
-                state.limiter.check(request.remote_addr or "unknown")
+                state.limiter.check(client)
+            if state.token_limiter is not None and not exempt:
+                state.token_limiter.check(client)
             length = request.content_length
             if length is not None and length > state.config.max_body_bytes:
                 raise PayloadTooLargeError(

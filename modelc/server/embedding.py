@@ -21,10 +21,25 @@ MAX_INPUTS = 2048  # inputs per request (OpenAI's limit)
 BATCH_TOKENS = 2048  # tokens per engine call (or one input, when longer)
 
 
+def too_many_tokens(param: str, num_tokens: int, limit: int, *, more: bool = False) -> InvalidRequestError:
+    """A 400 for a request over the server's per-request token budget (ServerConfig.max_request_tokens)."""
+    return InvalidRequestError(
+        f"'{param}' holds {'at least ' if more else ''}{num_tokens} tokens, over this server's limit of {limit} "
+        "input tokens per request (--max-request-tokens); send fewer or shorter inputs",
+        param=param,
+    )
+
+
 def embed_inputs(
-    engine: ServedModel, inputs: list[str | list[int]], param: str, *, truncate: bool = False
+    engine: ServedModel,
+    inputs: list[str | list[int]],
+    param: str,
+    *,
+    truncate: bool = False,
+    max_tokens: int | None = None,
 ) -> tuple[list[list[int]], int]:
-    """The token ids of every input and their total. Synchronous: run it in a worker thread."""
+    """The token ids of every input and their total, at most `max_tokens` in all (a 400 as soon as the
+    inputs tokenized so far pass it). Synchronous: run it in a worker thread."""
     if len(inputs) > MAX_INPUTS:
         raise InvalidRequestError(f"'{param}' may hold at most {MAX_INPUTS} inputs, got {len(inputs)}", param=param)
     check_serves(engine, EMBED, param)
@@ -33,10 +48,16 @@ def embed_inputs(
         raise InvalidRequestError(f"model {engine.name!r} has no tokenizer: send token ids", param=param)
     limit = context_length(engine)
     vocab = tok.vocab_size if tok is not None else None
-    ids = [encode_prompt(tok, x, vocab, param, limit=limit, truncate=truncate) for x in inputs]
+    ids: list[list[int]] = []
+    total = 0
+    for x in inputs:
+        ids.append(encode_prompt(tok, x, vocab, param, limit=limit, truncate=truncate))
+        total += len(ids[-1])
+        if max_tokens is not None and total > max_tokens:
+            raise too_many_tokens(param, total, max_tokens, more=len(ids) < len(inputs))
     if any(len(t) == 0 for t in ids):
         raise InvalidRequestError(f"'{param}' must not contain empty inputs", param=param)
-    return ids, sum(len(t) for t in ids)
+    return ids, total
 
 
 async def embed_batched(engine: ServedModel, ids: list[list[int]]) -> np.ndarray:
@@ -61,7 +82,8 @@ async def run_embeddings(
 ) -> tuple[np.ndarray, int]:
     """What every embeddings route does: ids off the loop, a concurrency slot, batched engine calls,
     the request's record and metrics. (S, C) unit vectors and the number of input tokens."""
-    ids, num_tokens = await offload(lambda: embed_inputs(engine, inputs, param, truncate=truncate))
+    budget = state.config.max_request_tokens
+    ids, num_tokens = await offload(lambda: embed_inputs(engine, inputs, param, truncate=truncate, max_tokens=budget))
     run = RequestRun(state, engine)
     async with run.slot():
         vectors = await embed_batched(embedding(engine, param), ids)  # (S, C)

@@ -112,14 +112,12 @@ class EncoderEngine(_NoLora):
         # for a reranker), so /v1/embeddings answers it with a 400 naming /v1/rerank.
         return frozenset({"rerank"}) if self._reranker is not None else frozenset({"embed"})
 
-    async def rerank(
-        self, query: str, documents: list[str], *, truncate: bool = False, max_tokens_per_doc: int | None = None
-    ) -> Any:
-        """modelc.engine.reranker.Ranking of `documents` for `query` (in document order); a pair beyond
-        the context is a 400 unless `truncate`; `max_tokens_per_doc` cuts each document first."""
+    async def rerank(self, query: str, documents: list[str], **options: Any) -> Any:
+        """modelc.engine.reranker.Ranking of `documents` for `query` (in document order); `options` are
+        Reranker.rank's (truncate, max_tokens_per_doc, max_total_tokens)."""
         self._num_running += 1
         try:
-            rank = functools.partial(self._reranker.rank, truncate=truncate, max_tokens_per_doc=max_tokens_per_doc)
+            rank = functools.partial(self._reranker.rank, **options)
             return await anyio.to_thread.run_sync(rank, query, documents, limiter=self._limiter)
         finally:
             self._num_running -= 1

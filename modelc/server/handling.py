@@ -42,6 +42,7 @@ class RequestRecord:
     cached_tokens: int = 0
     ttft_s: float | None = None
     error: str | None = None
+    client: str = "unknown"  # the client's IP (rate limits are per client)
     accounted: bool = False  # account() ran: token metrics are counted once, even if the stream then breaks
     logged: bool = False  # finish_record() ran: one log line and one count per request
     body: ReadFields | None = None  # the JSON body: its fields never read are logged as ignored
@@ -217,6 +218,8 @@ def finish_record(state: ServerState, rec: RequestRecord, status: int) -> None:
     rec.logged = True
     if status < 400:
         warn_ignored_fields(state, rec)
+    if state.token_limiter is not None:  # --rate-limit-tokens: what the request used, answered or cut
+        state.token_limiter.charge(rec.client, rec.prompt_tokens + rec.completion_tokens)
     elapsed = time.monotonic() - rec.start
     state.metrics.requests.labels(route=rec.path if status != 404 else "unknown", status=str(status)).inc()
     if rec.inference:

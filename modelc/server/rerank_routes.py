@@ -81,7 +81,9 @@ async def score(state: Any, body: dict[str, Any], *, v2: bool) -> tuple[str, lis
     query, texts = bound_texts(engine, query, docs, cut)
     run = RequestRun(state, engine)
     async with run.slot():
-        ranking = await reranker.rerank(query, texts, truncate=cut, max_tokens_per_doc=per_doc)
+        ranking = await reranker.rerank(
+            query, texts, truncate=cut, max_tokens_per_doc=per_doc, max_total_tokens=state.config.max_request_tokens
+        )
     run.count_prompt(ranking.num_tokens)
     order = sorted(range(len(docs)), key=lambda i: -ranking.scores[i])[:top_n]
     return model, docs, ranking, order

@@ -124,7 +124,13 @@ class Embedding(ServedModel, Protocol):
 @runtime_checkable
 class Reranking(ServedModel, Protocol):
     async def rerank(
-        self, query: str, documents: Sequence[str], *, truncate: bool = False, max_tokens_per_doc: int | None = None
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = False,  # cut a pair beyond the context (else a 400)
+        max_tokens_per_doc: int | None = None,  # cut each document to this many tokens first
+        max_total_tokens: int | None = None,  # more input tokens in all: a 400 before the model runs
     ) -> Any: ...
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from modelc.errors import InvalidRequestError, OverloadedError
 from modelc.server.metrics import Metrics
-from modelc.server.ratelimit import RateLimiter
+from modelc.server.ratelimit import RateLimiter, TokenRateLimiter
 from modelc.server.served import ServedModel
 
 
@@ -33,6 +33,9 @@ class GenerationDefaults:
 class ServerConfig:
     api_key: str | None = None
     rate_limit_per_min: int | None = None  # requests per minute per client IP
+    rate_limit_tokens_per_min: int | None = None  # model tokens (prompt + generated) per minute per client IP
+    # input tokens one embeddings or rerank request may hold in all (OpenAI's per-request limit); None = any
+    max_request_tokens: int | None = 300_000
     max_concurrent: int | None = None  # in-flight inference requests; more -> 503
     request_timeout_s: float | None = None  # per inference request; then 408 and the sequence aborted
     # larger bodies -> 413 (--max-body-mb). Parsing holds the GIL (~3-7 ms per MiB of text, more for
@@ -57,6 +60,10 @@ class ServerConfig:
             raise InvalidRequestError("--api-key must not be empty", param="api_key")
         if self.rate_limit_per_min is not None and self.rate_limit_per_min < 1:
             raise InvalidRequestError("--rate-limit must be >= 1", param="rate_limit")
+        if self.rate_limit_tokens_per_min is not None and self.rate_limit_tokens_per_min < 1:
+            raise InvalidRequestError("--rate-limit-tokens must be >= 1", param="rate_limit_tokens")
+        if self.max_request_tokens is not None and self.max_request_tokens < 1:
+            raise InvalidRequestError("--max-request-tokens must be >= 1", param="max_request_tokens")
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise InvalidRequestError("--max-concurrent must be >= 1", param="max_concurrent")
         if self.request_timeout_s is not None and not self.request_timeout_s > 0:
@@ -73,6 +80,8 @@ class ServerState:
         self.engine = engine  # None while loading: /health answers 503
         self.metrics = Metrics()
         self.limiter = RateLimiter(self.config.rate_limit_per_min) if self.config.rate_limit_per_min else None
+        tokens = self.config.rate_limit_tokens_per_min
+        self.token_limiter = TokenRateLimiter(tokens) if tokens else None
         self.num_in_flight = 0
         self.started_at = time.time()
         self.load_error: str | None = None

@@ -183,12 +183,9 @@ class ModelView:
         with self._entry.busy():
             return await embedding(self._engine).embed(token_id_lists)
 
-    async def rerank(
-        self, query: str, documents: Sequence[str], *, truncate: bool = False, max_tokens_per_doc: int | None = None
-    ) -> Any:
+    async def rerank(self, query: str, documents: Sequence[str], **options: Any) -> Any:
         with self._entry.busy():
-            ranker = reranking(self._engine)
-            return await ranker.rerank(query, documents, truncate=truncate, max_tokens_per_doc=max_tokens_per_doc)
+            return await reranking(self._engine).rerank(query, documents, **options)
 
     async def infer(self, payload: dict[str, Any]) -> dict[str, Any]:
         with self._entry.busy():

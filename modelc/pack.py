@@ -40,7 +40,7 @@ def pack(source_path: str | os.PathLike[str], **options: Any) -> Path:
     """Pack `source_path` into a .modelc: to `out`, else into the store under `name`. Returns the path.
 
     The keyword options are pack_model()'s (out, name, format, arch, compress, level, quantize, prune,
-    chat_template, quantize_embeddings, quantize_output, progress, source_hash)."""
+    chat_template, quantize_embeddings, quantize_output, progress, source_hash, amend)."""
     return pack_model(source_path, **options).path
 
 
@@ -60,12 +60,14 @@ def pack_model(
     quantize_output: bool = False,
     progress: Callable[[int, int], None] | None = None,
     source_hash: bool = False,
+    amend: Callable[[Model], None] | None = None,
 ) -> PackResult:
     """pack(), returning a PackResult (the CLI prints the prune count from it).
 
     A single-file source is identified in the provenance by its size and modification time;
     source_hash=True also records its sha256 (provenance.source_sha256): one more pass over the
-    file, hashed beside the write, about 0.8 CPU-s per GiB.
+    file, hashed beside the write, about 0.8 CPU-s per GiB. `amend(model)` may change the model read
+    from the source before it is checked and written (modelc.pull records where a model came from).
     """
     src = Path(source_path)
     single_file = src.is_file() and not is_artifact(src)
@@ -73,6 +75,8 @@ def pack_model(
     with _SourceHash(src if single_file and source_hash else None) as source_sha:
         model, result, stats = _prepared(src, format, name, arch, chat_template, prune, quantize,
                                          quantize_embeddings, quantize_output)  # fmt: skip
+        if amend is not None:
+            amend(model)
         check_structure(model)  # nothing its architecture cannot load enters the store
         provenance: dict[str, Any] = {"source_sha256": source_sha.result} if source_sha.active else {}
         if single_file:

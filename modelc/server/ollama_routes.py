@@ -22,6 +22,7 @@ from modelc import registry, store
 from modelc.artifact.reader import read_header_only
 from modelc.capabilities import source_capabilities
 from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.pull.ref import looks_remote
 from modelc.server import ollama_shapes as shapes
 from modelc.server import openapi_ollama
 from modelc.server.guard import ForbiddenError, control_route
@@ -31,6 +32,7 @@ from modelc.server.manager.loaded import model_bytes, model_source
 from modelc.server.manager.lookup import hidden_path, resolve_adapter, resolve_model
 from modelc.server.manager.models import parse_keep_alive
 from modelc.server.openai_routes import engine_capabilities
+from modelc.server.pull_stream import remote_pull
 from modelc.server.served import ModelSource, ServedModel
 from modelc.server.state import ServerState
 from modelc.store import dtype_summary
@@ -214,9 +216,12 @@ def _path_of(state: ServerState, name: str) -> Path | None:
 @bp.post("/api/pull")
 @control_route
 async def pull() -> Any:
-    """Download from the registry ($MODELC_REGISTRY or `registry` in the body) with NDJSON progress."""
+    """Download from the registry ($MODELC_REGISTRY or `registry` in the body) with NDJSON progress, or
+    from a remote source the operator allowed (hf.co/..., ollama://..., pypi:...: server/pull_stream.py)."""
     body = await read_json()
     name = model_name(body)
+    if looks_remote(name):
+        return await remote_pull(get_state(), name, body)
     loc = registry.location(_pull_registry(get_state(), body.get("registry")))
     entry = await anyio.to_thread.run_sync(registry.find, name.removesuffix(":latest"), loc)
     stream = body.get("stream", True)

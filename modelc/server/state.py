@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modelc.errors import InvalidRequestError, OverloadedError
+from modelc.pull.ref import SOURCES
 from modelc.server.metrics import Metrics
 from modelc.server.ratelimit import RateLimiter, TokenRateLimiter
 from modelc.server.served import ServedModel
@@ -53,6 +54,7 @@ class ServerConfig:
     adapters_dir: str | None = None  # --adapters-dir (None = $MODELC_HOME/adapters)
     insecure_no_auth: bool = False  # allow a non-loopback bind without an API key
     registries: tuple[str, ...] = ()  # --registry: where /api/pull may download from (default $MODELC_REGISTRY)
+    allow_sources: tuple[str, ...] = ()  # --allow-sources: remote sources /api/pull may use (hf, ollama, pypi, ...)
     webui: bool = True  # the chat page at / (--no-webui: only the plain-text answer)
 
     def __post_init__(self) -> None:
@@ -68,6 +70,10 @@ class ServerConfig:
             raise InvalidRequestError("--max-concurrent must be >= 1", param="max_concurrent")
         if self.request_timeout_s is not None and not self.request_timeout_s > 0:
             raise InvalidRequestError("--request-timeout must be > 0", param="request_timeout")
+        unknown = [s for s in self.allow_sources if s not in SOURCES]
+        if unknown:
+            raise InvalidRequestError(f"--allow-sources: unknown source {unknown[0]!r} (known: {', '.join(SOURCES)})",
+                                      param="allow_sources")  # fmt: skip
         if self.max_body_bytes < 1024:
             raise InvalidRequestError("--max-body-mb must be at least 1 KiB (0.001)", param="max_body_bytes")
 

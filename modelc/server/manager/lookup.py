@@ -17,6 +17,7 @@ from pathlib import Path
 
 from modelc import store
 from modelc.errors import ModelcError, NotFoundError
+from modelc.pull.ref import store_name_of
 
 ADAPTER_SUFFIX = ".safetensors"
 
@@ -47,6 +48,9 @@ def resolve_model(spec: str, models_dirs: Sequence[str | os.PathLike[str]] = ())
     """A request's model name -> the artifact file it may open (store first, then --models-dir)."""
     if not isinstance(spec, str) or not spec or "\0" in spec:
         raise NotFoundError("model name must be a non-empty string", param="model")
+    pulled = store_name_of(spec)  # a remote reference names the store model it was pulled into
+    if pulled is not None:
+        spec = pulled
     try:
         return store.lookup(spec)
     except NotFoundError as e:

@@ -22,6 +22,7 @@ import anyio
 
 from modelc import store
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, OverloadedError
+from modelc.pull.ref import store_name_of
 from modelc.server.manager.loaded import (
     GRACE_S,
     LoadedModel,
@@ -145,8 +146,9 @@ class ModelManager:
         return ModelView(entry, name, adapter)
 
     def split_adapter(self, name: str) -> tuple[str, str | None]:
-        """ "base:adapter" -> (base, adapter); "name:3" (a version) and "name:latest" are model names."""
-        if name in self._aliases or ":" not in name:
+        """ "base:adapter" -> (base, adapter); "name:3" (a version), "name:latest" and a remote reference's
+        tag ("hf.co/org/repo:Q4_K_M", "ollama://name:tag") are model names."""
+        if name in self._aliases or ":" not in name or store_name_of(name) is not None:
             return name, None
         base, tag = name.rsplit(":", 1)
         if tag == "latest":

@@ -179,6 +179,12 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return u.scheme.lower(), (u.hostname or "").lower(), u.port or {"http": 80, "https": 443}.get(u.scheme.lower())
 
 
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).netloc
+
+
 def _hub(call: Any, ref: HfRef | None, label: str | None = None) -> Any:
     """Run a huggingface_hub call; its errors become ModelcErrors a user can act on (never a traceback)."""
     from huggingface_hub import errors as hub_errors
@@ -200,6 +206,8 @@ def _hub(call: Any, ref: HfRef | None, label: str | None = None) -> Any:
         raise NotFoundError(f"{what}: not found on {endpoint()}") from None
     except hub_errors.HfHubHTTPError as e:
         status = e.response.status_code if e.response is not None else "?"
+        if status == 404:
+            raise NotFoundError(f"{what}: not found at {_host(endpoint())} or its blob store (404)") from None
         if status in (401, 403):
             raise GatedError(
                 f"{what}: the Hub refused access ({status}); set HF_TOKEN to a token that can read it"

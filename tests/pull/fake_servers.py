@@ -101,6 +101,7 @@ class BlobStore(_Server):
     def __init__(self) -> None:
         self.blobs: dict[str, bytes] = {}
         self.faults = Faults()
+        self.auth: list[str | None] = []  # the Authorization header of each request
         super().__init__()
 
     def add(self, data: bytes) -> str:
@@ -111,6 +112,7 @@ class BlobStore(_Server):
     def handle(self, h: BaseHTTPRequestHandler, head: bool) -> None:
         path = urlsplit(h.path).path
         self.faults.requests.append((path, h.headers.get("Range")))
+        self.auth.append(h.headers.get("Authorization"))
         sha = path.rsplit("/", 1)[-1]
         data = self.blobs.get(sha)
         if data is None:

@@ -166,6 +166,14 @@ def test_missing_repo_and_missing_file(hub, gguf_bytes):
         pull.pull("hf://org/tiny-GGUF/other.gguf")
 
 
+def test_a_blob_the_store_lost_is_a_404(hub, gguf_bytes):
+    _repo(hub, gguf_bytes)
+    del hub.blobs.blobs[hashlib.sha256(gguf_bytes).hexdigest()]
+    with pytest.raises(NotFoundError, match=r"not found at 127.0.0.1:\d+ or its blob store \(404\)"):
+        pull.pull("hf.co/org/tiny-GGUF")
+    assert store.list_models() == []
+
+
 def test_gated_repo_says_what_to_do_and_a_token_is_sent_to_the_hub_only(hub, gguf_bytes, monkeypatch):
     _repo(hub, gguf_bytes, gated=True)
     with pytest.raises(GatedError, match="gated: accept its terms on the Hub, then set HF_TOKEN") as e:
@@ -175,6 +183,7 @@ def test_gated_repo_says_what_to_do_and_a_token_is_sent_to_the_hub_only(hub, ggu
     pull.pull("hf.co/org/tiny-GGUF")
     heads = [a for m, p, a in hub.requests if m == "HEAD"]
     assert heads[-1] == "Bearer hf_test_token"
+    assert hub.blobs.auth and not any(hub.blobs.auth)  # the blob store (another origin) never gets the token
 
 
 def test_search_lists_gguf_repos(hub, gguf_bytes):

@@ -66,6 +66,9 @@ def test_wrong_digest_and_unknown_tag(registry, tmp_path):
     assert store.list_models() == []
     with pytest.raises(NotFoundError, match="no such model or tag"):
         pull.pull("ollama://tiny:70b")
+    del registry.blobs.blobs[hashlib.sha256(layers["model"]).hexdigest()]
+    with pytest.raises(NotFoundError, match="not found at the source"):
+        pull.pull("ollama://tiny:1b")
 
 
 def test_import_from_an_ollama_install(home, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+import ollama
 import pytest
 
 from modelc import store
@@ -33,6 +34,8 @@ async def test_stream_of_progress_objects_then_chat_by_the_same_name(hub, tmp_pa
         assert r.status_code == 200 and r.content_type.startswith("application/x-ndjson")
         lines = ndjson(await r.get_data())
         assert lines[0] == {"status": "pulling manifest"} and lines[-1] == {"status": "success"}
+        for line in lines:  # every object is one the official Ollama client reads
+            assert ollama.ProgressResponse.model_validate(line).model_dump(exclude_none=True) == line
         down = [x for x in lines if x["status"] == "downloading tiny-Q4_K_M.gguf"]
         assert down[-1] == {"status": "downloading tiny-Q4_K_M.gguf", "digest": f"sha256:{hashlib.sha256(data).hexdigest()}",
                             "total": len(data), "completed": len(data)}  # fmt: skip

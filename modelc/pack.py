@@ -168,19 +168,35 @@ def _as_model(art: Any) -> Model:
     )  # fmt: skip
 
 
+MAX_TEMPLATE_BYTES = 1024 * 1024  # the largest official chat templates are ~20 KiB
+
+
 def read_chat_template(path: Path) -> str:
-    """Read a Jinja chat template and check that minijinja compiles it."""
+    """Read a Jinja chat template (`pack --chat-template`, `run --chat-template`) and check that minijinja
+    compiles it; a one-line FormatError naming the file otherwise."""
     import minijinja
 
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise FormatError(f"cannot read chat template {path}: {getattr(e, 'strerror', None) or e}") from None
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TEMPLATE_BYTES + 1)
+    except FileNotFoundError:
+        raise FormatError(f"chat template {path} does not exist") from None
+    except IsADirectoryError:
+        raise FormatError(f"chat template {path} is a folder, not a file") from None
+    except OSError as e:
+        raise FormatError(f"cannot read chat template {path}: {e.strerror or e}") from None
+    if len(raw) > MAX_TEMPLATE_BYTES:
+        raise FormatError(f"chat template {path} is larger than {MAX_TEMPLATE_BYTES // 1024} KiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"chat template {path} is not UTF-8 text") from None
+    if not text.strip():
+        raise FormatError(f"chat template {path} is empty")
     try:
         minijinja.Environment().add_template("chat", text)
-    except minijinja.TemplateError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else "syntax error"
-        raise FormatError(f"chat template {path} does not compile: {first}") from None
+    except minijinja.TemplateError as e:  # its message only: str(e) shows the source around the error
+        raise FormatError(f"chat template {path} does not compile: {e.message or 'syntax error'}") from None
     return text
 
 

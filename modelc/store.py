@@ -48,7 +48,9 @@ def check_name(name: str) -> str:
         raise StoreError(f"invalid model name {name!r}: it must not end in .vN, .modelc or .active")
     if any(len(p) > MAX_SEGMENT_CHARS for p in parts):
         # the longest file name it becomes (NAME.vNNN.modelc) must stay within the file system's 255 bytes
-        raise StoreError(f"invalid model name {name[:60]!r}...: each part may be at most {MAX_SEGMENT_CHARS} characters")
+        raise StoreError(
+            f"invalid model name {name[:60]!r}...: each part may be at most {MAX_SEGMENT_CHARS} characters"
+        )
     return name
 
 
@@ -108,7 +110,8 @@ def resolve(name_or_path: str | os.PathLike[str]) -> Path:
 
 
 def lookup(spec: str) -> Path:
-    """A store name ("name" or "name:VERSION") -> its artifact path inside the store; never another file.
+    """A store name ("name" or "name:VERSION") -> its artifact path inside the store; never another file,
+    except DEFAULT_NAME, which names the bundled model when the store has no model of its own by that name.
 
     This is what requests may use: the name is checked against the name pattern before any path is
     built, so "../x", "/etc/x" or "x.modelc" are refused."""
@@ -128,7 +131,17 @@ def lookup(spec: str) -> Path:
         raise NotFoundError(
             f"model {name} has no active version; run `modelc switch {name} N` ({_versions_text(name)})"
         )
+    if name == DEFAULT_NAME and version is None and bundled_default_path().is_file():
+        return bundled_default_path()  # the bundled model, unless the store has a model of that name
     raise NotFoundError(f"model {name} is not in the store ({models_dir()}) and is not a file")
+
+
+DEFAULT_NAME = "default"  # the bundled model's name: every command that takes a model resolves it
+
+
+def bundled_default_path() -> Path:
+    """modelc/data/default.modelc, shipped with the package (docs/default_model.md)."""
+    return Path(__file__).resolve().parent / "data" / "default.modelc"
 
 
 def sweep_orphans() -> list[Path]:

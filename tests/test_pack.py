@@ -159,3 +159,38 @@ def test_mlp_without_arch_is_packed_as_mlp(tmp_path) -> None:
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     save_file({"a.weight": tensors["0.weight"], "b": tensors["0.bias"]}, str(tmp_path / "other.safetensors"))
     assert open_artifact(pack(tmp_path / "other.safetensors", out=tmp_path / "o.modelc")).architecture != "mlp"
+
+
+def test_pack_refuses_a_tokenizer_beyond_the_embedding_rows(home, tmp_path):
+    """Tokenizer ids with no embedding row are refused with both numbers (llama.cpp's converter asserts
+    the same); more embedding rows than tokens, as Qwen pads its embedding, is fine."""
+    from modelc.models.tiny import make_tiny_llama
+    from tests.server.tiny_model import byte_tokenizer_json
+
+    tokenizer = byte_tokenizer_json()  # 256 byte tokens + the specials
+    num_tokens = json_top_id(tokenizer) + 1
+    small = make_tiny_llama(vocab_size=num_tokens - 10)
+    small.tokenizer_json = tokenizer
+    with pytest.raises(FormatError) as e:
+        pack_model_from(small, tmp_path / "small.modelc")
+    message = str(e.value)
+    assert f"{num_tokens} tokens" in message and f"{num_tokens - 10} token embedding rows" in message
+    assert not (tmp_path / "small.modelc").exists()  # nothing half-written
+    padded = make_tiny_llama(vocab_size=num_tokens + 64)
+    padded.tokenizer_json = tokenizer
+    assert pack_model_from(padded, tmp_path / "padded.modelc").exists()
+
+
+def json_top_id(tokenizer_json: str) -> int:
+    import json
+
+    data = json.loads(tokenizer_json)
+    return max([*data["model"]["vocab"].values(), *(t["id"] for t in data.get("added_tokens", []))])
+
+
+def pack_model_from(model: Model, out):
+    from modelc.artifact import write_artifact
+
+    src = out.with_suffix(".src.modelc")
+    write_artifact(model, src)  # an artifact source (pack re-checks what it packs)
+    return pack(src, out=out)

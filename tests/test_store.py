@@ -155,3 +155,16 @@ def test_kill_9_during_pack_leaves_nothing_after_the_next_store_operation(home) 
     os.close(fd)
     assert store.list_models() == []
     assert [p for p in (home / "models").rglob("*") if p.is_file()] == [mine]
+
+
+def test_default_names_the_bundled_model_unless_the_store_has_one(home):
+    bundled = store.bundled_default_path()
+    if not bundled.is_file():
+        pytest.skip("the bundled default model is not in this checkout")
+    assert store.lookup("default") == bundled and store.resolve("default") == bundled
+    with pytest.raises(NotFoundError):
+        store.lookup("default:2")
+    store.copy("default", "mine")  # any command that takes a model takes it
+    assert open_artifact(store.lookup("mine")).name == open_artifact(bundled).name
+    add("default")
+    assert store.lookup("default") == store.active_path("default")  # the user's own wins

@@ -4,11 +4,13 @@ For each architecture modelc runs, every tensor the loader (modelc/models/*.py) 
 present with the shape the config implies; the error names the tensor and both shapes. The rules
 mirror the loaders' own reads (fused QKV / gate_up, optional biases, a tied output head) without
 importing them: pack must not pay for numba. Architectures without rules here (MLP, ONNX, BERT
-and any architecture added later) are left to their readers.
+and any architecture added later) are left to their readers. For every architecture, the tokenizer's
+ids must fit the token-embedding rows (check_vocabulary).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from modelc.errors import FormatError
@@ -57,10 +59,65 @@ def check_structure(model: Any) -> None:
     """Raise StructureError (one line) when `model` (an IR Model or Artifact) cannot be loaded as its architecture."""
     arch = str(getattr(model, "architecture", "") or "")
     naming = getattr(model, "naming", "hf") or "hf"
+    check_vocabulary(model)
     if arch in LLAMA_FAMILY and naming in _LLAMA:
         _check_llama(_Tensors(model), dict(model.config or {}), _LLAMA[naming])
     elif arch == "gpt2" and naming in _GPT2:
         _check_gpt2(_Tensors(model), dict(model.config or {}), naming)
+
+
+# The token-embedding tensor of every family modelc reads, under HF and GGUF names.
+EMBEDDING_NAMES = (
+    "model.embed_tokens.weight", "token_embd.weight", "transformer.wte.weight", "wte.weight",
+    "model.embed_tokens", "tok_embeddings.weight", "transformer.word_embeddings.weight",
+    "bert.embeddings.word_embeddings.weight", "roberta.embeddings.word_embeddings.weight",
+    "embeddings.word_embeddings.weight", "model.language_model.embed_tokens.weight",
+)  # fmt: skip
+
+
+def check_vocabulary(model: Any) -> None:
+    """Every id the tokenizer can produce must have an embedding row. More rows than tokens is fine (Qwen
+    and others pad the embedding to a round size; llama.cpp's converter and transformers accept it); a
+    tokenizer id beyond the rows is refused, as llama.cpp's converter refuses it."""
+    text = getattr(model, "tokenizer_json", None)
+    rows = embedding_rows(model)
+    if not text or rows is None:
+        return
+    top = tokenizer_max_id(text)
+    if top is not None and top >= rows:
+        what = f"{getattr(model, 'architecture', '') or 'the'} model {getattr(model, 'name', '') or ''}".strip()
+        raise StructureError(
+            f"{what}: its tokenizer has {top + 1} tokens (ids up to {top}) but the model has {rows} token "
+            f"embedding rows, so ids {rows}..{top} have none; pack it with the tokenizer it was trained with"
+        )
+
+
+def embedding_rows(model: Any) -> int | None:
+    """Rows of the model's token-embedding tensor, None when it has none modelc knows (MLP, ONNX...)."""
+    tensors = getattr(model, "tensors", None) or {}
+    for name in EMBEDDING_NAMES:
+        t = tensors.get(name)
+        if t is not None and len(t.shape) == 2:
+            return int(t.shape[0])
+    return None
+
+
+def tokenizer_max_id(tokenizer_json: str) -> int | None:
+    """The highest token id of a tokenizer.json (model vocabulary and added tokens); None if unreadable."""
+    try:
+        data = json.loads(tokenizer_json)
+    except ValueError:
+        return None  # not this check's to report: reading the tokenizer says what is wrong
+    if not isinstance(data, dict):
+        return None
+    ids = [t.get("id") for t in data.get("added_tokens") or [] if isinstance(t, dict)]
+    vocab = (data.get("model") or {}).get("vocab") if isinstance(data.get("model"), dict) else None
+    if isinstance(vocab, dict):
+        ids += list(vocab.values())
+    elif isinstance(vocab, list):  # Unigram: [piece, score] pairs, ids by position
+        ids.append(len(vocab) - 1)
+    ints = [i for i in ids if isinstance(i, int) and not isinstance(i, bool)]
+    return max(ints) if ints else None
 
 
 class _Tensors:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -57,6 +58,18 @@ def engine_config(
         ),
         draft=draft if speculative == "draft" else None,
     )
+
+
+def read_chat_template(path: str) -> str:
+    """The text of a --chat-template file, checked to be a template minijinja compiles (modelc.pack's
+    reader); a one-line error naming the flag and the file otherwise."""
+    from modelc.errors import ModelcError
+    from modelc.pack import read_chat_template as read  # lazy: not for `modelc --help`
+
+    try:
+        return read(Path(path))
+    except ModelcError as e:
+        raise ModelcError(f"--chat-template: {e.message}") from None
 
 
 def run_cmd(
@@ -150,6 +163,9 @@ def run_cmd(
         "repeatable; default none). The CLI itself (modelc run REF, modelc pull) may use every source.",
     ),  # fmt: skip
     no_webui: bool = typer.Option(False, "--no-webui", help="Do not serve the chat web UI at / (API only)."),
+    chat_template: str | None = typer.Option(
+        None, "--chat-template", help="A Jinja chat template file that replaces the served model's own."
+    ),
     ray: str | None = typer.Option(
         None,
         "--ray",
@@ -174,6 +190,10 @@ def run_cmd(
     from modelc.server.manager.models import ModelManager, parse_keep_alive
     from modelc.server.state import GenerationDefaults, ServerConfig  # lazy: not for `modelc --help`
 
+    template_text = None
+    if chat_template is not None:
+        ctx.params["chat_template"] = chat_template = os.path.abspath(os.path.expanduser(chat_template))
+        template_text = read_chat_template(chat_template)  # a bad file fails here, before anything loads
     if detach and not os.environ.get(launch.DETACH_ENV):
         info = launch.detach(launch.argv_from_context(ctx), api_key=api_key, timeout_s=ready_timeout)
         print(f"modelc: daemon running (pid {info.pid}) at {info.url}", flush=True)
@@ -267,6 +287,7 @@ def run_cmd(
                 drain_timeout_s=drain_timeout,
                 models=manager,
                 default_name=default_name,
+                chat_template=template_text,
             )
         )
     finally:

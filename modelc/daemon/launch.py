@@ -23,15 +23,14 @@ from modelc.errors import ModelcError, NotFoundError
 # progress_bar(description) -> a context manager yielding update(done, total) or None (cli/store_cmds.py has
 # the rich one; the CLI passes it in, this floor does not import the CLI)
 ProgressBar = Callable[[str], AbstractContextManager[Callable[[int, int], None] | None]]
-BUNDLED_NAME = "default.modelc"
 DETACH_ENV = "MODELC_DETACHED"  # set in the detached child (so it never detaches again)
 
 
 def bundled_model_path() -> Path:
-    """modelc/data/default.modelc, shipped with the package."""
-    import modelc
+    """modelc/data/default.modelc, shipped with the package (what the name `default` resolves to)."""
+    from modelc import store
 
-    return Path(modelc.__file__).resolve().parent / "data" / BUNDLED_NAME
+    return store.bundled_default_path()
 
 
 def serve_target(artifact: str | None, progress_bar: ProgressBar | None = None) -> tuple[Path, str]:

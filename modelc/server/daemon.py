@@ -71,9 +71,10 @@ def is_engine(obj: Any) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def open_engine(source: Any, engine_config: EngineConfig | None = None):
+async def open_engine(source: Any, engine_config: EngineConfig | None = None, chat_template: str | None = None):
     """An engine object as is; encoder/MLP/ONNX sources through their adapters (server/engines.py);
-    causal LMs through AsyncEngine.open. Paths are opened as .modelc artifacts."""
+    causal LMs through AsyncEngine.open. Paths are opened as .modelc artifacts. `chat_template`: the
+    Jinja source that replaces the model's own (`modelc run --chat-template FILE`)."""
     if is_engine(source):
         yield source
         return
@@ -82,6 +83,8 @@ async def open_engine(source: Any, engine_config: EngineConfig | None = None):
         source = open_artifact(path)
 
     adapter = adapter_for(source)
+    if chat_template is not None:
+        source = with_chat_template(source, chat_template, adapter is not None, engine_config)
     if adapter is not None:
         if isinstance(adapter, EncoderEngine | InferEngine) and (engine_config is None or engine_config.warmup):
             await anyio.to_thread.run_sync(adapter.warmup)
@@ -101,6 +104,18 @@ async def open_engine(source: Any, engine_config: EngineConfig | None = None):
         yield engine
 
 
+def with_chat_template(source: Any, text: str, adapted: bool, engine_config: EngineConfig | None) -> Any:
+    """`source` with its chat template replaced by `text` (read by the operator's CLI, never by a
+    request), so the tokenizer side, /props and the capabilities all see the one template."""
+    name = getattr(source, "name", "") or "the model"
+    if adapted:
+        raise UnsupportedError(f"--chat-template: {name} ({source.architecture}) does not chat (no text generation)")
+    if engine_config is not None and engine_config.replicas is not None:
+        raise UnsupportedError("--chat-template cannot be combined with --ray: the replicas read the model's own")
+    source.chat_template = text
+    return source
+
+
 async def serve(
     engine_or_source: Any,
     *,
@@ -115,11 +130,13 @@ async def serve(
     install_signal_handlers: bool = True,
     models: Any = None,
     default_name: str | None = None,
+    chat_template: str | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM or `shutdown` is set. Raises ModelcError if the model fails to load.
 
     models: a modelc.server.manager.models.ModelManager to serve other models on demand beside this default
-    one (requests name them in `model`); default_name: what requests may call the default model."""
+    one (requests name them in `model`); default_name: what requests may call the default model;
+    chat_template: a Jinja source replacing the default model's own template (checked by the caller)."""
     state = ServerState(None, server_config or ServerConfig())
     check_bind(host, state.config)
     state.models = models
@@ -181,7 +198,7 @@ async def serve(
             if models is not None:
                 await tg.start(models.run)
             try:
-                async with open_engine(engine_or_source, engine_config) as engine:
+                async with open_engine(engine_or_source, engine_config, chat_template) as engine:
                     if models is not None:
                         path = engine_or_source if isinstance(engine_or_source, str | Path) else None
                         models.set_default(engine, default_name, path)

@@ -126,3 +126,54 @@ def test_kv_cache_dtype_option(capsys) -> None:
     assert cfg.cache.kv_dtype == "q8_0"
     assert main(["run", "x", "--kv-cache-dtype", "int3"]) == 1
     assert "q8_0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (None, "does not exist"),
+        (b"", "is empty"),
+        (b"\xff\xfe{{ x }}", "not UTF-8"),
+        (b"{% if %}", "does not compile"),
+        (b"{% for m in messages %}{{ m.content }}", "does not compile"),
+    ],
+)
+def test_a_bad_chat_template_file_is_one_line_error(tmp_path, capsys, monkeypatch, content, why) -> None:
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path))
+    path = tmp_path / "t.jinja"
+    if content is not None:
+        path.write_bytes(content)
+    assert main(["run", "x", "--chat-template", str(path)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--chat-template" in err[0] and str(path) in err[0] and why in err[0], err
+    assert main(["run", "x", "--chat-template", str(tmp_path)]) == 1
+    assert "is a folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # Quart is asyncio-only
+@pytest.mark.anyio
+async def test_chat_template_file_replaces_the_models_own(tmp_path, anyio_backend) -> None:
+    from modelc.artifact.writer import write_artifact
+    from modelc.cli.run_cmds import read_chat_template
+    from modelc.config import EngineConfig
+    from modelc.server.app import create_app
+    from modelc.server.daemon import open_engine
+    from modelc.server.state import ServerState
+    from tests.server.tiny_model import make_served_model
+
+    path = tmp_path / "tiny.modelc"
+    write_artifact(make_served_model(), path)
+    file = tmp_path / "mine.jinja"
+    file.write_text("OVERRIDE{% for m in messages %} {{ m.content }}{% endfor %}")
+    text = read_chat_template(str(file))
+    async with open_engine(str(path), EngineConfig(warmup=False), text) as engine:
+        assert engine.chat_template.source == text
+        client = create_app(ServerState(engine)).test_client()
+        props = await (await client.get("/props")).get_json()
+        assert props["chat_template"] == text
+        body = {"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+        counted = await (await client.post("/v1/messages/count_tokens", json=body)).get_json()
+        ids = await (await client.post("/tokenize", json={"input": "OVERRIDE hi"})).get_json()
+        assert counted["input_tokens"] == ids["count"]
+        card = (await (await client.get("/v1/models")).get_json())["data"][0]
+        assert "tools" not in card["capabilities"]  # the model's own template takes tools; this one does not

@@ -191,3 +191,18 @@ def test_quant_sizes_equal_what_pack_writes(tmp_path):
     for name, kind in (("fp16", "f16"), ("int8", "int8"), ("int4", "int4"), ("q4_0", "q4_0"), ("q4_k", "q4_k")):
         art = open_artifact(pack(src, out=tmp_path / f"{kind}.modelc", quantize=kind))
         assert preview[name] == sum(t.nbytes for t in art.tensors.values()), name
+
+
+def test_default_resolves_in_every_command_that_takes_a_model(tmp_path, monkeypatch, capsys) -> None:
+    """A fresh install (empty store): `default` is the bundled model for inspect, verify, cp, run's resolver
+    and the build commands' (compile, containerize: store.resolve)."""
+    from modelc.daemon.launch import serve_target
+
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path / "fresh"))
+    if not store.bundled_default_path().is_file():
+        pytest.skip("the bundled default model is not in this checkout")
+    assert main(["inspect", "default"]) == 0 and "default" in capsys.readouterr().out
+    assert main(["verify", "default"]) == 0
+    assert main(["cp", "default", "mine"]) == 0
+    assert serve_target("default")[0] == store.bundled_default_path()
+    assert store.resolve("default") == store.bundled_default_path()

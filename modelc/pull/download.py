@@ -228,7 +228,7 @@ def _get_range(client: Any, url: str, out: CappedWriter, have: int, label: str, 
         check_status(resp.status_code, label)
         if resp.status_code == 200 and have:
             out.truncate(0)  # the server ignored Range: take the whole body
-        for chunk in resp.iter_bytes(CHUNK_BYTES):
+        for chunk in resp.iter_bytes():  # as received: every byte that arrived is kept for a resume
             out.write(chunk)
     if out.limit is not None and out.tell() < out.limit:
         raise _Short(f"got {out.tell()} of {out.limit} bytes")

@@ -50,6 +50,28 @@ def test_pull_reads_manifest_and_verified_blobs(registry, tmp_path):
     assert any(e.digest == model_digest and e.completed == e.total for e in seen)
 
 
+def test_dropped_connection_resumes_with_range(registry, tmp_path):
+    layers = _layers(tmp_path)
+    registry.add("tiny", "1b", layers)
+    sha = hashlib.sha256(layers["model"]).hexdigest()
+    registry.blobs.faults.drop_after[sha] = 20_000
+    pull.pull("ollama://tiny:1b")
+    assert [r for p, r in registry.blobs.faults.requests if p.endswith(sha)] == [None, "bytes=20000-"]
+    assert open_artifact(store.active_path("ollama.com/library/tiny-1b"), verify=True)
+
+
+def test_a_blob_larger_than_its_manifest_says_is_stopped(registry, tmp_path):
+    from modelc.pull.download import TooLargeError
+
+    layers = _layers(tmp_path)
+    registry.add("tiny", "1b", layers)
+    registry.blobs.faults.extra[hashlib.sha256(layers["model"]).hexdigest()] = 5_000_000
+    with pytest.raises(TooLargeError, match="more than the"):
+        pull.pull("ollama://tiny:1b")
+    assert store.list_models() == []
+    assert all(p.stat().st_size == 0 for p in (store.home() / "downloads").rglob("*.part"))
+
+
 def test_short_form_latest_and_no_jinja_template(registry, tmp_path):
     registry.add("tiny", "latest", _layers(tmp_path, template=False))
     art = open_artifact(pull.pull("ollama://tiny"))

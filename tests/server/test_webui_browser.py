@@ -281,3 +281,122 @@ def test_api_key_reasoning_and_a_real_400(browser) -> None:
         ctx.close()
     finally:
         s.stop()
+
+
+# ---- the Markdown pass and incremental streaming, over random inputs (hypothesis) in the real browser
+CHECK_RENDER = """([text, cuts]) => {
+  const { renderMarkdown } = window.__md;
+  const { MarkdownView } = window.__view;
+  const html = renderMarkdown(text);
+  const tpl = document.createElement("template");
+  tpl.innerHTML = html;
+  const ATTRS = { A: ["href", "target", "rel"], DIV: ["class"], SPAN: ["class"], BUTTON: ["class", "type", "title"] };
+  const TAGS = "P BR STRONG EM DEL CODE PRE A H1 H2 H3 H4 H5 H6 HR TABLE THEAD TBODY TR TH TD UL OL LI BLOCKQUOTE DIV SPAN BUTTON";
+  const problems = [];
+  for (const e of tpl.content.querySelectorAll("*")) {
+    if (!TAGS.split(" ").includes(e.tagName)) problems.push(`tag ${e.tagName}`);
+    for (const a of e.attributes) {
+      if (!(ATTRS[e.tagName] || []).includes(a.name)) problems.push(`attribute ${a.name} on ${e.tagName}`);
+    }
+    if (e.tagName === "A") {
+      const href = e.getAttribute("href");
+      if (e.getAttribute("target") !== "_blank") problems.push(`target=${e.getAttribute("target")}`);
+      if (e.getAttribute("rel") !== "noopener noreferrer") problems.push(`rel=${e.getAttribute("rel")}`);
+      if (!/^(https?:\\/\\/|mailto:)/i.test(href) || !text.includes(href)) problems.push(`href=${href}`);
+    }
+    const cls = e.getAttribute("class");
+    if (e.tagName === "DIV" && cls !== "code") problems.push(`div class=${cls}`);
+    if (e.tagName === "SPAN" && !/^(code-lang|tok-(comment|string|number|keyword))$/.test(cls)) problems.push(`span class=${cls}`);
+  }
+  const box = document.createElement("div");
+  const view = new MarkdownView(box);
+  for (const c of [...cuts, text.length]) view.update(text.slice(0, c));
+  const whole = document.createElement("div");
+  whole.innerHTML = html;
+  if (box.innerHTML !== whole.innerHTML) problems.push(`streamed ${box.innerHTML} != whole ${whole.innerHTML}`);
+  return problems;
+}"""
+PIECES = [
+    "a", "b ", "x_y", "_blank", "target", "*", "**", "_", "__", "~~", "`", "```", "```py\n", "~~~\n", "\n", "\n\n",
+    " ", "# ", "## ", "> ", "- ", "1. ", "| a | b |\n", "|---|---|\n", "---\n", "[", "]", "(", ")", "](",
+    "[l](http://e.x/a_b*c_)", "[m_n](https://q.y/__w__?a=1&b=2)", "[bad](javascript:alert(1))", "mailto:z@y",
+    "<", ">", "&", '"', "'", "=", "<em>", "def f():\n", "    return 1\n", "\t",
+]  # fmt: skip
+
+
+def load_modules(page) -> None:
+    page.evaluate(
+        "async () => { window.__md = await import('./webui/markdown.js'); window.__view = await import('./webui/view.js'); }"
+    )
+
+
+def test_markdown_never_rewrites_its_markup_and_streams_as_rendered_whole(server, page) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    page.goto(server.url + "/")
+    load_modules(page)
+    html = page.evaluate("() => window.__md.renderMarkdown('see [docs](https://x.y/a_b) and snake_')")
+    assert html == (
+        '<p>see <a href="https://x.y/a_b" target="_blank" rel="noopener noreferrer">docs</a> and snake_</p>'
+    )  # the audit's case: the emphasis pass used to make it target="<em>blank"
+    assert "<em>this</em>" in page.evaluate("() => window.__md.renderMarkdown('[a](http://b.c) _this_')")
+
+    @settings(max_examples=400, deadline=None, database=None)
+    @given(
+        st.lists(st.sampled_from(PIECES), max_size=40).map("".join),
+        st.lists(st.integers(0, 600), max_size=12).map(sorted),
+    )
+    def check(text: str, cuts: list[int]) -> None:
+        assert page.evaluate(CHECK_RENDER, [text, [c for c in cuts if c <= len(text)]]) == []
+
+    check()
+
+
+def test_streaming_renders_in_time_linear_in_the_answer(server, page) -> None:
+    """A long answer fed 7 characters at a time: the text handed to the renderer grows linearly with the
+    answer (twice the answer, twice the work: only the open block is rendered again per chunk), where
+    re-rendering the whole message per chunk grows with its square (~len^2 / 14: 18M characters here)."""
+    page.goto(server.url + "/")
+    load_modules(page)
+    para = "Some *text* with `code` and a [link](https://e.x/a_b).\n\n"
+    code = "```python\n" + "def f(x):\n    return x * 2\n" * 3 + "```\n"
+    rendered = {}
+    for repeats in (60, 120):
+        answer = (para * 3 + code) * repeats
+        rendered[repeats], whole = page.evaluate(
+            """([text, step]) => {
+              const box = document.createElement("div");
+              const view = new window.__view.MarkdownView(box);
+              for (let i = step; i < text.length + step; i += step) view.update(text.slice(0, i));
+              const ref = document.createElement("div");
+              ref.innerHTML = window.__md.renderMarkdown(text);
+              return [view.renderedChars, box.innerHTML === ref.innerHTML];
+            }""",
+            [answer, 7],
+        )
+        assert whole
+        assert rendered[repeats] <= 10 * len(answer), (rendered, len(answer))  # the open block again per chunk
+    assert rendered[120] < 2.2 * rendered[60], rendered
+
+
+def test_model_picker_lists_only_chat_models(server, page) -> None:
+    cards = {
+        "object": "list",
+        "data": [
+            {"id": "chatty", "object": "model", "capabilities": ["completion", "chat"]},
+            {"id": "plain", "object": "model", "capabilities": ["completion"]},
+            {"id": "minilm", "object": "model", "capabilities": ["embedding"]},
+            {"id": "ranker", "object": "model", "capabilities": ["rerank"]},
+        ],
+    }
+    page.route("**/v1/models", lambda route: route.fulfill(status=200, json=cards))
+    page.goto(server.url + "/")
+    until(page, "document.querySelectorAll('#model option').length === 1")
+    assert page.locator("#model option").all_inner_texts() == ["chatty"]
+    page.unroute("**/v1/models")
+    cards["data"] = cards["data"][1:]
+    page.route("**/v1/models", lambda route: route.fulfill(status=200, json=cards))
+    page.reload()
+    page.wait_for_selector("#error:has-text('No chat model')")
+    assert "minilm" in page.locator("#error").inner_text()

@@ -42,11 +42,18 @@ async function failure(resp) {
   return new ApiError(resp.status, message, resp.headers.get("Retry-After"));
 }
 
+// The models the chat page can talk to: those whose card says they chat (a chat template), not the
+// embedding models, rerankers or template-less models the server also lists.
 export async function listModels(key) {
   const resp = await fetch("v1/models", { headers: headers(key) });
   if (!resp.ok) throw await failure(resp);
   const body = await resp.json();
-  return body.data.map((m) => m.id);
+  const chat = body.data.filter((m) => m.capabilities?.includes("chat")).map((m) => m.id);
+  if (!chat.length) {
+    const names = body.data.map((m) => m.id).join(", ");
+    throw new ApiError(0, `No chat model on this server (it serves ${names || "no model"}): the chat page needs one.`);
+  }
+  return chat;
 }
 
 // SSE `data:` payloads from a fetch body, as parsed JSON ("[DONE]" ends it).

@@ -17,6 +17,36 @@ function safeUrl(url) {
   return /^(https?:\/\/|mailto:)/i.test(u) ? u : null;
 }
 
+// Emphasis (bold, italic, strike) of escaped text that holds no markup of ours yet: the patterns
+// only ever see the model's own characters, never the tags and attributes this renderer writes.
+function emphasis(escaped) {
+  let s = escaped;
+  s = s.replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>");
+  s = s.replace(/__([^_]+)__/g, "<strong>$1</strong>");
+  s = s.replace(/(^|[^*])\*([^*\s][^*]*)\*/g, "$1<em>$2</em>");
+  s = s.replace(/(^|\W)_([^_\s][^_]*)_(?=\W|$)/g, "$1<em>$2</em>");
+  s = s.replace(/~~([^~]+)~~/g, "<del>$1</del>");
+  return s;
+}
+
+const LINK = /\[([^\]]+)\]\(([^)\s]+)\)/g;
+
+// Text with links: the text between links and each link's label get emphasis on their own, and the
+// link's tag is written last, so no pattern ever rewrites an href or target="_blank".
+function linksAndEmphasis(text) {
+  let out = "";
+  let last = 0;
+  for (const m of text.matchAll(LINK)) {
+    out += emphasis(escapeHtml(text.slice(last, m.index)));
+    const safe = safeUrl(m[2]);
+    out += safe
+      ? `<a href="${escapeHtml(safe)}" target="_blank" rel="noopener noreferrer">${emphasis(escapeHtml(m[1]))}</a>`
+      : emphasis(escapeHtml(m[0]));
+    last = m.index + m[0].length;
+  }
+  return out + emphasis(escapeHtml(text.slice(last)));
+}
+
 // Inline spans of one line (or paragraph). Code spans are cut out first so nothing inside them is parsed.
 export function renderInline(text) {
   const parts = String(text).split(/(`+[^`]*?`+)/g);
@@ -26,17 +56,7 @@ export function renderInline(text) {
         const code = part.replace(/^`+|`+$/g, "");
         return `<code>${escapeHtml(code)}</code>`;
       }
-      let s = escapeHtml(part);
-      s = s.replace(/\[([^\]]+)\]\(([^)\s]+)\)/g, (m, label, url) => {
-        const safe = safeUrl(url.replaceAll("&amp;", "&"));
-        return safe ? `<a href="${escapeHtml(safe)}" target="_blank" rel="noopener noreferrer">${label}</a>` : m;
-      });
-      s = s.replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>");
-      s = s.replace(/__([^_]+)__/g, "<strong>$1</strong>");
-      s = s.replace(/(^|[^*])\*([^*\s][^*]*)\*/g, "$1<em>$2</em>");
-      s = s.replace(/(^|\W)_([^_\s][^_]*)_(?=\W|$)/g, "$1<em>$2</em>");
-      s = s.replace(/~~([^~]+)~~/g, "<del>$1</del>");
-      return s;
+      return linksAndEmphasis(part);
     })
     .join("");
 }
@@ -99,6 +119,43 @@ function table(rows) {
   );
 }
 
+const FENCE = /^\s*(```+|~~~+)\s*([\w+#.-]*)/;
+
+// Where the finished blocks of a growing text end. renderMarkdown(text) equals
+// renderMarkdown(text.slice(0, end)) + renderMarkdown(text.slice(end)), and no text appended later can
+// change the first part: the parse starts afresh after a blank line outside a code fence, after a
+// fence's closing line and before a fence's opening line, so those are such ends (the last one found).
+// update() reads only the lines added since its last call: a streaming answer costs time linear in
+// its length (view.js renders the finished blocks once and only the open block each time it grows).
+export class BlockEnds {
+  constructor() {
+    this.end = 0;
+    this.fence = null; // the marker of the open fence
+    this.at = 0; // where the next unread line starts
+  }
+
+  update(text) {
+    for (;;) {
+      const nl = text.indexOf("\n", this.at);
+      if (nl < 0) return this.end; // the last line may still grow
+      const line = text.slice(this.at, nl);
+      if (this.fence !== null) {
+        if (line.trim().startsWith(this.fence)) {
+          this.fence = null;
+          this.end = nl + 1;
+        }
+      } else {
+        const open = line.match(FENCE);
+        if (open) {
+          this.fence = open[1];
+          this.end = this.at;
+        } else if (line.trim() === "") this.end = nl + 1;
+      }
+      this.at = nl + 1;
+    }
+  }
+}
+
 // Block structure, line by line. An unclosed fence (while streaming) renders as code so far.
 export function renderMarkdown(text) {
   const lines = String(text).replaceAll("\r\n", "\n").split("\n");
@@ -110,7 +167,7 @@ export function renderMarkdown(text) {
   };
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
-    const fence = line.match(/^\s*(```+|~~~+)\s*([\w+#.-]*)/);
+    const fence = line.match(FENCE);
     if (fence) {
       flush();
       const body = [];

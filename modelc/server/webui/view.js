@@ -1,7 +1,7 @@
 // DOM rendering: the conversation list and the messages. Message text goes through the safe
 // Markdown renderer (markdown.js); every other string is set with textContent.
 
-import { renderMarkdown } from "./markdown.js";
+import { BlockEnds, renderMarkdown } from "./markdown.js";
 
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -45,32 +45,104 @@ export function statsText(stats) {
   return parts.join(" \u00b7 ");
 }
 
-// One message's element; updateMessage refreshes it while it streams.
+function nodesOf(html) {
+  const tpl = document.createElement("template");
+  tpl.innerHTML = html;
+  return [...tpl.content.childNodes];
+}
+
+// A growing Markdown text in `container`: the finished blocks (markdown.js BlockEnds) are rendered once
+// and kept; only the block still open is rendered again on each update, so streaming an answer costs
+// time linear in its length. The result is exactly renderMarkdown(text). `renderedChars` counts the
+// text handed to the renderer (the tests check it stays linear).
+export class MarkdownView {
+  constructor(container) {
+    this.container = container;
+    this.reset();
+  }
+
+  reset() {
+    this.text = "";
+    this.ends = new BlockEnds();
+    this.done = 0; // text[0:done] is rendered into finished nodes
+    this.tail = []; // the open block's nodes
+    this.renderedChars = 0;
+    this.container.replaceChildren();
+  }
+
+  update(text) {
+    if (text === this.text) return;
+    if (!text.startsWith(this.text)) this.reset(); // not a continuation: start over
+    const end = this.ends.update(text);
+    for (const n of this.tail) n.remove();
+    if (end > this.done) {
+      this.container.append(...nodesOf(this.render(text.slice(this.done, end))));
+      this.done = end;
+    }
+    this.tail = nodesOf(this.render(text.slice(this.done)));
+    this.container.append(...this.tail);
+    this.text = text;
+  }
+
+  render(text) {
+    this.renderedChars += text.length;
+    return renderMarkdown(text);
+  }
+}
+
+// One message's element; updateMessage refreshes it while it streams (only what changed).
 export function messageNode(msg) {
   const node = el("article", { class: `message ${msg.role}` });
   updateMessage(node, msg);
   return node;
 }
 
-export function updateMessage(node, msg) {
-  const parts = [el("div", { class: "role", text: msg.role === "user" ? "You" : "Assistant" })];
-  if (msg.reasoning) {
-    const details = el("details", { class: "reasoning" }, el("summary", { text: "Reasoning" }));
-    const body = el("div", { class: "reasoning-body" });
-    body.innerHTML = renderMarkdown(msg.reasoning);
-    details.append(body);
-    const old = node.querySelector("details.reasoning");
-    if (old?.open) details.open = true;
-    parts.push(details);
+function messageParts(node, msg) {
+  if (!node.parts) {
+    const content = el("div", { class: "content" });
+    node.replaceChildren(el("div", { class: "role", text: msg.role === "user" ? "You" : "Assistant" }), content);
+    node.parts = { content, view: msg.role === "user" ? null : new MarkdownView(content) };
   }
-  const body = el("div", { class: "content" });
-  if (msg.role === "user") body.textContent = msg.content;
-  else body.innerHTML = renderMarkdown(msg.content);
-  parts.push(body);
-  if (msg.error) parts.push(el("div", { class: "message-error", text: msg.error }));
+  return node.parts;
+}
+
+// The optional part `key` of a message (made on first use, placed before `before`), or null when empty.
+function optional(node, parts, key, make, before, wanted) {
+  if (!wanted) {
+    parts[key]?.remove();
+    delete parts[key];
+    return null;
+  }
+  if (!parts[key]) {
+    parts[key] = make();
+    node.insertBefore(parts[key], before);
+  }
+  return parts[key];
+}
+
+export function updateMessage(node, msg) {
+  const parts = messageParts(node, msg);
+  const reasoning = optional(
+    node,
+    parts,
+    "reasoning",
+    () => {
+      const body = el("div", { class: "reasoning-body" });
+      parts.reasoningView = new MarkdownView(body);
+      return el("details", { class: "reasoning" }, el("summary", { text: "Reasoning" }), body);
+    },
+    parts.content,
+    Boolean(msg.reasoning),
+  );
+  if (reasoning) parts.reasoningView.update(msg.reasoning);
+  if (parts.view) parts.view.update(msg.content || "");
+  else if (parts.content.textContent !== msg.content) parts.content.textContent = msg.content;
+  const makeError = () => el("div", { class: "message-error" });
+  const error = optional(node, parts, "error", makeError, parts.stats || null, Boolean(msg.error));
+  if (error) error.textContent = msg.error;
   const stats = statsText(msg.stats);
-  if (stats) parts.push(el("div", { class: "stats", text: stats }));
-  node.replaceChildren(...parts);
+  const statsNode = optional(node, parts, "stats", () => el("div", { class: "stats" }), null, Boolean(stats));
+  if (statsNode) statsNode.textContent = stats;
 }
 
 export function renderMessages(container, messages) {

@@ -20,8 +20,8 @@ import numba
 import numpy as np
 
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
-from modelc.kernels import attention
-from modelc.kernels.kv_write import write_pages
+from modelc.kernels.attention import attention
+from modelc.kernels.attention.kv_write import write_pages
 
 
 def token_ms(kv: KVPages, q: np.ndarray, ctx: int, rounds: int) -> float:

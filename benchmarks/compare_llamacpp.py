@@ -33,7 +33,7 @@ import time
 import numba
 import numpy as np
 
-# The environment as given, before modelc.kernels.linear sets OMP_WAIT_POLICY:
+# The environment as given, before modelc.kernels.matmul.linear sets OMP_WAIT_POLICY:
 # llama.cpp runs with its own defaults unless the user set something.
 _ORIG_ENV = dict(os.environ)
 
@@ -81,7 +81,7 @@ def run_modelc(path: str, threads: int, ids: list[int], n_decode: int) -> dict:
     eng = Engine.load(path, threads=threads, kv_cache_tokens=len(ids) + n_decode + 32)
     load_s = time.perf_counter() - t0
     from modelc.engine import thread_tuner
-    from modelc.kernels import hugepages
+    from modelc.kernels.runtime import hugepages
 
     t0 = time.perf_counter()
     hugepages.wait()  # the weights' move onto huge pages after the load (a served model is done in seconds)
@@ -111,7 +111,7 @@ def run_matmul_only(path: str, threads: int, n_prompt: int) -> dict:
     import gguf
 
     from modelc.ir import DataType, TensorData
-    from modelc.kernels import linear
+    from modelc.kernels.matmul import linear
 
     numba.set_num_threads(threads)
     r = gguf.GGUFReader(path)

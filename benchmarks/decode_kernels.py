@@ -41,7 +41,7 @@ def load_weights(path: str) -> list:
     import gguf
 
     from modelc.ir import DataType, TensorData
-    from modelc.kernels import linear
+    from modelc.kernels.matmul import linear
 
     r = gguf.GGUFReader(path)
     ws = []
@@ -68,7 +68,8 @@ def load_func(spec: str):
 def make_calls(ws: list, variants: dict, rng: np.random.Generator) -> dict:
     """name -> a no-argument function that runs the variant once over every weight."""
     from modelc.ir import DataType
-    from modelc.kernels import gemm_float, gemm_fused, gemm_fused_iq, gemm_fused_k, linear, quant
+    from modelc.kernels.matmul import gemm_float, gemm_fused, gemm_fused_iq, gemm_fused_k, linear
+    from modelc.kernels.quant import quant
 
     xs = {}
     for w in ws:
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-linear", action="store_true", help="leave out the linear.matmul variant")
     a = ap.parse_args(argv)
 
-    from modelc.kernels import linear
+    from modelc.kernels.matmul import linear
 
     numba.set_num_threads(a.threads)
     numba.set_parallel_chunksize(max(0, linear.CHUNK))  # what linear.matmul runs with

@@ -6,7 +6,7 @@ context attention reads); best of 3 rounds.
         [--per-layer | --unfused] [--prompt-tokens 128]
 
 With --streams N, N sequences (16-token prompts) decode together and the figures are per batched step.
-Where every layer runs in kernels/decode_step.py's one call, that call is one line; --per-layer runs the
+Where every layer runs in kernels/layer/decode_step.py's one call, that call is one line; --per-layer runs the
 layers as two calls each instead (decode_layer's halves, each timed); --unfused runs the forward's own kernel
 calls instead of the fused layers, so each kernel has its line (with its Python glue between them).
 
@@ -24,7 +24,9 @@ import time
 import numpy as np
 
 from modelc.api.engine import Engine
-from modelc.kernels import decode_layer, decode_step, gemm_fused, gemm_fused_k, gemm_r16, moe_ffn, quant
+from modelc.kernels.layer import decode_layer, decode_step, moe_ffn
+from modelc.kernels.matmul import gemm_fused, gemm_fused_k, gemm_r16
+from modelc.kernels.quant import quant
 from modelc.request import SamplingParams
 
 acc: dict[str, float] = collections.defaultdict(float)

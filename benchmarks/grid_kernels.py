@@ -20,8 +20,9 @@ import numba
 import numpy as np
 
 from modelc.ir import DataType
-from modelc.kernels import gemm_fused_grid, gemm_int, quant
-from modelc.kernels.gemm_random import random_tensor
+from modelc.kernels.matmul import gemm_fused_grid, gemm_int
+from modelc.kernels.matmul.gemm_random import random_tensor
+from modelc.kernels.quant import quant
 
 N, C = 5632, 2048
 TYPES = "IQ2_XXS,IQ2_XS,IQ2_S,IQ3_XXS,IQ3_S,IQ1_S,IQ1_M,TQ1_0,TQ2_0"

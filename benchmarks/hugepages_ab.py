@@ -4,7 +4,7 @@
 
 Loads the model twice, once with MODELC_HUGEPAGES=0 (the repack cache's file mapping, 4 KiB pages) and once,
 from a copy of the file in a temporary folder (its own repack cache file and mapping), with
-MODELC_HUGEPAGES=1 (kernels/hugepages.py moves the mapping's pages onto huge pages in the background; the
+MODELC_HUGEPAGES=1 (kernels/runtime/hugepages.py moves the mapping's pages onto huge pages in the background; the
 script waits for that). Each is loaded once first so that the timed load maps its repack cache, as a
 second start does. Then it alternates greedy decodes of --tokens tokens between the two, swapping which
 goes first each round, so both see the same moments of a noisy machine. Prints each one's tok/s (median,
@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from modelc.api.engine import Engine
-from modelc.kernels import hugepages
+from modelc.kernels.runtime import hugepages
 from modelc.models import r16_cache
 from modelc.request import SamplingParams
 

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=15)
     a = ap.parse_args(argv)
 
-    from modelc.kernels import linear
+    from modelc.kernels.matmul import linear
 
     numba.set_num_threads(a.threads)
     files = {pathlib.Path(p).name: load_weights(p) for p in a.gguf}

@@ -23,8 +23,9 @@ import numba
 import numpy as np
 
 from modelc.ir import DataType
-from modelc.kernels import linear, ref_linear
-from modelc.kernels.gemm_random import random_scale, random_tensor
+from modelc.kernels.matmul import linear
+from modelc.kernels.matmul.gemm_random import random_scale, random_tensor
+from modelc.kernels.reference import ref_linear
 
 N, C = 5632, 2048
 ROTATE_BYTES = 400 << 20

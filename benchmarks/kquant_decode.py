@@ -22,12 +22,13 @@ import os
 import sys
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # what modelc.kernels.linear sets
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # what modelc.kernels.matmul.linear sets
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
-from modelc.kernels import gemm_fused_k, gemm_int, quant  # noqa: E402
+from modelc.kernels.matmul import gemm_fused_k, gemm_int
+from modelc.kernels.quant import quant  # noqa: E402
 
 DEFAULT_GGUF = "/tmp/modelc-bench/tinyllama-1.1b-Q4_K_M.gguf"
 _ONE = np.ones(1, np.float32)
@@ -59,7 +60,7 @@ def load_matrices(path: str) -> list[tuple[str, int, int, np.ndarray]]:
 def synthetic_matrices(names: list[str]) -> list[tuple[str, int, int, np.ndarray]]:
     """Copies of a random TinyLlama FFN-shaped (5632, 2048) matrix per type, > 384 MiB each type."""
     from modelc.ir import DataType
-    from modelc.kernels.gemm_random import random_tensor
+    from modelc.kernels.matmul.gemm_random import random_tensor
 
     rng = np.random.default_rng(0)
     out = []

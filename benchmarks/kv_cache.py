@@ -27,8 +27,8 @@ import numpy as np
 from modelc.api.engine import Engine
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.engine.runner import Runner
-from modelc.kernels import attention
-from modelc.kernels.kv_write import write_pages
+from modelc.kernels.attention import attention
+from modelc.kernels.attention.kv_write import write_pages
 from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, SeqChunk
 from modelc.source import open_model
@@ -125,7 +125,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    from modelc.kernels.threads import set_compute_threads
+    from modelc.kernels.runtime.threads import set_compute_threads
 
     set_compute_threads(a.threads)
     res: dict = {"load_avg_before": list(os.getloadavg()), "threads": a.threads, "ctx": a.ctx}

@@ -5,7 +5,7 @@
 Shape: 22 layers, hidden 2048, FFN 5632, 32 heads, 4 KV heads, vocab 32000, llama
 metadata, and the SentencePiece tokenizer (tokenizer.ggml.* keys) copied from
 the tiny-llama fixture. Weights are seeded random blocks with sane fp16 scales
-(modelc.kernels.gemm_random), so speed is real and text is gibberish.
+(modelc.kernels.matmul.gemm_random), so speed is real and text is gibberish.
 Type mixes follow llama.cpp: Q4_0 keeps output.weight in Q6_K; Q4_K_M uses
 Q6_K for output.weight and for attn_v / ffn_down in its "more bits" layers; IQ4_XS
 keeps output.weight in Q6_K and every other matrix in IQ4_XS (IQ4_NL alike) (llama.cpp's mix
@@ -26,7 +26,7 @@ import gguf
 import numpy as np
 
 from modelc.ir import DataType
-from modelc.kernels.gemm_random import random_tensor
+from modelc.kernels.matmul.gemm_random import random_tensor
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOKENIZER_GGUF = ROOT.parent / "shared" / "fixtures" / "models" / "tiny-llama" / "gguf" / "tiny-llama-F32.gguf"

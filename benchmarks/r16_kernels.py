@@ -22,8 +22,9 @@ import numba
 import numpy as np
 
 from modelc.ir import DataType
-from modelc.kernels import gemm_r16, quant
-from modelc.kernels.gemm_random import random_tensor
+from modelc.kernels.matmul import gemm_r16
+from modelc.kernels.matmul.gemm_random import random_tensor
+from modelc.kernels.quant import quant
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from compare_llamacpp import memory_bandwidth  # noqa: E402

@@ -32,9 +32,10 @@ import numba
 import numpy as np
 
 from modelc.ir import DataType, TensorData
-from modelc.kernels import gemm_blas, gemm_int, linear, plan, quant
-from modelc.kernels.cpu import HAS_AMX
-from modelc.kernels.gemm_random import random_tensor
+from modelc.kernels.matmul import gemm_blas, gemm_int, linear, plan
+from modelc.kernels.matmul.gemm_random import random_tensor
+from modelc.kernels.quant import quant
+from modelc.kernels.runtime.cpu import HAS_AMX
 
 LAYER = [(2048, 2048), (256, 2048), (256, 2048), (2048, 2048), (5632, 2048), (5632, 2048), (2048, 5632)]
 ROTATE_BYTES = 384 << 20

@@ -331,7 +331,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
-    from modelc.kernels import hugepages
+    from modelc.kernels.runtime import hugepages
     from modelc.server.daemon import resolve_source
 
     a = parse_args(argv)

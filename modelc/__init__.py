@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 # from 112-133 to 172-216 tok/s (2 threads, same runs). Read when OpenBLAS loads (with numpy), so only
 # where modelc is imported first (the CLI and the server are); an explicit setting wins.
 # Where numpy came first (a script that imports numpy, then modelc), OpenBLAS already runs with its 0.1 s
-# spin: kernels/threads.blas_threads_for then keeps OpenBLAS to one thread (no worker left spinning), except
+# spin: kernels/runtime/threads.blas_threads_for then keeps OpenBLAS to one thread (no worker left spinning), except
 # for the float matmuls sgemm carries (gemm_blas), which still take numba's count.
 _BLAS_SPIN_BOUNDED = "numpy" not in sys.modules or "OPENBLAS_THREAD_TIMEOUT" in os.environ
 if "numpy" not in sys.modules:

@@ -93,7 +93,7 @@ class SchedulerConfig:
     speculative: str | None = None
     spec_gamma: int = 4
     # Drafts ride only in steps of at most this many tokens in all: below the matmul kernels'
-    # prefill threshold (kernels/plan.py PREFILL_MIN_T = 32) an extra row costs a fraction of a
+    # prefill threshold (kernels/matmul/plan.py PREFILL_MIN_T = 32) an extra row costs a fraction of a
     # decode; past it the step switches to dequantize + BLAS and every row costs a full share.
     spec_max_step_tokens: int = 31
 

@@ -4,9 +4,9 @@ Everything is vectorized numpy over all blocks of a chunk of rows (Python loops 
 positions inside a block, so float32 sums accumulate in llama.cpp's order). The GGML types are
 BIT-IDENTICAL to `gguf.quants.quantize` (q4_0, q4_1, q5_0, q5_1, q8_0) and follow llama.cpp's
 reference quantizers quantize_row_q4_K_ref / quantize_row_q6_K_ref (which gguf.quants lacks); iq4_nl
-is llama.cpp's quantize_iq4_nl without an importance matrix (kernels/quant_iq4nl.py).
+is llama.cpp's quantize_iq4_nl without an importance matrix (kernels/quant/quant_iq4nl.py).
 Over 300 lines because the two K-quant searches are long and belong together; numba only via
-kernels/quant_iq4nl.py (IQ4_NL).
+kernels/quant/quant_iq4nl.py (IQ4_NL).
 
 int8 / int4 (symmetric, per output channel = per row):
   scale[r] = max|W[r]| / 127 (int8) or / 7 (int4), stored F32 as NAME@scale, shape (rows,);
@@ -139,7 +139,7 @@ def quantize_tensor(name: str, t: TensorData, kind: str) -> dict[str, TensorData
 
 
 def _iq4_nl(blocks: np.ndarray) -> np.ndarray:
-    from modelc.kernels.quant_iq4nl import iq4_nl_quantize
+    from modelc.kernels.quant.quant_iq4nl import iq4_nl_quantize
 
     out = np.empty((blocks.shape[0], 18), np.uint8)
     iq4_nl_quantize(np.ascontiguousarray(blocks, np.float32), out)

@@ -3,7 +3,7 @@
 Owned by one Runner; the scheduler's BlockPool does the accounting (which page is whose).
 Types (docs/scheduler.md, "KV cache types"):
 - float32, float16: plain arrays (fp16 as IEEE half bit patterns in uint16; numba has no CPU float16).
-- q8_0: int8 rows with one fp16 scale per block of QB head-dim elements (kernels/kv_q8.py).
+- q8_0: int8 rows with one fp16 scale per block of QB head-dim elements (kernels/attention/kv_q8.py).
 - mixed: q8_0 for every page, plus f32 copies ("hot" slots) of the pages that may still be in
   some query's most recent `window` positions; a query at position pos reads row p in f32 iff
   pos - p < window and the page still has its hot slot, else int8.
@@ -17,7 +17,7 @@ import numpy as np
 
 from modelc.config import KV_DTYPES
 from modelc.errors import InvalidRequestError
-from modelc.kernels.ref_kv_q8 import dequant_rows, quant_rows
+from modelc.kernels.reference.ref_kv_q8 import dequant_rows, quant_rows
 
 BLOCK_SIZE = 16  # Z: tokens per page; fixed by docs/architecture.md
 
@@ -59,7 +59,7 @@ class KVPages:
             self.v = np.zeros(shape, _STORE[kv_dtype])
             return
         # lazy: numba kernels load (and compile) only when this path runs
-        from modelc.kernels.kv_q8 import quant_block
+        from modelc.kernels.attention.kv_q8 import quant_block
 
         nb = head_dim // quant_block(head_dim)
         self.k = np.zeros(shape, np.int8)
@@ -95,7 +95,7 @@ class KVPages:
         if kv_dtype in _STORE:
             return rows * head_dim * _STORE[kv_dtype].itemsize
         # lazy: numba kernels load (and compile) only when this path runs
-        from modelc.kernels.kv_q8 import quant_block
+        from modelc.kernels.attention.kv_q8 import quant_block
 
         q8 = rows * (head_dim + 2 * (head_dim // quant_block(head_dim)))
         return q8 + (rows * head_dim * 4 * HOT_FRACTION if kv_dtype == "mixed" else 0)
@@ -105,7 +105,7 @@ class KVPages:
         if self.ks is None:
             return self.k[i], self.v[i]
         # lazy: numba kernels load (and compile) only when this path runs
-        from modelc.kernels.kv_q8 import QPages
+        from modelc.kernels.attention.kv_q8 import QPages
 
         return (QPages(self.k[i], self.ks[i], self.hot_of, self.kh[i], self.window),
                 QPages(self.v[i], self.vs[i], self.hot_of, self.vh[i], self.window))  # fmt: skip

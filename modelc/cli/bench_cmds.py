@@ -63,7 +63,7 @@ def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int
     import numpy as np  # lazy: the CLI imports this module for every command (even --help)
 
     from modelc.api.engine import Engine
-    from modelc.kernels import hugepages
+    from modelc.kernels.runtime import hugepages
     from modelc.request import SamplingParams
     from modelc.scheduler.output import TokenEmitted
     from modelc.scheduler.sequence import Sequence

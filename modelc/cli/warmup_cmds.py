@@ -47,7 +47,7 @@ def warmup_cmd(
 
 
 def _cache_dir() -> str:
-    from modelc.kernels import norm
+    from modelc.kernels.elementwise import norm
 
     try:
         return str(norm.rms_norm._cache.cache_path)

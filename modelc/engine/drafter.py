@@ -28,7 +28,7 @@ from modelc.models.registry import build_model
 from modelc.request import SamplingParams
 
 # Draft catch-up tokens per forward, all sequences together: kept below the matmul prefill threshold
-# (kernels/plan.py PREFILL_MIN_T = 32) so catch-up runs on the small-T kernels, as decoding does.
+# (kernels/matmul/plan.py PREFILL_MIN_T = 32) so catch-up runs on the small-T kernels, as decoding does.
 # On the shared 2-core VM the dequantize + BLAS path cost ~1 s per forward of the bundled model under
 # load (OpenBLAS threads competing with other processes), against ~25 ms for 31 rows here.
 CATCH_UP_TOKENS = 31

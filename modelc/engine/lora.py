@@ -22,7 +22,7 @@ import numpy as np
 from modelc.errors import FormatError, InvalidRequestError
 from modelc.formats.safetensors import read_tensors
 from modelc.ir import TensorData
-from modelc.kernels.ref_linear import dequantize
+from modelc.kernels.reference.ref_linear import dequantize
 
 # base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight (and .default. variants, and GGUF-style blk.N.attn_q)
 _KEY = re.compile(

@@ -24,9 +24,9 @@ from modelc.engine.spec_verify import verify
 from modelc.engine.thread_tuner import ThreadTuner, batch_key
 from modelc.engine.thread_tuner import enabled as tuner_enabled
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError
-from modelc.kernels.gemm_weight import Weight
+from modelc.kernels.matmul.gemm_weight import Weight
+from modelc.kernels.runtime.threads import blas_threads_for, default_threads, set_blas_threads, set_kernel_threads
 from modelc.kernels.select import KernelSet
-from modelc.kernels.threads import blas_threads_for, default_threads, set_blas_threads, set_kernel_threads
 from modelc.models.batch import LoraRows, make_batch
 from modelc.models.registry import build_model
 from modelc.request import SamplingParams
@@ -343,7 +343,7 @@ class Runner:
         matmul kernels, norms, RoPE, KV writes, serial attention); the prefill paths (BLAS matmul
         from plan.PREFILL_MIN_T tokens, sgemm attention, parallel attention) are reached on
         64-row slices of one weight of each stored type (engine.warm.warm_matmuls: one T per path of
-        kernels.plan.plan_matmul) and on one scratch KV page. A 64-token
+        kernels.matmul.plan.plan_matmul) and on one scratch KV page. A 64-token
         prefill of a 1.1B model took ~1.5 s here; this takes a few decode steps. Returns seconds.
         """
         t0 = time.perf_counter()
@@ -366,8 +366,8 @@ class Runner:
     def _warm_prefill_kernels(self) -> None:
         # lazy: engine/warm.py imports this module; numba kernels load (and compile) only when this path runs
         from modelc.engine.warm import warm_matmuls
-        from modelc.kernels import attention
-        from modelc.kernels.attention_blas import attention_one_seq_blas
+        from modelc.kernels.attention import attention
+        from modelc.kernels.attention.attention_blas import attention_one_seq_blas
 
         warm_matmuls(self.model.kernels.matmul, _one_weight_per_type(self.model))
         L, K, D = self.model.kv_shape()
@@ -381,7 +381,7 @@ class Runner:
         args = (table[None, :1], np.array([0, 2], np.int32), np.zeros(1, np.int32), 1.0, 0)
         if isinstance(kp, tuple):  # kv_q8.QPages
             # lazy: numba kernels load (and compile) only when this path runs
-            from modelc.kernels.attention_q8 import paged_attention_q8_parallel
+            from modelc.kernels.attention.attention_q8 import paged_attention_q8_parallel
 
             paged_attention_q8_parallel(np.empty_like(q2), q2, kp.data, kp.scales, vp.data, vp.scales, kp.hot_of,
                                         kp.hot, vp.hot, kp.window, *args)  # fmt: skip

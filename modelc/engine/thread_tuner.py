@@ -23,7 +23,7 @@ fast and a contended one with every thread very slow (TinyLlama Q4_0 beside one 
 step that runs ABORT times slower than the other's median; a probe cut short waits twice as long (up to
 MAX_PERIOD steps) before the next. Steps the tuner does not time (prefill, drafts, embeddings) run on
 prompt_threads(): half the threads while the machine is contended, else all. MODELC_THREAD_TUNER=0 turns
-tuning off. No probe starts while weights move onto huge pages after a load (kernels/hugepages.py): steps
+tuning off. No probe starts while weights move onto huge pages after a load (kernels/runtime/hugepages.py): steps
 run on every thread until the move is done. No numba here.
 """
 
@@ -34,7 +34,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from modelc.kernels import hugepages
+from modelc.kernels.runtime import hugepages
 
 BLOCK = 6
 """Steps per probe block; the first of each is not counted (the switch itself). A thread idle for a while
@@ -109,7 +109,7 @@ class ThreadTuner:
         st = self._keys.get(key)
         if st is None:
             st = self._keys[key] = _Key(best=0 if key <= SMALL else self.candidates[0], epoch=-1)
-        # not while weights move onto huge pages (kernels/hugepages.py, the first seconds after a load): the
+        # not while weights move onto huge pages (kernels/runtime/hugepages.py, the first seconds after a load): the
         # move stalls a core, and a probe would time that instead of the thread counts
         if not st.plan and self._due(key, st) and not hugepages.moving():
             st.plan = [n for _ in range(ROUNDS) for n in self.candidates[::-1] for _ in range(BLOCK)]

@@ -65,7 +65,7 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
         switch.numba_only()
         warmup(runner)
         return runner
-    cold = not _cached("modelc.kernels.attention", "paged_attention")
+    cold = not _cached("modelc.kernels.attention.attention", "paged_attention")
     with _lock:  # engines of one model (--engines N) share one warmer: their runners are alike
         warmer = next((w for w in _warmers if w.joins(runner)), None)
         if warmer is not None:
@@ -209,7 +209,7 @@ def warmup(runner: Any, *, parallel: bool | None = None) -> float:
 
 
 def warm_matmuls(matmul: Any, weights: list[Any]) -> None:
-    """Run `matmul` once per kernel kernels.plan.plan_matmul can pick for each weight (at the smallest T
+    """Run `matmul` once per kernel kernels.matmul.plan.plan_matmul can pick for each weight (at the smallest T
     reaching it: plan.warm_tokens), on a 64-row slice, so every matmul kernel a request can reach is compiled
     (or loaded from numba's cache); plus the BLAS path for types whose prefill never reaches it, which
     64+-row embedding lookups (gemm_blas.dequantize_into) still use."""
@@ -217,7 +217,7 @@ def warm_matmuls(matmul: Any, weights: list[Any]) -> None:
 
     import numpy as np
 
-    from modelc.kernels import gemm_blas, plan
+    from modelc.kernels.matmul import gemm_blas, plan
 
     for w in weights:
         r = min(w.rows, 64)  # 64+ rows: the panel dequantizer's threaded variant
@@ -239,8 +239,8 @@ def _worth_a_helper(runner: Any) -> bool:
     if _artifact_args(runner.source) is None:
         return False
     return not (
-        _cached("modelc.kernels.attention", "paged_attention_parallel")
-        or _cached("modelc.kernels.attention_rows", "paged_attention_rows_parallel")
+        _cached("modelc.kernels.attention.attention", "paged_attention_parallel")
+        or _cached("modelc.kernels.attention.attention_rows", "paged_attention_rows_parallel")
     )
 
 

@@ -1,5 +1,5 @@
 """A warm start without warmup forwards: replay the kernel list a previous warmup of the same model left
-(kernels/warm_list.py) and skip running the model, when every listed kernel loads from numba's cache.
+(kernels/runtime/warm_list.py) and skip running the model, when every listed kernel loads from numba's cache.
 
     key = list_key(runner)          # None: a model that is not a file, or a frozen app
     if replayed(key): ...           # every kernel of the list loaded, nothing compiled on this thread
@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any
 
-from modelc.kernels import warm_list
+from modelc.kernels.runtime import warm_list
 
 
 def _file_identity(source: Any) -> tuple[Any, ...] | None:

@@ -2,7 +2,7 @@
 
 Plain dtypes are written byte for byte. safetensors has no GGML block types, so quantized
 tensors (Q*_K, Q4_0..., I4, and I8 with an `@scale` sibling) are dequantized to F32 with
-modelc.kernels.linear.dequantize and their `@scale` siblings dropped; pass dequantize=False
+modelc.kernels.matmul.linear.dequantize and their `@scale` siblings dropped; pass dequantize=False
 to refuse instead. modelc's own fields go to `__metadata__` as strings (modelc.* keys).
 """
 
@@ -84,7 +84,7 @@ def plain_tensors(source: Any, *, dequantize: bool) -> dict[str, TensorData]:
 def dequantized(t: TensorData, scale: TensorData | None) -> np.ndarray:
     """(shape) float32 values of a quantized tensor (rows dequantized by the kernels' API)."""
     # lazy: numba kernels load (and compile) only when this path runs
-    from modelc.kernels.linear import dequantize
+    from modelc.kernels.matmul.linear import dequantize
 
     return np.asarray(dequantize(t, scale), dtype=np.float32).reshape(t.shape)
 

@@ -4,6 +4,6 @@ Every numba kernel here caches into jit_cache's folder (keyed by version, kernel
 installed before any kernel module is imported.
 """
 
-from modelc.kernels import jit_cache
+from modelc.kernels.runtime import jit_cache
 
 jit_cache.install()

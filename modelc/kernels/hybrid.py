@@ -1,6 +1,6 @@
 """A KernelSet that serves before numba has compiled: each call runs the numba kernel if it is already
-compiled in this process, else the exact numpy reference (kernels/ref.py; for matmul its faster twin
-kernels/blas_np.py, same fp32 values), never compiling itself.
+compiled in this process, else the exact numpy reference (kernels/reference/ref.py; for matmul its faster twin
+kernels/matmul/blas_np.py, same fp32 values), never compiling itself.
 
 A cold start (empty numba cache) builds the served model on hybrid_kernel_set(); a background thread
 compiles the numba kernels on a second model of the same weights (engine/warm.py), so every kernel
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from modelc.kernels.nocompile import WouldCompile, install, no_compile
+from modelc.kernels.runtime.nocompile import WouldCompile, install, no_compile
 from modelc.kernels.select import KernelSet, kernel_set
 
 
@@ -58,7 +58,7 @@ def hybrid_kernel_set() -> tuple[KernelSet, Switch] | None:
     """(KernelSet named "hybrid", its Switch), or None where this numba cannot refuse to compile."""
     if not install():
         return None
-    from modelc.kernels import blas_np
+    from modelc.kernels.matmul import blas_np
 
     fast, ref, switch = kernel_set("numba"), kernel_set("ref"), Switch()
     slow = {f.name: getattr(ref, f.name) for f in fields(KernelSet) if f.name != "name"}

@@ -29,7 +29,7 @@ class KernelSet:
     matmul: Callable  # (out (T, N), x (T, C), w: Weight) -> None
     dequantize: Callable  # (TensorData) -> (rows, cols) f32
     dequantize_rows: Callable  # (TensorData, row_ids) -> (n, cols) f32
-    # paged attention with Gemma 2's logit soft-capping and gpt-oss's sinks (kernels/attention_ext.py)
+    # paged attention with Gemma 2's logit soft-capping and gpt-oss's sinks (kernels/attention/attention_ext.py)
     paged_attention_ext: Callable
     moe_ffn: Callable  # (out (T, C), x (T, C), logits (T, E), MoeExperts, k, normalize) -> None
 
@@ -39,8 +39,8 @@ def kernel_set(name: str | None = None) -> KernelSet:
     if name is None:
         name = "ref" if os.environ.get("MODELC_KERNELS", "").lower() == "ref" else "numba"
     if name == "ref":
-        from modelc.kernels import ref, ref_moe
-        from modelc.kernels.ref_attention_ext import paged_attention_ext as ref_attention_ext
+        from modelc.kernels.reference import ref, ref_moe
+        from modelc.kernels.reference.ref_attention_ext import paged_attention_ext as ref_attention_ext
 
         return KernelSet(
             "ref",
@@ -62,7 +62,10 @@ def kernel_set(name: str | None = None) -> KernelSet:
         )
     if name != "numba":
         raise InvalidRequestError(f"unknown kernel set {name!r} (use 'numba' or 'ref')")
-    from modelc.kernels import activation, attention, attention_ext, kv_write, linear, moe_ffn, norm, rope
+    from modelc.kernels.attention import attention, attention_ext, kv_write
+    from modelc.kernels.elementwise import activation, norm, rope
+    from modelc.kernels.layer import moe_ffn
+    from modelc.kernels.matmul import linear
 
     return KernelSet(
         "numba",

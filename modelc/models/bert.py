@@ -4,7 +4,7 @@ Owns the config read, the HF weight-name map (with or without a `bert.`/`roberta
 llama.cpp's GGUF names are renamed to it),
 the padded, batched encoder forward with an attention mask, and pooling (mean / cls / max,
 optional L2 normalization). Weights are laid out once at load: fused QKV, transposed f32 for
-BLAS, or a kernels.linear Weight for quantized tensors. Batching policy lives in engine/embedder.py.
+BLAS, or a kernels.matmul.linear Weight for quantized tensors. Batching policy lives in engine/embedder.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import numpy as np
 
 from modelc.errors import FormatError, InvalidRequestError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, TensorData
-from modelc.kernels import encoder, ref_encoder
+from modelc.kernels.elementwise import encoder
+from modelc.kernels.reference import ref_encoder
 from modelc.kernels.select import KernelSet, kernel_set
 from modelc.models.bounds import check_counts
 from modelc.models.mlp import Linear
@@ -235,7 +236,7 @@ class BertModel:
         if act == "relu":
             return np.maximum(x, 0.0, out=x)
         out = np.empty_like(x)
-        if act == "gelu":  # flat kernel: vectorized rational erf (kernels/encoder.py)
+        if act == "gelu":  # flat kernel: vectorized rational erf (kernels/elementwise/encoder.py)
             self._gelu_erf(out.reshape(-1), x.reshape(-1))
         else:
             self.ks.gelu(out, x)

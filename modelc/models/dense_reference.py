@@ -42,7 +42,7 @@ def _rope_neox(x: np.ndarray, inv_freq: np.ndarray) -> np.ndarray:
 
 def _llama_hidden(model: Model, ids: np.ndarray, lora: dict[str, np.ndarray] | None) -> np.ndarray:
     # lazy: numba kernels load (and compile) only when this path runs
-    from modelc.kernels.rope import rope_inv_freq
+    from modelc.kernels.elementwise.rope import rope_inv_freq
 
     c = model.config
     H, K, D = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]

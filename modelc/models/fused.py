@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from modelc.kernels import gemm_r16, plan
-from modelc.kernels.linear import Weight
-from modelc.kernels.plan import Path
+from modelc.kernels.matmul import gemm_r16, plan
+from modelc.kernels.matmul.linear import Weight
+from modelc.kernels.matmul.plan import Path
 from modelc.models import r16_cache
 
 MAX_T = 32

@@ -13,7 +13,7 @@ import numpy as np
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX
-from modelc.kernels.linear import Weight, prepare_weight
+from modelc.kernels.matmul.linear import Weight, prepare_weight
 from modelc.kernels.select import KernelSet
 from modelc.models.batch import ForwardBatch, LoraRows
 from modelc.models.llama import apply_lora

@@ -14,9 +14,9 @@ import numpy as np
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import UnsupportedError
 from modelc.ir import SCALE_SUFFIX
-from modelc.kernels import decode_layer, decode_step, moe_ffn
-from modelc.kernels.linear import Weight
-from modelc.kernels.rope import longrope_long_inv_freq, rope_inv_freq
+from modelc.kernels.elementwise.rope import longrope_long_inv_freq, rope_inv_freq
+from modelc.kernels.layer import decode_layer, decode_step, moe_ffn
+from modelc.kernels.matmul.linear import Weight
 from modelc.kernels.select import KernelSet
 from modelc.models import llama_decode
 from modelc.models.batch import ForwardBatch, LoraRows
@@ -98,7 +98,7 @@ class LlamaModel:
         )
         # per layer, how a one-token step runs it as two numba calls (None: the general path; llama_decode.py)
         self.decode_plans = llama_decode.plan_layers(self)
-        # the same, every layer in one numba call where all of them qualify alike (kernels/decode_step.py)
+        # the same, every layer in one numba call where all of them qualify alike (kernels/layer/decode_step.py)
         self.step_plan = llama_decode.plan_step(self.decode_plans)
 
     @property

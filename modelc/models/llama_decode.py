@@ -1,4 +1,4 @@
-"""Which layers of a LlamaModel take a decode step through kernels/decode_layer.py (one numba entry for the
+"""Which layers of a LlamaModel take a decode step through kernels/layer/decode_layer.py (one numba entry for the
 attention half, one for the MLP half), up to how many tokens, and the arguments of each that do not change
 between steps.
 
@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from modelc.kernels import attention, decode_layer, decode_step, moe_ffn, quant
-from modelc.kernels.linear import Weight
-from modelc.kernels.plan import Path, path
+from modelc.kernels.attention import attention
+from modelc.kernels.layer import decode_layer, decode_step, moe_ffn
+from modelc.kernels.matmul.linear import Weight
+from modelc.kernels.matmul.plan import Path, path
+from modelc.kernels.quant import quant
 from modelc.models.fused import MAX_T, Fused
 
 

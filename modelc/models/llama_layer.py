@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from modelc.errors import FormatError
-from modelc.kernels.linear import Weight
+from modelc.kernels.matmul.linear import Weight
 from modelc.models.fused import Fused
 from modelc.models.llama_args import LlamaArgs
 from modelc.models.weights import WeightReader

@@ -15,7 +15,7 @@ import numpy as np
 
 from modelc.errors import FormatError, InvalidRequestError
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
-from modelc.kernels.linear import prepare_weight
+from modelc.kernels.matmul.linear import prepare_weight
 from modelc.kernels.select import KernelSet, kernel_set
 
 _LAYER = re.compile(r"^(.*?)(\d+)\.weight$")

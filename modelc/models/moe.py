@@ -3,7 +3,7 @@ whole batch grouped by expert, so each chosen expert's weights are read once per
 
 Expert weights stay as stored (quantized, memory-mapped): GGUF's 3-D ffn_*_exps tensors and
 transformers' fused experts are sliced per expert without copying; HF's per-expert tensors are
-used as they are. Where the 3-D tensors are of a type kernels/moe_ffn.py reads, a forward of up to
+used as they are. Where the 3-D tensors are of a type kernels/layer/moe_ffn.py reads, a forward of up to
 moe_ffn.FUSED_MAX_T tokens (decode), or of any size where the experts stay on gemm_r16 (MoeFFN.one_call),
 runs the layer's experts in one kernel call (KernelSet.moe_ffn); otherwise each chosen expert is three matmuls.
 """
@@ -17,10 +17,12 @@ import numpy as np
 
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, TensorData
-from modelc.kernels import moe_ffn, quant, ref_moe
-from modelc.kernels.linear import Weight, prepare_weight
-from modelc.kernels.moe_weights import MoeExperts, stack_experts
-from modelc.kernels.plan import Path, paths_up_to
+from modelc.kernels.layer import moe_ffn
+from modelc.kernels.layer.moe_weights import MoeExperts, stack_experts
+from modelc.kernels.matmul.linear import Weight, prepare_weight
+from modelc.kernels.matmul.plan import Path, paths_up_to
+from modelc.kernels.quant import quant
+from modelc.kernels.reference import ref_moe
 from modelc.kernels.select import KernelSet
 from modelc.models.weights import WeightReader
 

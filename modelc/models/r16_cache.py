@@ -36,7 +36,8 @@ import numpy as np
 
 from modelc import tmpfiles
 from modelc.ir import DataType
-from modelc.kernels import gemm_r16, hugepages, jit_cache
+from modelc.kernels.matmul import gemm_r16
+from modelc.kernels.runtime import hugepages, jit_cache
 
 MAGIC = b"MODELC-R16\0\0"
 FORMAT = 1

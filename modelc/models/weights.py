@@ -2,11 +2,11 @@
 
 Weight-layout fixes (fused QKV splits, Conv1D transposes) are done here once, at load, and
 with the numba kernels every file-mapped matrix is queued to move onto huge pages in place, in the
-background, where the kernel has transparent huge pages (kernels/hugepages.py: decode 1.02-1.07x faster
+background, where the kernel has transparent huge pages (kernels/runtime/hugepages.py: decode 1.02-1.07x faster
 than from the 4 KiB pages of the file mapping; MODELC_HUGEPAGES=0 keeps the mapping).
 With the numba kernels (not the hybrid set of a cold start, which serves from the file layout
 while numba compiles), Q4_0, Q4_K and Q6_K (and Q8_0, IQ4_NL, IQ4_XS where the CPU dots 0..255 codes exactly)
-matrices are repacked into 16 interleaved rows (kernels/gemm_r16.py: 1.3x decode, 3-4x batched decode and
+matrices are repacked into 16 interleaved rows (kernels/matmul/gemm_r16.py: 1.3x decode, 3-4x batched decode and
 prefill), read from the file with pread so the file's own pages stay out of RSS: the copy takes
 their place. MODELC_REPACK=0 keeps the file layout. `matrices` repacks the projections one input feeds
 (q/k/v, gate/up) into one array where they repack alike, for one matmul call (fused.py).
@@ -29,8 +29,9 @@ import numpy as np
 
 from modelc.errors import FormatError
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
-from modelc.kernels import gemm_r16, hugepages
-from modelc.kernels.linear import Weight, prepare_weight
+from modelc.kernels.matmul import gemm_r16
+from modelc.kernels.matmul.linear import Weight, prepare_weight
+from modelc.kernels.runtime import hugepages
 from modelc.kernels.select import KernelSet
 from modelc.models import r16_cache
 from modelc.models.fused import Fused, fuse_runs

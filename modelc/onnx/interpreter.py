@@ -36,7 +36,7 @@ def tensor_array(t: TensorData, scale: TensorData | None = None, want: str | Non
     elif t.dtype.numpy_dtype is not None and scale is None:
         wide = t.array()
     else:
-        from modelc.kernels import linear  # quantized storage
+        from modelc.kernels.matmul import linear  # quantized storage
 
         wide = linear.dequantize(t, scale).reshape(t.shape)
     target = np.dtype(np.float32) if want in (None, "BF16") else DataType.parse(want).numpy_dtype

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import UnsupportedError
-from modelc.kernels import encoder
+from modelc.kernels.elementwise import encoder
 
 Op = Callable[[list[Any], dict[str, Any], int], tuple[np.ndarray, ...]]
 

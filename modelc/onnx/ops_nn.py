@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import InvalidRequestError
-from modelc.kernels import norm
+from modelc.kernels.elementwise import norm
 from modelc.onnx.ops_elementwise import Op
 from modelc.onnx.ops_shape import _axes
 

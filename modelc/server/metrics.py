@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from modelc.kernels import hugepages
+from modelc.kernels.runtime import hugepages
 
 # The seed spec's buckets for modelc_inference_duration_seconds.
 INFERENCE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -76,7 +76,7 @@ class EngineStatsCollector(Collector):
 
 
 def _hugepage_series() -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-    """This process's move of file-mapped weights onto huge pages (kernels/hugepages.py)."""
+    """This process's move of file-mapped weights onto huge pages (kernels/runtime/hugepages.py)."""
     moved = GaugeMetricFamily("modelc_hugepages_moved_bytes", "Weight bytes moved onto huge pages after load.")
     moved.add_metric([], float(hugepages.moved_bytes()))
     yield moved

@@ -12,7 +12,7 @@ from modelc.api.async_engine import AsyncEngine
 from modelc.api.engine import Engine
 from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
 from modelc.engine.runner import Runner
-from modelc.kernels import activation
+from modelc.kernels.elementwise import activation
 from modelc.models.tiny import make_tiny_llama
 from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, SeqChunk

@@ -13,7 +13,7 @@ from modelc.formats.export_safetensors import export_safetensors
 from modelc.formats.gguf import read_gguf
 from modelc.formats.safetensors import read_tensors
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
-from modelc.kernels.linear import dequantize
+from modelc.kernels.matmul.linear import dequantize
 
 GGUF_FIXTURES = [
     "tiny-llama/gguf/tiny-llama-F32.gguf",

@@ -16,8 +16,8 @@ from modelc.artifact import open_artifact
 from modelc.artifact.quantize import quantize_tensor
 from modelc.cli.main import main
 from modelc.ir import DataType, TensorData
-from modelc.kernels.quant_iq4nl import iq4_nl_quantize
-from modelc.kernels.ref_quant_iq4nl import iq4_nl_blocks
+from modelc.kernels.quant.quant_iq4nl import iq4_nl_quantize
+from modelc.kernels.reference.ref_quant_iq4nl import iq4_nl_blocks
 from modelc.pack import pack
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.errors import InvalidRequestError
-from modelc.kernels.kv_write import kv_write
+from modelc.kernels.attention.kv_write import kv_write
 
 
 @pytest.mark.parametrize("kv_dtype,itemsize", [("float32", 4), ("float16", 2)])

@@ -1,4 +1,4 @@
-"""The warm list (kernels/warm_list.py, engine/warm_replay.py): a warmup records the kernels it reached; a
+"""The warm list (kernels/runtime/warm_list.py, engine/warm_replay.py): a warmup records the kernels it reached; a
 later process of the same model loads exactly those by signature and then runs requests, and the whole
 warmup, without compiling or loading anything more."""
 
@@ -70,22 +70,22 @@ def test_the_list_key_follows_the_file_kv_type_and_threads(tmp_path):
 
 
 def test_lists_are_pruned_to_the_most_recent(tmp_path, monkeypatch):
-    from modelc.kernels import warm_list
+    from modelc.kernels.runtime import warm_list
 
     monkeypatch.setattr(warm_list, "_path", lambda k: tmp_path / f"{k}.pkl")
     monkeypatch.setattr(warm_list, "KEEP", 3)
     for i in range(5):
-        warm_list.save(f"k{i}", [("modelc.kernels.norm", "rms_norm", ())])
+        warm_list.save(f"k{i}", [("modelc.kernels.elementwise.norm", "rms_norm", ())])
         os.utime(tmp_path / f"k{i}.pkl", (i, i))  # written in this order
     assert sorted(f.name for f in tmp_path.glob("*.pkl")) == ["k2.pkl", "k3.pkl", "k4.pkl"]
-    assert warm_list.load("k4") == [("modelc.kernels.norm", "rms_norm", ())] and warm_list.load("k0") is None
+    assert warm_list.load("k4") == [("modelc.kernels.elementwise.norm", "rms_norm", ())] and warm_list.load("k0") is None
 
 
 def test_snapshot_skips_a_dead_weakref_proxy():
     """gc.get_objects() hands back weakref proxies too; isinstance() on a dead one raises ReferenceError."""
     import weakref
 
-    from modelc.kernels import warm_list
+    from modelc.kernels.runtime import warm_list
 
     class Gone:
         pass
@@ -98,7 +98,7 @@ def test_snapshot_skips_a_dead_weakref_proxy():
 
 
 def test_a_failing_snapshot_never_fails_the_warmup(tmp_path, monkeypatch):
-    from modelc.kernels import warm_list
+    from modelc.kernels.runtime import warm_list
 
     def boom():
         raise ReferenceError("weakly-referenced object no longer exists")

@@ -170,7 +170,7 @@ def test_export_refuses_what_llama_cpp_would_misread(tmp_path, case):
 
 def test_llama3_rope_scaling_travels_as_rope_freqs(tmp_path):
     """llama3 scaling -> rope_freqs.weight (D/2,) F32 divisors, no rope.scaling keys; llama rows permuted."""
-    from modelc.kernels.rope import rope_inv_freq
+    from modelc.kernels.elementwise.rope import rope_inv_freq
 
     src = _hf("llama3")
     back, path = _roundtrip(src, tmp_path)

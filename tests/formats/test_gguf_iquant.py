@@ -11,8 +11,8 @@ import pytest
 
 from modelc.api.engine import Engine
 from modelc.ir import DataType, TensorData
-from modelc.kernels import ref_linear
-from modelc.kernels.gemm_random import random_tensor
+from modelc.kernels.matmul.gemm_random import random_tensor
+from modelc.kernels.reference import ref_linear
 from modelc.pack import pack
 
 from .gguf_factory import SPM_TOKENS
@@ -100,7 +100,8 @@ def test_iquant_gguf_packs_generates_and_matches_dequantized_f32(tmp_path: pathl
 def test_iq4_runs_the_repacked_16_row_kernels_at_every_t(tmp_path: pathlib.Path, name: str, monkeypatch) -> None:
     """Loaded with the numba kernels, IQ4 matrices are repacked (gemm_r16) and every matmul of them, prefill
     and decode, runs gemm_r16_iq4: int8 activations, so within the int8 kernels' error of the f32 model."""
-    from modelc.kernels import gemm_r16, quant
+    from modelc.kernels.matmul import gemm_r16
+    from modelc.kernels.quant import quant
 
     kind = quant.KIND[DataType[name]]
     if kind not in gemm_r16.R16_KINDS:
@@ -125,7 +126,7 @@ def test_iq4_runs_the_repacked_16_row_kernels_at_every_t(tmp_path: pathlib.Path,
         assert cos.min() > 0.999
     seen.clear()
     assert eq.generate("hi", temperature=0.0, max_tokens=4, ignore_eos=True)
-    plans = eq.runner.model.decode_plans  # one-token steps through kernels/decode_layer.py call matmul_f32 in numba
+    plans = eq.runner.model.decode_plans  # one-token steps through kernels/layer/decode_layer.py call matmul_f32 in numba
     if plans is None:
         assert 1 in seen  # decode: T = 1
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelc.kernels import kv_write
+from modelc.kernels.attention import kv_write
 
 TOLERANCES = {
     "float32": {"rtol": 2e-5, "atol": 2e-6},

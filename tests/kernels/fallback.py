@@ -10,7 +10,7 @@ import sys
 def fallback_worst(script: str, env: dict[str, str], timeout: float) -> float:
     """Run `script` (it prints HAS_AVX2 HAS_VNNI WORST) under `env`; checks it succeeded and that the
     switched-off paths are off, and returns its worst relative error. The kernel cache folder is keyed
-    on the effective CPU flags (kernels/jit_cache.py), so the processes of one switch share compiled
+    on the effective CPU flags (kernels/runtime/jit_cache.py), so the processes of one switch share compiled
     kernels and never load another switch's machine code."""
     full = dict(os.environ, **env)
     p = subprocess.run([sys.executable, "-c", script], env=full, capture_output=True, text=True, timeout=timeout)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from modelc.ir import DataType
-from modelc.kernels import gemm_r16, linear, quant, ref_linear
+from modelc.kernels.matmul import gemm_r16, linear
+from modelc.kernels.quant import quant
+from modelc.kernels.reference import ref_linear
 
 
 def act(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,6 +1,6 @@
-"""A decode step through kernels/decode_layer.py (models/llama_decode.py), one stream or several in lockstep, gives
+"""A decode step through kernels/layer/decode_layer.py (models/llama_decode.py), one stream or several in lockstep, gives
 the same logits, bit for bit, as the forward's general per-kernel path: the same kernels on the same arrays in
-the same order. So does every layer in kernels/decode_step.py's one call (the model's step_plan), where all
+the same order. So does every layer in kernels/layer/decode_step.py's one call (the model's step_plan), where all
 layers qualify."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from modelc.api.engine import Engine
-from modelc.kernels import decode_layer, decode_step, moe_ffn, plan
+from modelc.kernels.layer import decode_layer, decode_step, moe_ffn
+from modelc.kernels.matmul import plan
 from modelc.models import llama, llama_decode
 from modelc.models.fused import MAX_T
 from modelc.request import SamplingParams

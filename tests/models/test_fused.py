@@ -9,8 +9,9 @@ import pytest
 
 from modelc.cache.kv_pages import KVPages
 from modelc.ir import DataType
-from modelc.kernels import gemm_r16, quant
-from modelc.kernels.gemm_random import random_tensor
+from modelc.kernels.matmul import gemm_r16
+from modelc.kernels.matmul.gemm_random import random_tensor
+from modelc.kernels.quant import quant
 from modelc.kernels.select import kernel_set
 from modelc.models.batch import LoraRows, make_batch
 from modelc.models.fused import MAX_T

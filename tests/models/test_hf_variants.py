@@ -225,8 +225,8 @@ def test_q8_0_pack_matches_numpy_reference_on_dequantized_weights(variants_dir, 
     ref (numpy kernels) and blas (numba, dequantize + fp32 BLAS at any T) must match to 1e-4; int8 (numba
     below PREFILL_MIN_T tokens: activations quantized to int8 blocks, as llama.cpp does) to cosine 0.99.
     """
-    from modelc.kernels import plan
-    from modelc.kernels.ref_linear import dequantize
+    from modelc.kernels.matmul import plan
+    from modelc.kernels.reference.ref_linear import dequantize
     from modelc.models.tiny import reference_logits
 
     d = variants_dir / name

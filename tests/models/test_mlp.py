@@ -5,8 +5,8 @@ import pytest
 
 from modelc.errors import FormatError, InvalidRequestError
 from modelc.ir import Model, TensorData
-from modelc.kernels import linear, plan
-from modelc.kernels.linear import dequantize
+from modelc.kernels.matmul import linear, plan
+from modelc.kernels.matmul.linear import dequantize
 from modelc.models.mlp import MlpModel, layer_names
 
 

@@ -118,7 +118,7 @@ def test_gpt_oss_mxfp4_experts(fixtures_dir):
     dequantized experts (cosine >= 0.999: the MXFP4 path quantizes activations to int8 blocks, as llama.cpp)."""
     from modelc.formats.detect import read_model
     from modelc.ir import TensorData
-    from modelc.kernels.ref_linear import dequantize
+    from modelc.kernels.reference.ref_linear import dequantize
 
     d = fixtures_dir / "models" / "variants" / "gpt-oss"
     path = d / "gguf" / "model-mxfp4-experts.gguf"
@@ -143,8 +143,8 @@ def test_prefill_runs_repacked_experts_in_one_call_where_the_table_keeps_them_on
     same numbers up to float summation order."""
     import pathlib
 
-    from modelc.kernels import moe_ffn
-    from modelc.kernels.plan import Path, paths_up_to
+    from modelc.kernels.layer import moe_ffn
+    from modelc.kernels.matmul.plan import Path, paths_up_to
 
     eng = Engine.load(pathlib.Path(__file__).parents[1] / "fixtures/models/quant/qwen3moe/model-Q4_K_M.gguf")
     L = eng.runner.model.layers[0].moe

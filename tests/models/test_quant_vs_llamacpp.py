@@ -8,7 +8,7 @@ the issue asks: modelc's mean |logit - fp32 logit| at most 1.25x llama.cpp's, ar
 fp32 at least llama.cpp's minus two positions, and centered cosine vs llama.cpp's logits >= 0.99 at
 every position. Run four ways: 32 tokens (modelc's prefill: dequantize + BLAS), the first 24 tokens
 (int8 activations, as llama.cpp), the same 24 with a MoE layer's experts in one kernel call
-(kernels/moe_ffn.py, what decode batches of up to moe_ffn.FUSED_MAX_T tokens run, where it reads the
+(kernels/layer/moe_ffn.py, what decode batches of up to moe_ffn.FUSED_MAX_T tokens run, where it reads the
 expert type), and position 0 alone (the T=1 decode kernels).
 
 One exception, for the MoE family only: a position where modelc's router has its k-th and (k+1)-th
@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from modelc.api.engine import Engine
-from modelc.kernels import moe_ffn
+from modelc.kernels.layer import moe_ffn
 from modelc.models import moe
 
 ROOT = pathlib.Path(

@@ -12,7 +12,7 @@ from modelc.artifact import write_artifact
 from modelc.artifact.reader import open_artifact
 from modelc.artifact.transforms import plan
 from modelc.engine.runner import Runner
-from modelc.kernels import hugepages
+from modelc.kernels.runtime import hugepages
 from modelc.models import r16_cache
 from modelc.models.tiny import make_tiny_llama
 

@@ -46,7 +46,7 @@ elif kind == "onnx":  # a BERT graph behind /infer: two named inputs, numba kern
 elif kind == "mlp":  # Q8_0 layers: /infer runs numba matmuls
     import numpy as np
     from modelc.ir import DataType, Model, TensorData
-    from modelc.kernels.gemm_random import random_tensor
+    from modelc.kernels.matmul.gemm_random import random_tensor
     rng = np.random.default_rng(0)
     t = {"layer0.weight": random_tensor(DataType.Q8_0, 64, 64, rng),
          "layer0.bias": TensorData.from_array(np.zeros(64, np.float32)),

@@ -1,0 +1,1 @@
+"""The small per-token kernels around the matmuls: RMSNorm/LayerNorm, RoPE, activations, erf/GELU."""

@@ -1,0 +1,151 @@
+"""A decoder layer at decode (every sequence of the batch one token: a single stream, or T streams in lockstep)
+in two numba entries: the attention half and the gated-MLP half, where the forward made ~12 kernel calls from
+Python a layer, each with its Python glue. The kernels are the ones the forward calls (norm,
+gemm_r16.matmul_f32 or gemm_fused_k.qmatvec_k, rope, kv_write, attention_rows, activation), in the same order on
+the same arrays, so every number is the same (tests/models/test_decode_layer.py compares logits bit for bit).
+models/llama_decode.py decides which layers qualify, and up to how many tokens.
+
+Why: a decode step runs its Python between kernels that stream megabytes, so that Python runs with cold
+caches, several times its hot cost (TinyLlama Q4_K_M: ~50 us of glue a layer on top of ~12 calls of 3-9 us;
+at 16 streams ~2.3 ms of a ~70 ms step).
+
+The matmuls run under whatever numba parallel chunk the caller set (models/llama_decode.py: the static split).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from modelc.kernels.attention import attention_rows, kv_write
+from modelc.kernels.elementwise import activation, norm, rope
+from modelc.kernels.matmul import gemm_fused_k, gemm_r16
+from modelc.kernels.quant import quant
+
+NO_W = np.zeros((0, 0), np.uint8)  # an absent matmul's weight (its how is NONE)
+NO_F32 = np.zeros(0, np.float32)  # an absent norm weight
+NO_F64 = np.zeros(0, np.float64)  # no RoPE in this layer
+
+
+NONE, R16, MATVEC_K = 0, 1, 2
+"""How a matmul runs (its `how`): not at all, gemm_r16's repacked kernel (w: the repacked array), or
+gemm_fused_k's one-token kernel on the file's blocks (w: (N, row_bytes); Q5_K and the other K-quants or
+IQ4_XS where not repacked): plan.Path.R16 and Path.MATVEC_K, the two decode paths linear.matmul takes for
+these weights at T = 1."""
+
+
+@njit(cache=True, nogil=True)
+def _mm(out, lo, hi, x, w, kind, how):
+    """out[:, lo:hi] = x @ W.T (x (T, C), out (T, N) C-contiguous), as linear.matmul computes it on the path
+    `how` (MATVEC_K: T = 1 only). Columns lo:hi of several rows go through a buffer, as the forward copies a
+    fused run's parts out of its output."""
+    if how == NONE:
+        return
+    T = x.shape[0]
+    whole = lo == 0 and hi == out.shape[1]
+    if whole:
+        part = out
+    elif T == 1:
+        part = out.reshape(-1)[lo:hi].reshape((1, hi - lo))
+    else:
+        part = np.empty((T, hi - lo), np.float32)
+    if how == R16:
+        gemm_r16.matmul_f32(part, x, w, kind)
+    else:
+        xq, xd, xs = quant.quantized(x)
+        gemm_fused_k.qmatvec_k(part, xq, xd, xs, w, kind)
+    if T > 1 and not whole:
+        out[:, lo:hi] = part
+
+
+@njit(cache=True, nogil=True)
+def _add(v, bias):
+    """v (T, N) += bias (N,) (float32, as numpy's +=) where bias is not empty."""
+    if bias.shape[0] == 0:
+        return
+    for t in range(v.shape[0]):
+        for i in range(bias.shape[0]):
+            v[t, i] += bias[i]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def attention_half(
+    x, o, h, first, attn_norm, eps,
+    qkv, w0, kind0, how0, end0, w1, kind1, how1, end1, w2, kind2, how2, qkv_bias, q, k, v,
+    heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox, positions,
+    k_pages, v_pages, slots, block_tables, q_start, pos_start, scale, window, parallel,
+    attn, o_w, o_kind, o_how, o_bias, ffn_norm,
+):  # fmt: skip
+    """T rows, each the one token of its sequence, through a layer's attention half, as LlamaModel.forward does it:
+
+    x (T, C) += o (the previous layer's output; not for the first layer), h = rms_norm(x, attn_norm);
+    q | k | v = h @ W.T into qkv (T, nq + 2 nk): up to three matmuls, each a run of consecutive projections
+    (w_i, kind_i, how_i; how NONE: no matmul) writing columns [0:end0], [end0:end1], [end1:], plus qkv_bias
+    (q | k | v biases) where not empty; at T = 1 q, k, v are qkv's column ranges, else copied into q (T, nq),
+    k, v (T, nk);
+    per-head q/k RMSNorm where q_norm / k_norm are not empty (per head (D,) or full width (H*D,));
+    RoPE where inv_freq is not empty; K/V written at slots; attention into attn (T, H*D) (attention_rows'
+    kernels; `parallel`: the threaded one); o (T, C) = attn @ O.T (+ o_bias where not empty); x += o,
+    h = rms_norm(x, ffn_norm).
+    """
+    if first:
+        norm.rms_norm(h, x, attn_norm, eps)
+    else:
+        norm.add_rms_norm(h, x, o, attn_norm, eps)
+    T = x.shape[0]
+    _mm(qkv, 0, end0, h, w0, kind0, how0)
+    _mm(qkv, end0, end1, h, w1, kind1, how1)
+    _mm(qkv, end1, qkv.shape[1], h, w2, kind2, how2)
+    _add(qkv, qkv_bias)
+    nq = heads * head_dim
+    nk = kv_heads * head_dim
+    if T == 1:  # one row: its column ranges are contiguous
+        flat = qkv.reshape(-1)
+        q = flat[:nq].reshape((1, nq))
+        k = flat[nq : nq + nk].reshape((1, nk))
+        v = flat[nq + nk :].reshape((1, nk))
+    else:
+        q[:, :] = qkv[:, :nq]
+        k[:, :] = qkv[:, nq : nq + nk]
+        v[:, :] = qkv[:, nq + nk :]
+    q3 = q.reshape((T, heads, head_dim))
+    k3 = k.reshape((T, kv_heads, head_dim))
+    v3 = v.reshape((T, kv_heads, head_dim))
+    if q_norm.shape[0]:
+        qn = q.reshape((-1, q_norm.shape[0]))
+        norm.rms_norm(qn, qn, q_norm, eps)
+        kn = k.reshape((-1, k_norm.shape[0]))
+        norm.rms_norm(kn, kn, k_norm, eps)
+    if inv_freq.shape[0]:
+        rope.rope(q3, positions, inv_freq, neox)
+        rope.rope(k3, positions, inv_freq, neox)
+    kv_write.kv_write(k_pages, v_pages, k3, v3, slots)
+    a3 = attn.reshape((T, heads, head_dim))
+    if parallel:
+        attention_rows.paged_attention_rows_parallel(a3, q3, k_pages, v_pages, block_tables, q_start, pos_start,
+                                                     scale, window)  # fmt: skip
+    else:
+        attention_rows.paged_attention_rows(a3, q3, k_pages, v_pages, block_tables, q_start, pos_start, scale,
+                                            window)  # fmt: skip
+    _mm(o, 0, o.shape[1], attn, o_w, o_kind, o_how)
+    _add(o, o_bias)
+    norm.add_rms_norm(h, x, o, ffn_norm, eps)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def mlp_half(o, h, gu, w0, kind0, how0, end0, w1, kind1, how1, gu_bias, act, down_w, down_kind, down_how, down_bias):
+    """T one-token rows through a gated SiLU MLP: gate | up = h @ W.T into gu (T, 2F), one fused matmul
+    (end0 = 2F, how1 NONE) or two (columns [0:end0], [end0:]), plus gu_bias (gate | up biases) where not
+    empty; act (T, F) = silu(gate) * up, row by row (a row's gate and up are contiguous); o (T, C) =
+    act @ Down.T (+ down_bias where not empty)."""
+    _mm(gu, 0, end0, h, w0, kind0, how0)
+    _mm(gu, end0, gu.shape[1], h, w1, kind1, how1)
+    _add(gu, gu_bias)
+    f = gu.shape[1] // 2
+    flat, act_flat = gu.reshape(-1), act.reshape(-1)
+    for t in range(gu.shape[0]):
+        row = flat[2 * f * t : 2 * f * (t + 1)]
+        activation.silu_mul(act_flat[f * t : f * (t + 1)].reshape((1, f)), row[:f].reshape((1, f)),
+                            row[f:].reshape((1, f)))  # fmt: skip
+    _mm(o, 0, o.shape[1], act, down_w, down_kind, down_how)
+    _add(o, down_bias)

@@ -1,0 +1,531 @@
+"""Q4_0 / Q8_0 / Q4_K matmul on weights repacked at load into groups of 16 interleaved rows (any T);
+IQ4_NL / IQ4_XS in gemm_r16_iq4 (same layout idea, codes through the code book in registers).
+
+NOTE: with row-major blocks, the int8 dot of one (row, token) pair fills a vector with partial
+sums of that one pair, so converting and scaling them (3 float ops) costs as much as the dot
+itself, once per (row, token, 64 elements): the register tiles ran at ~65 GOPS per core. Here
+a block of 16 rows is stored lane-interleaved (`repack`): vector chunk k holds bytes 4k..4k+3 of
+each of the 16 rows, so a dot against one activation's 4 bytes, broadcast, gives each lane its
+own row's partial sum; after a block's dots each lane holds a whole block dot, and the float
+work is one convert + scale + fma per (16 rows, token, block). The weights are unpacked once
+per block and used for every token. Same layout size as the file (a permutation of its bytes).
+
+Layout of one (16-row group, 32-element block), `BYTES[kind]` bytes:
+  Q4_0: [16 fp16 scales d_r][4 chunks x 64 bytes: chunk k, lane r = row r's code bytes 4k..4k+3]
+        (low nibbles: elements 4k..4k+3, high nibbles: 16+4k..16+4k+3; code - 8)
+  Q8_0: [16 fp16 scales][8 chunks x 64 bytes: chunk k, lane r = row r's codes 4k..4k+3] (signed;
+        the dot takes them as code + 128 where cpu.WIDE_DOT_EXACT, else signed: SIGNED_DOT)
+The code offsets (-8, -128) start each block dot at -offset * (the block's activation code sum).
+Same numbers as ref_linear.matmul_qact up to float summation order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.ir import DataType
+from modelc.kernels.quant.quant import KIND, quantized
+from modelc.kernels.quant.quant_iq import IQ4_NL, IQ4_XS
+from modelc.kernels.runtime.cpu import PREFETCH_T1
+from modelc.kernels.simd.qdot import (
+    fma_f32x16,
+    load_f16x16,
+    load_f32x16,
+    mul_f32x16,
+    prefetch,
+    splat_f32x16,
+    store_f32x16,
+    zeros_f32x16,
+)
+from modelc.kernels.simd.qdot_r16 import (
+    add_i32x16,
+    bcast4_i8x64,
+    bits_i32x16,
+    flip_i8x64,
+    float_i32x16,
+    load_u32x16,
+    mul_i32x16,
+    nib_hi_i8x64,
+    nib_lo_i8x64,
+    or_shl_i32x16,
+    splat_i32x16,
+)
+from modelc.kernels.simd.qdot_tile import (
+    WIDE_DOT_EXACT,
+    dot4_u6_u8x64,
+    dot8_u4_u8x64,
+    dot_u8x64,
+    fmadot_f32x16,
+    load_i8x64,
+    sdot_i8x64,
+)
+
+Q4_0, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K]
+Q6_K = KIND[DataType.Q6_K]
+R16_KINDS = frozenset({Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS})
+"""Kinds repacked and multiplied here (IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k)."""
+SIGNED_DOT = not WIDE_DOT_EXACT
+"""AVX2 without VNNI: Q8_0's codes and IQ4's code book values stay signed and each dot takes |w| x (x * sign(w))
+(qdot_tile.sdot_i8x64, 2 ops more a ymm half); elsewhere they go in as value + 128 (vpdpbusd, one op, exact
+only with VNNI or the portable IR: cpu.WIDE_DOT_EXACT) with a -128 * sum(x) start."""
+
+GROUP = 16
+# one 16-row group of one block (Q4_K, Q6_K, IQ4_XS: of a 256-element super-block)
+BYTES = {Q4_0: 288, Q8_0: 544, Q4_K: 2304, Q6_K: 3360, IQ4_NL: 288, IQ4_XS: 2176}
+_BLOCK = {Q4_0: 18, Q8_0: 34, Q4_K: 144, Q6_K: 210, IQ4_NL: 18, IQ4_XS: 136}  # one row's block in the file
+_ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256, IQ4_NL: 32, IQ4_XS: 256}
+TOKEN_CHUNK = 64
+"""The many-token loops take a group's tokens TOKEN_CHUNK at a time (each chunk reads the group's weights again,
+from L2): with all T tokens in one pass, a token loop of a block touches T activation lines and T accumulator
+lines, and past ~64 tokens they no longer stayed in L1. Emerald Rapids, 2 threads, both forms alternating in one
+process, weights streamed, same bits: Q4_0 T = 128 / 256 +19-42% / +33-37%, Q8_0 +25-40% / +28-44%, Q4_K T = 128
+-5..+29%, Q6_K +5-15% / +8-14% (5632 x 2048 and 2048 x 5632); T <= 64 is one chunk, as before."""
+PREFETCH_BYTES = 8192
+"""How far ahead of the block being read the kernel prefetches, one line at a time (a group's
+blocks are one contiguous stretch; see gemm_fused_k for why software prefetch matters here).
+At T = 4..16 this prefetch is worth 15-30%. The one-token loops of Q4_0, Q8_0, Q4_K and Q6_K prefetch only
+where cpu.PREFETCH_T1 (every AVX2 CPU but Zen 4's AVX-512 kernels), because the CPUs measured disagree:
+- Zen 4 (AVX-512), TinyLlama's matrices, 2 threads: the hardware prefetcher alone streamed more (Q4_K
+  17-26 against 16-18 GB/s; Q4_0, Q8_0 and IQ4_XS ~5-15% more);
+- Zen 3 (AVX2), same matrices, 3 alternations (benchmarks/r16_kernels.py, stream): with the prefetch Q4_0
+  2048 x 5632 read 22-28 against 19-21 GB/s and 32000 x 2048 27-31 against 19-24, Q4_K 19-21 against 16-20;
+  TinyLlama Q4_0 decode (compare_llamacpp, 3 alternations) 41.1-43.1 against 35.7-39.2 tok/s; Q4_K_M decode
+  did not move (30.3 against 30.5, median of the bests); Q6_K moved nothing;
+- Emerald Rapids (AVX-512, AMX), both variants alternating in one process, streamed: Q4_0 21.9 -> 27.7,
+  Q4_K 18.5 -> 24.7, Q8_0 30.2 -> 32.0, Q6_K 17.4 -> 28.1 GB/s (2048 x 5632; Q6_K 4, 8 and 16 KiB ahead
+  alike).
+IQ4's one-token loop prefetches only with AVX-512 (gemm_r16_iq4.PREFETCH_T1_IQ4: on Zen 3 it read less with it).
+Super-blocks of 2 KiB and more (Q4_K, IQ4_XS, Q6_K's many-token loop) are prefetched a part at a time (512,
+256, 768 bytes), just ahead of the part being read, not in one burst when the super-block (Q6_K: a half) starts:
+a burst of 24-36 lines likely waits for line fill buffers with the vector work queued behind it (this VM has
+no counters to show it). Emerald Rapids, both forms alternating in one process, streamed, 5632 x 2048 and
+2048 x 5632: Q4_K T = 8 97 -> 131 and 102 -> 130 GB/s effective, T = 16 +23-25%, T = 1 +8%, the AVX2 path
+(MODELC_NO_AVX512/VNNI/AMX) T = 8 +18%; IQ4_XS T = 8 +24-27%, T = 1 +8-9%; Q6_K (768 bytes, was 1536) T = 8
++6-9%, T = 16 +7%, AVX2 path T = 8 +9%. Q6_K's one-token loop read the same either way (0-3%) and keeps its
+burst."""
+
+
+def can_repack(dtype: DataType, rows: int, cols: int) -> bool:
+    kind = KIND.get(dtype)
+    return kind in R16_KINDS and rows % GROUP == 0 and rows > 0 and cols % _ELEMS[kind] == 0 and cols > 0
+
+
+def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
+    """(N, C/32 * block bytes) uint8 in file layout -> (N/16, C/32 * BYTES) uint8 interleaved (a new array).
+
+    A numba loop over the groups (the numpy twin, ref_r16.repack, moved ~0.25 GB/s: a 1.1B Q4_0
+    model took 3-6 s to load instead of ~1)."""
+    kind = KIND[dtype]
+    if kind == Q6_K:
+        return gemm_r16_q6k.repack(blocks)
+    n, row_bytes = blocks.shape
+    bs = _BLOCK[kind]
+    out = np.empty((n // GROUP, (row_bytes // bs) * BYTES[kind]), np.uint8)
+    if kind == Q4_K:
+        _repack_q4_k(np.ascontiguousarray(blocks), out)
+    elif kind == IQ4_XS:
+        gemm_r16_iq4.repack_xs(blocks, out)
+    else:  # Q4_0, Q8_0, IQ4_NL (same block shape as Q4_0)
+        _repack(np.ascontiguousarray(blocks), out, bs)
+    return out
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _repack_q4_k(src, out):
+    """Per super-block of 16 rows: [16 fp16 d][16 fp16 dmin][3 x 64: the 12 scale bytes as 4-byte words,
+    lane r = row r's][32 x 64: qs bytes 4k..4k+3 of each row] (2304 bytes)."""
+    nb = src.shape[1] // 144
+    for gi in prange(out.shape[0]):
+        dst = out[gi]
+        for r in range(GROUP):
+            row = src[gi * GROUP + r]
+            for b in range(nb):
+                o = b * 2304
+                p = b * 144
+                for i in range(2):
+                    dst[o + 2 * r + i] = row[p + i]
+                    dst[o + 32 + 2 * r + i] = row[p + 2 + i]
+                for k in range(35):  # 3 scale words, then 32 code words
+                    q = o + 64 + 64 * k + 4 * r
+                    for i in range(4):
+                        dst[q + i] = row[p + 4 + 4 * k + i]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _repack(src, out, bs):
+    """out (N/16, nb * bb) from src (N, nb * bs): per block, 16 fp16 scales then 4-byte code chunks."""
+    nb = src.shape[1] // bs
+    chunks = (bs - 2) // 4
+    bb = 32 + 64 * chunks
+    for gi in prange(out.shape[0]):
+        dst = out[gi]
+        for r in range(GROUP):
+            row = src[gi * GROUP + r]
+            for b in range(nb):
+                o = b * bb
+                p = b * bs
+                dst[o + 2 * r] = row[p]
+                dst[o + 2 * r + 1] = row[p + 1]
+                for k in range(chunks):
+                    q = o + 32 + 64 * k + 4 * r
+                    for i in range(4):
+                        dst[q + i] = row[p + 2 + 4 * k + i]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _ahead(rf, pf, limit):
+    """Prefetch the lines from pf up to limit, one at a time; returns the next line to prefetch."""
+    while pf < limit:
+        prefetch(rf, pf)
+        pf += 64
+    return pf
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _store_acc(out, acc, gi, t):
+    """out[j, 16 gi .. 16 gi + 15] = acc[16 j .. 16 j + 15] for the t tokens (a group's f32 scratch)."""
+    r0 = gi * 16
+    for j in range(t):
+        for r in range(16):
+            out[j, r0 + r] = acc[j * 16 + r]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _load8(rf, q):
+    """The 8 consecutive 64-byte chunks at byte q of rf."""
+    return (load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192),
+            load_i8x64(rf, q + 256), load_i8x64(rf, q + 320), load_i8x64(rf, q + 384), load_i8x64(rf, q + 448))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot1(p, u, xq, xo, signed):
+    """p + the dot of chunk u (each lane a row's 4 codes) with activation bytes xo..xo+3 broadcast: u unsigned
+    (dot_u8x64), or Q8_0's / IQ4's signed codes where `signed` (sdot_i8x64, SIGNED_DOT)."""
+    if signed:
+        return sdot_i8x64(p, u, bcast4_i8x64(xq, xo))
+    return dot_u8x64(p, u, bcast4_i8x64(xq, xo))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot4(p, u0, u1, u2, u3, xq, xo, signed=False):
+    """p + the dots of chunks u0..u3 with activation bytes xo, xo+4, xo+8, xo+12 (_dot1 each)."""
+    p = _dot1(p, u0, xq, xo, signed)
+    p = _dot1(p, u1, xq, xo + 4, signed)
+    p = _dot1(p, u2, xq, xo + 8, signed)
+    return _dot1(p, u3, xq, xo + 12, signed)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot8_u4(p, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo):
+    """p + the dots of chunks u0..u7 (codes <= 15) with activation bytes xo, xo+4, .., xo+28: _dot4 twice, in
+    fewer ops on AVX2 without VNNI (qdot_tile.dot8_u4_u8x64)."""
+    return dot8_u4_u8x64(p, u0, u1, u2, u3, u4, u5, u6, u7,
+                         bcast4_i8x64(xq, xo), bcast4_i8x64(xq, xo + 4), bcast4_i8x64(xq, xo + 8), bcast4_i8x64(xq, xo + 12),
+                         bcast4_i8x64(xq, xo + 16), bcast4_i8x64(xq, xo + 20), bcast4_i8x64(xq, xo + 24), bcast4_i8x64(xq, xo + 28))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_dot(s0, u0, u1, u2, u3, u4, u5, u6, u7, xq, xo, nibbles):
+    """s0 + the 16 rows' dot of one 32-element block (code vectors u0..u7: elements 4k.., 16+4k..) with
+    xq[xo:xo+32]: Q4_0's nibbles (`nibbles`, codes <= 15) through _dot8_u4; Q8_0's codes and IQ4's looked-up
+    values signed where SIGNED_DOT, else as value + 128."""
+    if nibbles:
+        return _dot8_u4(splat_i32x16(s0), u0, u1, u2, u3, u4, u5, u6, u7, xq, xo)
+    if SIGNED_DOT:
+        return _dot4(_dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo, True), u4, u5, u6, u7, xq, xo + 16, True)
+    return add_i32x16(_dot4(splat_i32x16(s0), u0, u1, u2, u3, xq, xo), _dot4(splat_i32x16(0), u4, u5, u6, u7, xq, xo + 16))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot4_u6(p, u0, u1, u2, u3, xq, xo):
+    """_dot4 for codes <= 63 (Q6_K), in fewer ops on AVX2 without VNNI (qdot_tile.dot4_u6_u8x64)."""
+    return dot4_u6_u8x64(p, u0, u1, u2, u3,
+                         bcast4_i8x64(xq, xo), bcast4_i8x64(xq, xo + 4), bcast4_i8x64(xq, xo + 8), bcast4_i8x64(xq, xo + 12))  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scale_min(a, m, md, s):
+    """Sub-block s's 6-bit scale and min of 16 Q4_K rows (ggml's get_scale_min_k4), from the three scale
+    words of each row: a = bytes 0-3, m = bytes 4-7, md = bytes 8-11."""
+    if s < 4:
+        return bits_i32x16(a, 8 * s, 63), bits_i32x16(m, 8 * s, 63)
+    i = s - 4
+    sc = or_shl_i32x16(bits_i32x16(md, 8 * i, 15), bits_i32x16(a, 8 * i + 6, 3), 4)
+    mn = or_shl_i32x16(bits_i32x16(md, 8 * i + 4, 15), bits_i32x16(m, 8 * i + 6, 3), 4)
+    return sc, mn
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _codes(rf, q, kind):
+    """The 8 code vectors of one 16-row Q4_0 (kind 0) or Q8_0 block whose chunks start at byte q:
+    elements 4k..4k+3 (u0-u3) and 16+4k..16+4k+3 (u4-u7), unsigned (Q4_0: code, Q8_0: code + 128) but
+    Q8_0's signed codes where SIGNED_DOT."""
+    if kind == 0:  # low nibbles: elements 4k..4k+3, high nibbles: 16+4k..
+        q0, q1, q2, q3 = load_i8x64(rf, q), load_i8x64(rf, q + 64), load_i8x64(rf, q + 128), load_i8x64(rf, q + 192)
+        u0, u1, u2, u3 = nib_lo_i8x64(q0), nib_lo_i8x64(q1), nib_lo_i8x64(q2), nib_lo_i8x64(q3)
+        u4, u5, u6, u7 = nib_hi_i8x64(q0), nib_hi_i8x64(q1), nib_hi_i8x64(q2), nib_hi_i8x64(q3)
+        return u0, u1, u2, u3, u4, u5, u6, u7
+    c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
+    if SIGNED_DOT:
+        return c0, c1, c2, c3, c4, c5, c6, c7
+    return flip_i8x64(c0), flip_i8x64(c1), flip_i8x64(c2), flip_i8x64(c3), flip_i8x64(c4), flip_i8x64(c5), flip_i8x64(c6), flip_i8x64(c7)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
+    """Rows 16 gi .. 16 gi + 15 for all t tokens (acc: (t * 16,) f32 scratch)."""
+    bb = 288 if kind == 0 else 544
+    acc[:] = 0.0
+    base = gi * nb * bb
+    pf = base + PREFETCH_BYTES
+    for b in range(nb):
+        o = base + b * bb
+        pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
+        d = load_f16x16(rf, o)
+        u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
+        for j in range(t):
+            xo = j * c + b * 32
+            p = _block_dot(sa[j, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, xo, kind == 0)
+            a = fmadot_f32x16(load_f32x16(acc, j * 16), p, d, splat_f32x16(xd[j, b]))
+            store_f32x16(acc, j * 16, a)
+    _store_acc(out, acc, gi, t)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _group_t1(out, xq, sa, xd, rf, gi, nb, kind):
+    """_group for one token: the accumulator stays in a register (no store and reload per block); software
+    prefetch only where PREFETCH_T1 (see PREFETCH_BYTES)."""
+    bb = 288 if kind == 0 else 544
+    acc = zeros_f32x16()
+    base = gi * nb * bb
+    pf = base + PREFETCH_BYTES
+    for b in range(nb):
+        o = base + b * bb
+        if PREFETCH_T1:
+            pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
+        u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
+        p = _block_dot(sa[0, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32, kind == 0)
+        acc = fmadot_f32x16(acc, p, load_f16x16(rf, o), splat_f32x16(xd[0, b]))
+    store_f32x16(out.reshape(-1), gi * 16, acc)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tokens_q4_k(acc, xq, xd, xm, t, c, xo, k, f, g, u0, u1, u2, u3, u4, u5, u6, u7):
+    """acc[16 tt:] += the 16 rows' Q4_K sub-block k for every token tt: codes u0..u7 (its 32 elements, starting at
+    column xo) dotted with the activations, times f (d * scale) and the activation scale, minus g (dmin * min)
+    times the activation sum."""
+    for tt in range(t):
+        p = _dot8_u4(splat_i32x16(0), u0, u1, u2, u3, u4, u5, u6, u7, xq, tt * c + xo)
+        v = fmadot_f32x16(load_f32x16(acc, tt * 16), p, f, splat_f32x16(xd[tt, k]))
+        store_f32x16(acc, tt * 16, fma_f32x16(v, g, splat_f32x16(-xm[tt, k])))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _group_q4_k(out, xq, xd, xm, rf, gi, nsb, t, c, acc, fs):
+    """Rows 16 gi .. 16 gi + 15 of a Q4_K weight for all t tokens. acc (t * 16,) f32 scratch; fs (256,)
+    f32 scratch: per sub-block s, d * scale_s (fs[16 s:]) and dmin * min_s (fs[128 + 16 s:]) of the 16 rows.
+
+    The token loop runs once per sub-block (low nibbles, then high), so 8 code vectors are live in it, not 16
+    (32 of AVX2's 16 ymm registers): on Zen 3, 2 threads, 2048 x 5632, trees alternated 3 times, T = 16 read
+    52-56 -> 52-66 GB/s, T = 8 27-48 -> 47-54; TinyLlama Q4_K_M batched decode 1.16-1.17x at 8 and 16 streams."""
+    acc[:] = 0.0
+    base = gi * nsb * 2304
+    pf = base + PREFETCH_BYTES
+    for sb in range(nsb):
+        o = base + sb * 2304
+        pf = _ahead(rf, pf, o + 256 + PREFETCH_BYTES)
+        d = load_f16x16(rf, o)
+        dm = load_f16x16(rf, o + 32)
+        a = load_u32x16(rf, o + 64)
+        m = load_u32x16(rf, o + 128)
+        md = load_u32x16(rf, o + 192)
+        for k in range(8):  # d * scale and dmin * min of each sub-block, 16 rows at once
+            sc, mn = _scale_min(a, m, md, k)
+            store_f32x16(fs, 16 * k, mul_f32x16(d, float_i32x16(sc)))
+            store_f32x16(fs, 128 + 16 * k, mul_f32x16(dm, float_i32x16(mn)))
+        for j in range(4):  # 64 elements: low nibbles = sub-block 2j, high nibbles = sub-block 2j + 1
+            q = o + 256 + 512 * j
+            pf = _ahead(rf, pf, q + 512 + PREFETCH_BYTES)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
+            l0, l1, l2, l3 = nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3)
+            l4, l5, l6, l7 = nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7)
+            h0, h1, h2, h3 = nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3)
+            h4, h5, h6, h7 = nib_hi_i8x64(c4), nib_hi_i8x64(c5), nib_hi_i8x64(c6), nib_hi_i8x64(c7)
+            s0 = 2 * j
+            f0, f1 = load_f32x16(fs, 16 * s0), load_f32x16(fs, 16 * s0 + 16)
+            g0, g1 = load_f32x16(fs, 128 + 16 * s0), load_f32x16(fs, 128 + 16 * s0 + 16)
+            k = sb * 8 + s0  # sub-block 2j (low nibbles) for every token, then 2j + 1 (high)
+            _tokens_q4_k(acc, xq, xd, xm, t, c, sb * 256 + 64 * j, k, f0, g0, l0, l1, l2, l3, l4, l5, l6, l7)
+            _tokens_q4_k(acc, xq, xd, xm, t, c, sb * 256 + 64 * j + 32, k + 1, f1, g1, h0, h1, h2, h3, h4, h5, h6, h7)
+    _store_acc(out, acc, gi, t)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _byte_i32x16(v, k):
+    """Byte k of each lane of v, 0..255."""
+    return bits_i32x16(v, 8 * k, 255)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
+    """_group_q4_k for one token: the accumulator stays in a register, and a super-block's work is arranged
+    for fewer vector ops than _group_q4_k's (float sums in another order, so not its bits):
+    - the 16 rows' 8 scales and 8 mins are unpacked to bytes once (sclo, schi, mnlo, mnhi: byte s % 4 of a
+      lane is its row's scale or min s), where ggml's get_scale_min_k4 per sub-block took up to 12 ops;
+    - each sub-block's integer dot is multiplied by its integer scale (exact: |p * sc| < 2^22, so its float
+      is too) and summed with the activation scales; d and dmin multiply once per super-block.
+    Hot (in cache, 64 groups of a 2048-column matrix, 2 threads, Zen 4): 67 -> 78 GB/s on AVX-512, 48 ->
+    53 on the AVX2 path; streamed from memory the matmul moved 0-2% (the reads dominate)."""
+    acc = zeros_f32x16()
+    base = gi * nsb * 2304
+    pf = base + PREFETCH_BYTES
+    for sb in range(nsb):
+        o = base + sb * 2304
+        if PREFETCH_T1:
+            pf = _ahead(rf, pf, o + 256 + PREFETCH_BYTES)
+        a = load_u32x16(rf, o + 64)
+        m = load_u32x16(rf, o + 128)
+        md = load_u32x16(rf, o + 192)
+        sclo = bits_i32x16(a, 0, 0x3F3F3F3F)  # scales 0..3
+        mnlo = bits_i32x16(m, 0, 0x3F3F3F3F)  # mins 0..3
+        schi = or_shl_i32x16(bits_i32x16(md, 0, 0x0F0F0F0F), bits_i32x16(a, 6, 0x03030303), 4)  # scales 4..7
+        mnhi = or_shl_i32x16(bits_i32x16(md, 4, 0x0F0F0F0F), bits_i32x16(m, 6, 0x03030303), 4)  # mins 4..7
+        sacc = zeros_f32x16()  # sum over sub-blocks s of dot_s * scale_s * xd_s
+        macc = zeros_f32x16()  # sum of min_s * xm_s
+        for j in range(4):  # sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
+            sv = sclo if j < 2 else schi
+            mv = mnlo if j < 2 else mnhi
+            b0 = (2 * j) % 4
+            q = o + 256 + 512 * j
+            xo = sb * 256 + 64 * j
+            if PREFETCH_T1:
+                pf = _ahead(rf, pf, q + 512 + PREFETCH_BYTES)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
+            p = _dot8_u4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3),
+                         nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo)  # fmt: skip
+            p2 = _dot8_u4(splat_i32x16(0), nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3),
+                          nib_hi_i8x64(c4), nib_hi_i8x64(c5), nib_hi_i8x64(c6), nib_hi_i8x64(c7), xq, xo + 32)  # fmt: skip
+            k = sb * 8 + 2 * j
+            sacc = fma_f32x16(sacc, float_i32x16(mul_i32x16(p, _byte_i32x16(sv, b0))), splat_f32x16(xd[0, k]))
+            sacc = fma_f32x16(sacc, float_i32x16(mul_i32x16(p2, _byte_i32x16(sv, b0 + 1))), splat_f32x16(xd[0, k + 1]))
+            macc = fma_f32x16(macc, float_i32x16(_byte_i32x16(mv, b0)), splat_f32x16(-xm[0, k]))
+            macc = fma_f32x16(macc, float_i32x16(_byte_i32x16(mv, b0 + 1)), splat_f32x16(-xm[0, k + 1]))
+        acc = fma_f32x16(acc, load_f16x16(rf, o), sacc)
+        acc = fma_f32x16(acc, load_f16x16(rf, o + 32), macc)
+    store_f32x16(out.reshape(-1), gi * 16, acc)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _r16_q4_k(out, xq, xd, xs, rw):
+    t, c = xq.shape
+    xm = _sums32(xs)  # the mins' term
+    xqf = xq.reshape(-1)
+    rf = rw.reshape(-1)
+    if t == 1:
+        for gi in prange(rw.shape[0]):
+            _group_q4_k_t1(out, xqf, xd, xm, rf, gi, c // 256)
+        return
+    for gi in prange(rw.shape[0]):
+        acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
+        fs = np.empty(256, np.float32)
+        for t0 in range(0, t, TOKEN_CHUNK):
+            t1 = min(t, t0 + TOKEN_CHUNK)
+            _group_q4_k(out[t0:t1], xqf[t0 * c : t1 * c], xd[t0:t1], xm[t0:t1], rf, gi, c // 256, t1 - t0, c, acc, fs)
+
+
+@njit(cache=True, nogil=True)
+def _sums32(xs):
+    """(T, C/32) per-32 activation sums from quantize_act's (T, C/16) half-block sums."""
+    t, h = xs.shape
+    xm = np.empty((t, h // 2), np.float32)
+    for i in range(t):
+        for b in range(h // 2):
+            xm[i, b] = xs[i, 2 * b] + xs[i, 2 * b + 1]
+    return xm
+
+
+@njit(cache=True, nogil=True)
+def _offsets(xq, nb, off):
+    """(T, nb) int32: -off * the sum of each block's activation codes (nb blocks of C/nb elements a row); zeros
+    without summing where off is 0 (signed codes: SIGNED_DOT)."""
+    t, c = xq.shape
+    if off == 0:
+        return np.zeros((t, nb), np.int32)
+    bs = c // nb
+    sa = np.empty((t, nb), np.int32)
+    for j in range(t):
+        for b in range(nb):
+            s = 0
+            for i in range(bs):
+                s += np.int32(xq[j, b * bs + i])
+            sa[j, b] = -off * s
+    return sa
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _r16_q4_0(out, xq, xd, rw):
+    t, c = xq.shape
+    nb = c // 32
+    sa = _offsets(xq, nb, 8)
+    xqf = xq.reshape(-1)
+    rf = rw.reshape(-1)
+    if t == 1:
+        for gi in prange(rw.shape[0]):
+            _group_t1(out, xqf, sa, xd, rf, gi, nb, 0)
+        return
+    for gi in prange(rw.shape[0]):
+        acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
+        for t0 in range(0, t, TOKEN_CHUNK):
+            t1 = min(t, t0 + TOKEN_CHUNK)
+            _group(out[t0:t1], xqf[t0 * c : t1 * c], sa[t0:t1], xd[t0:t1], rf, gi, nb, 0, t1 - t0, c, acc)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _r16_q8_0(out, xq, xd, rw):
+    t, c = xq.shape
+    nb = c // 32
+    sa = _offsets(xq, nb, 0 if SIGNED_DOT else 128)
+    xqf = xq.reshape(-1)
+    rf = rw.reshape(-1)
+    if t == 1:
+        for gi in prange(rw.shape[0]):
+            _group_t1(out, xqf, sa, xd, rf, gi, nb, 4)
+        return
+    for gi in prange(rw.shape[0]):
+        acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
+        for t0 in range(0, t, TOKEN_CHUNK):
+            t1 = min(t, t0 + TOKEN_CHUNK)
+            _group(out[t0:t1], xqf[t0 * c : t1 * c], sa[t0:t1], xd[t0:t1], rf, gi, nb, 4, t1 - t0, c, acc)
+
+
+@njit(cache=True, nogil=True)
+def qmatmul_r16(out, xq, xd, xs, rw, kind):
+    """out (T, N) f32 = dequant(W) @ x.T, W repacked by `repack` (rw (N/16, C/32 * BYTES) uint8).
+
+    xq (T, C) int8, xd (T, C/32), xs (T, C/16) f32 from quant.quantize_act; every row of out is written.
+    parallel=True over 16-row groups; the caller sets the thread count.
+    """
+    if kind == Q4_0:
+        _r16_q4_0(out, xq, xd, rw)
+    elif kind == Q4_K:
+        _r16_q4_k(out, xq, xd, xs, rw)
+    elif kind == IQ4_XS or kind == IQ4_NL:
+        gemm_r16_iq4.qmatmul(out, xq, xd, rw, kind)
+    elif kind == Q6_K:
+        gemm_r16_q6k.qmatmul(out, xq, xd, rw)
+    else:
+        _r16_q8_0(out, xq, xd, rw)
+
+
+@njit(cache=True, nogil=True)
+def matmul_f32(out, x, rw, kind):
+    """qmatmul_r16 from f32 activations x (T, C), quantized here (quant.quantized): one entry from Python
+    where linear.matmul made two, with three arrays fewer to allocate there (~10 us less a call on a
+    2048 x 2048 Q4_K matrix, hot, Zen 4). The caller sets the threads and numba's parallel chunk (numba's
+    own setter is a ctypes pointer, which a cached kernel cannot hold)."""
+    xq, xd, xs = quantized(x)
+    qmatmul_r16(out, xq, xd, xs, rw, kind)
+
+
+from modelc.kernels.matmul import gemm_r16_iq4, gemm_r16_q6k  # noqa: E402  (last: they import _ahead, _dot4, ... from here)

@@ -1,0 +1,214 @@
+"""Q4_0 / Q8_0 / Q4_K matmul on Intel AMX int8 tiles (cpu.HAS_AMX), prefill included: from plan.AMX_MIN_T tokens on
+for weights in the file's layout, from plan.R16_AMX_MIN_T (160) for weights repacked for gemm_r16, whose kernel
+is faster below that (this kernel's flat cost per block, below).
+
+NOTE: the zmm tile (gemm_tile) spends ~4 vector ops per (row, token, 64
+elements), so its cost grows with T. Here, per 16-row panel of W and
+32-element block, dword gathers (4 per Q4_0 block, 8 per Q8_0 block or Q4_K
+sub-block pair) put the block's codes of the 16 rows into an AMX B tile (VNNI
+layout); the activations of up to 16 tokens are the A tile, loaded straight
+from xq; one `tdpbsud` (Q8_0: `tdpbssd`) gives all tokens x 16 rows of integer
+dots, and the vector units only scale each token's 16-row result (convert and
+two or three fmas; Q4_0's -8 offset and Q4_K's mins use the activation sums
+xs). So the cost is a flat part per weight block (gathers, tile ops) plus ~3
+vector ops per token. Two sets of tiles alternate so block b+1's dot runs
+while block b is scaled. Measured gains over the zmm tile: see plan.AMX_MIN_T. Left to
+do: the flat part (~100 cycles per 16 rows x 32-block) is now most of the
+cost; repacking the weights once into the B layout (at load time) would
+remove the gathers. Same numbers as gemm_tile up to float summation order;
+numpy twin: ref_linear.matmul_qact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from modelc.kernels.simd.qdot import load_f32x16
+from modelc.kernels.simd.qdot_tile import (
+    amx_config,
+    amx_dot1,
+    amx_release,
+    f16_strided_f32x16,
+    load_i32x16,
+    nib_vnni16,
+    q4_0_vnni16,
+    q4_k_scales16,
+    q8_0_vnni16,
+    scale_acc_f32x16,
+    scale_acc_min_f32x16,
+    store_f32x16,
+    store_i32x16,
+)
+
+
+def config(tm: int) -> np.ndarray:
+    """Tile config for tm tokens: C tiles 0, 1 (tm x 64 B), A tiles 2, 3 (tm x 32 B: activations),
+    B tiles 4, 5 (8 x 64 B: 16 weight rows' 32-block in VNNI layout)."""
+    cfg = np.zeros(64, np.uint8)
+    cfg[0] = 1
+    for tile, rows, colsb in ((0, tm, 64), (1, tm, 64), (2, tm, 32), (3, tm, 32), (4, 8, 64), (5, 8, 64)):
+        cfg[16 + 2 * tile] = colsb
+        cfg[48 + tile] = rows
+    return cfg
+
+
+_CFG = [config(tm) if tm else None for tm in range(17)]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _post(kind, acc, cbuf, co, ds, ms, b, dxs, nxs, t0, tm, nb):
+    """Scale block b's tokens x 16 rows result at cbuf[co:] into acc (row j: token t0 + j)."""
+    dv = load_f32x16(ds, b * 16)
+    mv = load_f32x16(ms, b * 16)
+    for j in range(tm):
+        k = (t0 + j) * nb + b
+        a = load_f32x16(acc, j * 16)
+        p = load_i32x16(cbuf, co + j * 16)
+        if kind == 7:
+            a = scale_acc_min_f32x16(a, p, dv, dxs[k], mv, nxs[k])
+        else:
+            a = scale_acc_f32x16(a, p, dv, dxs[k], nxs[k])
+        store_f32x16(acc, j * 16, a)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dot(kind, set_, xqf, ao, c, bw, bo, cbuf):
+    """Tile set 0 (C 0, A 2, B 4) or 1 (C 1, A 3, B 5): cbuf[256 * set_:] = tokens x 16 rows."""
+    if set_ == 0:
+        if kind != 4:
+            amx_dot1(0, 2, 4, xqf, ao, c, bw, bo, cbuf, 0, 1)
+        else:
+            amx_dot1(0, 2, 4, xqf, ao, c, bw, bo, cbuf, 0, 0)
+    elif kind != 4:
+        amx_dot1(1, 3, 5, xqf, ao, c, bw, bo, cbuf, 256, 1)
+    else:
+        amx_dot1(1, 3, 5, xqf, ao, c, bw, bo, cbuf, 256, 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _prep_q4_k(bw, ds, ms, src, base, nbytes, nb):
+    """B tiles, sub-block scales and mins of the 16 rows' Q4_K super-blocks (byte base, stride nbytes)."""
+    for sb in range(nb // 8):
+        o = base + sb * 144
+        sc = q4_k_scales16(src, o, nbytes)
+        for j in range(8):
+            store_f32x16(ds, (sb * 8 + j) * 16, sc[j])
+            store_f32x16(ms, (sb * 8 + j) * 16, sc[8 + j])
+        for p in range(4):  # sub-blocks 2p (low nibbles) and 2p + 1 (high) share 32 bytes
+            v = nib_vnni16(src, o + 16 + p * 32, nbytes)
+            for k in range(16):
+                store_i32x16(bw, ((sb * 8 + 2 * p) * 8 + k) * 16, v[k])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _panel(kind, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+    """Output rows r0..r0+15 (those < n) for all T tokens, activations as the A tile (one row per
+    token) and the panel's 16 weight rows as the B tile, so a block's result is scaled with 3
+    vector ops per token. kind (a constant): 0 Q4_0 (unsigned codes, tdpbsud, nxs the -8
+    offset), 4 Q8_0 (signed codes, tdpbssd, nxs zeros), 7 Q4_K (unsigned codes, nxs = -(block
+    code sums * xd), times the sub-block mins; nb counts 32-element sub-blocks)."""
+    bsize = 18 if kind == 0 else 34
+    rows = min(16, n - r0)
+    src = wf
+    base = r0 * nbytes
+    if rows < 16:  # the last panel: copy its rows so the gathers stay in bounds
+        src = np.zeros(16 * nbytes, np.uint8)
+        src[: rows * nbytes] = wf[base : base + rows * nbytes]
+        base = 0
+    bw = np.empty(nb * 128, np.int32)
+    ds = np.empty(nb * 16, np.float32)
+    ms = np.zeros(nb * 16 if kind == 7 else 16, np.float32)
+    if kind == 7:
+        _prep_q4_k(bw, ds, ms, src, base, nbytes, nb)
+    else:
+        for b in range(nb):
+            o = base + b * bsize
+            v = q4_0_vnni16(src, o, nbytes) if kind == 0 else q8_0_vnni16(src, o, nbytes)
+            for k in range(8):
+                store_i32x16(bw, (b * 8 + k) * 16, v[k])
+            store_f32x16(ds, b * 16, f16_strided_f32x16(src, o, nbytes))
+    cbuf = np.empty(512, np.int32)
+    acc = np.empty(256, np.float32)
+    for tt in range((t + 15) // 16):
+        t0 = tt * 16
+        tm = min(16, t - t0)
+        amx_config(cfg_full if tm == 16 else cfg_last)
+        acc[:] = 0.0
+        _dot(kind, 0, xqf, t0 * c, c, bw, 0, cbuf)
+        for b in range(0, nb, 2):
+            if b + 1 < nb:
+                _dot(kind, 1, xqf, t0 * c + (b + 1) * 32, c, bw, (b + 1) * 128, cbuf)
+            _post(kind, acc, cbuf, 0, ds, ms, b, dxs, nxs, t0, tm, nb)
+            if b + 2 < nb:
+                _dot(kind, 0, xqf, t0 * c + (b + 2) * 32, c, bw, (b + 2) * 128, cbuf)
+            if b + 1 < nb:
+                _post(kind, acc, cbuf, 256, ds, ms, b + 1, dxs, nxs, t0, tm, nb)
+        for j in range(tm):
+            for m in range(rows):
+                out[t0 + j, r0 + m] = acc[j * 16 + m]
+    amx_release()
+
+
+@njit(cache=True, nogil=True)
+def _panel_q4_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+    _panel(0, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+@njit(cache=True, nogil=True)
+def _panel_q8_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+    _panel(4, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+@njit(cache=True, nogil=True)
+def _panel_q4_k(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+    _panel(7, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def amx_q4_0(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
+    """out (T, N) f32 = dequant(w) @ x.T for Q4_0 w (N, nb * 18) uint8 C-contig, xq (T, C) int8.
+
+    parallel=True: 16-row panels are independent. dxs (T * nb,) f32 = xd flat; nxs (T * nb,)
+    = -8 * (per-block code sums * xd); cfg_full / cfg_last: config(16) / config(T mod 16).
+    amx_q8_0: the same for Q8_0 (nxs zeros).
+    """
+    t, c = xq.shape
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xqf = xq.reshape(-1)
+    for p in prange((n + 15) // 16):
+        _panel_q4_0(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def amx_q8_0(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
+    t, c = xq.shape
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xqf = xq.reshape(-1)
+    for p in prange((n + 15) // 16):
+        _panel_q8_0(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def amx_q4_k(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
+    t, c = xq.shape
+    n, nbytes = w.shape
+    wf = w.reshape(-1)
+    xqf = xq.reshape(-1)
+    for p in prange((n + 15) // 16):
+        _panel_q4_k(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+def qmatmul_amx(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, w: np.ndarray, kind: int) -> None:
+    """gemm_int.qmatmul's contract for Q4_0 (kind 0) / Q8_0 (4) / Q4_K (7) weights on AMX (any T;
+    plan.plan_matmul sends T >= plan.AMX_MIN_T, or plan.R16_AMX_MIN_T for repacked weights)."""
+    t = xq.shape[0]
+    if kind == 4:
+        nxs = np.zeros(xd.size, np.float32)  # (T * nb,)
+    else:
+        nxs = (np.float32(-8.0 if kind == 0 else -1.0) * (xs[:, 0::2] + xs[:, 1::2])).reshape(-1)  # (T * nb,)
+    last = _CFG[t % 16] if t % 16 else _CFG[16]
+    entry = amx_q4_0 if kind == 0 else (amx_q8_0 if kind == 4 else amx_q4_k)
+    entry(out, w, xq, xd.reshape(-1), nxs, xq.shape[1] // 32, _CFG[16], last)

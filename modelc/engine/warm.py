@@ -1,17 +1,18 @@
 """ready_runner(build): a Runner that serves its first request without compiling; warmup(runner): compile all.
 
 ready_runner builds the served runner on kernels/hybrid.py's KernelSet and starts a background thread
-that warms a second Runner on the same weights (warmup below). If numba's disk cache has this model's
-kernels (a warm start), ready_runner waits while that thread loads them (it returns early if one has to
-be compiled after all), and the first request runs on numba. With a cold cache ready_runner returns at
-once: requests run on the numpy references (blas_np for matmuls) for each kernel numba has not loaded
-yet. Two niced helper processes compile meanwhile (the decode path; batches and prefill), and the thread
-loads the decode kernels when the first is done and everything when both are: compiling in this process
-would hold the GIL for seconds, which the threads serving on numpy need between calls. Models that are
-not a file (tests) compile in the thread. MODELC_COLD_START=wait restores compiling
-everything first. A draft model (speculative decoding) runs on the same hybrid KernelSet and warms in the
-same thread. Models whose forward reaches numba kernels outside the KernelSet (the q8_0 and mixed KV
-caches) warm first: /health stays 503 until every kernel is compiled or loaded.
+that warms a second Runner on the same weights (warmup below). That thread first loads the kernels from
+numba's disk cache with compiling refused (kernels/nocompile.load_only): where every kernel the model
+reaches is cached (a restart, or another model of the same weight types) the served runner is rebuilt on
+numba before ready_runner returns, and nothing compiles. Otherwise (a cold cache) ready_runner returns
+at once: requests run on the numpy references (blas_np for matmuls) for each kernel numba has not loaded
+yet. Two helper processes compile meanwhile, at the server's own priority (the decode path; batches and
+prefill), and the thread loads the decode kernels when the first is done and everything when both are:
+compiling in this process would hold the GIL for seconds, which the threads serving on numpy need
+between calls. Models that are not a file (tests) compile in the thread. MODELC_COLD_START=wait restores
+compiling everything first. A draft model (speculative decoding) runs on the same hybrid KernelSet and
+warms in the same thread. Models whose forward reaches numba kernels outside the KernelSet (the q8_0
+and mixed KV caches) warm first: /health stays 503 until every kernel is compiled or loaded.
 
 warmup(runner): Runner.warmup, split over two processes when numba's cache is cold.
 
@@ -23,6 +24,8 @@ parallel and sgemm attention) while this process compiles the single-sequence de
 this process runs the whole warmup, which now loads nearly everything from the cache. With a warm
 cache, or a model that is not a file (tests build models in memory), it is Runner.warmup alone.
 The helper only ever writes numba's cache: if it fails or is slow, this process compiles the rest.
+The helpers run at this process's priority (WARMER_NICE): niced 10, on a host with ordinary load
+(load average 10 on 2 cores) each got ~7% of a core and SmolLM2's kernels took many minutes.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ from typing import Any
 
 from modelc.artifact.reader import open_artifact
 from modelc.engine.runner import Runner
+from modelc.kernels.runtime.nocompile import WouldCompile, load_only
 
 HELPER_TIMEOUT_S = 900.0
-WARMER_NICE = 10
+WARMER_NICE = 0  # helpers compile at the server's priority: niced, they starved behind other load
 HELPER_NICE_ENV = "MODELC_WARM_HELPER_NICE"
 HELPER_PARENT_ENV = "MODELC_WARM_HELPER_PARENT"
 ORPHANED_EXIT = 3  # the helper's exit status when it stopped because its parent was gone
@@ -65,18 +69,16 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
         switch.numba_only()
         warmup(runner)
         return runner
-    cold = not _cached("modelc.kernels.attention.attention", "paged_attention")
     with _lock:  # engines of one model (--engines N) share one warmer: their runners are alike
         warmer = next((w for w in _warmers if w.joins(runner)), None)
         if warmer is not None:
             warmer.served.append((runner, switch))
         else:
-            warmer = Warmer(runner, switch, cold=cold)
+            warmer = Warmer(runner, switch)
             warmer.start()
-    if not cold:
-        warmer.decided.wait()  # a warm cache (or a partly warm one): serve on numba when it loads in time
-        if warmer.error is not None and warmer.done.is_set() and not warmer.compiled:
-            raise warmer.error  # a broken install fails the load, as a plain warmup would
+    warmer.decided.wait()  # every kernel loaded from numba's cache (served on numba now), or one must compile
+    if warmer.error is not None and warmer.done.is_set() and not warmer.compiled:
+        raise warmer.error  # a broken install fails the load, as a plain warmup would
     return runner
 
 
@@ -103,11 +105,13 @@ class Warmer:
     Runner made (one copy per source, models/weights.py) instead of the file layout the hybrid set read,
     and calls only kernels the warmup compiled.
 
-    `decided` is set when the thread first has to compile (a cold cache) or when it is done; `compiled`
-    says which. Errors are kept in `error` (the served runner then stays on the reference kernels)."""
+    It first runs that warmup with compiling refused (loaded_from_cache): where it completes, the flip comes
+    before `decided` is set and ready_runner returns a runner on numba (compiled stays False). Where a kernel
+    would have to compile, `compiled` and `decided` are set and the helpers compile (_compile_in_helpers).
+    Errors are kept in `error` (the served runner then stays on the reference kernels)."""
 
-    def __init__(self, runner: Any, switch: Any, *, cold: bool = False) -> None:
-        self.runner, self.cold = runner, cold
+    def __init__(self, runner: Any, switch: Any) -> None:
+        self.runner = runner
         self.served = [(runner, switch)]  # every runner this warmer flips to numba-only (under _lock)
         self.decided, self.done = threading.Event(), threading.Event()
         self.compiled = False
@@ -126,13 +130,12 @@ class Warmer:
         same = same and _draft_source(r) is _draft_source(runner)
         return same and not self.done.is_set()
 
-    def _compile_in_helpers(self, shadow: Any) -> None:
-        """Cold cache: two niced helper processes compile (decode path; batches and prefill) while this
-        thread only loads their results. Compiling here would hold the GIL for seconds at a time, and the
-        threads serving requests on the reference kernels need it between numpy calls."""
-        decode = _start_helper(shadow, WARMER_NICE, "decode")
-        batch = _start_helper(shadow, WARMER_NICE, "batch")
-        for helper, stage in ((decode, [[0]]), (batch, None)):
+    def _compile_in_helpers(self) -> None:
+        """Cold cache: two helper processes compile (decode path; batches and prefill) while this thread waits.
+        Compiling here would hold the GIL for seconds at a time, and the threads serving requests on the
+        reference kernels need it between numpy calls."""
+        helpers = [_start_helper(self.runner, WARMER_NICE, mode) for mode in ("decode", "batch")]
+        for helper in helpers:
             if helper is None:
                 continue
             try:
@@ -140,36 +143,20 @@ class Warmer:
             except subprocess.TimeoutExpired:
                 helper.kill()
                 helper.wait()
-            if stage is not None:  # the decode kernels switch to numba now, the rest when all is done
-                shadow._scratch_forward(stage, "logits")
 
     def _run(self) -> None:
-        from numba.core import event
-
-        me = threading.get_ident()
-        warmer = self
-
-        class _OnCompile(event.Listener):
-            def on_start(self, ev: Any) -> None:
-                if threading.get_ident() == me and not warmer.compiled:
-                    warmer.compiled = True
-                    warmer.decided.set()
-
-            def on_end(self, ev: Any) -> None:
-                pass
-
-        listener = _OnCompile()
-        event.register("numba:compile", listener)
         t0 = time.perf_counter()
         try:
-            r = self.runner
             for attempt in range(2):  # a second try: another process may have been rewriting the cache
                 try:
-                    shadow = Runner(r.source, num_kv_blocks=2, kv_dtype=r.kv.kv_dtype, threads=r.threads,
-                                    draft_source=_draft_source(r))  # fmt: skip
-                    if self.cold and attempt == 0:
-                        self._compile_in_helpers(shadow)
-                    warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
+                    shadow = self._shadow() if attempt == 0 else None  # None: a kernel would have to compile
+                    if shadow is None:
+                        self.compiled = True
+                        self.decided.set()  # /health: "compiling"; requests run on the references meanwhile
+                        if attempt == 0:
+                            self._compile_in_helpers()
+                        shadow = self._new_shadow()
+                        warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
                     with _lock:
                         for served, sw in self.served:
                             served.rebuild_on_numba()
@@ -183,12 +170,39 @@ class Warmer:
                 print(f"modelc: compiling kernels failed, serving on the numpy reference kernels: "
                       f"{type(self.error).__name__}: {self.error}", file=sys.stderr, flush=True)  # fmt: skip
         finally:
-            event.unregister("numba:compile", listener)
             self.seconds = time.perf_counter() - t0
             self.done.set()
             self.decided.set()
             with _lock:
                 _warmers.discard(self)
+
+    def _new_shadow(self) -> Any:
+        """The second Runner, on numba: the same weights (repacked once for both, models/weights.py)."""
+        r = self.runner
+        return Runner(r.source, num_kv_blocks=2, kv_dtype=r.kv.kv_dtype, threads=r.threads,
+                      draft_source=_draft_source(r))  # fmt: skip
+
+    def _shadow(self) -> Any:
+        """The second Runner, built and warmed up with compiling refused (its repacking runs numba kernels too),
+        or None where a kernel would have had to compile."""
+        try:
+            with load_only():
+                shadow = self._new_shadow()
+        except WouldCompile:
+            return None
+        return shadow if loaded_from_cache(shadow) else None
+
+
+def loaded_from_cache(runner: Any) -> bool:
+    """Run the runner's warmup with compiling refused: True when every kernel it reaches loaded from numba's
+    disk cache (or was in memory already), False at the first one that would have had to compile (the
+    kernels loaded until then stay loaded)."""
+    try:
+        with load_only():
+            warmup(runner, parallel=False)
+    except WouldCompile:
+        return False
+    return True
 
 
 def warmup(runner: Any, *, parallel: bool | None = None) -> float:
@@ -267,9 +281,12 @@ def _artifact_args(source: Any) -> list[str] | None:
     return [str(path), str(int(getattr(source, "offset", 0) or 0)), str(int(getattr(source, "file_size", 0) or 0))]
 
 
+_NUMBA = ("numba", "hybrid")  # the kernel sets whose runners a helper compiles for
+
+
 def _start_helper(runner: Any, nice: int = 0, mode: str = "batch") -> subprocess.Popen | None:
     args = _artifact_args(runner.source)
-    if args is None or getattr(sys, "frozen", False) or getattr(runner.model.kernels, "name", "") != "numba":
+    if args is None or getattr(sys, "frozen", False) or getattr(runner.model.kernels, "name", "") not in _NUMBA:
         return None
     try:
         return subprocess.Popen(

@@ -139,7 +139,7 @@ def test_a_failing_warmer_leaves_the_reference_kernels_serving(monkeypatch, caps
     def boom(runner, **kw):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(warm, "_cached", lambda *a: False)  # a cold cache: ready at once
+    monkeypatch.setattr(warm, "loaded_from_cache", lambda r: False)  # a cold cache: ready at once
     monkeypatch.setattr(warm, "warmup", boom)
     runner = warm.ready_runner(lambda kernels: Runner(make_tiny_llama(0), num_kv_blocks=4, kernels=kernels))
     for t in threading.enumerate():
@@ -155,7 +155,7 @@ def test_engines_of_one_model_share_one_warmer(monkeypatch):
 
     from modelc.engine.runner import Runner
 
-    monkeypatch.setattr(warm, "_cached", lambda *a: False)  # cold: both return at once
+    monkeypatch.setattr(warm, "loaded_from_cache", lambda r: False)  # cold: both return at once
     src = make_tiny_llama(0)
     runners = [warm.ready_runner(lambda kernels: Runner(src, num_kv_blocks=4, kernels=kernels)) for _ in range(2)]
     warmers = [t for t in threading.enumerate() if t.name == "modelc-warmer"]
@@ -187,7 +187,7 @@ def test_after_the_warmer_the_served_model_reads_the_repacked_weights(monkeypatc
     from modelc.engine.runner import Runner
 
     monkeypatch.delenv("MODELC_REPACK", raising=False)
-    monkeypatch.setattr(warm, "_cached", lambda *a: False)  # cold: ready at once, on the hybrid set
+    monkeypatch.setattr(warm, "loaded_from_cache", lambda r: False)  # cold: ready at once, on the hybrid set
     src = _q4_0_tiny()
     runner = warm.ready_runner(lambda kernels: Runner(src, num_kv_blocks=4, kernels=kernels))
     assert runner.model.kernels.name == "hybrid" and all(r is None for r in _r16_of(runner.model))
@@ -232,3 +232,86 @@ def test_the_rebuild_drops_the_file_pages_the_hybrid_set_read(monkeypatch, tmp_p
     matrices = {t.data.ctypes.data for t in art.tensors.values() if len(t.shape) >= 2}
     assert matrices and matrices <= set(dropped)
     assert r.logits([1, 2]).shape[0] == 2
+
+
+_RESTART = """
+import sys
+from numba.core import event
+
+compiles = []
+class OnCompile(event.Listener):  # every compile of this process, on any thread
+    def on_start(self, ev):
+        compiles.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev):
+        pass
+event.register("numba:compile", OnCompile())
+from modelc.artifact.reader import open_artifact
+from modelc.engine import warm
+from modelc.engine.runner import Runner
+sys.path.insert(0, sys.argv[2])
+from test_runner import _generate
+
+runner = warm.ready_runner(lambda kernels: Runner(open_artifact(sys.argv[1]), num_kv_blocks=16, kernels=kernels))
+state = (runner.model.kernels.name, warm.compiling())
+tokens = _generate(runner, 1, [5, 17, 3, 88, 41, 9, 60], 6, [0, 1])
+print("STATE", state, "COMPILES", compiles, "TOKENS", tokens)
+"""
+
+
+def _q4_0_file(tmp_path, name: str, **shape):
+    from modelc.artifact.transforms import plan
+
+    src = make_tiny_llama(5, **shape)
+    src.tensors, _ = plan(src.tensors, prune=None, quantize="q4_0", quantize_embeddings=True, quantize_output=True)
+    return write_artifact(src, tmp_path / name)
+
+
+def _restart(path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    here = str(pathlib.Path(__file__).parent)
+    out = subprocess.run([sys.executable, "-c", _RESTART, str(path), here], capture_output=True, text=True,
+                         timeout=timeout, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_a_restart_and_a_second_model_of_the_same_types_load_without_compiling(tmp_path):
+    """Once a model's kernels are in numba's cache, a new process serves it on numba from the first request,
+    with no "compiling" state and no compile at all (a restart), and so does another model of the same weight
+    types and other shapes (no warm list of its own: its warmup forwards load every kernel from the cache)."""
+    from modelc.artifact.reader import open_artifact
+    from modelc.engine.runner import Runner
+    from tests.engine.test_runner import _generate
+
+    first = _q4_0_file(tmp_path, "a.modelc")
+    runner = Runner(open_artifact(first), num_kv_blocks=16)
+    warm.warmup(runner)  # compiles what the shared cache lacks, and records the model's kernel list
+    want = _generate(runner, 1, [5, 17, 3, 88, 41, 9, 60], 6, [0, 1])
+    got = _restart(first)
+    assert f"STATE ('numba', False) COMPILES [] TOKENS {want}" in got, got
+    other = _q4_0_file(tmp_path, "b.modelc", vocab_size=160, hidden_size=128, num_layers=3, num_heads=8,
+                       num_kv_heads=4, intermediate_size=256)  # fmt: skip
+    got = _restart(other)
+    assert "STATE ('numba', False) COMPILES [] TOKENS" in got, got
+
+
+_WARM_ONLY = """
+import sys
+from modelc.artifact.reader import open_artifact
+from modelc.engine import warm
+from modelc.engine.runner import Runner
+warm.warmup(Runner(open_artifact(sys.argv[1]), num_kv_blocks=16))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_restart_from_a_cache_of_this_model_alone_compiles_nothing(tmp_path):
+    """A fresh kernel cache that only this model's warmup filled: the restart must find every kernel there (an
+    earlier version decided "cold" from a kernel this model never calls, and compiled again at every restart)."""
+    path = _q4_0_file(tmp_path, "a.modelc")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    out = subprocess.run([sys.executable, "-c", _WARM_ONLY, str(path)], capture_output=True, text=True, env=env,
+                         timeout=1200)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = _restart(path, env)
+    assert "STATE ('numba', False) COMPILES [] TOKENS" in got, got

@@ -58,3 +58,30 @@ def test_slot_runs_the_reference_until_numba_is_compiled():
 def test_hybrid_set_has_every_slot():
     ks, sw = hybrid_kernel_set()
     assert ks.name == "hybrid" and ks.matmul.switch is sw and ks.paged_attention.switch is sw
+
+
+def test_load_only_loads_from_the_disk_cache_and_refuses_to_compile(tmp_path):
+    import importlib.util
+
+    from modelc.kernels.runtime.nocompile import load_only
+
+    src = tmp_path / "cached_kernels.py"
+    src.write_text("from numba import njit\n\n@njit(cache=True, nogil=True)\ndef inner(x):\n    return x * 2\n\n"
+                   "@njit(cache=True, nogil=True)\ndef outer(x):\n    return inner(x) + 1\n")  # fmt: skip
+
+    def fresh():  # a new import of the file: dispatchers with nothing in memory, numba's disk cache shared
+        spec = importlib.util.spec_from_file_location(f"cached_kernels_{len(seen)}", src)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        seen.append(mod)
+        return mod
+
+    seen: list = []
+    with load_only(), pytest.raises(WouldCompile, match="outer"):
+        fresh().outer(3)  # nothing cached: outer (and inner inside it) would compile
+    assert fresh().outer(3) == 7  # compiles, and numba writes its cache
+    with load_only():
+        assert fresh().outer(4) == 9  # a new dispatcher: loaded from the disk cache, not compiled
+        with pytest.raises(WouldCompile):
+            seen[-1].outer(1.5)  # another signature would compile
+    assert seen[-1].outer(1.5) == 4.0

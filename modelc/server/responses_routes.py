@@ -112,7 +112,7 @@ async def create_response() -> Any:
 @bp.get("/v1/responses/<response_id>")
 @bp.get("/responses/<response_id>")
 async def get_response(response_id: str) -> Any:
-    return store().get(response_id).response
+    return store().get(response_id, param="response_id").response
 
 
 @bp.get("/v1/responses/<response_id>/input_items")

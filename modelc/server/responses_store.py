@@ -61,7 +61,7 @@ class ResponseStore:
         return item[0]
 
     def delete(self, response_id: str) -> None:
-        self.get(response_id)
+        self.get(response_id, param="response_id")
         self._drop(response_id)
 
     def __len__(self) -> int:

@@ -225,3 +225,83 @@ def test_messages_errors_in_anthropic_shape(claude, server) -> None:
     with pytest.raises(anthropic.AuthenticationError) as e:
         bad.messages.create(model="tiny-llama", max_tokens=4, messages=[{"role": "user", "content": "x"}])
     assert e.value.body["error"]["type"] == "authentication_error"
+
+
+# ------------------------------------------------------------------ what the audit found (issue 41)
+def test_openai_client_with_a_base_url_without_v1(server) -> None:
+    bare = openai.OpenAI(base_url=server.url, api_key="k3y", max_retries=0, timeout=120)
+    chat = bare.chat.completions.create(
+        model="tiny-llama", messages=[{"role": "user", "content": "hi"}], max_tokens=3, temperature=0
+    )
+    assert chat.usage.completion_tokens == 3
+    assert bare.completions.create(model="tiny-llama", prompt="hi", max_tokens=2).usage.completion_tokens == 2
+    assert [m.id for m in bare.models.list()] == ["tiny-llama"]
+    assert bare.models.retrieve("tiny-llama").id == "tiny-llama"
+    emb = bare.embeddings.create(model="tiny-llama", input=["a", "b"])  # base64 on the wire, decoded by the client
+    assert len(emb.data) == 2 and len(emb.data[0].embedding) > 0
+    r = bare.responses.create(model="tiny-llama", input="hi", max_output_tokens=16, temperature=0)
+    assert bare.responses.retrieve(r.id).id == r.id
+
+
+def test_openai_client_lists_input_items(oai) -> None:
+    items = [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]
+    r = oai.responses.create(model="tiny-llama", input=items, max_output_tokens=16, temperature=0)
+    page = oai.responses.input_items.list(r.id)
+    assert [i.content[0].text for i in page.data] == ["two", "one"]  # newest first, as OpenAI
+    first = oai.responses.input_items.list(r.id, order="asc", limit=1)
+    assert first.has_more and first.data[0].content[0].text == "one"
+    assert [i.content[0].text for i in oai.responses.input_items.list(r.id, order="asc")] == ["one", "two"]
+
+
+def test_openai_client_gets_openais_range_errors(oai) -> None:
+    for extra in ({"max_output_tokens": 0}, {"top_logprobs": 1_000_000}, {"reasoning": {"effort": "x"}}):
+        with pytest.raises(openai.BadRequestError) as e:
+            oai.responses.create(model="tiny-llama", input="hi", **extra)
+        assert e.value.status_code == 400
+    with pytest.raises(openai.BadRequestError, match="background"):
+        oai.responses.create(model="tiny-llama", input="hi", background=True)
+
+
+def test_anthropic_client_gets_400s_in_anthropic_shape(claude) -> None:
+    msgs = [{"role": "user", "content": "x"}]
+    for kw in (
+        {"thinking": {"type": {}}},
+        {"temperature": 5},
+        {"top_k": -1},
+        {"thinking": {"type": "enabled", "budget_tokens": -1}},
+    ):
+        with pytest.raises(anthropic.BadRequestError) as e:
+            claude.messages.create(model="tiny-llama", max_tokens=4, messages=msgs, extra_body=kw)
+        assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.count_tokens(model="tiny-llama", messages=msgs, extra_body={"thinking": {"type": []}})
+
+
+def test_anthropic_stream_reports_input_tokens(claude) -> None:
+    """message_delta carries the whole usage (LangChain's ChatAnthropic.stream() reads input tokens there)."""
+    kw = {"model": "tiny-llama", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "extra_body": T0}
+    with claude.messages.stream(**kw) as s:
+        deltas = [e for e in s if e.type == "message_delta"]
+        final = s.get_final_message()
+    assert deltas[-1].usage.input_tokens == final.usage.input_tokens > 0
+    assert deltas[-1].usage.output_tokens == 4
+
+
+def test_a_forced_tool_call_cut_short_is_incomplete(oai, claude) -> None:
+    tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER, "strict": True}]
+    r = oai.responses.create(
+        model="tiny-llama", input="weather?", tools=tools, tool_choice="required", max_output_tokens=16, temperature=0
+    )
+    if r.status == "completed":
+        pytest.skip("the tiny model finished its call within 16 tokens")
+    assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
+    assert r.output == [] and r.output_text == ""
+    m = claude.messages.create(
+        model="tiny-llama",
+        max_tokens=5,
+        tools=[{"name": "get_weather", "input_schema": WEATHER}],
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": "weather?"}],
+        extra_body=T0,
+    )
+    assert m.stop_reason == "max_tokens" and all(b.type != "text" or b.text == "" for b in m.content)

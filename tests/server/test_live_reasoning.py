@@ -40,3 +40,13 @@ def test_ollama_client_reads_thinking(server) -> None:
     assert "".join(p.message.thinking or "" for p in parts).strip() == "Two plus two."
     assert "".join(p.message.content or "" for p in parts) == "It is 4."
     assert "thinking" in client.show("fake-model").capabilities
+
+
+def test_ollama_client_reads_generate_thinking(server) -> None:
+    ollama = pytest.importorskip("ollama")
+    client = ollama.Client(host=server.url)
+    r = client.generate(model="fake-model", prompt="2+2?", think=True, options={"num_predict": 200})
+    assert r.thinking.strip() == "Two plus two." and r.response == "It is 4."
+    parts = list(client.generate(model="fake-model", prompt="2+2?", think=True, stream=True))
+    assert "".join(p.thinking or "" for p in parts).strip() == "Two plus two."
+    assert "".join(p.response for p in parts) == "It is 4."

@@ -221,6 +221,11 @@ def _end_of_generation_ids(fields: dict[str, Any], tokens: list[str]) -> list[in
         return []
     types = token_types(fields)  # checks the lengths; every EOG text is control-typed there
     wanted = set(EOG_TEXTS)
+    found = {t for t, ty in zip(tokens, types, strict=True) if t in wanted and ty == TOKEN_CONTROL}
+    # llama.cpp's o200k_harmony rule: with <|return|> and <|call|> present, <|end|> only closes a message
+    # (gpt-oss's analysis channel, then the final one), it does not end the generation
+    if {"<|return|>", "<|call|>"} <= found:
+        wanted.discard("<|end|>")
     return [i for i, t in enumerate(tokens) if t in wanted and types[i] == TOKEN_CONTROL]
 
 

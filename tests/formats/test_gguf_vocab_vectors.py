@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import lzma
 import pathlib
 
@@ -49,3 +50,25 @@ def test_llama_cpp_vectors(tmp_path: pathlib.Path, vocab: str, pre: str) -> None
         assert got == [int(x) for x in out.split()], f"{vocab}: {text!r}"
         if (vocab, text) not in DECODE_EXCEPTIONS:
             assert tok.decode(got, skip_special_tokens=False) == text, f"{vocab}: {text!r}"
+
+
+def test_o200k_matches_tiktoken(tmp_path: pathlib.Path) -> None:
+    """gpt-oss's o200k vocabulary as llama.cpp's converter packs it (tools/make_o200k_fixtures.py) against
+    tiktoken's ids: llama.cpp's test texts, a multilingual set, seeded random strings, harmony prompts. On 11
+    of them llama.cpp's own regex engine splits combining marks differently from tiktoken; modelc follows
+    tiktoken (ggml-vocab-gpt-oss.gguf.json lists those texts)."""
+    base = HERE / "ggml-vocab-gpt-oss.gguf"
+    gguf_path = tmp_path / base.name
+    gguf_path.write_bytes(lzma.decompress((HERE / (base.name + ".xz")).read_bytes()))
+    fields = parse_gguf(gguf_path).fields
+    assert fields["tokenizer.ggml.pre"] == "gpt-4o" and len(fields["tokenizer.ggml.tokens"]) == 201088
+    tok = Tokenizer.from_str(build_tokenizer_json(fields))
+    texts = (HERE / (base.name + ".inp")).read_bytes().decode("utf-8").split(SEPARATOR)  # keeps "\r"
+    outs = (HERE / (base.name + ".out")).read_text(encoding="utf-8").split("\n")
+    info = json.loads((HERE / (base.name + ".json")).read_text(encoding="utf-8"))
+    assert len(texts) == info["texts"] > 300 and len(outs) >= len(texts)
+    assert set(info["llama_cpp_differs_from_tiktoken"]) <= set(texts)
+    for text, out in zip(texts, outs, strict=False):
+        got = tok.encode(text, add_special_tokens=False).ids
+        assert got == [int(x) for x in out.split()], text
+        assert tok.decode(got, skip_special_tokens=False) == text, text

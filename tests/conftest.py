@@ -26,3 +26,18 @@ def shared_fixtures() -> pathlib.Path:
 @pytest.fixture
 def fixtures_dir() -> pathlib.Path:
     return FIXTURES
+
+
+@pytest.fixture
+def frozen_now(monkeypatch):
+    """Chat templates' strftime_now() at 2026-01-15 09:30, the time tools/make_template_fixtures.py froze."""
+    import datetime as dt
+
+    from modelc.tokenizer import chat_template
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return dt.datetime(2026, 1, 15, 9, 30)
+
+    monkeypatch.setattr(chat_template, "datetime", Frozen)

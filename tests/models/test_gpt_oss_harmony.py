@@ -12,7 +12,6 @@ experts are zero. Nothing is random, and the script holds on the reference numpy
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import lzma
 import pathlib
@@ -29,7 +28,6 @@ from modelc.formats.gguf_file import parse_gguf
 from modelc.server.app import create_app
 from modelc.server.sse import parse_sse
 from modelc.server.state import ServerConfig, ServerState
-from modelc.tokenizer import chat_template
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 VOCAB = FIXTURES / "tokenizer" / "llama_cpp_vocab" / "ggml-vocab-gpt-oss.gguf"
@@ -144,16 +142,6 @@ def harmony_gguf(vocab_gguf, tmp_path_factory) -> pathlib.Path:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"  # Quart is asyncio-only
-
-
-@pytest.fixture
-def frozen_now(monkeypatch):
-    class Frozen(dt.datetime):
-        @classmethod
-        def now(cls, tz=None):
-            return dt.datetime(2026, 1, 15, 9, 30)
-
-    monkeypatch.setattr(chat_template, "datetime", Frozen)
 
 
 def tiktoken_ids(text: str) -> list[int]:

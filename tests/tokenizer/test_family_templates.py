@@ -3,13 +3,11 @@ byte-identically to transformers' render_jinja_template (references: tools/make_
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import pathlib
 
 import pytest
 
-from modelc.tokenizer import chat_template
 from modelc.tokenizer.chat_template import ChatTemplate
 from modelc.tokenizer.reasoning import GRANITE, HARMONY, THINK, reasoning_syntax
 
@@ -22,22 +20,13 @@ def families():
     return FAMILIES
 
 
-
-@pytest.fixture
-def frozen_now(monkeypatch):
-    class Frozen(dt.datetime):
-        @classmethod
-        def now(cls, tz=None):
-            return dt.datetime(2026, 1, 15, 9, 30)
-
-    monkeypatch.setattr(chat_template, "datetime", Frozen)
-
-
 @pytest.mark.parametrize(
     "case", RENDERS, ids=[f"{r['template'].split('.')[0]}-{r['case']}-{r['add_generation_prompt']}" for r in RENDERS]
 )
 def test_matches_transformers(families, frozen_now, case):
-    tpl = ChatTemplate((families / case["template"]).read_text(), bos_token=case["bos_token"], eos_token=case["eos_token"])
+    tpl = ChatTemplate(
+        (families / case["template"]).read_text(), bos_token=case["bos_token"], eos_token=case["eos_token"]
+    )
     got = tpl.render(
         case["messages"], tools=case["tools"], add_generation_prompt=case["add_generation_prompt"], **case["kwargs"]
     )
@@ -52,7 +41,9 @@ def test_openai_string_arguments_render_like_objects(families, frozen_now):
         for call in m.get("tool_calls") or []:
             call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
     tpl = ChatTemplate((families / case["template"]).read_text(), bos_token=case["bos_token"])
-    assert tpl.render(msgs, tools=case["tools"], add_generation_prompt=case["add_generation_prompt"]) == case["expected"]
+    assert (
+        tpl.render(msgs, tools=case["tools"], add_generation_prompt=case["add_generation_prompt"]) == case["expected"]
+    )
 
 
 def test_family_templates_declare_their_reasoning(families):

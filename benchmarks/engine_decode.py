@@ -6,7 +6,7 @@ sync:   the sync Engine (api/engine.py), one sequence: a 128-token random prompt
         decoded tokens; median tokens/s over --runs.
 served: AsyncEngine (the actor tree, no HTTP), N sequences of 16 random tokens started together, `gen`
         tokens each: the aggregate tokens/s once every sequence has its first token; median over
-        --rounds, for each N in --levels.
+        --rounds, for each N in --levels. For N = 1 also itl_ms: the median gap between two tokens.
 One compute thread; prints one JSON object.
 """
 
@@ -50,7 +50,7 @@ async def served_decode(path: str, levels: list[int], rounds: int, gen: int) -> 
     async with AsyncEngine.open(path, config) as eng:
         vocab = int(eng.tokenizer.vocab_size)
         for n in levels:
-            rates = []
+            rates, gaps = [], []
             for _ in range(rounds):
                 stamps: list[list[float]] = [[] for _ in range(n)]
 
@@ -64,7 +64,10 @@ async def served_decode(path: str, levels: list[int], rounds: int, gen: int) -> 
                         tg.start_soon(one, i, rng.integers(min(300, vocab // 2), vocab, 16).tolist())
                 first, end = max(s[0] for s in stamps), max(s[-1] for s in stamps)
                 rates.append(sum(1 for s in stamps for x in s if x > first) / (end - first))
+                gaps += np.diff(stamps[0]).tolist() if n == 1 else []
             out[f"streams_{n}"] = statistics.median(rates)
+            if gaps:
+                out["itl_ms"] = statistics.median(gaps) * 1000
     return out
 
 

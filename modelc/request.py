@@ -50,7 +50,6 @@ class SamplingParams:
     n_keep: int = 0  # tokens kept at the start on a shift or truncation (-1 = the whole prompt)
     max_context: int | None = None  # this request's context limit (<= the model's)
     truncate: bool = False  # a prompt longer than the context is cut (llama.cpp's rule) instead of a 400
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> None:
@@ -112,7 +111,8 @@ class Finished:
     completion_tokens: int
     cached_tokens: int = 0
     error: str | None = None
-    queue_time_s: float | None = field(default=None, compare=False)  # time spent waiting before the scheduler first admitted it
+    # time spent waiting before the scheduler first admitted it
+    queue_time_s: float | None = field(default=None, compare=False)
 
 
 GenerateEvent = TokenEvent | Finished

@@ -1,21 +1,30 @@
-"""EngineActor: owns one Runner (weights, KV pages, sampler state) and runs its calls in a worker
-thread so the event loop stays free. Answers everything to the scheduler. No scheduling here.
+"""EngineActor: owns one Runner (weights, KV pages, sampler state) and runs it on its own worker thread, so
+the event loop stays free. Answers everything to the scheduler. No scheduling here.
 
-A forward that raises ends that batch with an error (BatchDone, engine_reset=True) and then raises
-EngineCrashed so the supervisor rebuilds the runner; the mailbox survives, so the scheduler's
-address stays valid and nothing it sent is lost.
+NOTE: the actor's loop runs on its worker thread (one `anyio.to_thread.run_sync` for the actor's life):
+it takes each message from its EngineInbox, handles it there (a forward, an embedding, an adapter swap)
+and posts the answer to the event loop without waiting, where it goes into the scheduler's mailbox (or,
+when that is full, to the actor's relay task, which waits for room: the thread never does). The scheduler plans ahead, so when a forward ends the next plan is usually in the inbox already:
+back-to-back steps need no event-loop wake-up and no thread hand-off (docs/benchmarks.md, "The step
+continuation"; docs/architecture.md, "The path of one streamed token").
+
+A forward that raises ends that batch with an error (BatchDone, engine_reset=True) and then the actor
+raises EngineCrashed so the supervisor rebuilds the runner; the mailbox survives, so the scheduler's
+address stays valid, and the plans it sent before it knew are answered `dropped` by the rebuilt actor
+(their epoch is older).
 """
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import anyio
 from anyio.abc import CapacityLimiter
-from anyio.streams.memory import MemoryObjectReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from modelc.actors.mailbox import Address
+from modelc.actors.mailbox import Address, EngineInbox, loop_poster, open_mailbox
 from modelc.actors.messages import (
     AdapterLoaded,
     AdapterUnloaded,
@@ -27,7 +36,10 @@ from modelc.actors.messages import (
     Shutdown,
     UnloadAdapter,
 )
+from modelc.engine.core import describe
 from modelc.scheduler.batch import BatchPlan, BatchResult
+
+OUTBOX = 16  # answers posted by the thread, not yet relayed: at most one per message the inbox held
 
 
 class RunnerLike(Protocol):
@@ -39,17 +51,8 @@ class RunnerLike(Protocol):
     def unload_adapter(self, name: str) -> Any: ...
 
 
-class StepContinuationError(Exception):
-    """The scheduler's step continuation raised in the engine's thread (a scheduler bug)."""
-
-
 class EngineCrashed(Exception):
     """A forward pass raised; the runner's state can no longer be trusted."""
-
-
-def describe(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class EngineActor:
@@ -57,86 +60,139 @@ class EngineActor:
         self,
         engine_id: int,
         runner: RunnerLike,
-        inbox: MemoryObjectReceiveStream,
+        inbox: EngineInbox,
         scheduler: Address,
         limiter: CapacityLimiter,
+        epoch: int = 0,
     ) -> None:
         self.engine_id = engine_id
         self.runner = runner
         self.inbox = inbox
         self.scheduler = scheduler
         self.limiter = limiter
+        self.epoch = epoch  # restarts before this runner: plans made for an older one are dropped unrun
 
     async def run(self) -> None:
-        """Serve the inbox until Shutdown or until every sender is gone; EngineCrashed on a failed forward."""
+        """Serve the inbox until Shutdown or until it is closed; EngineCrashed after a failed forward."""
+        outbox, replies = open_mailbox(OUTBOX)
+        answers = _Answers(self.scheduler, outbox.stream)
+        post = loop_poster()
+        crash: list[BaseException] = []
+        serving = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._relay, answers, replies, lambda: serving)
+
+            def reply(msg: object) -> None:  # on the worker thread: hand an answer to the loop, never waiting
+                post(answers.deliver, msg)
+
+            try:
+                await anyio.to_thread.run_sync(self._serve, reply, crash, limiter=self.limiter)
+            finally:
+                serving = False
+                post(outbox.close)  # after every answer posted before it: the relay sends them all, then ends
+        if crash:
+            raise EngineCrashed(describe(crash[0])) from crash[0]
+
+    async def _relay(self, answers: _Answers, replies: MemoryObjectReceiveStream, serving: Callable[[], bool]) -> None:
+        try:
+            await answers.relay(replies)
+        finally:
+            if serving():  # cancelled (the tree is going down) while the thread waits on the inbox: wake it
+                self.inbox.close()
+
+    # -- the worker thread ---------------------------------------------------------------------------
+
+    def _serve(self, reply: Callable[[object], None], crash: list[BaseException]) -> None:
+        """The actor's loop, on its worker thread: receive, handle, answer. Returns on Shutdown, when the inbox
+        is closed, or after a failed forward (the exception in `crash`)."""
         while True:
             try:
-                msg = await self.inbox.receive()
+                msg = self.inbox.receive()
             except anyio.EndOfStream:
                 return
             if isinstance(msg, Shutdown):
                 return
-            reply = await self._handle(msg)
-            if reply is not None:
-                await self.scheduler.send(reply)
-
-    def _steps(self, plan: BatchPlan, next_step: Any, running: list[BatchPlan]) -> BatchResult | None:
-        """Worker thread: run `plan`; with a continuation, hand each result to the scheduler right here
-        and run the plan it gives back, so a decode step costs no trip through the event loop and no
-        thread wake-up (the loop delivers the tokens meanwhile). None: every result is applied."""
-        while True:
-            running[0] = plan
-            result = self.runner.execute(plan)
-            if next_step is None:
-                return result
             try:
-                applied, nxt = next_step(self.engine_id, plan, result)
-            except Exception as exc:
-                raise StepContinuationError(describe(exc)) from exc
-            if not applied:
-                return result
-            if nxt is None:
-                return None
-            plan = nxt
+                answer = self.handle(msg)
+            except _ForwardFailed as failed:
+                reply(failed.done)
+                crash.append(failed.__cause__ or failed)
+                return
+            if answer is not None:
+                reply(answer)
 
-    async def _call(self, fn: Any, *args: Any) -> Any:
-        # abandon_on_cancel stays False: a step that is writing KV pages must finish.
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
-
-    async def _handle(self, msg: object) -> object:
+    def handle(self, msg: object) -> object | None:
+        """One message, on the worker thread; returns the answer (None: none)."""
         match msg:
-            case RunBatch(plan=plan, next_step=next_step):
-                running = [plan]  # the plan in the forward now (a chained one, once the first is applied)
-                try:
-                    result = await self._call(self._steps, plan, next_step, running)
-                except StepContinuationError:
-                    raise  # the scheduler's own code failed, not the forward: not a crashed engine
-                except Exception as exc:
-                    plan = running[0]
-                    error = f"engine {self.engine_id} failed in a forward pass: {describe(exc)}"
-                    failed = BatchResult(plan.step_id, (), error=error)
-                    await self.scheduler.send(BatchDone(self.engine_id, plan, failed, engine_reset=True))
-                    raise EngineCrashed(error) from exc
-                return None if result is None else BatchDone(self.engine_id, running[0], result)
+            case RunBatch(plan=plan, epoch=epoch):
+                return self._run_batch(plan, epoch)
             case LoadAdapter(request_id=rid, name=name, path=path, alpha=alpha, global_=global_):
-                load = (
-                    functools.partial(self.runner.load_adapter, global_=True) if global_ else self.runner.load_adapter
-                )
                 try:
-                    return AdapterLoaded(rid, self.engine_id, info=await self._call(load, name, path, alpha))
+                    info = self.runner.load_adapter(name, path, alpha, global_=global_)
                 except Exception as exc:
                     return AdapterLoaded(rid, self.engine_id, error=exc)
+                return AdapterLoaded(rid, self.engine_id, info=None if info is None else MappingProxyType(dict(info)))
             case UnloadAdapter(request_id=rid, name=name):
                 try:
-                    await self._call(self.runner.unload_adapter, name)
+                    self.runner.unload_adapter(name)
                     return AdapterUnloaded(rid, self.engine_id)
                 except Exception as exc:
                     return AdapterUnloaded(rid, self.engine_id, error=exc)
             case Embed(request_id=rid, token_id_lists=lists):
                 try:
-                    vectors = await self._call(self.runner.embed, [list(ids) for ids in lists])
+                    vectors = self.runner.embed([list(ids) for ids in lists])
                     vectors.flags.writeable = False
                     return Embedded(rid, self.engine_id, vectors)
                 except Exception as exc:
                     return Embedded(rid, self.engine_id, None, error=exc)
         raise TypeError(f"EngineActor got an unknown message {type(msg).__name__}")
+
+    def _run_batch(self, plan: BatchPlan, epoch: int) -> BatchDone:
+        if epoch != self.epoch:  # planned for the runner before a crash: its sequences recompute
+            return BatchDone(self.engine_id, plan, BatchResult(plan.step_id, ()), epoch, dropped=True)
+        try:
+            result = self.runner.execute(plan)
+        except Exception as exc:
+            error = f"engine {self.engine_id} failed in a forward pass: {describe(exc)}"
+            failed = BatchResult(plan.step_id, (), error=error)
+            raise _ForwardFailed(BatchDone(self.engine_id, plan, failed, epoch, engine_reset=True)) from exc
+        return BatchDone(self.engine_id, plan, result, epoch)
+
+
+class _ForwardFailed(Exception):
+    """Inside the worker thread: a forward raised; `done` is the BatchDone that reports it."""
+
+    def __init__(self, done: BatchDone) -> None:
+        super().__init__(done.result.error)
+        self.done = done
+
+
+class _Answers:
+    """On the loop: the engine thread's answers to the scheduler, in order. Each goes straight into the
+    scheduler's mailbox when it has room and no answer waits before it; else to the relay task, which
+    waits for room. (Dropped once the scheduler or the relay is gone: the tree is going down.)"""
+
+    def __init__(self, scheduler: Address, outbox: MemoryObjectSendStream) -> None:
+        self.scheduler, self.outbox = scheduler, outbox
+        self.relayed = 0  # answers handed to the relay and not yet in the scheduler's mailbox
+
+    def deliver(self, msg: object) -> None:
+        if not self.relayed:
+            try:
+                self.scheduler.stream.send_nowait(msg)
+                return
+            except anyio.WouldBlock:
+                pass
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return
+        self.relayed += 1
+        try:
+            self.outbox.send_nowait(msg)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+    async def relay(self, replies: MemoryObjectReceiveStream) -> None:
+        with replies:
+            async for msg in replies:
+                await self.scheduler.send(msg)
+                self.relayed -= 1

@@ -2,15 +2,14 @@
 
 Commands are verbs (AddSequence, RunBatch...), events past tense (BatchDone, AbortAcked...).
 A message that expects answers carries its reply address. Per-sequence events (TokenEmitted,
-SequenceFinished) are the scheduler's own output types, re-exported here.
+SequenceFinished) are the scheduler's own output types, re-exported here. No message carries a
+callable or any object with behaviour to run on the receiver's side (tests/actors/test_messages.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
 import numpy as np
 
@@ -110,7 +109,7 @@ class AdapterLoaded:
 
     request_id: int
     engine_id: int
-    info: Any = None  # what Runner.load_adapter returned (the first engine's)
+    info: MappingProxyType | None = None  # what Runner.load_adapter returned (the first engine's), read-only
     error: BaseException | None = None
 
 
@@ -161,23 +160,23 @@ class Shutdown:
 
 @dataclass(frozen=True, slots=True)
 class RunBatch:
-    """Sent only to an idle engine (no RunBatch, Embed or adapter job outstanding). `next_step`, when
-    set, is the scheduler's step continuation (SchedulerActor.next_step): the engine calls it in its
-    worker thread with each finished plan and runs the plan it returns, until it returns none; then
-    every result is already applied and the engine answers nothing (unless next_step declined to
-    apply the last one: then BatchDone as usual)."""
+    """Run a plan. An engine may hold several: the one running and the ones the scheduler planned ahead
+    (scheduler/scheduler.py: plans in flight); it runs them in order. `epoch` is the engine's restart count
+    the plan was made for: a rebuilt engine answers an older plan without running it."""
 
     engine_id: int
     plan: BatchPlan
-    next_step: Callable[[int, BatchPlan, BatchResult], tuple[bool, BatchPlan | None]] | None = None
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class BatchDone:
-    """The engine finished a plan. engine_reset: the forward raised, the runner is being rebuilt
-    (KV pages and per-sequence state are gone)."""
+    """The engine finished a plan (epoch: the RunBatch's). engine_reset: the forward raised, the runner is being
+    rebuilt (KV pages and per-sequence state are gone). dropped: a plan of an older epoch, not run."""
 
     engine_id: int
     plan: BatchPlan
     result: BatchResult
+    epoch: int = 0
     engine_reset: bool = False
+    dropped: bool = False

@@ -1,32 +1,30 @@
 """SchedulerActor: owns one EngineCore (a Scheduler and its BlockPool) per engine and the step loop.
 
-It runs EngineCore's step split at the forward pass: whenever an engine is idle and work exists it
-takes that engine's next plan (`core.schedule()`) and sends RunBatch; BatchDone is applied with
-`core.update()` and the events go to the request side. Aborts, adapter
-swaps, embeddings and shutdown are messages handled between steps. `handle` is synchronous and
-returns what to send; `run` only receives and delivers.
+It runs EngineCore's step split at the forward pass: it keeps each engine's next plans coming
+(`core.schedule()` -> RunBatch) and applies each BatchDone with `core.update()` (or `core.fail()` after a
+crashed forward), sending the events to the request side. Aborts, adapter swaps, embeddings and
+shutdown are messages handled between steps. `handle` is synchronous and returns what to send; `run`
+only receives and delivers. Nobody else touches its state: engines answer by mail.
+
+NOTE: async scheduling. An engine holds up to 1 + LOOKAHEAD plans: the one it runs and the ones planned
+after it before its result is known (scheduler/scheduler.py, plans in flight). So when a forward ends,
+the engine's worker thread takes the next plan from its own inbox at once: a decode step waits for no
+event-loop wake-up and no thread hand-off (on a busy machine each costs a scheduler slice, more than a
+small model's forward; docs/benchmarks.md). The loop meanwhile applies the result that came back, routes
+its tokens and plans the step after. A job that needs the engine idle (an embedding, an adapter swap,
+shutdown) stops the planning ahead until its plans are back.
 
 NOTE: this actor never waits on anyone but its own inbox, so its loop always drains it:
-- engines get a message only while idle (nothing outstanding), and their mailbox holds one;
+- an engine gets a plan only while it holds fewer than 1 + LOOKAHEAD, any other job only while idle,
+  and its mailbox holds ENGINE_MAILBOX (supervisor.py) messages;
 - request mailboxes hold max_tokens + 4, more than a sequence's events (accepted, tokens,
   finished, abort ack), and admin replies go to one-shot mailboxes that hold one;
 so every delivery here is a tell() that cannot block. See docs/architecture.md, "Actor graph (H6)".
-
-NOTE: the step continuation. A RunBatch carries `next_step`: the engine's worker thread calls it with
-each finished plan and runs the plan it returns, so back-to-back steps (a decode) never wait for the
-event loop to wake up (on a busy machine each wake-up costs a scheduler slice, more than a small
-model's forward). `next_step` is BatchDone handled in that thread: `handle` runs under `lock` on both
-sides, and every answer, from either thread, goes through one outbox that only the loop delivers, in
-the order the lock saw them. The engine still gets nothing else while it runs (it is busy); a message
-for it (Embed, an adapter job, Shutdown) ends the chain: next_step returns None and the engine reads it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -34,7 +32,7 @@ from typing import Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from modelc.actors.mailbox import Address
+from modelc.actors.mailbox import Address, EngineInbox
 from modelc.actors.messages import (
     AbortAcked,
     AbortSequence,
@@ -56,11 +54,12 @@ from modelc.actors.messages import (
 )
 from modelc.engine.core import EngineCore
 from modelc.errors import EngineError, ModelcError, NotFoundError, OverloadedError
-from modelc.scheduler.batch import BatchPlan, BatchResult
+from modelc.scheduler.batch import BatchPlan
 from modelc.scheduler.output import SeqEvent
 from modelc.scheduler.sequence import Sequence
 
-Out = tuple[Address, Any]
+Out = tuple[Address | EngineInbox, Any]
+LOOKAHEAD = 1  # plans an engine holds beyond the one it runs (vLLM's async scheduling: one)
 
 
 @dataclass(slots=True)
@@ -75,15 +74,21 @@ class _AdminJob:
 
 @dataclass(slots=True)
 class _Engine:
-    address: Address
+    address: EngineInbox
     core: EngineCore  # runs no forward itself: the EngineActor at `address` does
-    busy: bool = False  # a RunBatch, Embed or adapter job is outstanding
-    plan: BatchPlan | None = None
+    plans: deque[BatchPlan] = field(default_factory=deque)  # sent, not answered: the first one runs
+    epoch: int = 0  # the engine's restarts seen: a plan sent with an older one comes back dropped
+    dropped: int = 0  # plans sent before the last restart, still to come back (dropped unrun)
+    job: bool = False  # an Embed or adapter job is outstanding
     embeds: dict[int, Embed] = field(default_factory=dict)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.plans) or self.dropped > 0 or self.job
 
 
 class SchedulerActor:
-    def __init__(self, cores: list[EngineCore], engines: list[Address], inbox: MemoryObjectReceiveStream) -> None:
+    def __init__(self, cores: list[EngineCore], engines: list[EngineInbox], inbox: MemoryObjectReceiveStream) -> None:
         assert len(cores) == len(engines) >= 1
         self.engines = [_Engine(a, c) for a, c in zip(engines, cores, strict=True)]
         self.inbox = inbox
@@ -96,14 +101,9 @@ class SchedulerActor:
         self.stopping = False
         self.stopped = False  # Shutdown has been sent to the engines
         self.engine_restarts = 0
-        self.snapshot: MappingProxyType = MappingProxyType(self._stats())
-        self.lock = threading.Lock()  # handle() from the loop and from an engine's next_step
-        self._outbox: list[Out] = []  # answers in lock order, delivered by the loop (_flush)
-        self._flush_posted = False
-        self._post: Callable[[Callable[[], None]], None] | None = None  # run a callable on the loop, from a thread
+        self.snapshot: MappingProxyType = MappingProxyType(self._stats())  # read by AsyncEngine.stats()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
-        self._post = _loop_poster()
         task_status.started()
         try:
             with self.inbox:
@@ -112,18 +112,16 @@ class SchedulerActor:
                         msg = await self.inbox.receive()
                     except anyio.EndOfStream:
                         msg = Shutdown("every sender is gone")
-                    self._receive(msg)
+                    self._deliver(self.handle(msg))
                 # Late arrivals get an answer, then the closed inbox turns further sends into errors.
                 while True:
                     try:
                         msg = self.inbox.receive_nowait()
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                    self._receive(msg)
+                    self._deliver(self.handle(msg))
         finally:
-            with self.lock:
-                self._post = None  # no more continuations: an engine still running answers by mail
-                self._hang_up()
+            self._hang_up()
 
     def _hang_up(self) -> None:
         """Leaving for good (shutdown, or the tree is going down): close every reply address still
@@ -137,45 +135,16 @@ class SchedulerActor:
         for address in waiting:
             address.close()
 
-    def _receive(self, msg: object) -> None:
-        with self.lock:
-            self._outbox.extend(self.handle(msg))
-        self._flush()
-
-    def _flush(self) -> None:
-        """On the loop: deliver every answer queued so far, in order."""
-        with self.lock:
-            outs, self._outbox, self._flush_posted = self._outbox, [], False
-            self.snapshot = MappingProxyType(self._stats())
+    def _deliver(self, outs: list[Out]) -> None:
+        self.snapshot = MappingProxyType(self._stats())
         for address, msg in outs:
             address.tell(msg)
-
-    def next_step(self, engine_id: int, plan: BatchPlan, result: BatchResult) -> tuple[bool, BatchPlan | None]:
-        """In engine `engine_id`'s worker thread: apply its finished plan (BatchDone) and return (True,
-        the next plan it should run now or None: nothing to run, or another job for it waits in the
-        outbox). (False, None) while shutting down: the engine answers BatchDone by mail, as without."""
-        with self.lock:
-            if self.stopping or self._post is None:
-                # the loop must see the engines go idle (it sends them Shutdown), or this actor is gone
-                return False, None
-            outs = self.handle(BatchDone(engine_id, plan, result))
-            nxt = None
-            for k, (_, msg) in enumerate(outs):
-                if isinstance(msg, RunBatch) and msg.engine_id == engine_id:
-                    nxt = outs.pop(k)[1].plan
-                    break
-            self._outbox.extend(outs)
-            post = not self._flush_posted
-            self._flush_posted = True
-            poster = self._post
-        if post:
-            poster(self._flush)
-        return True, nxt
 
     # -- dispatch ------------------------------------------------------------------------------
 
     def handle(self, msg: object) -> list[Out]:
-        """React to one message; return what to send. No awaits: atomic with respect to the inbox."""
+        """React to one message; return what to send (the engines' next jobs first: an engine waiting for
+        its next plan gets it before the tokens go out). No awaits: atomic with respect to the inbox."""
         outs: list[Out] = []
         match msg:
             case AddSequence():
@@ -191,7 +160,7 @@ class SchedulerActor:
                     self.embeds.append(msg)
             case Embedded():
                 eng = self.engines[msg.engine_id]
-                eng.busy = False
+                eng.job = False
                 outs.append((eng.embeds.pop(msg.request_id).reply_to, msg))
             case LoadAdapter() | UnloadAdapter():
                 if self.stopping:
@@ -206,17 +175,19 @@ class SchedulerActor:
                 self._shutdown(outs)
             case _:
                 raise TypeError(f"SchedulerActor got an unknown message {type(msg).__name__}")
-        self._dispatch(outs)
-        return outs
+        jobs: list[Out] = []
+        self._dispatch(jobs, outs)
+        return jobs + outs
 
-    def _dispatch(self, outs: list[Out]) -> None:
-        """Give every idle engine its next job: an adapter swap (all engines at once, when all are
-        idle), an embedding, or the next step's plan."""
+    def _dispatch(self, jobs: list[Out], outs: list[Out]) -> None:
+        """Give every engine its next jobs: an adapter swap (all engines at once, when all are idle), an
+        embedding (one idle engine), or its next plans (up to 1 + LOOKAHEAD held). Into `jobs` what goes to
+        the engines, into `outs` the events the planning decided."""
         if self.stopped:
             return
         if self.stopping:
             if not any(e.busy for e in self.engines):
-                outs.extend((e.address, Shutdown()) for e in self.engines)
+                jobs.extend((e.address, Shutdown()) for e in self.engines)
                 self.stopped = True
             return
         if self.admin_job is None and self.admin:
@@ -230,24 +201,27 @@ class SchedulerActor:
                     self._route(eng.core.fail_adapter(msg.name, error), outs)
             self.admin_job = _AdminJob(msg, set(range(len(self.engines))))
             for eng in self.engines:
-                eng.busy = True
-                outs.append((eng.address, msg))
+                eng.job = True
+                jobs.append((eng.address, msg))
         if self.admin_job is not None:
             return
         for i, eng in enumerate(self.engines):
-            if eng.busy:
+            if eng.job or eng.dropped:
                 continue
-            if self.embeds:
-                job = self.embeds.popleft()
-                eng.embeds[job.request_id] = job
-                eng.busy = True
-                outs.append((eng.address, job))
+            if self.embeds:  # an embedding waits: this engine plans nothing more until it is idle
+                if not eng.plans:
+                    job = self.embeds.popleft()
+                    eng.embeds[job.request_id] = job
+                    eng.job = True
+                    jobs.append((eng.address, job))
                 continue
-            plan, events = eng.core.schedule()
-            self._route(events, outs)
-            if plan is not None:
-                eng.busy, eng.plan = True, plan
-                outs.append((eng.address, RunBatch(i, plan, self.next_step if self._post else None)))
+            while len(eng.plans) <= LOOKAHEAD:
+                plan, events = eng.core.schedule()
+                self._route(events, outs)
+                if plan is None:
+                    break
+                eng.plans.append(plan)
+                jobs.append((eng.address, RunBatch(i, plan, eng.epoch)))
 
     # -- sequences -----------------------------------------------------------------------------
 
@@ -307,19 +281,28 @@ class SchedulerActor:
 
     def _batch_done(self, msg: BatchDone, outs: list[Out]) -> None:
         eng = self.engines[msg.engine_id]
-        assert eng.plan is msg.plan, "BatchDone for a plan this engine was not running"
-        eng.busy, eng.plan = False, None
-        self._route(eng.core.update(msg.plan, msg.result), outs)
-        if msg.engine_reset:
-            eng.core.engine_reset()
-            self.engine_restarts += 1
+        if msg.dropped:  # sent before the engine's last restart; the reset already requeued its sequences
+            assert msg.epoch < eng.epoch and eng.dropped > 0
+            eng.dropped -= 1
+            return
+        assert eng.plans and eng.plans[0] is msg.plan, "BatchDone for a plan this engine was not running"
+        eng.plans.popleft()
+        if not msg.engine_reset:
+            self._route(eng.core.update(msg.plan, msg.result), outs)
+            return
+        # The forward raised: its batch fails, the runner is being rebuilt; the plans sent after it come
+        # back dropped, and every other sequence recomputes on the new runner.
+        self._route(eng.core.fail(msg.plan, msg.result.error or "the forward pass failed"), outs)
+        eng.dropped, eng.epoch = len(eng.plans), eng.epoch + 1
+        eng.plans.clear()
+        self.engine_restarts += 1
 
     # -- adapters, shutdown, stats -------------------------------------------------------------
 
     def _admin_done(self, msg: AdapterLoaded | AdapterUnloaded, outs: list[Out]) -> None:
         job = self.admin_job
         assert job is not None and job.msg.request_id == msg.request_id
-        self.engines[msg.engine_id].busy = False
+        self.engines[msg.engine_id].job = False
         job.pending.discard(msg.engine_id)
         if msg.engine_id == 0 and isinstance(msg, AdapterLoaded):
             job.info = msg.info
@@ -358,17 +341,6 @@ class SchedulerActor:
         total["engines"] = len(self.engines)
         total["engine_restarts"] = self.engine_restarts
         return total
-
-
-def _loop_poster() -> Callable[[Callable[[], None]], None]:
-    """A function that runs a callable soon on this event loop, called from any thread without waiting
-    (anyio.from_thread waits for the result; the engine's thread must not)."""
-    try:
-        return asyncio.get_running_loop().call_soon_threadsafe
-    except RuntimeError:  # no asyncio loop: trio (the actor core's tests run under it)
-        import trio  # lazy: only under trio, a test dependency
-
-        return trio.lowlevel.current_trio_token().run_sync_soon
 
 
 def _stopping() -> ModelcError:

@@ -11,18 +11,17 @@ from collections.abc import Callable
 
 import anyio
 from anyio.abc import CapacityLimiter, TaskStatus
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from modelc.actors.engine import EngineActor, EngineCrashed, RunnerLike
-from modelc.actors.mailbox import Address, open_mailbox
-from modelc.actors.scheduler import SchedulerActor
+from modelc.actors.mailbox import Address, EngineInbox, open_mailbox
+from modelc.actors.scheduler import LOOKAHEAD, SchedulerActor
 from modelc.cache.block_pool import BlockPool
 from modelc.config import EngineConfig
 from modelc.engine.core import EngineCore
 from modelc.scheduler.scheduler import Scheduler
 
 SCHEDULER_MAILBOX = 64  # requests wait (backpressure) when it is full; the scheduler never does
-ENGINE_MAILBOX = 1  # the scheduler sends an engine one job at a time, only when it is idle
+ENGINE_MAILBOX = 1 + LOOKAHEAD  # the plans an engine holds (the one it runs, LOOKAHEAD ahead) or one other job
 
 RunnerFactory = Callable[[int], RunnerLike]  # engine id -> a fresh runner
 
@@ -30,7 +29,7 @@ RunnerFactory = Callable[[int], RunnerLike]  # engine id -> a fresh runner
 async def supervise_engine(
     engine_id: int,
     make_runner: RunnerFactory,
-    inbox: MemoryObjectReceiveStream,
+    inbox: EngineInbox,
     scheduler: Address,
     limiter: CapacityLimiter,
     max_restarts: int,
@@ -41,10 +40,10 @@ async def supervise_engine(
     runner = await anyio.to_thread.run_sync(make_runner, engine_id, limiter=limiter)
     task_status.started(runner.num_kv_blocks)
     restarts = 0
-    with inbox:
+    try:
         while True:
             try:
-                await EngineActor(engine_id, runner, inbox, scheduler, limiter).run()
+                await EngineActor(engine_id, runner, inbox, scheduler, limiter, epoch=restarts).run()
                 return
             except EngineCrashed:
                 restarts += 1
@@ -54,6 +53,8 @@ async def supervise_engine(
                 if fresh.num_kv_blocks != runner.num_kv_blocks:
                     raise RuntimeError(f"engine {engine_id} came back with a different KV size") from None
                 runner = fresh
+    finally:
+        inbox.close()
 
 
 class Supervisor:
@@ -67,10 +68,10 @@ class Supervisor:
     async def run(self, *, task_status: TaskStatus[Address] = anyio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         sched_address, sched_inbox = open_mailbox(SCHEDULER_MAILBOX)
-        engine_boxes = [open_mailbox(ENGINE_MAILBOX) for _ in range(cfg.engines)]
+        engine_boxes = [EngineInbox(ENGINE_MAILBOX) for _ in range(cfg.engines)]
         async with anyio.create_task_group() as tg:
             pools = []
-            for i, (_, inbox) in enumerate(engine_boxes):
+            for i, inbox in enumerate(engine_boxes):
                 num_blocks = await tg.start(
                     supervise_engine,
                     i,
@@ -84,6 +85,6 @@ class Supervisor:
                     BlockPool(num_blocks, cfg.cache.block_size, enable_prefix_caching=cfg.cache.enable_prefix_caching)
                 )
             cores = [EngineCore(Scheduler(cfg.scheduler, pool)) for pool in pools]
-            self.scheduler_actor = SchedulerActor(cores, [addr for addr, _ in engine_boxes], sched_inbox)
+            self.scheduler_actor = SchedulerActor(cores, engine_boxes, sched_inbox)
             await tg.start(self.scheduler_actor.run)
             task_status.started(sched_address)

@@ -199,7 +199,7 @@ class AsyncEngine:
         )
         _raise(reply.error, f"loading adapter {name!r} failed")
         self._adapters[name] = bool(global_)
-        return reply.info
+        return None if reply.info is None else dict(reply.info)
 
     async def unload_adapter(self, name: str) -> None:
         rid = next(self._request_ids)

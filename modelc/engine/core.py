@@ -1,10 +1,10 @@
 """EngineCore: one engine's step, schedule -> execute -> update (nano-vllm's LLMEngine.step, vLLM's
-EngineCore.step), around one Scheduler and one Runner.
+EngineCore.step), around one Scheduler and one Runner, and its one failure path.
 
 `step()` runs the whole step in the calling thread: the sync Engine (api/engine.py), `modelc bench` and
-tests drive a model with it. The actor shell (actors/scheduler.py) runs the same step split at the
-forward pass, which an EngineActor runs on a worker thread: `schedule()` before it, `update()` after.
-Synchronous; owns no thread and no I/O.
+tests drive a model with it. The actor shell (actors/scheduler.py) runs the same pieces with the forward
+on an EngineActor: `schedule()` before it (also while earlier plans are still running: async scheduling,
+scheduler/scheduler.py), `update()` after, `fail()` when it raised. Synchronous; owns no thread, no I/O.
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ class RunnerLike(Protocol):
     num_kv_blocks: int
 
     def execute(self, plan: BatchPlan) -> BatchResult: ...
+
+
+def describe(exc: BaseException) -> str:
+    """An exception as one line: `Type: first line of its message`."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class EngineCore:
@@ -48,21 +54,32 @@ class EngineCore:
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
+    @property
+    def num_in_flight(self) -> int:
+        """Plans scheduled and not yet updated (or failed)."""
+        return self.scheduler.num_in_flight
+
     # -- the step ----------------------------------------------------------------------------------
 
     def schedule(self) -> tuple[BatchPlan | None, list[SeqEvent]]:
-        """The first half of a step: the plan to run (None: nothing to compute) and the events the
-        scheduler decided meanwhile (a sequence that outgrew the pool)."""
-        plan = self.scheduler.schedule()
-        return plan, self.scheduler.take_events()
+        """The first half of a step: the plan to run (None: nothing to compute now) and the sequences the
+        scheduler ended meanwhile (one that outgrew the pool). With plans in flight, the plan after them."""
+        return self.scheduler.schedule()
 
     def update(self, plan: BatchPlan, result: BatchResult) -> list[SeqEvent]:
         """The second half: apply the engine's result (tokens, stop rules, finished sequences)."""
         return self.scheduler.update(plan, result)
 
+    def fail(self, plan: BatchPlan, error: str) -> list[SeqEvent]:
+        """The forward of `plan` (the oldest in flight) raised: its sequences end with `error` (their blocks go
+        back, nothing of the step enters the prefix cache), and the engine's pages and sampler states are gone
+        (its runner is rebuilt): the plans after it are dropped and every other sequence recomputes."""
+        events = self.update(plan, BatchResult(plan.step_id, (), error=error))
+        return events + self.scheduler.reset_engine_state()
+
     def step(self) -> list[SeqEvent]:
-        """One whole step in this thread: schedule, run the forward, update. [] when idle. An exception
-        from the forward propagates, after the sequences of its batch are failed."""
+        """One whole step in this thread: schedule, run the forward, update. [] when idle. An exception from
+        the forward propagates, after fail() (the actors' failure path: its batch fails, the rest recomputes)."""
         assert self.runner is not None, "step() needs a runner; an actor shell runs the halves"
         plan, events = self.schedule()
         if plan is None:
@@ -71,10 +88,7 @@ class EngineCore:
         try:
             result = self.runner.execute(plan)
         except Exception as exc:
-            # The forward failed (a kernel raised): its sequences end with an error (their blocks go back,
-            # nothing of this step enters the prefix cache) and the caller sees the exception. The actor
-            # shell instead rebuilds the runner and has every other sequence recompute (actors/).
-            self.update(plan, BatchResult(plan.step_id, (), error=f"{type(exc).__name__}: {exc}"))
+            self.fail(plan, describe(exc))
             raise
         return events + self.update(plan, result)
 
@@ -85,10 +99,6 @@ class EngineCore:
         plan = self.scheduler.release_plan()
         if plan is not None:
             self.runner.execute(plan)
-
-    def engine_reset(self) -> None:
-        """The engine lost its state (a crashed forward, rebuilt): recompute every running sequence."""
-        self.scheduler.reset_engine_state()
 
     # -- what the shell asks -------------------------------------------------------------------------
 

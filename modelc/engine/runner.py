@@ -44,6 +44,7 @@ class SeqState:
     history: list[int] | None = None  # tokens at positions 0.. (kept only with a draft model)
     draft_pos: int = 0  # positions whose draft-model KV is valid
     block_table: np.ndarray | None = None  # the latest one seen (the mixed KV cache frees its hot pages)
+    last_token: int | None = None  # the token sampled last: a placeholder chunk's input (async scheduling)
 
 
 class Runner:
@@ -71,7 +72,9 @@ class Runner:
         self.states: dict[int, SeqState] = {}
         self.adapters: dict[str, LoraAdapter] = {}
         self.global_adapter: str | None = None
-        self.eos_ids = info.eos_ids if info is not None else eos_ids(dict(getattr(source, "special_tokens", None) or {}))
+        self.eos_ids = (
+            info.eos_ids if info is not None else eos_ids(dict(getattr(source, "special_tokens", None) or {}))
+        )
 
     def rebuild_on_numba(self) -> None:
         """Rebuild the model (and the draft model) on the plain numba KernelSet. A start that served on the
@@ -161,13 +164,19 @@ class Runner:
             return None
         return self.info.compile(params.constraint).matcher()
 
-    def _state(self, c: SeqChunk) -> SeqState:
+    def _state(self, c: SeqChunk) -> tuple[SeqState, np.ndarray]:
+        """The sequence's state and the chunk's input ids: a placeholder becomes the token sampled last."""
         st = self.states.get(c.seq_id)
         if st is None or c.is_new:
             st = SeqState(
                 c.seq_id, c.params, c.prompt_len, SeqSamplerState.create(c.params, (), self._matcher(c.params))
             )
             self.states[c.seq_id] = st
+        ids = c.token_ids
+        if c.placeholder:
+            if st.last_token is None:
+                raise EngineError(f"sequence {c.seq_id}: a placeholder chunk with no token sampled before it")
+            ids = np.array([st.last_token], np.int32)  # (1,)
         # prompt tokens feed repetition_penalty; output tokens were recorded when sampled
         # (a recompute after preemption sends them again: they must not count twice)
         n_prompt = max(0, min(len(c.token_ids), c.prompt_len - c.start_pos))
@@ -180,9 +189,9 @@ class Runner:
                 st.history = []
             if len(st.history) >= c.start_pos:  # else a gap (cannot happen): this sequence never drafts
                 del st.history[c.start_pos :]
-                st.history.extend(c.token_ids[: len(c.token_ids) - c.num_draft].tolist())
+                st.history.extend(ids[: len(ids) - c.num_draft].tolist())
             st.draft_pos = min(st.draft_pos, c.start_pos)
-        return st
+        return st, ids
 
     def _adapter(self, params: SamplingParams) -> LoraAdapter | None:
         name = params.adapter if params.adapter is not None else self.global_adapter
@@ -194,12 +203,12 @@ class Runner:
         return ad
 
     def _step(self, chunks: tuple[SeqChunk, ...]) -> tuple[SampledToken, ...]:
-        states = [self._state(c) for c in chunks]
+        states, inputs = zip(*(self._state(c) for c in chunks), strict=True)
         proposals = self._propose(chunks, states)  # chunk index -> (drafted tokens, draft distributions)
         seqs, rows, plain_idx, spec_idx, groups = [], [], [], [], {}
         row = 0
         for i, c in enumerate(chunks):
-            ids = c.token_ids
+            ids = inputs[i]
             if i in proposals:
                 ids = np.concatenate([ids, np.asarray(proposals[i][0], np.int32)])
             n = len(ids)
@@ -221,7 +230,8 @@ class Runner:
             if c.sample and num_draft:
                 spec_idx.append((i, len(rows), num_draft))
                 rows.extend(range(row + n - num_draft - 1, row + n))  # the last known token and each draft
-            elif c.sample:
+            elif c.sample and not (c.placeholder and _grammar_done(states[i])):
+                # (a grammar that ended with the token before: the sequence has ended, nothing to sample)
                 plain_idx.append((i, len(rows)))
                 rows.append(row + n - 1)
             row += n
@@ -253,6 +263,7 @@ class Runner:
             emitted = verify(logits[r : r + k + 1], drafts, q, st.sampler, c.params, c.num_output_tokens, self.eos_ids)
             for e in emitted:
                 tokens.append(SampledToken(c.seq_id, e.token_id, e.logprob, e.top_logprobs))
+            st.last_token = emitted[-1].token_id
             accepted = len(emitted) - 1
             if st.history is not None:
                 real = c.start_pos + len(c.token_ids) - c.num_draft
@@ -261,7 +272,7 @@ class Runner:
                 st.draft_pos = min(st.draft_pos, real + accepted)
         return tuple(tokens)
 
-    def _propose(self, chunks: tuple[SeqChunk, ...], states: list[SeqState]) -> dict[int, tuple[list[int], Any]]:
+    def _propose(self, chunks: tuple[SeqChunk, ...], states: tuple[SeqState, ...]) -> dict[int, tuple[list[int], Any]]:
         """Run the draft model for every chunk that asks for draft_k tokens."""
         want = [i for i, c in enumerate(chunks) if c.draft_k > 0 and c.sample]
         if not want:
@@ -290,6 +301,7 @@ class Runner:
         for i, (c, st) in enumerate(zip(chunks, states, strict=True)):
             tok = int(out.token_ids[i])
             st.sampler.append(tok)
+            st.last_token = tok
             m = st.sampler.matcher
             done = m is not None and m.is_stopped()
             tokens.append(SampledToken(c.seq_id, tok, float(out.logprobs[i]), out.top_logprobs[i], done))
@@ -414,6 +426,11 @@ class Runner:
         if name is not None and name not in self.adapters:
             raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
         self.global_adapter = name
+
+
+def _grammar_done(st: SeqState) -> bool:
+    m = st.sampler.matcher
+    return m is not None and m.is_stopped()
 
 
 def _one_weight_per_type(model: Any) -> list[Any]:

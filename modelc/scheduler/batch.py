@@ -6,6 +6,10 @@ slots given by its block table (slot = block_table[pos // block_size] * block_si
 pos % block_size). When `sample` is set the chunk ends at the sequence's last known
 token and the engine samples the next one (with speculation: the last known token plus the drafts,
 and the engine returns every accepted draft plus one more token).
+
+NOTE: a plan made while an earlier one is still running (async scheduling) cannot know the token that
+plan samples for a decoding sequence. Its chunk then has one token, PLACEHOLDER, and `placeholder` set:
+the engine, which runs plans in order, puts there the token it sampled for that sequence last.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from modelc.request import SamplingParams
+
+PLACEHOLDER = -1  # a token id no vocabulary has: an engine that did not fill it in refuses the chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +43,8 @@ class SeqChunk:
     draft_k: int = 0
     # tokens [0, start_pos) for the engine's draft model: on a sequence's first chunk, and after a context shift
     context_ids: np.ndarray | None = None
+    # token_ids is (PLACEHOLDER,): the token this engine sampled for the sequence in the plan before
+    placeholder: bool = False
 
 
 @dataclass(frozen=True, slots=True)

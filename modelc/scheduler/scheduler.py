@@ -1,5 +1,7 @@
 """Scheduler: continuous batching for one engine. add/abort sequences, schedule() a BatchPlan,
 update() it with the engine's BatchResult. Synchronous: no awaits, no threads, no numpy maths.
+Over 500 lines: admission, preemption, context shift, speculation and plans in flight all read and
+move the same per-sequence counters, in one order per step; split apart they would pass them around.
 
 NOTE: the one rule (vLLM v1). Every sequence has num_tokens and num_computed_tokens; a step gives
 each sequence some of the difference under a token budget. Running sequences go first (oldest
@@ -7,8 +9,19 @@ first: a decode is one token, a chunked prefill gets what budget is left), then 
 are admitted in (priority, arrival) order, their prompt discounted by the prefix-cache hit. When
 the pool runs out of blocks the newest running sequence is preempted: its blocks are freed and it
 goes back to the waiting queue to recompute prompt + generated tokens (the engine keeps its sampler
-state, so is_new stays False). A step that preempted admits nobody. One plan is in flight at a
-time: schedule() -> engine -> update(plan, result) -> schedule() ...
+state, so is_new stays False). A step that preempted admits nobody.
+
+NOTE: plans in flight (async scheduling, vLLM v1's). schedule() may be called again before the plan it
+returned is updated, so the engine finds its next plan waiting when a forward ends; updates come in
+plan order. A sequence in a plan in flight counts those tokens (num_inflight_tokens) and the tokens that
+plan will sample (num_placeholders: unknown until it comes back). The rule stays one rule over
+num_tokens + num_placeholders and num_computed_tokens + num_inflight_tokens: a decoding sequence gets a
+one-token chunk whose token is the engine's own last sample (SeqChunk.placeholder). While a plan is in
+flight nothing is preempted or context-shifted (its sequences' blocks are in use), a sequence whose
+plan in flight ends it for sure (max_tokens, the context limit) or carries drafts (how many it keeps is
+unknown) waits for that plan's update, and a sequence that ends at an update (EOS, a stop token, an
+abort) has its chunks in later plans dropped: the work is wasted, never wrong, since an engine runs
+plans in order and the blocks it freed are reused only by later plans.
 """
 
 from __future__ import annotations
@@ -16,6 +29,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
+from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,11 +38,11 @@ from modelc.cache.block_pool import BlockPool
 from modelc.config import SchedulerConfig
 from modelc.errors import InvalidRequestError, OverloadedError
 from modelc.request import Finished
-from modelc.scheduler.batch import BatchPlan, BatchResult, KVShift, SampledToken, SeqChunk
+from modelc.scheduler.batch import PLACEHOLDER, BatchPlan, BatchResult, KVShift, SampledToken, SeqChunk
 from modelc.scheduler.context_shift import context_limit, plan_shift, resolve_keep, truncate_prompt
 from modelc.scheduler.output import SeqEvent, SequenceFinished, TokenEmitted
 from modelc.scheduler.sequence import FINISH_REASONS, Sequence, SequenceStatus
-from modelc.scheduler.speculation import SpecStats, plan_draft
+from modelc.scheduler.speculation import SpecStats, plan_draft, speculates
 
 S = SequenceStatus
 
@@ -36,6 +51,24 @@ def _frozen_i32(values: list[int]) -> np.ndarray:
     arr = np.array(values, dtype=np.int32)
     arr.flags.writeable = False
     return arr
+
+
+class _MustDrain(Exception):
+    """schedule() with plans in flight met what only a schedule with none in flight may do: a preemption
+    or a context shift. It plans nothing, so the engine drains and the next schedule() does it."""
+
+
+@dataclass(slots=True)
+class _Flight:
+    """A plan sent to the engine and not yet updated."""
+
+    plan: BatchPlan
+    spec: dict[int, tuple[int, list[int] | None]]  # seq id -> (k, prompt-lookup drafts) of its chunk
+
+
+def _plain_sample(chunk: SeqChunk) -> bool:
+    """The chunk samples exactly one token (no drafts to verify): one placeholder while in flight."""
+    return chunk.sample and not chunk.num_draft and not chunk.draft_k
 
 
 class Scheduler:
@@ -49,11 +82,10 @@ class Scheduler:
         self._seqs: dict[int, Sequence] = {}
         self._arrivals = itertools.count()
         self._step_ids = itertools.count()
-        self._in_flight: BatchPlan | None = None
-        self._scheduled: dict[int, int] = {}  # seq id -> tokens in the plan in flight
+        self._flights: deque[_Flight] = deque()  # plans in flight, oldest first (updated in this order)
         self._freed: list[int] = []  # ended sequences the engine still holds state for
-        self._pending_events: list[SeqEvent] = []  # ends decided inside schedule()
-        self._spec: dict[int, tuple[int, list[int] | None]] = {}  # seq id -> (k, prompt-lookup drafts) in flight
+        self._events: list[SeqEvent] = []  # ends decided inside the schedule() running now
+        self._spec: dict[int, tuple[int, list[int] | None]] = {}  # seq id -> (k, prompt-lookup drafts) this plan
         self.spec_stats = SpecStats()
         self.num_preemptions = 0
         self.num_context_shifts = 0
@@ -96,23 +128,23 @@ class Scheduler:
         return seq_id in self._seqs
 
     def abort(self, seq_id: int) -> list[SeqEvent]:
-        """End a sequence now, or at update() when it is in the plan in flight (then [] now)."""
+        """End a sequence now, or at the update of the first plan in flight holding it (then [] now)."""
         seq = self._seqs.get(seq_id)
         if seq is None:
             return []
-        if seq_id in self._scheduled:
+        if seq.num_inflight_tokens:
             seq.abort_requested = True
             return []
         return [SequenceFinished(seq_id, self._finish(seq, S.FINISHED_ABORTED))]
 
     def fail_adapter(self, adapter: str, error: str) -> list[SeqEvent]:
         """End every sequence using `adapter` with an error (it is being unloaded). Between steps only."""
-        assert self._in_flight is None
+        assert not self._flights
         doomed = [seq for seq in self._seqs.values() if seq.adapter == adapter]
         return [SequenceFinished(s.seq_id, self._finish(s, S.FINISHED_ERROR, error)) for s in doomed]
 
     def abort_all(self) -> list[SeqEvent]:
-        """Shutdown: end every sequence not in the plan in flight (those end at its update)."""
+        """Shutdown: end every sequence not in a plan in flight (those end at its update)."""
         return [ev for seq_id in list(self._seqs) for ev in self.abort(seq_id)]
 
     def queue_full(self) -> bool:
@@ -138,56 +170,93 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     @property
-    def in_flight(self) -> bool:
-        return self._in_flight is not None
+    def num_in_flight(self) -> int:
+        """Plans returned by schedule() and not yet updated."""
+        return len(self._flights)
 
-    def schedule(self) -> BatchPlan | None:
-        """The next step's plan, or None when there is nothing to compute."""
-        assert self._in_flight is None, "schedule() while a plan is in flight"
+    def schedule(self) -> tuple[BatchPlan | None, list[SeqEvent]]:
+        """The next step's plan (None: nothing to compute now) and the sequences this decided to end (one
+        that outgrew the pool or its context). With plans in flight, the plan that follows them."""
         scheduled: dict[int, int] = {}
-        budget, preempted = self._schedule_running(scheduled, self.config.max_batch_tokens)
+        try:
+            budget, preempted = self._schedule_running(scheduled, self.config.max_batch_tokens, bool(self._flights))
+        except _MustDrain:  # no plan until the ones in flight are updated; the blocks appended meanwhile stay
+            scheduled.clear()
+            preempted = True
         if not preempted:
             self._schedule_waiting(scheduled, budget)
+        events, self._events = self._events, []
         if not scheduled:
             self._shifts.clear()
-            return None
+            self._spec = {}
+            return None, events
         plan = self._build_plan(scheduled)
-        self._check_invariants(plan, scheduled)
-        self._in_flight, self._scheduled = plan, scheduled
-        return plan
+        self._flights.append(_Flight(plan, self._spec))
+        self._spec = {}
+        self._check_invariants(plan)
+        return plan, events
 
     def release_plan(self) -> BatchPlan | None:
         """Between steps with nothing to compute: a plan without chunks that tells the engine which ended
         sequences to forget (else the next plan carries them), or None when there are none."""
-        assert self._in_flight is None
+        assert not self._flights
         if not self._freed:
             return None
         freed, self._freed = tuple(self._freed), []
         return BatchPlan(step_id=next(self._step_ids), chunks=(), freed_seq_ids=freed)
 
-    def _schedule_running(self, scheduled: dict[int, int], budget: int) -> tuple[int, bool]:
+    @staticmethod
+    def _remaining(seq: Sequence) -> int:
+        """Tokens of `seq` in no plan yet (placeholders included: one rule with plans in flight)."""
+        return seq.num_tokens + seq.num_placeholders - seq.num_computed_tokens - seq.num_inflight_tokens
+
+    def _waits_for_update(self, seq: Sequence) -> bool:
+        """A sequence in a plan in flight that the next plan cannot take: it has nothing left, or that plan
+        may change what comes next in a way only its update tells (see the NOTE on plans in flight)."""
+        if seq.abort_requested or self._remaining(seq) <= 0 or any(seq.seq_id in f.spec for f in self._flights):
+            return True
+        if not seq.num_placeholders:
+            return False  # a chunked prefill: its next chunk is known
+        if seq.num_output_tokens + seq.num_placeholders >= seq.params.max_tokens:
+            return True  # its last token is in flight
+        if speculates(seq, self.config) and seq.spec.skip == 0:
+            return True  # its next step drafts, after the last known token
+        return seq.num_tokens + seq.num_placeholders >= self._limit(seq)  # it ends or shifts at the limit
+
+    def _schedule_running(self, scheduled: dict[int, int], budget: int, ahead: bool) -> tuple[int, bool]:
+        """Running sequences first. ahead: plans are in flight, so nothing is preempted or shifted."""
         preempted = False
         # Drafts only use the budget left after every running sequence's own tokens, in small steps.
-        own = sum(s.num_tokens - s.num_computed_tokens for s in self.running)
+        own = sum(self._remaining(s) for s in self.running)
         spare = min(budget, self.config.spec_max_step_tokens) - own
         # ...shared fairly: a few drafts for every decoding sequence beat many for the first ones
-        decoders = sum(1 for s in self.running if s.num_tokens - s.num_computed_tokens == 1)
+        decoders = sum(1 for s in self.running if self._remaining(s) == 1)
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            if self._shifting(seq) and seq.num_tokens >= self._limit(seq) and not self._shift(seq):
-                self._pending_events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_LENGTH)))
+            if seq.num_inflight_tokens and self._waits_for_update(seq):
+                i += 1
                 continue
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if not seq.num_inflight_tokens and self._shifting(seq) and seq.num_tokens >= self._limit(seq):
+                if ahead:
+                    raise _MustDrain  # a shift moves its blocks
+                if not self._shift(seq):
+                    self._events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_LENGTH)))
+                    continue
+            n = min(self._remaining(seq), budget)
             assert n > 0, f"running sequence {seq.seq_id} has nothing to compute"
-            need = seq.num_computed_tokens + n
+            need = seq.num_computed_tokens + seq.num_inflight_tokens + n
             if need > self.pool.num_blocks * self.pool.block_size:
                 finish = self._finish(seq, S.FINISHED_LENGTH)  # can never fit, even alone
-                self._pending_events.append(SequenceFinished(seq.seq_id, finish))
+                self._events.append(SequenceFinished(seq.seq_id, finish))
                 continue
             k, drafts = 0, None
-            if seq.num_tokens - need == 0:
-                k, drafts = self._draft(seq, min(spare // max(decoders, 1), budget - n))
+            if seq.num_tokens + seq.num_placeholders == need:  # a decode
+                if not seq.num_placeholders:  # drafts follow the last known token
+                    k, drafts = self._draft(seq, min(spare // max(decoders, 1), budget - n))
+                elif speculates(seq, self.config):  # behind a placeholder: one of its back-off's plain steps
+                    assert seq.spec.skip > 0
+                    seq.spec.skip -= 1
                 decoders -= 1
             if k > 0 and self.pool.append(seq, need + k):
                 self._spec[seq.seq_id] = (k, drafts)
@@ -196,6 +265,8 @@ class Scheduler:
                 spare -= k
                 i += 1
                 continue
+            if ahead and not self.pool.append(seq, need):
+                raise _MustDrain  # a preemption: the sequences of the plans in flight use their blocks
             while not self.pool.append(seq, need):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -217,7 +288,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
             if self._shifting(seq) and seq.num_tokens >= self._limit(seq) and not self._shift(seq):  # preempted
-                self._pending_events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_LENGTH)))
+                self._events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_LENGTH)))
                 continue
             computed, num_hit = self.pool.get_computed_blocks(seq)
             n = min(seq.num_tokens - num_hit, budget)
@@ -265,6 +336,7 @@ class Scheduler:
         return True
 
     def _preempt(self, seq: Sequence) -> None:
+        assert not seq.num_inflight_tokens, "preempting a sequence whose blocks a plan in flight uses"
         self.running.remove(seq)
         self.pool.free(seq.seq_id)
         seq.status = S.WAITING
@@ -278,19 +350,24 @@ class Scheduler:
         chunks = []
         for seq_id, n in scheduled.items():
             seq = self._seqs[seq_id]
-            start = seq.num_computed_tokens
+            start = seq.num_computed_tokens + seq.num_inflight_tokens
             k, drafts = self._spec.get(seq_id, (0, None))
             n -= k
+            known = seq.token_ids[start : start + n]
+            placeholder = len(known) < n  # the token a plan in flight samples: a decode of one token
+            assert not placeholder or (n == 1 and seq.num_placeholders and not drafts)
+            ids = [PLACEHOLDER] if placeholder else known + (drafts or [])
+            sample = start + n == seq.num_tokens + seq.num_placeholders
             chunks.append(
                 SeqChunk(
                     seq_id=seq_id,
-                    token_ids=_frozen_i32(seq.token_ids[start : start + n] + (drafts or [])),  # (n + drafts,)
+                    token_ids=_frozen_i32(ids),  # (n + drafts,)
                     start_pos=start,
                     block_table=self._table_array(seq),  # (num_blocks,)
-                    sample=start + n == seq.num_tokens,
+                    sample=sample,
                     params=seq.params,
                     prompt_len=max(0, seq.num_tokens - seq.num_output_tokens),  # prompt tokens still in context
-                    num_output_tokens=seq.num_output_tokens,
+                    num_output_tokens=seq.num_output_tokens + seq.num_placeholders,
                     is_new=not seq.engine_has_state,
                     num_draft=len(drafts) if drafts else 0,
                     draft_k=k if drafts is None else 0,
@@ -301,10 +378,13 @@ class Scheduler:
                         and self.config.speculative == "draft"
                         else None
                     ),
+                    placeholder=placeholder,
                 )
             )
             seq.engine_has_state = True
             seq.draft_context = False
+            seq.num_inflight_tokens += n
+            seq.num_placeholders += _plain_sample(chunks[-1])
         freed, self._freed = tuple(self._freed), []
         # a sequence preempted after its shift recomputes instead: its moved pages may be another's now
         shifts = tuple(s for s in self._shifts if s.seq_id in scheduled)
@@ -319,15 +399,17 @@ class Scheduler:
             seq.table_array = _frozen_i32(table)
         return seq.table_array
 
-    def _check_invariants(self, plan: BatchPlan, scheduled: dict[int, int]) -> None:
+    def _check_invariants(self, plan: BatchPlan) -> None:
+        """After schedule() appended `plan` to the plans in flight."""
         assert plan.num_tokens <= self.config.max_batch_tokens, "token budget exceeded"
         assert len(self.running) <= self.config.max_num_seqs, "too many running sequences"
         assert self.pool.num_free_blocks + self.pool.num_used_blocks == self.pool.num_blocks
+        spec = self._flights[-1].spec
         for seq in self.running:
             assert seq.status is S.RUNNING
-            assert self.pool.has_blocks(seq.seq_id, seq.num_computed_tokens + scheduled.get(seq.seq_id, 0)), (
-                f"running sequence {seq.seq_id} lacks blocks"
-            )
+            assert 0 <= seq.num_placeholders <= len(self._flights) and seq.num_inflight_tokens >= 0
+            in_use = seq.num_computed_tokens + seq.num_inflight_tokens + spec.get(seq.seq_id, (0, None))[0]
+            assert self.pool.has_blocks(seq.seq_id, in_use), f"running sequence {seq.seq_id} lacks blocks"
         for seq in self.waiting:
             assert seq.status is S.WAITING and not self.pool.block_table(seq.seq_id)
         if self.debug:
@@ -336,21 +418,28 @@ class Scheduler:
     # -- results -------------------------------------------------------------------------------
 
     def update(self, plan: BatchPlan, result: BatchResult) -> list[SeqEvent]:
-        """Apply the engine's result: advance, append tokens, apply stop rules, free finished."""
-        assert plan is self._in_flight and result.step_id == plan.step_id, "result for another plan"
-        self._in_flight, self._scheduled, self._spec = None, {}, {}
-        events, self._pending_events = self._pending_events, []
+        """Apply the engine's result for the oldest plan in flight: advance, append tokens, apply stop rules,
+        free finished. A sequence that ended while this plan was in flight has its chunk dropped."""
+        assert self._flights and plan is self._flights[0].plan, "result for another plan"
+        assert result.step_id == plan.step_id, "result for another plan"
+        self._flights.popleft()
+        events: list[SeqEvent] = []
+        live = []
+        for chunk in plan.chunks:
+            seq = self._seqs.get(chunk.seq_id)
+            if seq is None:
+                continue  # it ended (a stop, an abort) at an earlier update: this step's work for it is dropped
+            seq.num_inflight_tokens -= len(chunk.token_ids) - chunk.num_draft
+            seq.num_placeholders -= _plain_sample(chunk)
+            live.append((seq, chunk))
         if result.error is not None:
-            for chunk in plan.chunks:
-                seq = self._seqs.get(chunk.seq_id)
-                if seq is not None:
-                    events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ERROR, result.error)))
+            for seq, _ in live:
+                events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ERROR, result.error)))
             return events
         sampled: dict[int, list[SampledToken]] = {}
         for t in result.tokens:
             sampled.setdefault(t.seq_id, []).append(t)
-        for chunk in plan.chunks:
-            seq = self._seqs[chunk.seq_id]
+        for seq, chunk in live:
             if chunk.num_draft or chunk.draft_k:  # verified drafts: nothing past the accepted ones is kept
                 if seq.abort_requested:
                     events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ABORTED)))
@@ -392,11 +481,6 @@ class Scheduler:
         self.pool.cache_blocks(seq, computed)
         self.pool.truncate(seq.seq_id, computed)
         seq.table_array = None
-        return events
-
-    def take_events(self) -> list[SeqEvent]:
-        """Events produced outside update() (a sequence that outgrew the pool in schedule())."""
-        events, self._pending_events = self._pending_events, []
         return events
 
     def _append_token(self, seq: Sequence, token: SampledToken) -> TokenEmitted:
@@ -442,15 +526,27 @@ class Scheduler:
 
     # -- engine restarts, stats ----------------------------------------------------------------
 
-    def reset_engine_state(self) -> None:
-        """The engine lost its KV pages and per-sequence state: recompute everything from scratch."""
-        assert self._in_flight is None
+    def reset_engine_state(self) -> list[SeqEvent]:
+        """The engine lost its KV pages and per-sequence state (it was rebuilt, and drops the plans still in
+        flight unrun): recompute everything from scratch. Returns the ends of sequences whose abort waited
+        for those plans."""
+        events = []
+        for flight in self._flights:
+            for chunk in flight.plan.chunks:
+                seq = self._seqs.get(chunk.seq_id)
+                if seq is None:
+                    continue
+                seq.num_inflight_tokens, seq.num_placeholders = 0, 0
+                if seq.abort_requested:
+                    events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ABORTED)))
+        self._flights.clear()
         for seq in list(self.running):
             self._preempt(seq)
         for seq in self.waiting:
             seq.engine_has_state = False
         self._freed.clear()
         self.pool.reset_prefix_cache()
+        return events
 
     def stats(self) -> dict[str, int]:
         pool = self.pool.stats()

@@ -52,7 +52,11 @@ class Sequence:
     num_preemptions: int = 0
     num_dropped: int = 0  # tokens a context shift removed from token_ids (which then holds the context only)
     engine_has_state: bool = False  # the engine created its per-sequence sampler state
-    abort_requested: bool = False  # abort arrived while the sequence was in a running batch
+    abort_requested: bool = False  # abort arrived while the sequence was in a plan in flight
+    # Async scheduling (scheduler.py, NOTE on plans in flight): tokens of this sequence in plans sent and not
+    # yet updated, and how many tokens those plans sample (known only when they come back: placeholders)
+    num_inflight_tokens: int = 0
+    num_placeholders: int = 0
     added_s: float = 0.0  # time.monotonic() at Scheduler.add
     queue_time_s: float | None = None  # add -> first admission to the running set
     spec: SpecState = field(default_factory=lambda: SpecState())  # speculative decoding, per sequence

@@ -102,19 +102,27 @@ class SpecStats:
         }
 
 
+def speculates(seq: Any, config: Any) -> bool:
+    """Whether this sequence drafts at all (its request and the engine's mode); pure."""
+    p = seq.params
+    if p.constraint is not None or p.speculative is False:
+        return False  # a grammar cannot be verified exactly: never speculate under one
+    asked = p.speculative or bool(p.gamma)  # the seed spec: gamma > 0 turns it on
+    if (config.speculative is None and not asked) or (p.seed is not None and not p.greedy and not asked):
+        # (a seeded sampled sequence keeps its batch-independent output unless it asks: how many
+        # tokens a step drafts depends on the other sequences, and so do its random draws)
+        return False
+    return (p.gamma if p.gamma is not None else config.spec_gamma) > 0
+
+
 def plan_draft(seq: Any, config: Any, limit: int, stats: SpecStats) -> tuple[int, list[int] | None]:
     """(k, drafts) for a decoding sequence (a scheduler Sequence): drafts = k prompt-lookup tokens,
     or None when the engine's draft model proposes k; (0, None) = a plain decode step. `limit`: the
     most drafts this step has room for (budget, step size, context limit)."""
     p = seq.params
-    if limit <= 0 or p.constraint is not None or p.speculative is False:
-        return 0, None  # a grammar cannot be verified exactly: never speculate under one
-    mode = config.speculative
-    asked = p.speculative or bool(p.gamma)  # the seed spec: gamma > 0 turns it on
-    if (mode is None and not asked) or (p.seed is not None and not p.greedy and not asked):
-        # (a seeded sampled sequence keeps its batch-independent output unless it asks: how many
-        # tokens a step drafts depends on the other sequences, and so do its random draws)
+    if limit <= 0 or not speculates(seq, config):
         return 0, None
+    mode = config.speculative
     gamma = p.gamma if p.gamma is not None else config.spec_gamma
     cap = min(gamma, limit, p.max_tokens - seq.num_output_tokens - 1)  # emitted <= k + 1 <= tokens left
     if seq.spec.num_drafts == 0 and not seq.spec.started:

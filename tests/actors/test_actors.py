@@ -105,31 +105,44 @@ async def test_one_request_streams_then_finishes(anyio_backend) -> None:
         await run_tree(config, body, **kw)
 
 
-async def test_back_to_back_steps_run_in_the_engine_thread(anyio_backend, monkeypatch) -> None:
-    # The step continuation: a 20-token generation is one RunBatch (one worker-thread call and no
-    # BatchDone by mail): the engine's thread applies each step and runs the next one.
-    from modelc.actors.engine import EngineActor
+async def test_the_next_plan_waits_in_the_engines_inbox(anyio_backend, monkeypatch) -> None:
+    """Async scheduling: while a forward runs, the scheduler plans the step after it (placeholder input),
+    so the engine's thread finds its next plan queued when the forward ends: of a 20-token generation's
+    20 plans none after the first is waited for, and every plan runs on the engine's one thread."""
+    from modelc.actors.mailbox import EngineInbox
     from modelc.actors.messages import RunBatch
 
-    handled: list[str] = []
-    handle = EngineActor._handle
+    queued: list[bool] = []  # per RunBatch taken: was it already in the inbox when the thread asked?
+    receive = EngineInbox.receive
 
-    async def counting(self, msg):
-        handled.append(type(msg).__name__)
-        reply = await handle(self, msg)
-        handled.append(type(reply).__name__)
-        return reply
+    def watching(self):
+        ready = self._queue.qsize() > 0
+        msg = receive(self)
+        if isinstance(msg, RunBatch):
+            queued.append(ready)
+        return msg
 
-    monkeypatch.setattr(EngineActor, "_handle", counting)
+    monkeypatch.setattr(EngineInbox, "receive", watching)
+    threads: set[int] = set()
     config, kw = cfg()
 
     async def body(tree: Tree) -> None:
+        runner = tree.runners[0]
+        execute = runner.execute
+
+        def slow(plan):  # a forward of 20 ms: time enough for the loop to plan the next step
+            threads.add(threading.get_ident())
+            threading.Event().wait(0.02)
+            return execute(plan)
+
+        runner.execute = slow
         toks, fin = await tree.collect(list(range(3, 23)), greedy(20))
         assert toks == greedy_alone(list(range(3, 23)), 20) and fin.finish_reason == "length"
 
     with anyio.fail_after(20):
         await run_tree(config, body, **kw)
-    assert handled.count(RunBatch.__name__) == 1 and "BatchDone" not in handled
+    assert len(queued) == 20 and all(queued[1:]), queued  # (the first may be queued before the thread asks)
+    assert len(threads) == 1 and threading.get_ident() not in threads
 
 
 @pytest.mark.parametrize("num_blocks,budget", [(64, 512), (64, 16), (6, 64)], ids=["plain", "chunked", "preempt"])
@@ -240,11 +253,12 @@ async def test_engine_crash_fails_that_batch_only(anyio_backend) -> None:
 
 
 async def test_engine_crash_recomputes_the_other_sequences(anyio_backend) -> None:
-    """b (priority 0) takes the whole budget in call 2, which crashes: b fails; a, running but not
-    in that batch, lost its KV with the runner and is recomputed on the rebuilt one."""
+    """b (priority 0) takes the whole budget in call 3, which crashes: b fails; a, running but not in
+    that batch (calls: 0 a's prefill, 1 a's decode planned ahead, 2 a + b's first chunk, 3 b alone, 4 b
+    alone planned ahead and dropped), lost its KV with the runner and is recomputed on the rebuilt one."""
     config, kw = cfg(max_batch_tokens=20, max_num_seqs=4)
     gate = threading.Event()
-    kw.update(fail_calls=(2,), gate=gate)
+    kw.update(fail_calls=(3,), gate=gate)
     out: dict[str, tuple[list[int], Finished]] = {}
     prompt_a, prompt_b = list(range(3, 13)), list(range(50, 110))
 

@@ -2,7 +2,8 @@
 
 FakeRunner stands in for modelc.engine.runner.Runner. It keeps a paged "KV cache" of token ids,
 writes each chunk's tokens to the slots its block table names, and samples the next token from a
-hash of the context it READS BACK through the block table. So a wrong block table, a bad prefix
+hash of the context it READS BACK through the block table (prompt-lookup drafts are verified: each
+accepted while it equals the token sampled at its place). So a wrong block table, a bad prefix
 hit or a lost page changes the output, and "equal to the run alone" tests mean something.
 """
 
@@ -63,6 +64,7 @@ class FakeRunner:
         self.vocab_size = vocab_size
         self.kv = np.full(num_kv_blocks * BLOCK, -1, dtype=np.int64)  # (P * Z,) token id per slot
         self.states: set[int] = set()
+        self.last: dict[int, int] = {}  # seq id -> the token sampled last (fills a placeholder chunk)
         self.adapters: dict[str, float] = {}
         self.fail_calls = set(fail_calls)
         self.gate = gate
@@ -83,6 +85,7 @@ class FakeRunner:
         self.max_batch_tokens_seen = max(self.max_batch_tokens_seen, plan.num_tokens)
         for seq_id in plan.freed_seq_ids:
             self.states.remove(seq_id)
+            self.last.pop(seq_id, None)
         toks = []
         for c in plan.chunks:
             if c.is_new:
@@ -90,12 +93,18 @@ class FakeRunner:
                 self.states.add(c.seq_id)
             assert c.seq_id in self.states, f"no state for {c.seq_id}"
             end = c.start_pos + len(c.token_ids)
-            self.kv[self._slots(c.block_table, c.start_pos, end)] = c.token_ids
-            if c.sample:
-                context = self.kv[self._slots(c.block_table, 0, end)]
-                assert (context >= 0).all(), "read an unwritten KV slot"
+            ids = np.array([self.last[c.seq_id]]) if c.placeholder else c.token_ids
+            assert (ids >= 0).all(), "a placeholder token reached the KV"
+            self.kv[self._slots(c.block_table, c.start_pos, end)] = ids
+            if c.sample:  # one token; with drafts, the accepted ones (each the token sampled at its place) + 1
                 salt = c.params.adapter or ""
-                toks.append(SampledToken(c.seq_id, next_token(context, self.vocab_size, salt), -1.0))
+                for i in range(c.num_draft + 1):
+                    context = self.kv[self._slots(c.block_table, 0, end - c.num_draft + i)]
+                    assert (context >= 0).all(), "read an unwritten KV slot"
+                    self.last[c.seq_id] = next_token(context, self.vocab_size, salt)
+                    toks.append(SampledToken(c.seq_id, self.last[c.seq_id], -1.0))
+                    if i < c.num_draft and ids[len(ids) - c.num_draft + i] != self.last[c.seq_id]:
+                        break  # the draft is rejected: its KV slots past here are rolled back
         return BatchResult(plan.step_id, tuple(toks))
 
     def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:

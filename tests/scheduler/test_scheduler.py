@@ -48,23 +48,23 @@ def test_status_order_and_finish_reasons() -> None:
 def test_prefill_then_decode_then_length() -> None:
     sched = make_scheduler()
     sched.add(make_sequence(1, 20, max_tokens=3))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     (c,) = plan.chunks
     assert c.is_new and c.sample and c.start_pos == 0 and len(c.token_ids) == 20 and len(c.block_table) == 2
     assert not c.token_ids.flags.writeable
     evs = sched.update(plan, fake_result(plan))
     assert evs == [TokenEmitted(1, fake_result(plan).tokens[0])]
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     (c,) = plan.chunks
     assert not c.is_new and c.start_pos == 20 and list(c.token_ids) == [101] and c.num_output_tokens == 1
     sched.update(plan, fake_result(plan))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     (ev,) = sched.update(plan, fake_result(plan))
     assert ev.finish.finish_reason == "length" and ev.finish.completion_tokens == 3 and ev.finish.prompt_tokens == 20
     assert sched.pool.num_used_blocks == 0 and not sched.has_work
     # the engine is told to drop the finished sequence with the next plan
     sched.add(make_sequence(2, 5))
-    assert sched.schedule().freed_seq_ids == (1,)
+    assert sched.schedule()[0].freed_seq_ids == (1,)
 
 
 def test_eos_respects_ignore_eos_and_min_tokens() -> None:
@@ -73,16 +73,16 @@ def test_eos_respects_ignore_eos_and_min_tokens() -> None:
     sched.add(make_sequence(2, 5, max_tokens=10, ignore_eos=True))
     sched.add(make_sequence(3, 5, max_tokens=10, min_tokens=2))
     sched.add(make_sequence(4, 5, max_tokens=10, stop_token_ids=(2,), ignore_eos=True))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     evs = {e.seq_id: e for e in sched.update(plan, fake_result(plan, lambda s: 2))}
     assert evs[1].finish.finish_reason == "stop" and evs[1].stop_token
     assert evs[2].finish is None and not evs[2].stop_token
     assert evs[3].finish is None  # first output token: below min_tokens
     assert evs[4].finish.finish_reason == "stop"
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     evs = {e.seq_id: e for e in sched.update(plan, fake_result(plan, lambda s: 2))}
     assert evs[3].finish is None  # 2 outputs: still not more than min_tokens
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     evs = {e.seq_id: e for e in sched.update(plan, fake_result(plan, lambda s: 2))}
     assert evs[3].finish.finish_reason == "stop"
 
@@ -90,7 +90,7 @@ def test_eos_respects_ignore_eos_and_min_tokens() -> None:
 def test_constraint_done_stops() -> None:
     sched = make_scheduler()
     sched.add(make_sequence(1, 5))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     (ev,) = sched.update(plan, fake_result(plan, constraint_done=True))
     assert ev.finish.finish_reason == "stop" and not ev.stop_token
 
@@ -128,7 +128,7 @@ def test_chunked_prefill_respects_the_budget() -> None:
     sched = make_scheduler(max_batch_tokens=16, max_num_seqs=4)
     sched.add(make_sequence(1, 40, max_tokens=2))
     starts = []
-    while (plan := sched.schedule()) is not None:
+    while (plan := sched.schedule()[0]) is not None:
         assert plan.num_tokens <= 16
         starts += [(c.start_pos, len(c.token_ids), c.sample) for c in plan.chunks]
         sched.update(plan, fake_result(plan))
@@ -138,10 +138,10 @@ def test_chunked_prefill_respects_the_budget() -> None:
 def test_decodes_go_before_new_prefills() -> None:
     sched = make_scheduler(max_batch_tokens=24, max_num_seqs=4)
     sched.add(make_sequence(1, 10))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     sched.update(plan, fake_result(plan))
     sched.add(make_sequence(2, 40))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     assert [(c.seq_id, len(c.token_ids)) for c in plan.chunks] == [(1, 1), (2, 23)]
 
 
@@ -149,7 +149,7 @@ def test_max_num_seqs_caps_the_running_set() -> None:
     sched = make_scheduler(max_num_seqs=2, max_batch_tokens=64)
     for i in range(4):
         sched.add(make_sequence(i, 5))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     assert [c.seq_id for c in plan.chunks] == [0, 1] and len(sched.waiting) == 2
 
 
@@ -158,7 +158,7 @@ def test_priority_then_fcfs() -> None:
     sched.add(make_sequence(1, 5, priority=1))
     sched.add(make_sequence(2, 5, priority=0))
     sched.add(make_sequence(3, 5, priority=0))
-    assert [c.seq_id for c in sched.schedule().chunks] == [2]
+    assert [c.seq_id for c in sched.schedule()[0].chunks] == [2]
     assert [s.seq_id for s in sched.waiting] == [3, 1]
 
 
@@ -167,7 +167,7 @@ def test_prefix_hit_discounts_the_prompt() -> None:
     sched.add(make_sequence(1, 40, max_tokens=1))
     drive(sched, FakeRunner(64))
     sched.add(make_sequence(2, 40, max_tokens=1))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     (c,) = plan.chunks
     assert c.start_pos == 32 and len(c.token_ids) == 8
     (ev,) = sched.update(plan, fake_result(plan))
@@ -197,11 +197,11 @@ def test_preempts_the_newest_and_admits_nothing_that_step() -> None:
     sched.add(make_sequence(1, 32, max_tokens=30))
     sched.add(make_sequence(2, 32, max_tokens=30, start=500))
     runner = FakeRunner(4)
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     assert len(plan.chunks) == 2 and sched.pool.num_free_blocks == 0
     sched.update(plan, runner.execute(plan))
     sched.add(make_sequence(3, 3))
-    plan = sched.schedule()  # both need a 3rd block: the newest (2) is preempted
+    plan, _ = sched.schedule()  # both need a 3rd block: the newest (2) is preempted
     assert [c.seq_id for c in plan.chunks] == [1]
     assert [s.seq_id for s in sched.waiting] == [2, 3]
     assert sched.waiting[0].num_computed_tokens == 0 and sched.waiting[0].num_output_tokens == 1
@@ -233,19 +233,19 @@ def test_pool_smaller_than_the_context_ends_at_the_pool_with_the_last_token() ->
     sched.add(make_sequence(1, 20, max_tokens=100))
     emitted = []
     while sched.has_work:
-        plan = sched.schedule()
-        assert plan is not None and plan.num_tokens + plan.chunks[0].start_pos <= 32
+        plan, ends = sched.schedule()
+        assert plan is not None and plan.num_tokens + plan.chunks[0].start_pos <= 32 and ends == []
         emitted += sched.update(plan, fake_result(plan))
     assert all(isinstance(ev, TokenEmitted) for ev in emitted) and len(emitted) == 12
     assert emitted[-1].finish.finish_reason == "length" and emitted[-1].finish.completion_tokens == 12
-    assert sched.take_events() == [] and sched.pool.num_used_blocks == 0
+    assert sched.pool.num_used_blocks == 0
 
 
 def test_abort_waiting_running_and_in_flight() -> None:
     sched = make_scheduler(max_num_seqs=1)
     sched.add(make_sequence(1))
     sched.add(make_sequence(2))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     (ev,) = sched.abort(2)  # waiting: at once
     assert ev.finish.finish_reason == "abort"
     assert sched.abort(1) == []  # in flight: at update
@@ -258,7 +258,7 @@ def test_abort_waiting_running_and_in_flight() -> None:
 def test_engine_error_fails_the_batch() -> None:
     sched = make_scheduler()
     sched.add(make_sequence(1))
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     (ev,) = sched.update(plan, BatchResult(plan.step_id, (), error="boom"))
     assert ev.finish.finish_reason == "error" and ev.finish.error == "boom"
     assert sched.pool.num_used_blocks == 0
@@ -268,7 +268,7 @@ def test_reset_engine_state_recomputes() -> None:
     sched = make_scheduler()
     sched.add(make_sequence(1, 20, max_tokens=4))
     runner = FakeRunner(64)
-    plan = sched.schedule()
+    plan, _ = sched.schedule()
     (first,) = sched.update(plan, runner.execute(plan))
     sched.reset_engine_state()
     done = drive(sched, FakeRunner(64))  # a fresh runner: is_new again, full recompute

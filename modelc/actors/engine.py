@@ -2,8 +2,8 @@
 the event loop stays free. Answers everything to the scheduler. No scheduling here.
 
 NOTE: the actor's loop runs on its worker thread (one `anyio.to_thread.run_sync` for the actor's life):
-it takes each message from its EngineInbox, handles it there (a forward, an embedding, an adapter swap)
-and posts the answer to the event loop without waiting, where it goes into the scheduler's mailbox (or,
+it takes each message from its EngineInbox, handles it there (a forward, an embedding, an adapter swap,
+the warm-up's kernel swap) and posts the answer to the event loop without waiting, where it goes into the scheduler's mailbox (or,
 when that is full, to the actor's relay task, which waits for room: the thread never does). The scheduler plans ahead, so when a forward ends the next plan is usually in the inbox already:
 back-to-back steps need no event-loop wake-up and no thread hand-off (docs/benchmarks.md, "The step
 continuation"; docs/architecture.md, "The path of one streamed token").
@@ -34,9 +34,11 @@ from modelc.actors.messages import (
     LoadAdapter,
     RunBatch,
     Shutdown,
+    SwapKernels,
     UnloadAdapter,
 )
 from modelc.engine.core import describe
+from modelc.engine.warm import swap_kernels
 from modelc.scheduler.batch import BatchPlan, BatchResult
 
 OUTBOX = 16  # answers posted by the thread, not yet relayed: at most one per message the inbox held
@@ -126,6 +128,9 @@ class EngineActor:
         match msg:
             case RunBatch(plan=plan, epoch=epoch):
                 return self._run_batch(plan, epoch)
+            case SwapKernels():
+                swap_kernels(self.runner)
+                return None
             case LoadAdapter(request_id=rid, name=name, path=path, alpha=alpha, global_=global_):
                 try:
                     info = self.runner.load_adapter(name, path, alpha, global_=global_)

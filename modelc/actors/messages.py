@@ -36,6 +36,7 @@ __all__ = [
     "SequenceRejected",
     "Shutdown",
     "StatsReported",
+    "SwapKernels",
     "TokenEmitted",
     "UnloadAdapter",
 ]
@@ -180,3 +181,11 @@ class BatchDone:
     epoch: int = 0
     engine_reset: bool = False
     dropped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SwapKernels:
+    """From the warm-up (engine/warm.py) to an engine: the numba kernels are ready; rebuild the runner's
+    model on them between batches (engine/warm.swap_kernels). No answer."""
+
+    reason: str = "warm-up done"

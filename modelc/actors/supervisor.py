@@ -14,14 +14,18 @@ from anyio.abc import CapacityLimiter, TaskStatus
 
 from modelc.actors.engine import EngineActor, EngineCrashed, RunnerLike
 from modelc.actors.mailbox import Address, EngineInbox, open_mailbox
+from modelc.actors.messages import SwapKernels
 from modelc.actors.scheduler import LOOKAHEAD, SchedulerActor
 from modelc.cache.block_pool import BlockPool
 from modelc.config import EngineConfig
 from modelc.engine.core import EngineCore
+from modelc.engine.warm import deliver_swap
 from modelc.scheduler.scheduler import Scheduler
 
 SCHEDULER_MAILBOX = 64  # requests wait (backpressure) when it is full; the scheduler never does
-ENGINE_MAILBOX = 1 + LOOKAHEAD  # the plans an engine holds (the one it runs, LOOKAHEAD ahead) or one other job
+# The plans an engine holds (the running one and LOOKAHEAD ahead) or one other job, and the warm-up's
+# SwapKernels (one per runner: the one built now and, after a crash, the one before it)
+ENGINE_MAILBOX = 1 + LOOKAHEAD + 2
 
 RunnerFactory = Callable[[int], RunnerLike]  # engine id -> a fresh runner
 
@@ -37,7 +41,15 @@ async def supervise_engine(
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Build the runner (in a thread), report its num_kv_blocks, serve; rebuild it after a crash."""
-    runner = await anyio.to_thread.run_sync(make_runner, engine_id, limiter=limiter)
+
+    def build() -> RunnerLike:
+        runner = make_runner(engine_id)
+        # a cold start serves on the reference kernels while numba compiles: the warm-up's swap to the
+        # compiled ones reaches the engine as a message, handled between batches
+        deliver_swap(runner, lambda: inbox.tell(SwapKernels()))
+        return runner
+
+    runner = await anyio.to_thread.run_sync(build, limiter=limiter)
     task_status.started(runner.num_kv_blocks)
     restarts = 0
     try:
@@ -49,7 +61,7 @@ async def supervise_engine(
                 restarts += 1
                 if restarts > max_restarts:
                     raise
-                fresh = await anyio.to_thread.run_sync(make_runner, engine_id, limiter=limiter)
+                fresh = await anyio.to_thread.run_sync(build, limiter=limiter)
                 if fresh.num_kv_blocks != runner.num_kv_blocks:
                     raise RuntimeError(f"engine {engine_id} came back with a different KV size") from None
                 runner = fresh

@@ -16,6 +16,11 @@ and mixed KV caches) warm first: /health stays 503 until every kernel is compile
 
 warmup(runner): Runner.warmup, split over two processes when numba's cache is cold.
 
+The flip of a runner that already serves is delivered, not done from the warmer thread: its owner (the
+supervisor, for an engine actor) registers with deliver_swap(runner, notify), the warmer calls notify()
+(which only posts a message) and the owner runs swap_kernels(runner) between two batches, so no forward
+ever runs on a model being swapped. A runner nobody registered is flipped by the warmer itself.
+
 NOTE: numba compiles one function at a time under the GIL, so threads do not help; processes
 do, because compiled kernels land in numba's on-disk cache (cache=True) where any process loads
 them. With a cold cache a helper process (`python -m modelc.engine.warm ARTIFACT`) compiles
@@ -113,6 +118,7 @@ class Warmer:
     def __init__(self, runner: Any, switch: Any) -> None:
         self.runner = runner
         self.served = [(runner, switch)]  # every runner this warmer flips to numba-only (under _lock)
+        self.deliver: dict[int, Callable[[], object]] = {}  # id(runner) -> its owner's notify (deliver_swap)
         self.decided, self.done = threading.Event(), threading.Event()
         self.compiled = False
         self.seconds = 0.0
@@ -159,6 +165,10 @@ class Warmer:
                         warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
                     with _lock:
                         for served, sw in self.served:
+                            notify = self.deliver.get(id(served))
+                            if notify is not None:
+                                notify()  # its owner swaps it between batches (swap_kernels)
+                                continue
                             served.rebuild_on_numba()
                             sw.numba_only()
                         _warmers.discard(self)  # no runner joins a warmer that has flipped
@@ -191,6 +201,34 @@ class Warmer:
         except WouldCompile:
             return None
         return shadow if loaded_from_cache(shadow) else None
+
+
+def deliver_swap(runner: Any, notify: Callable[[], object]) -> bool:
+    """From now on the warmer of `runner` calls notify() (from its thread; it must not block) instead of
+    flipping the runner itself; the owner then calls swap_kernels(runner) between batches. False when no
+    flip is pending (the runner is on numba already, or not on the hybrid set)."""
+    with _lock:
+        for warmer in _warmers:
+            if any(r is runner for r, _ in warmer.served):
+                warmer.deliver[id(runner)] = notify
+                return True
+    return False
+
+
+def swap_kernels(runner: Any) -> None:
+    """The flip the warmer delivered (deliver_swap), run by the runner's owner between batches: rebuild the
+    model on numba (Runner.rebuild_on_numba) and end the hybrid set's checks. A runner not on the hybrid
+    set is left alone; a failed rebuild leaves it serving as it was."""
+    kernels = getattr(getattr(runner, "model", None), "kernels", None)
+    if getattr(kernels, "name", None) != "hybrid":
+        return
+    try:
+        runner.rebuild_on_numba()
+    except Exception as e:  # noqa: BLE001 - the reference kernels keep serving, as after a failed warm-up
+        print(f"modelc: swapping to the numba kernels failed, serving on the numpy reference kernels: "
+              f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)  # fmt: skip
+        return
+    kernels.matmul.switch.numba_only()
 
 
 def loaded_from_cache(runner: Any) -> bool:

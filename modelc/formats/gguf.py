@@ -85,6 +85,11 @@ _HPARAMS = {
     "expert_feed_forward_length": "moe_intermediate_size",
     "expert_weights_norm": "norm_topk_prob",
 }
+# gpt-oss's YaRN ramp between interpolated and kept frequencies is not rounded to whole dims (its config.json:
+# truncate false, as OpenAI's reference code). A GGUF cannot say so; llama.cpp rounds the ramp's ends (floor /
+# ceil, ggml_rope_yarn_corr_dims) for every model, which moves gpt-oss's logits (docs/models.md). Tests set this
+# to True to compare the rest of the numerics with llama.cpp's.
+GPT_OSS_YARN_TRUNCATE = False
 # `{arch}.rope.scaling.<key>` -> rope_scaling key
 _ROPE_SCALING = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow", "attn_factor": "attention_factor"}
 
@@ -190,8 +195,8 @@ def _config(g: GGUFFile, arch: str, tensors: dict[str, TensorData]) -> dict[str,
             v = f.get(f"{arch}.rope.scaling.{key}")
             if isinstance(v, int | float | np.number) and not isinstance(v, bool):
                 scaling[norm] = float(v)
-        if arch == "gpt-oss":  # its YaRN ramp is not truncated to whole dims (config.json: truncate false)
-            scaling["truncate"] = False
+        if arch == "gpt-oss":
+            scaling["truncate"] = GPT_OSS_YARN_TRUNCATE
         cfg["rope_scaling"] = scaling
     if "rope_freqs.weight" in tensors:
         cfg["rope_freqs_tensor"] = "rope_freqs.weight"  # llama3-style per-dim frequency factors

@@ -107,14 +107,13 @@ def test_iq4_runs_the_repacked_16_row_kernels_at_every_t(tmp_path: pathlib.Path,
     if kind not in gemm_r16.R16_KINDS:
         pytest.skip("no exact wide dot (AVX2 without VNNI): IQ4 keeps the file layout")
     seen: list[int] = []
-    real = gemm_r16.matmul_f32  # linear.matmul's entry to the repacked kernels (gemm_r16_iq4's for IQ4 kinds)
+    real = gemm_r16.F32_OF_KIND[kind]  # linear.matmul's entry to this kind's repacked kernel (gemm_r16_iq4's)
 
-    def spy(out, x, rw, k):
-        if k == kind:
-            seen.append(x.shape[0])
-        real(out, x, rw, k)
+    def spy(out, x, rw):
+        seen.append(x.shape[0])
+        real(out, x, rw)
 
-    monkeypatch.setattr(gemm_r16, "matmul_f32", spy)
+    monkeypatch.setitem(gemm_r16.F32_OF_KIND, kind, spy)
     eq, ef = _engines(tmp_path, DataType[name])
     ids = [1, *np.random.default_rng(3).integers(3, len(SPM_TOKENS), 39).tolist()]
     for n in (40, 5):

@@ -529,3 +529,49 @@ def matmul_f32(out, x, rw, kind):
 
 
 from modelc.kernels.matmul import gemm_r16_iq4, gemm_r16_q6k  # noqa: E402  (last: they import _ahead, _dot4, ... from here)
+
+# matmul_f32 for one kind each: linear.matmul calls these, so a model compiles the kernels of its own weight
+# types only. matmul_f32's switch over every kind compiles all six kernels at its first call (SmolLM2-135M,
+# whose only repacked matrix is its Q8_0 output head: ~35 of its ~80 CPU-s of compiling on the Emerald Rapids
+# VM). decode_layer keeps matmul_f32 (its kinds come from a table at run time).
+
+
+@njit(cache=True, nogil=True)
+def f32_q4_0(out, x, rw):
+    xq, xd, _ = quantized(x)
+    _r16_q4_0(out, xq, xd, rw)
+
+
+@njit(cache=True, nogil=True)
+def f32_q8_0(out, x, rw):
+    xq, xd, _ = quantized(x)
+    _r16_q8_0(out, xq, xd, rw)
+
+
+@njit(cache=True, nogil=True)
+def f32_q4_k(out, x, rw):
+    xq, xd, xs = quantized(x)
+    _r16_q4_k(out, xq, xd, xs, rw)
+
+
+@njit(cache=True, nogil=True)
+def f32_q6_k(out, x, rw):
+    xq, xd, _ = quantized(x)
+    gemm_r16_q6k.qmatmul(out, xq, xd, rw)
+
+
+@njit(cache=True, nogil=True)
+def f32_iq4_nl(out, x, rw):
+    xq, xd, _ = quantized(x)
+    gemm_r16_iq4._r16_iq4_nl(out, xq, xd, rw)
+
+
+@njit(cache=True, nogil=True)
+def f32_iq4_xs(out, x, rw):
+    xq, xd, _ = quantized(x)
+    gemm_r16_iq4._r16_iq4_xs(out, xq, xd, rw)
+
+
+F32_OF_KIND = {Q4_0: f32_q4_0, Q8_0: f32_q8_0, Q4_K: f32_q4_k, Q6_K: f32_q6_k, IQ4_NL: f32_iq4_nl,
+               IQ4_XS: f32_iq4_xs}  # fmt: skip
+"""kind -> out (T, N) = x (T, C) f32 @ W.T for W repacked (rw): matmul_f32(out, x, rw, kind), one kind."""

@@ -105,7 +105,7 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     elif path is Path.BLAS:
         gemm_blas.blas_matmul(out, x, w)
     elif path is Path.R16:  # the decode path: quantize and kernel in one numba entry
-        chunked(chunk_for(w.rows), gemm_r16.matmul_f32, out, x, w.r16, quant.KIND[w.dtype])
+        chunked(chunk_for(w.rows), gemm_r16.F32_OF_KIND[quant.KIND[w.dtype]], out, x, w.r16)
     else:
         chunked(chunk_for(w.rows), _run, path, out, x, w)
 

@@ -77,6 +77,9 @@ def test_matmul_f32_is_quantize_then_the_kernel(dtype, t):
     out = np.full((t, 64), np.nan, np.float32)
     gemm_r16.matmul_f32(out, x, gemm_r16.repack(w.blocks, dtype), quant.KIND[dtype])
     np.testing.assert_array_equal(out, r16_matmul(w, x))  # the same kernel on the same codes: bit for bit
+    one = np.full((t, 64), np.nan, np.float32)
+    gemm_r16.F32_OF_KIND[quant.KIND[dtype]](one, x, gemm_r16.repack(w.blocks, dtype))  # linear's entry, one kind
+    np.testing.assert_array_equal(one, out)
 
 
 @pytest.mark.parametrize("dtype", ALL_KINDS, ids=lambda d: d.name)

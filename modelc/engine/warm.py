@@ -63,7 +63,7 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
     if os.environ.get(COLD_START_ENV, "").lower() != "wait" and kernel_set().name == "numba":
         from modelc.kernels.hybrid import hybrid_kernel_set
 
-        hybrid = hybrid_kernel_set()
+        hybrid = hybrid_kernel_set(copy_budget_bytes())
     if hybrid is None:
         runner = build(None)
         warmup(runner)
@@ -85,6 +85,20 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
     if warmer.error is not None and warmer.done.is_set() and not warmer.compiled:
         raise warmer.error  # a broken install fails the load, as a plain warmup would
     return runner
+
+
+COPY_CAP_BYTES = 1 << 30
+COPY_FRACTION = 0.25
+
+
+def copy_budget_bytes() -> int:
+    """The f32 weight copies a cold start's numpy matmuls may keep (kernels/matmul/blas_np.Dequantized): at most
+    1 GiB and a quarter of MemAvailable. They go when the served runner flips to numba (they live in the hybrid
+    KernelSet); a model that does not fit dequantizes the rest per call."""
+    from modelc.cache.budget import mem_available_bytes
+
+    avail = mem_available_bytes()
+    return COPY_CAP_BYTES if avail is None else min(COPY_CAP_BYTES, int(avail * COPY_FRACTION))
 
 
 _warmers: set[Warmer] = set()

@@ -54,14 +54,17 @@ class _Slot:
         return out
 
 
-def hybrid_kernel_set() -> tuple[KernelSet, Switch] | None:
-    """(KernelSet named "hybrid", its Switch), or None where this numba cannot refuse to compile."""
+def hybrid_kernel_set(copy_budget_bytes: int = 0) -> tuple[KernelSet, Switch] | None:
+    """(KernelSet named "hybrid", its Switch), or None where this numba cannot refuse to compile.
+    copy_budget_bytes: f32 copies of the weights its numpy matmul may keep (blas_np.Dequantized), freed with
+    the set; 0 dequantizes every weight at every call."""
     if not install():
         return None
     from modelc.kernels.matmul import blas_np
 
     fast, ref, switch = kernel_set("numba"), kernel_set("ref"), Switch()
     slow = {f.name: getattr(ref, f.name) for f in fields(KernelSet) if f.name != "name"}
-    slow["matmul"] = blas_np.matmul  # the reference's fp32 values, panel by panel: ~5x faster on a 1B Q4_0
+    # the reference's fp32 values: panel by panel ~5x faster than ref on a 1B Q4_0; from f32 copies, faster again
+    slow["matmul"] = blas_np.Dequantized(copy_budget_bytes).matmul
     slots = {name: _Slot(getattr(fast, name), fn, switch) for name, fn in slow.items()}
     return KernelSet(name="hybrid", **slots), switch

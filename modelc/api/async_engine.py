@@ -32,7 +32,7 @@ from modelc.actors.messages import (
 )
 from modelc.actors.request import RequestActor
 from modelc.actors.supervisor import Supervisor
-from modelc.cache.budget import kv_bytes_per_block, num_kv_blocks
+from modelc.cache.budget import default_context, kv_bytes_per_block, num_kv_blocks
 from modelc.config import EngineConfig, resolve_kv_dtype
 from modelc.engine.model_info import ModelInfo
 from modelc.engine.runner import Runner
@@ -49,13 +49,28 @@ def _effective_config(config: EngineConfig, info: ModelInfo) -> EngineConfig:
     sched = config.scheduler
     if not sched.eos_token_ids:
         sched = replace(sched, eos_token_ids=tuple(sorted(info.eos_ids)))
-    if sched.max_model_len is None and info.context_length:
-        sched = replace(sched, max_model_len=info.context_length)
     if not info.context_shift_ok:
         sched = replace(sched, context_shift_ok=False)
     if info.rope_long_after:
         sched = replace(sched, rope_long_after=info.rope_long_after)
     return replace(config, scheduler=sched)
+
+
+def _sized_context(config: EngineConfig, info: ModelInfo, model_config: dict[str, Any], draft: Any) -> EngineConfig:
+    """The context (max_model_len: --ctx-size, else the model's trained context capped by the memory budget) and,
+    where no MiB or token count sizes the KV cache, a cache sized by that context (cache/budget.default_context).
+    The KV type is resolved by now, so the budget counts its real bytes."""
+    cache, sched = config.cache, config.scheduler
+    if cache.kv_cache_mb is not None or cache.kv_cache_tokens is not None:
+        if sched.max_model_len is None and info.context_length:
+            sched = replace(sched, max_model_len=info.context_length)
+        return replace(config, scheduler=sched)
+    per_block = kv_bytes_per_block(model_config, cache.block_size, cache.kv_dtype)
+    if draft is not None:  # the draft's pages mirror the target's: the budget pays for both
+        per_block += kv_bytes_per_block(getattr(draft, "config", {}) or {}, cache.block_size, cache.kv_dtype)
+    context, tokens = default_context(info.context_length, sched.max_model_len, per_block, cache.block_size)
+    return replace(config, scheduler=replace(sched, max_model_len=context),
+                   cache=replace(cache, kv_cache_tokens=tokens * config.engines))  # fmt: skip
 
 
 class AsyncEngine:
@@ -103,6 +118,7 @@ class AsyncEngine:
             draft = as_source(config.draft)
             _check_draft(source, draft)
             config = replace(config, scheduler=replace(config.scheduler, speculative="draft"))
+        config = _sized_context(config, info, getattr(source, "config", {}) or {}, draft)
         make_runner = runner_factory or _default_runner_factory(source, config, info, draft)
         try:
             async with anyio.create_task_group() as tg:

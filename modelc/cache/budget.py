@@ -12,6 +12,7 @@ from modelc.config import KV_AUTO, CacheConfig
 
 DEFAULT_KV_CAP_BYTES = 2 << 30  # the default budget never exceeds 2 GiB...
 DEFAULT_KV_FRACTION = 0.25  # ...nor 25% of MemAvailable
+DEFAULT_MIN_KV_TOKENS = 4096  # the default cache holds at least this many tokens (all sequences together)
 
 
 def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dtype: str = "float32") -> int:
@@ -55,8 +56,25 @@ def num_kv_blocks(
     if cache.kv_cache_mb is not None:
         budget = int(cache.kv_cache_mb * (1 << 20))
     else:
-        avail = available_bytes if available_bytes is not None else mem_available_bytes()
-        budget = DEFAULT_KV_CAP_BYTES if avail is None else min(int(avail * DEFAULT_KV_FRACTION), DEFAULT_KV_CAP_BYTES)
+        budget = default_budget_bytes(available_bytes)
         if max_useful_tokens:
             budget = min(budget, -(-max_useful_tokens // cache.block_size) * per_block)
     return max(1, budget // per_block)
+
+
+def default_budget_bytes(available_bytes: int | None = None) -> int:
+    """The memory the KV cache may take by default: min(25% of MemAvailable, 2 GiB)."""
+    avail = available_bytes if available_bytes is not None else mem_available_bytes()
+    return DEFAULT_KV_CAP_BYTES if avail is None else min(int(avail * DEFAULT_KV_FRACTION), DEFAULT_KV_CAP_BYTES)
+
+
+def default_context(trained: int | None, ctx_size: int | None, per_block_bytes: int, block_size: int = 16, *,
+                    available_bytes: int | None = None) -> tuple[int, int]:  # fmt: skip
+    """(context, KV tokens) where neither a MiB nor a token count sizes the KV cache (`modelc run` without
+    --kv-cache-mb): the context is --ctx-size, else the model's trained context capped by the default budget
+    (default_budget_bytes); the cache holds that context and at least DEFAULT_MIN_KV_TOKENS (shared by the
+    sequences), within the budget unless --ctx-size asks for more. llama.cpp's server likewise sizes its KV
+    cache by its context (-c) rather than by free memory."""
+    budget_tokens = max(block_size, default_budget_bytes(available_bytes) // per_block_bytes * block_size)
+    context = ctx_size or (min(trained, budget_tokens) if trained else budget_tokens)
+    return context, max(context, min(DEFAULT_MIN_KV_TOKENS, budget_tokens))

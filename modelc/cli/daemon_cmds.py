@@ -56,15 +56,16 @@ def ps_cmd() -> None:
         out.print("no models loaded")
         return
     table = Table(
-        "NAME", "ARCH", "MEMORY", "KV CACHE", "KV USE", "RUNNING", "WAITING", "UNTIL", "ADAPTERS", box=None,
-        pad_edge=False,
+        "NAME", "ARCH", "MEMORY", "CONTEXT", "KV CACHE", "KV USE", "RUNNING", "WAITING", "UNTIL", "ADAPTERS",
+        box=None, pad_edge=False,
     )  # fmt: skip
     for m in models:
         used, total = m.get("kv_blocks_used", 0), m.get("kv_blocks_total", 0)
         kv_use = f"{used}/{total} blocks ({100 * used / total:.0f}%)" if total else "-"
         table.add_row(
             m["name"] + (" (default)" if m.get("default") else ""), m["details"].get("family", ""),
-            _human_bytes(m["size"]), _human_bytes(m.get("kv_bytes", 0)), kv_use, str(m.get("running", 0)),
+            _human_bytes(m["size"]), str(m.get("context_length") or "-"), _human_bytes(m.get("kv_bytes", 0)), kv_use,
+            str(m.get("running", 0)),
             str(m.get("waiting", 0)), _until(m["expires_at"]), ", ".join(m.get("adapters") or []) or "-",
         )  # fmt: skip
     out.print(table)

@@ -26,6 +26,7 @@ def engine_config(
     max_batch_tokens: int,
     max_queue: int,
     kv_cache_mb: float | None,
+    ctx_size: int | None = None,
     draft: str | None = None,
     gamma: int | None = None,
     kv_dtype: str = "auto",
@@ -52,6 +53,7 @@ def engine_config(
             max_num_seqs=max_num_seqs,
             max_batch_tokens=max(max_batch_tokens, max_num_seqs),
             max_queue=max_queue,
+            max_model_len=ctx_size,
             anchor_tokens=anchor_tokens,
             speculative=speculative,
             spec_gamma=4 if gamma is None else gamma,
@@ -96,7 +98,17 @@ def run_cmd(
     max_queue: int = typer.Option(256, "--max-queue", help="Waiting sequences before the engine answers 503."),
     max_num_seqs: int = typer.Option(64, "--max-num-seqs", help="Sequences in one running batch."),
     max_batch_tokens: int = typer.Option(512, "--max-batch-tokens", help="Tokens per engine step (prefill chunks)."),
-    kv_cache_mb: float | None = typer.Option(None, "--kv-cache-mb", help="KV cache size (default: from free RAM)."),
+    kv_cache_mb: float | None = typer.Option(
+        None, "--kv-cache-mb", help="KV cache size in MiB (default: --ctx-size tokens, at least 4096)."
+    ),
+    ctx_size: int | None = typer.Option(
+        None,
+        "--ctx-size",
+        "-c",
+        min=16,
+        help="Tokens one sequence may hold, prompt and output (default: the model's trained context, capped so "
+        "its KV cache takes at most min(25% of free RAM, 2 GiB)).",
+    ),
     anchor_tokens: int = typer.Option(
         0, "--anchor-tokens", help="A context shift keeps at least this many first tokens (attention sinks)."
     ),
@@ -238,6 +250,7 @@ def run_cmd(
         max_batch_tokens=max_batch_tokens,
         max_queue=max_queue,
         kv_cache_mb=kv_cache_mb,
+        ctx_size=ctx_size,
         draft=str(launch.serve_target(draft, progress_bar)[0]) if draft else None,
         gamma=gamma,
         kv_dtype=parse_kv_dtype(kv_cache_dtype),

@@ -121,6 +121,7 @@ async def props() -> Any:
         "chat_template": template.source if template is not None else None,
         "default_generation": default_generation(state, engine),
         "kv_cache_dtype": engine.config.cache.kv_dtype if engine.config is not None else None,
+        "n_ctx": engine.context_length,  # tokens one sequence may hold (run --ctx-size; llama.cpp's name)
     }
 
 

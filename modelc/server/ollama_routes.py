@@ -140,12 +140,18 @@ async def ps() -> Any:
             "details": shapes.details(d["architecture"], _num_params(entry.engine), _engine_dtypes(entry)),
             "expires_at": shapes.iso_time(d["expires_at"]),
             "size_vram": 0,  # CPU only
-            "context_length": int(src_cfg.get("max_position_embeddings") or 0),
+            "context_length": _context(entry.engine, src_cfg),
         }
         row.update({k: d[k] for k in ("default", "size_bytes", "kv_bytes", "running", "waiting")})
         row.update({k: d[k] for k in ("kv_blocks_used", "kv_blocks_total", "adapters", "replicas")})  # no server path
         rows.append(row)
     return {"models": rows}
+
+
+def _context(engine: ServedModel | None, src_cfg: dict[str, Any]) -> int:
+    """The tokens one sequence may hold in this engine (run --ctx-size), else the model's trained context."""
+    n = getattr(engine, "context_length", None) or src_cfg.get("max_position_embeddings")
+    return int(n or 0)
 
 
 def _num_params(engine: ServedModel) -> int:
@@ -167,6 +173,7 @@ def _ps_row_plain(state: ServerState) -> dict[str, Any]:
         "details": shapes.details(engine.architecture, _num_params(engine), "-"),
         "expires_at": shapes.NEVER,
         "size_vram": 0,
+        "context_length": int(engine.context_length or 0),
     }
 
 

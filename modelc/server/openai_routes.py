@@ -23,10 +23,13 @@ from modelc.server.served import RERANK, ServedModel
 bp = Blueprint("openai", __name__)
 
 
-def model_card(name: str, created: int, capabilities: list[str] | None = None) -> dict[str, Any]:
+def model_card(name: str, created: int, capabilities: list[str] | None = None,
+               context_length: int | None = None) -> dict[str, Any]:  # fmt: skip
     card: dict[str, Any] = {"id": name, "object": "model", "created": created, "owned_by": "modelc"}
     if capabilities is not None:
         card["capabilities"] = capabilities  # modelc's extension (modelc.capabilities)
+    if context_length:
+        card["context_length"] = context_length  # a loaded model's: tokens one sequence may hold (run --ctx-size)
     return card
 
 
@@ -76,13 +79,16 @@ async def list_models() -> Any:
     engine = current_engine(state)
     names = [engine.name, *state.config.model_aliases]
     caps = {n: engine_capabilities(engine) for n in names}
+    ctx = dict.fromkeys(names, engine.context_length)
     if state.models is not None:  # the daemon also serves every stored model (loaded on first use)
         entries = {e.name: e for e in state.models.loaded()}
         stored = [n for n in state.models.available() if n not in names]
         caps.update({n: engine_capabilities(entries[n].engine) for n in stored if n in entries})
+        ctx.update({n: entries[n].engine.context_length for n in stored if n in entries and entries[n].engine})
         caps.update(await anyio.to_thread.run_sync(_stored_capabilities, [n for n in stored if n not in caps]))
         names += stored
-    return {"object": "list", "data": [model_card(n, int(state.started_at), caps.get(n)) for n in names]}
+    created = int(state.started_at)
+    return {"object": "list", "data": [model_card(n, created, caps.get(n), ctx.get(n)) for n in names]}
 
 
 def model_known(state: Any, engine: ServedModel, model_id: str) -> bool:

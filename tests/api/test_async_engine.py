@@ -10,7 +10,7 @@ import pytest
 from anyio import wait_all_tasks_blocked
 
 from modelc.api.async_engine import AsyncEngine
-from modelc.cache.budget import kv_bytes_per_block, num_kv_blocks
+from modelc.cache.budget import DEFAULT_MIN_KV_TOKENS, default_context, kv_bytes_per_block, num_kv_blocks
 from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
 from modelc.errors import EngineError, InvalidRequestError, NotFoundError, OverloadedError
 from modelc.models.tiny import make_tiny_llama, reference_logits
@@ -216,6 +216,38 @@ def test_kv_budget_arithmetic() -> None:
     assert num_kv_blocks(CacheConfig(kv_cache_tokens=100), model_cfg, max_useful_tokens=16) == 7  # explicit wins
     with pytest.raises(InvalidRequestError):
         CacheConfig(kv_cache_mb=1, kv_cache_tokens=16)
+
+
+def test_default_context_is_the_trained_one_capped_by_the_budget() -> None:
+    per_block = 16 * 1024  # 1 KiB a token
+    gib = 1 << 30
+    # SmolLM2-like: 8192 trained tokens fit the budget; the cache holds them (and at least 4096)
+    assert default_context(8192, None, per_block, available_bytes=8 * gib) == (8192, 8192)
+    assert default_context(2048, None, per_block, available_bytes=8 * gib) == (2048, DEFAULT_MIN_KV_TOKENS)
+    # a long trained context is cut to what 2 GiB (or a quarter of the free memory) holds
+    assert default_context(1 << 22, None, per_block, available_bytes=8 * gib) == (2 * gib // 1024,) * 2
+    assert default_context(1 << 22, None, per_block, available_bytes=gib) == (gib // 4 // 1024,) * 2
+    assert default_context(None, None, per_block, available_bytes=gib) == (gib // 4 // 1024,) * 2
+    # --ctx-size wins, past the budget too (the user asked for it)
+    assert default_context(8192, 1000, per_block, available_bytes=8 * gib) == (1000, DEFAULT_MIN_KV_TOKENS)
+    assert default_context(8192, 1 << 22, per_block, available_bytes=gib) == (1 << 22, 1 << 22)
+    # a budget smaller than the minimum cache: the cache stays within it
+    assert default_context(8192, None, per_block, available_bytes=8 << 20) == (2048, 2048)
+
+
+@pytest.mark.parametrize("ctx_size", [None, 100])
+async def test_the_context_sizes_the_kv_cache_where_no_budget_is_given(anyio_backend, ctx_size) -> None:
+    """No --kv-cache-mb: the engine's context is --ctx-size (else the model's trained one) and its KV cache holds
+    that many tokens, at least DEFAULT_MIN_KV_TOKENS; an f16 cache counts 2 bytes an element."""
+    model = make_tiny_llama(3)
+    trained = int(model.config["max_position_embeddings"])
+    cfg = EngineConfig(scheduler=SchedulerConfig(max_model_len=ctx_size), warmup=False)
+    with anyio.fail_after(60):
+        async with AsyncEngine.open(model, cfg) as eng:
+            want = ctx_size or trained
+            assert eng.context_length == want
+            assert eng.stats()["kv_blocks_total"] == max(want, DEFAULT_MIN_KV_TOKENS) // 16
+            assert eng.config.cache.kv_dtype == "float32"  # a float model: f32 KV (auto)
     with pytest.raises(InvalidRequestError):
         EngineConfig(engines=2, threads=2, cpu_count=2)
     assert EngineConfig(engines=2, cpu_count=8).threads_per_engine == 4

@@ -146,3 +146,17 @@ async def test_metrics_and_log_lines(client) -> None:
     assert [ln["status"] for ln in chat] == [200, 200, 400]
     assert chat[0]["completion_tokens"] == 3 and chat[1]["stream"] and chat[1]["completion_tokens"] == 2
     assert chat[0]["id"].startswith("chatcmpl-") and chat[0]["ttft_ms"] is not None and chat[2]["error"]
+
+
+async def test_the_context_is_reported_in_props_models_and_ps(make_client) -> None:
+    """run --ctx-size (the engine's max_model_len) shows in /props (llama.cpp's n_ctx), /v1/models and /api/ps."""
+    from modelc.config import EngineConfig, SchedulerConfig
+    from tests.server.fake_engine import FakeEngine
+
+    engine = FakeEngine()
+    engine.config = EngineConfig(scheduler=SchedulerConfig(max_model_len=1234))
+    c = make_client(engine)
+    assert (await (await c.get("/props")).get_json())["n_ctx"] == 1234
+    card = (await (await c.get("/v1/models")).get_json())["data"][0]
+    assert card["id"] == "fake-model" and card["context_length"] == 1234
+    assert (await (await c.get("/api/ps")).get_json())["models"][0]["context_length"] == 1234

@@ -151,11 +151,14 @@ class Warmer:
         return same and not self.done.is_set()
 
     def _compile_in_helpers(self) -> None:
-        """Cold cache: two helper processes compile (decode path; batches and prefill) while this thread waits.
-        Compiling here would hold the GIL for seconds at a time, and the threads serving requests on the
-        reference kernels need it between numpy calls."""
+        """Cold cache: two helper processes compile (decode path; batches and prefill) while this thread only
+        loads their results. Compiling here would hold the GIL for seconds at a time, and the threads serving
+        requests on the reference kernels need it between numpy calls. When the decode helper is done, the
+        decode path's kernels load here (a one-token forward on a second runner, compiling refused): each call
+        of the served hybrid set whose kernel and argument types are among them runs numba from then on (the
+        norms, RoPE, attention, embedding rows, and the matmuls of types not repacked, SmolLM2's Q4_1)."""
         helpers = [_start_helper(self.runner, WARMER_NICE, mode) for mode in ("decode", "batch")]
-        for helper in helpers:
+        for i, helper in enumerate(helpers):
             if helper is None:
                 continue
             try:
@@ -163,6 +166,15 @@ class Warmer:
             except subprocess.TimeoutExpired:
                 helper.kill()
                 helper.wait()
+            if i == 0:
+                self._load_decode_kernels()
+
+    def _load_decode_kernels(self) -> None:
+        try:
+            with load_only():
+                self._new_shadow()._scratch_forward([[0]], "logits")
+        except WouldCompile:
+            pass  # the helper did not get that far: what did load stays loaded, the rest comes with the warmup
 
     def _run(self) -> None:
         t0 = time.perf_counter()

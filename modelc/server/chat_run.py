@@ -1,7 +1,7 @@
 """Running one validated ChatPlan (openai_chat.parse_chat) for the chat surfaces that are not chat
 completions: the Anthropic Messages API and the OpenAI Responses API. They translate their request
 into a chat-completions body, so the template, tools, constraints and sampling are the one pipeline of
-openai_chat.py; this module runs the plan's first choice and hands back text as it streams.
+chat_plan.py; this module runs the plan's first choice and hands back text as it streams.
 
 No response shapes here: each surface writes its own frames from a ChatStream.
 """
@@ -15,9 +15,9 @@ from quart import Response
 
 from modelc.errors import ModelcError
 from modelc.request import TokenEvent
+from modelc.server.chat_plan import ChatPlan
 from modelc.server.generation import ChoiceResult
 from modelc.server.handling import RequestRecord
-from modelc.server.openai_chat import ChatPlan
 from modelc.server.run import RequestRun
 from modelc.server.served import ServedModel
 from modelc.server.state import ServerState

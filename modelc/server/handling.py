@@ -52,7 +52,7 @@ def get_state() -> ServerState:
     return current_app.extensions[STATE_KEY]
 
 
-async def engine_for(state: ServerState, model: Any) -> Any:
+async def engine_for(state: ServerState, model: Any) -> ServedModel:
     """The engine serving a request's `model` field: the default engine when it is empty (or no
     ModelManager is attached); else the manager's view of that model, loaded on first use."""
     if state.models is None or not model or not isinstance(model, str):
@@ -60,7 +60,7 @@ async def engine_for(state: ServerState, model: Any) -> Any:
     return await managed_engine(state, model)
 
 
-def current_engine(state: ServerState) -> Any:
+def current_engine(state: ServerState) -> ServedModel:
     if state.engine is None:
         msg = f"model failed to load: {state.load_error}" if state.load_error else "model is loading; retry shortly"
         raise ServiceUnavailableError(msg)
@@ -124,7 +124,7 @@ async def offload(fn: Callable[..., T], *args: Any) -> T:
 MAX_MODEL_NAME_BYTES = 255  # a store name is a file name
 
 
-async def managed_engine(state: ServerState, name: str, keep_alive_s: float | None = None) -> Any:
+async def managed_engine(state: ServerState, name: str, keep_alive_s: float | None = None) -> ServedModel:
     """The ModelManager's engine for a request's `model` name: a name that can never exist is a 400,
     and no error shows where the store lives on disk."""
     if len(name.encode("utf-8", "surrogatepass")) > MAX_MODEL_NAME_BYTES:

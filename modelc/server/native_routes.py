@@ -18,7 +18,8 @@ from quart import Blueprint, Response
 
 from modelc import __version__
 from modelc.errors import InvalidRequestError, ModelcError
-from modelc.request import Finished
+from modelc.request import Finished, SamplingParams
+from modelc.server.chat_plan import ChatRequest, plan_chat
 from modelc.server.context import context_length, encode_bounded, prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings
 from modelc.server.errors import error_body
@@ -36,7 +37,7 @@ from modelc.server.handling import (
 )
 from modelc.server.manager.lookup import hidden_path, resolve_adapter
 from modelc.server.openai_routes import openai_embeddings
-from modelc.server.prompt import check_chat_size, encode_chat, encode_prompt, render_chat
+from modelc.server.prompt import encode_prompt
 from modelc.server.run import RequestRun
 from modelc.server.schema import (
     check_token_ids,
@@ -176,30 +177,31 @@ async def infer() -> Any:
         return await model.infer(body)
 
 
-def native_params(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> Any:
+def native_sampling(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> tuple[SamplingParams, Any]:
+    """The seed spec's sampling fields (its defaults) and the constraint, not yet joined."""
     require_generation(engine)
     params = parse_sampling(
         body, state.config.defaults, vocab_size=engine.tokenizer.vocab_size if engine.tokenizer else None, native=True
     )
-    constraint = parse_constraint(body)
+    return params, parse_constraint(body)
+
+
+def native_params(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> SamplingParams:
+    params, constraint = native_sampling(state, engine, body)
     precompile(engine, constraint)
     return with_constraint(params, constraint)
 
 
-def chat_prompt(engine: ServedModel, body: dict[str, Any]) -> list[int]:
-    tok = require_tokenizer(engine)
-    messages = parse_messages(body)
-    limit = prompt_limit(engine, body)
-    check_chat_size(engine, messages, limit)
-    text = render_chat(engine, messages, None)
-    template = engine.chat_template
-    bos = template.bos_token if template is not None else None
-    return encode_chat(tok, text, bos, limit)
-
-
-def chat_request(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> tuple[Any, list[int]]:
-    """Sampling parameters and prompt ids of /chat and /chat/stream (run in a worker thread)."""
-    return native_params(state, engine, body), chat_prompt(engine, body)
+def chat_request(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> tuple[SamplingParams, list[int]]:
+    """Sampling parameters and prompt ids of /chat and /chat/stream (run in a worker thread): the body as the
+    one chat request every surface makes (chat_plan.py), without tools; the answer is the raw text."""
+    params, constraint = native_sampling(state, engine, body)
+    require_tokenizer(engine)
+    req = ChatRequest(
+        engine.name, parse_messages(body), params, constraint, limit=prompt_limit(engine, body), reasoning=False
+    )
+    plan = plan_chat(engine, req)
+    return plan.jobs[0].params, list(plan.prompt_token_ids)
 
 
 def complete_request(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> tuple[Any, list[int]]:

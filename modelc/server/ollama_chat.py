@@ -21,6 +21,7 @@ from modelc.request import Finished, SamplingParams
 from modelc.server import ollama_shapes as shapes
 from modelc.server import openapi_ollama
 from modelc.server.bounds import bounded_int
+from modelc.server.chat_plan import ChatRequest, plan_chat
 from modelc.server.context import prompt_limit
 from modelc.server.embedding import encode_vector, run_embeddings, truncate
 from modelc.server.generation import ChoiceResult, Job, Timings
@@ -36,7 +37,6 @@ from modelc.server.handling import (
 from modelc.server.manager.models import parse_keep_alive
 from modelc.server.ollama_routes import NDJSON, model_for, model_name, ndjson
 from modelc.server.prompt import (
-    check_chat_size,
     encode_chat,
     encode_prompt,
     fim_prompt_ids,
@@ -82,12 +82,17 @@ def _no_images(body: dict[str, Any]) -> None:
         raise InvalidRequestError("images are not supported: modelc serves text models", param="images")
 
 
-def _params(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> SamplingParams:
+def _options(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> tuple[SamplingParams, Any]:
+    """`options` and `format`: the sampling parameters and the constraint, not yet joined."""
     require_generation(engine)
     params = shapes.sampling_params(
         body.get("options"), state.config.defaults, engine.tokenizer.vocab_size if engine.tokenizer else None
     )
-    constraint = shapes.format_constraint(body.get("format"))
+    return params, shapes.format_constraint(body.get("format"))
+
+
+def _params(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> SamplingParams:
+    params, constraint = _options(state, engine, body)
     precompile(engine, constraint)
     return with_constraint(params, constraint)
 
@@ -131,36 +136,37 @@ def _think_kwargs(body: dict[str, Any]) -> dict[str, Any]:
     raise InvalidRequestError("'think' must be a boolean or one of low, medium, high", param="think")
 
 
-def _chat_prompt(engine: ServedModel, body: dict[str, Any]) -> tuple[list[int], tuple[dict[str, Any], ...] | None, str]:
+def chat_request(state: ServerState, engine: ServedModel, body: dict[str, Any], name: str) -> ChatRequest:
+    """An /api/chat body as the one chat request every surface makes (chat_plan.py): Ollama's `options`,
+    `format`, `tools` (offered, never forced), `think` and its truncating context."""
+    params, constraint = _options(state, engine, body)
+    require_tokenizer(engine)
     messages = parse_messages(body)
     for m in messages:  # Ollama sends tool-call arguments as objects; templates expect JSON text
         for call in m.get("tool_calls") or []:
             fn = call.get("function") if isinstance(call, dict) else None
             if isinstance(fn, dict) and isinstance(fn.get("arguments"), dict):
                 fn["arguments"] = json.dumps(fn["arguments"])
-    tools, _ = parse_tools({"tools": body["tools"]} if body.get("tools") else {})
-    limit = ollama_limit(engine, body)
-    check_chat_size(engine, messages, limit)
-    text = render_chat(engine, messages, tools, _think_kwargs(body))
-    bos = engine.chat_template.bos_token if engine.chat_template is not None else None
-    ids = encode_chat(engine.tokenizer, text, bos, limit)
-    return ids, tuple(tools) if tools else None, text
+    tools, choice = parse_tools({"tools": body["tools"]} if body.get("tools") else {})
+    kwargs = _think_kwargs(body)
+    return ChatRequest(
+        name, messages, params, constraint, tools, choice, template_kwargs=kwargs, limit=ollama_limit(engine, body)
+    )
 
 
 def _prepare(
-    state: ServerState, engine: ServedModel, body: dict[str, Any], chat: bool
+    state: ServerState, engine: ServedModel, body: dict[str, Any], chat: bool, name: str
 ) -> tuple[SamplingParams, list[int], tuple[dict[str, Any], ...] | None, Any, bool]:
     """Parameters, prompt ids, offered tools, the reasoning syntax and whether the prompt opens a thought:
     templates, tokenizer and grammar (run in a worker thread)."""
+    if chat:
+        plan = plan_chat(engine, chat_request(state, engine, body, name))
+        return plan.jobs[0].params, list(plan.prompt_token_ids), plan.tools, plan.reasoning, plan.in_reasoning
     params = _params(state, engine, body)
     require_tokenizer(engine)
-    tools = None
-    if chat:
-        ids, tools, text = _chat_prompt(engine, body)
-    else:
-        ids, text = _generate_prompt(engine, body)
+    ids, text = _generate_prompt(engine, body)
     syntax = model_reasoning_syntax(engine) if text is not None else None
-    return params, ids, tools, syntax, starts_in_reasoning(syntax, text or "")
+    return params, ids, None, syntax, starts_in_reasoning(syntax, text or "")
 
 
 async def _load_only(state: ServerState, name: str, body: dict[str, Any], chat: bool) -> dict[str, Any]:
@@ -199,7 +205,7 @@ async def _run(chat: bool) -> Any:
     started = time.monotonic()
     engine = await model_for(state, name, body.get("keep_alive"))
     load_s = time.monotonic() - started
-    params, ids, tools, syntax, opened = await offload(_prepare, state, engine, body, chat)
+    params, ids, tools, syntax, opened = await offload(_prepare, state, engine, body, chat, name)
     plan = OllamaPlan(name, chat, tuple(ids), params, stream, tools, load_s, syntax, opened)
     job = Job(plan.prompt_token_ids, plan.params)
     if not stream or tools is not None:

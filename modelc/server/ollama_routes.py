@@ -58,7 +58,7 @@ def model_name(body: dict[str, Any], required: bool = True) -> str:
     return name
 
 
-async def model_for(state: ServerState, name: str, keep_alive: Any = None) -> Any:
+async def model_for(state: ServerState, name: str, keep_alive: Any = None) -> ServedModel:
     """The engine (a ModelView when a manager runs) for `name`; "" = the default model."""
     keep = parse_keep_alive(keep_alive)
     if state.models is None or not name:

@@ -8,34 +8,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, replace
 from typing import Any
 
 from quart import Blueprint
 
 from modelc.errors import InvalidRequestError
-from modelc.request import Finished, SamplingParams
+from modelc.request import Finished
 from modelc.server import openai_format as fmt
+from modelc.server.chat_plan import ChatPlan, ChatRequest, plan_chat
 from modelc.server.context import prompt_limit
-from modelc.server.generation import ChoiceResult, Job
+from modelc.server.generation import ChoiceResult
 from modelc.server.handling import (
     check_model,
     engine_for,
     get_state,
     offload,
-    precompile,
     read_json,
     require_generation,
     require_tokenizer,
 )
-from modelc.server.prompt import (
-    check_chat_size,
-    encode_chat,
-    model_reasoning_syntax,
-    parse_tool_calls,
-    render_chat,
-    tool_constraint,
-)
+from modelc.server.prompt import parse_tool_calls
 from modelc.server.run import RequestRun
 from modelc.server.schema import (
     get_bool,
@@ -45,44 +37,22 @@ from modelc.server.schema import (
     parse_sampling,
     parse_stream_options,
     parse_tools,
-    with_constraint,
 )
 from modelc.server.served import ServedModel
 from modelc.server.sse import DONE, sse_event
 from modelc.server.state import ServerState
 from modelc.server.streaming import openai_error_frames
-from modelc.tokenizer.reasoning import ReasoningSplitter, check_reasoning_format, split_reasoning, starts_in_reasoning
+from modelc.tokenizer.reasoning import ReasoningSplitter, check_reasoning_format, split_reasoning
 
 bp = Blueprint("openai_chat", __name__)
 
 
-@dataclass(frozen=True, slots=True)
-class ChatPlan:
-    """A validated chat request."""
-
-    model: str
-    prompt_token_ids: tuple[int, ...]
-    jobs: tuple[Job, ...]
-    stream: bool
-    include_usage: bool
-    tools: tuple[dict[str, Any], ...] | None  # offered tools (None when tool_choice is none)
-    parallel_tool_calls: bool
-    logprobs: bool
-    num_top: int
-    reasoning: Any = None  # ReasoningSyntax whose thoughts go to reasoning_content (None: all is content)
-    in_reasoning: bool = False  # the prompt already opened the reasoning
-    forced_tool: bool = False  # tool_choice required/named: the output is a call envelope, never text
-
-
-def make_jobs(prompt_ids: list[int], params: SamplingParams, n: int) -> list[Job]:
-    """n choices of one prompt; with a seed, choice j uses seed + j (reproducible yet distinct)."""
-    return [
-        Job(tuple(prompt_ids), params if params.seed is None or j == 0 else replace(params, seed=params.seed + j))
-        for j in range(n)
-    ]
-
-
 def parse_chat(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> ChatPlan:
+    """A chat-completions body (also what Anthropic Messages and Responses translate theirs into) -> its plan."""
+    return plan_chat(engine, chat_request(state, engine, body))
+
+
+def chat_request(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> ChatRequest:
     model = check_model(state, engine, body)
     require_generation(engine)
     stream = get_bool(body, "stream")
@@ -92,44 +62,25 @@ def parse_chat(state: ServerState, engine: ServedModel, body: dict[str, Any]) ->
     params = parse_sampling(body, state.config.defaults, vocab_size=tok.vocab_size)
     messages = parse_messages(body)
     tools, tool_choice = parse_tools(body)
-    offered = tools if tool_choice != "none" else None
     constraint = parse_constraint(body)
-    tc = None
-    if offered is not None:
-        # An array of calls only when the client asked for parallel calls explicitly (OpenAI's default
-        # `true` permits them; forcing a list on every `required` call would change the output shape).
-        tc = tool_constraint(offered, tool_choice, parallel=body.get("parallel_tool_calls") is True)
-        if tc is not None and constraint is not None:
-            raise InvalidRequestError(
-                "tool_choice 'required' or a named function cannot be combined with response_format/grammar",
-                param="tool_choice",
-            )
-        constraint = tc or constraint
-    precompile(engine, constraint)
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InvalidRequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
-    limit = prompt_limit(engine, body)
-    check_chat_size(engine, messages, limit)
-    text = render_chat(engine, messages, offered, kwargs)
-    template = engine.chat_template
-    bos = template.bos_token if template is not None else None
-    ids = encode_chat(tok, text, bos, limit)
-    params = with_constraint(params, constraint)
-    syntax = model_reasoning_syntax(engine) if check_reasoning_format(body.get("reasoning_format")) != "none" else None
-    return ChatPlan(
+    parallel = body.get("parallel_tool_calls")
+    return ChatRequest(
         model=model,
-        prompt_token_ids=tuple(ids),
-        jobs=tuple(make_jobs(ids, params, n)),
+        messages=messages,
+        params=params,
+        constraint=constraint,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=None if parallel is None else get_bool(body, "parallel_tool_calls"),
+        template_kwargs=kwargs,
+        limit=prompt_limit(engine, body),
+        reasoning=check_reasoning_format(body.get("reasoning_format")) != "none",
+        n=n,
         stream=stream,
         include_usage=include_usage,
-        tools=tuple(offered) if offered else None,
-        parallel_tool_calls=get_bool(body, "parallel_tool_calls", True),
-        logprobs=params.logprobs,
-        num_top=params.top_logprobs,
-        reasoning=syntax,
-        in_reasoning=starts_in_reasoning(syntax, text),
-        forced_tool=tc is not None,
     )
 
 

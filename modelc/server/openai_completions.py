@@ -16,6 +16,7 @@ from quart import Blueprint
 from modelc.errors import InvalidRequestError
 from modelc.request import Finished
 from modelc.server import openai_format as fmt
+from modelc.server.chat_plan import make_jobs
 from modelc.server.context import check_num_sequences, prompt_limit
 from modelc.server.generation import ChoiceResult, Job
 from modelc.server.handling import (
@@ -28,7 +29,6 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
-from modelc.server.openai_chat import make_jobs
 from modelc.server.prompt import encode_prompt, fim_prompt_ids
 from modelc.server.run import RequestRun
 from modelc.server.schema import (

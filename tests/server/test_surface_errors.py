@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from modelc.server import openai_chat
+from modelc.server import chat_plan
 from modelc.server.bounds import BOUNDS
 from modelc.tokenizer.chat_template import ChatTemplate
 from tests.server.conftest import error_of
@@ -181,7 +181,7 @@ def forced_engine() -> FakeEngine:
 
 
 async def test_a_forced_tool_call_cut_by_max_tokens_is_incomplete_not_text(make_client, monkeypatch) -> None:
-    monkeypatch.setattr(openai_chat, "precompile", lambda engine, c: None)  # the byte tokenizer has no grammar engine
+    monkeypatch.setattr(chat_plan, "precompile", lambda engine, c: None)  # the byte tokenizer has no grammar engine
     c = make_client(forced_engine())
     chat = {"messages": [{"role": "user", "content": "w?"}], "tools": TOOLS, "tool_choice": "required"}
     out = await (await c.post("/v1/chat/completions", {**chat, "max_tokens": 10})).get_json()

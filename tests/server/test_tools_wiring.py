@@ -62,7 +62,7 @@ def fake_tools() -> types.SimpleNamespace:
 @pytest.fixture(autouse=True)
 def _tools(monkeypatch) -> None:
     import modelc.server.handling as handling
-    import modelc.server.openai_chat as chat
+    import modelc.server.chat_plan as chat
     import modelc.server.prompt as prompt
 
     monkeypatch.setattr(prompt, "_tools_module", fake_tools)

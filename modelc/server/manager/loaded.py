@@ -147,7 +147,7 @@ class ModelView:
         self.config = engine.config
 
     @property
-    def engine(self) -> Any:
+    def engine(self) -> ServedModel:
         return self._engine
 
     def stats(self) -> dict[str, Any]:

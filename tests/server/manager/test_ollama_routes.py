@@ -131,9 +131,9 @@ async def test_chat_streams_messages(home) -> None:
 
 
 async def test_chat_format_json_uses_a_constraint(home, monkeypatch) -> None:
-    from modelc.server import ollama_chat
+    from modelc.server import chat_plan
 
-    monkeypatch.setattr(ollama_chat, "precompile", lambda engine, c: None)  # the fake tokenizer has no grammar
+    monkeypatch.setattr(chat_plan, "precompile", lambda engine, c: None)  # the fake tokenizer has no grammar
     async with daemon_app() as c:
         msgs = [{"role": "user", "content": "answer"}]
         r = await c.post("/api/chat", json={"model": "main", "messages": msgs, "format": "json", "stream": False})

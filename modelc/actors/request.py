@@ -5,6 +5,7 @@ never returned), logprobs only when asked. Runs in the caller's task; leaving ea
 
 from __future__ import annotations
 
+import enum
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -24,6 +25,15 @@ from modelc.errors import EngineError
 from modelc.request import Finished, SamplingParams, TokenEvent
 from modelc.scheduler.batch import SampledToken
 from modelc.tokenizer.stop import TextStream
+
+
+class RequestState(enum.IntEnum):
+    """Where one request stands with the scheduler; `state >= ENDED`: the scheduler holds nothing of it."""
+
+    NEW = 0  # made: AddSequence not sent yet
+    LIVE = 1  # the scheduler holds the sequence (accepted, or about to answer) and has not ended it
+    ENDED = 2  # the scheduler no longer holds it: it ended it, refused it or acked our abort
+    FINISHED = 3  # the caller got its Finished: nothing more comes
 
 
 class RequestActor:
@@ -46,9 +56,9 @@ class RequestActor:
         self.address, self.inbox = open_mailbox(params.max_tokens + 4)
         self.text = TextStream(tokenizer, self.prompt, params.stop)
         self.num_tokens = 0
-        self.live = False  # the scheduler knows the sequence and has not ended it
+        self.state = RequestState.NEW
         self.end: Finished | None = None  # the scheduler's account of the end
-        self.finished: Finished | None = None
+        self.finished: Finished | None = None  # the Finished the caller gets (set once it is known)
 
     async def events(self) -> AsyncIterator[TokenEvent | Finished]:
         """Yield TokenEvents then one Finished. Raises the rejection (OverloadedError...) at once."""
@@ -57,21 +67,22 @@ class RequestActor:
                 await self.scheduler.send(AddSequence(self.seq_id, self.prompt, self.params, self.address))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 raise EngineError("the engine is not running") from None
-            self.live = True
+            self.state = RequestState.LIVE
             async for msg in self.inbox:
                 for ev in self.handle(msg):
                     yield ev
                 if self.text.stopped and self.finished is None:
-                    finish = await self._abort() if self.live else self.end
+                    finish = await self._abort() if self.state is RequestState.LIVE else self.end
                     cached = finish.cached_tokens if finish is not None else 0
                     queued = finish.queue_time_s if finish is not None else None
                     self.finished = Finished("stop", len(self.prompt), self.num_tokens, cached, None, queued)
                 if self.finished is not None:
+                    self.state = RequestState.FINISHED
                     yield self.finished
                     return
             raise EngineError("the engine stopped before the request finished")
         finally:
-            if self.live:
+            if self.state is RequestState.LIVE:
                 with anyio.CancelScope(shield=True):
                     await self._abort()
             self.inbox.close()
@@ -83,7 +94,7 @@ class RequestActor:
             case SequenceAccepted():
                 return []
             case SequenceRejected(error=error):
-                self.live = False
+                self.state = RequestState.ENDED
                 raise error
             case TokenEmitted(token=tok, stop_token=stop_token, finish=finish):
                 return self._token(tok, stop_token, finish)
@@ -110,7 +121,7 @@ class RequestActor:
         return [TokenEvent(tok.token_id, text, lp, top)]
 
     def _end(self, finish: Finished) -> None:
-        self.live = False
+        self.state = RequestState.ENDED
         self.end = finish
         if self.finished is None and not self.text.stopped:
             self.finished = finish  # the scheduler's Finished is the one the caller gets
@@ -122,11 +133,11 @@ class RequestActor:
             try:
                 await self.scheduler.send(AbortSequence(self.seq_id, self.address))
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                self.live = False
+                self.state = RequestState.ENDED
                 return None
             async for msg in self.inbox:
                 if isinstance(msg, AbortAcked):
                     finish = msg.finish
                     break
-        self.live = False
+        self.state = RequestState.ENDED
         return finish

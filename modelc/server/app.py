@@ -28,7 +28,7 @@ from modelc.server import (
 )
 from modelc.server.auth import EXEMPT_PATHS
 from modelc.server.errors import count_rejection, error_response, install_error_handlers
-from modelc.server.handling import STATE_KEY, RequestRecord, finish_record, new_id
+from modelc.server.handling import STATE_KEY, RecordState, RequestRecord, finish_record, new_id
 from modelc.server.openapi import openapi_spec
 from modelc.server.state import ServerState
 
@@ -121,7 +121,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         # A handler cancelled because the client disconnected never reaches after_request: log it
         # as 499 here. (Streamed responses log themselves when the stream ends.)
         rec: RequestRecord | None = g.get("modelc_record")
-        if rec is not None and not rec.streaming and not rec.logged:
+        if rec is not None and not rec.streaming and rec.state is not RecordState.LOGGED:
             rec.error = rec.error or "client closed the connection before the response"
             finish_record(state, rec, 499)
 

@@ -10,6 +10,7 @@ ChoiceStreams is in LIVE, so a server whose drain time is up can end them all wi
 from __future__ import annotations
 
 import contextlib
+import enum
 import time
 import weakref
 from collections.abc import Sequence
@@ -83,6 +84,15 @@ def best_first(top: tuple[tuple[int, float], ...]) -> list[tuple[int, float]]:
     return sorted(top, key=lambda p: -p[1])
 
 
+class StreamsState(enum.IntEnum):
+    """Where a ChoiceStreams stands; `state >= INTERRUPTED`: no more engine events will be read."""
+
+    NEW = 0  # made: no pump runs yet (entering the block starts them)
+    OPEN = 1  # the pumps run: events arrive until every choice has finished
+    INTERRUPTED = 2  # a drain ended it (interrupt): the pumps are cancelled, the next read raises its error
+    CLOSED = 3  # left: the pumps are cancelled and done (every abort sent), the stream closed
+
+
 class ChoiceStreams:
     """`async with ChoiceStreams(engine, jobs, request_id, deadline) as cs: async for i, ev in cs: ...`
 
@@ -105,22 +115,24 @@ class ChoiceStreams:
         )
         self._scope: anyio.CancelScope | None = None
         self._done = anyio.Event()
-        self._started = False
-        self._interrupted: ModelcError | None = None
+        self.state = StreamsState.NEW
+        self._error: ModelcError | None = None  # what an interrupt ends the reading with
         self._num_open = len(self._jobs)
 
     async def __aenter__(self) -> ChoiceStreams:
         self._scope = anyio.CancelScope()
         await run_host.start_soon(self._pump_all)
-        self._started = True
+        self.state = StreamsState.OPEN
         LIVE.add(self)
         return self
 
     def interrupt(self, error: ModelcError) -> None:
         """Make the next __anext__ raise `error` (whatever the choices are doing): the pumps are
         cancelled, and the reader finds the stream ended with this error set."""
-        if self._interrupted is None:
-            self._interrupted = error
+        if self._error is None:
+            self._error = error
+        if self.state is StreamsState.OPEN:
+            self.state = StreamsState.INTERRUPTED
         if self._scope is not None:
             self._scope.cancel()
 
@@ -131,11 +143,11 @@ class ChoiceStreams:
         LIVE.discard(self)
         if self._scope is not None:
             self._scope.cancel()
-        if self._started:
+        if StreamsState.OPEN <= self.state < StreamsState.CLOSED:
             # Shielded so a cancelled caller still waits for every abort to be sent.
             with anyio.CancelScope(shield=True):
                 await self._done.wait()
-            self._started = False
+        self.state = StreamsState.CLOSED
         self._receive.close()
 
     async def _pump_all(self) -> None:
@@ -171,8 +183,8 @@ class ChoiceStreams:
     async def __anext__(self) -> tuple[int, GenerateEvent]:
         if self._num_open == 0:
             raise StopAsyncIteration
-        if self._interrupted is not None:
-            raise self._interrupted
+        if self._error is not None:
+            raise self._error
         try:
             if self._deadline is None:
                 index, ev = await self._receive.receive()
@@ -182,8 +194,8 @@ class ChoiceStreams:
         except TimeoutError:
             raise RequestTimeoutError("request timed out; its generation was aborted") from None
         except (anyio.EndOfStream, anyio.ClosedResourceError):
-            if self._interrupted is not None:
-                raise self._interrupted from None
+            if self._error is not None:
+                raise self._error from None
             raise EngineError("generation ended without a finish event") from None
         if isinstance(ev, ModelcError):
             raise ev

@@ -4,6 +4,7 @@ eager constraint compilation, the per-request record (id, timings, tokens) and i
 
 from __future__ import annotations
 
+import enum
 import json
 import time
 import uuid
@@ -27,6 +28,15 @@ STATE_KEY = "modelc"
 T = TypeVar("T")
 
 
+class RecordState(enum.IntEnum):
+    """Where a request's record stands; each step happens once, in this order (a record may skip ACCOUNTED:
+    a request that generated nothing), so `state >= X` says X is done."""
+
+    OPEN = 0  # the request is being handled
+    ACCOUNTED = 1  # its token counts are filled and counted in the metrics (once, even if a stream then breaks)
+    LOGGED = 2  # its one log line is written and it is counted: nothing more happens to it
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """One request's log line, filled in by the route and written once at the end."""
@@ -43,8 +53,7 @@ class RequestRecord:
     ttft_s: float | None = None
     error: str | None = None
     client: str = "unknown"  # the client's IP (rate limits are per client)
-    accounted: bool = False  # account() ran: token metrics are counted once, even if the stream then breaks
-    logged: bool = False  # finish_record() ran: one log line and one count per request
+    state: RecordState = RecordState.OPEN
     body: ReadFields | None = None  # the JSON body: its fields never read are logged as ignored
 
 
@@ -189,9 +198,9 @@ def account(
 ) -> None:
     """Fill the record and the token/latency metrics from the choices (finished, or cut short by a
     disconnect: the tokens generated so far count). Runs once per record."""
-    if rec.accounted:
+    if rec.state >= RecordState.ACCOUNTED:
         return
-    rec.accounted = True
+    rec.state = RecordState.ACCOUNTED
     m = state.metrics
     rec.prompt_tokens = sum(prompt_lens)
     rec.completion_tokens = sum(len(r.token_ids) for r in results)
@@ -213,9 +222,9 @@ def account(
 
 def finish_record(state: ServerState, rec: RequestRecord, status: int) -> None:
     """Write the one log line and count the request (once)."""
-    if rec.logged:
+    if rec.state is RecordState.LOGGED:
         return
-    rec.logged = True
+    rec.state = RecordState.LOGGED
     if status < 400:
         warn_ignored_fields(state, rec)
     if state.token_limiter is not None:  # --rate-limit-tokens: what the request used, answered or cut

@@ -10,10 +10,10 @@ from anyio import wait_all_tasks_blocked
 
 from modelc.actors.mailbox import MailboxFull, open_mailbox
 from modelc.actors.messages import GetStats, Shutdown, StatsReported
-from modelc.actors.request import RequestActor
+from modelc.actors.request import RequestActor, RequestState
 from modelc.actors.supervisor import Supervisor
 from modelc.config import EngineConfig, SchedulerConfig
-from modelc.errors import OverloadedError, RequestTimeoutError
+from modelc.errors import InvalidRequestError, OverloadedError, RequestTimeoutError
 from modelc.request import Finished, SamplingParams, TokenEvent
 from modelc.tokenizer.stop import TextStream
 from tests.scheduler.fakes import FakeRunner, greedy_alone
@@ -179,6 +179,32 @@ async def test_prefix_hit_gives_the_same_tokens(anyio_backend) -> None:
         second, fin2 = await tree.collect(prompt, greedy(6))
         assert first == second == greedy_alone(prompt, 6)
         assert fin1.cached_tokens == 0 and fin2.cached_tokens == 32
+
+    with anyio.fail_after(20):
+        await run_tree(config, body, **kw)
+
+
+async def test_a_request_actor_walks_its_states(anyio_backend) -> None:
+    """NEW -> LIVE -> FINISHED for a whole generation; ENDED for one left early (its abort acked) and for
+    one the scheduler refused; `state >= ENDED` is "the scheduler holds nothing of it"."""
+    config, kw = cfg()
+
+    async def body(tree: Tree) -> None:
+        whole = RequestActor(1, [5] * 10, greedy(3), tree.address)
+        assert whole.state is RequestState.NEW
+        states = [whole.state async for _ in whole.events()]
+        S = RequestState  # the last token comes with the scheduler's end; the caller then gets Finished
+        assert states == [S.LIVE, S.LIVE, S.ENDED, S.FINISHED] and whole.state is S.FINISHED
+        left = RequestActor(2, [6] * 10, greedy(50), tree.address)
+        events = left.events()
+        await anext(events)
+        assert left.state is RequestState.LIVE
+        await events.aclose()
+        assert left.state is RequestState.ENDED
+        refused = RequestActor(4, [], greedy(2), tree.address)
+        with pytest.raises(InvalidRequestError, match="empty"):
+            await anext(refused.events())
+        assert refused.state is RequestState.ENDED and refused.state >= RequestState.ENDED
 
     with anyio.fail_after(20):
         await run_tree(config, body, **kw)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -34,6 +36,10 @@ def reap(proc: subprocess.Popen) -> None:
 
 
 class LiveServer:
+    """The server's stderr (its request log) is read all the time by a thread that keeps the last lines
+    (log_tail()): a pipe nobody reads fills up after 64 KiB and then blocks the server's event loop in
+    its next log write (a long schemathesis run stalled that way)."""
+
     def __init__(self, *args: str, module: str = "tests.server.serve_fake", timeout_s: float = 60.0) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
@@ -44,6 +50,9 @@ class LiveServer:
             stderr=subprocess.PIPE,
             text=True,
         )
+        self._log: collections.deque[str] = collections.deque(maxlen=400)
+        self._drain = threading.Thread(target=self._read_log, daemon=True)
+        self._drain.start()
         deadline = time.monotonic() + timeout_s
         line = ""
         while time.monotonic() < deadline:
@@ -52,9 +61,17 @@ class LiveServer:
                 break
         if not line.startswith("READY"):
             self.stop()
-            raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()[-2000:]}")
+            raise RuntimeError(f"server did not start: {line!r} {self.log_tail()[-2000:]}")
         self.port = int(line.split()[1])
         self.url = f"http://127.0.0.1:{self.port}"
+
+    def _read_log(self) -> None:
+        for line in self.proc.stderr:
+            self._log.append(line)
+
+    def log_tail(self) -> str:
+        """The last lines the server wrote to stderr."""
+        return "".join(self._log)
 
     def terminate(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -70,6 +87,7 @@ class LiveServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._drain.join(timeout=5)  # the pipe ends with the process
         for f in (self.proc.stdout, self.proc.stderr):
             if f:
                 f.close()

@@ -73,7 +73,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
 
     @app.get("/openapi.json")
     async def openapi() -> Any:
-        return openapi_spec(app, state.engine, only_model=state.models is None)
+        return openapi_spec(app, state.engine, only_model=state.models is None, aliases=state.config.model_aliases)
 
     @app.before_request
     async def _guard() -> Response | None:

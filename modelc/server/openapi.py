@@ -47,7 +47,12 @@ PROMPT = {
     ]
 }
 
-MODEL_NAME = {**S, "maxLength": 255, "description": "a served or stored model name (at most 255 bytes of UTF-8)"}
+MODEL_NAME = {
+    **S,
+    "maxLength": 255,
+    "description": "a served or stored model name (at most 255 bytes of UTF-8)",
+    "x-modelc-model-name": True,  # a server of one model lists its names (served_operations)
+}
 MODEL = MODEL_NAME
 BOUNDED = (  # the sampling fields whose bounds come from server/bounds.BOUNDS
     "max_tokens",
@@ -352,14 +357,16 @@ SINGLE_OR_BATCH = {
 }
 
 
-def openapi_spec(app: Any = None, served: ServedModel | None = None, *, only_model: bool = False) -> dict[str, Any]:
+def openapi_spec(
+    app: Any = None, served: ServedModel | None = None, *, only_model: bool = False, aliases: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The spec of modelc.server's routes, plus every other route of `app` when given. With the
     `served` model, the operations it can never answer are left out (see served_operations)."""
     spec = server_spec()
     if app is not None:
         spec["paths"].update(other_paths(app, spec["paths"]))
     if served is not None:
-        served_operations(spec["paths"], served, only_model=only_model)
+        served_operations(spec["paths"], served, only_model=only_model, aliases=aliases)
     _declare_path_params(spec["paths"])
     _declare_errors(spec["paths"])
     for path in EXEMPT_PATHS & spec["paths"].keys():  # probes answer without the API key
@@ -375,11 +382,14 @@ COHERE_ERROR = _obj({"message": S}, ("message",))
 RERANK_PATHS = ("/v1/rerank", "/rerank", "/v1/reranking", "/reranking", "/v2/rerank")
 
 
-def served_operations(paths: dict[str, Any], engine: ServedModel, *, only_model: bool) -> None:
+def served_operations(
+    paths: dict[str, Any], engine: ServedModel, *, only_model: bool, aliases: tuple[str, ...] = ()
+) -> None:
     """Leave out of `paths` what this server can never answer for any request, as vLLM registers only
     the routes of its model's tasks: /infer unless the default model is an MLP/ONNX one; when it is
     the only model (no model manager to load others), rerank unless it is a cross-encoder and /infill
-    unless its vocabulary has fill-in-the-middle tokens. (The routes stay: they answer a clear 400.)"""
+    unless its vocabulary has fill-in-the-middle tokens. (The routes stay: they answer a clear 400.)
+    The only model's names (and aliases) are then the `model` values the server takes (others: 404)."""
     drop = [] if INFER in engine.serves else ["/infer"]
     if only_model:
         drop += [] if RERANK in engine.serves else list(RERANK_PATHS)
@@ -393,7 +403,10 @@ def served_operations(paths: dict[str, Any], engine: ServedModel, *, only_model:
     vocab = engine.tokenizer.vocab_size if engine.tokenizer is not None else None
     width = engine.source.config.get("hidden_size") if engine.source is not None else None
     _bound_by_model(
-        paths, vocab if isinstance(vocab, int) and vocab > 0 else None, width if isinstance(width, int) else None
+        paths,
+        vocab if isinstance(vocab, int) and vocab > 0 else None,
+        width if isinstance(width, int) else None,
+        [engine.name, *aliases],
     )
     capacity = queue_capacity(engine)
     completions = paths.get("/v1/completions", {}).get("post")
@@ -411,20 +424,22 @@ def queue_rules(capacity: int) -> list[dict[str, Any]]:
     return [{"properties": {"prompt": {"if": batch, "then": {"maxItems": capacity}}}}]
 
 
-def _bound_by_model(node: Any, vocab: int | None, width: int | None) -> None:
+def _bound_by_model(node: Any, vocab: int | None, width: int | None, names: list[str]) -> None:
     """The one served model's own limits: token ids below its vocabulary size (every schema marked as
-    a token id or a logit_bias key), `dimensions` up to its embedding width. (Copies: the module's
-    schemas are shared.)"""
+    a token id or a logit_bias key), `dimensions` up to its embedding width, `model` one of its names.
+    (Copies: the module's schemas are shared.)"""
     if isinstance(node, list):
         for i, item in enumerate(node):
             node[i] = _copy(item)
-            _bound_by_model(node[i], vocab, width)
+            _bound_by_model(node[i], vocab, width, names)
         return
     if not isinstance(node, dict):
         return
     for key, value in node.items():
         node[key] = value = _copy(value)
-        _bound_by_model(value, vocab, width)
+        _bound_by_model(value, vocab, width, names)
+    if node.get("x-modelc-model-name"):
+        node["enum"] = list(names)
     if vocab is not None and node.get("x-modelc-token-id"):
         node["maximum"] = vocab - 1
     if vocab is not None and node.get("x-modelc-token-id-key"):

@@ -307,7 +307,7 @@ WEBUI = {  # public routes (server/guard.public_route): no API key
 }
 RERANK_REQ = _obj(
     {
-        "model": S,
+        "model": MODEL_NAME,
         "query": S,
         "documents": {"type": "array", "items": {"oneOf": [S, _obj({"text": S}, ("text",))]}},
         "top_n": schema_of("top_n"),
@@ -335,7 +335,7 @@ _RERANK_OP = _op(
 )
 RERANK_V2_REQ = _obj(
     {
-        "model": S,
+        "model": MODEL_NAME,
         "query": S,
         "documents": {"type": "array", "items": S, "minItems": 1, "maxItems": 1000},
         "top_n": schema_of("top_n"),

@@ -50,3 +50,21 @@ async def test_served_spec_matches(client) -> None:
     served = openapi_spec(client.app, client.engine, only_model=True)
     assert body["openapi"].startswith("3.") and body["paths"].keys() == served["paths"].keys()
     assert served["paths"].keys() < openapi_spec(client.app)["paths"].keys()  # less what the model cannot do
+
+
+async def test_a_server_of_one_model_lists_its_names(make_client) -> None:
+    """Any other `model` is a 404 there: the served spec says which names it takes (so a fuzzer reaches
+    the routes' own logic); a daemon that loads stored models on demand keeps the field open."""
+    c = make_client(model_aliases=("alias",))
+    paths = (await (await c.get("/openapi.json")).get_json())["paths"]
+    for path in ("/v1/chat/completions", "/api/chat", "/v1/messages", "/v1/rerank", "/api/generate"):
+        if path not in paths:
+            continue
+        schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert schema["properties"]["model"]["enum"] == ["fake-model", "alias"], path
+    assert (
+        "enum"
+        not in openapi_spec(c.app)["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"][
+            "application/json"
+        ]["schema"]["properties"]["model"]
+    )

@@ -61,8 +61,8 @@ def fake_tools() -> types.SimpleNamespace:
 
 @pytest.fixture(autouse=True)
 def _tools(monkeypatch) -> None:
-    import modelc.server.handling as handling
     import modelc.server.chat_plan as chat
+    import modelc.server.handling as handling
     import modelc.server.prompt as prompt
 
     monkeypatch.setattr(prompt, "_tools_module", fake_tools)

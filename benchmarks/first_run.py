@@ -14,7 +14,7 @@ start, measured from process start:
 - first_tok_s: that request's decode speed (tokens 2..N), and first_frac = first_tok_s / warm_tok_s;
 - warm_tok_s: the median decode speed of the last 3 requests, sent after "kernels" says "ready";
 - full_speed_s: from start to the first token of the first request from which every request decodes at
-  >= 90% of warm_tok_s (requests of N tokens run back to back from the first);
+  >= 80% of warm_tok_s (requests of N tokens run back to back from the first; the last one where none does);
 - ready_after_s: until /health's "kernels" stops saying "compiling";
 - compiled: numba cache files (*.nbc) the start wrote (a restart should write none);
 - rss_mb: the server's VmRSS after the last request, and peak_rss_mb (VmHWM);
@@ -50,7 +50,7 @@ import httpx
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SMOLLM2 = pathlib.Path("/tmp/modelc-bench/SmolLM2-135M-Instruct.Q4_1.gguf")
 PROMPT = "The capital of France is"
-FULL = 0.9  # "full speed": at least this share of the warm speed
+FULL = 0.8  # "full speed": at least this share of the warm speed (the host's noise is ~10-20%)
 
 
 def free_port() -> int:
@@ -163,7 +163,9 @@ def one_start(model: str | None, env: dict[str, str], log: pathlib.Path, cache: 
             out["timed_out"] = True
         else:
             warm = statistics.median(r["tok_s"] for r in runs[-3:])
-            full = next(i for i in range(len(runs)) if all(r["tok_s"] >= FULL * warm for r in runs[i:]))
+            full = next(
+                (i for i in range(len(runs)) if all(r["tok_s"] >= FULL * warm for r in runs[i:])), len(runs) - 1
+            )
             out.update({"warm_tok_s": warm, "first_frac": first["tok_s"] / warm, "full_speed_s": runs[full]["first_s"],
                         "same_tokens": first["text"] == runs[-1]["text"]})  # fmt: skip
     finally:

@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from modelc import __version__, tmpfiles
+from modelc import tmpfiles
 from modelc.artifact.digest import DEFAULT_DIGEST, DIGEST_KINDS, hexdigest
 from modelc.artifact.format import FORMAT_VERSION, PREAMBLE_SIZE, TensorEntry, align_up, pack_preamble
 from modelc.artifact.hash_pool import HashJob, hash_pool, release_pages
 from modelc.errors import ModelcError
+from modelc.version import __version__
 
 __all__ = ["ArtifactWriteError", "default_file_mode", "header_fields", "release_pages", "write_artifact"]
 

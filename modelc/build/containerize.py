@@ -11,8 +11,8 @@ import os
 import shutil
 from pathlib import Path
 
-from modelc import __version__
 from modelc.errors import ModelcError
+from modelc.version import __version__
 
 MODEL_IN_IMAGE = "/models/model.modelc"
 

@@ -30,8 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from modelc import __version__
 from modelc.build.containerize import BuildError
+from modelc.version import __version__
 
 TRAILER = struct.Struct("<8sQQQ")  # magic, model offset, model length, config length
 TRAILER_MAGIC = b"MODELCX1"

@@ -8,8 +8,8 @@ from modelc.build.compiled import run_app
 
 
 def main(executable: str, argv: list[str]) -> int:
-    from modelc import __version__
     from modelc.build.exe import read_trailer
+    from modelc.version import __version__
 
     print(f"modelc {__version__} (compiled executable)", file=sys.stderr)
 

@@ -18,8 +18,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from modelc import __version__
 from modelc.build.containerize import BuildError
+from modelc.version import __version__
 
 MODEL_MEMBER = "model.modelc"
 CONFIG_MEMBER = "modelc_app.json"

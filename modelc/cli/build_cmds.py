@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from modelc.cli.store_cmds import human_bytes, out
+from modelc.cli.console import human_bytes, out
 
 
 def containerize_cmd(

@@ -28,7 +28,7 @@ def eval_perplexity(source: Any, text: str, *, ctx: int, stride: int | None, thr
                     kv_dtype: str = "auto", label: str = "perplexity") -> Any:  # fmt: skip
     """Perplexity of an opened model source (artifact or raw weights) on `text`, with a progress bar."""
     from modelc.api.engine import Engine
-    from modelc.cli.store_cmds import progress_bar
+    from modelc.cli.console import progress_bar
 
     eng = Engine(source, threads=threads, kv_cache_tokens=16, kv_dtype=kv_dtype)
     with progress_bar(label) as update:

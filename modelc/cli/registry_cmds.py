@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from modelc.cli.store_cmds import err, human_bytes, out, progress_bar
+from modelc.cli.console import err, human_bytes, out, progress_bar
 
 REGISTRY_HELP = "Registry URL (http/https) or folder; default $MODELC_REGISTRY."
 

@@ -195,7 +195,7 @@ def run_cmd(
     """
     import os
 
-    from modelc.cli.store_cmds import progress_bar
+    from modelc.cli.console import progress_bar
     from modelc.config import parse_kv_dtype
     from modelc.daemon import launch
     from modelc.server.daemon import serve

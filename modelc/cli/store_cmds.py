@@ -6,48 +6,19 @@ modelc.formats.export_*. Errors are ModelcError; cli/main.py prints them on one 
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import json
 import os
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from modelc.cli.console import human_bytes, out, progress_bar
 from modelc.errors import ChecksumError, UnsupportedError
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
-
 QUANT_PREVIEW = ("fp32", "fp16", "int8", "int4", "q4_0", "q8_0", "q4_k")
-
-
-@contextlib.contextmanager
-def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
-    """A rich progress bar on stderr (hidden when not a terminal); yields progress(done, total)."""
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        console=err, transient=True, disable=not err.is_terminal,
-    ) as bar:  # fmt: skip
-        task = bar.add_task(description, total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
 
 
 def quant_sizes(source: Any) -> dict[str, int]:

@@ -10,7 +10,7 @@ import time
 
 import typer
 
-from modelc.cli.store_cmds import out
+from modelc.cli.console import out
 
 
 def warmup_cmd(
@@ -25,7 +25,7 @@ def warmup_cmd(
     """
     started = time.perf_counter()
     from modelc.artifact.reader import open_artifact
-    from modelc.cli.store_cmds import progress_bar
+    from modelc.cli.console import progress_bar
     from modelc.daemon.launch import serve_target
     from modelc.server.engines import adapter_for
 

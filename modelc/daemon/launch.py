@@ -20,7 +20,7 @@ from typing import Any
 from modelc.daemon.state_file import DaemonInfo, read_state, remove_state, write_state
 from modelc.errors import ModelcError, NotFoundError
 
-# progress_bar(description) -> a context manager yielding update(done, total) or None (cli/store_cmds.py has
+# progress_bar(description) -> a context manager yielding update(done, total) or None (cli/console.py has
 # the rich one; the CLI passes it in, this floor does not import the CLI)
 ProgressBar = Callable[[str], AbstractContextManager[Callable[[int, int], None] | None]]
 DETACH_ENV = "MODELC_DETACHED"  # set in the detached child (so it never detaches again)

@@ -354,7 +354,7 @@ class Runner:
         Cheap on any model size: full forwards only at T=1 and T=2 (the decode and small-batch
         matmul kernels, norms, RoPE, KV writes, serial attention); the prefill paths (BLAS matmul
         from plan.PREFILL_MIN_T tokens, sgemm attention, parallel attention) are reached on
-        64-row slices of one weight of each stored type (engine.warm.warm_matmuls: one T per path of
+        64-row slices of one weight of each stored type (kernels/matmul/warm.warm_matmuls: one T per path of
         kernels.matmul.plan.plan_matmul) and on one scratch KV page. A 64-token
         prefill of a 1.1B model took ~1.5 s here; this takes a few decode steps. Returns seconds.
         """
@@ -376,10 +376,10 @@ class Runner:
         return time.perf_counter() - t0
 
     def _warm_prefill_kernels(self) -> None:
-        # lazy: engine/warm.py imports this module; numba kernels load (and compile) only when this path runs
-        from modelc.engine.warm import warm_matmuls
+        # lazy: numba kernels load (and compile) only when this path runs
         from modelc.kernels.attention import attention
         from modelc.kernels.attention.attention_blas import attention_one_seq_blas
+        from modelc.kernels.matmul.warm import warm_matmuls
 
         warm_matmuls(self.model.kernels.matmul, _one_weight_per_type(self.model))
         L, K, D = self.model.kv_shape()

@@ -286,29 +286,6 @@ def warmup(runner: Any, *, parallel: bool | None = None) -> float:
     return time.perf_counter() - t0
 
 
-def warm_matmuls(matmul: Any, weights: list[Any]) -> None:
-    """Run `matmul` once per kernel kernels.matmul.plan.plan_matmul can pick for each weight (at the smallest T
-    reaching it: plan.warm_tokens), on a 64-row slice, so every matmul kernel a request can reach is compiled
-    (or loaded from numba's cache); plus the BLAS path for types whose prefill never reaches it, which
-    64+-row embedding lookups (gemm_blas.dequantize_into) still use."""
-    import dataclasses
-
-    import numpy as np
-
-    from modelc.kernels.matmul import gemm_blas, plan
-
-    for w in weights:
-        r = min(w.rows, 64)  # 64+ rows: the panel dequantizer's threaded variant
-        part = dataclasses.replace(w, rows=r, blocks=w.blocks[:r], scale=None if w.scale is None else w.scale[:r],
-                                   r16=None if w.r16 is None else w.r16[: r // 16])  # fmt: skip
-        points = plan.warm_tokens(part)
-        for t in points.values():
-            matmul(np.empty((t, r), np.float32), np.zeros((t, part.cols), np.float32), part)
-        if plan.Path.BLAS not in points:
-            t = plan.PREFILL_MIN_T
-            gemm_blas.blas_matmul(np.empty((t, r), np.float32), np.zeros((t, part.cols), np.float32), part)
-
-
 def _worth_a_helper(runner: Any) -> bool:
     if getattr(runner.model.kernels, "name", "") != "numba" or (os.cpu_count() or 1) < 2:
         return False

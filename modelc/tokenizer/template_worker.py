@@ -7,7 +7,8 @@ fuel, an output cap and a wall-clock timeout: whatever the template does, the re
 TemplateError (HTTP 400) and the daemon keeps running; a dead or stuck worker is replaced.
 
 Protocol: one JSON line per request {"source", "context", "fuel", "limit"} and one JSON line per
-reply {"text"} or {"error", "kind"}. `python -m modelc.tokenizer.template_worker` is the worker.
+reply {"text"} or {"error", "kind"}. `python -m modelc.tokenizer.template_child` is the worker
+(tokenizer/template_child.py: the child's side; this module is the parent's).
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ import sys
 import threading
 import time
 from typing import Any
-
-import modelc
-from modelc.errors import ModelcError
 
 TIMEOUT_S = 5.0  # real templates render in milliseconds
 STARTUP_TIMEOUT_S = 30.0
@@ -97,10 +95,10 @@ class RenderWorker:
                 raise WorkerUnavailable("the chat template worker process did not start")
 
             # the child must import this very modelc (a compiled app puts it on sys.path at run time)
-            root = os.path.dirname(os.path.dirname(os.path.abspath(modelc.__file__)))
+            root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
             proc = subprocess.Popen(
-                [sys.executable, "-m", "modelc.tokenizer.template_worker"],
+                [sys.executable, "-m", "modelc.tokenizer.template_child"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
             )  # fmt: skip
             try:
@@ -156,68 +154,3 @@ def shared_worker() -> RenderWorker:
             _WORKER = RenderWorker()
             atexit.register(_WORKER.close)
         return _WORKER
-
-
-def _serve() -> None:
-    """The worker: limit its own memory, then answer render requests until stdin closes."""
-    import resource
-    from datetime import datetime
-
-    import minijinja
-
-    # lazy: runs in the worker child process; the parent imports this module from chat_template
-    from modelc.tokenizer import chat_template
-    from modelc.tokenizer.chat_template import _environment, _one_line
-
-    class ParentClock(datetime):
-        """strftime_now() shows the parent's clock (so a caller that fixes the time fixes it here too)."""
-
-        at: datetime | None = None
-
-        @classmethod
-        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
-            return cls.at or datetime.now(tz)
-
-    chat_template.datetime = ParentClock  # type: ignore[misc]
-
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-    envs: dict[str, Any] = {}
-    out = sys.stdout.buffer
-    out.write(b'{"ready": true}\n')
-    out.flush()
-    for line in sys.stdin.buffer:
-        req = json.loads(line)
-        env = envs.get(req["source"])
-        if env is None:
-            env = _environment()
-            env.add_template("chat", req["source"])
-            if len(envs) >= MAX_CACHED:
-                envs.pop(next(iter(envs)))
-            envs[req["source"]] = env
-        env.fuel = int(req["fuel"])
-        ParentClock.at = datetime.fromisoformat(req["now"]) if req.get("now") else None
-        try:
-            text = env.render_template("chat", **req["context"])
-            reply: dict[str, Any] = {"text": text}
-            if len(text) > int(req["limit"]):
-                reply = {"error": f"it produced {len(text)} characters, more than the limit of {req['limit']}",
-                         "kind": "output"}  # fmt: skip
-        except minijinja.TemplateError as exc:
-            cause = exc.__cause__ or exc.__context__
-            if isinstance(cause, ModelcError):
-                reply = {"error": cause.message, "kind": "raise"}
-            elif "out of fuel" in str(exc):
-                reply = {"error": "it ran past its work budget (a loop too long)", "kind": "fuel"}
-            else:  # its message only: str(exc) shows the template's source lines around the error
-                reply = {"error": _one_line(exc), "kind": "other"}
-        except ModelcError as exc:  # raise_exception's own error, passed through by minijinja as is
-            reply = {"error": exc.message, "kind": "raise"}
-        except Exception as exc:  # noqa: BLE001 - everything becomes a reply; the parent decides
-            reply = {"error": f"{type(exc).__name__}: {exc}"[:300], "kind": "other"}
-        out.write(json.dumps(reply).encode() + b"\n")
-        out.flush()
-
-
-if __name__ == "__main__":
-    _serve()

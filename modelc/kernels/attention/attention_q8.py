@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.attention.attention import _row_seq, softmax_rows, work_item, write_rows
+from modelc.kernels.attention.attention_parts import _row_seq, softmax_rows, work_item, write_rows
 from modelc.kernels.attention.kv_q8 import dequant_row
 
 

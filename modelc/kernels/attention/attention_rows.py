@@ -25,7 +25,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-from modelc.kernels.attention.attention import _row_seq, softmax_rows, work_item
+from modelc.kernels.attention.attention_parts import _row_seq, softmax_rows, work_item
 from modelc.kernels.runtime.cpu import HAS_AVX512_VNNI
 from modelc.kernels.simd.qdot import (
     F32x8,

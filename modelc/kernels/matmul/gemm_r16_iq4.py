@@ -24,7 +24,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.matmul.gemm_r16 import GROUP, PREFETCH_BYTES, TOKEN_CHUNK, _ahead, _block_dot, _offsets, _store_acc
+from modelc.kernels.matmul.gemm_r16_parts import (
+    GROUP,
+    PREFETCH_BYTES,
+    TOKEN_CHUNK,
+    _ahead,
+    _block_dot,
+    _offsets,
+    _store_acc,
+)
 from modelc.kernels.quant.quant_iq import IQ4_NL, IQ4_XS
 from modelc.kernels.runtime.cpu import HAS_AVX512_VNNI, PREFETCH_T1
 from modelc.kernels.simd.qdot import (

@@ -27,7 +27,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from modelc.kernels.matmul.gemm_r16 import (
+from modelc.kernels.matmul.gemm_r16_parts import (
     GROUP,
     PREFETCH_BYTES,
     TOKEN_CHUNK,

@@ -80,7 +80,7 @@ class Weight:
     paths: tuple = field(default=(), compare=False, repr=False)  # plan.Path per T = 0 .. len-1, set below
 
     def __post_init__(self) -> None:
-        from modelc.kernels.matmul import plan  # here, not at the top: plan imports this module
+        from modelc.kernels.matmul import plan  # here: plan loads the numba kernels, which the numpy twins need not
 
         object.__setattr__(self, "paths", plan.fixed_paths(self))
 

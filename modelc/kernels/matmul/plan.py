@@ -31,12 +31,13 @@ No numba kernels run here; this module only reads the kernels' kind sets.
 from __future__ import annotations
 
 import enum
+from types import SimpleNamespace
+from typing import Protocol
 
 import numpy as np
 
 from modelc.ir import DataType
 from modelc.kernels.matmul import gemm_fused, gemm_fused_grid, gemm_fused_iq, gemm_fused_k, gemm_r16, gemm_tile
-from modelc.kernels.matmul.gemm_weight import Weight
 from modelc.kernels.quant import quant
 from modelc.kernels.runtime import cpu
 
@@ -55,6 +56,15 @@ class Path(enum.Enum):
     TILE = "tile"  # gemm_tile.qmatmul_tile: register tiles of 4 rows x 4 tokens
     R16 = "r16"  # gemm_r16.qmatmul_r16: Q4_0/Q8_0/Q4_K/Q6_K/IQ4_NL/IQ4_XS repacked at load into 16 interleaved rows, any T
     ROWS = "rows"  # gemm_int.qmatmul_rows: each row unpacked once to L1, any quantized kind
+
+
+class WeightLike(Protocol):
+    """What the plan reads of a weight (gemm_weight.Weight, which asks fixed_paths for its `paths` when made)."""
+
+    dtype: DataType
+    cols: int
+    r16: np.ndarray | None  # the copy repacked for gemm_r16, where the loader made one
+    paths: tuple  # fixed_paths' answer, on a made Weight (path() reads it)
 
 
 INT8_PATHS = frozenset({Path.MATVEC_K, Path.MATVEC_IQ, Path.MATVEC, Path.AMX, Path.TILE, Path.ROWS, Path.R16})
@@ -121,7 +131,7 @@ _FLOAT = (DataType.F16, DataType.BF16, DataType.F32)
 _NEVER = 1 << 62
 
 
-def plan_matmul(w: Weight, t: int, *, reference: bool | None = None) -> Path:
+def plan_matmul(w: WeightLike, t: int, *, reference: bool | None = None) -> Path:
     """The kernel for weight `w` and `t` tokens on this CPU (the table above); MODELC_KERNELS read now
     unless `reference` says. linear.matmul runs `path(w, t)`: the weight's plan, fixed when the Weight was made."""
     if cpu.use_reference() if reference is None else reference:
@@ -166,7 +176,7 @@ def int8_path(kind: int, t: int) -> Path:
 _FIXED: dict[tuple, tuple[Path, ...]] = {}
 
 
-def fixed_paths(w: Weight) -> tuple[Path, ...]:
+def fixed_paths(w: WeightLike) -> tuple[Path, ...]:
     """plan_matmul(w, t) at t = 0 .. max(_bounds()) (index t; [0] unused): weight `w`'s plan, fixed now.
 
     Weight.__post_init__ stores it on the weight, so MODELC_KERNELS=ref and the bounds above apply as
@@ -183,7 +193,7 @@ def fixed_paths(w: Weight) -> tuple[Path, ...]:
     return got
 
 
-def path(w: Weight, t: int) -> Path:
+def path(w: WeightLike, t: int) -> Path:
     """The kernel linear.matmul runs for `w` at `t` >= 1 tokens: its fixed plan (the table past its end)."""
     paths = w.paths
     if t < len(paths):
@@ -198,12 +208,12 @@ def _bounds() -> list[int]:
     return sorted(t for t in ts if t >= 1)
 
 
-def paths_up_to(w: Weight, t_max: int) -> set[Path]:
+def paths_up_to(w: WeightLike, t_max: int) -> set[Path]:
     """Every path weight `w` takes at 1 .. t_max tokens."""
     return {path(w, t) for t in _bounds() if t <= t_max} | {path(w, t_max)}
 
 
-def warm_tokens(w: Weight) -> dict[Path, int]:
+def warm_tokens(w: WeightLike) -> dict[Path, int]:
     """For each path weight `w` can reach, the smallest T that reaches it (what warmup runs)."""
     out: dict[Path, int] = {}
     for t in _bounds():
@@ -221,7 +231,7 @@ def table(dtypes: tuple[DataType, ...] | None = None, cols: int = 2048) -> list[
         if gemm_r16.can_repack(dt, gemm_r16.GROUP, cols):
             variants.append((f"{dt.name} (repacked at load)", np.zeros((1, 0), np.uint8)))
         for name, r16 in variants:
-            w = Weight(dt, 1, cols, np.zeros((1, 0), np.uint8), None, r16=r16)
+            w = SimpleNamespace(dtype=dt, cols=cols, r16=r16)
             parts, last = [], None
             for t in _bounds():
                 p = plan_matmul(w, t)

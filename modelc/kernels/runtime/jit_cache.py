@@ -50,8 +50,8 @@ def cache_root() -> pathlib.Path:
 @functools.lru_cache(maxsize=1)
 def cache_key() -> str:
     """'<version>-<12 hex of the kernels' source digest>-<cpu flags>', e.g. '0.1.0-3fa2...-avx2.vnni.avx512'."""
-    from modelc import __version__
     from modelc.kernels.runtime import cpu
+    from modelc.version import __version__
 
     h = hashlib.sha256()
     for f in sorted(KERNELS.rglob("*.py")):

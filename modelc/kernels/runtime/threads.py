@@ -11,6 +11,8 @@ import ctypes
 import re
 import threading
 
+from modelc import spin
+
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _prefix = ""
@@ -102,9 +104,7 @@ def blas_threads_for(n: int) -> int:
     tok/s, a Qwen3-MoE-shaped model 78 against 613 (its routers' sgemm runs between the expert kernels of
     every layer); on one BLAS thread (which runs in the caller) 221 and 504. The float matmuls that sgemm
     carries (gemm_blas) still take numba's count per call."""
-    import modelc
-
-    return int(n) if modelc._BLAS_SPIN_BOUNDED else 1
+    return int(n) if spin.BLAS_SPIN_BOUNDED else 1
 
 
 def set_compute_threads(n: int) -> None:

@@ -124,7 +124,7 @@ def test_auto_dispatch_matches_serial(tol, paged_case):
 def test_row_max_is_max_wherever_it_lies(n):
     from numba import njit
 
-    from modelc.kernels.attention.attention import _row_max
+    from modelc.kernels.attention.attention_parts import _row_max
 
     f = njit(lambda x: _row_max(x))
     rng = np.random.default_rng(n)

@@ -51,7 +51,7 @@ gemm_blas._blas_threads_local = lambda n: seen.append(n) or real(n)
 for rows in (32, 2048):  # a router-sized sgemm, then a projection-sized one (numba has 2 threads)
     x, wt = np.ones((128, 1024), np.float32), np.ones((1024, rows), np.float32)
     gemm_blas._matmul(x, wt, np.empty((128, rows), np.float32))
-print("RESULT", modelc._BLAS_SPIN_BOUNDED, threads.blas_threads_for(2), threads.get_blas_threads(), seen[0::2])
+print("RESULT", modelc.spin.BLAS_SPIN_BOUNDED, threads.blas_threads_for(2), threads.get_blas_threads(), seen[0::2])
 """
 
 

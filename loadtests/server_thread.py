@@ -71,6 +71,7 @@ class ServerThread:
             self._ready.set()
 
     async def _serve(self) -> None:
+        from modelc.api.opener import open_engine
         from modelc.server import daemon
 
         self._loop = asyncio.get_running_loop()
@@ -80,7 +81,7 @@ class ServerThread:
             self.port = port
             self._ready.set()
 
-        async with daemon.open_engine(self.source, self.engine_config) as engine:
+        async with open_engine(self.source, self.engine_config) as engine:
             self._engine = engine
             await daemon.serve(
                 engine,

@@ -24,10 +24,10 @@ def warmup_cmd(
     Example: modelc warmup tiny
     """
     started = time.perf_counter()
+    from modelc.api.engines import adapter_for
     from modelc.artifact.reader import open_artifact
     from modelc.cli.console import progress_bar
     from modelc.daemon.launch import serve_target
-    from modelc.server.engines import adapter_for
 
     path, name = serve_target(model, progress_bar)
     source = open_artifact(path)

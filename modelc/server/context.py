@@ -12,8 +12,8 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from modelc.api.engines import EncoderTokenizer
 from modelc.errors import InvalidRequestError
-from modelc.server.engines import EncoderTokenizer
 from modelc.server.served import ServedModel
 
 # A token covers at most max(longest vocabulary entry, FLOOR) characters; SLACK more is allowed

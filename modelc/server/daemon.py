@@ -24,15 +24,12 @@ from hypercorn.asyncio import serve as hypercorn_serve
 from hypercorn.config import Config as HypercornConfig
 
 from modelc import store
-from modelc.api.async_engine import AsyncEngine
+from modelc.api.opener import open_engine
 from modelc.artifact.format import is_artifact
-from modelc.artifact.reader import open_artifact
 from modelc.config import EngineConfig
-from modelc.errors import ModelcError, UnsupportedError
-from modelc.replicas.engine import ReplicaEngine
+from modelc.errors import ModelcError
 from modelc.server import hypercorn_close, run_host
 from modelc.server.app import create_app
-from modelc.server.engines import EncoderEngine, InferEngine, adapter_for
 from modelc.server.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
 from modelc.server.guard import check_bind
@@ -71,49 +68,13 @@ def is_engine(obj: Any) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def open_engine(source: Any, engine_config: EngineConfig | None = None, chat_template: str | None = None):
-    """An engine object as is; encoder/MLP/ONNX sources through their adapters (server/engines.py);
-    causal LMs through AsyncEngine.open. Paths are opened as .modelc artifacts. `chat_template`: the
-    Jinja source that replaces the model's own (`modelc run --chat-template FILE`)."""
-    if is_engine(source):
-        yield source
+async def _engine_of(engine_or_source: Any, engine_config: EngineConfig | None, chat_template: str | None):
+    """The engine to serve: an engine object as is, else open_engine's for the source."""
+    if is_engine(engine_or_source):
+        yield engine_or_source
         return
-    path = source if isinstance(source, str | Path) else None
-    if path is not None:
-        source = open_artifact(path)
-
-    adapter = adapter_for(source)
-    if chat_template is not None:
-        source = with_chat_template(source, chat_template, adapter is not None, engine_config)
-    if adapter is not None:
-        if isinstance(adapter, EncoderEngine | InferEngine) and (engine_config is None or engine_config.warmup):
-            await anyio.to_thread.run_sync(adapter.warmup)
-        yield adapter
-        return
-    if engine_config is not None and engine_config.replicas is not None:
-        if path is None:
-            raise UnsupportedError("Ray replicas load the model from its .modelc file; pass a path or store name")
-
-        async with ReplicaEngine.open(path, engine_config) as engine:
-            yield engine
-        return
-
-    if engine_config is None:
-        engine_config = EngineConfig()
-    async with AsyncEngine.open(source, engine_config) as engine:
+    async with open_engine(engine_or_source, engine_config, chat_template) as engine:
         yield engine
-
-
-def with_chat_template(source: Any, text: str, adapted: bool, engine_config: EngineConfig | None) -> Any:
-    """`source` with its chat template replaced by `text` (read by the operator's CLI, never by a
-    request), so the tokenizer side, /props and the capabilities all see the one template."""
-    name = getattr(source, "name", "") or "the model"
-    if adapted:
-        raise UnsupportedError(f"--chat-template: {name} ({source.architecture}) does not chat (no text generation)")
-    if engine_config is not None and engine_config.replicas is not None:
-        raise UnsupportedError("--chat-template cannot be combined with --ray: the replicas read the model's own")
-    source.chat_template = text
-    return source
 
 
 async def serve(
@@ -198,7 +159,7 @@ async def serve(
             if models is not None:
                 await tg.start(models.run)
             try:
-                async with open_engine(engine_or_source, engine_config, chat_template) as engine:
+                async with _engine_of(engine_or_source, engine_config, chat_template) as engine:
                     if models is not None:
                         path = engine_or_source if isinstance(engine_or_source, str | Path) else None
                         models.set_default(engine, default_name, path)

@@ -16,7 +16,6 @@ from typing import Any
 
 from quart import Blueprint, Response
 
-from modelc import __version__
 from modelc.errors import InvalidRequestError, ModelcError
 from modelc.request import Finished, SamplingParams
 from modelc.server.chat_plan import ChatRequest, plan_chat
@@ -53,7 +52,7 @@ from modelc.server.schema import (
 from modelc.server.served import ModelSource, ServedModel, inferring
 from modelc.server.sse import sse_event
 from modelc.server.state import ServerState
-from modelc.version import git_sha
+from modelc.version import __version__, git_sha
 
 bp = Blueprint("native", __name__)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelc import __version__
 from modelc.server.generation import ChoiceResult
 from modelc.server.served import ServedTokenizer
+from modelc.version import __version__
 
 SYSTEM_FINGERPRINT = f"modelc-{__version__}"
 

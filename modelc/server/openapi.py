@@ -15,12 +15,12 @@ import re
 import sys
 from typing import Any
 
-from modelc import __version__
 from modelc.server.auth import EXEMPT_PATHS
 from modelc.server.bounds import MAX_STOP, MAX_STOP_CHARS, schema_of
 from modelc.server.context import queue_capacity
 from modelc.server.fim import find_fim_tokens
 from modelc.server.served import GENERATE, INFER, RERANK, ServedModel
+from modelc.version import __version__
 
 
 def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Requests -> prompt token ids: chat templates (with tools), plain prompts, fill-in-the-middle.
 
 Pure: no awaits. Tool prompts come from the chat template when it takes `tools`, else from
-modelc.engine.tools.render_tools_system_prompt as a system message.
+modelc.server.tools.render_tools_system_prompt as a system message.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelc.errors import InvalidRequestError, ModelcError
+from modelc.server import tools as tool_calls
 from modelc.server.context import char_budget, check_ids, encode_bounded, too_long
 from modelc.server.fim import find_fim_tokens, infill_ids
 from modelc.server.schema import bad, check_token_ids
@@ -19,16 +20,6 @@ from modelc.tokenizer.reasoning import reasoning_syntax
 def template_takes_tools(template: ServedTemplate | None) -> bool:
     """The template reads `tools` (ChatTemplate.takes_tools)."""
     return template is not None and template.takes_tools
-
-
-def _tools_module() -> Any:
-    try:
-        from modelc.engine import tools
-    except ImportError:
-        raise InvalidRequestError(
-            "tool calling is not available in this build (modelc.engine.tools missing)", param="tools"
-        ) from None
-    return tools
 
 
 def fallback_render(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
@@ -58,7 +49,7 @@ def render_chat(
     template = engine.chat_template
     kwargs = dict(template_kwargs or {})
     if tools and not template_takes_tools(template):
-        system = _tools_module().render_tools_system_prompt(tools)
+        system = tool_calls.render_tools_system_prompt(tools)
         if messages[0]["role"] == "system":
             messages = [{**messages[0], "content": f"{messages[0]['content']}\n\n{system}"}, *messages[1:]]
         else:
@@ -120,8 +111,8 @@ def fim_prompt_ids(tokenizer: Any, prompt: str, suffix: str, limit: int | None =
 
 def tool_constraint(tools: list[dict[str, Any]], tool_choice: Any, *, parallel: bool = False) -> Any:
     """required/named -> a constraint to one valid call (a JSON array of calls when `parallel`)."""
-    return _tools_module().tool_constraint(tools, tool_choice, parallel=parallel)
+    return tool_calls.tool_constraint(tools, tool_choice, parallel=parallel)
 
 
 def parse_tool_calls(text: str, tools: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    return _tools_module().parse_tool_calls(text, tools)
+    return tool_calls.parse_tool_calls(text, tools)

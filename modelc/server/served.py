@@ -1,7 +1,7 @@
 """The serving contract: what the server needs of every model it serves.
 
 Every engine kind is a ServedModel: `api.AsyncEngine` and the replicas' `ReplicaEngine` (causal LMs:
-generate, embed), the encoder engines of server/engines.py (embed, and rerank for cross-encoders),
+generate, embed), the encoder engines of api/engines.py (embed, and rerank for cross-encoders),
 the MLP/ONNX engine (infer), and the daemon's per-request view of a loaded model
 (server/manager/loaded.ModelView). `serves` says which of the capability calls a kind answers; a
 route narrows it with `generating(engine)` / `embedding(engine)` / ... (a 400 naming the route the
@@ -33,7 +33,7 @@ CAPABILITIES = (GENERATE, EMBED, RERANK, INFER)
 @runtime_checkable
 class ServedTokenizer(Protocol):
     """What the routes use of a model's tokenizer: modelc.tokenizer.Tokenizer, and the encoders' subset
-    (server/engines.EncoderTokenizer)."""
+    (api/engines.EncoderTokenizer)."""
 
     vocab_size: int
     bos_id: int | None

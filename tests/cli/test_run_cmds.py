@@ -153,11 +153,11 @@ def test_a_bad_chat_template_file_is_one_line_error(tmp_path, capsys, monkeypatc
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # Quart is asyncio-only
 @pytest.mark.anyio
 async def test_chat_template_file_replaces_the_models_own(tmp_path, anyio_backend) -> None:
+    from modelc.api.opener import open_engine
     from modelc.artifact.writer import write_artifact
     from modelc.cli.run_cmds import read_chat_template
     from modelc.config import EngineConfig
     from modelc.server.app import create_app
-    from modelc.server.daemon import open_engine
     from modelc.server.state import ServerState
     from tests.server.tiny_model import make_served_model
 

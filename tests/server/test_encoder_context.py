@@ -12,9 +12,9 @@ import shutil
 import numpy as np
 import pytest
 
+from modelc.api.engines import EncoderEngine
 from modelc.artifact.reader import open_artifact
 from modelc.pack import pack
-from modelc.server.engines import EncoderEngine
 from tests.server.conftest import error_of
 
 pytestmark = pytest.mark.anyio

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from modelc.api.opener import open_engine
 from modelc.ir import Model, TensorData
 from modelc.server.app import create_app
-from modelc.server.daemon import open_engine
 from modelc.server.state import ServerState
 from tests.server.conftest import error_of
 
@@ -57,7 +57,7 @@ async def test_bert_embeddings_through_open_engine() -> None:
 
 def test_infer_warmup_is_best_effort(monkeypatch) -> None:
     """A graph that rejects the warmup's zeros still loads (its first request compiles, as before)."""
-    from modelc.server.engines import InferEngine
+    from modelc.api.engines import InferEngine
 
     engine = InferEngine(mlp_model())
     engine.warmup()  # runs

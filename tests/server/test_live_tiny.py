@@ -3,7 +3,6 @@ official openai client. Random weights: the text is gibberish, the protocol and 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 
@@ -66,15 +65,6 @@ def test_embeddings(oai) -> None:
     assert e.usage.prompt_tokens > 0
 
 
-def _missing(module: str) -> bool:
-    return importlib.util.find_spec(module) is None
-
-
-needs_constraints = pytest.mark.skipif(_missing("modelc.engine.constraint"), reason="no modelc.engine.constraint yet")
-needs_tools = pytest.mark.skipif(_missing("modelc.engine.tools"), reason="no modelc.engine.tools yet")
-
-
-@needs_constraints
 def test_json_schema(oai) -> None:
     schema = {
         "type": "object",
@@ -93,14 +83,11 @@ def test_json_schema(oai) -> None:
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
 
 
-@needs_constraints
 def test_bad_regex_is_400(oai) -> None:
     with pytest.raises(openai.BadRequestError):
         oai.completions.create(model="tiny-llama", prompt="x", extra_body={"grammar": "([a-z"})
 
 
-@needs_constraints
-@needs_tools
 def test_tool_choice_required_gives_valid_call(oai) -> None:
     tools = [
         {
@@ -141,8 +128,6 @@ def test_disconnect_frees_engine_blocks(server) -> None:
         assert "modelc_engine_restarts_total 0.0" in text and "modelc_kv_blocks_total" in text
 
 
-@needs_constraints
-@needs_tools
 def test_streamed_tool_call(oai) -> None:
     tools = [
         {
@@ -175,7 +160,6 @@ def test_streamed_tool_call(oai) -> None:
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
 
 
-@needs_constraints
 def test_regex_and_lark_grammars(oai) -> None:
     import re
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelc import __version__
+from modelc.version import __version__
 from tests.server.conftest import error_of
 from tests.server.fake_engine import FakeEngine, InferEngine
 

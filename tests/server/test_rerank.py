@@ -10,9 +10,9 @@ import pathlib
 import numpy as np
 import pytest
 
+from modelc.api.engines import EncoderEngine
 from modelc.artifact.reader import open_artifact
 from modelc.pack import pack
-from modelc.server.engines import EncoderEngine
 
 pytestmark = pytest.mark.anyio
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "rerank"

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from modelc.api.engines import EncoderEngine, InferEngine
+from modelc.api.opener import open_engine
 from modelc.config import CacheConfig, EngineConfig, ReplicaConfig
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.replicas.engine import ReplicaEngine
-from modelc.server.daemon import open_engine
-from modelc.server.engines import EncoderEngine, InferEngine
 from modelc.server.manager.loaded import LoadedModel, ModelView
 from modelc.server.served import (
     CAPABILITIES,

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from modelc.api.engines import EncoderEngine
 from modelc.artifact.reader import open_artifact
 from modelc.pack import pack
-from modelc.server.engines import EncoderEngine
 from tests.server.conftest import error_of
 from tests.server.fake_engine import FakeEngine, FakeTemplate
 

@@ -8,10 +8,10 @@ import pathlib
 
 import pytest
 
+from modelc.api.engines import EncoderEngine
 from modelc.artifact.reader import open_artifact
 from modelc.errors import RateLimitError
 from modelc.pack import pack
-from modelc.server.engines import EncoderEngine
 from modelc.server.ratelimit import TokenRateLimiter
 from modelc.server.state import ServerConfig
 from tests.server.conftest import error_of

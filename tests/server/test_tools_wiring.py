@@ -1,4 +1,4 @@
-"""The chat route's tool handling, with a stand-in for modelc.engine.tools (its own tests live with it):
+"""The chat route's tool handling, with a stand-in for modelc.server.tools (its own tests live with it):
 where the tools go (template vs system prompt), which choices constrain, and the response shapes."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _tools(monkeypatch) -> None:
     import modelc.server.handling as handling
     import modelc.server.prompt as prompt
 
-    monkeypatch.setattr(prompt, "_tools_module", fake_tools)
+    monkeypatch.setattr(prompt, "tool_calls", fake_tools())
     monkeypatch.setattr(chat, "precompile", lambda engine, c: None)
     assert handling
 

@@ -44,8 +44,8 @@ def test_long_texts_use_encode_batch_with_the_same_ids(monkeypatch) -> None:
 
 
 def test_encoder_adapter_uses_encode_batch_for_long_texts() -> None:
+    from modelc.api.engines import EncoderTokenizer
     from modelc.engine.embedder import truncating_tokenizer
-    from modelc.server.engines import EncoderTokenizer
 
     adapter = EncoderTokenizer(truncating_tokenizer(spm_json(), 10**6))
     inner = adapter._tok

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 
 from modelc import store
+from modelc.api.opener import open_engine
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, OverloadedError
 from modelc.pull.ref import store_name_of
 from modelc.server.manager.loaded import (
@@ -49,13 +50,6 @@ class ManagerUnavailableError(ModelcError):
     http_status = 503
     error_type = "server_error"
     code = "model_loading"
-
-
-def _default_opener() -> Callable[..., Any]:
-    # lazy: server/daemon.py imports this module
-    from modelc.server.daemon import open_engine
-
-    return open_engine
 
 
 def _without_path(e: ModelcError, entry: LoadedModel) -> ModelcError:
@@ -214,7 +208,7 @@ class ModelManager:
     async def _hold(self, entry: LoadedModel) -> None:
         """The task that keeps one model open until its stop event; load errors go to the waiters."""
         started = time.monotonic()
-        opener = self._opener or _default_opener()
+        opener = self._opener or open_engine
         try:
             async with opener(entry.path, entry.engine_config or self.engine_config) as engine:
                 entry.engine = engine

@@ -122,7 +122,7 @@ async def test_load_error_hides_the_path(home) -> None:
     bad = store.active_path("beta")
     bad.write_bytes(SECRET + b"\0" * 64)
     async with daemon_app() as c:
-        from modelc.server.daemon import open_engine
+        from modelc.api.opener import open_engine
         from modelc.server.manager.lookup import resolve_model as rm
 
         c.manager._opener = open_engine  # the real opener: reads the header and fails
@@ -152,8 +152,8 @@ async def test_corrupt_store_file_errors_name_the_model(home) -> None:
 
 
 async def test_config_counting_a_billion_layers_fails_cleanly(home) -> None:
+    from modelc.api.opener import open_engine
     from modelc.models.tiny import make_tiny_llama
-    from modelc.server.daemon import open_engine
 
     model = make_tiny_llama()
     model.config = {**model.config, "num_hidden_layers": 10**9}

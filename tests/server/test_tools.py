@@ -9,8 +9,8 @@ import jsonschema
 import pytest
 
 from modelc.engine.constraint import tool_call_schema
-from modelc.engine.tools import new_call_id, parse_tool_calls, render_tools_system_prompt, tool_constraint
 from modelc.errors import InvalidRequestError
+from modelc.server.tools import new_call_id, parse_tool_calls, render_tools_system_prompt, tool_constraint
 
 TOOLS = [
     {

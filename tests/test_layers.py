@@ -1,14 +1,16 @@
-"""The package floors (docs/architecture.md): a module imports only from its own floor or lower ones,
-and no two packages import each other, at module level or inside functions.
+"""The package floors (docs/architecture.md): a module imports only from its own floor or lower ones, no two
+packages import each other, and no two files do either, directly or round a longer circle; at module level
+or inside functions.
 
 Every module under modelc/ is parsed with ast (nothing is imported), so the check is cheap and sees the
-imports a function hides. An import that has to go upward is listed in EXCEPTIONS with its reason and
-carries a `# layer:` comment at the import.
+imports a function hides. An import that has to go upward is listed in EXCEPTIONS with its reason (at most
+MAX_EXCEPTIONS of them) and carries a `# layer:` comment at the import saying why.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,7 +18,7 @@ PKG = ROOT / "modelc"
 
 # Lowest first. A module belongs to the floor of the longest entry that prefixes its dotted name.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("modelc.errors", "modelc.ir", "modelc.tmpfiles", "modelc.config", "modelc.version"),
+    ("modelc.errors", "modelc.ir", "modelc.tmpfiles", "modelc.config", "modelc.version", "modelc.spin"),
     ("modelc.kernels",),
     (
         "modelc.formats",
@@ -41,15 +43,18 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("modelc.server",),
     ("modelc.daemon",),
     ("modelc.cli", "modelc.build", "modelc.__main__"),
+    ("modelc",),  # the package root: `modelc.Engine` / `modelc.AsyncEngine`, resolved lazily; nothing imports it
 )
 
 # (importing module, imported module) -> why the import has to go upward. Keep it short.
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    # `modelc.Engine` / `modelc.AsyncEngine` are the documented entry points; the package root resolves
-    # them lazily in __getattr__, so `import modelc` stays cheap.
-    ("modelc", "modelc.api.engine"): "lazy front-door name modelc.Engine on the package root",
-    ("modelc", "modelc.api.async_engine"): "lazy front-door name modelc.AsyncEngine on the package root",
+    # open_engine is the one door for every kind of model; the Ray replicas behind it run AsyncEngines themselves
+    ("modelc.api.opener", "modelc.replicas.engine"): "open_engine serves Ray replicas where the config asks",
 }
+MAX_EXCEPTIONS = 4
+
+# Modules written into builds only (modelc/build), absent from the source tree: imports of them are guarded.
+GENERATED = frozenset({"modelc._build"})
 
 
 def _module_name(path: Path) -> str:
@@ -59,6 +64,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
 def _all_modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
 
@@ -90,8 +96,6 @@ def _resolve(target: str, modules: dict[str, Path]) -> str:
 
 
 def floor_of(name: str) -> int:
-    if name == "modelc":
-        return 0  # the package root: __version__ and the lazy names above
     best, best_len = -1, -1
     for level, prefixes in enumerate(FLOORS):
         for prefix in prefixes:
@@ -105,12 +109,15 @@ def _package(name: str) -> str:
     return ".".join(name.split(".")[:2])
 
 
+@functools.cache
 def _graph() -> list[tuple[str, str, int]]:
+    """(importing module, imported module, line) for every import of a modelc module by another one."""
     modules = _all_modules()
     edges = []
     for name, path in modules.items():
         for target, line in _imports(name, path, modules):
-            edges.append((name, _resolve(target, modules), line))
+            if target not in GENERATED and _resolve(target, modules) != name:
+                edges.append((name, _resolve(target, modules), line))
     return edges
 
 
@@ -127,6 +134,47 @@ def upward_imports() -> list[str]:
         if floor_of(dst) > floor_of(src):
             bad.append(f"{src}:{line} imports {dst} (floor {floor_of(src)} -> {floor_of(dst)})")
     return bad
+
+
+def file_circles() -> list[str]:
+    """Every set of modules that import one another round a circle (a strongly connected component of the
+    file-level import graph, Tarjan's algorithm), with the imports that close it."""
+    graph: dict[str, dict[str, int]] = {}
+    for src, dst, line in _graph():
+        graph.setdefault(src, {}).setdefault(dst, line)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[str] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                inside = set(members)
+                edges = [f"{a}:{line} -> {b}" for a in sorted(inside) for b, line in graph[a].items() if b in inside]
+                circles.append(" | ".join(edges))
+
+    for name in sorted(_all_modules()):
+        if name not in index:
+            visit(name)
+    return circles
 
 
 def package_circles() -> list[str]:
@@ -166,6 +214,23 @@ def test_no_import_goes_to_a_higher_floor():
 def test_no_import_circle_between_packages():
     circles = package_circles()
     assert not circles, "import circles between packages:\n" + "\n".join(circles)
+
+
+def test_no_import_circle_between_files():
+    circles = file_circles()
+    assert not circles, "import circles between files:\n" + "\n".join(circles)
+
+
+def test_upward_imports_are_few_and_say_why():
+    assert len(EXCEPTIONS) <= MAX_EXCEPTIONS, f"more than {MAX_EXCEPTIONS} upward imports: {sorted(EXCEPTIONS)}"
+    modules = _all_modules()
+    silent = []
+    for src, dst, line in _graph():
+        if (src, dst) in EXCEPTIONS:
+            text = modules[src].read_text(encoding="utf-8").splitlines()[line - 1]
+            if "# layer:" not in text:
+                silent.append(f"{src}:{line} -> {dst}")
+    assert not silent, f"an allowed upward import says why with a `# layer:` comment on its line: {silent}"
 
 
 def test_the_cli_never_imports_loadtests():

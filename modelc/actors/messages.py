@@ -28,14 +28,12 @@ __all__ = [
     "BatchDone",
     "Embed",
     "Embedded",
-    "GetStats",
     "LoadAdapter",
     "RunBatch",
     "SequenceAccepted",
     "SequenceFinished",
     "SequenceRejected",
     "Shutdown",
-    "StatsReported",
     "SwapKernels",
     "TokenEmitted",
     "UnloadAdapter",
@@ -136,16 +134,6 @@ class Embedded:
     engine_id: int
     vectors: np.ndarray | None  # (S, C) float32, read-only
     error: BaseException | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GetStats:
-    reply_to: Address
-
-
-@dataclass(frozen=True, slots=True)
-class StatsReported:
-    stats: MappingProxyType  # read-only {running, waiting, kv_blocks_used, ...}
 
 
 @dataclass(frozen=True, slots=True)

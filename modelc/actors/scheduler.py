@@ -42,14 +42,12 @@ from modelc.actors.messages import (
     BatchDone,
     Embed,
     Embedded,
-    GetStats,
     LoadAdapter,
     RunBatch,
     SequenceAccepted,
     SequenceFinished,
     SequenceRejected,
     Shutdown,
-    StatsReported,
     UnloadAdapter,
 )
 from modelc.engine.core import EngineCore
@@ -169,8 +167,6 @@ class SchedulerActor:
                     self.admin.append(msg)
             case AdapterLoaded() | AdapterUnloaded():
                 self._admin_done(msg, outs)
-            case GetStats(reply_to=reply_to):
-                outs.append((reply_to, StatsReported(MappingProxyType(self._stats()))))
             case Shutdown():
                 self._shutdown(outs)
             case _:

@@ -422,11 +422,6 @@ class Runner:
         if self.global_adapter == name:
             self.global_adapter = None
 
-    def set_global_adapter(self, name: str | None) -> None:
-        if name is not None and name not in self.adapters:
-            raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
-        self.global_adapter = name
-
 
 def _grammar_done(st: SeqState) -> bool:
     m = st.sampler.matcher

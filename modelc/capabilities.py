@@ -7,11 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from modelc import architectures
 from modelc.models.heads import is_cross_encoder
-from modelc.models.registry import ARCHITECTURES
 from modelc.tokenizer.reasoning import reasoning_syntax
-
-EMBEDDING_ARCHITECTURES = ("bert",)
 
 
 def capabilities(
@@ -24,8 +22,7 @@ def capabilities(
     A cross-encoder has `rerank` and not `embedding`."""
     cfg = config or {}
     out: list[str] = []
-    generates = architecture in ARCHITECTURES
-    if generates:
+    if architectures.generates(architecture):
         out.append("completion")
         if chat_template:
             out.append("chat")
@@ -35,7 +32,7 @@ def capabilities(
                 out.append("thinking")
     if is_cross_encoder(architecture, metadata):
         out.append("rerank")
-    elif architecture in EMBEDDING_ARCHITECTURES or cfg.get("pooling"):
+    elif architectures.family(architecture) in architectures.EMBEDDING or cfg.get("pooling"):
         out.append("embedding")
     return out
 

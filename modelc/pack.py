@@ -11,17 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelc import store
+from modelc import architectures, store
 from modelc.artifact.format import is_artifact
 from modelc.artifact.hash_pool import HashJob, hash_pool
 from modelc.artifact.structure import check_structure
 from modelc.artifact.transforms import plan
 from modelc.artifact.writer import write_artifact
-from modelc.errors import FormatError, UnsupportedError
+from modelc.errors import FormatError
 from modelc.ir import Model
 from modelc.source import open_model
-
-ARCHITECTURES = ("llama", "qwen2", "phi3", "gpt2", "bert", "mlp", "onnx")
 
 
 @dataclass(slots=True)
@@ -104,9 +102,7 @@ def _prepared(
     if name:
         model.name = name
     if arch:
-        if arch not in ARCHITECTURES:
-            raise UnsupportedError(f"unknown architecture {arch!r}; known: {', '.join(ARCHITECTURES)}")
-        model.architecture = arch
+        model.architecture = architectures.check(arch)
     elif not model.architecture:
         # lazy: numba kernels load (and compile) only when this path runs
         from modelc.models.mlp import looks_like_mlp

@@ -15,6 +15,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from modelc import architectures
 from modelc.cli.console import human_bytes, out, progress_bar
 from modelc.errors import ChecksumError, UnsupportedError
 
@@ -151,7 +152,7 @@ def pack_cmd(
     format: str | None = typer.Option(None, "-f", "--format", help="Source format (default: detected)."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write here instead of into the store."),
     name: str | None = typer.Option(None, "--name", help="Store name (default: the model's name)."),
-    arch: str | None = typer.Option(None, "--arch", help="Override the architecture (llama, qwen2, gpt2, ...)."),
+    arch: str | None = typer.Option(None, "--arch", help=f"Override the architecture: {', '.join(architectures.FAMILY)}."),
     compress: str | None = typer.Option(None, "--compress", help="Per-tensor compression: zstd or none."),
     compress_level: int = typer.Option(3, "--compress-level", help="zstd level, 1-22."),
     quantize: str | None = typer.Option(
@@ -186,7 +187,7 @@ def pack_cmd(
         text = read_text(eval_text)
         src = load_source(file, format=format)
         if arch:
-            src.architecture = arch
+            src.architecture = architectures.check(arch)
         before = eval_perplexity(src, text, ctx=eval_ctx, stride=None, label="perplexity (source)")
 
     with progress_bar("packing") as update:

@@ -13,17 +13,16 @@ from typing import Any
 
 import numpy as np
 
+from modelc import architectures
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.kernels.select import KernelSet
 from modelc.models.bert import BertModel
 from modelc.source import as_source
 
-ENCODER_ARCHITECTURES = ("bert",)
-
 
 def supports_embeddings(source: Any) -> bool:
     """True when `source` (model source) is an encoder this module embeds with."""
-    return str(getattr(source, "architecture", "")) in ENCODER_ARCHITECTURES
+    return architectures.family(getattr(source, "architecture", None)) in architectures.EMBEDDING
 
 
 @dataclass(frozen=True, slots=True)

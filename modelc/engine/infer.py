@@ -18,18 +18,18 @@ from typing import Any
 
 import numpy as np
 
+from modelc import architectures
 from modelc.errors import InvalidRequestError, UnsupportedError
 from modelc.models.mlp import MlpModel
 from modelc.onnx import OnnxProgram
 from modelc.onnx.feeds import to_array
 from modelc.source import as_source
 
-INFER_ARCHITECTURES = ("mlp", "onnx")
 MAX_BATCH = 4096
 
 
 def supports_infer(source: Any) -> bool:
-    return str(getattr(source, "architecture", "")) in INFER_ARCHITECTURES
+    return architectures.family(getattr(source, "architecture", None)) in architectures.INFERRING
 
 
 class Inferencer:

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from modelc import architectures
 from modelc.errors import UnsupportedError
 from modelc.models.llama_args import long_rope_after
-from modelc.models.registry import ARCHITECTURES
 from modelc.request import Constraint
 from modelc.tokenizer.chat_template import ChatTemplate
 from modelc.tokenizer.tokenizer import Tokenizer
@@ -50,7 +50,7 @@ class ModelInfo:
         config = getattr(source, "config", None) or {}
         max_pos = config.get("max_position_embeddings")
         architecture = str(getattr(source, "architecture", "") or "")
-        rope = ARCHITECTURES.get(architecture) == "llama"
+        rope = architectures.family(architecture) == architectures.LLAMA
         long_after = long_rope_after(config) if rope else 0
         return cls(
             name=getattr(source, "name", "") or "",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from modelc import architectures
 from modelc.errors import FormatError, UnsupportedError
 
 ARCHITECTURES = {
@@ -64,8 +65,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "moe_intermediate_size": ("moe_intermediate_size",),
     "norm_topk_prob": ("norm_topk_prob",),
 }
-# decoder families run by models.llama, and the switches each implies beyond its config.json keys
-LLAMA_FAMILY = ("llama", "qwen2", "phi3", "qwen3", "olmo2", "granite", "smollm3", "gemma2", "gemma3", "mixtral", "qwen3moe", "gpt-oss")
+# the switches each decoder family run by models.llama implies beyond its config.json keys
 _SWITCHES: dict[str, dict[str, Any]] = {
     "olmo2": {"norm_layout": "post"},
     "gemma2": {"norm_layout": "sandwich", "norm_offset": 1.0},
@@ -227,7 +227,7 @@ def normalize_config(cfg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
                 break
     if arch == "gpt2" and "intermediate_size" not in out and "hidden_size" in out:
         out["intermediate_size"] = 4 * out["hidden_size"]
-    if arch in LLAMA_FAMILY:
+    if architectures.family(arch) == architectures.LLAMA:
         out.setdefault("num_key_value_heads", out.get("num_attention_heads"))
         out.setdefault("rope_theta", 10000.0)
         out["rope_neox"] = True  # HF checkpoints keep Q/K unpermuted: rotate-half RoPE

@@ -4,36 +4,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from modelc import architectures
 from modelc.errors import UnsupportedError
 from modelc.models.bounds import check_counts
 
 if TYPE_CHECKING:
     from modelc.kernels.select import KernelSet
 
-ARCHITECTURES = {
-    "llama": "llama", "mistral": "llama", "qwen2": "llama", "phi3": "llama", "qwen3": "llama", "olmo2": "llama",
-    "granite": "llama", "smollm3": "llama", "gemma2": "llama", "gemma3": "llama", "mixtral": "llama",
-    "qwen3moe": "llama", "gpt-oss": "llama", "gpt2": "gpt2",
-}  # fmt: skip
 
 
 def build_model(source: Any, kernels: KernelSet | None = None):
     """A LlamaModel or Gpt2Model with the source's weights; raises UnsupportedError for other architectures."""
     arch = str(getattr(source, "architecture", "") or "")
-    family = ARCHITECTURES.get(arch)
-    if family is None:
-        raise UnsupportedError(f"architecture {arch!r} cannot generate text (supported: {', '.join(ARCHITECTURES)})")
+    family = architectures.family(arch)
+    if family not in architectures.GENERATING:
+        supported = ", ".join(architectures.in_families(architectures.GENERATING))
+        raise UnsupportedError(f"architecture {arch!r} cannot generate text (supported: {supported})")
 
     check_counts(source)  # config counts against the tensors present, before anything is allocated from them
     if kernels is None:
-        # lazy: capabilities and model_info read ARCHITECTURES without numba; it loads only to build a model
+        # lazy: numba loads only to build a model
         from modelc.kernels.select import kernel_set
 
         kernels = kernel_set()
     # lazy: numba kernels load (and compile) only when this path runs
     from modelc.models import r16_cache
 
-    if family == "gpt2":
+    if family == architectures.GPT2:
         from modelc.models.gpt2 import Gpt2Model
 
         model = Gpt2Model(source, kernels)

@@ -112,8 +112,10 @@ def test_pack_chat_template_override(home, runnable, tmp_path, capsys):
 
 
 def test_pack_arch_override_and_unknown(home, runnable, tmp_path, capsys):
-    assert run(capsys, "pack", runnable, "-o", str(tmp_path / "o.modelc"), "--arch", "qwen2")[0] == 0
-    assert open_artifact(tmp_path / "o.modelc").architecture == "qwen2"
+    for arch in ("qwen2", "qwen3", "gemma2", "mixtral"):  # every family modelc serves, not a stale subset
+        out = tmp_path / f"{arch}.modelc"
+        assert run(capsys, "pack", runnable, "-o", str(out), "--arch", arch)[0] == 0
+        assert open_artifact(out).architecture == arch
     code, _, err = run(capsys, "pack", runnable, "-o", str(tmp_path / "x.modelc"), "--arch", "nope")
     assert code == 1 and "unknown architecture" in err
 

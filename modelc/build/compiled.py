@@ -69,11 +69,7 @@ def run_app(path: str, argv: list[str], load) -> int:
 def _serve(art, host: str, port: int) -> int:
     import anyio
 
-    try:
-        from modelc.server.daemon import serve
-    except ImportError as e:
-        print(f"error: this build has no HTTP server ({e})", file=sys.stderr)
-        return 1
+    from modelc.server.daemon import serve
 
     def ready(bound_host: str, bound_port: int) -> None:
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host

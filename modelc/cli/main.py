@@ -43,13 +43,7 @@ def build_app() -> typer.Typer:
         """modelc: pack weights into one file, serve them with an OpenAI-compatible API."""
 
     for area in AREAS:
-        try:
-            mod = importlib.import_module(f"modelc.cli.{area}")
-        except ModuleNotFoundError as e:
-            if e.name == f"modelc.cli.{area}":
-                continue
-            raise
-        mod.register(app)
+        importlib.import_module(f"modelc.cli.{area}").register(app)
     return app
 
 

@@ -96,15 +96,9 @@ SPM_SPECIAL = {"bos_token_id": 1, "eos_token_ids": [2], "bos_token": "<s>", "eos
 
 
 def _gguf_fields(path: pathlib.Path) -> dict:
-    try:  # modelc's own header parser is ~100x faster than gguf.GGUFReader on big vocabularies
-        from modelc.formats.gguf_file import parse_gguf
+    from modelc.formats.gguf_file import parse_gguf  # ~100x faster than gguf.GGUFReader on big vocabularies
 
-        return parse_gguf(path).fields
-    except ImportError:
-        import gguf
-
-        reader = gguf.GGUFReader(path)
-        return {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.")}
+    return parse_gguf(path).fields
 
 
 @functools.cache

@@ -72,60 +72,40 @@ INT8_PATHS = frozenset({Path.MATVEC_K, Path.MATVEC_IQ, Path.MATVEC, Path.AMX, Pa
 
 PREFILL_MIN_T = cpu.env_int("MODELC_PREFILL_T", 32)
 """From this many tokens on, a quantized matmul dequantizes into scratch and uses BLAS (fp32
-results), except where the int8 tiles are faster (AMX_PREFILL_MAX_T, ZMM_PREFILL_MAX_T).
-
-Measured on the dev VM (2 threads, 5632 x 2048 Q4_0): int8 zmm path 17 / 67 / 310 ms
-at T = 32 / 128 / 512, dequantize + OpenBLAS 72 / 72 / 149 ms (dequantizing
-costs ~9 ms, small-M sgemm is slow), so the crossover is near T = 150 there; the
-AMX tiles beat BLAS at every prefill T up to 512 (x3.2-3.7 per layer at 32, x1.5-2.1
-at 512). Below this T every quantized weight runs int8."""
+results), except where the int8 tiles are faster (AMX_PREFILL_MAX_T, ZMM_PREFILL_MAX_T). Below this T every
+quantized weight runs int8. Measured: docs/benchmarks.md, "The matmul plan's bounds"."""
 
 PREFILL_MIN_T_FLOAT = cpu.env_int("MODELC_PREFILL_T_FLOAT", 32)
-"""The same for F16/BF16/F32 weights: their small-T kernels are FMA-bound (~20-35
-GFLOP/s), below BLAS (~40) already at T = 128 on the dev VM."""
+"""The same for F16/BF16/F32 weights: their small-T kernels are FMA-bound. Measured: docs/benchmarks.md, "The
+matmul plan's bounds"."""
 
 _Q4_0, _Q8_0, _Q4_K, _Q6_K = (quant.KIND[d] for d in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K, DataType.Q6_K))
 
 AMX_MIN_T = {_Q4_0: 4, _Q8_0: 6, _Q4_K: 6}
 """Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, the AMX tiles run the type (where cpu.HAS_AMX) for a
-weight not repacked for gemm_r16 (R16_AMX_MIN_T for those).
-Measured (one thread, TinyLlama layer, weights streamed), ms per layer AMX vs the zmm tile at T = 4 / 8
-/ 16: Q4_0 5.4 / 8.4 / 9.4 vs 6.2 / 11.8 / ~19; Q8_0 7.8 / 8.5 / 9.4 vs 7.6 / 11.0 / 17.7;
-Q4_K 6.5 / 7.1 / 11.5 vs 6.2 / 10.2 / 19.2."""
+weight not repacked for gemm_r16 (R16_AMX_MIN_T for those). Measured: docs/benchmarks.md, "The matmul plan's
+bounds"."""
 
 R16_AMX_MIN_T = {_Q4_0: 160, _Q8_0: 160, _Q4_K: 160}
 """Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, a weight repacked for gemm_r16 runs the AMX tiles
-instead (where cpu.HAS_AMX; AMX reads the file's blocks). Measured on Emerald Rapids (2 threads, weights
-streamed, both kernels alternating in one process, ms AMX / gemm_r16 at T = 8 / 16 / 32 / 64 / 80 / 96 /
-128): Q4_0 5632x2048 0.94/0.33, 1.35/0.58, 1.83/1.26, 2.61/2.16, 3.21/2.81, 3.53/3.46, 5.52/5.23; 2048x5632
-0.95/0.35, 0.96/0.59, 1.47/1.07, 2.41/2.23, 2.91/3.06, 3.39/4.33, 4.69/6.30. Q8_0 and Q4_K alike: gemm_r16
-ahead up to 64 (1.6-2.9x at 8 tokens), the two even at ~80, AMX ahead from ~96 on the 2048 x 5632 shape.
-So batched decode (8-32 streams) stays on gemm_r16 and the fused decode layers. (Until 2026-12-05 AMX_MIN_T
-served here too, measured against the zmm tile only: an 8-stream TinyLlama Q4_0 step took 78 ms on AMX against
-34 on gemm_r16.) Once gemm_r16 took many tokens 64 at a time (gemm_r16.TOKEN_CHUNK), the two met between 128
-and 192 tokens instead, ratio AMX / gemm_r16 over two runs on the same shapes (Q4_0, Q8_0, Q4_K x 2 shapes):
-at 128 tokens 0.92-1.37 (mean 1.04), at 192 0.79-1.09 (mean 0.93), at 256 0.82-1.09; so AMX from 160 (the
-expert batches of MoE models' one call, up to moe_ffn.R16_MAX_T = 128, stay on gemm_r16 too)."""
+instead (where cpu.HAS_AMX; AMX reads the file's blocks): gemm_r16 is ahead up to ~128 tokens, so batched decode
+(8-32 streams) and the expert batches of MoE models' one call (up to moe_ffn.R16_MAX_T = 128) stay on it.
+Measured: docs/benchmarks.md, "The matmul plan's bounds"."""
 
 AMX_PREFILL_MAX_T = {_Q4_0: 1 << 30, _Q8_0: 1 << 30, _Q4_K: 1 << 30}
 """Per kind: up to this many tokens prefill (T >= PREFILL_MIN_T) stays on the AMX tiles instead of
-dequantize + BLAS. Unbounded: faster at every T measured, 32..512 (the engine's prefill chunk),
-benchmarks/small_gemm.py --blas (2 threads, TinyLlama layers, load ~1.8), wall ms per layer AMX vs
-BLAS at T = 32 / 128 / 512: Q4_0 16 / 59 / 189 vs 59 / 125 / 289; Q8_0 23 / 69 / 189 vs 71 / 115 /
-289; Q4_K 20 / 65 / 169 vs 72 / 117 / 362. Both grow about linearly from T = 128 on."""
+dequantize + BLAS. Unbounded: faster at every T measured, 32..512 (the engine's prefill chunk). Measured:
+docs/benchmarks.md, "The matmul plan's bounds"."""
 
 ZMM_PREFILL_MAX_T = {_Q4_0: 96, _Q8_0: 96, _Q4_K: 96, _Q6_K: 256}
 """Per kind: up to this many tokens the 512-bit register-tile kernel (AVX512-VNNI, no AMX) runs prefill
-instead of dequantize + BLAS. `benchmarks/small_gemm.py --blas --tokens 32,64,128,256,512` (2 threads,
-TinyLlama layers, load ~3): with MODELC_NO_AMX=1, tile vs BLAS x2.2 / x1.3 / x0.96 / x0.77 (Q4_0) and
-x2.4 / x1.4 / x0.96 / x0.79 (Q4_K) at T = 32 / 64 / 128 / 256; Q6_K (no AMX path) x7.1 / x4.1 / x2.2 /
-x1.2 / x0.69 at T = 32 ... 512. Without AVX512-VNNI (256-bit halves) nothing was measured: BLAS."""
+instead of dequantize + BLAS. Without AVX512-VNNI (256-bit halves) nothing was measured: BLAS. Measured:
+docs/benchmarks.md, "The matmul plan's bounds"."""
 
 GRID_MAX_T = cpu.env_int("MODELC_GRID_MAX_T", 4)
 """Up to this many tokens the grid i-quants and TQ1_0/TQ2_0 run gemm_fused_grid (each sub-block's weights
 gathered once per group of four tokens), from here on gemm_int.qmatmul_rows (each row unpacked once).
-`benchmarks/grid_kernels.py` (one 5632 x 2048 matrix, 2 threads, busy VM), IQ2_XXS ms fused vs rows: T = 1:
-2.9 vs 9.9; T = 2: 5.2 vs 10.0; T = 4: 7.0 vs 10.8; T = 8: 12.2 vs 12.7 (even); docs/benchmarks.md has all types."""
+Measured: docs/benchmarks.md, "The matmul plan's bounds"."""
 
 _FLOAT = (DataType.F16, DataType.BF16, DataType.F32)
 _NEVER = 1 << 62

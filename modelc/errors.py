@@ -13,6 +13,7 @@ class ModelcError(Exception):
     http_status: int = 400
     error_type: str = "invalid_request_error"
     code: str | None = None
+    retry_after_s: int | None = None  # a 429 / 503's wait before a retry, where it knows one (else the server's)
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -67,7 +68,7 @@ class RateLimitError(ModelcError):
 
     reason: str | None = None  # the metrics label when not the engine's queue ("max_concurrent": the server's limit)
 
-    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+    def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
 
@@ -81,9 +82,48 @@ class OverloadedError(ModelcError):
 
     reason: str | None = None  # the metrics label when not the engine's queue ("max_concurrent": the server's limit)
 
-    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
+    def __init__(self, message: str, *, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class ServiceUnavailableError(ModelcError):
+    """The model is still loading (or failed to load): HTTP 503 with Retry-After."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "model_loading"
+
+
+class ShuttingDownError(ModelcError):
+    """The server is stopping: the drain time ran out before this request finished."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "shutting_down"
+
+
+class ManagerUnavailableError(ModelcError):
+    """The daemon's model manager is not running (the daemon is starting or stopping)."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "model_loading"
+
+
+class ForbiddenError(ModelcError):
+    """The server refuses the request (a Host or Origin it does not allow, a control route without the token)."""
+
+    http_status = 403
+    error_type = "permission_error"
+    code = "forbidden"
+
+
+class UnsupportedMediaTypeError(ModelcError):
+    """A state-changing request whose body is not JSON."""
+
+    http_status = 415
+    code = "unsupported_media_type"
 
 
 class PayloadTooLargeError(ModelcError):

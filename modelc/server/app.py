@@ -26,8 +26,8 @@ from modelc.server import (
     responses_routes,
     webui,
 )
-from modelc.server.auth import EXEMPT_PATHS
 from modelc.server.errors import count_rejection, error_response, install_error_handlers
+from modelc.server.guard import EXEMPT_PATHS
 from modelc.server.handling import STATE_KEY, RecordState, RequestRecord, finish_record, new_id
 from modelc.server.openapi import openapi_spec
 from modelc.server.state import ServerState

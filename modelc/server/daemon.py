@@ -27,10 +27,9 @@ from modelc import store
 from modelc.api.opener import open_engine
 from modelc.artifact.format import is_artifact
 from modelc.config import EngineConfig
-from modelc.errors import ModelcError
+from modelc.errors import ModelcError, ShuttingDownError
 from modelc.server import hypercorn_close, run_host
 from modelc.server.app import create_app
-from modelc.server.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
 from modelc.server.guard import check_bind
 from modelc.server.served import ServedModel
@@ -197,11 +196,6 @@ def resolve_source(artifact: str) -> Any:
 
 
 def _read_weights(path: Path) -> Any:
-    try:
-        from modelc.formats.detect import read_model
-    except ImportError:
-        raise ModelcError(
-            f"{path} is not a .modelc artifact and raw-weight reading is not available "
-            "in this build; run `modelc pack` first"
-        ) from None
+    from modelc.formats.detect import read_model  # lazy: the readers load only for a raw-weights file
+
     return read_model(path)

@@ -21,23 +21,9 @@ from modelc.errors import (
     OverloadedError,
     PayloadTooLargeError,
     RateLimitError,
+    ServiceUnavailableError,
+    ShuttingDownError,
 )
-
-
-class ServiceUnavailableError(ModelcError):
-    """The model is still loading (or failed to load)."""
-
-    http_status = 503
-    error_type = "server_error"
-    code = "model_loading"
-
-
-class ShuttingDownError(ModelcError):
-    """The server is stopping: the drain time ran out before this request finished."""
-
-    http_status = 503
-    error_type = "server_error"
-    code = "shutting_down"
 
 
 def rejection_reason(err: ModelcError) -> str | None:
@@ -118,11 +104,21 @@ def shaped_body(message: str, openai_body: dict[str, Any], status: int = 400) ->
 def error_response(err: ModelcError) -> Response:
     body = shaped_body(err.message, error_body(err), err.http_status)
     resp = Response(json.dumps(body), status=err.http_status, content_type="application/json")
-    if isinstance(err, OverloadedError | RateLimitError):
-        resp.headers["Retry-After"] = str(err.retry_after_s)
-    if isinstance(err, ServiceUnavailableError | ShuttingDownError):
-        resp.headers["Retry-After"] = "1"
+    wait = retry_after(err)
+    if wait is not None:
+        resp.headers["Retry-After"] = wait
     return resp
+
+
+def retry_after(err: ModelcError) -> str | None:
+    """A 429's or 503's Retry-After: the wait the error knows (a rate limit's), else the server's
+    retry_after_s (ServerConfig, --retry-after); None for other statuses."""
+    if err.http_status not in (429, 503):
+        return None
+    if err.retry_after_s is not None:
+        return str(err.retry_after_s)
+    state = current_app.extensions.get("modelc") if has_app_context() else None
+    return None if state is None else str(state.config.retry_after_s)
 
 
 _HTTP_TYPES = {

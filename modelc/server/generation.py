@@ -224,18 +224,3 @@ class Timings:
         elif self.last_token is not None:
             self.itl_s.append(now - self.last_token)
         self.last_token = now
-
-
-async def collect(
-    engine: ServedModel, jobs: Sequence[Job], request_id: str, deadline: float | None, timings: Timings
-) -> list[ChoiceResult]:
-    """Run every job to the end; results in job order."""
-    results = [ChoiceResult(index=i, prompt_tokens=len(j.prompt_token_ids)) for i, j in enumerate(jobs)]
-    async with ChoiceStreams(engine, jobs, request_id, deadline) as streams:
-        async for i, ev in streams:
-            if isinstance(ev, Finished):
-                results[i].finish(ev)
-            else:
-                timings.on_token()
-                results[i].add_token(ev)
-    return results

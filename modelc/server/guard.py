@@ -30,8 +30,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from modelc.errors import AuthError, ModelcError
-from modelc.server.auth import EXEMPT_PATHS
+from modelc.errors import AuthError, ForbiddenError, ModelcError, UnsupportedMediaTypeError
 from modelc.server.state import ServerConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,17 +40,7 @@ STATE_CHANGING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 CORS_HEADERS = "Authorization, Content-Type, x-api-key, anthropic-version"
 CORS_METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
-
-
-class ForbiddenError(ModelcError):
-    http_status = 403
-    error_type = "permission_error"
-    code = "forbidden"
-
-
-class UnsupportedMediaTypeError(ModelcError):
-    http_status = 415
-    code = "unsupported_media_type"
+EXEMPT_PATHS = frozenset({"/health", "/info", "/props", "/metrics"})  # the probes: no API key needed
 
 
 def control_route(fn: F) -> F:

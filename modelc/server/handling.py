@@ -15,10 +15,9 @@ from typing import Any, TypeVar
 import anyio
 from quart import Response, current_app, g, request
 
-from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.errors import InvalidRequestError, ModelcError, NotFoundError, ServiceUnavailableError
 from modelc.request import Constraint
 from modelc.server.body import OFFLOAD_BYTES, parse_body
-from modelc.server.errors import ServiceUnavailableError
 from modelc.server.fields import ReadFields
 from modelc.server.generation import ChoiceResult, Timings
 from modelc.server.served import Generating, ServedModel, ServedTokenizer, generating
@@ -168,14 +167,8 @@ def precompile(engine: ServedModel, constraint: Constraint | None) -> None:
     """Compile a constraint now so a bad regex/schema is a 400 before any streaming starts."""
     if constraint is None:
         return
-    try:
-        # lazy: llguidance loads only for a constrained request
-        from modelc.engine.constraint import compile_constraint
-    except ImportError:
-        raise InvalidRequestError(
-            "structured output is not available in this build (modelc.engine.constraint missing)",
-            param="response_format",
-        ) from None
+    from modelc.engine.constraint import compile_constraint  # lazy: llguidance loads only for a constrained request
+
     try:
         compile_constraint(constraint, engine.tokenizer)
     except ModelcError as e:

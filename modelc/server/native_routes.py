@@ -78,7 +78,7 @@ async def health() -> Any:
     if state.engine is None:
         status = "error" if state.load_error else "loading"
         body = {"status": status, "model": None, "architecture": None, "error": state.load_error}
-        return body, 503, {"Retry-After": "1"}
+        return body, 503, {"Retry-After": str(state.config.retry_after_s)}
     from modelc.engine.warm import compiling  # "compiling": served on the reference kernels meanwhile
 
     kernels = "compiling" if compiling() else "ready"

@@ -21,11 +21,11 @@ from quart import Blueprint, Response
 from modelc import registry, store
 from modelc.artifact.reader import read_header_only
 from modelc.capabilities import source_capabilities
-from modelc.errors import InvalidRequestError, ModelcError, NotFoundError
+from modelc.errors import ForbiddenError, InvalidRequestError, ModelcError, NotFoundError
 from modelc.pull.ref import looks_remote
 from modelc.server import ollama_shapes as shapes
 from modelc.server import openapi_ollama
-from modelc.server.guard import ForbiddenError, control_route
+from modelc.server.guard import control_route
 from modelc.server.handling import check_model, current_engine, get_state, managed_engine, read_json
 from modelc.server.manager.load_options import engine_config_for
 from modelc.server.manager.loaded import model_bytes, model_source

@@ -15,10 +15,10 @@ import re
 import sys
 from typing import Any
 
-from modelc.server.auth import EXEMPT_PATHS
 from modelc.server.bounds import MAX_STOP, MAX_STOP_CHARS, schema_of
 from modelc.server.context import queue_capacity
 from modelc.server.fim import find_fim_tokens
+from modelc.server.guard import EXEMPT_PATHS
 from modelc.server.served import GENERATE, INFER, RERANK, ServedModel
 from modelc.version import __version__
 

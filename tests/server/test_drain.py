@@ -10,7 +10,7 @@ from typing import ClassVar
 import anyio
 import pytest
 
-from modelc.server.errors import ShuttingDownError
+from modelc.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
 from tests.server.fake_engine import FakeEngine
 

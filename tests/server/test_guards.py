@@ -88,6 +88,20 @@ async def test_engine_queue_full_503_with_retry_after(make_client) -> None:
     assert c.state.num_in_flight == 0
 
 
+async def test_503s_without_a_wait_of_their_own_carry_the_servers_retry_after(make_client) -> None:
+    """The server's retry_after_s (--retry-after), not a literal 1: loading, the engine's own overload."""
+    c = make_client(retry_after_s=7)
+    c.engine.max_waiting = 0  # the fake's queue-full error names its own wait (2 s): kept
+    assert (await c.post("/v1/chat/completions", CHAT)).headers["Retry-After"] == "2"
+    c.state.engine = None  # loading
+    resp = await c.post("/v1/chat/completions", CHAT)
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "7"
+    resp = await c.get("/health")
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "7"
+    resp = await c.post("/v1/messages", {"model": "m", "max_tokens": 4, "messages": CHAT["messages"]})
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "7"
+
+
 async def test_request_timeout_aborts(make_client) -> None:
     c = make_client(FakeEngine(delay_s=0.05), request_timeout_s=0.15)
     err = await error_of(await c.post("/v1/chat/completions", {**CHAT, "max_tokens": 100}), 408)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from modelc.config import EngineConfig, SchedulerConfig
-from modelc.server.errors import ShuttingDownError
+from modelc.errors import ShuttingDownError
 from modelc.server.generation import interrupt_all
 from tests.server.conftest import error_of
 from tests.server.fake_engine import FakeEngine

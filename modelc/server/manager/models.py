@@ -22,7 +22,14 @@ import anyio
 
 from modelc import store
 from modelc.api.opener import open_engine
-from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError, OverloadedError
+from modelc.errors import (
+    EngineError,
+    InvalidRequestError,
+    ManagerUnavailableError,
+    ModelcError,
+    NotFoundError,
+    OverloadedError,
+)
 from modelc.pull.ref import store_name_of
 from modelc.server.manager.loaded import (
     GRACE_S,
@@ -37,19 +44,11 @@ from modelc.server.manager.loaded import (
 from modelc.server.manager.lookup import resolve_model
 from modelc.server.served import ServedModel
 
-__all__ = ["LoadedModel", "ManagerUnavailableError", "ModelManager", "ModelView", "parse_keep_alive"]
+__all__ = ["LoadedModel", "ModelManager", "ModelView", "parse_keep_alive"]
 
 DEFAULT_KEEP_ALIVE_S = 300.0  # Ollama's default: 5 minutes
 DEFAULT_MAX_LOADED_MODELS = 3  # Ollama's default on CPU
 _VERSION = re.compile(r"[0-9]+")
-
-
-class ManagerUnavailableError(ModelcError):
-    """The model manager is not running (the daemon is starting or stopping)."""
-
-    http_status = 503
-    error_type = "server_error"
-    code = "model_loading"
 
 
 def _without_path(e: ModelcError, entry: LoadedModel) -> ModelcError:

@@ -27,8 +27,9 @@ def parse_kv_dtype(name: str) -> str:
     """A user's KV cache type (auto, f32, f16, q8_0, mixed, or the canonical names) -> the canonical name."""
     canon = _ALIASES.get(str(name).lower(), str(name).lower())
     if canon not in KV_DTYPES and canon != KV_AUTO:
-        raise InvalidRequestError(f"KV cache type must be one of auto, f32, f16, q8_0, mixed; got {name!r}",
-                                  param="kv_cache_dtype")  # fmt: skip
+        raise InvalidRequestError(
+            f"KV cache type must be one of auto, f32, f16, q8_0, mixed; got {name!r}", param="kv_cache_dtype"
+        )
     return canon
 
 

@@ -71,8 +71,9 @@ def pack_model(
     single_file = src.is_file() and not is_artifact(src)
     # The source's sha256 is the longest single job of a pack: start it before parsing.
     with _SourceHash(src if single_file and source_hash else None) as source_sha:
-        model, result, stats = _prepared(src, format, name, arch, chat_template, prune, quantize,
-                                         quantize_embeddings, quantize_output)  # fmt: skip
+        model, result, stats = _prepared(
+            src, format, name, arch, chat_template, prune, quantize, quantize_embeddings, quantize_output
+        )
         if amend is not None:
             amend(model)
         check_structure(model)  # nothing its architecture cannot load enters the store
@@ -92,9 +93,16 @@ def pack_model(
 
 
 def _prepared(
-    src: Path, format: str | None, name: str | None, arch: str | None, chat_template: Any, prune: float | None,
-    quantize: str | None, quantize_embeddings: bool, quantize_output: bool,
-) -> tuple[Model, PackResult, Any]:  # fmt: skip
+    src: Path,
+    format: str | None,
+    name: str | None,
+    arch: str | None,
+    chat_template: Any,
+    prune: float | None,
+    quantize: str | None,
+    quantize_embeddings: bool,
+    quantize_output: bool,
+) -> tuple[Model, PackResult, Any]:
     """The source read as a Model with pack's options applied (transforms planned, not run yet)."""
     model = load_source(src, format=format, name=name)
     if not isinstance(model, Model):
@@ -114,9 +122,12 @@ def _prepared(
     result = PackResult(Path(), model.name or src.stem, num_params=model.num_params)
     if prune is not None or quantize is not None:
         model.tensors, stats = plan(
-            model.tensors, prune=prune, quantize=quantize, quantize_embeddings=quantize_embeddings,
+            model.tensors,
+            prune=prune,
+            quantize=quantize,
+            quantize_embeddings=quantize_embeddings,
             quantize_output=quantize_output,
-        )  # fmt: skip
+        )
         result.quantized = stats.quantized
         result.stored_as = stats.stored_as
     else:
@@ -158,10 +169,18 @@ def load_source(src: Path, *, format: str | None = None, name: str | None = None
 def _as_model(art: Any) -> Model:
     """An Artifact's fields as a mutable Model (tensors stay zero-copy views of the map)."""
     return Model(
-        art.name, art.architecture, dict(art.tensors), config=dict(art.config), metadata=dict(art.metadata),
-        tokenizer_json=art.tokenizer_json, chat_template=art.chat_template, special_tokens=dict(art.special_tokens),
-        generation_config=dict(art.generation_config), source_format=art.source_format, naming=art.naming,
-    )  # fmt: skip
+        art.name,
+        art.architecture,
+        dict(art.tensors),
+        config=dict(art.config),
+        metadata=dict(art.metadata),
+        tokenizer_json=art.tokenizer_json,
+        chat_template=art.chat_template,
+        special_tokens=dict(art.special_tokens),
+        generation_config=dict(art.generation_config),
+        source_format=art.source_format,
+        naming=art.naming,
+    )
 
 
 MAX_TEMPLATE_BYTES = 1024 * 1024  # the largest official chat templates are ~20 KiB

@@ -126,9 +126,15 @@ def _entry(name: str, v: dict[str, Any]) -> RegistryModel:
         raise ValueError("version must be a positive integer")
     params = v.get("params") or 0
     return RegistryModel(
-        name, version, str(v.get("architecture") or "")[:64], str(v.get("quant") or "")[:64],
-        int(params) if isinstance(params, int) else 0, size, sha, rel,
-    )  # fmt: skip
+        name,
+        version,
+        str(v.get("architecture") or "")[:64],
+        str(v.get("quant") or "")[:64],
+        int(params) if isinstance(params, int) else 0,
+        size,
+        sha,
+        rel,
+    )
 
 
 def search(query: str, *, arch: str | None = None, loc: str | None = None) -> list[RegistryModel]:
@@ -165,9 +171,14 @@ def find(spec: str, loc: str, version: int | None = None) -> RegistryModel:
 
 
 def pull(
-    spec: str, *, loc: str | None = None, version: int | None = None, progress: Progress | None = None,
-    retries: int = 5, backoff_s: float = 0.5,
-) -> Path:  # fmt: skip
+    spec: str,
+    *,
+    loc: str | None = None,
+    version: int | None = None,
+    progress: Progress | None = None,
+    retries: int = 5,
+    backoff_s: float = 0.5,
+) -> Path:
     """Download NAME[:VERSION] into the store (new active version); returns the store path."""
     loc = location(loc)
     entry = find(spec, loc, version)
@@ -364,9 +375,15 @@ def add(folder: str | os.PathLike[str], artifact: str | os.PathLike[str], *, nam
             h.update(chunk)
             w.write(chunk)
     entry = RegistryModel(
-        name, version, art.architecture, store.dtype_summary(art.entries.values()), art.num_params,
-        dest.stat().st_size, h.hexdigest(), rel,
-    )  # fmt: skip
+        name,
+        version,
+        art.architecture,
+        store.dtype_summary(art.entries.values()),
+        art.num_params,
+        dest.stat().st_size,
+        h.hexdigest(),
+        rel,
+    )
     model["versions"].append(
         {k: getattr(entry, k) for k in ("version", "architecture", "quant", "params", "size", "sha256", "path")}
     )

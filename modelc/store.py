@@ -308,9 +308,16 @@ def _entry(name: str, version: int, active: bool, p: Path) -> StoreEntry:
     except ModelcError as e:
         return StoreEntry(name, version, active, p, "?", 0, "?", st.st_size, st.st_mtime, str(e))
     return StoreEntry(
-        name, version, active, p, art.architecture, art.num_params, dtype_summary(art.entries.values()),
-        st.st_size, st.st_mtime,
-    )  # fmt: skip
+        name,
+        version,
+        active,
+        p,
+        art.architecture,
+        art.num_params,
+        dtype_summary(art.entries.values()),
+        st.st_size,
+        st.st_mtime,
+    )
 
 
 def dtype_summary(entries) -> str:

@@ -285,8 +285,15 @@ def _default_runner_factory(
         blocks = max(1, blocks * per_target // (per_target + per_draft))
 
     def build(kernels: Any = None) -> RunnerLike:
-        return Runner(source, num_kv_blocks=blocks, kv_dtype=config.cache.kv_dtype, threads=config.threads_per_engine,
-                      draft_source=draft, kernels=kernels, info=info)  # fmt: skip
+        return Runner(
+            source,
+            num_kv_blocks=blocks,
+            kv_dtype=config.cache.kv_dtype,
+            threads=config.threads_per_engine,
+            draft_source=draft,
+            kernels=kernels,
+            info=info,
+        )
 
     def make(engine_id: int) -> RunnerLike:
         if config.warmup:  # in the engine's thread, before open() yields: the first request compiles nothing

@@ -37,8 +37,7 @@ PREFILL_CHUNK = 512  # tokens per forward (the step's token budget): bounds scra
 class Engine:
     """One model, one request at a time. `Engine.load(...)` or `Engine(source)` for an in-memory model."""
 
-    def __init__(self, source: Any, *, threads: int | None = None, kv_cache_tokens: int = 4096,
-                 kv_dtype: str = "auto"):  # fmt: skip
+    def __init__(self, source: Any, *, threads: int | None = None, kv_cache_tokens: int = 4096, kv_dtype: str = "auto"):
         if kv_cache_tokens < 1:
             raise InvalidRequestError("kv_cache_tokens must be >= 1", param="kv_cache_tokens")
         self.source = source
@@ -58,18 +57,21 @@ class Engine:
             return
         num_blocks = (kv_cache_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE
         info = self.info
-        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=kv_dtype, threads=threads,
-                             info=info)  # fmt: skip
+        self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=kv_dtype, threads=threads, info=info)
         # learned position tables (GPT-2) cap the sequence length too
         limit = getattr(self.runner.model, "max_positions", None)
         self.max_tokens_in_cache = min(num_blocks * BLOCK_SIZE, limit or num_blocks * BLOCK_SIZE)
         # The context: the model's length, capped by this cache (prompt + output fit in it; never overflows).
         context = min(self.max_tokens_in_cache, info.context_length or self.max_tokens_in_cache)
         config = SchedulerConfig(
-            max_num_seqs=1, max_batch_tokens=PREFILL_CHUNK, max_queue=1, eos_token_ids=tuple(sorted(info.eos_ids)),
-            max_model_len=max(2, context), rope_long_after=info.rope_long_after,
+            max_num_seqs=1,
+            max_batch_tokens=PREFILL_CHUNK,
+            max_queue=1,
+            eos_token_ids=tuple(sorted(info.eos_ids)),
+            max_model_len=max(2, context),
+            rope_long_after=info.rope_long_after,
             context_shift_ok=info.context_shift_ok and hasattr(self.runner.model, "shift_keys"),
-        )  # fmt: skip
+        )
         # No prefix cache: one request at a time, each computed from its own prompt (as before the core).
         self.core = EngineCore(Scheduler(config, BlockPool(num_blocks, enable_prefix_caching=False)), self.runner)
 
@@ -84,10 +86,15 @@ class Engine:
             raise UnsupportedError(f"model {self.name} ({self.architecture}) does not generate text")
 
     @classmethod
-    def load(cls, path_or_store_name: str | os.PathLike[str], *, threads: int | None = None,
-             kv_cache_tokens: int = 4096, kv_dtype: str = "auto") -> Engine:  # fmt: skip
-        return cls(open_model(path_or_store_name), threads=threads, kv_cache_tokens=kv_cache_tokens,
-                   kv_dtype=kv_dtype)  # fmt: skip
+    def load(
+        cls,
+        path_or_store_name: str | os.PathLike[str],
+        *,
+        threads: int | None = None,
+        kv_cache_tokens: int = 4096,
+        kv_dtype: str = "auto",
+    ) -> Engine:
+        return cls(open_model(path_or_store_name), threads=threads, kv_cache_tokens=kv_cache_tokens, kv_dtype=kv_dtype)
 
     # -- text ----------------------------------------------------------------------------------------
 
@@ -168,8 +175,9 @@ class Engine:
         if piece:
             yield piece
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping] | None = None,
-             **sampling: Any) -> str:  # fmt: skip
+    def chat(
+        self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping] | None = None, **sampling: Any
+    ) -> str:
         """The assistant's reply to OpenAI-style `messages`, rendered through the model's chat template."""
         text = self.chat_template.render(messages, tools=tools, add_generation_prompt=True)
         return self.generate(self.tokenize(text), **sampling)
@@ -215,8 +223,9 @@ class Engine:
         """(T, V) float32 logits at every position of `token_ids`."""
         return self.runner.logits(list(token_ids), adapter=adapter)
 
-    def perplexity(self, text: str | Sequence[int], *, ctx: int = 512, stride: int | None = None,
-                   progress: Any = None) -> Any:  # fmt: skip
+    def perplexity(
+        self, text: str | Sequence[int], *, ctx: int = 512, stride: int | None = None, progress: Any = None
+    ) -> Any:
         """llama-perplexity's figure for `text` (or token ids): a modelc.engine.perplexity.PerplexityResult."""
         self._require_generation()
 
@@ -227,8 +236,14 @@ class Engine:
         bos = None  # llama.cpp replaces each chunk's first token by BOS when its vocab adds BOS
         if isinstance(text, str) or getattr(self.source, "tokenizer_json", None):
             bos = self.tokenizer.bos_id if self.tokenizer.adds_bos else None
-        return perplexity(lambda chunk, first: self.runner.logits(chunk, first=first), ids, ctx=ctx, stride=stride,
-                          bos_id=bos, progress=progress)  # fmt: skip
+        return perplexity(
+            lambda chunk, first: self.runner.logits(chunk, first=first),
+            ids,
+            ctx=ctx,
+            stride=stride,
+            bos_id=bos,
+            progress=progress,
+        )
 
     def embed(self, texts: str | Sequence[str] | Sequence[Sequence[int]]) -> np.ndarray:
         """(S, C) mean-pooled, L2-normalized final hidden states of each text (or token id list)."""

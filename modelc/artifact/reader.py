@@ -21,10 +21,25 @@ class Artifact:
     """A loaded .modelc: Model's attributes plus path, header, file_size, entries."""
 
     __slots__ = (
-        "path", "offset", "file_size", "header", "entries", "tensors", "name", "architecture", "config",
-        "metadata", "tokenizer_json", "chat_template", "special_tokens", "generation_config",
-        "source_format", "naming", "_map", "__weakref__",
-    )  # fmt: skip
+        "path",
+        "offset",
+        "file_size",
+        "header",
+        "entries",
+        "tensors",
+        "name",
+        "architecture",
+        "config",
+        "metadata",
+        "tokenizer_json",
+        "chat_template",
+        "special_tokens",
+        "generation_config",
+        "source_format",
+        "naming",
+        "_map",
+        "__weakref__",
+    )
 
     def __init__(self, path: str, offset: int, size: int, header: dict[str, Any], entries: list[TensorEntry]):
         self.path, self.offset, self.file_size, self.header = path, offset, size, header

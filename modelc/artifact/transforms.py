@@ -83,9 +83,13 @@ class Deferred:
 
 
 def plan(
-    tensors: dict[str, TensorData], *, prune: float | None = None, quantize: str | None = None,
-    quantize_embeddings: bool = False, quantize_output: bool = False,
-) -> tuple[dict[str, Any], TransformStats]:  # fmt: skip
+    tensors: dict[str, TensorData],
+    *,
+    prune: float | None = None,
+    quantize: str | None = None,
+    quantize_embeddings: bool = False,
+    quantize_output: bool = False,
+) -> tuple[dict[str, Any], TransformStats]:
     """The tensors to write (untouched ones as they are, transformed ones Deferred) and live stats."""
     kind = normalize_kind(quantize) if quantize else None
     if prune is not None:

@@ -52,8 +52,11 @@ def run_app(path: str, argv: list[str], load) -> int:
         if args[:1] == ["--listen"] and len(args) == 2:
             host, port = parse_listen(args[1], host, port)
         elif args:
-            print(f"error: unexpected arguments {' '.join(args)}\n" + USAGE.format(host=host, port=port),
-                  file=sys.stderr, end="")  # fmt: skip
+            print(
+                f"error: unexpected arguments {' '.join(args)}\n" + USAGE.format(host=host, port=port),
+                file=sys.stderr,
+                end="",
+            )
             return 2
         offset, length = span()
         art = open_artifact(path, verify=check, offset=offset, length=length)
@@ -73,8 +76,9 @@ def _serve(art, host: str, port: int) -> int:
 
     def ready(bound_host: str, bound_port: int) -> None:
         shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-        print(f"modelc: serving {art.name} on http://{shown}:{bound_port} (Ctrl+C to stop)", file=sys.stderr,
-              flush=True)  # fmt: skip
+        print(
+            f"modelc: serving {art.name} on http://{shown}:{bound_port} (Ctrl+C to stop)", file=sys.stderr, flush=True
+        )
 
     import os
 

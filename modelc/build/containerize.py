@@ -84,9 +84,12 @@ DOCKERIGNORE = "*\n!Dockerfile\n!entrypoint.sh\n!model.modelc\n!modelc-src\nmode
 
 
 def containerize(
-    artifact: str | os.PathLike[str], out_dir: str | os.PathLike[str], *, base_image: str = "python:3.11-slim",
+    artifact: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    base_image: str = "python:3.11-slim",
     pip_spec: str | None = None,
-) -> Path:  # fmt: skip
+) -> Path:
     """Write the build context into `out_dir` (created; must be empty if it exists). Returns out_dir."""
     from modelc import store
     from modelc.artifact.reader import read_header_only

@@ -110,13 +110,29 @@ def _pyinstaller(work: Path) -> Path:
     (work / "_modelc_deps.py").write_text(_deps_module(pkg))
     (work / "entry.py").write_text(ENTRY)
     argv = [
-        sys.executable, "-m", "PyInstaller", "--onefile", "--noconfirm", "--log-level", "WARN", "--name", "modelc-app",
-        "--distpath", str(work / "dist"), "--workpath", str(work / "build"), "--specpath", str(work),
-        "--paths", str(work), "--add-data", f"{src}{os.pathsep}modelc_src",
+        sys.executable,
+        "-m",
+        "PyInstaller",
+        "--onefile",
+        "--noconfirm",
+        "--log-level",
+        "WARN",
+        "--name",
+        "modelc-app",
+        "--distpath",
+        str(work / "dist"),
+        "--workpath",
+        str(work / "build"),
+        "--specpath",
+        str(work),
+        "--paths",
+        str(work),
+        "--add-data",
+        f"{src}{os.pathsep}modelc_src",
         *(arg for mod in ("numba", "llvmlite", "tokenizers", "llguidance") for arg in ("--collect-all", mod)),
         *(arg for mod in sorted(EXCLUDED) for arg in ("--exclude-module", mod)),
         str(work / "entry.py"),
-    ]  # fmt: skip
+    ]
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=work)
     exe = work / "dist" / "modelc-app"
     if proc.returncode != 0 or not exe.is_file():

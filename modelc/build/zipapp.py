@@ -88,12 +88,23 @@ sys.exit(main())
 
 # (import name, pip name) the server needs at run time.
 REQUIRED = (
-    ("numpy", "numpy"), ("numba", "numba"), ("zstandard", "zstandard"), ("minijinja", "minijinja"),
-    ("jsonschema", "jsonschema"), ("regex", "regex"), ("structlog", "structlog"),
-    ("prometheus_client", "prometheus-client"), ("tokenizers", "tokenizers"), ("llguidance", "llguidance"),
-    ("httpx", "httpx"), ("rich", "rich"), ("typer", "typer"), ("anyio", "anyio"), ("hypercorn", "hypercorn"),
+    ("numpy", "numpy"),
+    ("numba", "numba"),
+    ("zstandard", "zstandard"),
+    ("minijinja", "minijinja"),
+    ("jsonschema", "jsonschema"),
+    ("regex", "regex"),
+    ("structlog", "structlog"),
+    ("prometheus_client", "prometheus-client"),
+    ("tokenizers", "tokenizers"),
+    ("llguidance", "llguidance"),
+    ("httpx", "httpx"),
+    ("rich", "rich"),
+    ("typer", "typer"),
+    ("anyio", "anyio"),
+    ("hypercorn", "hypercorn"),
     ("quart", "quart"),
-)  # fmt: skip
+)
 
 
 def parse_listen(listen: str | None, bind: str, port: int) -> tuple[str, int]:
@@ -111,9 +122,13 @@ def parse_listen(listen: str | None, bind: str, port: int) -> tuple[str, int]:
 
 
 def compile_app(
-    artifact: str | os.PathLike[str], out: str | os.PathLike[str], *, bind: str = "127.0.0.1", port: int = 8080,
+    artifact: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    bind: str = "127.0.0.1",
+    port: int = 8080,
     listen: str | None = None,
-) -> Path:  # fmt: skip
+) -> Path:
     """Build the executable app at `out` (atomic); returns its path."""
     from modelc import store
     from modelc.artifact.reader import read_header_only

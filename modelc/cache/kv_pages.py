@@ -34,11 +34,35 @@ def hot_pages(num_blocks: int) -> int:
 class KVPages:
     """k, v: (L, P, Z, K, D); for q8_0/mixed also ks, vs (L, P, Z, K, NB) fp16 scales and the hot slots."""
 
-    __slots__ = ("num_layers", "num_blocks", "num_kv_heads", "head_dim", "kv_dtype", "k", "v", "ks", "vs",
-                 "hot_of", "kh", "vh", "window", "_free_hot", "_idle")  # fmt: skip
+    __slots__ = (
+        "num_layers",
+        "num_blocks",
+        "num_kv_heads",
+        "head_dim",
+        "kv_dtype",
+        "k",
+        "v",
+        "ks",
+        "vs",
+        "hot_of",
+        "kh",
+        "vh",
+        "window",
+        "_free_hot",
+        "_idle",
+    )
 
-    def __init__(self, num_layers: int, num_blocks: int, num_kv_heads: int, head_dim: int, kv_dtype: str = "float32",
-                 *, window: int = MIXED_WINDOW, num_hot: int | None = None):  # fmt: skip
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        num_kv_heads: int,
+        head_dim: int,
+        kv_dtype: str = "float32",
+        *,
+        window: int = MIXED_WINDOW,
+        num_hot: int | None = None,
+    ):
         if kv_dtype not in KV_DTYPES:
             raise InvalidRequestError(f"kv_dtype must be one of {list(KV_DTYPES)}, got {kv_dtype!r}", param="kv_dtype")
         if num_blocks < 1:
@@ -107,8 +131,10 @@ class KVPages:
         # lazy: numba kernels load (and compile) only when this path runs
         from modelc.kernels.attention.kv_q8 import QPages
 
-        return (QPages(self.k[i], self.ks[i], self.hot_of, self.kh[i], self.window),
-                QPages(self.v[i], self.vs[i], self.hot_of, self.vh[i], self.window))  # fmt: skip
+        return (
+            QPages(self.k[i], self.ks[i], self.hot_of, self.kh[i], self.window),
+            QPages(self.v[i], self.vs[i], self.hot_of, self.vh[i], self.window),
+        )
 
     # -- the mixed cache's hot slots (no-ops for the other types) ---------------------------------
 

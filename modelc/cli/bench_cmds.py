@@ -41,8 +41,13 @@ def cold_start_s(path: str, threads: int | None, *, fresh_cache: bool) -> float:
             env["NUMBA_CACHE_DIR"] = tmp
             env["MODELC_REPACK_CACHE_DIR"] = os.path.join(tmp, "repacked")
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", _PROBE, path, str(threads or 0)], env=env,
-                              capture_output=True, text=True, timeout=1800)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE, path, str(threads or 0)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         dt = time.perf_counter() - t0
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -56,8 +61,9 @@ def _percentile(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
 
 
-def run_bench(path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int, threads: int | None,
-              cold: bool = True) -> dict[str, Any]:  # fmt: skip
+def run_bench(
+    path: str, *, prompt_tokens: list[int], gen_tokens: int, runs: int, threads: int | None, cold: bool = True
+) -> dict[str, Any]:
     """Every measurement as a dict (what --json prints). Each timed step is one EngineCore.step() of the
     sync Engine: scheduling, the forward and the update, as the served engine runs them."""
     import numpy as np  # lazy: the CLI imports this module for every command (even --help)
@@ -167,22 +173,32 @@ def bench_cmd(
     `python -m loadtests.serve_bench MODEL`."""
     if runs < 1 or gen_tokens < 1:
         raise InvalidRequestError("--runs and --gen-tokens must be >= 1")
-    res = run_bench(artifact, prompt_tokens=_parse_counts(prompt_tokens), gen_tokens=gen_tokens, runs=runs,
-                    threads=threads, cold=not no_cold)  # fmt: skip
+    res = run_bench(
+        artifact,
+        prompt_tokens=_parse_counts(prompt_tokens),
+        gen_tokens=gen_tokens,
+        runs=runs,
+        threads=threads,
+        cold=not no_cold,
+    )
     if as_json:
         typer.echo(json.dumps(res))
         return
     lines = [f"model            {res['name']} ({res['architecture']})"]
     if "cold_start_no_cache_s" in res:
-        lines.append(f"cold start       {res['cold_start_no_cache_s']:.2f} s without numba cache, "
-                     f"{res['cold_start_cached_s']:.2f} s with")  # fmt: skip
+        lines.append(
+            f"cold start       {res['cold_start_no_cache_s']:.2f} s without numba cache, "
+            f"{res['cold_start_cached_s']:.2f} s with"
+        )
     lines.append(f"load             {res['load_s'] * 1e3:.0f} ms")
     for n, v in res["prefill_tok_s"].items():
         lines.append(f"prefill {n:>6}   {v:.1f} tok/s")
     lat = res["token_latency_ms"]
     lines.append(f"decode           {res['decode_tok_s']:.2f} tok/s (p50 {lat['p50']:.1f} ms, p99 {lat['p99']:.1f} ms)")
-    lines.append(f"peak RSS         {res['peak_rss_mb']:.0f} MB (weights {res['weights_mb']:.0f} MB, "
-                 f"KV cache {res['kv_cache_mb']:.0f} MB)")  # fmt: skip
+    lines.append(
+        f"peak RSS         {res['peak_rss_mb']:.0f} MB (weights {res['weights_mb']:.0f} MB, "
+        f"KV cache {res['kv_cache_mb']:.0f} MB)"
+    )
     lines.append(f"load average     {res['load_avg_before'][0]:.2f} before, {res['load_avg_after'][0]:.2f} after")
     typer.echo("\n".join(lines))
 

@@ -16,9 +16,14 @@ err = Console(stderr=True, highlight=False)
 def progress_bar(description: str) -> Iterator[Callable[[int, int], None]]:
     """A rich progress bar on stderr (hidden when not a terminal); yields progress(done, total)."""
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        console=err, transient=True, disable=not err.is_terminal,
-    ) as bar:  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as bar:
         task = bar.add_task(description, total=None)
 
         def update(done: int, total: int) -> None:

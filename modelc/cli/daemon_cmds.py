@@ -56,18 +56,34 @@ def ps_cmd() -> None:
         out.print("no models loaded")
         return
     table = Table(
-        "NAME", "ARCH", "MEMORY", "CONTEXT", "KV CACHE", "KV USE", "RUNNING", "WAITING", "UNTIL", "ADAPTERS",
-        box=None, pad_edge=False,
-    )  # fmt: skip
+        "NAME",
+        "ARCH",
+        "MEMORY",
+        "CONTEXT",
+        "KV CACHE",
+        "KV USE",
+        "RUNNING",
+        "WAITING",
+        "UNTIL",
+        "ADAPTERS",
+        box=None,
+        pad_edge=False,
+    )
     for m in models:
         used, total = m.get("kv_blocks_used", 0), m.get("kv_blocks_total", 0)
         kv_use = f"{used}/{total} blocks ({100 * used / total:.0f}%)" if total else "-"
         table.add_row(
-            m["name"] + (" (default)" if m.get("default") else ""), m["details"].get("family", ""),
-            _human_bytes(m["size"]), str(m.get("context_length") or "-"), _human_bytes(m.get("kv_bytes", 0)), kv_use,
+            m["name"] + (" (default)" if m.get("default") else ""),
+            m["details"].get("family", ""),
+            _human_bytes(m["size"]),
+            str(m.get("context_length") or "-"),
+            _human_bytes(m.get("kv_bytes", 0)),
+            kv_use,
             str(m.get("running", 0)),
-            str(m.get("waiting", 0)), _until(m["expires_at"]), ", ".join(m.get("adapters") or []) or "-",
-        )  # fmt: skip
+            str(m.get("waiting", 0)),
+            _until(m["expires_at"]),
+            ", ".join(m.get("adapters") or []) or "-",
+        )
     out.print(table)
     for m in models:
         for r in m.get("replicas") or []:
@@ -180,7 +196,9 @@ def load_cmd(
         None, "--keep-alive", help="Keep it loaded this long when idle: seconds, '5m', '-1' (forever)."
     ),
     kv_cache_dtype: str | None = typer.Option(
-        None, "--kv-cache-dtype", help="KV cache type for this model: auto, f32, f16, q8_0 or mixed (default: the daemon's)."
+        None,
+        "--kv-cache-dtype",
+        help="KV cache type for this model: auto, f32, f16, q8_0 or mixed (default: the daemon's).",
     ),
     ray: str | None = typer.Option(
         None, "--ray", help="Serve it through Ray engine replicas: 'local', 'auto' or HOST:PORT."

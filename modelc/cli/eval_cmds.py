@@ -24,8 +24,16 @@ def read_text(path: Path) -> str:
         raise InvalidRequestError(f"cannot read text file {path}: {e}") from None
 
 
-def eval_perplexity(source: Any, text: str, *, ctx: int, stride: int | None, threads: int | None = None,
-                    kv_dtype: str = "auto", label: str = "perplexity") -> Any:  # fmt: skip
+def eval_perplexity(
+    source: Any,
+    text: str,
+    *,
+    ctx: int,
+    stride: int | None,
+    threads: int | None = None,
+    kv_dtype: str = "auto",
+    label: str = "perplexity",
+) -> Any:
     """Perplexity of an opened model source (artifact or raw weights) on `text`, with a progress bar."""
     from modelc.api.engine import Engine
     from modelc.cli.console import progress_bar
@@ -37,8 +45,10 @@ def eval_perplexity(source: Any, text: str, *, ctx: int, stride: int | None, thr
 
 def format_result(r: Any) -> str:
     mode = f"stride {r.stride}" if r.stride else "chunks"
-    return (f"PPL = {r.ppl:.4f} +/- {r.ppl_stderr:.5f}  ({r.num_scored} tokens scored in {r.num_chunks} "
-            f"windows of {r.ctx}, {mode})")  # fmt: skip
+    return (
+        f"PPL = {r.ppl:.4f} +/- {r.ppl_stderr:.5f}  ({r.num_scored} tokens scored in {r.num_chunks} "
+        f"windows of {r.ctx}, {mode})"
+    )
 
 
 def perplexity_cmd(
@@ -67,8 +77,9 @@ def perplexity_cmd(
     from modelc.source import open_model
 
     text = read_text(text_file)
-    res = eval_perplexity(open_model(model), text, ctx=ctx, stride=stride, threads=threads,
-                          kv_dtype=parse_kv_dtype(kv_cache_dtype))  # fmt: skip
+    res = eval_perplexity(
+        open_model(model), text, ctx=ctx, stride=stride, threads=threads, kv_dtype=parse_kv_dtype(kv_cache_dtype)
+    )
     if as_json:
         typer.echo(json.dumps(res.as_dict()))
     else:

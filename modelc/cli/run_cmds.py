@@ -164,7 +164,7 @@ def run_cmd(
         min=0,
         max=32,
         help="Most drafted tokens per step (default 4 with --draft; alone: prompt-lookup speculation; 0 = off).",
-    ),  # fmt: skip
+    ),
     registry: list[str] = typer.Option(
         [], "--registry", help="A registry /api/pull may download from (repeatable; default $MODELC_REGISTRY)."
     ),
@@ -264,9 +264,11 @@ def run_cmd(
     other = ecfg.scheduler.speculative and "ngram"
     others = replace(ecfg, draft=None, scheduler=replace(ecfg.scheduler, speculative=other))
     manager = ModelManager(
-        engine_config=others, keep_alive_s=keep_alive_s, max_loaded_models=max_loaded_models,
+        engine_config=others,
+        keep_alive_s=keep_alive_s,
+        max_loaded_models=max_loaded_models,
         models_dirs=config.models_dirs,
-    )  # fmt: skip
+    )
     path, default_name = launch.serve_target(artifact, progress_bar)
     if verify:
         from modelc.artifact.verify import require_intact

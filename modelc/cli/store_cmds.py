@@ -82,11 +82,15 @@ def describe(source: Any, path: Path) -> dict[str, Any]:
         "provenance": (header or {}).get("provenance"),
         "metadata": source.metadata,
         "tensors": [
-            {"name": n, "dtype": source.tensors[n].dtype.value, "shape": list(source.tensors[n].shape),
-             "nbytes": source.tensors[n].nbytes}
+            {
+                "name": n,
+                "dtype": source.tensors[n].dtype.value,
+                "shape": list(source.tensors[n].shape),
+                "nbytes": source.tensors[n].nbytes,
+            }
             for n in sorted(source.tensors)
         ],
-    }  # fmt: skip
+    }
 
 
 def _print_summary(info: dict[str, Any]) -> None:
@@ -152,7 +156,9 @@ def pack_cmd(
     format: str | None = typer.Option(None, "-f", "--format", help="Source format (default: detected)."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write here instead of into the store."),
     name: str | None = typer.Option(None, "--name", help="Store name (default: the model's name)."),
-    arch: str | None = typer.Option(None, "--arch", help=f"Override the architecture: {', '.join(architectures.FAMILY)}."),
+    arch: str | None = typer.Option(
+        None, "--arch", help=f"Override the architecture: {', '.join(architectures.FAMILY)}."
+    ),
     compress: str | None = typer.Option(None, "--compress", help="Per-tensor compression: zstd or none."),
     compress_level: int = typer.Option(3, "--compress-level", help="zstd level, 1-22."),
     quantize: str | None = typer.Option(
@@ -192,10 +198,21 @@ def pack_cmd(
 
     with progress_bar("packing") as update:
         result = pack_model(
-            file, out=output, name=name, format=format, arch=arch, compress=compress, level=compress_level,
-            quantize=quantize, prune=prune, chat_template=chat_template, quantize_embeddings=quantize_embeddings,
-            quantize_output=quantize_output, progress=update, source_hash=source_hash,
-        )  # fmt: skip
+            file,
+            out=output,
+            name=name,
+            format=format,
+            arch=arch,
+            compress=compress,
+            level=compress_level,
+            quantize=quantize,
+            prune=prune,
+            chat_template=chat_template,
+            quantize_embeddings=quantize_embeddings,
+            quantize_output=quantize_output,
+            progress=update,
+            source_hash=source_hash,
+        )
     if prune is not None:
         out.print(f"pruned {result.num_pruned:,} of {result.num_params:,} weights (|w| < {prune})")
     if quantize is not None:
@@ -208,8 +225,9 @@ def pack_cmd(
         from modelc.artifact.reader import open_artifact
         from modelc.cli.eval_cmds import format_result
 
-        after = eval_perplexity(open_artifact(result.path), text, ctx=eval_ctx, stride=None,
-                                label="perplexity (packed)")  # fmt: skip
+        after = eval_perplexity(
+            open_artifact(result.path), text, ctx=eval_ctx, stride=None, label="perplexity (packed)"
+        )
         out.print(f"perplexity before: {format_result(before)}")
         out.print(f"perplexity after:  {format_result(after)}")
         out.print(f"change: {(after.ppl / before.ppl - 1) * 100:+.3f}%")
@@ -225,11 +243,20 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
     rows = store.list_models()
     if as_json:
         data = [
-            {"name": r.name, "version": r.version, "active": r.active, "path": str(r.path),
-             "architecture": r.architecture, "num_params": r.num_params, "dtypes": r.dtypes,
-             "size_bytes": r.size_bytes, "modified": _iso(r.modified), "error": r.error}
+            {
+                "name": r.name,
+                "version": r.version,
+                "active": r.active,
+                "path": str(r.path),
+                "architecture": r.architecture,
+                "num_params": r.num_params,
+                "dtypes": r.dtypes,
+                "size_bytes": r.size_bytes,
+                "modified": _iso(r.modified),
+                "error": r.error,
+            }
             for r in rows
-        ]  # fmt: skip
+        ]
         typer.echo(json.dumps(data, indent=1))
         return
     if not rows:

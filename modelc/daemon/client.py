@@ -47,9 +47,12 @@ class DaemonError(ModelcError):
 
 class DaemonClient:
     def __init__(
-        self, url: str | None = None, api_key: str | None = None, timeout_s: float | None = None,
+        self,
+        url: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float | None = None,
         token: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         info = read_state()
         if url is None:
             url = explicit_url() or (info.url if info is not None else None)

@@ -235,8 +235,12 @@ def detach(args: list[str], *, api_key: str | None = None, timeout_s: float = 30
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "modelc", "run", *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         code = proc.poll()

@@ -45,8 +45,15 @@ class DraftJob:
 
 
 class Drafter:
-    def __init__(self, source: Any, *, num_kv_blocks: int, target_vocab: int, kv_dtype: str = "float32",
-                 kernels: KernelSet | None = None):  # fmt: skip
+    def __init__(
+        self,
+        source: Any,
+        *,
+        num_kv_blocks: int,
+        target_vocab: int,
+        kv_dtype: str = "float32",
+        kernels: KernelSet | None = None,
+    ):
         self.source = source
         self.model = build_model(source, kernels)
         L, K, D = self.model.kv_shape()

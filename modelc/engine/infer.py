@@ -67,7 +67,9 @@ class Inferencer:
         if isinstance(xs, dict):
             return {"outputs": self._named(xs)}
         if not isinstance(xs, list) or not xs:
-            raise InvalidRequestError("'inputs' must be a non-empty list of examples or an object of named inputs", param="inputs")  # fmt: skip
+            raise InvalidRequestError(
+                "'inputs' must be a non-empty list of examples or an object of named inputs", param="inputs"
+            )
         if len(xs) > MAX_BATCH:
             raise InvalidRequestError(
                 f"'inputs' has {len(xs)} examples; at most {MAX_BATCH} per request", param="inputs"

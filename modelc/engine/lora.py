@@ -36,8 +36,15 @@ _GPT2_KEY = re.compile(
     r"(?:^|\.)h\.(\d+)\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.lora_([AB])(?:\.default)?\.weight$"
 )
 _GPT2_PROJ = {"attn.c_attn": "qkv", "attn.c_proj": "o", "mlp.c_fc": "up", "mlp.c_proj": "down"}
-_GGUF_PROJ = {"attn_q": "q", "attn_k": "k", "attn_v": "v", "attn_output": "o", "ffn_gate": "gate", "ffn_up": "up",
-              "ffn_down": "down"}  # fmt: skip
+_GGUF_PROJ = {
+    "attn_q": "q",
+    "attn_k": "k",
+    "attn_v": "v",
+    "attn_output": "o",
+    "ffn_gate": "gate",
+    "ffn_up": "up",
+    "ffn_down": "down",
+}
 
 
 @dataclass(frozen=True, slots=True)

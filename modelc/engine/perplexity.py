@@ -40,9 +40,17 @@ class PerplexityResult:
     chunk_ppls: tuple[float, ...] = field(default=())  # running PPL after each chunk, as llama.cpp prints
 
     def as_dict(self) -> dict:
-        return {"ppl": self.ppl, "ppl_stderr": self.ppl_stderr, "nll": self.nll, "num_scored": self.num_scored,
-                "num_chunks": self.num_chunks, "num_tokens": self.num_tokens, "ctx": self.ctx,
-                "stride": self.stride, "chunk_ppls": list(self.chunk_ppls)}  # fmt: skip
+        return {
+            "ppl": self.ppl,
+            "ppl_stderr": self.ppl_stderr,
+            "nll": self.nll,
+            "num_scored": self.num_scored,
+            "num_chunks": self.num_chunks,
+            "num_tokens": self.num_tokens,
+            "ctx": self.ctx,
+            "stride": self.stride,
+            "chunk_ppls": list(self.chunk_ppls),
+        }
 
 
 def token_log_probs(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -59,19 +67,28 @@ def num_chunks(num_tokens: int, ctx: int, stride: int | None) -> int:
         raise InvalidRequestError(f"ctx must be >= 4, got {ctx}", param="ctx")
     if stride is None:
         if num_tokens < 2 * ctx:
-            raise InvalidRequestError(f"the text has {num_tokens} tokens; perplexity with ctx {ctx} needs at "
-                                      f"least {2 * ctx}")  # fmt: skip
+            raise InvalidRequestError(
+                f"the text has {num_tokens} tokens; perplexity with ctx {ctx} needs at least {2 * ctx}"
+            )
         return num_tokens // ctx
     if not 0 < stride < ctx:
         raise InvalidRequestError(f"stride must be in 1..{ctx - 1}, got {stride}", param="stride")
     if num_tokens < 2 * ctx:
-        raise InvalidRequestError(f"the text has {num_tokens} tokens; perplexity with ctx {ctx} needs at "
-                                  f"least {2 * ctx}")  # fmt: skip
+        raise InvalidRequestError(
+            f"the text has {num_tokens} tokens; perplexity with ctx {ctx} needs at least {2 * ctx}"
+        )
     return (num_tokens - ctx + stride - 1) // stride
 
 
-def perplexity(logits: LogitsFn, tokens: Sequence[int], *, ctx: int = 512, stride: int | None = None,
-               bos_id: int | None = None, progress: Callable[[int, int], None] | None = None) -> PerplexityResult:  # fmt: skip
+def perplexity(
+    logits: LogitsFn,
+    tokens: Sequence[int],
+    *,
+    ctx: int = 512,
+    stride: int | None = None,
+    bos_id: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PerplexityResult:
     """Perplexity of `tokens` (already tokenized with BOS when the model adds it).
 
     bos_id: replace each chunk's first token with it (llama.cpp does when the vocab adds BOS);

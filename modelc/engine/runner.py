@@ -50,8 +50,17 @@ class SeqState:
 class Runner:
     block_size = BLOCK_SIZE
 
-    def __init__(self, source: Any, *, num_kv_blocks: int, kv_dtype: str = "float32", threads: int | None = None,
-                 kernels: KernelSet | None = None, draft_source: Any = None, info: ModelInfo | None = None):  # fmt: skip
+    def __init__(
+        self,
+        source: Any,
+        *,
+        num_kv_blocks: int,
+        kv_dtype: str = "float32",
+        threads: int | None = None,
+        kernels: KernelSet | None = None,
+        draft_source: Any = None,
+        info: ModelInfo | None = None,
+    ):
         """info: the model's ModelInfo, shared with the front door (one Tokenizer, so one grammar cache);
         built on the first constrained request when not given."""
         self.source = source
@@ -65,8 +74,13 @@ class Runner:
         self.kv = KVPages(L, num_kv_blocks, K, D, kv_dtype)
         self.drafter: Drafter | None = None  # speculative decoding's draft model (its pages mirror self.kv)
         if draft_source is not None:
-            self.drafter = Drafter(draft_source, num_kv_blocks=num_kv_blocks, target_vocab=self.model.vocab_size,
-                                   kv_dtype=kv_dtype, kernels=kernels)  # fmt: skip
+            self.drafter = Drafter(
+                draft_source,
+                num_kv_blocks=num_kv_blocks,
+                target_vocab=self.model.vocab_size,
+                kv_dtype=kv_dtype,
+                kernels=kernels,
+            )
         self.threads = threads
         self.tuner = ThreadTuner((threads or default_threads()) if tuner_enabled() else 1)  # decode steps' threads
         self.states: dict[int, SeqState] = {}
@@ -295,8 +309,13 @@ class Runner:
         return dict(zip(idx, out, strict=True))
 
     def _sample(self, logits: np.ndarray, chunks: list[SeqChunk], states: list[SeqState]) -> tuple[SampledToken, ...]:
-        out = sample(logits, [st.sampler for st in states], [c.params for c in chunks],
-                     [c.num_output_tokens for c in chunks], self.eos_ids)  # fmt: skip
+        out = sample(
+            logits,
+            [st.sampler for st in states],
+            [c.params for c in chunks],
+            [c.num_output_tokens for c in chunks],
+            self.eos_ids,
+        )
         tokens = []
         for i, (c, st) in enumerate(zip(chunks, states, strict=True)):
             tok = int(out.token_ids[i])
@@ -309,8 +328,13 @@ class Runner:
 
     # -- whole-sequence helpers (own scratch KV, never the scheduler's pages) ------------------------
 
-    def _scratch_forward(self, token_id_lists: list[Any], output: str, lora: LoraAdapter | None = None,
-                         logit_rows: np.ndarray | None = None):  # fmt: skip
+    def _scratch_forward(
+        self,
+        token_id_lists: list[Any],
+        output: str,
+        lora: LoraAdapter | None = None,
+        logit_rows: np.ndarray | None = None,
+    ):
         lists = [np.asarray(t, np.int32).reshape(-1) for t in token_id_lists]
         if not lists or any(len(t) == 0 for t in lists):
             raise InvalidRequestError("every input needs at least one token")
@@ -395,8 +419,19 @@ class Runner:
             # lazy: numba kernels load (and compile) only when this path runs
             from modelc.kernels.attention.attention_q8 import paged_attention_q8_parallel
 
-            paged_attention_q8_parallel(np.empty_like(q2), q2, kp.data, kp.scales, vp.data, vp.scales, kp.hot_of,
-                                        kp.hot, vp.hot, kp.window, *args)  # fmt: skip
+            paged_attention_q8_parallel(
+                np.empty_like(q2),
+                q2,
+                kp.data,
+                kp.scales,
+                vp.data,
+                vp.scales,
+                kp.hot_of,
+                kp.hot,
+                vp.hot,
+                kp.window,
+                *args,
+            )
         else:
             out2 = np.empty_like(q2)
             attention.dense_kernel(out2, q2, kp, True)(out2, q2, kp, vp, *args)

@@ -86,8 +86,9 @@ def verify(
             tok = _choose(x, params, state.rng, raw, eos_ids)
             accepted = tok == drafts[i]
         else:
-            tok, accepted = _accept_or_resample(x, drafts[i], None if draft_probs is None else draft_probs[i], params,
-                                                state, raw, eos_ids)  # fmt: skip
+            tok, accepted = _accept_or_resample(
+                x, drafts[i], None if draft_probs is None else draft_probs[i], params, state, raw, eos_ids
+            )
         lse = _logsumexp(raw, scratch) if wants_logprobs(params) else np.nan
         out.append(Emitted(tok, float(raw[tok] - lse), _top_logprobs(raw, lse, params.top_logprobs), accepted))
         state.append(tok)

@@ -22,10 +22,17 @@ from modelc.errors import ModelcError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
 
 SAFETENSORS_DTYPES = {
-    DataType.F64: "F64", DataType.F32: "F32", DataType.F16: "F16", DataType.BF16: "BF16",
-    DataType.I64: "I64", DataType.I32: "I32", DataType.I16: "I16", DataType.I8: "I8",
-    DataType.U8: "U8", DataType.BOOL: "BOOL",
-}  # fmt: skip
+    DataType.F64: "F64",
+    DataType.F32: "F32",
+    DataType.F16: "F16",
+    DataType.BF16: "BF16",
+    DataType.I64: "I64",
+    DataType.I32: "I32",
+    DataType.I16: "I16",
+    DataType.I8: "I8",
+    DataType.U8: "U8",
+    DataType.BOOL: "BOOL",
+}
 CHUNK_BYTES = 16 << 20
 
 
@@ -34,9 +41,12 @@ class ExportError(ModelcError):
 
 
 def export_safetensors(
-    source: Any, path: str | os.PathLike[str], *, dequantize: bool = True,
+    source: Any,
+    path: str | os.PathLike[str],
+    *,
+    dequantize: bool = True,
     progress: Callable[[int, int], None] | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """Write `source`'s tensors to `path` (sorted names); returns the path."""
     tensors = plain_tensors(source, dequantize=dequantize)
     header: dict[str, Any] = {"__metadata__": metadata_strings(source)}
@@ -92,14 +102,16 @@ def dequantized(t: TensorData, scale: TensorData | None) -> np.ndarray:
 def metadata_strings(source: Any) -> dict[str, str]:
     """modelc's header fields, each as a string (safetensors metadata is str -> str)."""
     meta = {k: v if isinstance(v, str) else json.dumps(v, default=str) for k, v in (source.metadata or {}).items()}
-    meta.update({
-        "modelc.name": source.name or "",
-        "modelc.architecture": source.architecture or "",
-        "modelc.naming": source.naming or "",
-        "modelc.config": json.dumps(source.config, default=str),
-        "modelc.special_tokens": json.dumps(source.special_tokens, default=str),
-        "modelc.generation_config": json.dumps(source.generation_config, default=str),
-    })  # fmt: skip
+    meta.update(
+        {
+            "modelc.name": source.name or "",
+            "modelc.architecture": source.architecture or "",
+            "modelc.naming": source.naming or "",
+            "modelc.config": json.dumps(source.config, default=str),
+            "modelc.special_tokens": json.dumps(source.special_tokens, default=str),
+            "modelc.generation_config": json.dumps(source.generation_config, default=str),
+        }
+    )
     if source.chat_template:
         meta["modelc.chat_template"] = source.chat_template
     if source.tokenizer_json:

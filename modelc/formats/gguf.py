@@ -41,19 +41,59 @@ MAX_METADATA_ARRAY = 4096
 # llama.cpp's llama_model_rope_type(): NEOX-style (rotate halves) architectures. Everything
 # else with RoPE uses the "normal" interleaved style (llama, whose Q/K the converter permuted).
 NEOX_ROPE_ARCHS = {
-    "falcon", "grok", "dbrx", "bert", "jina-bert-v2", "nomic-bert", "nomic-bert-moe", "stablelm",
-    "bitnet", "qwen", "qwen2", "qwen2moe", "qwen2vl", "qwen3", "qwen3moe", "olmo2", "olmoe",
-    "phi2", "phi3", "phimoe", "gpt-oss", "plamo", "gemma", "gemma2", "gemma3", "starcoder2", "openelm",
-    "gptneox", "codeshell", "exaone", "minicpm3", "nemotron", "deepseek2",
-}  # fmt: skip
+    "falcon",
+    "grok",
+    "dbrx",
+    "bert",
+    "jina-bert-v2",
+    "nomic-bert",
+    "nomic-bert-moe",
+    "stablelm",
+    "bitnet",
+    "qwen",
+    "qwen2",
+    "qwen2moe",
+    "qwen2vl",
+    "qwen3",
+    "qwen3moe",
+    "olmo2",
+    "olmoe",
+    "phi2",
+    "phi3",
+    "phimoe",
+    "gpt-oss",
+    "plamo",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "starcoder2",
+    "openelm",
+    "gptneox",
+    "codeshell",
+    "exaone",
+    "minicpm3",
+    "nemotron",
+    "deepseek2",
+}
 
 # general.architecture -> modelc architecture name (others are kept as they are).
 _ARCH = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "bert": "bert"}
 _ACT = {
-    "llama": "silu", "mixtral": "silu", "qwen2": "silu", "phi3": "silu", "qwen3": "silu", "qwen3moe": "silu", "olmo2": "silu",
-    "granite": "silu", "smollm3": "silu", "gemma2": "gelu_pytorch_tanh", "gemma3": "gelu_pytorch_tanh",
-    "gpt-oss": "silu", "gpt2": "gelu", "bert": "gelu",
-}  # fmt: skip
+    "llama": "silu",
+    "mixtral": "silu",
+    "qwen2": "silu",
+    "phi3": "silu",
+    "qwen3": "silu",
+    "qwen3moe": "silu",
+    "olmo2": "silu",
+    "granite": "silu",
+    "smollm3": "silu",
+    "gemma2": "gelu_pytorch_tanh",
+    "gemma3": "gelu_pytorch_tanh",
+    "gpt-oss": "silu",
+    "gpt2": "gelu",
+    "bert": "gelu",
+}
 
 # `{arch}.<key>` -> normalized config key.
 _HPARAMS = {

@@ -166,10 +166,15 @@ def _gemma4(fields: dict[str, Any], tokens: list[str]) -> dict[str, Any]:
         "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
         "pre_tokenizer": split,
         "model": _bpe_model(vocab, merges, byte_fallback=True),
-        "decoder": {"type": "Sequence", "decoders": [
-            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
-        ]},
-    }  # fmt: skip
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+            ],
+        },
+    }
 
 
 def _spm_merges(tokens: list[str], scores: list[float], types: list[int], vocab: dict[str, int]) -> list[list[str]]:

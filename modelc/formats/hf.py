@@ -228,8 +228,11 @@ def folder_model_name(folder: pathlib.Path) -> str:
 
 
 # A multimodal checkpoint's language model (Gemma 3 4B+): its tensors under these prefixes
-_TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
-                  ("language_model.lm_head.", "lm_head."))  # fmt: skip
+_TEXT_PREFIXES = (
+    ("language_model.model.", "model."),
+    ("model.language_model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+)
 
 
 def text_model_tensors(tensors: dict[str, TensorData]) -> dict[str, TensorData]:

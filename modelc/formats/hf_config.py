@@ -188,12 +188,23 @@ def _gemma(cfg: dict[str, Any], out: dict[str, Any]) -> None:
 
 # Gemma3TextConfig's defaults: a multimodal Gemma 3 config.json stores its text_config as a diff against them
 _GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh",
-    "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256, "sliding_window": 4096,
-    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6,
+    "vocab_size": 262208,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-6,
+    "query_pre_attn_scalar": 256,
+    "sliding_window": 4096,
+    "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+    "sliding_window_pattern": 6,
     "tie_word_embeddings": True,
-}  # fmt: skip
+}
 
 
 def _text_of_multimodal(cfg: dict[str, Any]) -> dict[str, Any] | None:

@@ -133,7 +133,11 @@ def read_config(source: Any) -> BertConfig:
         raise UnsupportedError("BERT model without absolute position embeddings is not supported")
     num_layers = cfg.get("num_hidden_layers")
     if num_layers is None:
-        num_layers = sum(1 for n in tensors if n.startswith(f"{prefix}encoder.layer.") and n.endswith(".output.dense.weight") and ".attention." not in n)  # fmt: skip
+        num_layers = sum(
+            1
+            for n in tensors
+            if n.startswith(f"{prefix}encoder.layer.") and n.endswith(".output.dense.weight") and ".attention." not in n
+        )
     heads = cfg.get("num_attention_heads")
     if not heads:
         raise FormatError("BERT config has no num_attention_heads")
@@ -149,12 +153,20 @@ def read_config(source: Any) -> BertConfig:
     if act not in ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu"):
         raise UnsupportedError(f"BERT hidden_act {act!r} is not supported")
     return BertConfig(
-        vocab_size=int(V), hidden_size=int(C), num_hidden_layers=int(num_layers), num_attention_heads=int(heads),
+        vocab_size=int(V),
+        hidden_size=int(C),
+        num_hidden_layers=int(num_layers),
+        num_attention_heads=int(heads),
         intermediate_size=int(tensors[f"{prefix}encoder.layer.0.intermediate.dense.weight"].shape[0]),
-        layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)), max_position_embeddings=max_pos,
-        pad_token_id=pad, position_offset=offset, pooling=mode, normalize=normalize,
-        max_seq_length=min(max_seq, max_pos - offset), hidden_act=act,
-    )  # fmt: skip
+        layer_norm_eps=float(cfg.get("layer_norm_eps", 1e-12)),
+        max_position_embeddings=max_pos,
+        pad_token_id=pad,
+        position_offset=offset,
+        pooling=mode,
+        normalize=normalize,
+        max_seq_length=min(max_seq, max_pos - offset),
+        hidden_act=act,
+    )
 
 
 @dataclass(slots=True)
@@ -211,8 +223,13 @@ class BertModel:
         ts = [self._t(f"{n}.weight") for n in names]
         scales = [self._tensors.get(f"{n}.weight{SCALE_SUFFIX}") for n in names]
         biases = [self._vec(f"{n}.bias") if f"{n}.bias" in self._tensors else None for n in names]
-        bias = None if all(b is None for b in biases) else np.concatenate(
-            [b if b is not None else np.zeros(t.shape[0], np.float32) for b, t in zip(biases, ts, strict=True)])  # fmt: skip
+        bias = (
+            None
+            if all(b is None for b in biases)
+            else np.concatenate(
+                [b if b is not None else np.zeros(t.shape[0], np.float32) for b, t in zip(biases, ts, strict=True)]
+            )
+        )
         return Linear(self.ks, ts, scales, bias)
 
     def _layer(self, p: str) -> Layer:

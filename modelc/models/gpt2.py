@@ -140,19 +140,26 @@ class Gpt2Model:
     def _load_layer(self, w: WeightReader, i: int) -> Gpt2Layer:
         n = {k: v.format(i=i) for k, v in self.names.items()}
         C, F = self.args.hidden_size, self.args.intermediate_size
-        qkv_t = (w.transposed_matrix(n["qkv"] + ".weight", 3 * C, C) if self.conv1d
-                 else w.tensor(n["qkv"] + ".weight"))  # fmt: skip
+        qkv_t = w.transposed_matrix(n["qkv"] + ".weight", 3 * C, C) if self.conv1d else w.tensor(n["qkv"] + ".weight")
         if qkv_t.shape != (3 * C, C):
             raise FormatError(f"tensor {n['qkv']}.weight has shape {qkv_t.shape}, expected ({3 * C}, {C})")
         q, k, v = (prepare_weight(t) for t in split_rows(qkv_t, [C, C, C], n["qkv"]))
         return Gpt2Layer(
-            ln1_w=w.vector(n["ln1"] + ".weight", C), ln1_b=w.vector(n["ln1"] + ".bias", C),
-            q=q, k=k, v=v, qkv_b=w.vector(n["qkv"] + ".bias", 3 * C),
-            o=self._mat(w, n["o"] + ".weight", C, C), o_b=w.vector(n["o"] + ".bias", C),
-            ln2_w=w.vector(n["ln2"] + ".weight", C), ln2_b=w.vector(n["ln2"] + ".bias", C),
-            up=self._mat(w, n["up"] + ".weight", F, C), up_b=w.vector(n["up"] + ".bias", F),
-            down=self._mat(w, n["down"] + ".weight", C, F), down_b=w.vector(n["down"] + ".bias", C),
-        )  # fmt: skip
+            ln1_w=w.vector(n["ln1"] + ".weight", C),
+            ln1_b=w.vector(n["ln1"] + ".bias", C),
+            q=q,
+            k=k,
+            v=v,
+            qkv_b=w.vector(n["qkv"] + ".bias", 3 * C),
+            o=self._mat(w, n["o"] + ".weight", C, C),
+            o_b=w.vector(n["o"] + ".bias", C),
+            ln2_w=w.vector(n["ln2"] + ".weight", C),
+            ln2_b=w.vector(n["ln2"] + ".bias", C),
+            up=self._mat(w, n["up"] + ".weight", F, C),
+            up_b=w.vector(n["up"] + ".bias", F),
+            down=self._mat(w, n["down"] + ".weight", C, F),
+            down_b=w.vector(n["down"] + ".bias", C),
+        )
 
     @property
     def hidden_size(self) -> int:

@@ -30,23 +30,29 @@ OSS_ALPHA, OSS_LIMIT = ref_moe.OSS_ALPHA, ref_moe.OSS_LIMIT  # gpt-oss's clamped
 
 _NAMES = {  # naming -> (router, [per-expert gate, up, down] or fused 3-D gate, up, down, gate_up)
     "gguf": {
-        "router": "blk.{i}.ffn_gate_inp", "gate": "blk.{i}.ffn_gate_exps", "up": "blk.{i}.ffn_up_exps",
+        "router": "blk.{i}.ffn_gate_inp",
+        "gate": "blk.{i}.ffn_gate_exps",
+        "up": "blk.{i}.ffn_up_exps",
         "down": "blk.{i}.ffn_down_exps",
     },
     "mixtral": {
-        "router": "model.layers.{i}.block_sparse_moe.gate", "gate": "model.layers.{i}.block_sparse_moe.experts.{e}.w1",
+        "router": "model.layers.{i}.block_sparse_moe.gate",
+        "gate": "model.layers.{i}.block_sparse_moe.experts.{e}.w1",
         "up": "model.layers.{i}.block_sparse_moe.experts.{e}.w3",
         "down": "model.layers.{i}.block_sparse_moe.experts.{e}.w2",
     },
     "hf": {
-        "router": "model.layers.{i}.mlp.gate", "gate": "model.layers.{i}.mlp.experts.{e}.gate_proj",
-        "up": "model.layers.{i}.mlp.experts.{e}.up_proj", "down": "model.layers.{i}.mlp.experts.{e}.down_proj",
+        "router": "model.layers.{i}.mlp.gate",
+        "gate": "model.layers.{i}.mlp.experts.{e}.gate_proj",
+        "up": "model.layers.{i}.mlp.experts.{e}.up_proj",
+        "down": "model.layers.{i}.mlp.experts.{e}.down_proj",
     },
     "hf-oss": {  # gpt-oss: gate_up (E, C, 2F) with gate and up columns interleaved, down (E, F, C), "_bias"es
-        "router": "model.layers.{i}.mlp.router", "gate_up": "model.layers.{i}.mlp.experts.gate_up_proj",
+        "router": "model.layers.{i}.mlp.router",
+        "gate_up": "model.layers.{i}.mlp.experts.gate_up_proj",
         "down": "model.layers.{i}.mlp.experts.down_proj",
     },
-}  # fmt: skip
+}
 
 
 @dataclass(slots=True)
@@ -177,7 +183,9 @@ def _load_oss(w: WeightReader, n: dict[str, str], E: int, k: int, F: int, C: int
         )
     gu, dn = w.tensor(n["gate_up"]), w.tensor(n["down"])
     if gu.shape != (E, C, 2 * F) or dn.shape != (E, F, C):
-        raise FormatError(f"gpt-oss experts have shapes {gu.shape} and {dn.shape}, expected ({E}, {C}, {2 * F}), ({E}, {F}, {C})")
+        raise FormatError(
+            f"gpt-oss experts have shapes {gu.shape} and {dn.shape}, expected ({E}, {C}, {2 * F}), ({E}, {F}, {C})"
+        )
     gu_f, dn_f = w.kernels.dequantize(gu).reshape(E, C, 2 * F), w.kernels.dequantize(dn).reshape(E, F, C)
 
     def f32(a: np.ndarray) -> Weight:
@@ -185,12 +193,18 @@ def _load_oss(w: WeightReader, n: dict[str, str], E: int, k: int, F: int, C: int
 
     gb = w.vector(n["gate_up"] + "_bias", E * 2 * F).reshape(E, 2 * F)
     return MoeFFN(
-        router=w.matrix(n["router"] + ".weight", E, C), router_bias=w.maybe_vector(n["router"] + ".bias", E),
-        gate=[f32(gu_f[e, :, 0::2].T) for e in range(E)], up=[f32(gu_f[e, :, 1::2].T) for e in range(E)],
-        down=[f32(dn_f[e].T) for e in range(E)], gate_bias=np.ascontiguousarray(gb[:, 0::2]),
-        up_bias=np.ascontiguousarray(gb[:, 1::2]), down_bias=w.vector(n["down"] + "_bias", E * C).reshape(E, C),
-        top_k=k, normalize=True, activation="oss",
-    )  # fmt: skip
+        router=w.matrix(n["router"] + ".weight", E, C),
+        router_bias=w.maybe_vector(n["router"] + ".bias", E),
+        gate=[f32(gu_f[e, :, 0::2].T) for e in range(E)],
+        up=[f32(gu_f[e, :, 1::2].T) for e in range(E)],
+        down=[f32(dn_f[e].T) for e in range(E)],
+        gate_bias=np.ascontiguousarray(gb[:, 0::2]),
+        up_bias=np.ascontiguousarray(gb[:, 1::2]),
+        down_bias=w.vector(n["down"] + "_bias", E * C).reshape(E, C),
+        top_k=k,
+        normalize=True,
+        activation="oss",
+    )
 
 
 def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN | None:
@@ -219,8 +233,9 @@ def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN 
     if kind == "gguf":
         router = w.matrix(n["router"] + ".weight", E, C)
         ts = [w.tensor(n[p] + ".weight") for p in ("gate", "up", "down")]
-        st = stack_experts(*ts, biases=biases, oss=oss, router=router,
-                           router_bias=w.maybe_vector(n["router"] + ".bias", E))  # fmt: skip
+        st = stack_experts(
+            *ts, biases=biases, oss=oss, router=router, router_bias=w.maybe_vector(n["router"] + ".bias", E)
+        )
         fused = moe_ffn.supported(st)  # I8/I4 (with @scale tensors) never are
         # repacked where the one-call kernel reads the copy (else it would map the file's pages beside it)
         r16 = [w.stacked_r16(t) if not fused or quant.KIND.get(t.dtype) in moe_ffn.R16_KINDS else None for t in ts]
@@ -235,7 +250,16 @@ def load_moe(w: WeightReader, naming: str, i: int, cfg: dict, C: int) -> MoeFFN 
     else:
         return _load_oss(w, n, E, k, F, C, cfg)
     return MoeFFN(
-        router=w.matrix(n["router"] + ".weight", E, C), router_bias=w.maybe_vector(n["router"] + ".bias", E),
-        gate=gate, up=up, down=down, gate_bias=biases[0], up_bias=biases[1], down_bias=biases[2],
-        top_k=k, normalize=bool(cfg.get("norm_topk_prob", True)), activation="oss" if oss else "silu", stacked=stacked,
-    )  # fmt: skip
+        router=w.matrix(n["router"] + ".weight", E, C),
+        router_bias=w.maybe_vector(n["router"] + ".bias", E),
+        gate=gate,
+        up=up,
+        down=down,
+        gate_bias=biases[0],
+        up_bias=biases[1],
+        down_bias=biases[2],
+        top_k=k,
+        normalize=bool(cfg.get("norm_topk_prob", True)),
+        activation="oss" if oss else "silu",
+        stacked=stacked,
+    )

@@ -20,21 +20,39 @@ def tiny_tokenizer_json(vocab_size: int = 96) -> str:
     import json
 
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab_size)}}
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-              "special": True} for t, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))]  # fmt: skip
-    return json.dumps({
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-        "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
-        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
-    })  # fmt: skip
+    added = [
+        {
+            "id": i,
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for t, i in (("<unk>", 0), ("<s>", 1), ("</s>", 2))
+    ]
+    return json.dumps(
+        {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": added,
+            "normalizer": None,
+            "pre_tokenizer": {"type": "WhitespaceSplit"},
+            "post_processor": None,
+            "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": False},
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
+        }
+    )
 
 
 def with_tokenizer(model: Model) -> Model:
     """Give a tiny model the word-level tokenizer (BOS <s> = 1, EOS </s> = 2)."""
     model.tokenizer_json = tiny_tokenizer_json(model.config["vocab_size"])
-    model.special_tokens.update({"bos_token_id": 1, "eos_token_ids": [2], "bos_token": "<s>", "eos_token": "</s>",
-                                 "add_bos_token": True})  # fmt: skip
+    model.special_tokens.update(
+        {"bos_token_id": 1, "eos_token_ids": [2], "bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True}
+    )
     return model
 
 
@@ -43,10 +61,19 @@ def _rand(rng: np.random.Generator, *shape: int, sigma: float = 0.1) -> TensorDa
 
 
 def make_tiny_llama(
-    seed: int = 0, *, vocab_size: int = 96, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
-    num_kv_heads: int = 2, intermediate_size: int = 128, qkv_bias: bool = False, tie: bool = False,
-    rope_scaling: dict | None = None, architecture: str = "llama",
-) -> Model:  # fmt: skip
+    seed: int = 0,
+    *,
+    vocab_size: int = 96,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    qkv_bias: bool = False,
+    tie: bool = False,
+    rope_scaling: dict | None = None,
+    architecture: str = "llama",
+) -> Model:
     rng = np.random.default_rng(seed)
     C, F, D = hidden_size, intermediate_size, hidden_size // num_heads
     t: dict[str, TensorData] = {"model.embed_tokens.weight": _rand(rng, vocab_size, C, sigma=1.0)}
@@ -68,17 +95,35 @@ def make_tiny_llama(
     if not tie:
         t["lm_head.weight"] = _rand(rng, vocab_size, C)
     cfg: dict[str, Any] = {
-        "vocab_size": vocab_size, "hidden_size": C, "intermediate_size": F, "num_hidden_layers": num_layers,
-        "num_attention_heads": num_heads, "num_key_value_heads": num_kv_heads, "head_dim": D,
-        "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "rope_scaling": rope_scaling,
-        "rope_neox": True, "tie_word_embeddings": tie, "attention_bias": qkv_bias, "hidden_act": "silu",
-    }  # fmt: skip
+        "vocab_size": vocab_size,
+        "hidden_size": C,
+        "intermediate_size": F,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_kv_heads,
+        "head_dim": D,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "rope_scaling": rope_scaling,
+        "rope_neox": True,
+        "tie_word_embeddings": tie,
+        "attention_bias": qkv_bias,
+        "hidden_act": "silu",
+    }
     special = {"bos_token_id": 1, "eos_token_ids": [2], "add_bos_token": True}
     return Model("tiny-llama", architecture, t, cfg, special_tokens=special, source_format="test", naming="hf")
 
 
-def make_tiny_gpt2(seed: int = 0, *, vocab_size: int = 96, hidden_size: int = 64, num_layers: int = 2,
-                   num_heads: int = 4, max_positions: int = 128) -> Model:  # fmt: skip
+def make_tiny_gpt2(
+    seed: int = 0,
+    *,
+    vocab_size: int = 96,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    max_positions: int = 128,
+) -> Model:
     """HF GPT-2 layout: Conv1D weights stored (in, out)."""
     rng = np.random.default_rng(seed)
     C, F = hidden_size, 4 * hidden_size
@@ -101,8 +146,16 @@ def make_tiny_gpt2(seed: int = 0, *, vocab_size: int = 96, hidden_size: int = 64
             t[p + name + ".bias"] = _rand(rng, cout)
     t["transformer.ln_f.weight"] = TensorData.from_array((1 + rng.standard_normal(C) * 0.1).astype(np.float32))
     t["transformer.ln_f.bias"] = _rand(rng, C)
-    cfg = {"vocab_size": vocab_size, "hidden_size": C, "intermediate_size": F, "num_hidden_layers": num_layers,
-           "num_attention_heads": num_heads, "max_position_embeddings": max_positions, "layer_norm_eps": 1e-5,
-           "hidden_act": "gelu_new", "tie_word_embeddings": True}  # fmt: skip
+    cfg = {
+        "vocab_size": vocab_size,
+        "hidden_size": C,
+        "intermediate_size": F,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "max_position_embeddings": max_positions,
+        "layer_norm_eps": 1e-5,
+        "hidden_act": "gelu_new",
+        "tie_word_embeddings": True,
+    }
     special = {"bos_token_id": 0, "eos_token_ids": [0], "add_bos_token": False}
     return Model("tiny-gpt2", "gpt2", t, cfg, special_tokens=special, source_format="test", naming="hf")

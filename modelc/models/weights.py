@@ -101,13 +101,17 @@ class WeightReader:
     def matrix(self, name: str, rows: int, cols: int) -> Weight:
         """A (rows, cols) weight in its stored dtype, with its @scale sibling when it has one."""
         t = self.tensor(name)
-        return self._once(("matrix", name, rows, cols),
-                          lambda: self._pinned(weight_of(t, self.tensors.get(name + SCALE_SUFFIX), rows, cols, name)))  # fmt: skip
+        return self._once(
+            ("matrix", name, rows, cols),
+            lambda: self._pinned(weight_of(t, self.tensors.get(name + SCALE_SUFFIX), rows, cols, name)),
+        )
 
     def split_matrix(self, name: str, row_sizes: list[int], cols: int) -> list[Weight]:
         """A fused weight (sum(row_sizes), cols) split by rows into zero-copy Weights."""
-        return self._once(("split", name, tuple(row_sizes), cols),
-                          lambda: [self._pinned(w) for w in self._split(name, row_sizes, cols)])  # fmt: skip
+        return self._once(
+            ("split", name, tuple(row_sizes), cols),
+            lambda: [self._pinned(w) for w in self._split(name, row_sizes, cols)],
+        )
 
     def _split(self, name: str, row_sizes: list[int], cols: int) -> list[Weight]:
         t = self.tensor(name)
@@ -124,8 +128,10 @@ class WeightReader:
         if isinstance(names, str):
             ws = self._split(names, row_sizes, cols)
         else:
-            ws = [weight_of(self.tensor(n), self.tensors.get(n + SCALE_SUFFIX), r, cols, n)
-                  for n, r in zip(names, row_sizes, strict=True)]  # fmt: skip
+            ws = [
+                weight_of(self.tensor(n), self.tensors.get(n + SCALE_SUFFIX), r, cols, n)
+                for n, r in zip(names, row_sizes, strict=True)
+            ]
         key = ("matrices", names if isinstance(names, str) else tuple(names), tuple(row_sizes), cols)
         return self._once(key, lambda: fuse_runs(ws, self.repack, self._pinned, self._huge))
 

@@ -16,8 +16,13 @@ from modelc.onnx.ops_elementwise import Op
 from modelc.onnx.ops_nn import _half_in_f32
 
 
-def _pads_2d(attrs: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int], strides: tuple[int, int],
-             dilations: tuple[int, int]) -> tuple[int, int, int, int]:  # fmt: skip
+def _pads_2d(
+    attrs: dict[str, Any],
+    hw: tuple[int, int],
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+    dilations: tuple[int, int],
+) -> tuple[int, int, int, int]:
     """(top, left, bottom, right) from `pads` or `auto_pad`."""
     auto = attrs.get("auto_pad", "NOTSET")
     if auto in ("NOTSET", ""):
@@ -36,8 +41,14 @@ def _pads_2d(attrs: dict[str, Any], hw: tuple[int, int], kernel: tuple[int, int]
     return out[0], out[2], out[1], out[3]
 
 
-def _windows(x: np.ndarray, kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
-             pads: tuple[int, int, int, int], fill: float) -> np.ndarray:  # fmt: skip
+def _windows(
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+    dilations: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    fill: float,
+) -> np.ndarray:
     """(N, C, OH, OW, kH, kW) strided view of the padded input."""
     if x.ndim != 4:
         raise UnsupportedError(f"only 2-D convolution/pooling is supported, got input of rank {x.ndim}")
@@ -113,7 +124,9 @@ def conv_transpose(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tupl
     return (np.ascontiguousarray(y, dtype=x.dtype),)
 
 
-def _pool_geometry(x: np.ndarray, attrs: dict[str, Any]) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int, int, int]]:  # fmt: skip
+def _pool_geometry(
+    x: np.ndarray, attrs: dict[str, Any]
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], tuple[int, int, int, int]]:
     kernel = tuple(int(k) for k in attrs["kernel_shape"])
     if len(kernel) != 2:
         raise UnsupportedError(f"only 2-D pooling is supported, got kernel_shape {list(kernel)}")

@@ -111,13 +111,24 @@ def layer_norm(inputs: list[Any], attrs: dict[str, Any], opset: int) -> tuple[np
     axis = int(attrs.get("axis", -1)) % x.ndim
     eps = float(attrs.get("epsilon", 1e-5))
     C = x.shape[-1] if x.ndim else 0
-    if (axis == x.ndim - 1 and x.dtype == np.float32 and attrs.get("_num_outputs", 1) == 1 and C
-            and scale.shape == (C,) and (bias is None or bias.shape == (C,))):  # fmt: skip
+    if (
+        axis == x.ndim - 1
+        and x.dtype == np.float32
+        and attrs.get("_num_outputs", 1) == 1
+        and C
+        and scale.shape == (C,)
+        and (bias is None or bias.shape == (C,))
+    ):
         # The common case (normalize the last axis, only Y wanted): the fused norm kernel.
         out = np.empty(x.shape, np.float32)
         b = np.zeros(C, np.float32) if bias is None else np.ascontiguousarray(bias, dtype=np.float32)
-        norm.layer_norm(out.reshape(-1, C), np.ascontiguousarray(x).reshape(-1, C),
-                        np.ascontiguousarray(scale, dtype=np.float32), b, eps)  # fmt: skip
+        norm.layer_norm(
+            out.reshape(-1, C),
+            np.ascontiguousarray(x).reshape(-1, C),
+            np.ascontiguousarray(scale, dtype=np.float32),
+            b,
+            eps,
+        )
         return (out,)
     axes = tuple(range(axis, x.ndim))
     x64 = x.astype(np.float64)

@@ -56,9 +56,14 @@ class Router:
     """
 
     def __init__(
-        self, policy: str = "affinity", *, max_imbalance: int = 4, kv_full: float = 0.95, max_entries: int = 65536,
+        self,
+        policy: str = "affinity",
+        *,
+        max_imbalance: int = 4,
+        kv_full: float = 0.95,
+        max_entries: int = 65536,
         seed: int = 0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown routing policy {policy!r} (one of {', '.join(POLICIES)})")
         self.policy = policy

@@ -45,7 +45,8 @@ def truncate_prompt(tokens: list[int], limit: int, keep: int) -> list[int]:
         return tokens
     block = (limit - keep) // 2
     if keep >= limit or block < 1:
-        raise InvalidRequestError(f"the prompt has {n} tokens and n_keep {keep} leaves no room in the context "
-                                  f"of {limit}", param="n_keep")  # fmt: skip
+        raise InvalidRequestError(
+            f"the prompt has {n} tokens and n_keep {keep} leaves no room in the context of {limit}", param="n_keep"
+        )
     erased = (n - keep - block) // block
     return tokens[:keep] + tokens[keep + erased * block :]

@@ -110,8 +110,10 @@ class Scheduler:
         if seq.num_tokens >= capacity:
             raise InvalidRequestError(f"the prompt has {seq.num_tokens} tokens; the KV cache holds {capacity}")
         if seq.num_tokens >= limit:
-            raise InvalidRequestError(f"the prompt has {seq.num_tokens} tokens; the context is {limit} "
-                                      "(send truncate: true to cut it)", param="prompt")  # fmt: skip
+            raise InvalidRequestError(
+                f"the prompt has {seq.num_tokens} tokens; the context is {limit} (send truncate: true to cut it)",
+                param="prompt",
+            )
         if len(self.waiting) >= self.config.max_queue:
             raise OverloadedError(f"the waiting queue is full ({self.config.max_queue} requests)")
         seq.arrival = next(self._arrivals)

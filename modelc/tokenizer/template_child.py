@@ -56,8 +56,10 @@ def serve() -> None:
             text = env.render_template("chat", **req["context"])
             reply: dict[str, Any] = {"text": text}
             if len(text) > int(req["limit"]):
-                reply = {"error": f"it produced {len(text)} characters, more than the limit of {req['limit']}",
-                         "kind": "output"}  # fmt: skip
+                reply = {
+                    "error": f"it produced {len(text)} characters, more than the limit of {req['limit']}",
+                    "kind": "output",
+                }
         except minijinja.TemplateError as exc:
             cause = exc.__cause__ or exc.__context__
             if isinstance(cause, ModelcError):

@@ -99,8 +99,11 @@ class RenderWorker:
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
             proc = subprocess.Popen(
                 [sys.executable, "-m", "modelc.tokenizer.template_child"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-            )  # fmt: skip
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
             try:
                 ready = self._read(proc, STARTUP_TIMEOUT_S)
             except ValueError:

@@ -38,9 +38,13 @@ _F16_FIELDS: dict[DataType, tuple[int, ...]] = {
 
 # Divisors that keep d * (largest code) O(scale) where codes are large (default: 8 / 256 by block size).
 _DIV = {
-    DataType.IQ4_NL: 128.0, DataType.IQ4_XS: 4096.0, DataType.TQ1_0: 1.0, DataType.TQ2_0: 1.0, DataType.Q1_0: 1.0,
+    DataType.IQ4_NL: 128.0,
+    DataType.IQ4_XS: 4096.0,
+    DataType.TQ1_0: 1.0,
+    DataType.TQ2_0: 1.0,
+    DataType.Q1_0: 1.0,
     DataType.Q2_0: 1.0,
-}  # fmt: skip
+}
 
 
 def random_tensor(

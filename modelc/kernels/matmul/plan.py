@@ -164,9 +164,17 @@ def fixed_paths(w: WeightLike) -> tuple[Path, ...]:
     costs a tuple index, not the table. Weights alike for the table share one tuple.
     """
     ref = cpu.use_reference()
-    key = (w.dtype, w.cols % 32 == 0, w.r16 is not None, ref, PREFILL_MIN_T, PREFILL_MIN_T_FLOAT, cpu.HAS_AMX,
-           cpu.HAS_AVX512_VNNI, *(tuple(sorted(d.items())) for d in (AMX_MIN_T, R16_AMX_MIN_T, AMX_PREFILL_MAX_T,
-                                                                     ZMM_PREFILL_MAX_T)))  # fmt: skip
+    key = (
+        w.dtype,
+        w.cols % 32 == 0,
+        w.r16 is not None,
+        ref,
+        PREFILL_MIN_T,
+        PREFILL_MIN_T_FLOAT,
+        cpu.HAS_AMX,
+        cpu.HAS_AVX512_VNNI,
+        *(tuple(sorted(d.items())) for d in (AMX_MIN_T, R16_AMX_MIN_T, AMX_PREFILL_MAX_T, ZMM_PREFILL_MAX_T)),
+    )
     got = _FIXED.get(key)
     if got is None:
         got = _FIXED[key] = tuple(plan_matmul(w, max(t, 1), reference=ref) for t in range(max(_bounds()) + 1))
@@ -204,8 +212,17 @@ def warm_tokens(w: WeightLike) -> dict[Path, int]:
 def table(dtypes: tuple[DataType, ...] | None = None, cols: int = 2048) -> list[tuple[str, str]]:
     """(weight type, "T>=1: path; T>=2: path; ...") for each type on this CPU: the plan as text."""
     rows = []
-    for dt in dtypes or (DataType.F16, DataType.F32, DataType.Q4_0, DataType.Q8_0, DataType.Q4_K, DataType.Q5_K,
-                         DataType.Q6_K, DataType.IQ4_XS, DataType.Q5_0):  # fmt: skip
+    for dt in dtypes or (
+        DataType.F16,
+        DataType.F32,
+        DataType.Q4_0,
+        DataType.Q8_0,
+        DataType.Q4_K,
+        DataType.Q5_K,
+        DataType.Q6_K,
+        DataType.IQ4_XS,
+        DataType.Q5_0,
+    ):
         # the plan reads only dtype, cols and whether a repacked copy exists (made at load where gemm_r16 can)
         variants = [(dt.name, None)]
         if gemm_r16.can_repack(dt, gemm_r16.GROUP, cols):

@@ -19,8 +19,13 @@ def warm_matmuls(matmul: Callable, weights: list[Weight]) -> None:
     64+-row embedding lookups (gemm_blas.dequantize_into) still use."""
     for w in weights:
         r = min(w.rows, 64)  # 64+ rows: the panel dequantizer's threaded variant
-        part = dataclasses.replace(w, rows=r, blocks=w.blocks[:r], scale=None if w.scale is None else w.scale[:r],
-                                   r16=None if w.r16 is None else w.r16[: r // 16])  # fmt: skip
+        part = dataclasses.replace(
+            w,
+            rows=r,
+            blocks=w.blocks[:r],
+            scale=None if w.scale is None else w.scale[:r],
+            r16=None if w.r16 is None else w.r16[: r // 16],
+        )
         points = plan.warm_tokens(part)
         for t in points.values():
             matmul(np.empty((t, r), np.float32), np.zeros((t, part.cols), np.float32), part)

@@ -120,8 +120,23 @@ def paged_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start, 
         from modelc.kernels.reference.ref_kv_q8 import paged_attention_q8
 
         kp, vp = k_pages, v_pages
-        return paged_attention_q8(out, q, kp.data, kp.scales, vp.data, vp.scales, kp.hot_of, kp.hot, vp.hot,
-                                  kp.window, block_tables, q_start, pos_start, scale, window)  # fmt: skip
+        return paged_attention_q8(
+            out,
+            q,
+            kp.data,
+            kp.scales,
+            vp.data,
+            vp.scales,
+            kp.hot_of,
+            kp.hot,
+            vp.hot,
+            kp.window,
+            block_tables,
+            q_start,
+            pos_start,
+            scale,
+            window,
+        )
     T, H, D = q.shape
     G = H // k_pages.shape[2]
     for t, keys, vals in attended_rows(k_pages, v_pages, block_tables, q_start, pos_start, window):

@@ -35,8 +35,9 @@ def kv_write_q8(kq, ks, vq, vs, hot_of, kh, vh, k, v, slots):
     vh[hs[hot], off[hot]] = v[keep][hot]
 
 
-def paged_attention_q8(out, q, kq, ks, vq, vs, hot_of, kh, vh, window_hot, block_tables, q_start, pos_start, scale,
-                       window):  # fmt: skip
+def paged_attention_q8(
+    out, q, kq, ks, vq, vs, hot_of, kh, vh, window_hot, block_tables, q_start, pos_start, scale, window
+):
     T, H, D = q.shape
     Z, K = kq.shape[1], kq.shape[2]
     G = H // K

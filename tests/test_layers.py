@@ -30,6 +30,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "modelc.store",
         "modelc.registry",
         "modelc.capabilities",
+        "modelc.architectures",
         "modelc.pack",
         "modelc.source",
         "modelc.pull",
@@ -43,8 +44,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("modelc.server",),
     ("modelc.daemon",),
     ("modelc.cli", "modelc.build", "modelc.__main__"),
-    ("modelc",),  # the package root: `modelc.Engine` / `modelc.AsyncEngine`, resolved lazily; nothing imports it
 )
+# The package root (`modelc.Engine` / `modelc.AsyncEngine`, resolved lazily) is above every floor: nothing imports it.
+ROOT_FLOOR = len(FLOORS)
 
 # (importing module, imported module) -> why the import has to go upward. Keep it short.
 EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -96,6 +98,8 @@ def _resolve(target: str, modules: dict[str, Path]) -> str:
 
 
 def floor_of(name: str) -> int:
+    if name == "modelc":
+        return ROOT_FLOOR
     best, best_len = -1, -1
     for level, prefixes in enumerate(FLOORS):
         for prefix in prefixes:

@@ -14,15 +14,14 @@ PullEvents shaped like Ollama's /api/pull objects.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from modelc import store
 from modelc.errors import ModelcError
 from modelc.ir import Model
-from modelc.pull.download import PullError, PullEvent, Report, no_report, remove_staging
+from modelc.pull.download import Plan, PullError, PullEvent, Report, no_report, remove_staging
 from modelc.pull.ref import SOURCES, HfRef, OllamaRef, PypiRef, Ref, RefError, looks_remote, parse, store_name_of
 
 __all__ = [
@@ -38,17 +37,6 @@ class SourceNotAllowedError(ModelcError):
     http_status = 403
     error_type = "permission_error"
     code = "forbidden"
-
-
-@dataclass(slots=True)
-class Plan:
-    """What a source found for a reference, before any weights are downloaded."""
-
-    digest: str  # names the content: the same digest means the store already has it
-    download: Callable[[Report], Path]  # fetches and verifies; returns the file or folder to pack
-    staging: Path | None  # removed once the model is in the store
-    amend: Callable[[Model], None] | None = None  # source-specific changes to the packed model
-    summary: str = ""  # what was chosen, e.g. the GGUF file
 
 
 def check_allowed(ref: Ref, allowed: Iterable[str]) -> None:

@@ -23,10 +23,22 @@ from typing import Any, BinaryIO
 
 from modelc import store
 from modelc.errors import ChecksumError, ModelcError, NotFoundError
+from modelc.ir import Model
 
 CHUNK_BYTES = 1 << 20
 RETRIES = 4
 _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+@dataclass(slots=True)
+class Plan:
+    """What a source found for a reference, before any weights are downloaded."""
+
+    digest: str  # names the content: the same digest means the store already has it
+    download: Callable[[Report], Path]  # fetches and verifies; returns the file or folder to pack
+    staging: Path | None  # removed once the model is in the store
+    amend: Callable[[Model], None] | None = None  # source-specific changes to the packed model
+    summary: str = ""  # what was chosen, e.g. the GGUF file
 
 
 class PullError(ModelcError):

@@ -30,6 +30,7 @@ from modelc.pull import gguf_choice
 from modelc.pull.download import (
     CappedWriter,
     GatedError,
+    Plan,
     PullError,
     PullEvent,
     Report,
@@ -233,8 +234,6 @@ def search(query: str, limit: int = 20) -> list[tuple[str, int, int]]:
 
 def plan(ref: HfRef, report: Report) -> Any:
     """The pull's Plan: the commit and files from one model_info call; the download verifies each file."""
-    from modelc.pull import Plan
-
     commit, files, kind = resolve(ref, report)
     folder = staging_dir("hf", f"{ref.repo}/{commit[:12]}")
 

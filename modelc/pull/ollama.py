@@ -29,6 +29,7 @@ from typing import Any
 from modelc.errors import ChecksumError, FormatError, NotFoundError
 from modelc.ir import Model
 from modelc.pull.download import (
+    Plan,
     PullError,
     PullEvent,
     Report,
@@ -90,8 +91,6 @@ def parse_manifest(raw: bytes, label: str) -> dict[str, Layer]:
 
 
 def plan(ref: OllamaRef, report: Report) -> Any:
-    from modelc.pull import Plan
-
     report(PullEvent("pulling manifest"))
     if ref.local:
         return _local_plan(ref)
@@ -134,8 +133,6 @@ def plan(ref: OllamaRef, report: Report) -> Any:
 
 
 def _local_plan(ref: OllamaRef) -> Any:
-    from modelc.pull import Plan
-
     root = models_dir()
     label = ref.text
     manifest = root / "manifests" / REGISTRY_HOST / ref.namespace / ref.name / ref.tag

@@ -27,6 +27,7 @@ from urllib.parse import urljoin, urlsplit
 from modelc.errors import ChecksumError, FormatError, NotFoundError
 from modelc.pull import gguf_choice
 from modelc.pull.download import (
+    Plan,
     PullError,
     PullEvent,
     Report,
@@ -55,8 +56,6 @@ class Wheel:
 
 
 def plan(ref: PypiRef, report: Report) -> Any:
-    from modelc.pull import Plan
-
     report(PullEvent("pulling manifest"))
     with _client() as client:
         wheel = choose(ref, list_files(client, ref))

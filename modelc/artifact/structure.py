@@ -96,11 +96,18 @@ def check_structure(model: Any) -> None:
 
 # The token-embedding tensor of every family modelc reads, under HF and GGUF names.
 EMBEDDING_NAMES = (
-    "model.embed_tokens.weight", "token_embd.weight", "transformer.wte.weight", "wte.weight",
-    "model.embed_tokens", "tok_embeddings.weight", "transformer.word_embeddings.weight",
-    "bert.embeddings.word_embeddings.weight", "roberta.embeddings.word_embeddings.weight",
-    "embeddings.word_embeddings.weight", "model.language_model.embed_tokens.weight",
-)  # fmt: skip
+    "model.embed_tokens.weight",
+    "token_embd.weight",
+    "transformer.wte.weight",
+    "wte.weight",
+    "model.embed_tokens",
+    "tok_embeddings.weight",
+    "transformer.word_embeddings.weight",
+    "bert.embeddings.word_embeddings.weight",
+    "roberta.embeddings.word_embeddings.weight",
+    "embeddings.word_embeddings.weight",
+    "model.language_model.embed_tokens.weight",
+)
 
 
 def check_vocabulary(model: Any) -> None:

@@ -173,7 +173,7 @@ def run_cmd(
         "--allow-sources",
         help="Remote sources /api/pull requests may pull from: hf, ollama, ollama-local, pypi (comma-separated or "
         "repeatable; default none). The CLI itself (modelc run REF, modelc pull) may use every source.",
-    ),  # fmt: skip
+    ),
     no_webui: bool = typer.Option(False, "--no-webui", help="Do not serve the chat web UI at / (API only)."),
     chat_template: str | None = typer.Option(
         None, "--chat-template", help="A Jinja chat template file that replaces the served model's own."

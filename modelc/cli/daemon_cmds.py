@@ -15,19 +15,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from modelc.cli.console import human_bytes
 from modelc.daemon.client import DaemonClient, NoDaemonError
 from modelc.daemon.launch import pid_alive
 
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)  # no wrapping in pipes
 lora_app = typer.Typer(help="Load or unload LoRA adapters on a model in the running daemon.", no_args_is_help=True)
-
-
-def _human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
 
 
 def _until(expires_at: str) -> str:
@@ -75,9 +68,9 @@ def ps_cmd() -> None:
         table.add_row(
             m["name"] + (" (default)" if m.get("default") else ""),
             m["details"].get("family", ""),
-            _human_bytes(m["size"]),
+            human_bytes(m["size"]),
             str(m.get("context_length") or "-"),
-            _human_bytes(m.get("kv_bytes", 0)),
+            human_bytes(m.get("kv_bytes", 0)),
             kv_use,
             str(m.get("running", 0)),
             str(m.get("waiting", 0)),

@@ -13,7 +13,6 @@ other HF-named models keep HF names (llama.cpp would not load those; modelc does
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +22,7 @@ import numpy as np
 from modelc.errors import UnsupportedError
 from modelc.formats import export_gguf_hf as hf
 from modelc.formats.export_gguf_tokenizer import tokenizer_arrays
-from modelc.formats.export_safetensors import ExportError, atomic_file, dequantized
+from modelc.formats.export_safetensors import ExportError, atomic_file, dequantized, header_strings
 from modelc.ir import SCALE_SUFFIX, DataType, TensorData
 
 _SKIP_KEYS = ("GGUF.", "general.alignment")  # reader bookkeeping; GGUFWriter writes its own
@@ -87,14 +86,7 @@ def gguf_tensors(source: Any) -> dict[str, tuple[np.ndarray, Any]]:
 
 
 def _modelc_kvs(source: Any) -> dict[str, str]:
-    kv = {
-        "modelc.name": source.name or "",
-        "modelc.architecture": source.architecture or "",
-        "modelc.naming": source.naming or "",
-        "modelc.config": json.dumps(source.config, default=str),
-        "modelc.special_tokens": json.dumps(source.special_tokens, default=str),
-        "modelc.generation_config": json.dumps(source.generation_config, default=str),
-    }
+    kv = header_strings(source)
     if source.chat_template and "tokenizer.chat_template" not in (source.metadata or {}):
         kv["tokenizer.chat_template"] = source.chat_template
     if source.tokenizer_json:

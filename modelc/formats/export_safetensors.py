@@ -99,19 +99,22 @@ def dequantized(t: TensorData, scale: TensorData | None) -> np.ndarray:
     return np.asarray(dequantize(t, scale), dtype=np.float32).reshape(t.shape)
 
 
+def header_strings(source: Any) -> dict[str, str]:
+    """The `modelc.*` header fields both exporters write, each as a string."""
+    return {
+        "modelc.name": source.name or "",
+        "modelc.architecture": source.architecture or "",
+        "modelc.naming": source.naming or "",
+        "modelc.config": json.dumps(source.config, default=str),
+        "modelc.special_tokens": json.dumps(source.special_tokens, default=str),
+        "modelc.generation_config": json.dumps(source.generation_config, default=str),
+    }
+
+
 def metadata_strings(source: Any) -> dict[str, str]:
     """modelc's header fields, each as a string (safetensors metadata is str -> str)."""
     meta = {k: v if isinstance(v, str) else json.dumps(v, default=str) for k, v in (source.metadata or {}).items()}
-    meta.update(
-        {
-            "modelc.name": source.name or "",
-            "modelc.architecture": source.architecture or "",
-            "modelc.naming": source.naming or "",
-            "modelc.config": json.dumps(source.config, default=str),
-            "modelc.special_tokens": json.dumps(source.special_tokens, default=str),
-            "modelc.generation_config": json.dumps(source.generation_config, default=str),
-        }
-    )
+    meta.update(header_strings(source))
     if source.chat_template:
         meta["modelc.chat_template"] = source.chat_template
     if source.tokenizer_json:

@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 from modelc.kernels.runtime import warm_list
+from modelc.kernels.runtime.compile_watch import watch_compiles
+from modelc.kernels.runtime.threads import default_threads
 
 
 def _file_identity(source: Any) -> tuple[Any, ...] | None:
@@ -39,9 +40,7 @@ def list_key(runner: Any) -> str | None:
         return None
     # the thread count matters only as one or several (attention's parallel kernel needs two threads), so
     # `modelc warmup` (numba's default threads) leaves the list a server with --threads 2 replays
-    from numba import config
-
-    threads = runner.threads or config.NUMBA_NUM_THREADS
+    threads = runner.threads or default_threads()
     return warm_list.key(target, draft, str(runner.kv.kv_dtype), "parallel" if threads > 1 else "serial")
 
 
@@ -50,26 +49,14 @@ def replayed(key: str | None) -> bool:
     entries = None if key is None else warm_list.load(key)
     if not entries:
         return False
-    from numba.core import event
-
-    me, compiled = threading.get_ident(), []
-
-    class _OnCompile(event.Listener):
-        def on_start(self, ev: Any) -> None:
-            if threading.get_ident() == me:
-                compiled.append(ev)
-
-        def on_end(self, ev: Any) -> None:
-            pass
-
-    listener = _OnCompile()
-    event.register("numba:compile", listener)
+    compiled: list[bool] = []
+    unwatch = watch_compiles(lambda: compiled.append(True))
     try:
         ok = warm_list.replay(entries)
     except Exception:  # noqa: BLE001 - numba could not load one (e.g. a corrupt cache file): warm up as usual
         ok = False
     finally:
-        event.unregister("numba:compile", listener)
+        unwatch()
     return ok and not compiled
 
 

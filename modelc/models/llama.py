@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
 from modelc.cache.kv_pages import KVPages
@@ -17,6 +16,7 @@ from modelc.ir import SCALE_SUFFIX
 from modelc.kernels.elementwise.rope import longrope_long_inv_freq, rope_inv_freq
 from modelc.kernels.layer import decode_layer, decode_step, moe_ffn
 from modelc.kernels.matmul.linear import Weight
+from modelc.kernels.runtime.threads import kernel_threads
 from modelc.kernels.select import KernelSet
 from modelc.models import llama_decode
 from modelc.models.batch import ForwardBatch, LoraRows
@@ -221,7 +221,7 @@ class LlamaModel:
             long_seqs = lens > a.rope_long_after
         fast = self.decode_plans if self.decode_plans is not None and llama_decode.step_ok(batch, kv) else None
         if fast is not None:
-            threads = numba.get_num_threads()
+            threads = kernel_threads()
             parallel = llama_decode.attention_parallel(batch, a.num_kv_heads, threads)
             nqkv, ngu = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim, 2 * a.intermediate_size
             qkv_buf = self.fused_out[: T * nqkv].reshape(T, nqkv)

@@ -87,6 +87,13 @@ def default_threads() -> int:
     return int(numba.config.NUMBA_NUM_THREADS)
 
 
+def kernel_threads() -> int:
+    """numba's thread count for kernels called from this thread."""
+    import numba
+
+    return int(numba.get_num_threads())
+
+
 def set_kernel_threads(n: int) -> None:
     """n threads for numba kernels called from this thread (BLAS's count unchanged)."""
     import numba

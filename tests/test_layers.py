@@ -237,32 +237,31 @@ def test_upward_imports_are_few_and_say_why():
     assert not silent, f"an allowed upward import says why with a `# layer:` comment on its line: {silent}"
 
 
+def _absolute_imports(path: Path) -> list[tuple[str, int]]:
+    """(top-level package, line) of every absolute import in a file, those inside functions too."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(alias.name.split(".")[0], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            out.append(((node.module or "").split(".")[0], node.lineno))
+    return out
+
+
 def test_only_the_kernels_import_numba():
     """DESIGN.md: numba (and llvmlite) stay inside modelc/kernels; everything else asks the kernels."""
     hits = []
     for name, path in _all_modules().items():
         if name == "modelc.kernels" or name.startswith("modelc.kernels."):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and not node.level:
-                names = [node.module or ""]
-            hits += [f"{name}:{node.lineno}" for n in names if n.split(".")[0] in ("numba", "llvmlite")]
+        hits += [f"{name}:{line}" for top, line in _absolute_imports(path) if top in ("numba", "llvmlite")]
     assert not hits, f"numba imported outside modelc/kernels: {hits}"
 
 
 def test_the_cli_never_imports_loadtests():
     hits = []
     for path in sorted(PKG.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and not node.level:
-                names = [node.module or ""]
-            hits += [f"{path.relative_to(ROOT)}:{node.lineno}" for n in names if n.split(".")[0] == "loadtests"]
+        hits += [f"{path.relative_to(ROOT)}:{line}" for top, line in _absolute_imports(path) if top == "loadtests"]
     assert not hits, f"the shipped package imports loadtests: {hits}"
 
 

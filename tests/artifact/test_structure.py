@@ -75,6 +75,18 @@ def test_wrong_shape_names_both_shapes(home, tmp_path, capsys):
     refused(capsys, tmp_path, src, "model.layers.0.self_attn.k_proj.weight", "(64, 64)", "(32, 64)")
 
 
+def test_a_checkpoint_folder_with_another_models_tokenizer_is_refused(home, tmp_path, capsys):
+    """The audit's case: an HF folder whose tokenizer.json has more tokens than the model's 96 embedding
+    rows (a tokenizer from another model) is refused by `modelc pack`, both counts on one line."""
+    from tests.server.tiny_model import byte_tokenizer_json
+
+    src = hf_folder(make_tiny_llama(0), tmp_path / "hf")  # vocab_size 96
+    tokenizer = byte_tokenizer_json()  # 256 byte tokens and the specials
+    (src / "tokenizer.json").write_text(tokenizer)
+    num_tokens = 1 + max(json.loads(tokenizer)["model"]["vocab"].values())
+    refused(capsys, tmp_path, src, f"{num_tokens} tokens", "96 token embedding rows")
+
+
 def test_gpt2_wrong_shape(home, tmp_path):
     m = make_tiny_gpt2(0)
     name = next(n for n in m.tensors if n.endswith("mlp.c_fc.bias"))

@@ -67,7 +67,7 @@ def pack_model(
     file, hashed beside the write, about 0.8 CPU-s per GiB. `amend(model)` may change the model read
     from the source before it is checked and written (modelc.pull records where a model came from).
     """
-    src = Path(source_path)
+    src = resolve_source(source_path)
     single_file = src.is_file() and not is_artifact(src)
     # The source's sha256 is the longest single job of a pack: start it before parsing.
     with _SourceHash(src if single_file and source_hash else None) as source_sha:
@@ -157,6 +157,18 @@ class _SourceHash:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if self._job is not None and exc_type is not None:
             self._job.cancel()  # a failed or interrupted pack should not wait for the whole hash
+
+
+def resolve_source(path_or_name: str | os.PathLike[str]) -> Path:
+    """An existing file or folder as is; anything else is a store name[:version], the bundled model's
+    `default` included (store.resolve), so a stored model can be packed again (requantized, renamed)."""
+    raw = os.fspath(path_or_name)
+    path = Path(raw).expanduser()
+    if path.exists():
+        return path
+    if raw.startswith((".", "~", os.sep)):  # a path, not a name
+        raise FormatError(f"no such file or folder: {raw}")
+    return store.resolve(raw)
 
 
 def load_source(src: Path, *, format: str | None = None, name: str | None = None) -> Any:

@@ -124,10 +124,9 @@ def inspect_cmd(
 
     Example: modelc inspect model.safetensors --quant-sizes
     """
-    from modelc import store
-    from modelc.pack import load_source
+    from modelc.pack import load_source, resolve_source
 
-    path = file if file.exists() else store.resolve(str(file))
+    path = resolve_source(file)
     source = load_source(path, format=format)
     if show_quant_sizes:
         current = source.total_bytes
@@ -151,7 +150,9 @@ def inspect_cmd(
 
 def pack_cmd(
     file: Path = typer.Argument(
-        ..., help="Weights file or folder (GGUF, safetensors/HF folder, ONNX, PyTorch, .modelc)."
+        ...,
+        help="Weights file or folder (GGUF, safetensors/HF folder, ONNX, PyTorch, .modelc), or a store name "
+        "(`default`: the bundled model) to pack again.",
     ),
     format: str | None = typer.Option(None, "-f", "--format", help="Source format (default: detected)."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write here instead of into the store."),
@@ -188,10 +189,10 @@ def pack_cmd(
     before = None
     if eval_text is not None:
         from modelc.cli.eval_cmds import eval_perplexity, read_text
-        from modelc.pack import load_source
+        from modelc.pack import load_source, resolve_source
 
         text = read_text(eval_text)
-        src = load_source(file, format=format)
+        src = load_source(resolve_source(file), format=format)
         if arch:
             src.architecture = architectures.check(arch)
         before = eval_perplexity(src, text, ctx=eval_ctx, stride=None, label="perplexity (source)")

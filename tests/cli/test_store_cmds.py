@@ -196,8 +196,8 @@ def test_quant_sizes_equal_what_pack_writes(tmp_path):
 
 
 def test_default_resolves_in_every_command_that_takes_a_model(tmp_path, monkeypatch, capsys) -> None:
-    """A fresh install (empty store): `default` is the bundled model for inspect, verify, cp, run's resolver
-    and the build commands' (compile, containerize: store.resolve)."""
+    """A fresh install (empty store): `default` is the bundled model for inspect, verify, cp, pack, run's
+    resolver and the build commands' (compile, containerize: store.resolve)."""
     from modelc.daemon.launch import serve_target
 
     monkeypatch.setenv("MODELC_HOME", str(tmp_path / "fresh"))
@@ -208,3 +208,11 @@ def test_default_resolves_in_every_command_that_takes_a_model(tmp_path, monkeypa
     assert main(["cp", "default", "mine"]) == 0
     assert serve_target("default")[0] == store.bundled_default_path()
     assert store.resolve("default") == store.bundled_default_path()
+    requantized = tmp_path / "q8.modelc"
+    assert main(["pack", "default", "-o", str(requantized), "--quantize", "q8_0"]) == 0
+    assert open_artifact(requantized).name == open_artifact(store.bundled_default_path()).name
+    assert main(["pack", "mine", "--name", "mine-q8", "--quantize", "q8_0"]) == 0  # any stored model
+    assert store.lookup("mine-q8").is_file()
+    capsys.readouterr()
+    assert main(["pack", "no-such-model", "-o", str(tmp_path / "x.modelc")]) == 1
+    assert "no-such-model is not in the store" in capsys.readouterr().err

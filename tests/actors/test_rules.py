@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import inspect
+import sys
 import threading
 import traceback
 import types
@@ -127,12 +128,13 @@ async def test_every_message_sent_while_serving_is_data(anyio_backend, monkeypat
 
 
 class _WatchedLock:
-    """threading.Lock that records every acquire made on the event loop's thread while `on` is set."""
+    """A threading.Lock (or a wrapped existing lock) that records every acquire made on the event loop's
+    thread while `on` is set."""
 
     on = False
 
-    def __init__(self, loop_thread: int, taken: list[str], real: typing.Callable[[], typing.Any]) -> None:
-        self._lock, self._loop_thread, self._taken = real(), loop_thread, taken
+    def __init__(self, loop_thread: int, taken: list[str], lock: typing.Any) -> None:
+        self._lock, self._loop_thread, self._taken = lock, loop_thread, taken
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         if _WatchedLock.on and threading.get_ident() == self._loop_thread:
@@ -154,16 +156,29 @@ class _WatchedLock:
         self.release()
 
 
-@pytest.mark.anyio
-async def test_the_event_loop_takes_no_threading_lock_while_serving(anyio_backend, monkeypatch):
-    """Every threading.Lock made from the engine's start on is watched; once it serves, 4 concurrent streams
-    and an embedding run with no acquire on the loop's thread. (The engine inbox's queue.SimpleQueue has a
-    C lock whose put never waits; a lock the loop took could be held by an engine's thread mid-forward.)"""
-    taken: list[str] = []
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+
+
+def _watch_locks(monkeypatch: pytest.MonkeyPatch, taken: list[str]) -> None:
+    """Watch every threading.Lock made from now on, and the module-level locks modelc made at import (a
+    `_lock = threading.Lock()` beside a cache), which the constructor patch alone would miss."""
     real = threading.Lock
     loop_thread = threading.get_ident()
-    monkeypatch.setattr(threading, "Lock", lambda: _WatchedLock(loop_thread, taken, real))
+    monkeypatch.setattr(threading, "Lock", lambda: _WatchedLock(loop_thread, taken, real()))
     monkeypatch.setattr(_WatchedLock, "on", False)
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "modelc" or name.startswith("modelc.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if isinstance(value, _LOCK_TYPES):
+                monkeypatch.setattr(module, attr, _WatchedLock(loop_thread, taken, value))
+
+
+async def _locks_taken_while_serving(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Serve 4 concurrent streams and an embedding on a warm engine; the stacks of every threading.Lock
+    acquire made on the loop's thread meanwhile."""
+    taken: list[str] = []
+    _watch_locks(monkeypatch, taken)
     with anyio.fail_after(120):
         async with AsyncEngine.open(make_tiny_llama(1), _config()) as eng:
             await _serve(eng, 2)  # warm: the kernels compile or load now
@@ -172,4 +187,68 @@ async def test_the_event_loop_takes_no_threading_lock_while_serving(anyio_backen
             await eng.embed([[1, 2, 3]])
             _WatchedLock.on = False
     assert all(len(o) == 12 for o in outs)
+    return taken
+
+
+@pytest.mark.anyio
+async def test_the_event_loop_takes_no_threading_lock_while_serving(anyio_backend, monkeypatch):
+    """Once it serves, 4 concurrent streams and an embedding run with no threading.Lock acquire on the loop's
+    thread. (The engine inbox's queue.SimpleQueue has a C lock whose put never waits; a lock the loop took
+    could be held by an engine's thread mid-forward.)"""
+    taken = await _locks_taken_while_serving(monkeypatch)
     assert taken == [], taken[0]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("which", ["new", "module"])
+async def test_the_lock_watch_sees_a_lock_the_loop_takes(anyio_backend, monkeypatch, which):
+    """The check above can fail: a RequestActor (on the loop) that takes a lock made while serving, or the
+    module-level lock of engine/constraint.py, is caught."""
+    from modelc.actors.request import RequestActor
+    from modelc.engine import constraint
+
+    real_handle = RequestActor.handle
+
+    def handle_under_a_lock(self, msg):
+        lock = threading.Lock() if which == "new" else constraint._lock
+        with lock:
+            return real_handle(self, msg)
+
+    monkeypatch.setattr(RequestActor, "handle", handle_under_a_lock)
+    taken = await _locks_taken_while_serving(monkeypatch)
+    assert taken and "handle_under_a_lock" in taken[0]
+
+
+# Messages that break the rules, for the test that the checks can fail.
+@dataclasses.dataclass(frozen=True)
+class _WithCallback:
+    on_done: typing.Callable[[], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class _WithAny:
+    payload: typing.Any
+
+
+@dataclasses.dataclass
+class _Mutable:
+    n: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Holder:
+    inner: _Mutable
+
+
+def test_the_data_checks_see_what_is_not_data():
+    """The message checks above can fail: a callable field, an `Any`, a mutable dataclass, a lambda, a bound
+    method and a writeable array are each reported."""
+
+    for cls in (_WithCallback, _WithAny, _Holder):
+        assert _type_problems(cls, cls.__name__, set()), cls
+    assert _value_problems(_WithAny(lambda: None), "m") == ["m.payload: function (callable)"]
+    assert _value_problems(_WithAny(np.zeros(2).sum), "m")
+    assert _value_problems(_WithAny(np.zeros(2)), "m") == ["m.payload: a writeable array"]
+    frozen = np.zeros(2)
+    frozen.flags.writeable = False
+    assert _value_problems(_WithAny((1, "a", frozen)), "m") == []

@@ -3,7 +3,7 @@
 Commands are verbs (AddSequence, RunBatch...), events past tense (BatchDone, AbortAcked...).
 A message that expects answers carries its reply address. Per-sequence events (TokenEmitted,
 SequenceFinished) are the scheduler's own output types, re-exported here. No message carries a
-callable or any object with behaviour to run on the receiver's side (tests/actors/test_messages.py).
+callable or any object with behaviour to run on the receiver's side (tests/actors/test_rules.py).
 """
 
 from __future__ import annotations

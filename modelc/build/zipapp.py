@@ -41,12 +41,8 @@ def _archive():
 def _version_line():
     sys.path.insert(0, _archive())
     try:
-        from modelc.version import version_line
+        from modelc.version import version_line  # the standard library only: before the dependency check
         return version_line()
-    except ImportError:
-        import modelc
-        from modelc._build import GIT_SHA
-        return "modelc %s (git %s)" % (modelc.__version__, GIT_SHA)
     finally:
         sys.path.remove(_archive())
         for name in [m for m in sys.modules if m == "modelc" or m.startswith("modelc.")]:

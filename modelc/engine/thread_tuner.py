@@ -17,7 +17,7 @@ costs them more (at 16 streams half the threads is ~2x slower; a 16-token benchm
 they stay on the configured count and probe only on drift, or when a probe found half the threads faster
 (the machine is contended). Batch sizes are tuned apart.
 
-The threads spin between kernels (modelc/__init__.py: GOMP_SPINCOUNT), which is what makes a quiet decode
+The threads spin between kernels (modelc/spin.py: GOMP_SPINCOUNT), which is what makes a quiet decode
 fast and a contended one with every thread very slow (TinyLlama Q4_0 beside one busy process: 2-9 tok/s on
 2 threads, 27-29 on 1). So a probe starts on half the threads and cuts a candidate short at its first counted
 step that runs ABORT times slower than the other's median; a probe cut short waits twice as long (up to

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 # NOTE: libgomp (numba's default `omp` threading layer) reads this when it loads, at
-# the first parallel kernel; modelc/__init__.py sets it (and a short GOMP_SPINCOUNT) and says why.
+# the first parallel kernel; modelc/spin.py sets it (and a short GOMP_SPINCOUNT) and says why.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numba  # noqa: E402

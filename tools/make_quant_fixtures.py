@@ -222,6 +222,24 @@ def errors(got: np.ndarray, want: np.ndarray) -> dict:
     }
 
 
+def rounded_yarn_logits(cfg, ids: list[int]) -> np.ndarray:
+    """transformers' fp32 logits of the same random gpt-oss with `truncate: true` (the YaRN ramp's ends rounded to
+    whole dims: transformers' default when config.json has no `truncate`, and what llama.cpp and modelc do
+    with every gpt-oss GGUF, which cannot carry the flag)."""
+    import copy
+
+    import torch
+    import transformers
+
+    cfg = copy.deepcopy(cfg)
+    cfg.rope_parameters = {**cfg.rope_parameters, "truncate": True}
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    randomize(model, 0)
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0].float().numpy()
+
+
 def build(family: str, cfg, a, ids: list[int]) -> None:
     import torch
     import transformers
@@ -237,6 +255,8 @@ def build(family: str, cfg, a, ids: list[int]) -> None:
     out = a.out / family
     ref = out / "ref"
     ref.mkdir(parents=True, exist_ok=True)
+    if family == "gpt-oss":
+        np.save(ref / "logits_fp32_rounded_yarn.npy", rounded_yarn_logits(cfg, ids))
     for old in out.glob("model-*.gguf"):
         old.unlink()
     with tempfile.TemporaryDirectory() as tmp:

@@ -125,11 +125,11 @@ _HPARAMS = {
     "expert_feed_forward_length": "moe_intermediate_size",
     "expert_weights_norm": "norm_topk_prob",
 }
-# gpt-oss's YaRN ramp between interpolated and kept frequencies is not rounded to whole dims (its config.json:
-# truncate false, as OpenAI's reference code). A GGUF cannot say so; llama.cpp rounds the ramp's ends (floor /
-# ceil, ggml_rope_yarn_corr_dims) for every model, which moves gpt-oss's logits (docs/models.md). Tests set this
-# to True to compare the rest of the numerics with llama.cpp's.
-GPT_OSS_YARN_TRUNCATE = False
+# gpt-oss's YaRN ramp: a GGUF cannot say whether its ends are rounded to whole dims (config.json's `truncate`;
+# OpenAI's released config says false, transformers' default when the key is missing is true). llama.cpp,
+# whose format this is, rounds them (floor / ceil, ggml_rope_yarn_corr_dims) for every model, so a GGUF is read
+# as llama.cpp reads it; an HF folder keeps its config's flag (docs/models.md). Tests set this to False.
+GPT_OSS_YARN_TRUNCATE = True
 # `{arch}.rope.scaling.<key>` -> rope_scaling key
 _ROPE_SCALING = {"yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow", "attn_factor": "attention_factor"}
 

@@ -70,6 +70,7 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
         return runner
     kernels, switch = hybrid
     runner = build(kernels)
+    _keep_vocabulary_out(runner, switch.copies)
     if not _compile_free(runner):
         switch.numba_only()
         warmup(runner)
@@ -99,6 +100,15 @@ def copy_budget_bytes() -> int:
 
     avail = mem_available_bytes()
     return COPY_CAP_BYTES if avail is None else min(COPY_CAP_BYTES, int(avail * COPY_FRACTION))
+
+
+def _keep_vocabulary_out(runner: Any, copies: Any) -> None:
+    """No f32 copy of the output head (a tied one is the token-embedding table): with a large vocabulary it is
+    the largest matrix of a small model, and its copy would outgrow the file (llama.cpp's memory: file + KV)."""
+    for model in (runner.model, getattr(runner.drafter, "model", None)):
+        head = getattr(model, "lm_head", None)
+        if head is not None:
+            copies.keep_out(head)
 
 
 _warmers: set[Warmer] = set()

@@ -20,9 +20,10 @@ from modelc.kernels.select import KernelSet, kernel_set
 class Switch:
     """Shared by every slot of one hybrid KernelSet: counters, and the flip to numba-only."""
 
-    __slots__ = ("only_numba", "ref_calls", "numba_calls")
+    __slots__ = ("only_numba", "ref_calls", "numba_calls", "copies")
 
-    def __init__(self) -> None:
+    def __init__(self, copies=None) -> None:
+        self.copies = copies  # the numpy matmul's f32 weight copies (blas_np.Dequantized), None without them
         self.only_numba = False
         self.ref_calls = 0  # calls served by the reference because numba had not compiled the kernel yet
         self.numba_calls = 0  # calls served by numba before the flip (after it, not counted)
@@ -62,9 +63,10 @@ def hybrid_kernel_set(copy_budget_bytes: int = 0) -> tuple[KernelSet, Switch] | 
         return None
     from modelc.kernels.matmul import blas_np
 
-    fast, ref, switch = kernel_set("numba"), kernel_set("ref"), Switch()
+    copies = blas_np.Dequantized(copy_budget_bytes)
+    fast, ref, switch = kernel_set("numba"), kernel_set("ref"), Switch(copies)
     slow = {f.name: getattr(ref, f.name) for f in fields(KernelSet) if f.name != "name"}
     # the reference's fp32 values: panel by panel ~5x faster than ref on a 1B Q4_0; from f32 copies, faster again
-    slow["matmul"] = blas_np.Dequantized(copy_budget_bytes).matmul
+    slow["matmul"] = copies.matmul
     slots = {name: _Slot(getattr(fast, name), fn, switch) for name, fn in slow.items()}
     return KernelSet(name="hybrid", **slots), switch

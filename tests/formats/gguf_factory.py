@@ -50,3 +50,52 @@ def write_tiny_llama(path: pathlib.Path, *, qtype: str = "F32", with_output: boo
     w.write_tensors_to_file()
     w.close()
     return arrays
+
+
+def write_large_vocab_llama(path: pathlib.Path, *, vocab: int = 262144, hidden: int = 512, layers: int = 2,
+                            ctx: int = 32768) -> None:  # fmt: skip
+    """A 2-layer llama GGUF whose Q8_0 token-embedding table (tied to the output head, as Gemma's) has `vocab` rows:
+    Gemma 3's 262k by default, so the table is most of the file. Random valid blocks (gemm_random); the SPM
+    tokenizer above addresses its first rows (the rest are padding rows, as Qwen's)."""
+    from modelc.ir import DataType
+    from modelc.kernels.matmul.gemm_random import random_tensor
+
+    rng = np.random.default_rng(0)
+    heads, kv_heads, ffn = 8, 2, 2 * hidden
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(layers)
+    w.add_context_length(ctx)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(SPM_TOKENS)
+    w.add_token_scores([0.0] * 259 + [-1.0, -2.0, -3.0, -1.5, -0.5, -2.5])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 6)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    kv = kv_heads * hidden // heads
+    shapes = {"token_embd.weight": (vocab, hidden)}
+    for i in range(layers):
+        p = f"blk.{i}."
+        shapes.update({p + "attn_norm.weight": (hidden,), p + "attn_q.weight": (hidden, hidden),
+                       p + "attn_k.weight": (kv, hidden), p + "attn_v.weight": (kv, hidden),
+                       p + "attn_output.weight": (hidden, hidden), p + "ffn_norm.weight": (hidden,),
+                       p + "ffn_gate.weight": (ffn, hidden), p + "ffn_up.weight": (ffn, hidden),
+                       p + "ffn_down.weight": (hidden, ffn)})  # fmt: skip
+    shapes["output_norm.weight"] = (hidden,)
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    for name, shape in shapes.items():
+        if len(shape) == 1:
+            w.add_tensor(name, np.ones(shape, np.float32))
+        else:
+            blocks = random_tensor(DataType.Q8_0, shape[0], shape[1], rng).data.reshape(shape[0], -1)
+            w.add_tensor(name, blocks, raw_dtype=q8)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -130,6 +130,12 @@ class Dequantized:
         self.budget_bytes = budget_bytes
         self.used_bytes = 0
         self._copies: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(w.blocks) -> (w.blocks, (N, C) f32)
+        self._kept_out: dict[int, np.ndarray] = {}  # id(w.blocks) -> w.blocks: never copied
+
+    def keep_out(self, w: Weight) -> None:
+        """Never copy `w` (it dequantizes per call): the vocabulary matrices, whose f32 copy would cost 4 bytes a
+        weight of the largest matrix of a small model (Gemma 3's 262k-row head: 671 MB at 640 columns)."""
+        self._kept_out[id(w.blocks)] = w.blocks
 
     def matmul(self, out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         """out (T, N) f32 = x (T, C) f32 @ W.T; the contract of linear.matmul."""
@@ -157,6 +163,8 @@ class Dequantized:
         if got is not None and got[0] is w.blocks:
             return got[1]
         size = 4 * w.rows * w.cols
+        if self._kept_out.get(id(w.blocks)) is w.blocks:
+            return None
         if w.dtype is DataType.F32 or self.used_bytes + size > self.budget_bytes:
             return None  # F32: matmul reads the stored rows as they are
         f = np.empty((w.rows, w.cols), np.float32)  # (N, C)

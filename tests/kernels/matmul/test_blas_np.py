@@ -50,3 +50,18 @@ def test_dequantized_copies_each_weight_once_within_its_budget(monkeypatch):
     assert dq.used_bytes == 2 * 32 * 64 * 4
     assert made.count(id(ws[0])) == made.count(id(ws[1])) == 1  # copied once, at the first call
     assert made.count(id(ws[2])) == 3  # past the budget: dequantized at every call
+
+
+def test_a_weight_kept_out_is_never_copied(monkeypatch):
+    """The vocabulary matrices (engine/warm._keep_vocabulary_out) dequantize per call even where the budget has room."""
+    rng = np.random.default_rng(1)
+    head, other = (linear.prepare_weight(random_tensor(DataType.Q8_0, 32, 64, rng)) for _ in range(2))
+    dq = blas_np.Dequantized(1 << 20)
+    dq.keep_out(head)
+    x, out = rng.standard_normal((2, 64)).astype(np.float32), np.empty((2, 32), np.float32)
+    for w in (head, other):
+        dq.matmul(out, x, w)
+        want = np.empty_like(out)
+        blas_np.matmul(want, x, w)
+        assert np.array_equal(out, want)
+    assert dq.used_bytes == 32 * 64 * 4  # `other` only

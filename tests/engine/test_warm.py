@@ -239,11 +239,12 @@ import sys
 from numba.core import event
 
 compiles = []
-class OnCompile(event.Listener):  # every compile of this process, on any thread
+class OnCompile(event.Listener):  # every compile of this process, on any thread (not those load_only refused)
     def on_start(self, ev):
-        compiles.append(ev.data["dispatcher"].py_func.__qualname__)
-    def on_end(self, ev):
         pass
+    def on_end(self, ev):  # (numba 0.6x's Event.is_failed is False either way: read the exception itself)
+        if (getattr(ev, "_exc_details", None) or (None, None, None))[1] is None:
+            compiles.append(ev.data["dispatcher"].py_func.__qualname__)
 event.register("numba:compile", OnCompile())
 from modelc.artifact.reader import open_artifact
 from modelc.engine import warm
@@ -292,6 +293,21 @@ def test_a_restart_and_a_second_model_of_the_same_types_load_without_compiling(t
                        num_kv_heads=4, intermediate_size=256)  # fmt: skip
     got = _restart(other)
     assert "STATE ('numba', False) COMPILES [] TOKENS" in got, got
+
+
+def test_a_fresh_kernel_cache_serves_a_first_request_with_the_warm_paths_tokens(tmp_path):
+    """An empty kernel cache: the first request runs on the reference kernels (hybrid, compiling in helper
+    processes, none in this one) and its greedy tokens equal those of the warm path (numba, cached kernels)."""
+    from modelc.artifact.reader import open_artifact
+    from modelc.engine.runner import Runner
+    from tests.engine.test_runner import _generate
+
+    path = _q4_0_file(tmp_path, "a.modelc")
+    runner = Runner(open_artifact(path), num_kv_blocks=16)
+    warm.warmup(runner)
+    want = _generate(runner, 1, [5, 17, 3, 88, 41, 9, 60], 6, [0, 1])
+    got = _restart(path, {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
+    assert f"STATE ('hybrid', True) COMPILES [] TOKENS {want}" in got, got
 
 
 _WARM_ONLY = """

@@ -10,6 +10,16 @@ import numpy as np
 SPM_TOKENS = ["<unk>", "<s>", "</s>", *[f"<0x{i:02X}>" for i in range(256)], "▁", "h", "i", "▁h", "▁hi", "hi"]
 
 
+def add_spm_tokenizer(w: gguf.GGUFWriter) -> None:
+    """The SPM tokenizer above (scores, types, BOS 1, EOS 2) as GGUF metadata."""
+    w.add_tokenizer_model("llama")
+    w.add_token_list(SPM_TOKENS)
+    w.add_token_scores([0.0] * 259 + [-1.0, -2.0, -3.0, -1.5, -0.5, -2.5])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 6)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+
 def write_tiny_llama(path: pathlib.Path, *, qtype: str = "F32", with_output: bool = True) -> dict[str, np.ndarray]:
     """A 1-layer llama-shaped GGUF with an SPM tokenizer; returns the float tensors written (row-major)."""
     rng = np.random.default_rng(0)
@@ -22,13 +32,7 @@ def write_tiny_llama(path: pathlib.Path, *, qtype: str = "F32", with_output: boo
     w.add_head_count_kv(2)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(SPM_TOKENS)
-    scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-1.0, -2.0, -3.0, -1.5, -0.5, -2.5]
-    w.add_token_scores(scores)
-    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 6)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    add_spm_tokenizer(w)
     w.add_add_bos_token(True)
     w.add_chat_template("{{ messages }}")
     vocab = len(SPM_TOKENS)
@@ -72,12 +76,7 @@ def write_large_vocab_llama(path: pathlib.Path, *, vocab: int = 262144, hidden: 
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
     w.add_vocab_size(vocab)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(SPM_TOKENS)
-    w.add_token_scores([0.0] * 259 + [-1.0, -2.0, -3.0, -1.5, -0.5, -2.5])
-    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 6)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    add_spm_tokenizer(w)
     kv = kv_heads * hidden // heads
     shapes = {"token_embd.weight": (vocab, hidden)}
     for i in range(layers):

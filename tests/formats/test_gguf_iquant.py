@@ -15,7 +15,7 @@ from modelc.kernels.matmul.gemm_random import random_tensor
 from modelc.kernels.reference import ref_linear
 from modelc.pack import pack
 
-from .gguf_factory import SPM_TOKENS
+from .gguf_factory import SPM_TOKENS, add_spm_tokenizer
 
 HIDDEN, FFN, HEADS, KV_HEADS, LAYERS = 256, 512, 4, 2, 2
 
@@ -46,12 +46,7 @@ def _write(path: pathlib.Path, tensors: dict[str, TensorData]) -> None:
     w.add_head_count_kv(KV_HEADS)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_freq_base(10000.0)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(SPM_TOKENS)
-    w.add_token_scores([0.0] * 259 + [-1.0, -2.0, -3.0, -1.5, -0.5, -2.5])
-    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * 6)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    add_spm_tokenizer(w)
     for name, t in tensors.items():
         if t.dtype is DataType.F32:
             w.add_tensor(name, t.array())

@@ -9,7 +9,7 @@ folder; the code runs from a pip-installed copy, or with --no-install from this 
 kernels' numba cache redirected as well), then again with the caches it left (the restart). For each
 start, measured from process start:
 
-- ready_s: /health answers 200 (and its "kernels" field then);
+- ready_s: /health answers 200 (and its "kernels" field then); cpu_s_at_ready: the server's CPU seconds then;
 - first_token_s: the first streamed token of the first request, sent as soon as /health is 200;
 - first_tok_s: that request's decode speed (tokens 2..N), and first_frac = first_tok_s / warm_tok_s;
 - warm_tok_s: the median decode speed of the last 3 requests, sent after "kernels" says "ready";
@@ -129,6 +129,7 @@ def one_start(model: str | None, env: dict[str, str], log: pathlib.Path, cache: 
                     pass
                 time.sleep(0.05)
             out["ready_s"] = time.perf_counter() - t0
+            out["cpu_s_at_ready"] = _cpu_s(proc.pid)  # what an idle machine would take, roughly, under load
             out["kernels_at_ready"] = h.json().get("kernels")
             ready_after = [out["ready_s"] if out["kernels_at_ready"] != "compiling" else None]
 

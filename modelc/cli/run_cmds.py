@@ -62,6 +62,22 @@ def engine_config(
     )
 
 
+def kv_type(kv_cache_dtype: str, cache_type_k: str | None, cache_type_v: str | None) -> str:
+    """The KV cache type from --kv-cache-dtype and llama.cpp's -ctk/-ctv: modelc keeps K and V in one type, so
+    those given must name the same one (a one-line error otherwise)."""
+    from modelc.config import parse_kv_dtype
+    from modelc.errors import ModelcError
+
+    flags = {"--cache-type-k": cache_type_k, "--cache-type-v": cache_type_v}
+    if kv_cache_dtype != "auto":  # the default, unless given
+        flags["--kv-cache-dtype"] = kv_cache_dtype
+    given = {flag: parse_kv_dtype(v) for flag, v in flags.items() if v is not None}
+    if len(set(given.values())) > 1:
+        named = ", ".join(f"{flag} {v}" for flag, v in given.items())
+        raise ModelcError(f"K and V share one cache type: {named} disagree")
+    return next(iter(given.values()), "auto")
+
+
 def read_chat_template(path: str) -> str:
     """The text of a --chat-template file, checked to be a template minijinja compiles (modelc.pack's
     reader); a one-line error naming the flag and the file otherwise."""
@@ -117,6 +133,12 @@ def run_cmd(
         "--kv-cache-dtype",
         help="KV cache type: auto (f16 for quantized weights, f32 for float ones), f32, f16, q8_0 (int8 + fp16 "
         "scale per 32), mixed (recent 64 tokens f32, older int8).",
+    ),
+    cache_type_k: str | None = typer.Option(
+        None, "--cache-type-k", "-ctk", help="llama.cpp's name for --kv-cache-dtype (K and V share one type here)."
+    ),
+    cache_type_v: str | None = typer.Option(
+        None, "--cache-type-v", "-ctv", help="llama.cpp's name for --kv-cache-dtype (must agree with -ctk)."
     ),
     request_timeout: float | None = typer.Option(None, "--request-timeout", help="Seconds per request (408)."),
     max_body_mb: float = typer.Option(
@@ -196,7 +218,6 @@ def run_cmd(
     import os
 
     from modelc.cli.console import progress_bar
-    from modelc.config import parse_kv_dtype
     from modelc.daemon import launch
     from modelc.server.daemon import serve
     from modelc.server.manager.models import ModelManager, parse_keep_alive
@@ -253,7 +274,7 @@ def run_cmd(
         ctx_size=ctx_size,
         draft=str(launch.serve_target(draft, progress_bar)[0]) if draft else None,
         gamma=gamma,
-        kv_dtype=parse_kv_dtype(kv_cache_dtype),
+        kv_dtype=kv_type(kv_cache_dtype, cache_type_k, cache_type_v),
         ray=ray,
         replicas=replicas,
         cpus_per_replica=cpus_per_replica,

@@ -177,3 +177,17 @@ async def test_chat_template_file_replaces_the_models_own(tmp_path, anyio_backen
         assert counted["input_tokens"] == ids["count"]
         card = (await (await client.get("/v1/models")).get_json())["data"][0]
         assert "tools" not in card["capabilities"]  # the model's own template takes tools; this one does not
+
+
+def test_llama_cpp_cache_type_flags(capsys) -> None:
+    from modelc.cli.run_cmds import kv_type
+
+    assert kv_type("auto", None, None) == "auto"
+    assert kv_type("auto", "q8_0", "q8_0") == kv_type("q8_0", None, None) == "q8_0"
+    assert kv_type("auto", None, "f16") == kv_type("f16", "f16", None) == "float16"
+    assert main(["run", "x", "-ctk", "q8_0", "-ctv", "f16"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--cache-type-k q8_0" in err[0] and "--cache-type-v float16" in err[0], err
+    assert main(["run", "x", "--kv-cache-dtype", "f32", "--cache-type-k", "f16"]) == 1
+    assert main(["run", "x", "-ctk", "int3"]) == 1
+    assert "q8_0" in capsys.readouterr().err

@@ -13,7 +13,8 @@ Each flag is read at import from llvmlite's host features, and an environment sw
 | `PREFETCH_T1` | HAS_AVX2, but not HAS_AVX512_VNNI on AMD Zen 4 (`znver4`), unless `MODELC_PREFETCH_T1=0`/`1` says | `MODELC_PREFETCH_T1=0` | software prefetch in gemm_r16's one-token Q4_0/Q8_0/Q4_K/Q6_K loops (IQ4's with AVX-512) |
 
 So `MODELC_NO_AVX512=1 MODELC_NO_VNNI=1 MODELC_NO_AMX=1` runs what an AVX2-only CPU (AMD Zen 3)
-runs, and `MODELC_NO_AVX2=1` the portable code. The other switches the kernels read:
+runs, and `MODELC_NO_AVX2=1` the portable code (what every other CPU runs: on aarch64 LLVM lowers it
+to NEON, docs/arm.md). The other switches the kernels read:
 `MODELC_KERNELS=ref` (numpy twins, `use_reference`), and the tuning numbers of plan.py
 (`MODELC_PREFILL_T`, `MODELC_PREFILL_T_FLOAT`), linear.py (`MODELC_PARALLEL_CHUNK`) and
 hugepages.py (`MODELC_HUGEPAGES=0`: weights served from the file mapping, not moved onto huge
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 
 import llvmlite.binding as llb
 
@@ -55,8 +57,8 @@ def _has(*names: str) -> bool:
 
 def _amx_permitted() -> bool:
     """Linux hands out the AMX tile state only after arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) per process."""
-    if not _has("amx-tile", "amx-int8"):
-        return False
+    if not _has("amx-tile", "amx-int8") or platform.machine().lower() not in ("x86_64", "amd64"):
+        return False  # (158 is arch_prctl on x86-64 only: never make that syscall elsewhere)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return libc.syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XTILEDATA

@@ -69,17 +69,26 @@ def enabled(nbytes: int) -> bool:
 
 
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+THP_PMD_SIZE = "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size"
 
 
-def transparent_huge_pages(path: str = THP_ENABLED) -> bool:
+def transparent_huge_pages(path: str = THP_ENABLED, pmd_size_path: str = THP_PMD_SIZE) -> bool:
     """Whether the kernel backs MADV_HUGEPAGE memory with 2 MiB pages ("always" or "madvise" selected in
-    `path`, e.g. "always [madvise] never")."""
+    `path`, e.g. "always [madvise] never", and HUGE_PAGE in `pmd_size_path`). An arm64 kernel built for 16 KiB
+    or 64 KiB pages has 32 MiB or 512 MiB huge pages: the 2 MiB stretches moved here would stay on small
+    pages there, a copy for nothing. A kernel that does not say (before Linux 4.13) is taken as 2 MiB."""
     try:
         with open(path) as f:
             mode = f.read()
     except OSError:
         return False
-    return "[always]" in mode or "[madvise]" in mode
+    if "[always]" not in mode and "[madvise]" not in mode:
+        return False
+    try:
+        with open(pmd_size_path) as f:
+            return int(f.read()) == HUGE_PAGE
+    except (OSError, ValueError):
+        return True
 
 
 def _available_bytes() -> int:

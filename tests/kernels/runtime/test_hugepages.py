@@ -122,13 +122,20 @@ def test_default_where_the_kernel_has_huge_pages_and_memory_guard(monkeypatch: p
     assert not hugepages.enabled(1)
 
 
-def test_transparent_huge_pages_reads_the_selected_mode(tmp_path) -> None:
-    mode = tmp_path / "enabled"
+def test_transparent_huge_pages_reads_the_selected_mode_and_the_page_size(tmp_path) -> None:
+    mode, size, missing = tmp_path / "enabled", tmp_path / "hpage_pmd_size", str(tmp_path / "missing")
+    size.write_text("2097152\n")
     for text, want in (("always [madvise] never\n", True), ("[always] madvise never\n", True),
                        ("always madvise [never]\n", False)):  # fmt: skip
         mode.write_text(text)
-        assert hugepages.transparent_huge_pages(str(mode)) is want
-    assert hugepages.transparent_huge_pages(str(tmp_path / "missing")) is False
+        assert hugepages.transparent_huge_pages(str(mode), str(size)) is want
+    assert hugepages.transparent_huge_pages(missing, str(size)) is False
+    assert hugepages.transparent_huge_pages(str(mode), missing) is False  # "never" still
+    mode.write_text("always [madvise] never\n")
+    assert hugepages.transparent_huge_pages(str(mode), missing) is True  # an old kernel: 2 MiB
+    for pmd in (32 << 20, 512 << 20):  # arm64 with 16 KiB / 64 KiB pages
+        size.write_text(f"{pmd}\n")
+        assert hugepages.transparent_huge_pages(str(mode), str(size)) is False
 
 
 def test_weight_reader_queues_its_matrices(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # modelc on aarch64: run a subset of the test suite in an arm64 Debian root under qemu-user (issue 43).
 #
-#   tools/aarch64_check.sh [ci|full|smoke] [PYTEST ARGS...]      (as root, on Linux x86-64; docs/arm.md)
+#   tools/aarch64_check.sh [ci|full|smoke|tests] [PYTEST ARGS...]      (as root, on Linux x86-64; docs/arm.md)
 #
 # ci    what .ci/run runs, sized for about 5 minutes on a cold 2-core machine (setup included): the
 #       tokenizer tests, the F16 and Q4_0/Q8_0 one-token kernels against their numpy twins, llama's logits
@@ -10,6 +10,7 @@
 #       F32, F16, Q4_0, Q8_0, Q4_K, Q6_K, IQ4_XS and IQ3_S, every tokenizer test, and the smoke test waiting
 #       for the numba kernels and comparing their answer with the reference kernels' (hours cold, minutes warm)
 # smoke only that smoke test (`modelc run` + /v1/chat/completions, numba against the reference kernels)
+# tests  only the pytest arguments given (node ids), e.g. `tests tests/models/test_quant_vs_llamacpp.py -k Q4_0`
 # Extra arguments go to every pytest run (e.g. -x, -k NAME).
 #
 # The root: debootstrap's first stage (download and unpack, no emulated package configuration, which
@@ -75,8 +76,12 @@ subset() {
       GROUPS_=()
       SMOKE=(--until-ready --timeout 7200)
       ;;
+    tests)
+      GROUPS_=("") # the node ids given after it, one pytest process, no smoke test
+      SMOKE=()
+      ;;
     *)
-      echo "usage: $0 [ci|full|smoke] [PYTEST ARGS...]" >&2
+      echo "usage: $0 [ci|full|smoke|tests] [PYTEST ARGS...]" >&2
       exit 2
       ;;
   esac
@@ -94,12 +99,14 @@ run_tests() { # $1: how to run a command ("native" or "chroot"), $2: a folder fo
     pids+=($!)
     names+=("group$i")
   done
-  (
-    TIMEFORMAT="%0R s, %0U s CPU"
-    time in_"$how" python3 tools/aarch64_smoke.py "${SMOKE[@]}" > "$logs/smoke.log" 2>&1
-  ) 2> "$logs/smoke.time" &
-  pids+=($!)
-  names+=(smoke)
+  if [ ${#SMOKE[@]} -gt 0 ]; then
+    (
+      TIMEFORMAT="%0R s, %0U s CPU"
+      time in_"$how" python3 tools/aarch64_smoke.py "${SMOKE[@]}" > "$logs/smoke.log" 2>&1
+    ) 2> "$logs/smoke.time" &
+    pids+=($!)
+    names+=(smoke)
+  fi
   for i in "${!pids[@]}"; do
     local n=${names[$i]}
     if wait "${pids[$i]}"; then
@@ -305,6 +312,15 @@ import concurrent.futures, importlib.util, os, py_compile, sys
 if sys.version_info[:2] != (3, 11):
     sys.exit(0)  # another bytecode format: the root's python compiles what it imports (slower)
 prefix, jobs = sys.argv[1], []
+def fresh(path, cfile):  # a .pyc the root's python takes as it is: same magic, source mtime and size
+    try:
+        with open(cfile, "rb") as fh:
+            head = fh.read(16)
+    except OSError:
+        return False
+    st = os.stat(path)
+    want = int(st.st_mtime).to_bytes(4, "little") + (st.st_size & 0xFFFFFFFF).to_bytes(4, "little")
+    return head[:4] == importlib.util.MAGIC_NUMBER and head[8:16] == want
 for pair in sys.argv[2:]:
     host, inside = pair.split("=")
     for d, dirs, files in os.walk(host):
@@ -313,7 +329,7 @@ for pair in sys.argv[2:]:
             if f.endswith(".py"):
                 src = os.path.join(inside, os.path.relpath(os.path.join(d, f), host))
                 cfile = os.path.join(prefix, os.path.dirname(src).lstrip("/"), f[:-3] + "." + sys.implementation.cache_tag + ".pyc")
-                if not os.path.exists(cfile):
+                if not fresh(os.path.join(d, f), cfile):
                     jobs.append((os.path.join(d, f), cfile, src))
 def one(job):
     try:

@@ -48,3 +48,15 @@ def test_unknown_subset_is_a_usage_error():
     p = subprocess.run(["bash", str(SCRIPT), "everything"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert p.stderr.strip().startswith("usage:")
+
+
+def test_root_without_mount_rights_skips(tmp_path):
+    """Root in a container that may not mount (no CAP_SYS_ADMIN): a skip with its reason, nothing set up."""
+    if platform.machine() != "x86_64" or os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root on Linux x86-64 with setpriv")
+    env = {**os.environ, "MODELC_AARCH64_CACHE": str(tmp_path / "cache")}
+    cmd = ["setpriv", "--bounding-set", "-sys_admin", "--inh-caps", "-sys_admin", "bash", str(SCRIPT), "ci"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip().startswith("aarch64: skipped: cannot bind-mount in a private mount namespace")
+    assert not (tmp_path / "cache").exists()

@@ -26,7 +26,7 @@
 # On an aarch64 machine the same tests run natively in the checkout's .venv, without qemu or root.
 #
 # Skips (prints "aarch64: skipped: REASON", exit 0) where the emulated root cannot be set up: not Linux
-# x86-64, not root, no qemu-user/binfmt_misc, no network for a missing cache.
+# x86-64, not root, no mount rights (a container), no qemu-user/binfmt_misc, no network for a missing cache.
 # MODELC_AARCH64_STRICT=1 makes a skip an error.
 set -euo pipefail
 
@@ -141,6 +141,13 @@ main() {
   [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ] || skip "needs Linux x86-64 or aarch64 (this is $(uname -s) $(uname -m))"
   [ "$(id -u)" = 0 ] || skip "needs root (binfmt_misc, chroot, mounts)"
   command -v unshare > /dev/null || skip "no unshare (util-linux)"
+  local probe
+  probe=$(mktemp -d)
+  if ! unshare --mount --propagation private -- mount --bind "$probe" "$probe" 2> /dev/null; then
+    rmdir "$probe"
+    skip "cannot bind-mount in a private mount namespace (a container without CAP_SYS_ADMIN?)"
+  fi
+  rmdir "$probe"
   emulator
   mkdir -p "$CACHE"
   exec 9> "$CACHE/.lock"

@@ -5,7 +5,7 @@ with the numba kernels every file-mapped matrix is queued to move onto huge page
 background, where the kernel has transparent huge pages (kernels/runtime/hugepages.py: decode 1.02-1.07x faster
 than from the 4 KiB pages of the file mapping; MODELC_HUGEPAGES=0 keeps the mapping).
 With the numba kernels (not the hybrid set of a cold start, which serves from the file layout
-while numba compiles), Q4_0, Q4_K and Q6_K (and Q8_0, IQ4_NL, IQ4_XS where the CPU dots 0..255 codes exactly)
+while numba compiles), Q4_0, Q4_1, Q4_K and Q6_K (and Q8_0, IQ4_NL, IQ4_XS where the CPU dots 0..255 codes exactly)
 matrices are repacked into 16 interleaved rows (kernels/matmul/gemm_r16.py: 1.3x decode, 3-4x batched decode and
 prefill), read from the file with pread so the file's own pages stay out of RSS: the copy takes
 their place. MODELC_REPACK=0 keeps the file layout. `matrices` repacks the projections one input feeds

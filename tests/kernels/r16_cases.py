@@ -49,6 +49,7 @@ def assert_linear_matches_twin(w, w0, t: int, rng: np.random.Generator) -> None:
 
 _CODES = {
     DataType.Q4_0: (18, slice(2, 18), 0xFF),
+    DataType.Q4_1: (20, slice(4, 20), 0xFF),
     DataType.Q8_0: (34, slice(2, 34), 0x80),
     DataType.Q4_K: (144, slice(16, 144), 0xFF),
     DataType.Q6_K: (210, slice(0, 192), 0xFF),

@@ -70,6 +70,7 @@ def _assert_same(eng: Engine) -> None:
 @pytest.mark.parametrize(
     ("name", "kv_dtype"),
     [("llama/model-Q4_K_M.gguf", "f16"), ("llama/model-Q4_0.gguf", "f32"), ("llama/model-Q8_0.gguf", "f16"),
+     ("llama/model-Q4_1.gguf", "f16"),
      ("llama/model-Q5_K_M.gguf", "f16"), ("llama/model-IQ4_XS.gguf", "f16"),
      ("qwen3moe/model-Q4_K_M.gguf", "f16"), ("qwen3moe/model-Q4_0.gguf", "f32")],
 )  # fmt: skip

@@ -1,4 +1,4 @@
-"""Q4_0 / Q8_0 / Q4_K matmul on weights repacked at load into groups of 16 interleaved rows (any T);
+"""Q4_0 / Q4_1 / Q8_0 / Q4_K matmul on weights repacked at load into groups of 16 interleaved rows (any T);
 IQ4_NL / IQ4_XS in gemm_r16_iq4 (same layout idea, codes through the code book in registers).
 
 NOTE: with row-major blocks, the int8 dot of one (row, token) pair fills a vector with partial
@@ -13,6 +13,8 @@ per block and used for every token. Same layout size as the file (a permutation 
 Layout of one (16-row group, 32-element block), `BYTES[kind]` bytes:
   Q4_0: [16 fp16 scales d_r][4 chunks x 64 bytes: chunk k, lane r = row r's code bytes 4k..4k+3]
         (low nibbles: elements 4k..4k+3, high nibbles: 16+4k..16+4k+3; code - 8)
+  Q4_1: [16 fp16 scales d_r][16 fp16 mins m_r][4 chunks x 64 bytes as Q4_0's] (w = d * code + m: the block dot
+        of the codes times d, plus m times the block's activation sum, a float fma of its own)
   Q8_0: [16 fp16 scales][8 chunks x 64 bytes: chunk k, lane r = row r's codes 4k..4k+3] (signed;
         the dot takes them as code + 128 where cpu.WIDE_DOT_EXACT, else signed: SIGNED_DOT)
 The code offsets (-8, -128) start each block dot at -offset * (the block's activation code sum).
@@ -42,6 +44,7 @@ from modelc.kernels.quant.quant import KIND, quantized
 from modelc.kernels.quant.quant_iq import IQ4_NL, IQ4_XS
 from modelc.kernels.runtime.cpu import PREFETCH_T1
 from modelc.kernels.simd.qdot import (
+    add_f32x16,
     fma_f32x16,
     load_f16x16,
     load_f32x16,
@@ -66,15 +69,17 @@ from modelc.kernels.simd.qdot_tile import (
     load_i8x64,
 )
 
-Q4_0, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q8_0], KIND[DataType.Q4_K]
+Q4_0, Q4_1, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q4_1], KIND[DataType.Q8_0], KIND[DataType.Q4_K]
 Q6_K = KIND[DataType.Q6_K]
-R16_KINDS = frozenset({Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS})
+R16_KINDS = frozenset({Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS})
 """Kinds repacked and multiplied here (IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k)."""
 
 # one 16-row group of one block (Q4_K, Q6_K, IQ4_XS: of a 256-element super-block)
-BYTES = {Q4_0: 288, Q8_0: 544, Q4_K: 2304, Q6_K: 3360, IQ4_NL: 288, IQ4_XS: 2176}
-_BLOCK = {Q4_0: 18, Q8_0: 34, Q4_K: 144, Q6_K: 210, IQ4_NL: 18, IQ4_XS: 136}  # one row's block in the file
-_ELEMS = {Q4_0: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256, IQ4_NL: 32, IQ4_XS: 256}
+BYTES = {Q4_0: 288, Q4_1: 320, Q8_0: 544, Q4_K: 2304, Q6_K: 3360, IQ4_NL: 288, IQ4_XS: 2176}
+_BLOCK = {Q4_0: 18, Q4_1: 20, Q8_0: 34, Q4_K: 144, Q6_K: 210, IQ4_NL: 18, IQ4_XS: 136}  # one row's block in the file
+_ELEMS = {Q4_0: 32, Q4_1: 32, Q8_0: 32, Q4_K: 256, Q6_K: 256, IQ4_NL: 32, IQ4_XS: 256}
+_HEADS = {Q4_1: 2}
+"""The fp16 fields a 32-element block starts with (d; Q4_1: d and m), where not one."""
 
 
 def can_repack(dtype: DataType, rows: int, cols: int) -> bool:
@@ -97,8 +102,8 @@ def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
         _repack_q4_k(np.ascontiguousarray(blocks), out)
     elif kind == IQ4_XS:
         gemm_r16_iq4.repack_xs(blocks, out)
-    else:  # Q4_0, Q8_0, IQ4_NL (same block shape as Q4_0)
-        _repack(np.ascontiguousarray(blocks), out, bs)
+    else:  # Q4_0, Q4_1, Q8_0, IQ4_NL (same block shape as Q4_0)
+        _repack(np.ascontiguousarray(blocks), out, bs, _HEADS.get(kind, 1))
     return out
 
 
@@ -124,11 +129,12 @@ def _repack_q4_k(src, out):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _repack(src, out, bs):
-    """out (N/16, nb * bb) from src (N, nb * bs): per block, 16 fp16 scales then 4-byte code chunks."""
+def _repack(src, out, bs, heads):
+    """out (N/16, nb * bb) from src (N, nb * bs): per block, the 16 rows' fp16 fields (`heads` of them: d, or d
+    and m; 16 of each, row order), then 4-byte code chunks."""
     nb = src.shape[1] // bs
-    chunks = (bs - 2) // 4
-    bb = 32 + 64 * chunks
+    chunks = (bs - 2 * heads) // 4
+    bb = 32 * heads + 64 * chunks
     for gi in prange(out.shape[0]):
         dst = out[gi]
         for r in range(GROUP):
@@ -136,12 +142,13 @@ def _repack(src, out, bs):
             for b in range(nb):
                 o = b * bb
                 p = b * bs
-                dst[o + 2 * r] = row[p]
-                dst[o + 2 * r + 1] = row[p + 1]
+                for h in range(heads):
+                    dst[o + 32 * h + 2 * r] = row[p + 2 * h]
+                    dst[o + 32 * h + 2 * r + 1] = row[p + 2 * h + 1]
                 for k in range(chunks):
-                    q = o + 32 + 64 * k + 4 * r
+                    q = o + 32 * heads + 64 * k + 4 * r
                     for i in range(4):
-                        dst[q + i] = row[p + 2 + 4 * k + i]
+                        dst[q + i] = row[p + 2 * heads + 4 * k + i]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -173,9 +180,21 @@ def _codes(rf, q, kind):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
-    """Rows 16 gi .. 16 gi + 15 for all t tokens (acc: (t * 16,) f32 scratch)."""
-    bb = 288 if kind == 0 else 544
+def _layout(kind):
+    """(bytes of a 16-row block, offset of its codes, nibble codes) for Q4_0 (kind 0), Q4_1 or Q8_0."""
+    if kind == Q4_1:
+        return 320, 64, True
+    if kind == 0:
+        return 288, 32, True
+    return 544, 32, False
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _group(out, xq, sa, xd, xm, rf, gi, nb, kind, t, c, acc):
+    """Rows 16 gi .. 16 gi + 15 for all t tokens (acc: (t * 16,) f32 scratch); sa: each block dot's integer start
+    (the code offset's term; zeros for Q4_1); xm: Q4_1's per-block activation sums (T, C/32) (the mins' term;
+    not read for the other kinds)."""
+    bb, co, nibbles = _layout(kind)
     acc[:] = 0.0
     base = gi * nb * bb
     pf = base + PREFETCH_BYTES
@@ -183,30 +202,38 @@ def _group(out, xq, sa, xd, rf, gi, nb, kind, t, c, acc):
         o = base + b * bb
         pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
         d = load_f16x16(rf, o)
-        u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
+        m = load_f16x16(rf, o + 32) if kind == Q4_1 else d  # Q4_1's mins
+        u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + co, 0 if nibbles else kind)
         for j in range(t):
             xo = j * c + b * 32
-            p = _block_dot(sa[j, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, xo, kind == 0)
+            p = _block_dot(sa[j, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, xo, nibbles)
             a = fmadot_f32x16(load_f32x16(acc, j * 16), p, d, splat_f32x16(xd[j, b]))
+            if kind == Q4_1:
+                a = fma_f32x16(a, m, splat_f32x16(xm[j, b]))
             store_f32x16(acc, j * 16, a)
     _store_acc(out, acc, gi, t)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _group_t1(out, xq, sa, xd, rf, gi, nb, kind):
-    """_group for one token: the accumulator stays in a register (no store and reload per block); software
-    prefetch only where PREFETCH_T1 (see PREFETCH_BYTES)."""
-    bb = 288 if kind == 0 else 544
+def _group_t1(out, xq, sa, xd, xm, rf, gi, nb, kind):
+    """_group for one token: the accumulator stays in a register (no store and reload per block; Q4_1's mins
+    in a second one); software prefetch only where PREFETCH_T1 (see PREFETCH_BYTES)."""
+    bb, co, nibbles = _layout(kind)
     acc = zeros_f32x16()
+    macc = zeros_f32x16()
     base = gi * nb * bb
     pf = base + PREFETCH_BYTES
     for b in range(nb):
         o = base + b * bb
         if PREFETCH_T1:
             pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
-        u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + 32, kind)
-        p = _block_dot(sa[0, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32, kind == 0)
+        u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + co, 0 if nibbles else kind)
+        p = _block_dot(sa[0, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32, nibbles)
         acc = fmadot_f32x16(acc, p, load_f16x16(rf, o), splat_f32x16(xd[0, b]))
+        if kind == Q4_1:
+            macc = fma_f32x16(macc, load_f16x16(rf, o + 32), splat_f32x16(xm[0, b]))
+    if kind == Q4_1:
+        acc = add_f32x16(acc, macc)
     store_f32x16(out.reshape(-1), gi * 16, acc)
 
 
@@ -345,40 +372,43 @@ def _sums32(xs):
     return xm
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _r16_q4_0(out, xq, xd, rw):
+@njit(cache=True, nogil=True, inline="always")
+def _group_any_t(out, xq, sa, xd, xm, rw, gi, kind):
+    """Rows 16 gi .. 16 gi + 15 of a 32-element block kind (Q4_0, Q4_1, Q8_0; a constant in each caller) for every
+    token: _group_t1 at one token, else _group TOKEN_CHUNK tokens at a time."""
     t, c = xq.shape
     nb = c // 32
-    sa = _offsets(xq, nb, 8)
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
     if t == 1:
-        for gi in prange(rw.shape[0]):
-            _group_t1(out, xqf, sa, xd, rf, gi, nb, 0)
+        _group_t1(out, xqf, sa, xd, xm, rf, gi, nb, kind)
         return
+    acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
+    for t0 in range(0, t, TOKEN_CHUNK):
+        t1 = min(t, t0 + TOKEN_CHUNK)
+        _group(out[t0:t1], xqf[t0 * c : t1 * c], sa[t0:t1], xd[t0:t1], xm[t0:t1], rf, gi, nb, kind, t1 - t0, c, acc)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _r16_q4_0(out, xq, xd, rw):
+    sa = _offsets(xq, xq.shape[1] // 32, 8)  # codes 0..15 for w / d + 8
     for gi in prange(rw.shape[0]):
-        acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
-        for t0 in range(0, t, TOKEN_CHUNK):
-            t1 = min(t, t0 + TOKEN_CHUNK)
-            _group(out[t0:t1], xqf[t0 * c : t1 * c], sa[t0:t1], xd[t0:t1], rf, gi, nb, 0, t1 - t0, c, acc)
+        _group_any_t(out, xq, sa, xd, xd, rw, gi, Q4_0)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _r16_q4_1(out, xq, xd, xs, rw):
+    sa = _offsets(xq, xq.shape[1] // 32, 0)  # codes 0..15 for (w - m) / d: every block dot starts at 0
+    xm = _sums32(xs)  # the mins' term: each block's activation sum
+    for gi in prange(rw.shape[0]):
+        _group_any_t(out, xq, sa, xd, xm, rw, gi, Q4_1)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _r16_q8_0(out, xq, xd, rw):
-    t, c = xq.shape
-    nb = c // 32
-    sa = _offsets(xq, nb, 0 if SIGNED_DOT else 128)
-    xqf = xq.reshape(-1)
-    rf = rw.reshape(-1)
-    if t == 1:
-        for gi in prange(rw.shape[0]):
-            _group_t1(out, xqf, sa, xd, rf, gi, nb, 4)
-        return
+    sa = _offsets(xq, xq.shape[1] // 32, 0 if SIGNED_DOT else 128)  # signed codes, or code + 128
     for gi in prange(rw.shape[0]):
-        acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
-        for t0 in range(0, t, TOKEN_CHUNK):
-            t1 = min(t, t0 + TOKEN_CHUNK)
-            _group(out[t0:t1], xqf[t0 * c : t1 * c], sa[t0:t1], xd[t0:t1], rf, gi, nb, 4, t1 - t0, c, acc)
+        _group_any_t(out, xq, sa, xd, xd, rw, gi, Q8_0)
 
 
 @njit(cache=True, nogil=True)
@@ -390,6 +420,8 @@ def qmatmul_r16(out, xq, xd, xs, rw, kind):
     """
     if kind == Q4_0:
         _r16_q4_0(out, xq, xd, rw)
+    elif kind == Q4_1:
+        _r16_q4_1(out, xq, xd, xs, rw)
     elif kind == Q4_K:
         _r16_q4_k(out, xq, xd, xs, rw)
     elif kind == IQ4_XS or kind == IQ4_NL:
@@ -423,6 +455,12 @@ def f32_q4_0(out, x, rw):
 
 
 @njit(cache=True, nogil=True)
+def f32_q4_1(out, x, rw):
+    xq, xd, xs = quantized(x)
+    _r16_q4_1(out, xq, xd, xs, rw)
+
+
+@njit(cache=True, nogil=True)
 def f32_q8_0(out, x, rw):
     xq, xd, _ = quantized(x)
     _r16_q8_0(out, xq, xd, rw)
@@ -452,6 +490,6 @@ def f32_iq4_xs(out, x, rw):
     gemm_r16_iq4._r16_iq4_xs(out, xq, xd, rw)
 
 
-F32_OF_KIND = {Q4_0: f32_q4_0, Q8_0: f32_q8_0, Q4_K: f32_q4_k, Q6_K: f32_q6_k, IQ4_NL: f32_iq4_nl,
+F32_OF_KIND = {Q4_0: f32_q4_0, Q4_1: f32_q4_1, Q8_0: f32_q8_0, Q4_K: f32_q4_k, Q6_K: f32_q6_k, IQ4_NL: f32_iq4_nl,
                IQ4_XS: f32_iq4_xs}  # fmt: skip
 """kind -> out (T, N) = x (T, C) f32 @ W.T for W repacked (rw): matmul_f32(out, x, rw, kind), one kind."""

@@ -8,7 +8,7 @@ were measured (their docstrings say how). In table form (first matching row wins
 | weight | T | CPU | path |
 |---|---|---|---|
 | any | any | `MODELC_KERNELS=ref` | REF: numpy twins (ref_linear) |
-| repacked at load (Q4_0, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS) | any; AMX kinds below R16_AMX_MIN_T where HAS_AMX | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
+| repacked at load (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS) | any; AMX kinds below R16_AMX_MIN_T where HAS_AMX | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
 | F16 / BF16 / F32 | >= PREFILL_MIN_T_FLOAT, or F32 at T = 1 | any | BLAS (sgemm / sgemv on fp32) |
 | F32 | 2 .. 31 | any | FLOAT: gemm_float.smatmul |
 | F16 / BF16 | < PREFILL_MIN_T_FLOAT | any | HALF: gemm_float.hmatmul |
@@ -54,7 +54,7 @@ class Path(enum.Enum):
     MATVEC = "matvec"  # gemm_fused.qmatvec: T=1 Q4_0/Q8_0
     AMX = "amx"  # gemm_tile_amx.qmatmul_amx: AMX int8 tiles, 16 rows x 16 tokens
     TILE = "tile"  # gemm_tile.qmatmul_tile: register tiles of 4 rows x 4 tokens
-    R16 = "r16"  # gemm_r16.qmatmul_r16: Q4_0/Q8_0/Q4_K/Q6_K/IQ4_NL/IQ4_XS repacked at load into 16 interleaved rows, any T
+    R16 = "r16"  # gemm_r16.qmatmul_r16: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/IQ4_NL/IQ4_XS repacked at load into 16 interleaved rows, any T
     ROWS = "rows"  # gemm_int.qmatmul_rows: each row unpacked once to L1, any quantized kind
 
 

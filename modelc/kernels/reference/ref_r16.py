@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelc.ir import DataType
-from modelc.kernels.matmul.gemm_r16 import _BLOCK, BYTES, GROUP, KIND
+from modelc.kernels.matmul.gemm_r16 import _BLOCK, _HEADS, BYTES, GROUP, KIND
 
 
 def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
@@ -19,14 +19,17 @@ def repack(blocks: np.ndarray, dtype: DataType) -> np.ndarray:
         return ref_r16_q6k.repack(blocks)
     n, row_bytes = blocks.shape
     bs = _BLOCK[kind]
+    heads = _HEADS.get(kind, 1)  # fp16 fields before the codes: d (Q4_1: d, m)
     nb = row_bytes // bs
     g = n // GROUP
-    chunks = (bs - 2) // 4
+    chunks = (bs - 2 * heads) // 4
     b = np.asarray(blocks).reshape(g, GROUP, nb, bs)
     out = np.empty((g, nb, BYTES[kind]), np.uint8)
-    out[:, :, :32].view(np.uint16)[...] = np.ascontiguousarray(b[..., :2]).view(np.uint16)[..., 0].transpose(0, 2, 1)
-    q = np.ascontiguousarray(b[..., 2:]).view(np.uint32)  # (G, 16 rows, nb, chunks)
-    out[:, :, 32:].view(np.uint32).reshape(g, nb, chunks, GROUP)[...] = q.transpose(0, 2, 3, 1)
+    for h in range(heads):  # 16 rows' field h, row order
+        field = np.ascontiguousarray(b[..., 2 * h : 2 * h + 2]).view(np.uint16)[..., 0]  # (G, 16 rows, nb)
+        out[:, :, 32 * h : 32 * h + 32].view(np.uint16)[...] = field.transpose(0, 2, 1)
+    q = np.ascontiguousarray(b[..., 2 * heads :]).view(np.uint32)  # (G, 16 rows, nb, chunks)
+    out[:, :, 32 * heads :].view(np.uint32).reshape(g, nb, chunks, GROUP)[...] = q.transpose(0, 2, 3, 1)
     return out.reshape(g, nb * BYTES[kind])
 
 

@@ -20,7 +20,9 @@ from tests.kernels.r16_cases import (
     with_r16,
 )
 
-TYPES = [dt for dt in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K) if quant.KIND[dt] in gemm_r16.R16_KINDS]
+TYPES = [
+    dt for dt in (DataType.Q4_0, DataType.Q4_1, DataType.Q8_0, DataType.Q4_K) if quant.KIND[dt] in gemm_r16.R16_KINDS
+]
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
@@ -64,7 +66,8 @@ def test_linear_runs_r16_at_every_t_when_the_weight_carries_it(t):
     assert_linear_matches_twin(w, w0, t, rng)
 
 
-ALL_KINDS = [dt for dt in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K, DataType.Q6_K, DataType.IQ4_NL, DataType.IQ4_XS)
+ALL_KINDS = [dt for dt in (DataType.Q4_0, DataType.Q4_1, DataType.Q8_0, DataType.Q4_K, DataType.Q6_K, DataType.IQ4_NL,
+                          DataType.IQ4_XS)
              if quant.KIND[dt] in gemm_r16.R16_KINDS]  # fmt: skip
 
 
@@ -123,7 +126,7 @@ from modelc.kernels.runtime import cpu
 from modelc.kernels.matmul.gemm_random import random_tensor
 from tests.kernels.r16_cases import largest_codes
 worst = 0.0
-for dt in (DataType.Q4_0, DataType.Q8_0, DataType.Q4_K):
+for dt in (DataType.Q4_0, DataType.Q4_1, DataType.Q8_0, DataType.Q4_K):
     for t, extreme in ((1, False), (3, False), (9, True), (1, True)):
         rng = np.random.default_rng(t)
         w = linear.prepare_weight(random_tensor(dt, 32, 512, rng))

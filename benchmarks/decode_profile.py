@@ -7,8 +7,8 @@ context attention reads); best of 3 rounds.
 
 With --streams N, N sequences (16-token prompts) decode together and the figures are per batched step.
 Where every layer runs in kernels/layer/decode_step.py's one call, that call is one line; --per-layer runs the
-layers as two calls each instead (decode_layer's halves, each timed); --unfused runs the forward's own kernel
-calls instead of the fused layers, so each kernel has its line (with its Python glue between them).
+layers as one call each instead (runs of one layer, models/llama_decode.DecodeRuns); --unfused runs the forward's
+general path instead of the decode layers, so each kernel has its line (with its Python glue between them).
 
 Prints ms per token, calls per token and us per call of each, the Python glue in the forward (forward
 minus its kernel calls) and the engine's share (step minus forward). The timers cost ~0.3 us per call.
@@ -24,9 +24,10 @@ import time
 import numpy as np
 
 from modelc.api.engine import Engine
-from modelc.kernels.layer import decode_layer, decode_step, moe_ffn
+from modelc.kernels.layer import decode_step, moe_ffn
 from modelc.kernels.matmul import gemm_fused, gemm_fused_k, gemm_r16
 from modelc.kernels.quant import quant
+from modelc.models import llama_decode
 from modelc.request import SamplingParams
 
 acc: dict[str, float] = collections.defaultdict(float)
@@ -50,7 +51,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--streams", type=int, default=1, help="sequences decoding together (per-step figures)")
-    ap.add_argument("--per-layer", action="store_true", help="two calls a layer, not decode_step's one call")
+    ap.add_argument("--per-layer", action="store_true", help="one call a layer, not decode_step's one call a step")
     ap.add_argument("--unfused", action="store_true", help="every kernel called from the forward (no fused layers)")
     ap.add_argument("--prompt-tokens", type=int, default=128, help="the one stream's prompt (its context)")
     a = ap.parse_args()
@@ -61,10 +62,10 @@ def main() -> None:
     list(eng.generate_ids(ids[:8], warm))
     list(eng.generate_ids(ids[:48], warm))
     model = eng.runner.model
-    if a.per_layer or a.unfused:
-        model.step_plan = None
+    if a.per_layer and model.decode is not None:
+        model.decode = llama_decode.DecodeRuns(model.decode.plans, longest=1)
     if a.unfused:
-        model.decode_plans = None
+        model.decode = None
     K = model.kernels
     # (moe_ffn: timed below as the kernel the forward may also call directly)
     model.kernels = dataclasses.replace(
@@ -79,11 +80,11 @@ def main() -> None:
     # under linear.matmul (it calls them through their modules)
     quant.quantize_act = timed("  quantize_act", quant.quantize_act)
     gemm_r16.matmul_f32 = timed("  r16 kernel + quantize", gemm_r16.matmul_f32)
-    # a one-token step's fused layers (models/llama_decode.py): their kernels run inside these two calls
-    decode_layer.attention_half = timed("attention half (fused)", decode_layer.attention_half)
-    decode_layer.mlp_half = timed("mlp half (fused)", decode_layer.mlp_half)
-    decode_step.decode_layers = timed("every layer (one call)", decode_step.decode_layers)
-    decode_step.decode_layers_moe = timed("every layer (one call)", decode_step.decode_layers_moe)
+    # a one-token step's decode layers (models/llama_decode.py): their kernels run inside these calls, a run of
+    # layers each
+    decode_step.decode_layers = timed("decode layers (a run)", decode_step.decode_layers)
+    decode_step.decode_layers_moe = timed("decode layers (a run)", decode_step.decode_layers_moe)
+    decode_step.attention_layers = timed("attention layer", decode_step.attention_layers)
     gemm_fused_k.qmatvec_k = timed("  matvec_k kernel", gemm_fused_k.qmatvec_k)
     gemm_fused.qmatvec = timed("  matvec kernel", gemm_fused.qmatvec)
     model.forward = timed("forward", model.forward)

@@ -14,7 +14,7 @@ from modelc.cache.kv_pages import KVPages
 from modelc.errors import UnsupportedError
 from modelc.ir import SCALE_SUFFIX
 from modelc.kernels.elementwise.rope import longrope_long_inv_freq, rope_inv_freq
-from modelc.kernels.layer import decode_layer, decode_step, moe_ffn
+from modelc.kernels.layer import decode_step
 from modelc.kernels.matmul.linear import Weight
 from modelc.kernels.runtime.threads import kernel_threads
 from modelc.kernels.select import KernelSet
@@ -96,10 +96,9 @@ class LlamaModel:
                 "act": a.intermediate_size,
             }
         )
-        # per layer, how a one-token step runs it as two numba calls (None: the general path; llama_decode.py)
-        self.decode_plans = llama_decode.plan_layers(self)
-        # the same, every layer in one numba call where all of them qualify alike (kernels/layer/decode_step.py)
-        self.step_plan = llama_decode.plan_step(self.decode_plans)
+        # which layers a step of one-token rows runs in decode_step's numba calls, in runs of consecutive layers
+        # (None: every layer takes the general path; llama_decode.py)
+        self.decode = llama_decode.plan_decode(self)
 
     @property
     def hidden_size(self) -> int:
@@ -203,92 +202,97 @@ class LlamaModel:
     def forward(self, batch: ForwardBatch, kv: KVPages, *, output: str = "logits") -> np.ndarray:
         """One pass over batch's tokens, writing their K/V to `kv`.
 
+        Layer by layer on the general path (a kernel call from Python for each step of a layer), except where a
+        step of one-token rows (decode) takes the decode layers: runs of consecutive layers in one numba call
+        each, every layer in one call where all qualify alike (llama_decode.py). Both compute the same numbers.
+
         output="logits": (R, V) logits for batch.logit_rows (every row when None).
         output="hidden": (T, C) final hidden states after the last norm.
         """
         a, K, sc = self.args, self.kernels, self.scratch
-        T, lora, eps = batch.num_tokens, batch.lora, a.rms_norm_eps
+        T = batch.num_tokens
         sc.reserve(T)
-        x, h, o = sc.get("x", T), sc.get("h", T), sc.get("o", T)  # (T, C)
-        qkv, attn = (sc.get("q", T), sc.get("k", T), sc.get("v", T)), sc.get("attn", T)
-        attn3 = attn.reshape(T, a.num_heads, a.head_dim)  # (T, H, D)
+        x, o = sc.get("x", T), sc.get("o", T)  # (T, C)
         x[...] = K.dequantize_rows(self.embed, batch.token_ids, self.embed_rscale)  # (T, C)
         if a.embed_scale != 1.0:
             x *= np.float32(a.embed_scale)
+        runs = self.decode.runs(T) if self.decode is not None and llama_decode.step_ok(batch, kv) else ()
         long_seqs = None  # per sequence: True where it is longer than the original context (long-RoPE)
         if self.inv_freq_long is not None:
             lens = batch.rope_lens if batch.rope_lens is not None else batch.pos_start + np.diff(batch.q_start)
             long_seqs = lens > a.rope_long_after
-        fast = self.decode_plans if self.decode_plans is not None and llama_decode.step_ok(batch, kv) else None
-        if fast is not None:
-            threads = kernel_threads()
-            parallel = llama_decode.attention_parallel(batch, a.num_kv_heads, threads)
-            nqkv, ngu = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim, 2 * a.intermediate_size
-            qkv_buf = self.fused_out[: T * nqkv].reshape(T, nqkv)
-            gu_buf, act = self.fused_out[: T * ngu].reshape(T, ngu), sc.get("act", T)
-            step = self.step_plan
-            if step is not None and step.plans is fast and T <= step.max_t:  # every layer in one numba call
-                args = (step.table, x, o, h, float(eps), qkv_buf, *qkv, a.num_heads, a.num_kv_heads, a.head_dim,
-                        batch.positions, kv.k, kv.v, batch.slots, batch.block_tables, batch.q_start,
-                        batch.pos_start, a.scale, parallel, attn)  # fmt: skip
-                if step.moe:
-                    decode_step.decode_layers_moe(*args, threads)
-                else:
-                    decode_step.decode_layers(*args, gu_buf, act)
-                x += o
-                return self._head(x, batch, output)
-        for i, L in enumerate(self.layers):
-            p = None if fast is None else fast[i]
-            if p is not None and T <= p.max_t:  # decode_layer.py: two numba calls, not ~12 (llama_decode.py)
-                kp, vp = kv.layer(i)
-                decode_layer.attention_half(
-                    x, o, h, i == 0, *p.norms, qkv_buf, *p.qkv, *qkv, *p.heads, batch.positions, kp, vp,
-                    batch.slots, batch.block_tables, batch.q_start, batch.pos_start, a.scale, p.window, parallel,
-                    attn, *p.out,
-                )  # fmt: skip
-                if p.moe is not None:
-                    moe_ffn._moe_ffn(o, h, *p.moe, threads)
-                elif p.mlp is None:
-                    L.moe.forward(o, h, K)  # type: ignore[attr-defined]
-                else:
-                    decode_layer.mlp_half(o, h, gu_buf, *p.mlp, act, *p.down)
-                continue
-            if i == 0:
-                self._norm_or_copy(h, x, L.attn_norm)
-            else:
-                self._residual(h, x, o, L.attn_norm)  # x += previous FFN output
-            q, k, v = self._lins(qkv, h, (L.q, L.k, L.v), L.qkv, lora, i, _QKV)
-            q3 = q.reshape(T, a.num_heads, a.head_dim)  # (T, H, D)
-            k3 = k.reshape(T, a.num_kv_heads, a.head_dim)  # (T, K, D)
-            v3 = v.reshape(T, a.num_kv_heads, a.head_dim)
-            if L.q_bias is not None:
-                q += L.q_bias
-                k += L.k_bias
-                v += L.v_bias
-            if L.q_norm is not None:  # per head (D,) or full width (H*D,): the same rows either way
-                K.rms_norm(q.reshape(-1, L.q_norm.shape[0]), q.reshape(-1, L.q_norm.shape[0]), L.q_norm, eps)
-                K.rms_norm(k.reshape(-1, L.k_norm.shape[0]), k.reshape(-1, L.k_norm.shape[0]), L.k_norm, eps)
-            inv = self.layer_inv_freq[i]
-            if inv is not None:
-                self._rope(q3, k3, batch, inv, long_seqs)
-                if a.rope_attn_factor != 1.0:  # long-RoPE scales cos and sin: the rotated dims only
-                    q3[:, :, : a.rotary_dim] *= np.float32(a.rope_attn_factor)
-                    k3[:, :, : a.rotary_dim] *= np.float32(a.rope_attn_factor)
-            kp, vp = kv.layer(i)
-            K.kv_write(kp, vp, k3, v3, batch.slots)
-            self._attention(attn3, q3, kp, vp, batch, a.layer_windows[i], L.sinks)
-            self._lin(o, attn, L.o, lora, (i, "o"))
-            if L.o_bias is not None:
-                o += L.o_bias
-            self._post(o, L.post_attn_norm)
-            self._residual(h, x, o, L.ffn_norm)  # x += attention output
-            if L.moe is not None:
-                L.moe.forward(o, h, K)  # type: ignore[attr-defined]
-            else:
-                self._mlp(o, h, L, lora, i)
-            self._post(o, L.post_ffn_norm)
+        i = 0
+        for run in runs:
+            for j in range(i, run.start):
+                self._layer(j, batch, kv, long_seqs)
+            self._decode_run(run, batch, kv)
+            i = run.end
+        for j in range(i, a.num_layers):
+            self._layer(j, batch, kv, long_seqs)
         x += o
         return self._head(x, batch, output)
+
+    def _decode_run(self, run: llama_decode.Run, batch: ForwardBatch, kv: KVPages) -> None:
+        """Layers run.start .. run.end - 1 of a step of one-token rows in one numba call (kernels/layer/decode_step.py):
+        the scratch's x, o, h as the general path leaves them after each layer."""
+        a, sc, T = self.args, self.scratch, batch.num_tokens
+        threads = kernel_threads()
+        parallel = llama_decode.attention_parallel(batch, a.num_kv_heads, threads)
+        nqkv = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim
+        args = (run.table, run.start, sc.get("x", T), sc.get("o", T), sc.get("h", T), float(a.rms_norm_eps),
+                self.fused_out[: T * nqkv].reshape(T, nqkv), sc.get("q", T), sc.get("k", T), sc.get("v", T),
+                a.num_heads, a.num_kv_heads, a.head_dim, batch.positions, kv.k, kv.v, batch.slots, batch.block_tables,
+                batch.q_start, batch.pos_start, a.scale, parallel, sc.get("attn", T))  # fmt: skip
+        if run.kind == llama_decode.DENSE:
+            ngu = 2 * a.intermediate_size
+            decode_step.decode_layers(*args, self.fused_out[: T * ngu].reshape(T, ngu), sc.get("act", T))
+        elif run.kind == llama_decode.MOE:
+            decode_step.decode_layers_moe(*args, threads)
+        else:  # the attention half; the layer's experts through MoeFFN.forward
+            decode_step.attention_layers(*args)
+            self.layers[run.start].moe.forward(sc.get("o", T), sc.get("h", T), self.kernels)  # type: ignore[attr-defined]
+
+    def _layer(self, i: int, batch: ForwardBatch, kv: KVPages, long_seqs: np.ndarray | None) -> None:
+        """Layer i on the general path: x += the previous layer's output o (the first layer: x as it is), then
+        the attention and FFN blocks; o ends as this layer's output."""
+        a, K, sc, L = self.args, self.kernels, self.scratch, self.layers[i]
+        T, lora, eps = batch.num_tokens, batch.lora, a.rms_norm_eps
+        x, h, o = sc.get("x", T), sc.get("h", T), sc.get("o", T)  # (T, C)
+        qkv, attn = (sc.get("q", T), sc.get("k", T), sc.get("v", T)), sc.get("attn", T)
+        if i == 0:
+            self._norm_or_copy(h, x, L.attn_norm)
+        else:
+            self._residual(h, x, o, L.attn_norm)  # x += previous FFN output
+        q, k, v = self._lins(qkv, h, (L.q, L.k, L.v), L.qkv, lora, i, _QKV)
+        q3 = q.reshape(T, a.num_heads, a.head_dim)  # (T, H, D)
+        k3 = k.reshape(T, a.num_kv_heads, a.head_dim)  # (T, K, D)
+        v3 = v.reshape(T, a.num_kv_heads, a.head_dim)
+        if L.q_bias is not None:
+            q += L.q_bias
+            k += L.k_bias
+            v += L.v_bias
+        if L.q_norm is not None:  # per head (D,) or full width (H*D,): the same rows either way
+            K.rms_norm(q.reshape(-1, L.q_norm.shape[0]), q.reshape(-1, L.q_norm.shape[0]), L.q_norm, eps)
+            K.rms_norm(k.reshape(-1, L.k_norm.shape[0]), k.reshape(-1, L.k_norm.shape[0]), L.k_norm, eps)
+        inv = self.layer_inv_freq[i]
+        if inv is not None:
+            self._rope(q3, k3, batch, inv, long_seqs)
+            if a.rope_attn_factor != 1.0:  # long-RoPE scales cos and sin: the rotated dims only
+                q3[:, :, : a.rotary_dim] *= np.float32(a.rope_attn_factor)
+                k3[:, :, : a.rotary_dim] *= np.float32(a.rope_attn_factor)
+        kp, vp = kv.layer(i)
+        K.kv_write(kp, vp, k3, v3, batch.slots)
+        self._attention(attn.reshape(T, a.num_heads, a.head_dim), q3, kp, vp, batch, a.layer_windows[i], L.sinks)
+        self._lin(o, attn, L.o, lora, (i, "o"))
+        if L.o_bias is not None:
+            o += L.o_bias
+        self._post(o, L.post_attn_norm)
+        self._residual(h, x, o, L.ffn_norm)  # x += attention output
+        if L.moe is not None:
+            L.moe.forward(o, h, K)  # type: ignore[attr-defined]
+        else:
+            self._mlp(o, h, L, lora, i)
+        self._post(o, L.post_ffn_norm)
 
     def _attention(self, out, q3, kp, vp, batch: ForwardBatch, window: int, sinks: np.ndarray | None) -> None:
         a, K = self.args, self.kernels

@@ -1,8 +1,9 @@
-"""Which layers of a LlamaModel take a decode step through kernels/layer/decode_layer.py (one numba entry for the
-attention half, one for the MLP half), up to how many tokens, and the arguments of each that do not change
-between steps.
+"""Which layers of a LlamaModel take a decode step through the decode layers (kernels/layer/decode_layer.py's
+attention and MLP halves, called by kernels/layer/decode_step.py's entries), up to how many tokens, the arguments
+of each that do not change between steps, and the runs of consecutive layers that go in one numba call each
+(DecodeRuns: a dense model's whole stack in one).
 
-A layer qualifies when it is the plain pre-norm block those entries implement: RMSNorm before attention and
+A layer qualifies when it is the plain pre-norm block those halves implement: RMSNorm before attention and
 before the FFN, optional projection biases (Qwen2's q/k/v, llama's attention_bias / mlp_bias), no post-norms, no sinks or soft-capping, optional per-head q/k RMSNorm, optional
 RoPE (not long-RoPE, no attention factor), SiLU-gated MLP or a mixture of experts (moe_ffn, called after the
 attention half), and every projection at T = 1 on the gemm_r16 path (alone or in a fused run) or on
@@ -11,7 +12,7 @@ it when every sequence of it is one token (a single stream, or streams in lockst
 cache of float32 / fp16 pages that attention_rows reads, and a layer takes it up to its plan's `max_t` tokens:
 as many as every matmul of the layer stays on the path it has at one token (gemm_r16 at any T up to
 fused.MAX_T here; gemm_fused_k's kernel at one token only), and its experts in moe_ffn's one call. Anything
-else runs the forward's general per-kernel path, layer by layer.
+else runs the forward's general per-kernel path, layer by layer, between the runs.
 """
 
 from __future__ import annotations
@@ -116,33 +117,86 @@ def _max_t(L: Any, qkv: tuple, o_how: int, mlp: tuple | None, down: tuple | None
     return top
 
 
+DENSE, MOE, ATTENTION = "dense", "moe", "attention"
+"""What one of decode_step's entries runs for a run of layers: decode_layers (the attention half and the gated
+MLP), decode_layers_moe (the attention half and moe_ffn's experts with their router) or attention_layers (the
+attention half only: the forward then runs the layer's MoeFFN.forward)."""
+_LAYOUTS = {DENSE: decode_step.ATTENTION + decode_step.MLP, MOE: decode_step.ATTENTION + decode_step.MOE,
+            ATTENTION: decode_step.ATTENTION}  # fmt: skip
+
+
+def layer_kind(p: LayerPlan) -> str:
+    if p.moe is not None:
+        return MOE
+    return ATTENTION if p.mlp is None else DENSE
+
+
 @dataclass(frozen=True, slots=True)
-class StepPlan:
-    """Every layer in one of decode_step's numba entries: its table (a row a layer) and up to how many tokens."""
+class Run:
+    """Layers start .. end - 1 of a decode step in one call of decode_step's entry for `kind`."""
 
-    table: np.ndarray  # (L, row width) int64
-    moe: bool  # decode_step.decode_layers_moe (every layer's experts in moe_ffn), else decode_layers
-    max_t: int
-    plans: list[LayerPlan]  # what the table was built from: they keep its arrays alive, and the forward takes
-    # the table only while these are the model's decode_plans
+    start: int
+    end: int
+    kind: str  # DENSE, MOE or ATTENTION (then one layer: its MoeFFN.forward runs after the call)
+    table: np.ndarray  # (end - start, row width) int64: the layers' rows (decode_step.encode)
 
 
-def plan_step(plans: list[LayerPlan | None] | None) -> StepPlan | None:
-    """A StepPlan where every layer takes the decode layers, all with a dense MLP or all with experts that
-    moe_ffn runs with its router (else the per-layer calls)."""
-    if not plans or any(p is None for p in plans):
-        return None
-    moe = plans[0].moe is not None
-    if any((p.moe is not None) != moe or (p.mlp is None) != moe for p in plans):
-        return None  # dense and MoE layers mixed, or experts through MoeFFN.forward
-    layout = decode_step.ATTENTION + (decode_step.MOE if moe else decode_step.MLP)
-    rows = [decode_step.encode(layout, step_parts(p)) for p in plans]
-    return StepPlan(np.array(rows, np.int64), moe, min(p.max_t for p in plans), plans)
+class DecodeRuns:
+    """A model's decode layers (its LayerPlans) as runs of consecutive layers, each one numba call: every layer in
+    one call where all qualify alike (a dense model: the whole step), general layers between runs elsewhere.
+
+    A layer's row of its kind's table is encoded once, at load; the runs for a token count are made on the first
+    step with that many tokens (a layer joins a run up to its max_t). The plans keep the tables' arrays alive."""
+
+    def __init__(self, plans: list[LayerPlan | None], longest: int | None = None):
+        """longest: at most this many layers a run (None: no bound; tests run every layer on its own with 1)."""
+        self.plans = plans
+        self.longest = longest
+        self.rows = [None if p is None else decode_step.encode(_LAYOUTS[layer_kind(p)], step_parts(p)) for p in plans]
+        self._runs: dict[int, tuple[Run, ...]] = {}
+
+    @property
+    def max_t(self) -> int:
+        """The most tokens a step may have for some layer to take its decode layer."""
+        return max(p.max_t for p in self.plans if p is not None)
+
+    def runs(self, t: int) -> tuple[Run, ...]:
+        """The runs of a step of t one-token rows, in layer order."""
+        got = self._runs.get(t)
+        if got is None:
+            got = self._runs[t] = self._make(t)
+        return got
+
+    def _make(self, t: int) -> tuple[Run, ...]:
+        runs: list[Run] = []
+        i, n = 0, len(self.plans)
+        while i < n:
+            p = self.plans[i]
+            if p is None or t > p.max_t:
+                i += 1
+                continue
+            kind, j = layer_kind(p), i + 1
+            top = n if self.longest is None else min(n, i + self.longest)
+            while kind != ATTENTION and j < top:
+                q = self.plans[j]
+                if q is None or t > q.max_t or layer_kind(q) != kind:
+                    break
+                j += 1
+            runs.append(Run(i, j, kind, np.array(self.rows[i:j], np.int64)))
+            i = j
+        return tuple(runs)
+
+
+def plan_decode(model: Any) -> DecodeRuns | None:
+    """The model's DecodeRuns, or None where no layer qualifies (plan_layers)."""
+    plans = plan_layers(model)
+    return None if plans is None else DecodeRuns(plans)
 
 
 def step_parts(p: LayerPlan) -> tuple:
-    """A LayerPlan's fields as decode_step's layouts order them: ATTENTION's parts, then MOE's or MLP's."""
-    rest = (p.moe,) if p.moe is not None else (p.mlp, p.down)
+    """A LayerPlan's fields as decode_step's layouts order them: ATTENTION's parts, then MOE's or MLP's (none for
+    an ATTENTION layer)."""
+    rest = (p.moe,) if p.moe is not None else (p.mlp, p.down) if p.mlp is not None else ()
     return ((p.norms[0],), p.qkv, p.heads[3:], (p.window,), p.out, *rest)
 
 

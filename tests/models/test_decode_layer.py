@@ -1,7 +1,7 @@
-"""A decode step through kernels/layer/decode_layer.py (models/llama_decode.py), one stream or several in lockstep, gives
-the same logits, bit for bit, as the forward's general per-kernel path: the same kernels on the same arrays in
-the same order. So does every layer in kernels/layer/decode_step.py's one call (the model's step_plan), where all
-layers qualify."""
+"""A decode step through the decode layers (kernels/layer/decode_step.py's calls, models/llama_decode.py's runs of
+layers), one stream or several in lockstep, gives the same logits, bit for bit, as the forward's general per-kernel
+path: the same kernels on the same arrays in the same order. So do runs of one layer each (a run starting past the
+first layer), and runs with general layers between them."""
 
 from __future__ import annotations
 
@@ -33,11 +33,18 @@ def _engine(name: str, kv_dtype: str) -> Engine:
     return Engine.load(QUANT / name, threads=2, kv_cache_tokens=256, kv_dtype=kv_dtype)
 
 
+def _mode(m, mode: str) -> llama_decode.DecodeRuns | None:
+    """The model's decode runs for `mode`: "step" (as loaded: every layer in one call where all qualify alike),
+    "layers" (a run a layer: one call each) or "general" (none)."""
+    if mode == "general" or m.decode is None:
+        return None
+    return m.decode if mode == "step" else llama_decode.DecodeRuns(m.decode.plans, longest=1)
+
+
 def _decode_logits(eng: Engine, mode: str, n: int = 12) -> tuple[list[int], list[np.ndarray]]:
-    """Greedy tokens and every one-token step's logits: mode "step" (the model as loaded: every layer in one call
-    where its step_plan allows), "layers" (the decode layers, two calls a layer) or "general"."""
+    """Greedy tokens and every one-token step's logits, the model's decode runs as `mode` (_mode) makes them."""
     m = eng.runner.model
-    plans, step = m.decode_plans, m.step_plan
+    decode = m.decode
     got: list[np.ndarray] = []
     real = m.forward
 
@@ -47,14 +54,12 @@ def _decode_logits(eng: Engine, mode: str, n: int = 12) -> tuple[list[int], list
             got.append(out.copy())
         return out
 
-    m.forward = forward
-    m.decode_plans = None if mode == "general" else plans
-    m.step_plan = step if mode == "step" else None
+    m.forward, m.decode = forward, _mode(m, mode)
     try:
         ids = [1, *np.random.default_rng(0).integers(3, eng.runner.vocab_size, 20).tolist()]
         toks = list(eng.generate_ids(ids, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)))
     finally:
-        m.forward, m.decode_plans, m.step_plan = real, plans, step
+        m.forward, m.decode = real, decode
     return toks, got
 
 
@@ -76,15 +81,21 @@ def _assert_same(eng: Engine) -> None:
 )  # fmt: skip
 def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: str) -> None:
     eng = _engine(name, kv_dtype)
-    plans = eng.runner.model.decode_plans
-    if plans is None:
+    decode = eng.runner.model.decode
+    if decode is None:
         assert "Q8_0" in name or "IQ4" in name  # on gemm_r16 only with an exact wide dot (VNNI)
         pytest.skip("these weights are not on the gemm_r16 path on this CPU")
+    plans = decode.plans
     assert all(p is not None for p in plans)  # every layer of these plain models qualifies
-    # every layer in one call, dense or with moe_ffn's experts (Q4_0 experts: MoeFFN.forward between the halves)
-    step = eng.runner.model.step_plan
-    assert (step is None) == (name == "qwen3moe/model-Q4_0.gguf")
-    assert step is None or step.moe == name.startswith("qwen3moe")
+    # every layer in one call, dense or with moe_ffn's experts; Q4_0 experts: MoeFFN.forward after each layer's
+    # attention half, so a run a layer
+    runs = decode.runs(1)
+    kind = llama_decode.DENSE if name.startswith("llama") else llama_decode.MOE
+    spans = [(r.start, r.end, r.kind) for r in runs]
+    if name == "qwen3moe/model-Q4_0.gguf":
+        assert spans == [(i, i + 1, llama_decode.ATTENTION) for i in range(len(plans))]
+    else:
+        assert spans == [(0, len(plans), kind)]
     if name.startswith("qwen3moe"):
         assert all(p.mlp is None for p in plans)  # the experts run after the attention half
         # K-quant experts: moe_ffn's kernel called straight from forward; Q4_0 ones: MoeFFN.forward's expert loop
@@ -117,7 +128,7 @@ def _batched_logits(eng: Engine, mode: str, streams: int = 5, steps: int = 6) ->
     from modelc.scheduler.sequence import Sequence
 
     m = eng.runner.model
-    plans, step, real = m.decode_plans, m.step_plan, m.forward
+    decode, real = m.decode, m.forward
     got: list[np.ndarray] = []
     wide = [0]
 
@@ -127,39 +138,31 @@ def _batched_logits(eng: Engine, mode: str, streams: int = 5, steps: int = 6) ->
             got.append(out.copy())
         return out
 
-    def half(x, *args):
-        wide[0] += x.shape[0] > 1
-        return decode_layer.attention_half(x, *args)
-
     def counted(kernel):
-        def layers(table, x, *args):
+        def layers(table, layer0, x, *args):
             wide[0] += table.shape[0] * (x.shape[0] > 1)
-            return kernel(table, x, *args)
+            return kernel(table, layer0, x, *args)
 
         return layers
 
-    # llama.py's names for the two kernel modules, with the entries it calls counted; the modules themselves
-    # stay as they are, since numba resolves their attributes when it compiles a caller (decode_step's
-    # kernels call decode_layer.attention_half: patched there, a cold compile inside this window failed)
-    layer_mod = _Proxy(decode_layer, attention_half=half)
-    step_mod = _Proxy(decode_step, decode_layers=counted(decode_step.decode_layers),
-                      decode_layers_moe=counted(decode_step.decode_layers_moe))  # fmt: skip
+    # llama.py's name for the kernel module, with the entries it calls counted; the module itself stays as it
+    # is, since numba resolves its attributes when it compiles a caller (patched there, a cold compile inside
+    # this window failed)
+    step_mod = _Proxy(decode_step, **{f: counted(getattr(decode_step, f))
+                                      for f in ("decode_layers", "decode_layers_moe", "attention_layers")})  # fmt: skip
 
     config = dataclasses.replace(eng.core.scheduler.config, max_num_seqs=streams, max_queue=streams)
     core = EngineCore(Scheduler(config, BlockPool(eng.runner.num_kv_blocks, enable_prefix_caching=False)), eng.runner)
     rng = np.random.default_rng(2)
     params = SamplingParams(max_tokens=steps, temperature=0.0, ignore_eos=True)
-    m.forward, llama.decode_layer, llama.decode_step = forward, layer_mod, step_mod
-    m.decode_plans = None if mode == "general" else plans
-    m.step_plan = step if mode == "step" else None
+    m.forward, llama.decode_step, m.decode = forward, step_mod, _mode(m, mode)
     try:
         for i in range(streams):
             core.add(Sequence(i, [1, *rng.integers(3, eng.runner.vocab_size, 6 + 5 * i).tolist()], params))
         while core.has_work:
             core.step()
     finally:
-        m.forward, m.decode_plans, m.step_plan = real, plans, step
-        llama.decode_layer, llama.decode_step = decode_layer, decode_step
+        m.forward, m.decode, llama.decode_step = real, decode, decode_step
     return got, wide[0]
 
 
@@ -169,8 +172,8 @@ def _batched_logits(eng: Engine, mode: str, streams: int = 5, steps: int = 6) ->
 )
 def test_streams_in_lockstep_take_the_fused_layers_bit_for_bit(name: str, kv_dtype: str) -> None:
     eng = _engine(name, kv_dtype)
-    plans = eng.runner.model.decode_plans
-    assert plans is not None and all(p is not None for p in plans)
+    plans = eng.runner.model.decode.plans
+    assert all(p is not None for p in plans)
     for p, L in zip(plans, eng.runner.model.layers, strict=True):
         top = MAX_T
         if name.startswith("qwen3moe"):  # as far as the experts' one call goes (moe_ffn.R16_MAX_T on gemm_r16)
@@ -196,7 +199,7 @@ def _one_token_paths_up_to(L, top: int) -> int:
 
 
 def _assert_same_batched(eng: Engine, streams: int = 4) -> None:
-    streams = min(streams, *(p.max_t for p in eng.runner.model.decode_plans if p is not None))
+    streams = min(streams, *(p.max_t for p in eng.runner.model.decode.plans if p is not None))
     assert streams >= 2
     slow, _ = _batched_logits(eng, "general", streams=streams, steps=4)
     for mode in ("step", "layers"):
@@ -210,28 +213,27 @@ def test_sliding_windows_shorter_than_the_context_match_at_one_and_more_tokens()
     eng = _engine("llama/model-Q4_0.gguf", "f16")
     m = eng.runner.model
     m.args = dataclasses.replace(m.args, layer_windows=tuple(5 + 2 * i for i in range(m.args.num_layers)))
-    m.decode_plans = llama_decode.plan_layers(m)  # prompts of 6-26 tokens: every window slides
-    m.step_plan = llama_decode.plan_step(m.decode_plans)
-    assert all(p is not None and p.window == 5 + 2 * i for i, p in enumerate(m.decode_plans))
+    m.decode = llama_decode.plan_decode(m)  # prompts of 6-26 tokens: every window slides
+    assert all(p is not None and p.window == 5 + 2 * i for i, p in enumerate(m.decode.plans))
     _assert_same(eng)
     _assert_same_batched(eng)
 
 
 def test_one_token_paths_stop_the_fused_layers_at_one_token() -> None:
     eng = _engine("llama/model-Q5_K_M.gguf", "f16")  # Q5_K: gemm_fused_k's one-token kernel; more tokens: rows
-    plans = eng.runner.model.decode_plans
-    assert plans is not None
+    plans = eng.runner.model.decode.plans
     one = [p for p in plans if p is not None and decode_layer.MATVEC_K in (p.qkv[2], p.qkv[6], p.qkv[10], p.out[2])]
     assert one and all(p.max_t == 1 for p in one)
     eng = _engine("qwen3moe/model-Q4_0.gguf", "f16")  # Q4_0 experts: MoeFFN.forward's loop, grouped at T > 1
-    assert all(p.max_t == 1 for p in eng.runner.model.decode_plans)
+    assert all(p.max_t == 1 for p in eng.runner.model.decode.plans)
+    assert eng.runner.model.decode.runs(2) == ()
     fast, wide = _batched_logits(eng, "step", streams=3, steps=3)
     assert fast and wide == 0
 
 
 def test_a_projection_on_neither_path_keeps_the_layer_general() -> None:
     eng = _engine("llama/model-Q5_0.gguf", "f16")  # Q5_0: gemm_int's rows kernel at T = 1
-    assert eng.runner.model.decode_plans is None
+    assert eng.runner.model.decode is None
 
 
 def _two_layer_q4_0(tmp_path: pathlib.Path) -> Engine:
@@ -242,7 +244,7 @@ def _two_layer_q4_0(tmp_path: pathlib.Path) -> Engine:
     assert LAYERS >= 2
     _write(tmp_path / "q.gguf", _tensors(DataType.Q4_0))
     eng = Engine.load(pack(tmp_path / "q.gguf", out=tmp_path / "q.modelc"), threads=2, kv_cache_tokens=256)
-    assert eng.runner.model.decode_plans is not None and all(p is not None for p in eng.runner.model.decode_plans)
+    assert eng.runner.model.decode is not None and all(p is not None for p in eng.runner.model.decode.plans)
     return eng
 
 
@@ -253,9 +255,8 @@ def test_projection_biases_are_added_as_the_general_path_adds_them(tmp_path: pat
     for L in m.layers:  # Qwen2's q/k/v biases, and llama's attention_bias / mlp_bias ones
         for name in ("q", "k", "v", "o", "gate", "up", "down"):
             setattr(L, name + "_bias", (0.05 * rng.standard_normal(getattr(L, name).rows)).astype(np.float32))
-    m.decode_plans = llama_decode.plan_layers(m)
-    m.step_plan = llama_decode.plan_step(m.decode_plans)
-    assert all(p is not None and p.qkv[-1].size and p.out[3].size and p.mlp[-1].size for p in m.decode_plans)
+    m.decode = llama_decode.plan_decode(m)
+    assert all(p is not None and p.qkv[-1].size and p.out[3].size and p.mlp[-1].size for p in m.decode.plans)
     _assert_same(eng)
     _assert_same_batched(eng)
 
@@ -264,9 +265,9 @@ def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_
     eng = _two_layer_q4_0(tmp_path)
     m = eng.runner.model
     m.layers[1].post_ffn_norm = np.ones(m.args.hidden_size, np.float32)  # OLMo 2 / Gemma style: not fused
-    m.decode_plans = llama_decode.plan_layers(m)
-    assert m.decode_plans[1] is None and m.decode_plans[0] is not None
-    assert llama_decode.plan_step(m.decode_plans) is None  # a general layer between: the per-layer calls
+    m.decode = llama_decode.plan_decode(m)
+    assert m.decode.plans[1] is None and m.decode.plans[0] is not None
+    assert [(r.start, r.end) for r in m.decode.runs(1)] == [(0, 1)]  # then layer 1 on the general path
     _assert_same(eng)
     _assert_same_batched(eng)
     m.layers[1].q_bias = np.zeros(m.layers[1].q.rows, np.float32)  # q's bias without k's and v's: never fused
@@ -277,7 +278,7 @@ def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_
 def test_steps_that_do_not_qualify() -> None:
     eng = _engine("llama/model-Q4_0.gguf", "q8_0")  # pages attention_rows does not read
     m = eng.runner.model
-    assert m.decode_plans is not None
+    assert m.decode is not None
     seen = []
     real = m.forward
 
@@ -292,22 +293,24 @@ def test_steps_that_do_not_qualify() -> None:
 
 def test_reference_kernels_plan_nothing(monkeypatch) -> None:
     monkeypatch.setenv("MODELC_KERNELS", "ref")
-    assert _engine("llama/model-Q4_0.gguf", "f32").runner.model.decode_plans is None
+    assert _engine("llama/model-Q4_0.gguf", "f32").runner.model.decode is None
 
 
 def test_the_step_table_holds_each_layers_arrays_and_refuses_wrong_ones() -> None:
     m = _engine("llama/model-Q4_0.gguf", "f16").runner.model
-    st = m.step_plan
+    (run,) = m.decode.runs(1)
     width = decode_step.width(decode_step.ATTENTION + decode_step.MLP)
-    assert st is not None and st.plans is m.decode_plans and st.table.shape == (m.args.num_layers, width)
-    for p, row in zip(m.decode_plans, st.table, strict=True):
+    assert run.kind == llama_decode.DENSE and run.table.shape == (m.args.num_layers, width)
+    for p, row in zip(m.decode.plans, run.table, strict=True):
         norm, w0 = p.norms[0], p.qkv[0]
         assert row[:8].tolist() == [norm.ctypes.data, 1, 1, norm.shape[0], w0.ctypes.data, 1, *w0.shape]
-    assert st.max_t == min(p.max_t for p in m.decode_plans) > 1
-    p = m.decode_plans[0]
+    top = m.decode.max_t  # every layer's bound alike here: one run up to it, none past it
+    assert top == min(p.max_t for p in m.decode.plans) > 1
+    assert [(r.start, r.end) for r in m.decode.runs(top)] == [(0, m.args.num_layers)] and m.decode.runs(top + 1) == ()
+    p = m.decode.plans[0]
     layout = decode_step.ATTENTION + decode_step.MLP
     parts = llama_decode.step_parts(p)
-    assert decode_step.encode(layout, parts) == st.table[0].tolist()
+    assert decode_step.encode(layout, parts) == run.table[0].tolist()
     bad = ((p.norms[0].astype(np.float64),), *parts[1:])
     with pytest.raises(ValueError, match="f32 field"):
         decode_step.encode(layout, bad)
@@ -321,10 +324,10 @@ def test_moe_batches_past_fused_max_t_stay_on_the_decode_layers_bit_for_bit() ->
     m = eng.runner.model
     if not m.layers[0].moe.one_call(MAX_T):
         pytest.skip("expert batches past FUSED_MAX_T leave gemm_r16 on this CPU (AMX tiles)")
-    assert all(p.max_t == MAX_T for p in m.decode_plans)
+    assert all(p.max_t == MAX_T for p in m.decode.plans)
     streams = moe_ffn.FUSED_MAX_T + 2
     slow, _ = _batched_logits(eng, "general", streams=streams, steps=3)
     fast, wide = _batched_logits(eng, "step", streams=streams, steps=3)
-    assert len(fast) == len(slow) >= 1 and wide >= len(fast) * len(m.decode_plans)
+    assert len(fast) == len(slow) >= 1 and wide >= len(fast) * len(m.decode.plans)
     for a, b in zip(fast, slow, strict=True):
         np.testing.assert_array_equal(a, b)

@@ -1,6 +1,6 @@
 """A decoder layer at decode (every sequence of the batch one token: a single stream, or T streams in lockstep)
-in two numba entries: the attention half and the gated-MLP half, where the forward made ~12 kernel calls from
-Python a layer, each with its Python glue. The kernels are the ones the forward calls (norm,
+in two numba functions, the attention half and the gated-MLP half, called by decode_step.py's entries for a run
+of layers, where the forward made ~12 kernel calls from Python a layer, each with its Python glue. The kernels are the ones the forward calls (norm,
 gemm_r16.matmul_f32 or gemm_fused_k.qmatvec_k, rope, kv_write, attention_rows, activation), in the same order on
 the same arrays, so every number is the same (tests/models/test_decode_layer.py compares logits bit for bit).
 models/llama_decode.py decides which layers qualify, and up to how many tokens.

@@ -1,6 +1,7 @@
-"""Every layer of a decode step in one numba entry: decode_layer's attention and MLP halves (or the attention
-half and moe_ffn's experts) called from a loop in numba, where the forward called them from Python, two calls
-a layer.
+"""A run of a decode step's layers in one numba entry: decode_layer's attention and MLP halves (decode_layers), the
+attention half and moe_ffn's experts (decode_layers_moe), or the attention half alone (attention_layers: the
+forward then runs the layer's experts itself), in a loop in numba, where the forward called them from Python.
+models/llama_decode.DecodeRuns makes the runs: a dense model's whole stack is one run.
 
 Why: a decode step's Python between the layers runs with caches the weights have just streamed through,
 so a few lines a layer (the call, its ~45 arguments, the plan's tuples) cost ~20-30 us of idle memory bus
@@ -12,8 +13,10 @@ kinds and paths of the matmuls: models/llama_decode.py's LayerPlan) travel as on
 layer: an array is its address and 3 dimensions (C-contiguous, of the dtype and rank its place expects;
 `encode` checks them), a number is itself. The kernel rebuilds the arrays with numba.carray (writable, no owner: the
 caller keeps the arrays alive while the table is used, and nothing here writes them). The per-step
-arrays (hidden states, scratch, KV pages, positions) are passed as usual. Same kernels, same order, same
-arrays as the per-layer calls: every number is the same (tests/models/test_decode_layer.py).
+arrays (hidden states, scratch, KV pages, positions) are passed as usual; `layer0` is the run's first layer
+(its KV pages, and whether it is the model's first). Same kernels, same order, same arrays as the general
+path: every number is the same (tests/models/test_decode_layer.py). docs/kernels.md has what a call costs
+with its arguments in this form and others (benchmarks/dispatch_cost.py).
 """
 
 from __future__ import annotations
@@ -103,7 +106,8 @@ def _attention_half(
     r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots, block_tables,
     q_start, pos_start, scale, parallel, attn,
 ):  # fmt: skip
-    """decode_layer.attention_half for layer i (row r: ATTENTION's fields); returns the next column of r."""
+    """decode_layer.attention_half for layer i of the model (row r: ATTENTION's fields; the first layer norms x,
+    the others add the previous layer's o first); returns the next column of r."""
     attn_norm, c = _vec(r, 0, np.float32)
     w0, c = _mat(r, c, np.uint8)
     kind0, how0, end0 = r[c], r[c + 1], r[c + 2]
@@ -132,16 +136,17 @@ def _attention_half(
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def decode_layers(
-    table, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots, block_tables,
-    q_start, pos_start, scale, parallel, attn, gu, act,
+    table, layer0, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots,
+    block_tables, q_start, pos_start, scale, parallel, attn, gu, act,
 ):  # fmt: skip
-    """Every layer (a row of `table` each: ATTENTION + MLP) of T one-token rows: decode_layer.attention_half
-    then mlp_half, as the forward calls them; k_all / v_all: the (L, P, Z, K, D) KV pages. o ends as the last
-    layer's output (the forward adds it to x)."""
+    """Layers layer0 .. layer0 + len(table) - 1 (a row of `table` each: ATTENTION + MLP) of T one-token rows:
+    decode_layer.attention_half then mlp_half, as the forward's general path computes them; k_all / v_all: the
+    (L, P, Z, K, D) KV pages. o ends as the last layer's output (the next layer, or the forward, adds it to
+    x)."""
     for i in range(table.shape[0]):
         r = table[i]
-        c = _attention_half(r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all,
-                            slots, block_tables, q_start, pos_start, scale, parallel, attn)  # fmt: skip
+        c = _attention_half(r, layer0 + i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all,
+                            v_all, slots, block_tables, q_start, pos_start, scale, parallel, attn)  # fmt: skip
         g0, c = _mat(r, c, np.uint8)
         gkind0, ghow0, gend0 = r[c], r[c + 1], r[c + 2]
         g1, c = _mat(r, c + 3, np.uint8)
@@ -155,16 +160,28 @@ def decode_layers(
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
+def attention_layers(
+    table, layer0, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots,
+    block_tables, q_start, pos_start, scale, parallel, attn,
+):  # fmt: skip
+    """decode_layers' attention halves only (rows: ATTENTION): for a layer whose FFN the forward runs itself
+    (experts through MoeFFN.forward), h ends as the FFN's input."""
+    for i in range(table.shape[0]):
+        _attention_half(table[i], layer0 + i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions,
+                        k_all, v_all, slots, block_tables, q_start, pos_start, scale, parallel, attn)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
 def decode_layers_moe(
-    table, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots, block_tables,
-    q_start, pos_start, scale, parallel, attn, nthreads,
+    table, layer0, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots,
+    block_tables, q_start, pos_start, scale, parallel, attn, nthreads,
 ):  # fmt: skip
     """decode_layers for a mixture of experts in every layer (rows: ATTENTION + MOE): the attention half, then
     moe_ffn._moe_ffn (its router computed in the kernel) on nthreads threads."""
     for i in range(table.shape[0]):
         r = table[i]
-        c = _attention_half(r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all,
-                            slots, block_tables, q_start, pos_start, scale, parallel, attn)  # fmt: skip
+        c = _attention_half(r, layer0 + i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all,
+                            v_all, slots, block_tables, q_start, pos_start, scale, parallel, attn)  # fmt: skip
         logits, c = _mat(r, c, np.float32)
         router, c = _mat(r, c, np.float32)
         rbias, c = _vec(r, c, np.float32)

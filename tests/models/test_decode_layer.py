@@ -275,6 +275,38 @@ def test_layers_that_do_not_qualify_run_the_general_path_between_fused_ones(tmp_
     assert llama_decode.plan_layers(m)[1] is None
 
 
+@pytest.mark.parametrize(
+    ("moe_layer", "stacked", "spans"),
+    [(1, True, [(0, 1, llama_decode.DENSE), (1, 2, llama_decode.MOE)]),
+     (0, True, [(0, 1, llama_decode.MOE), (1, 2, llama_decode.DENSE)]),
+     (1, False, [(0, 1, llama_decode.DENSE), (1, 2, llama_decode.ATTENTION)])],
+)  # fmt: skip
+def test_mixed_dense_and_moe_layers_run_one_call_per_kind_bit_for_bit(
+    tmp_path: pathlib.Path, moe_layer: int, stacked: bool, spans: list
+) -> None:
+    """A model whose layers are partly dense, partly mixtures of experts (the dense 2-layer model with the Qwen3-MoE
+    fixture's experts in one layer, same width): a run of each kind, each its own entry (decode_layers, then
+    decode_layers_moe, or attention_layers with MoeFFN.forward after it where the experts have no one-call
+    kernel), with the same logits as the general path, one stream and in lockstep."""
+    eng = _two_layer_q4_0(tmp_path)
+    m = eng.runner.model
+    donor = _engine("qwen3moe/model-Q4_K_M.gguf", "f16").runner.model.layers[0].moe
+    assert donor.stacked is not None and donor.stacked.router is not None
+    if not stacked:
+        donor = dataclasses.replace(donor, stacked=None)  # the experts one by one: MoeFFN.forward's loop
+    L = m.layers[moe_layer]
+    L.gate = L.up = L.down = None
+    L.gate_up = ()
+    L.moe = donor
+    m.decode = llama_decode.plan_decode(m)
+    assert [(r.start, r.end, r.kind) for r in m.decode.runs(1)] == spans
+    _assert_same(eng)
+    if stacked:
+        _assert_same_batched(eng)
+    else:  # MoeFFN.forward groups its experts past one token: that layer then runs the general path
+        assert [(r.start, r.end, r.kind) for r in m.decode.runs(2)] == spans[:1]
+
+
 def test_steps_that_do_not_qualify() -> None:
     eng = _engine("llama/model-Q4_0.gguf", "q8_0")  # pages attention_rows does not read
     m = eng.runner.model

@@ -12,7 +12,7 @@ starts with its own number, so neither server's prompt cache skips its prefill. 
 
 - ttft_ms: from sending the request to its first streamed token (the prompt's prefill, the first sampled
   token, the HTTP and SSE hand-offs); prefill tok/s = the prompt's tokens (modelc's usage count) / ttft;
-- decode tok/s: (streamed tokens - 1) / (last token's arrival - the first one's).
+- decode tok/s: (chunks with text - 1) / (the last one's arrival - the first one's).
 
 Prints every request and the median per server and the ratios modelc / llama.cpp (medians).
 """
@@ -104,7 +104,7 @@ def one(url: str, name: str, text: str, tokens: int) -> dict:
             for line in r.iter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
                     chunk = json.loads(line[6:])
-                    if chunk.get("choices"):
+                    if chunk.get("choices") and chunk["choices"][0].get("text"):  # not the closing chunk
                         stamps.append(time.perf_counter())
     n = len(stamps)
     dec = (n - 1) / (stamps[-1] - stamps[0]) if n > 1 and stamps[-1] > stamps[0] else float("nan")

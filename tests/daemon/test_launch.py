@@ -84,6 +84,11 @@ def test_raw_weights_are_packed_into_the_store(tmp_path, monkeypatch) -> None:
     path, name = launch.serve_target(str(src))
     assert path == store.resolve(name) and is_artifact(path)
     assert name == "tiny" and set(open_artifact(path).tensors) == set(make_served_model().tensors)
+    # a restart serves what this file packed into, with no new version; a changed file packs again
+    assert launch.serve_target(str(src)) == (path, name) and store.versions("tiny") == []
+    os.utime(src, ns=(src.stat().st_atime_ns, src.stat().st_mtime_ns + 1_000_000_000))
+    again, _ = launch.serve_target(str(src))
+    assert again == path and store.versions("tiny") == [1]  # the earlier one kept as version 1
 
 
 def test_argv_from_context_rebuilds_the_command_line() -> None:

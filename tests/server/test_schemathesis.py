@@ -12,7 +12,7 @@ import pytest
 
 from tests.server.live import LiveServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(960)]  # the long run below takes ~5 min, st's own limit 900 s
 EXAMPLES = os.environ.get("MODELC_SCHEMATHESIS_EXAMPLES", "5")
 # schemathesis' own default is every phase and 100 examples (~5 min here): MODELC_SCHEMATHESIS_PHASES=
 # examples,coverage,fuzzing,stateful MODELC_SCHEMATHESIS_EXAMPLES=100 runs that (docs/api.md)

@@ -3,14 +3,17 @@
 One row loop (`_row`) for every type, specialised per type: each entry
 (`qmatvec_grid` picks one) passes its kind as a constant into the inlined
 loop, so LLVM folds the per-type branches away and each type compiles (and
-is warmed) alone. Per 32-element sub-block the type's decoder
-(grid_blocks.sub) builds the weights in a register from scalar grid lookups,
-the sign bits go on the int8 activation and one int8 dot follows
-(grid_blocks.dot); nothing is unpacked to memory (the ROWS path,
-gemm_int.qmatmul_rows, writes each row to L1 first). TQ1_0 / TQ2_0: the -1 of
-w = d * (trit - 1) comes back as d * (the block's activation sum). With several tokens, each sub-block's
-weights are built once for up to four activation rows. Activations:
-quant.quantize_act's (xq, xd, xs). The numpy twin is ref_linear.matmul_qact.
+is warmed) alone. Per 256-weight block, grid_blocks.prep decodes its 256 sign
+bits and 16 half-sub-block scales as vectors once (times each activation
+row's scales); then per pair of 32-element sub-blocks grid_blocks.grid2 builds
+the 64 weights in a register from scalar grid lookups, the sign bits go on the
+int8 activations and one 512-bit int8 dot follows (grid_blocks.dot2), its 16
+lanes scaled and accumulated in fp32; nothing is unpacked to memory (the ROWS
+path, gemm_int.qmatmul_rows, writes each row to L1 first). TQ1_0 / TQ2_0: the
+-1 of w = d * (trit - 1) comes back as d * (the block's activation sum). With
+several tokens, each pair's weights are built once for up to four activation
+rows. Activations: quant.quantize_act's (xq, xd, xs). The numpy twin is
+ref_linear.matmul_qact.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.quant.grid_blocks import dot, sub, ternary_d, tsize
+from modelc.kernels.quant.grid_blocks import dot2, grid2, prep, ternary_d, tsize
 from modelc.kernels.quant.quant_iq import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, TQ1_0, TQ2_0
-from modelc.kernels.simd.qdot import fma_i32x8, halves_f32x8, hsum_f32x8, prefetch, zeros_f32x8
+from modelc.kernels.simd.qdot import hsum_f32x16, mul_f32x16, prefetch, zeros_f32x16
+from modelc.kernels.simd.qdot_grid import dup8_f32x16, fma_i32x16, lane64, spread4_f32x16
 
 _ROWS_PER_TASK = 16
 PREFETCH_BYTES = 4096
@@ -30,32 +34,36 @@ PREFETCH_BYTES = 4096
 @njit(cache=True, nogil=True, inline="always")
 def _row(kind, nt, w, o, xq, xd, xsb, nb, i0):
     """Row at byte o of w dotted with activation rows i0 .. i0+nt-1 (nt 1..4; kind a constant after inlining):
-    each sub-block's weights are built once for the nt rows. Returns four sums (those past nt are 0)."""
+    sub-blocks in pairs (one 64-byte dot each), each pair's weights built once for the nt rows. Returns four
+    sums (those past nt are 0)."""
     size = tsize(kind)
     c = nb * 256
-    acc0 = zeros_f32x8()
-    acc1 = zeros_f32x8()
-    acc2 = zeros_f32x8()
-    acc3 = zeros_f32x8()
+    acc0 = zeros_f32x16()
+    acc1 = zeros_f32x16()
+    acc2 = zeros_f32x16()
+    acc3 = zeros_f32x16()
     for b in range(nb):
         ob = o + b * size
         prefetch(w, ob + PREFETCH_BYTES)
         prefetch(w, ob + PREFETCH_BYTES + 64)
-        for ib in range(8):
-            g, sb, fa, fb = sub(kind, w, ob, ib)
-            e = i0 * (c // 32) + 8 * b + ib
-            xo = i0 * c + 256 * b + 32 * ib
-            acc0 = fma_i32x8(acc0, dot(kind, g, sb, xq, xo), halves_f32x8(fa * xd[e], fb * xd[e]))
+        signs, ws = prep(kind, w, ob)
+        e = i0 * (c // 32) + 8 * b
+        sc0 = mul_f32x16(ws, dup8_f32x16(xd, e))  # (16,) half sub-block scale x activation scale
+        sc1 = mul_f32x16(ws, dup8_f32x16(xd, e + c // 32)) if nt > 1 else sc0
+        sc2 = mul_f32x16(ws, dup8_f32x16(xd, e + 2 * (c // 32))) if nt > 2 else sc0
+        sc3 = mul_f32x16(ws, dup8_f32x16(xd, e + 3 * (c // 32))) if nt > 3 else sc0
+        xo = i0 * c + 256 * b
+        for p in range(4):
+            g = grid2(kind, w, ob, 2 * p)
+            sb = lane64(signs, p)
+            acc0 = fma_i32x16(acc0, dot2(kind, g, sb, xq, xo + 64 * p), spread4_f32x16(sc0, p))
             if nt > 1:
-                e += c // 32
-                acc1 = fma_i32x8(acc1, dot(kind, g, sb, xq, xo + c), halves_f32x8(fa * xd[e], fb * xd[e]))
+                acc1 = fma_i32x16(acc1, dot2(kind, g, sb, xq, xo + c + 64 * p), spread4_f32x16(sc1, p))
             if nt > 2:
-                e += c // 32
-                acc2 = fma_i32x8(acc2, dot(kind, g, sb, xq, xo + 2 * c), halves_f32x8(fa * xd[e], fb * xd[e]))
+                acc2 = fma_i32x16(acc2, dot2(kind, g, sb, xq, xo + 2 * c + 64 * p), spread4_f32x16(sc2, p))
             if nt > 3:
-                e += c // 32
-                acc3 = fma_i32x8(acc3, dot(kind, g, sb, xq, xo + 3 * c), halves_f32x8(fa * xd[e], fb * xd[e]))
-    s0, s1, s2, s3 = hsum_f32x8(acc0), hsum_f32x8(acc1), hsum_f32x8(acc2), hsum_f32x8(acc3)
+                acc3 = fma_i32x16(acc3, dot2(kind, g, sb, xq, xo + 3 * c + 64 * p), spread4_f32x16(sc3, p))
+    s0, s1, s2, s3 = hsum_f32x16(acc0), hsum_f32x16(acc1), hsum_f32x16(acc2), hsum_f32x16(acc3)
     if kind == TQ1_0 or kind == TQ2_0:  # w = d * (trit - 1): take d * (the block's activation sum) back out
         for b in range(nb):
             d = ternary_d(kind, w, o + b * size)

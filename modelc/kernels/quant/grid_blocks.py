@@ -1,12 +1,14 @@
-"""Per-type decoders of one 32-weight sub-block of the grid i-quants and the ternary types, for gemm_fused_grid.
+"""Per-type decoders of the grid i-quants and the ternary types, for gemm_fused_grid.
 
 `sub(kind, w, o, ib)` reads sub-block ib of the 256-weight block at byte o of w and returns (weights,
 sign bits, scale of elements 0-15, scale of 16-31): IQ2_* / IQ3_* give unsigned grid values joined in
-a register from scalar lookups (qdot_grid.grid_i8x32) with their 32 sign bits apart (put on the
-activations by `dot`); IQ1_* give the signed values 8 * grid +- 1 (the group's delta) with the scale
-/ 8, exactly as quant_iq unpacks them; TQ1_0 / TQ2_0 give trits 0..2 (the -1 is the kernel's: d times
-the block's activation sum). `dot(kind, ...)` is the matching int8 dot. All inline="always" with the
-kind a constant after inlining, so each kernel keeps only its own type's branch. Layouts: ref_iquant.py.
+a register from scalar lookups (qdot_grid.grid_i8x32) with their 32 sign bits apart; IQ1_* give the
+signed values 8 * grid +- 1 (the group's delta) with the scale / 8, exactly as quant_iq unpacks them;
+TQ1_0 / TQ2_0 give trits 0..2 (the -1 is the kernel's: d times the block's activation sum). The kernel
+works on pairs of sub-blocks: `prep` gives a block's 256 sign bits and its 16 half-sub-block scales as
+vectors once, `grid2` two sub-blocks' weights side by side (64 bytes), `dot2` their 512-bit int8 dot
+with the signs put on the activations. All inline="always" with the kind a constant after inlining, so
+each kernel keeps only its own type's branch. Layouts: ref_iquant.py.
 """
 
 from __future__ import annotations
@@ -17,8 +19,30 @@ from numba import njit
 from modelc.kernels.quant import iq_tables as tb
 from modelc.kernels.quant.quant_iq import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, TQ1_0, TQ2_0
 from modelc.kernels.simd.half import half_to_float
-from modelc.kernels.simd.qdot import bits_i8x32, dot_i8x32, dotu_i8x32, f16_at, load_i8x32
-from modelc.kernels.simd.qdot_grid import grid_i8x32, signs_i8x32, tq1_5, tq1_6, tq1_7, trits_i8x32, u16_at, u32_at
+from modelc.kernels.simd.qdot import add_f32x16, bits_i8x32, f16_at, load_i8x32, mul_f32x16
+from modelc.kernels.simd.qdot import splat_f32x16 as splat
+from modelc.kernels.simd.qdot_grid import (
+    aux4_scales_f32x16,
+    aux4_signs_i8x32,
+    aux8_scales_f32x16,
+    aux8_signs_i8x32,
+    grid_i8x32,
+    iq1m_scales_f32x16,
+    iq1s_scales_f32x16,
+    join_i8x64,
+    nib8_f32x16,
+    nib16_f32x16,
+    signs_i8x64,
+    tq1_5,
+    tq1_6,
+    tq1_7,
+    trits_i8x32,
+    u16_at,
+    u32_at,
+    xs_signs_i8x32,
+    zeros_i8x32,
+)
+from modelc.kernels.simd.qdot_tile import dot_u8x64, load_i8x64, sdot_i8x64, zeros_i32x16
 
 _G2XXS = np.ascontiguousarray(tb.IQ2XXS_GRID).view(np.uint64).reshape(-1)
 _G2XS = np.ascontiguousarray(tb.IQ2XS_GRID).view(np.uint64).reshape(-1)
@@ -214,14 +238,55 @@ def sub(kind, w, o, ib):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def dot(kind, g, sb, xq, xo):
-    """The int8 dot of the sub-block's weights with xq[xo:xo+32] (I32x8)."""
-    x = load_i8x32(xq, xo)
+def prep(kind, w, o):
+    """The block at byte o as vectors: (its 256 sign bits, I8x32, zero for the kinds without; the scales of its
+    16 half sub-blocks, F32x16, lane 2j + h: elements 16h .. 16h + 15 of sub-block j), the same values sub()
+    computes one sub-block at a time."""
+    if kind == IQ2_XXS:
+        return aux8_signs_i8x32(w, o + 6), mul_f32x16(add_f32x16(aux8_scales_f32x16(w, o + 6), splat(_HALF)),
+                                                      splat(f16_at(w, o) * _QUARTER))  # fmt: skip
+    if kind == IQ2_XS:
+        return xs_signs_i8x32(w, o + 2), mul_f32x16(add_f32x16(nib16_f32x16(w, o + 66), splat(_HALF)),
+                                                    splat(f16_at(w, o) * _QUARTER))  # fmt: skip
+    if kind == IQ2_S:
+        return load_i8x32(w, o + 34), mul_f32x16(add_f32x16(nib16_f32x16(w, o + 74), splat(_HALF)),
+                                                 splat(f16_at(w, o) * _QUARTER))  # fmt: skip
+    if kind == IQ3_XXS:
+        return aux4_signs_i8x32(w, o + 66), mul_f32x16(add_f32x16(aux4_scales_f32x16(w, o + 66), splat(_HALF)),
+                                                       splat(f16_at(w, o) * _HALF))  # fmt: skip
+    if kind == IQ3_S:
+        ls = nib8_f32x16(w, o + 106)
+        return load_i8x32(w, o + 74), mul_f32x16(add_f32x16(add_f32x16(ls, ls), splat(np.float32(1.0))),
+                                                 splat(f16_at(w, o)))  # fmt: skip
+    if kind == IQ1_S:
+        return zeros_i8x32(), mul_f32x16(iq1s_scales_f32x16(w, o + 34), splat(f16_at(w, o) * _EIGHTH))
+    if kind == IQ1_M:
+        return zeros_i8x32(), mul_f32x16(iq1m_scales_f32x16(w, o + 48), splat(_iq1m_d(w, o) * _EIGHTH))
+    return zeros_i8x32(), splat(ternary_d(kind, w, o))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def grid2(kind, w, o, ib):
+    """The weights of sub-blocks ib, ib + 1 of the block at byte o side by side (I8x64; what sub() builds)."""
+    g0 = g1 = zeros_i8x32()
+    for h in range(2):  # one call site: sub() inlines once (numba inlines every type's branch before pruning)
+        g = sub(kind, w, o, ib + h)[0]
+        if h == 0:
+            g0 = g
+        else:
+            g1 = g
+    return join_i8x64(g0, g1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def dot2(kind, g, sb, xq, xo):
+    """The int8 dot of a pair's weights with xq[xo:xo+64] (I32x16, lane k: elements 4k..4k+3)."""
+    x = load_i8x64(xq, xo)
     if kind == IQ1_S or kind == IQ1_M:
-        return dot_i8x32(g, x)
+        return sdot_i8x64(zeros_i32x16(), g, x)
     if kind == TQ1_0 or kind == TQ2_0:
-        return dotu_i8x32(g, x)
-    return dotu_i8x32(g, signs_i8x32(x, sb))
+        return dot_u8x64(zeros_i32x16(), g, x)
+    return dot_u8x64(zeros_i32x16(), g, signs_i8x64(x, sb))
 
 
 @njit(cache=True, nogil=True, inline="always")

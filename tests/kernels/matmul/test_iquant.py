@@ -167,6 +167,7 @@ def test_fallback_types_cover_every_type() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a cold compile of every type under the switch (the grid types ~15 CPU-s each)
 @pytest.mark.parametrize("switch", sorted(FALLBACK_TYPES))
 def test_fallback_paths(switch: str) -> None:
     """The 256-bit VNNI, AVX2 and portable LLVM IR paths of the new types give the reference's numbers."""

@@ -7,8 +7,9 @@ Each round runs every tree once in a fresh process (PYTHONPATH=that tree, so its
 the order alternating between rounds, so load changes on a shared machine hit both alike. Per tree:
 single-sequence prefill and decode tok/s (the tree's benchmarks/compare_llamacpp.run_modelc: the
 sync Engine), and the aggregate decode tok/s of N sequences started together on the AsyncEngine
-(the tree's loadtests/bench_batching._engine_level). Prints best and median per tree and the ratio
-of the best figures (last tree / first). Use it to check that a change costs no speed: a tree at
+(the tree's loadtests/bench_batching._engine_level) and its inter-token latency there (itl_xN_ms:
+the median gap between two tokens of a stream once all N run). Prints median and best per tree and the
+ratios of the medians and of the bests (last tree / first). Use it to check that a change costs no speed: a tree at
 the commit before it (`git archive COMMIT | tar -x -C DIR`) against the working tree.
 """
 
@@ -55,6 +56,7 @@ if levels:
             return await _engine_level(eng, levels, 16, gen)
     for r in anyio.run(run):
         res[f"decode_x{r['concurrency']}_tok_s"] = r["decode_tokens_per_s"]
+        res[f"itl_x{r['concurrency']}_ms"] = 1000 * r["decode_step_p50_s"]
 print("RESULT " + json.dumps(res))
 """
 
@@ -93,16 +95,23 @@ def main(argv: list[str] | None = None) -> int:
             r = run_tree(os.path.abspath(path), a)
             runs[name].append(r)
             print(f"round {i + 1} {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in r.items()), flush=True)
-    keys = [k for k in runs[trees[0][0]][0] if k.endswith("tok_s")]
-    print(f"\n{a.gguf}: {a.rounds} rounds, {a.threads} threads, load average {load0[0]:.1f} -> "
-          f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")  # fmt: skip
-    print("| measure | " + " | ".join(f"{n} best (median)" for n, _ in trees) + f" | {trees[-1][0]} / {trees[0][0]} |")
-    print("|---|" + "---:|" * (len(trees) + 1))
+    keys = [k for k in runs[trees[0][0]][0] if k.endswith(("tok_s", "_ms"))]
+    print(
+        f"\n{a.gguf}: {a.rounds} rounds, {a.threads} threads, load average {load0[0]:.1f} -> "
+        f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+    last, first = trees[-1][0], trees[0][0]
+    print(
+        "| measure | " + " | ".join(f"{n} median (best)" for n, _ in trees) + f" | {last} / {first}, medians |"
+        f" {last} / {first}, bests |"
+    )
+    print("|---|" + "---:|" * (len(trees) + 2))
     for k in keys:
-        best = {n: max(r[k] for r in runs[n]) for n, _ in trees}
+        pick = min if k.endswith("_ms") else max  # itl_*_ms: the inter-token latency, lower is better
+        best = {n: pick(r[k] for r in runs[n]) for n, _ in trees}
         med = {n: statistics.median(r[k] for r in runs[n]) for n, _ in trees}
-        cells = " | ".join(f"{best[n]:.2f} ({med[n]:.2f})" for n, _ in trees)
-        print(f"| {k} | {cells} | {best[trees[-1][0]] / best[trees[0][0]]:.3f}x |")
+        cells = " | ".join(f"{med[n]:.2f} ({best[n]:.2f})" for n, _ in trees)
+        print(f"| {k} | {cells} | {med[last] / med[first]:.3f}x | {best[last] / best[first]:.3f}x |")
     return 0
 
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/ab_trees.py MODEL.gguf --tree before=/tmp/modelc-base --tree after=. \
         [--rounds 3] [--threads 2] [--prompt-tokens 128] [--decode-tokens 32] [--streams 8,16] [--gen-tokens 16]
+        [--vocab 32000]
 
 Each round runs every tree once in a fresh process (PYTHONPATH=that tree, so its own numba cache),
 the order alternating between rounds, so load changes on a shared machine hit both alike. Per tree:
@@ -28,11 +29,11 @@ import modelc  # first, as in the CLI and the server: its thread settings apply 
 import importlib.util, json, os, sys, time
 from dataclasses import replace
 import anyio
-tree, path, threads, n_prompt, n_decode, streams, gen = sys.argv[1:8]
-threads, n_prompt, n_decode, gen = int(threads), int(n_prompt), int(n_decode), int(gen)
+tree, path, threads, n_prompt, n_decode, streams, gen, vocab = sys.argv[1:9]
+threads, n_prompt, n_decode, gen, vocab = int(threads), int(n_prompt), int(n_decode), int(gen), int(vocab)
 spec = importlib.util.spec_from_file_location("cmp", os.path.join(tree, "benchmarks", "compare_llamacpp.py"))
 cmp = importlib.util.module_from_spec(spec); spec.loader.exec_module(cmp)
-res = cmp.run_modelc(path, threads, cmp.prompt_ids(n_prompt), n_decode)
+res = cmp.run_modelc(path, threads, cmp.prompt_ids(n_prompt, vocab), n_decode)
 levels = tuple(int(s) for s in streams.split(",") if s)
 if levels:
     try:
@@ -67,7 +68,7 @@ def run_tree(tree: str, a: argparse.Namespace) -> dict:
     env = dict(os.environ, PYTHONPATH=tree)
     env.setdefault("MODELC_COLD_START", "wait")
     cmd = [sys.executable, "-c", _CHILD, tree, a.gguf, str(a.threads), str(a.prompt_tokens), str(a.decode_tokens),
-           a.streams, str(a.gen_tokens)]  # fmt: skip
+           a.streams, str(a.gen_tokens), str(a.vocab)]  # fmt: skip
     p = subprocess.run(cmd, env=env, cwd=tree, capture_output=True, text=True, timeout=3600)
     lines = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
     if p.returncode != 0 or not lines:
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decode-tokens", type=int, default=32)
     ap.add_argument("--streams", default="8,16", help="batched decode levels ('' to skip)")
     ap.add_argument("--gen-tokens", type=int, default=16, help="tokens per stream in the batched runs")
+    ap.add_argument("--vocab", type=int, default=32000, help="prompt ids stay below it (the bundled model: 4101)")
     a = ap.parse_args(argv)
     trees = [t.split("=", 1) for t in a.tree]
     runs: dict[str, list[dict]] = {name: [] for name, _ in trees}

@@ -166,7 +166,7 @@ class Warmer:
         requests on the reference kernels need it between numpy calls. When the decode helper is done, the
         decode path's kernels load here (a one-token forward on a second runner, compiling refused): each call
         of the served hybrid set whose kernel and argument types are among them runs numba from then on (the
-        norms, RoPE, attention, embedding rows, and the matmuls of types not repacked, SmolLM2's Q4_1)."""
+        norms, RoPE, attention, embedding rows, and the matmuls of types not repacked, e.g. Q5_0 or the IQ types)."""
         helpers = [_start_helper(self.runner, WARMER_NICE, mode) for mode in ("decode", "batch")]
         for i, helper in enumerate(helpers):
             if helper is None:

@@ -51,7 +51,8 @@ _LLAMA = {
         "gate_up": "blk.{i}.ffn_up",
     },
 }
-_GPT2 = {
+# models/gpt2.py loads by these names too.
+GPT2_NAMES = {
     "hf": {
         "wte": "transformer.wte.weight",
         "wpe": "transformer.wpe.weight",
@@ -90,7 +91,7 @@ def check_structure(model: Any) -> None:
     check_vocabulary(model)
     if arch in LLAMA_FAMILY and naming in _LLAMA:
         _check_llama(_Tensors(model), dict(model.config or {}), _LLAMA[naming])
-    elif arch == "gpt2" and naming in _GPT2:
+    elif arch == "gpt2" and naming in GPT2_NAMES:
         _check_gpt2(_Tensors(model), dict(model.config or {}), naming)
 
 
@@ -247,7 +248,7 @@ def _check_llama(w: _Tensors, cfg: dict[str, Any], names: dict[str, str]) -> Non
 def _check_gpt2(w: _Tensors, cfg: dict[str, Any], naming: str) -> None:
     C, L, V = _config_ints(cfg, w.what, "hidden_size", "num_hidden_layers", "vocab_size")
     F = int(cfg.get("intermediate_size") or 4 * C)
-    names = _GPT2[naming]
+    names = GPT2_NAMES[naming]
     if naming == "hf" and not w.has(names["wte"]):  # HF GPT-2 names with or without "transformer."
         names = {k: v.removeprefix("transformer.") for k, v in names.items()}
     conv1d = naming == "hf"  # HF Conv1D weights are stored (in, out)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from modelc.artifact.structure import GPT2_NAMES
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import FormatError, UnsupportedError
 from modelc.ir import SCALE_SUFFIX
@@ -74,30 +75,8 @@ class Gpt2Layer:
     down_b: np.ndarray
 
 
-_HF = {
-    "wte": "transformer.wte.weight",
-    "wpe": "transformer.wpe.weight",
-    "ln_f": "transformer.ln_f",
-    "ln1": "transformer.h.{i}.ln_1",
-    "qkv": "transformer.h.{i}.attn.c_attn",
-    "o": "transformer.h.{i}.attn.c_proj",
-    "ln2": "transformer.h.{i}.ln_2",
-    "up": "transformer.h.{i}.mlp.c_fc",
-    "down": "transformer.h.{i}.mlp.c_proj",
-    "lm_head": "lm_head.weight",
-}
-_GGUF = {
-    "wte": "token_embd.weight",
-    "wpe": "position_embd.weight",
-    "ln_f": "output_norm",
-    "ln1": "blk.{i}.attn_norm",
-    "qkv": "blk.{i}.attn_qkv",
-    "o": "blk.{i}.attn_output",
-    "ln2": "blk.{i}.ffn_norm",
-    "up": "blk.{i}.ffn_up",
-    "down": "blk.{i}.ffn_down",
-    "lm_head": "output.weight",
-}
+_HF = GPT2_NAMES["hf"]
+_GGUF = GPT2_NAMES["gguf"]
 
 
 def _hf_names(source: Any) -> dict[str, str]:

@@ -1,9 +1,11 @@
 """Write TinyLlama-1.1B-shaped random-weight GGUF files for benchmarks (never into the repo).
 
     .venv/bin/python benchmarks/make_tinyllama.py [OUT_DIR=/tmp/modelc-bench] [--types Q4_0,Q8_0,Q4_K_M,F16]
+        [--ctx 2048]
 
 Shape: 22 layers, hidden 2048, FFN 5632, 32 heads, 4 KV heads, vocab 32000, llama
-metadata, and the SentencePiece tokenizer (tokenizer.ggml.* keys) copied from
+metadata (trained context 2048, or --ctx N: then the files are named tinyllama-1.1b-ctxN-TYPE.gguf,
+for long-context benchmarks), and the SentencePiece tokenizer (tokenizer.ggml.* keys) copied from
 the tiny-llama fixture. Weights are seeded random blocks with sane fp16 scales
 (modelc.kernels.matmul.gemm_random), so speed is real and text is gibberish.
 Type mixes follow llama.cpp: Q4_0 keeps output.weight in Q6_K; Q4_K_M uses
@@ -92,8 +94,9 @@ def _data(shape: tuple[int, ...], dt: DataType, rng: np.random.Generator) -> np.
     return t.data.reshape(shape[0], -1)
 
 
-def _copy_tokenizer(w: gguf.GGUFWriter) -> None:
-    r = gguf.GGUFReader(TOKENIZER_GGUF)
+def _copy_tokenizer(w: gguf.GGUFWriter, source: pathlib.Path = TOKENIZER_GGUF) -> None:
+    """Every tokenizer.ggml.* key of the GGUF `source` into w (make_llama8b.py copies Llama 3's this way)."""
+    r = gguf.GGUFReader(source)
     for key, field in r.fields.items():
         if not key.startswith("tokenizer.ggml."):
             continue
@@ -102,21 +105,27 @@ def _copy_tokenizer(w: gguf.GGUFWriter) -> None:
         w.add_key_value(key, field.contents(), vtype, sub)
 
 
-def write(path: pathlib.Path, mix: str, seed: int = 0) -> None:
+def add_llama_shape(w: gguf.GGUFWriter, ctx: int, hidden: int, layers: int, ffn: int, heads: int, kv_heads: int,
+                    vocab: int, theta: float) -> None:  # fmt: skip
+    """The llama.* hyper-parameters of a plain Llama shape (head dim hidden / heads, RMS eps 1e-5)."""
+    w.add_context_length(ctx)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_rope_freq_base(theta)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(vocab)
+
+
+def write(path: pathlib.Path, mix: str, seed: int = 0, ctx: int = CTX) -> None:
     rng = np.random.default_rng(seed)
     tensors = plan(mix)
     w = gguf.GGUFWriter(path, "llama")
     w.add_name(f"tinyllama-1.1b-random-{mix}")
-    w.add_context_length(CTX)
-    w.add_embedding_length(HIDDEN)
-    w.add_block_count(LAYERS)
-    w.add_feed_forward_length(FFN)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
-    w.add_rope_dimension_count(HEAD_DIM)
-    w.add_rope_freq_base(10000.0)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(VOCAB)
+    add_llama_shape(w, ctx, HIDDEN, LAYERS, FFN, HEADS, KV_HEADS, VOCAB, 10000.0)
     w.add_file_type(FILE_TYPE[mix])
     w.add_quantization_version(2)
     _copy_tokenizer(w)
@@ -146,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", nargs="?", default="/tmp/modelc-bench", type=pathlib.Path)
     ap.add_argument("--types", default="Q4_0,Q8_0,Q4_K_M,F16")
+    ap.add_argument("--ctx", type=int, default=CTX, help="trained context length written to the metadata")
     a = ap.parse_args(argv)
     out_dir = a.out_dir.resolve()
     if out_dir == ROOT or ROOT in out_dir.parents:
@@ -156,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         if mix not in FILE_TYPE:
             print(f"error: unknown type mix {mix} (choose from {', '.join(FILE_TYPE)})", file=sys.stderr)
             return 1
-        path = out_dir / f"tinyllama-1.1b-{mix}.gguf"
+        tag = "" if a.ctx == CTX else f"ctx{a.ctx}-"
+        path = out_dir / f"tinyllama-1.1b-{tag}{mix}.gguf"
         t0 = time.perf_counter()
-        write(path, mix)
+        write(path, mix, ctx=a.ctx)
         print(f"{path}  {path.stat().st_size / 2**30:.2f} GiB  {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
 

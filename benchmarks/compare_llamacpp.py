@@ -94,7 +94,7 @@ def run_modelc(path: str, threads: int, ids: list[int], n_decode: int) -> dict:
     # then short and long prefill and decode, long enough for the thread tuner's first probe (a served model
     # has finished it long before)
     list(eng.generate_ids(ids[:8], greedy))
-    probe = SamplingParams(max_tokens=4 + thread_tuner.PROBE_STEPS, temperature=0.0, ignore_eos=True)
+    probe = SamplingParams(max_tokens=4 + thread_tuner.WARM_STEPS, temperature=0.0, ignore_eos=True)
     list(eng.generate_ids(ids[: min(len(ids), 48)], probe))
     p = SamplingParams(max_tokens=n_decode + 1, temperature=0.0, ignore_eos=True)
     it = eng.generate_ids(ids, p)

@@ -94,7 +94,7 @@ def _warm_tokens() -> int:
     served model has finished it long before; in a 32-token run it would be most of the run)."""
     from modelc.engine import thread_tuner
 
-    return 4 + thread_tuner.PROBE_STEPS
+    return 4 + thread_tuner.WARM_STEPS
 
 
 def one_stream(eng, prompt: list[int], n: int) -> float:

@@ -193,7 +193,7 @@ async def _engine_level(engine: Any, levels: tuple[int, ...], prompt_tokens: int
     params = SamplingParams(temperature=0.0, max_tokens=gen_tokens, ignore_eos=True)
     # warm-up: one sequence long enough for the thread tuner's first probe (a served model has done it long
     # before; at 16 tokens it would be the whole single-stream figure)
-    warm = SamplingParams(temperature=0.0, max_tokens=4 + thread_tuner.PROBE_STEPS, ignore_eos=True)
+    warm = SamplingParams(temperature=0.0, max_tokens=4 + thread_tuner.WARM_STEPS, ignore_eos=True)
     async for _ in engine.generate(rng.integers(min(300, vocab // 2), vocab, 16).tolist(), warm):
         pass
     out = []

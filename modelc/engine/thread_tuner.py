@@ -12,15 +12,21 @@ gains from a second thread depends on the machine, and measured on a 2-vCPU VM i
 So decode-shaped steps (every chunk one token) of SMALL rows or fewer alternate between half the configured
 thread count and all of it in short blocks (the first step after a switch not counted) and keep the faster by
 median; they probe again every PERIOD steps, or sooner where every thread's recent steps run DRIFT times
-slower than their best (a neighbour process started). Bigger batches do more arithmetic per byte and a probe
+slower than their best (a neighbour process started). The first probe waits FIRST_PROBE steps on every thread
+unless other processes are runnable beside this one (`others_running`: /proc/loadavg) or the steps drift: on a
+quiet machine a probe is pure cost, and a server's first request paid it (SmolLM2-135M served after a restart:
+12 of its first 24 steps on 1 thread, 1.6x slower, and the first steps back on 2 threads 100-300 ms each while
+the second thread woke; first request 0.3-0.8 of the warm speed, docs/benchmarks.md, issue 38). Bigger batches do more arithmetic per byte and a probe
 costs them more (at 16 streams half the threads is ~2x slower; a 16-token benchmark would be all probe):
 they stay on the configured count and probe only on drift, or when a probe found half the threads faster
 (the machine is contended). Batch sizes are tuned apart.
 
 The threads spin between kernels (modelc/spin.py: GOMP_SPINCOUNT), which is what makes a quiet decode
 fast and a contended one with every thread very slow (TinyLlama Q4_0 beside one busy process: 2-9 tok/s on
-2 threads, 27-29 on 1). So a probe starts on half the threads and cuts a candidate short at its first counted
-step that runs ABORT times slower than the other's median; a probe cut short waits twice as long (up to
+2 threads, 27-29 on 1). So a probe starts on half the threads and cuts a candidate short where the median of its
+last ABORT_STEPS counted steps runs ABORT times slower than the other's median (one step is not enough: a thread
+woken after a block on half the threads took 100-300 ms for one or two steps of a served 7 ms decode, which cut
+every-thread probes short and left the process on 1 thread, 75-95 against 125-160 tok/s); a probe cut short waits twice as long (up to
 MAX_PERIOD steps) before the next. Steps the tuner does not time (prefill, drafts, embeddings) run on
 prompt_threads(): half the threads while the machine is contended, else all. MODELC_THREAD_TUNER=0 turns
 tuning off. No probe starts while weights move onto huge pages after a load (kernels/runtime/hugepages.py): steps
@@ -43,13 +49,20 @@ stream timed 2 threads at 7.9-13.4 ms a step against 7.3-8.7 on 1, and stayed on
 ROUNDS = 2
 """Blocks per candidate in a probe, the candidates' blocks alternating so drift hits both."""
 PROBE_STEPS = 2 * BLOCK * ROUNDS
-"""Steps of one whole probe (two candidates: every thread and half of them); benchmarks warm up past it."""
+"""Steps of one whole probe (two candidates: every thread and half of them)."""
 PERIOD = 256
 """Steps on the chosen count before probing again."""
 MAX_PERIOD = 16 * PERIOD
 """The longest wait between probes, reached by probes cut short one after another (a lasting neighbour)."""
 ABORT = 2.0
-"""A probe drops a candidate at its first counted step this many times slower than another candidate's median."""
+"""A probe drops a candidate whose last ABORT_STEPS counted steps' median is this many times another's median."""
+ABORT_STEPS = 3
+"""Counted steps of a candidate before it can be cut short (their median: one or two slow wake-ups do not)."""
+FIRST_PROBE = 64
+"""Steps a small batch runs on every thread before its first probe, unless other processes are runnable or the
+steps drift (a quiet machine's first requests at full speed; a busy one probes within its first BLOCK steps)."""
+WARM_STEPS = FIRST_PROBE + PROBE_STEPS
+"""Decode steps of one stream after which its first probe is over, quiet or busy: benchmarks warm up past them."""
 DRIFT = 1.5
 """Probe again early when the chosen count's last BLOCK steps' median is this many times its best median."""
 SMALL = 2
@@ -77,12 +90,14 @@ def batch_key(rows: int) -> int:
 class _Key:
     plan: list[int] = field(default_factory=list)  # thread counts of the probe steps still to run
     samples: dict[int, list[float]] = field(default_factory=dict)
-    best: int = 0  # 0: no probe finished yet (small batches)
+    best: int = 0  # the thread count chosen (the configured count until a probe decides)
     best_s: float = float("inf")  # the lowest median of BLOCK steps seen on `best`
     since: int = 0  # steps on `best` since the last probe
     period: int = PERIOD  # steps on `best` before the next probe (doubled after a probe cut short)
     recent: deque = field(default_factory=lambda: deque(maxlen=BLOCK))
     epoch: int = 0  # the tuner's contention epoch this key last probed in
+    probed: bool = True  # False for a small batch until its first probe (FIRST_PROBE)
+    busy: int = 0  # bits: which of the last BLOCK steps before the first probe saw others runnable (others_running)
 
 
 class ThreadTuner:
@@ -108,7 +123,7 @@ class ThreadTuner:
             return self.candidates[0]
         st = self._keys.get(key)
         if st is None:
-            st = self._keys[key] = _Key(best=0 if key <= SMALL else self.candidates[0], epoch=-1)
+            st = self._keys[key] = _Key(best=self.candidates[0], epoch=-1, probed=key > SMALL)
         # not while weights move onto huge pages (kernels/runtime/hugepages.py, the first seconds after a load): the
         # move stalls a core, and a probe would time that instead of the thread counts
         if not st.plan and self._due(key, st) and not hugepages.moving():
@@ -116,6 +131,7 @@ class ThreadTuner:
             st.samples = {n: [] for n in self.candidates}
             st.recent.clear()
             st.epoch = self.epoch
+            st.probed = True
         return st.plan[0] if st.plan else self.choice(key)
 
     def prompt_threads(self) -> int:
@@ -123,8 +139,9 @@ class ThreadTuner:
         return self.candidates[-1] if self.contended else self.candidates[0]
 
     def _due(self, key: int, st: _Key) -> bool:
-        if not st.best:
-            return True
+        if not st.probed:  # a small batch's first probe: at once on a busy machine, else after FIRST_PROBE steps
+            st.busy = ((st.busy << 1) | others_running()) & ((1 << BLOCK) - 1)
+            return st.busy.bit_count() * 2 > BLOCK or st.since >= FIRST_PROBE or self._drifted(st)
         # a slowdown on every thread may be a neighbour (probe at once); on half of them, more threads would
         # only compete harder for the cores: that waits for the period
         if st.best == self.candidates[0] and self._drifted(st):
@@ -145,13 +162,15 @@ class ThreadTuner:
             # not on a block's first step: that one may pay for the switch (a thread's first wake-up after a
             # while took 21.5 ms of a 7.8 ms Qwen3-MoE step once: 1 thread then stuck, 15-20% slower)
             if not first:
+                mine = st.samples[threads]
+                mine.append(seconds)
                 others = {m: statistics.median(v) for m, v in st.samples.items() if m != threads and len(v) >= 2}
-                if others and seconds > ABORT * min(others.values()):
+                slow = statistics.median(mine[-ABORT_STEPS:])
+                if others and len(mine) >= ABORT_STEPS and slow > ABORT * min(others.values()):
                     st.plan.clear()  # far slower than a candidate already timed: no more steps on this one
-                    self._decide(key, st, {**others, threads: seconds})
+                    self._decide(key, st, {**others, threads: slow})
                     st.period = min(2 * st.period, MAX_PERIOD)
                     return
-                st.samples[threads].append(seconds)
             if not st.plan:
                 self._decide(key, st, {n: statistics.median(v) for n, v in st.samples.items()})
                 st.period = PERIOD
@@ -176,3 +195,18 @@ class ThreadTuner:
     @staticmethod
     def _drifted(st: _Key) -> bool:
         return len(st.recent) == BLOCK and statistics.median(st.recent) > DRIFT * st.best_s
+
+
+LOADAVG = "/proc/loadavg"
+
+
+def others_running(path: str = LOADAVG) -> bool:
+    """Whether more tasks are runnable on this machine right now than it has CPUs (the fourth field of
+    /proc/loadavg, runnable/total, counts this process's running threads too): another process wants a core
+    the spinning threads would take. False where that cannot be read (not Linux)."""
+    try:
+        with open(path) as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    return running > (os.cpu_count() or 1)

@@ -121,6 +121,9 @@ class SchedulerConfig:
             object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
 
 
+WEIGHTS_MODES = ("auto", "resident", "streamed")  # EngineConfig.weights (models/residency.py)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """How AsyncEngine serves one model: `engines` runners, each with `threads` numba threads.
@@ -142,6 +145,9 @@ class EngineConfig:
     cpu_count: int = field(default_factory=lambda: usable_cpus(), compare=False)
     warmup: bool = True  # compile (or load from numba's cache) every kernel before the engine counts as open
     replicas: ReplicaConfig | None = None  # serve through Ray engine replicas (modelc/replicas/)
+    # where the weights live (models/residency.py): "auto" picks at load; "resident" (repacked copies in memory) or
+    # "streamed" (read layer by layer from the file, for models larger than the memory left)
+    weights: str = "auto"
 
     def __post_init__(self) -> None:
         if self.engines < 1:
@@ -157,6 +163,8 @@ class EngineConfig:
             _bad("request_timeout_s", "must be > 0")
         if self.max_engine_restarts < 0:
             _bad("max_engine_restarts", "must be >= 0")
+        if self.weights not in WEIGHTS_MODES:
+            _bad("weights", f"must be one of {', '.join(WEIGHTS_MODES)}")
 
     @property
     def threads_per_engine(self) -> int:

@@ -32,6 +32,10 @@ class UnsupportedError(ModelcError):
     """Valid input that modelc does not handle (a dtype, an op, an architecture)."""
 
 
+class MemoryLimitError(UnsupportedError):
+    """A model cannot run in the memory this process may fill (its cgroup's limit, the machine's free memory)."""
+
+
 class ArtifactError(FormatError):
     """A .modelc file is corrupt, truncated, or of an unknown version."""
 

@@ -18,7 +18,15 @@ PKG = ROOT / "modelc"
 
 # Lowest first. A module belongs to the floor of the longest entry that prefixes its dotted name.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("modelc.errors", "modelc.ir", "modelc.tmpfiles", "modelc.config", "modelc.version", "modelc.spin"),
+    (
+        "modelc.errors",
+        "modelc.ir",
+        "modelc.tmpfiles",
+        "modelc.config",
+        "modelc.version",
+        "modelc.spin",
+        "modelc.memory",
+    ),
     ("modelc.kernels",),
     (
         "modelc.formats",

@@ -38,6 +38,7 @@ from modelc.engine.model_info import ModelInfo
 from modelc.engine.runner import Runner
 from modelc.engine.warm import ready_runner
 from modelc.errors import EngineError, InvalidRequestError, ModelcError
+from modelc.models import residency
 from modelc.request import Finished, SamplingParams, TokenEvent
 from modelc.source import as_source
 
@@ -119,6 +120,8 @@ class AsyncEngine:
             _check_draft(source, draft)
             config = replace(config, scheduler=replace(config.scheduler, speculative="draft"))
         config = _sized_context(config, info, getattr(source, "config", {}) or {}, draft)
+        if runner_factory is None and config.replicas is None:  # replicas decide in their own processes
+            config = _placed(config, source)
         make_runner = runner_factory or _default_runner_factory(source, config, info, draft)
         try:
             async with anyio.create_task_group() as tg:
@@ -268,6 +271,20 @@ def _check_draft(source: Any, draft: Any) -> None:
         raise InvalidRequestError("the draft model must be a text generation model", param="draft")
     if (t_text and d_text and t_text != d_text) or (not (t_text and d_text) and t_vocab != d_vocab):
         raise InvalidRequestError("the draft model does not share the target model's tokenizer", param="draft")
+
+
+def _placed(config: EngineConfig, source: Any) -> EngineConfig:
+    """Decide where the weights live, resident or streamed from the file (models/residency.py), with the KV cache
+    this config sizes for all engines, and record it for the source: every runner built from it runs that way."""
+    model_config = getattr(source, "config", {}) or {}
+    context = config.scheduler.max_model_len or int(model_config.get("max_position_embeddings") or 0)
+    useful = config.scheduler.max_num_seqs * context if context else None
+    kv_bytes = num_kv_blocks(config.cache, model_config, max_useful_tokens=useful) * kv_bytes_per_block(
+        model_config, config.cache.block_size, config.cache.kv_dtype
+    )
+    plan = residency.decide(source, config.weights, kv_bytes=kv_bytes, engines=config.engines)
+    residency.assign(source, plan)
+    return replace(config, weights=plan.mode)
 
 
 def _default_runner_factory(

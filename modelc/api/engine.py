@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 
 from modelc.cache.block_pool import BlockPool
+from modelc.cache.budget import kv_bytes_per_block
 from modelc.cache.kv_pages import BLOCK_SIZE
-from modelc.config import SchedulerConfig
+from modelc.config import SchedulerConfig, resolve_kv_dtype
 from modelc.engine.core import EngineCore
 from modelc.engine.embedder import Embedder, supports_embeddings
 from modelc.engine.infer import Inferencer, supports_infer
@@ -23,6 +24,7 @@ from modelc.engine.model_info import ModelInfo
 from modelc.engine.perplexity import perplexity
 from modelc.engine.runner import Runner
 from modelc.errors import EngineError, InvalidRequestError, UnsupportedError
+from modelc.models import residency
 from modelc.request import SamplingParams
 from modelc.scheduler.output import SequenceFinished, TokenEmitted
 from modelc.scheduler.scheduler import Scheduler
@@ -37,7 +39,17 @@ PREFILL_CHUNK = 512  # tokens per forward (the step's token budget): bounds scra
 class Engine:
     """One model, one request at a time. `Engine.load(...)` or `Engine(source)` for an in-memory model."""
 
-    def __init__(self, source: Any, *, threads: int | None = None, kv_cache_tokens: int = 4096, kv_dtype: str = "auto"):
+    def __init__(
+        self,
+        source: Any,
+        *,
+        threads: int | None = None,
+        kv_cache_tokens: int = 4096,
+        kv_dtype: str = "auto",
+        weights: str = "auto",
+    ):
+        """weights: "auto", "resident" or "streamed" (models/residency.py: streamed reads the layers from the file
+        as the forward needs them, for a model larger than the memory left)."""
         if kv_cache_tokens < 1:
             raise InvalidRequestError("kv_cache_tokens must be >= 1", param="kv_cache_tokens")
         self.source = source
@@ -57,6 +69,11 @@ class Engine:
             return
         num_blocks = (kv_cache_tokens + BLOCK_SIZE - 1) // BLOCK_SIZE
         info = self.info
+        kv_bytes = num_blocks * kv_bytes_per_block(
+            getattr(source, "config", None) or {}, BLOCK_SIZE, resolve_kv_dtype(kv_dtype, source)
+        )
+        self.weights = residency.decide(source, weights, kv_bytes=kv_bytes)
+        residency.assign(source, self.weights)
         self.runner = Runner(source, num_kv_blocks=num_blocks, kv_dtype=kv_dtype, threads=threads, info=info)
         # learned position tables (GPT-2) cap the sequence length too
         limit = getattr(self.runner.model, "max_positions", None)
@@ -93,8 +110,10 @@ class Engine:
         threads: int | None = None,
         kv_cache_tokens: int = 4096,
         kv_dtype: str = "auto",
+        weights: str = "auto",
     ) -> Engine:
-        return cls(open_model(path_or_store_name), threads=threads, kv_cache_tokens=kv_cache_tokens, kv_dtype=kv_dtype)
+        return cls(open_model(path_or_store_name), threads=threads, kv_cache_tokens=kv_cache_tokens, kv_dtype=kv_dtype,
+                   weights=weights)  # fmt: skip
 
     # -- text ----------------------------------------------------------------------------------------
 

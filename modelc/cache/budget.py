@@ -1,12 +1,13 @@
 """The KV budget arithmetic: MiB, tokens or free memory -> the number of 16-token KV blocks.
 
-No I/O except reading /proc/meminfo for the default budget.
+No I/O except reading /proc/meminfo and the memory cgroup's files for the default budget (modelc.memory).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from modelc import memory
 from modelc.cache.kv_pages import KVPages
 from modelc.config import KV_AUTO, CacheConfig
 
@@ -28,16 +29,9 @@ def kv_bytes_per_block(model_config: dict[str, Any], block_size: int = 16, kv_dt
     return max(1, int(per_block))
 
 
-def mem_available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
-    """MemAvailable from /proc/meminfo, or None where the file or the line is missing."""
-    try:
-        with open(meminfo, encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def mem_available_bytes() -> int | None:
+    """What this process may still fill: MemAvailable, or less under a memory cgroup's limit (modelc.memory)."""
+    return memory.available_bytes()
 
 
 def num_kv_blocks(
@@ -63,7 +57,8 @@ def num_kv_blocks(
 
 
 def default_budget_bytes(available_bytes: int | None = None) -> int:
-    """The memory the KV cache may take by default: min(25% of MemAvailable, 2 GiB)."""
+    """The memory the KV cache may take by default: min(25% of MemAvailable, 2 GiB); under a memory cgroup, of the
+    group's headroom where that is less."""
     avail = available_bytes if available_bytes is not None else mem_available_bytes()
     return DEFAULT_KV_CAP_BYTES if avail is None else min(int(avail * DEFAULT_KV_FRACTION), DEFAULT_KV_CAP_BYTES)
 

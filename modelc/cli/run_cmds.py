@@ -35,6 +35,7 @@ def engine_config(
     cpus_per_replica: float = 1.0,
     routing: str = "affinity",
     anchor_tokens: int = 0,
+    weights: str = "auto",
 ) -> Any:
     from modelc.config import CacheConfig, EngineConfig, ReplicaConfig, SchedulerConfig
 
@@ -59,6 +60,7 @@ def engine_config(
             spec_gamma=4 if gamma is None else gamma,
         ),
         draft=draft if speculative == "draft" else None,
+        weights=weights,
     )
 
 
@@ -146,6 +148,13 @@ def run_cmd(
     ),
     engines: int = typer.Option(1, "--engines", help="Engine workers (data parallel)."),
     threads: int | None = typer.Option(None, "--threads", help="numba threads per engine (default cores/engines)."),
+    weights: str = typer.Option(
+        "auto",
+        "--weights",
+        help="Where the weights live: resident (repacked in memory), streamed (read layer by layer from the file, "
+        "for models larger than the memory or cgroup limit) or auto (streamed only where resident would not fit).",
+    ),
+    stream_weights: bool = typer.Option(False, "--stream-weights", help="Shorthand for --weights streamed."),
     profile: bool = typer.Option(False, "--profile", help="Print load time at start and uptime at exit."),
     drain_timeout: float = typer.Option(30.0, "--drain-timeout", help="Seconds to finish requests on shutdown."),
     temperature: float | None = typer.Option(None, "--temperature", help="Default temperature."),
@@ -280,6 +289,7 @@ def run_cmd(
         cpus_per_replica=cpus_per_replica,
         routing=routing,
         anchor_tokens=anchor_tokens,
+        weights="streamed" if stream_weights else weights,
     )
     # The draft belongs to the served model; other models named by requests get prompt lookup at most.
     other = ecfg.scheduler.speculative and "ngram"

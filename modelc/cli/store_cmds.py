@@ -63,6 +63,7 @@ def describe(source: Any, path: Path) -> dict[str, Any]:
     """The inspect summary as plain data (used for --json and the table)."""
     # lazy: the CLI imports this module for every command (even --help); the model stack loads only here
     from modelc.capabilities import source_capabilities
+    from modelc.models.residency import would_run
 
     header = getattr(source, "header", None)
     fmt = f"modelc (from {source.source_format or '?'})" if header is not None else source.source_format
@@ -79,6 +80,7 @@ def describe(source: Any, path: Path) -> dict[str, Any]:
         "has_tokenizer": bool(source.tokenizer_json),
         "has_chat_template": bool(source.chat_template),
         "capabilities": source_capabilities(source),
+        "weights": would_run(source),  # resident or streamed, as `modelc run` would pick here and now
         "provenance": (header or {}).get("provenance"),
         "metadata": source.metadata,
         "tensors": [
@@ -98,6 +100,7 @@ def _print_summary(info: dict[str, Any]) -> None:
     out.print(f"architecture: {info['architecture']}   format: {info['format']}")
     out.print(f"parameters: {info['num_params']:,}   tensor bytes: {human_bytes(info['total_bytes'])}")
     out.print("capabilities: " + (", ".join(info["capabilities"]) or "none"))
+    out.print(f"weights under `modelc run` here: {info['weights']['reason']}")
     if info["provenance"]:
         p = info["provenance"]
         out.print(f"packed by modelc {p.get('modelc_version', '?')} at {p.get('created', '?')}")

@@ -18,13 +18,14 @@ from modelc.kernels.layer import decode_step
 from modelc.kernels.matmul.linear import Weight
 from modelc.kernels.runtime.threads import kernel_threads
 from modelc.kernels.select import KernelSet
-from modelc.models import llama_decode
+from modelc.models import llama_decode, residency
 from modelc.models.batch import ForwardBatch, LoraRows
 from modelc.models.fused import MAX_T, Fused
 from modelc.models.llama_args import LlamaArgs
 from modelc.models.llama_layer import HF_NORMS, NAMES, PROJECTIONS, LlamaLayer, load_layer
 from modelc.models.moe import load_moe
 from modelc.models.scratch import Scratch
+from modelc.models.streaming import Streamer
 from modelc.models.weights import WeightReader
 
 
@@ -96,9 +97,15 @@ class LlamaModel:
                 "act": a.intermediate_size,
             }
         )
+        # streamed weights (residency.py): a Streamer reads each layer ahead of the forward and drops it after
+        plan = residency.plan_for(source)
+        self.stream = (
+            Streamer(source, plan.budget_bytes) if plan is not None and plan.mode == residency.STREAMED else None
+        )
         # which layers a step of one-token rows runs in decode_step's numba calls, in runs of consecutive layers
-        # (None: every layer takes the general path; llama_decode.py)
-        self.decode = llama_decode.plan_decode(self)
+        # (None: every layer takes the general path; llama_decode.py); streamed: one layer a run, so the Streamer
+        # sees every layer enter and leave
+        self.decode = llama_decode.plan_decode(self, longest=1 if self.stream is not None else None)
 
     @property
     def hidden_size(self) -> int:
@@ -236,6 +243,8 @@ class LlamaModel:
         """Layers run.start .. run.end - 1 of a step of one-token rows in one numba call (kernels/layer/decode_step.py):
         the scratch's x, o, h as the general path leaves them after each layer."""
         a, sc, T = self.args, self.scratch, batch.num_tokens
+        if self.stream is not None:  # one layer a run (plan_decode's longest=1)
+            self.stream.enter(run.start)
         threads = kernel_threads()
         parallel = llama_decode.attention_parallel(batch, a.num_kv_heads, threads)
         nqkv = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim
@@ -251,6 +260,8 @@ class LlamaModel:
         else:  # the attention half; the layer's experts through MoeFFN.forward
             decode_step.attention_layers(*args)
             self.layers[run.start].moe.forward(sc.get("o", T), sc.get("h", T), self.kernels)  # type: ignore[attr-defined]
+        if self.stream is not None:
+            self.stream.leave(run.start)
 
     def _layer(self, i: int, batch: ForwardBatch, kv: KVPages, long_seqs: np.ndarray | None) -> None:
         """Layer i on the general path: x += the previous layer's output o (the first layer: x as it is), then
@@ -259,6 +270,8 @@ class LlamaModel:
         T, lora, eps = batch.num_tokens, batch.lora, a.rms_norm_eps
         x, h, o = sc.get("x", T), sc.get("h", T), sc.get("o", T)  # (T, C)
         qkv, attn = (sc.get("q", T), sc.get("k", T), sc.get("v", T)), sc.get("attn", T)
+        if self.stream is not None:
+            self.stream.enter(i)
         if i == 0:
             self._norm_or_copy(h, x, L.attn_norm)
         else:
@@ -293,6 +306,8 @@ class LlamaModel:
         else:
             self._mlp(o, h, L, lora, i)
         self._post(o, L.post_ffn_norm)
+        if self.stream is not None:
+            self.stream.leave(i)
 
     def _attention(self, out, q3, kp, vp, batch: ForwardBatch, window: int, sinks: np.ndarray | None) -> None:
         a, K = self.args, self.kernels
@@ -353,7 +368,11 @@ class LlamaModel:
         hn = np.empty_like(rows)
         K.rms_norm(hn, rows, self.norm, a.rms_norm_eps)
         logits = np.empty((rows.shape[0], a.vocab_size), np.float32)  # (R, V)
+        if self.stream is not None:
+            self.stream.enter(residency.HEAD)
         K.matmul(logits, hn, self.lm_head)
+        if self.stream is not None:
+            self.stream.leave(residency.HEAD)
         if a.logit_scale != 1.0:
             logits *= np.float32(a.logit_scale)
         if a.final_softcap:

@@ -187,10 +187,10 @@ class DecodeRuns:
         return tuple(runs)
 
 
-def plan_decode(model: Any) -> DecodeRuns | None:
-    """The model's DecodeRuns, or None where no layer qualifies (plan_layers)."""
+def plan_decode(model: Any, longest: int | None = None) -> DecodeRuns | None:
+    """The model's DecodeRuns (at most `longest` layers a run), or None where no layer qualifies (plan_layers)."""
     plans = plan_layers(model)
-    return None if plans is None else DecodeRuns(plans)
+    return None if plans is None else DecodeRuns(plans, longest)
 
 
 def step_parts(p: LayerPlan) -> tuple:

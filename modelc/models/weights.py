@@ -33,7 +33,7 @@ from modelc.kernels.matmul import gemm_r16
 from modelc.kernels.matmul.linear import Weight, prepare_weight
 from modelc.kernels.runtime import hugepages
 from modelc.kernels.select import KernelSet
-from modelc.models import r16_cache
+from modelc.models import r16_cache, residency
 from modelc.models.fused import Fused, fuse_runs
 
 # id(source) -> {(what, *args): Weights built from it with copies (repacked)}, dropped with
@@ -62,11 +62,13 @@ class WeightReader:
         self.tensors: dict[str, TensorData] = source.tensors
         self.kernels = kernels
         self.name = getattr(source, "name", "model")
-        # not on a cold start's hybrid kernels: they serve from the file layout while numba compiles
-        self.repack = kernels.name == "numba" and os.environ.get("MODELC_REPACK", "1") != "0"
+        # not on a cold start's hybrid kernels: they serve from the file layout while numba compiles; not where
+        # the weights stream from the file (residency.py): a copy is memory the kernel cannot reclaim
+        numba = kernels.name == "numba" and not residency.streamed(source)
+        self.repack = numba and os.environ.get("MODELC_REPACK", "1") != "0"
         total = sum(t.nbytes for t in self.tensors.values() if len(t.shape) in (2, 3))  # 3-D: MoE experts
         # whether the matrices move onto huge pages (in the background, after load)
-        self.huge = kernels.name == "numba" and bool(total) and hugepages.enabled(total)
+        self.huge = numba and bool(total) and hugepages.enabled(total)
         self.shared = _shared_of(source) if self.repack else None
 
     def _once(self, key: tuple, make: Callable[[], Any]) -> Any:

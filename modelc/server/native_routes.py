@@ -17,6 +17,7 @@ from typing import Any
 from quart import Blueprint, Response
 
 from modelc.errors import InvalidRequestError, ModelcError
+from modelc.models import residency
 from modelc.request import Finished, SamplingParams
 from modelc.server.chat_plan import ChatRequest, plan_chat
 from modelc.server.context import context_length, encode_bounded, prompt_limit
@@ -122,7 +123,17 @@ async def props() -> Any:
         "default_generation": default_generation(state, engine),
         "kv_cache_dtype": engine.config.cache.kv_dtype if engine.config is not None else None,
         "n_ctx": engine.context_length,  # tokens one sequence may hold (run --ctx-size; llama.cpp's name)
+        "weights": weights_mode(engine),
     }
+
+
+def weights_mode(engine: ServedModel) -> dict[str, Any] | None:
+    """Where the served weights live (models/residency.py): {"mode": "resident" | "streamed", "reason", ...};
+    None for an engine without generation settings (encoders, MLP/ONNX)."""
+    plan = residency.plan_for(engine.source) if engine.source is not None else None
+    if plan is not None:
+        return plan.describe()
+    return None if engine.config is None else {"mode": engine.config.weights}
 
 
 def memory_total_bytes() -> int | None:

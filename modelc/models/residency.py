@@ -22,6 +22,7 @@ from modelc import architectures, memory
 from modelc.cache.budget import default_context, kv_bytes_per_block
 from modelc.config import KV_AUTO, WEIGHTS_MODES, resolve_kv_dtype
 from modelc.errors import InvalidRequestError, MemoryLimitError
+from modelc.models.bounds import check_counts
 
 MODES = WEIGHTS_MODES
 AUTO, RESIDENT, STREAMED = MODES
@@ -106,6 +107,7 @@ def decide(
     what is left after KV + RESERVE_BYTES; MemoryLimitError where even the largest layer does not fit that, and
     for more than one engine (each would stream the whole file on its own)."""
     mode = parse_mode(mode)
+    check_counts(source)  # a config claiming more than the tensors hold is that error, not a memory one
     avail = memory.available_bytes() if available_bytes == -1 else available_bytes
     total = weights_bytes(source)
     need = total + kv_bytes + RESERVE_BYTES
@@ -129,10 +131,10 @@ def decide(
     budget = _budget_override(budget)
     if budget < largest:
         raise MemoryLimitError(
-            f"model {name} cannot run in the memory left: {_room(avail)}, its KV cache takes "
-            f"{kv_bytes / gib:.2f} GiB and {RESERVE_BYTES >> 20} MiB is kept for the runtime, so its largest layer "
-            f"({largest / gib:.2f} GiB of weights) does not fit even streamed; lower --ctx-size/--kv-cache-mb or raise "
-            "the memory limit"
+            f"model {name} cannot run in the memory left: {_room(avail)}, its KV cache takes {kv_bytes / gib:.2f} GiB "
+            f"and {RESERVE_BYTES >> 20} MiB is kept for the runtime, leaving {max(0, budget) / gib:.2f} GiB for its "
+            f"weights, less than its largest layer ({largest / gib:.2f} GiB) even streamed; lower "
+            "--ctx-size/--kv-cache-mb or raise the memory limit"
         )
     why = "asked for" if mode == STREAMED else f"{need / gib:.2f} GiB resident > {_room(avail)}"
     return WeightPlan(STREAMED, f"streamed from the file ({why}; page budget {budget / gib:.2f} GiB)", total, avail,

@@ -94,8 +94,8 @@ class Streamer:
         self._pos = {g: p for p, g in enumerate(self.order)}
         spans = [spans_of(source, gs[g]) for g in self.order]
         size = [sizes[g] for g in self.order]
-        total, largest = sum(size), max(size, default=0)
-        ring = min(budget_bytes, RING_GROUPS * largest)
+        total = sum(size)
+        ring = min(budget_bytes, sum(sorted(size)[-RING_GROUPS:]))  # room for any RING_GROUPS groups at once
         resident = [False] * len(size)
         if budget_bytes >= total:
             resident = [True] * len(size)

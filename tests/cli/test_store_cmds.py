@@ -76,11 +76,13 @@ def test_cp_and_errors(home, src, capsys):
 def test_inspect_text_json_and_quant_sizes(home, src, capsys):
     code, out, _ = run(capsys, "inspect", src)
     assert code == 0 and "llama" in out and "modelc (from safetensors)" in out
+    assert "weights under `modelc run` here: resident (fits" in out  # models/residency.py's choice, and why
     names = [line.split()[0] for line in out.splitlines() if line.startswith(("empty", "model."))]
     assert names == sorted(make_model().tensors)
     code, out, _ = run(capsys, "inspect", src, "--json")
     info = json.loads(out)
     assert info["num_params"] == make_model().num_params and info["tensors"][1]["dtype"] == "F32"
+    assert info["weights"]["mode"] == "resident" and info["weights"]["weights_bytes"] > 0
     code, out, _ = run(capsys, "inspect", src, "--quant-sizes", "--json")
     sizes = json.loads(out)["sizes_bytes"]
     assert sizes["fp16"] <= sizes["fp32"]  # norms and embeddings stay as stored (pack's rules)

@@ -69,9 +69,11 @@ def test_streamed_when_asked_even_where_resident_fits():
 def test_a_layer_that_does_not_fit_is_a_clear_error():
     src = _source(layer_mib=300)
     avail = residency.RESERVE_BYTES + 200 * MIB
-    with pytest.raises(MemoryLimitError, match=r"largest layer \(0\.29 GiB of weights\) does not fit"):
+    with pytest.raises(
+        MemoryLimitError, match=r"leaving 0\.20 GiB for its weights, less than its largest layer \(0\.29 GiB\)"
+    ):
         residency.decide(src, "auto", available_bytes=avail)
-    with pytest.raises(MemoryLimitError, match="does not fit"):
+    with pytest.raises(MemoryLimitError, match="even streamed"):
         residency.decide(src, "streamed", available_bytes=avail)
 
 

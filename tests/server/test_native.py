@@ -160,3 +160,20 @@ async def test_the_context_is_reported_in_props_models_and_ps(make_client) -> No
     card = (await (await c.get("/v1/models")).get_json())["data"][0]
     assert card["id"] == "fake-model" and card["context_length"] == 1234
     assert (await (await c.get("/api/ps")).get_json())["models"][0]["context_length"] == 1234
+
+
+async def test_props_say_where_the_weights_live(make_client) -> None:
+    """/props' "weights": the plan recorded for the served source (models/residency.py), else the config's mode."""
+    from modelc.config import EngineConfig
+    from modelc.ir import Model, TensorData
+    from modelc.models import residency
+    from tests.server.fake_engine import FakeEngine
+
+    engine = FakeEngine()
+    engine.config = EngineConfig()
+    engine.source = Model("m", "llama", {"blk.0.attn_q.weight": TensorData.from_array(np.zeros((4, 8), np.float32))})
+    c = make_client(engine)
+    assert (await (await c.get("/props")).get_json())["weights"] == {"mode": "auto"}
+    residency.assign(engine.source, residency.decide(engine.source, "streamed", available_bytes=1 << 30))
+    weights = (await (await c.get("/props")).get_json())["weights"]
+    assert weights["mode"] == "streamed" and weights["budget_bytes"] == 128 and "asked for" in weights["reason"]

@@ -22,9 +22,8 @@ from typing import Any, Protocol
 
 import anyio
 from anyio.abc import CapacityLimiter
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from modelc.actors.mailbox import Address, EngineInbox, loop_poster, open_mailbox
+from modelc.actors.mailbox import Address, EngineInbox, Mailbox, MailboxSender, loop_poster, open_mailbox
 from modelc.actors.messages import (
     AdapterLoaded,
     AdapterUnloaded,
@@ -95,7 +94,7 @@ class EngineActor:
         if crash:
             raise EngineCrashed(describe(crash[0])) from crash[0]
 
-    async def _relay(self, answers: _Answers, replies: MemoryObjectReceiveStream, serving: Callable[[], bool]) -> None:
+    async def _relay(self, answers: _Answers, replies: Mailbox, serving: Callable[[], bool]) -> None:
         try:
             await answers.relay(replies)
         finally:
@@ -177,7 +176,7 @@ class _Answers:
     scheduler's mailbox when it has room and no answer waits before it; else to the relay task, which
     waits for room. (Dropped once the scheduler or the relay is gone: the tree is going down.)"""
 
-    def __init__(self, scheduler: Address, outbox: MemoryObjectSendStream) -> None:
+    def __init__(self, scheduler: Address, outbox: MailboxSender) -> None:
         self.scheduler, self.outbox = scheduler, outbox
         self.relayed = 0  # answers handed to the relay and not yet in the scheduler's mailbox
 
@@ -196,7 +195,7 @@ class _Answers:
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             pass
 
-    async def relay(self, replies: MemoryObjectReceiveStream) -> None:
+    async def relay(self, replies: Mailbox) -> None:
         with replies:
             async for msg in replies:
                 await self.scheduler.send(msg)

@@ -91,13 +91,13 @@ class RequestActor:
     def handle(self, msg: object) -> list[TokenEvent]:
         """One scheduler event -> the TokenEvents to yield now (self.finished set at the end)."""
         match msg:
+            case TokenEmitted(token=tok, stop_token=stop_token, finish=finish):  # first: every token's
+                return self._token(tok, stop_token, finish)
             case SequenceAccepted():
                 return []
             case SequenceRejected(error=error):
                 self.state = RequestState.ENDED
                 raise error
-            case TokenEmitted(token=tok, stop_token=stop_token, finish=finish):
-                return self._token(tok, stop_token, finish)
             case SequenceFinished(finish=finish):
                 self._end(finish)
                 return []

@@ -24,15 +24,15 @@ so every delivery here is a tell() that cannot block. See docs/architecture.md, 
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
 
-from modelc.actors.mailbox import Address, EngineInbox
+from modelc.actors.mailbox import Address, EngineInbox, Mailbox
 from modelc.actors.messages import (
     AbortAcked,
     AbortSequence,
@@ -58,6 +58,7 @@ from modelc.scheduler.sequence import Sequence
 
 Out = tuple[Address | EngineInbox, Any]
 LOOKAHEAD = 1  # plans an engine holds beyond the one it runs (vLLM's async scheduling: one)
+STATS_EVERY_S = 0.005  # the stats snapshot's age at most while serving, when no count of it moved
 
 
 @dataclass(slots=True)
@@ -86,7 +87,7 @@ class _Engine:
 
 
 class SchedulerActor:
-    def __init__(self, cores: list[EngineCore], engines: list[EngineInbox], inbox: MemoryObjectReceiveStream) -> None:
+    def __init__(self, cores: list[EngineCore], engines: list[EngineInbox], inbox: Mailbox) -> None:
         assert len(cores) == len(engines) >= 1
         self.engines = [_Engine(a, c) for a, c in zip(engines, cores, strict=True)]
         self.inbox = inbox
@@ -99,7 +100,10 @@ class SchedulerActor:
         self.stopping = False
         self.stopped = False  # Shutdown has been sent to the engines
         self.engine_restarts = 0
-        self.snapshot: MappingProxyType = MappingProxyType(self._stats())  # read by AsyncEngine.stats()
+        # read by AsyncEngine.stats(): refreshed by _publish before this actor waits for its next message
+        self.snapshot: MappingProxyType = MappingProxyType(self._stats())
+        self._occupancy = self._occupied()
+        self._published_s = time.monotonic()
 
     async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -111,6 +115,8 @@ class SchedulerActor:
                     except anyio.EndOfStream:
                         msg = Shutdown("every sender is gone")
                     self._deliver(self.handle(msg))
+                    if not self.inbox.queued():
+                        self._publish()
                 # Late arrivals get an answer, then the closed inbox turns further sends into errors.
                 while True:
                     try:
@@ -118,6 +124,7 @@ class SchedulerActor:
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
                     self._deliver(self.handle(msg))
+                self._publish(force=True)
         finally:
             self._hang_up()
 
@@ -134,9 +141,22 @@ class SchedulerActor:
             address.close()
 
     def _deliver(self, outs: list[Out]) -> None:
-        self.snapshot = MappingProxyType(self._stats())
         for address, msg in outs:
             address.tell(msg)
+
+    def _occupied(self) -> list[tuple[int, int, int]]:
+        return [eng.core.occupancy() for eng in self.engines]
+
+    def _publish(self, *, force: bool = False) -> None:
+        """Refresh the stats snapshot, before waiting for the next message (nobody reads it while this actor
+        runs): at once when what it counts of sequences and KV blocks changed (an admission, an end, a block),
+        else at most every STATS_EVERY_S while serving (spec-decode counters), so a decode step pays no dict
+        of stats (docs/benchmarks.md, issue 40)."""
+        occupancy = self._occupied()
+        now = time.monotonic()
+        if force or occupancy != self._occupancy or now - self._published_s >= STATS_EVERY_S:
+            self.snapshot = MappingProxyType(self._stats())
+            self._occupancy, self._published_s = occupancy, now
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -145,12 +165,12 @@ class SchedulerActor:
         its next plan gets it before the tokens go out). No awaits: atomic with respect to the inbox."""
         outs: list[Out] = []
         match msg:
+            case BatchDone():  # first: every step's
+                self._batch_done(msg, outs)
             case AddSequence():
                 self._add(msg, outs)
             case AbortSequence():
                 self._abort(msg, outs)
-            case BatchDone():
-                self._batch_done(msg, outs)
             case Embed():
                 if self.stopping:
                     outs.append((msg.reply_to, Embedded(msg.request_id, -1, None, _stopping())))

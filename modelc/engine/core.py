@@ -118,3 +118,8 @@ class EngineCore:
 
     def stats(self) -> dict[str, Any]:
         return self.scheduler.stats()
+
+    def occupancy(self) -> tuple[int, int, int]:
+        """(running, waiting, free KV blocks): the part of stats() an admission, an end or a new block moves."""
+        s = self.scheduler
+        return len(s.running), len(s.waiting), s.pool.num_free_blocks

@@ -53,6 +53,9 @@ def _frozen_i32(values: list[int]) -> np.ndarray:
     return arr
 
 
+_PLACEHOLDER_IDS = _frozen_i32([PLACEHOLDER])  # every placeholder chunk's token_ids (read-only, shared)
+
+
 class _MustDrain(Exception):
     """schedule() with plans in flight met what only a schedule with none in flight may do: a preemption
     or a context shift. It plans nothing, so the engine drains and the next schedule() does it."""
@@ -118,6 +121,7 @@ class Scheduler:
             raise OverloadedError(f"the waiting queue is full ({self.config.max_queue} requests)")
         seq.arrival = next(self._arrivals)
         seq.added_s = time.monotonic()
+        seq.limit, seq.may_draft = limit, speculates(seq, self.config)
         if seq.params.max_tokens == 0:
             seq.status = S.FINISHED_LENGTH
             return [SequenceFinished(seq.seq_id, self._finish_info(seq))]
@@ -215,50 +219,62 @@ class Scheduler:
     def _waits_for_update(self, seq: Sequence) -> bool:
         """A sequence in a plan in flight that the next plan cannot take: it has nothing left, or that plan
         may change what comes next in a way only its update tells (see the NOTE on plans in flight)."""
-        if seq.abort_requested or self._remaining(seq) <= 0 or any(seq.seq_id in f.spec for f in self._flights):
+        ahead = len(seq.token_ids) + seq.num_placeholders  # its tokens, those in flight included
+        if seq.abort_requested or ahead - seq.num_computed_tokens - seq.num_inflight_tokens <= 0:
             return True
+        for flight in self._flights:
+            if flight.spec and seq.seq_id in flight.spec:
+                return True  # it carries drafts: how many it keeps is unknown
         if not seq.num_placeholders:
             return False  # a chunked prefill: its next chunk is known
         if seq.num_output_tokens + seq.num_placeholders >= seq.params.max_tokens:
             return True  # its last token is in flight
-        if speculates(seq, self.config) and seq.spec.skip == 0:
+        if seq.may_draft and seq.spec.skip == 0:
             return True  # its next step drafts, after the last known token
-        return seq.num_tokens + seq.num_placeholders >= self._limit(seq)  # it ends or shifts at the limit
+        return ahead >= seq.limit  # it ends or shifts at the limit
 
     def _schedule_running(self, scheduled: dict[int, int], budget: int, ahead: bool) -> tuple[int, bool]:
-        """Running sequences first. ahead: plans are in flight, so nothing is preempted or shifted."""
+        """Running sequences first. ahead: plans are in flight, so nothing is preempted or shifted.
+        (Once per step over every running sequence, on the event loop's thread: kept lean.)"""
         preempted = False
-        # Drafts only use the budget left after every running sequence's own tokens, in small steps.
-        own = sum(self._remaining(s) for s in self.running)
+        running = self.running
+        # Drafts only use the budget left after every running sequence's own tokens, in small steps,
+        # shared fairly: a few drafts for every decoding sequence beat many for the first ones.
+        own = decoders = 0
+        for s in running:
+            left = len(s.token_ids) + s.num_placeholders - s.num_computed_tokens - s.num_inflight_tokens
+            own += left
+            decoders += left == 1
         spare = min(budget, self.config.spec_max_step_tokens) - own
-        # ...shared fairly: a few drafts for every decoding sequence beat many for the first ones
-        decoders = sum(1 for s in self.running if self._remaining(s) == 1)
+        capacity = self.pool.num_blocks * self.pool.block_size
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
+        while i < len(running) and budget > 0:
+            seq = running[i]
             if seq.num_inflight_tokens and self._waits_for_update(seq):
                 i += 1
                 continue
-            if not seq.num_inflight_tokens and self._shifting(seq) and seq.num_tokens >= self._limit(seq):
+            if not seq.num_inflight_tokens and len(seq.token_ids) >= seq.limit and self._shifting(seq):
                 if ahead:
                     raise _MustDrain  # a shift moves its blocks
                 if not self._shift(seq):
                     self._events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_LENGTH)))
                     continue
-            n = min(self._remaining(seq), budget)
+            total = len(seq.token_ids) + seq.num_placeholders
+            n = min(total - seq.num_computed_tokens - seq.num_inflight_tokens, budget)
             assert n > 0, f"running sequence {seq.seq_id} has nothing to compute"
             need = seq.num_computed_tokens + seq.num_inflight_tokens + n
-            if need > self.pool.num_blocks * self.pool.block_size:
+            if need > capacity:
                 finish = self._finish(seq, S.FINISHED_LENGTH)  # can never fit, even alone
                 self._events.append(SequenceFinished(seq.seq_id, finish))
                 continue
             k, drafts = 0, None
-            if seq.num_tokens + seq.num_placeholders == need:  # a decode
-                if not seq.num_placeholders:  # drafts follow the last known token
-                    k, drafts = self._draft(seq, min(spare // max(decoders, 1), budget - n))
-                elif speculates(seq, self.config):  # behind a placeholder: one of its back-off's plain steps
-                    assert seq.spec.skip > 0
-                    seq.spec.skip -= 1
+            if total == need:  # a decode
+                if seq.may_draft:
+                    if not seq.num_placeholders:  # drafts follow the last known token
+                        k, drafts = self._draft(seq, min(spare // max(decoders, 1), budget - n))
+                    else:  # behind a placeholder: one of its back-off's plain steps
+                        assert seq.spec.skip > 0
+                        seq.spec.skip -= 1
                 decoders -= 1
             if k > 0 and self.pool.append(seq, need + k):
                 self._spec[seq.seq_id] = (k, drafts)
@@ -267,18 +283,24 @@ class Scheduler:
                 spare -= k
                 i += 1
                 continue
-            if ahead and not self.pool.append(seq, need):
-                raise _MustDrain  # a preemption: the sequences of the plans in flight use their blocks
-            while not self.pool.append(seq, need):
-                victim = self.running[-1]
-                self._preempt(victim)
-                preempted = True
-                if victim is seq:
-                    break
+            if ahead:
+                if not self.pool.append(seq, need):
+                    raise _MustDrain  # a preemption: the sequences of the plans in flight use their blocks
             else:
-                scheduled[seq.seq_id] = n
-                budget -= n
-                i += 1
+                while not self.pool.append(seq, need):
+                    victim = running[-1]
+                    self._preempt(victim)
+                    preempted = True
+                    if victim is seq:
+                        break
+                else:
+                    scheduled[seq.seq_id] = n
+                    budget -= n
+                    i += 1
+                continue
+            scheduled[seq.seq_id] = n
+            budget -= n
+            i += 1
         return budget, preempted
 
     def _draft(self, seq: Sequence, limit: int) -> tuple[int, list[int] | None]:
@@ -289,7 +311,7 @@ class Scheduler:
     def _schedule_waiting(self, scheduled: dict[int, int], budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             seq = self.waiting[0]
-            if self._shifting(seq) and seq.num_tokens >= self._limit(seq) and not self._shift(seq):  # preempted
+            if self._shifting(seq) and seq.num_tokens >= seq.limit and not self._shift(seq):  # preempted
                 self._events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_LENGTH)))
                 continue
             computed, num_hit = self.pool.get_computed_blocks(seq)
@@ -350,34 +372,40 @@ class Scheduler:
 
     def _build_plan(self, scheduled: dict[int, int]) -> BatchPlan:
         chunks = []
+        draft_model = self.config.speculative == "draft"
         for seq_id, n in scheduled.items():
             seq = self._seqs[seq_id]
             start = seq.num_computed_tokens + seq.num_inflight_tokens
             k, drafts = self._spec.get(seq_id, (0, None))
             n -= k
-            known = seq.token_ids[start : start + n]
-            placeholder = len(known) < n  # the token a plan in flight samples: a decode of one token
-            assert not placeholder or (n == 1 and seq.num_placeholders and not drafts)
-            ids = [PLACEHOLDER] if placeholder else known + (drafts or [])
-            sample = start + n == seq.num_tokens + seq.num_placeholders
+            total = len(seq.token_ids) + seq.num_placeholders
+            placeholder = start >= len(seq.token_ids)  # the token a plan in flight samples: a decode of one token
+            if placeholder:
+                assert n == 1 and seq.num_placeholders and not drafts
+                ids = _PLACEHOLDER_IDS
+            else:
+                known = seq.token_ids[start : start + n]
+                assert len(known) == n
+                ids = _frozen_i32(known + drafts if drafts else known)
+            sample = start + n == total
+            num_draft = len(drafts) if drafts else 0
+            draft_k = k if drafts is None else 0
             chunks.append(
                 SeqChunk(
                     seq_id=seq_id,
-                    token_ids=_frozen_i32(ids),  # (n + drafts,)
+                    token_ids=ids,  # (n + drafts,)
                     start_pos=start,
                     block_table=self._table_array(seq),  # (num_blocks,)
                     sample=sample,
                     params=seq.params,
-                    prompt_len=max(0, seq.num_tokens - seq.num_output_tokens),  # prompt tokens still in context
+                    prompt_len=max(0, len(seq.token_ids) - seq.num_output_tokens),  # prompt tokens still in context
                     num_output_tokens=seq.num_output_tokens + seq.num_placeholders,
                     is_new=not seq.engine_has_state,
-                    num_draft=len(drafts) if drafts else 0,
-                    draft_k=k if drafts is None else 0,
+                    num_draft=num_draft,
+                    draft_k=draft_k,
                     context_ids=(
                         _frozen_i32(seq.token_ids[:start])
-                        if start
-                        and (not seq.engine_has_state or seq.draft_context)
-                        and self.config.speculative == "draft"
+                        if draft_model and start and (not seq.engine_has_state or seq.draft_context)
                         else None
                     ),
                     placeholder=placeholder,
@@ -386,10 +414,10 @@ class Scheduler:
             seq.engine_has_state = True
             seq.draft_context = False
             seq.num_inflight_tokens += n
-            seq.num_placeholders += _plain_sample(chunks[-1])
+            seq.num_placeholders += sample and not num_draft and not draft_k  # _plain_sample(the chunk)
         freed, self._freed = tuple(self._freed), []
         # a sequence preempted after its shift recomputes instead: its moved pages may be another's now
-        shifts = tuple(s for s in self._shifts if s.seq_id in scheduled)
+        shifts = tuple(s for s in self._shifts if s.seq_id in scheduled) if self._shifts else ()
         self._shifts = []
         return BatchPlan(step_id=next(self._step_ids), chunks=tuple(chunks), freed_seq_ids=freed, kv_shifts=shifts)
 
@@ -402,10 +430,13 @@ class Scheduler:
         return seq.table_array
 
     def _check_invariants(self, plan: BatchPlan) -> None:
-        """After schedule() appended `plan` to the plans in flight."""
+        """After schedule() appended `plan` to the plans in flight. The per-sequence checks only with `debug`
+        (the tests'): they cost a pass over the running set every step."""
         assert plan.num_tokens <= self.config.max_batch_tokens, "token budget exceeded"
         assert len(self.running) <= self.config.max_num_seqs, "too many running sequences"
         assert self.pool.num_free_blocks + self.pool.num_used_blocks == self.pool.num_blocks
+        if not self.debug:
+            return
         spec = self._flights[-1].spec
         for seq in self.running:
             assert seq.status is S.RUNNING
@@ -414,8 +445,7 @@ class Scheduler:
             assert self.pool.has_blocks(seq.seq_id, in_use), f"running sequence {seq.seq_id} lacks blocks"
         for seq in self.waiting:
             assert seq.status is S.WAITING and not self.pool.block_table(seq.seq_id)
-        if self.debug:
-            self.pool.check()
+        self.pool.check()
 
     # -- results -------------------------------------------------------------------------------
 
@@ -440,7 +470,10 @@ class Scheduler:
             return events
         sampled: dict[int, list[SampledToken]] = {}
         for t in result.tokens:
-            sampled.setdefault(t.seq_id, []).append(t)
+            if t.seq_id in sampled:
+                sampled[t.seq_id].append(t)
+            else:
+                sampled[t.seq_id] = [t]
         for seq, chunk in live:
             if chunk.num_draft or chunk.draft_k:  # verified drafts: nothing past the accepted ones is kept
                 if seq.abort_requested:
@@ -493,7 +526,7 @@ class Scheduler:
         stop_token = is_stop_id and num_out > p.min_tokens
         # The model's, the request's and the pool's limit (as vLLM's max_model_len): prompt + output never
         # exceeds what the KV cache holds, so the last token is not one past it (a shifting sequence goes on).
-        at_limit = seq.num_tokens >= self._limit(seq) and not self._shifting(seq)
+        at_limit = seq.num_tokens >= seq.limit and not self._shifting(seq)
         if stop_token or token.constraint_done:
             status = S.FINISHED_STOPPED
         elif num_out >= p.max_tokens or at_limit:

@@ -63,6 +63,9 @@ class Sequence:
     draft_context: bool = False  # a context shift moved the tokens: the engine's draft needs them again
     adapter: str | None = field(init=False)
     cache_salt: str | None = None  # set by Scheduler.add: prefix-cache blocks are shared only with the same salt
+    # set by Scheduler.add, fixed for the sequence's life (its params and the engine's config do not change):
+    limit: int = 0  # the most tokens its context may hold (context_shift.context_limit)
+    may_draft: bool = False  # it speculates at all (speculation.speculates)
     table_array: np.ndarray | None = field(default=None, init=False, repr=False)  # scheduler's cache
 
     def __post_init__(self) -> None:

@@ -97,7 +97,8 @@ class TextStream:
         piece = self.decoder.add(token_id)
         self.pending += piece
         if not self.stop or not check_stop:
-            self.matcher.reset()
+            if self.stop:
+                self.matcher.reset()
             out, self.pending = self.pending, ""
             return out
         back = self.matcher.feed(piece)  # linear in the piece, whatever the stop lengths

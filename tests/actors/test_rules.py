@@ -16,10 +16,9 @@ import typing
 import anyio
 import numpy as np
 import pytest
-from anyio.streams.memory import MemoryObjectSendStream
 
 from modelc.actors import messages
-from modelc.actors.mailbox import Address, EngineInbox
+from modelc.actors.mailbox import Address, EngineInbox, MailboxSender
 from modelc.api.async_engine import AsyncEngine
 from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
 from modelc.models.tiny import make_tiny_llama
@@ -108,8 +107,8 @@ async def _serve(eng: AsyncEngine, n: int) -> list[list[int]]:
 
 @pytest.mark.anyio
 async def test_every_message_sent_while_serving_is_data(anyio_backend, monkeypatch):
-    sent: list[object] = []  # everything put into a mailbox: memory object streams and engine inboxes
-    for cls, name in ((MemoryObjectSendStream, "send_nowait"), (EngineInbox, "tell")):
+    sent: list[object] = []  # everything put into a mailbox: actor mailboxes and engine inboxes
+    for cls, name in ((MailboxSender, "send_nowait"), (EngineInbox, "tell")):
         real = getattr(cls, name)
 
         def watching(self, msg, _real=real):

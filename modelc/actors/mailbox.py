@@ -35,6 +35,22 @@ class MailboxFull(RuntimeError):
     """tell() found the mailbox full: a sizing bug, since tell() is used only where it cannot be."""
 
 
+class _FutureEvent:
+    """A one-shot event on asyncio: one future (set(), await wait(), as anyio.Event)."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self) -> None:
+        self._future = asyncio.get_running_loop().create_future()
+
+    def set(self) -> None:
+        if not self._future.done():  # (done: set already, or its waiter was cancelled)
+            self._future.set_result(None)
+
+    def wait(self) -> asyncio.Future:
+        return self._future
+
+
 class _Box:
     """A mailbox's state, shared by its send ends and its one receive end."""
 
@@ -53,7 +69,7 @@ class _Box:
         if self.event is None:
             try:
                 asyncio.get_running_loop()
-                self.event = asyncio.Event  # what anyio's Event wraps there, without its look-up per event
+                self.event = _FutureEvent  # the future anyio's Event wraps on asyncio, without its layers
             except RuntimeError:  # no asyncio loop: trio (the actor core's tests run under it)
                 self.event = anyio.Event
         return self.event()

@@ -58,7 +58,7 @@ from modelc.scheduler.sequence import Sequence
 
 Out = tuple[Address | EngineInbox, Any]
 LOOKAHEAD = 1  # plans an engine holds beyond the one it runs (vLLM's async scheduling: one)
-STATS_EVERY_S = 0.005  # the stats snapshot's age at most while serving, when no count of it moved
+STATS_EVERY_S = 0.02  # the stats snapshot's age at most while serving, when no count of it moved
 
 
 @dataclass(slots=True)

@@ -240,7 +240,9 @@ class AsyncEngine:
 
     def stats(self) -> dict[str, int]:
         """running, waiting, kv_blocks_used, kv_blocks_total, prefix_queries, prefix_hits,
-        preemptions (summed over engines), engines, engine_restarts. As of the last message handled."""
+        preemptions (summed over engines), engines, engine_restarts. Sequences and KV blocks as of the last
+        message the scheduler handled; the other counters at most 20 ms older while it serves (actors/scheduler.py,
+        SchedulerActor._publish)."""
         actor = self._supervisor.scheduler_actor
         return dict(actor.snapshot) if actor is not None else {}
 

@@ -390,6 +390,7 @@ class Scheduler:
             sample = start + n == total
             num_draft = len(drafts) if drafts else 0
             draft_k = k if drafts is None else 0
+            num_out = seq.num_output_tokens
             chunks.append(
                 SeqChunk(
                     seq_id=seq_id,
@@ -398,8 +399,8 @@ class Scheduler:
                     block_table=self._table_array(seq),  # (num_blocks,)
                     sample=sample,
                     params=seq.params,
-                    prompt_len=max(0, len(seq.token_ids) - seq.num_output_tokens),  # prompt tokens still in context
-                    num_output_tokens=seq.num_output_tokens + seq.num_placeholders,
+                    prompt_len=max(0, len(seq.token_ids) - num_out),  # prompt tokens still in context
+                    num_output_tokens=num_out + seq.num_placeholders,
                     is_new=not seq.engine_has_state,
                     num_draft=num_draft,
                     draft_k=draft_k,

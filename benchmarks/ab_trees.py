@@ -9,8 +9,9 @@ the order alternating between rounds, so load changes on a shared machine hit bo
 single-sequence prefill and decode tok/s (the tree's benchmarks/compare_llamacpp.run_modelc: the
 sync Engine), and the aggregate decode tok/s of N sequences started together on the AsyncEngine
 (the tree's loadtests/bench_batching._engine_level) and its inter-token latency there (itl_xN_ms:
-the median gap between two tokens of a stream once all N run). Prints median and best per tree and the
-ratios of the medians and of the bests (last tree / first). Use it to check that a change costs no speed: a tree at
+the median gap between two tokens of a stream once all N run). Prints median and best per tree and, for every
+tree against the first, the ratio of the medians, the median of the per-round ratios and in how many rounds
+it did no worse. Use it to check that a change costs no speed: a tree at
 the commit before it (`git archive COMMIT | tar -x -C DIR`) against the working tree.
 """
 
@@ -102,18 +103,27 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{a.gguf}: {a.rounds} rounds, {a.threads} threads, load average {load0[0]:.1f} -> "
         f"{os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
-    last, first = trees[-1][0], trees[0][0]
+    first, others = trees[0][0], [n for n, _ in trees[1:]]
+    # per other tree: the ratio of the medians, the median of the ratios of one round (the trees of a round ran
+    # side by side, so load that changes between rounds cancels there), and in how many rounds it did no worse
     print(
-        "| measure | " + " | ".join(f"{n} median (best)" for n, _ in trees) + f" | {last} / {first}, medians |"
-        f" {last} / {first}, bests |"
+        "| measure | "
+        + " | ".join(f"{n} median (best)" for n, _ in trees)
+        + "".join(f" | {n} / {first}: medians, per round (rounds no worse)" for n in others)
+        + " |"
     )
-    print("|---|" + "---:|" * (len(trees) + 2))
+    print("|---|" + "---:|" * (len(trees) + len(others)))
     for k in keys:
-        pick = min if k.endswith("_ms") else max  # itl_*_ms: the inter-token latency, lower is better
+        lower = k.endswith("_ms")  # itl_*_ms: the inter-token latency, lower is better
+        pick = min if lower else max
         best = {n: pick(r[k] for r in runs[n]) for n, _ in trees}
         med = {n: statistics.median(r[k] for r in runs[n]) for n, _ in trees}
         cells = " | ".join(f"{med[n]:.2f} ({best[n]:.2f})" for n, _ in trees)
-        print(f"| {k} | {cells} | {med[last] / med[first]:.3f}x | {best[last] / best[first]:.3f}x |")
+        for n in others:
+            ratios = [a[k] / b[k] for a, b in zip(runs[n], runs[first], strict=True)]
+            no_worse = sum(1 for x in ratios if (x <= 1.0 if lower else x >= 1.0))
+            cells += f" | {med[n] / med[first]:.3f}x, {statistics.median(ratios):.3f}x ({no_worse} of {len(ratios)})"
+        print(f"| {k} | {cells} |")
     return 0
 
 

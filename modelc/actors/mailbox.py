@@ -5,9 +5,10 @@ receive end. tell() never waits (it is for edges sized so they cannot be full); 
 NOTE: a mailbox is anyio's memory object stream made lean for the served hot path (the same methods and
 errors: WouldBlock, EndOfStream, BrokenResourceError, ClosedResourceError). receive() takes a message that
 is already there without a trip through the event loop (anyio's yields to the loop first, every time; this
-one raises a pending cancellation all the same); only an empty mailbox waits, on the running loop's own event (asyncio's or trio's). A streamed token crosses two
-mailboxes (engine -> scheduler -> request) every step, and on a small model each loop iteration is time
-the forward's Python waits for the GIL (docs/benchmarks.md, issue 40). send() stays a cancellation point.
+one still raises a pending cancellation); only an empty mailbox waits, on the running loop's own event
+(an asyncio future, or anyio's Event under trio). A streamed token crosses two mailboxes (engine ->
+scheduler -> request) every step, and on a small model each loop iteration is time the forward's Python
+waits for the GIL (docs/benchmarks.md, issue 40). send() stays a cancellation point, as anyio's.
 
 An engine's mailbox is an EngineInbox instead: the actor's loop runs on its worker thread, which takes
 the next message (the next plan, already there when a forward ends) without a trip through the event

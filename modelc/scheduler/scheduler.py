@@ -246,7 +246,8 @@ class Scheduler:
             own += left
             decoders += left == 1
         spare = min(budget, self.config.spec_max_step_tokens) - own
-        capacity = self.pool.num_blocks * self.pool.block_size
+        block_size = self.pool.block_size
+        capacity = self.pool.num_blocks * block_size
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
@@ -283,7 +284,10 @@ class Scheduler:
                 spare -= k
                 i += 1
                 continue
-            if ahead:
+            table = seq.table_array  # the table as of its last plan, or None (a grown table refreshes it there)
+            if table is not None and len(table) * block_size >= need:
+                pass  # its blocks cover the step already (a decode within its last block)
+            elif ahead:
                 if not self.pool.append(seq, need):
                     raise _MustDrain  # a preemption: the sequences of the plans in flight use their blocks
             else:
@@ -469,6 +473,7 @@ class Scheduler:
             for seq, _ in live:
                 events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ERROR, result.error)))
             return events
+        bs = self.pool.block_size
         sampled: dict[int, list[SampledToken]] = {}
         for t in result.tokens:
             if t.seq_id in sampled:
@@ -482,8 +487,10 @@ class Scheduler:
                 else:
                     events.extend(self._update_spec(seq, chunk, sampled.get(seq.seq_id, [])))
                 continue
+            done = seq.num_computed_tokens
             seq.num_computed_tokens += len(chunk.token_ids)
-            self.pool.cache_blocks(seq, seq.num_computed_tokens)
+            if seq.num_computed_tokens // bs > done // bs:  # a block filled up: register it (prefix caching)
+                self.pool.cache_blocks(seq, seq.num_computed_tokens)
             if seq.abort_requested:
                 events.append(SequenceFinished(seq.seq_id, self._finish(seq, S.FINISHED_ABORTED)))
             elif chunk.sample:

@@ -174,14 +174,18 @@ LLAMA_MODES = {
 }
 
 
-def llama_bench(model: str, tokens: int, group: MemoryCgroup, mode: str) -> dict:
+def llama_bench(model: str, tokens: int, group: MemoryCgroup, mode: str, timeout_s: float) -> dict:
     cmd = [str(LLAMA_BIN / "llama-bench"), "-m", model, "-p", "0", "-n", str(tokens), "-t", "2", "-r", "1",
            *LLAMA_MODES[mode], "-o", "json"]  # fmt: skip
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(group.wrap(cmd), capture_output=True, text=True, timeout=1200)
-    except subprocess.TimeoutExpired:
-        return {"mode": mode, "rc": "timeout", "peak_charged_mib": group.peak_bytes() >> 20}
+        p = subprocess.run(group.wrap(cmd), capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:  # subprocess.run kills it
+        return {
+            "mode": mode,
+            "rc": f"still running after {timeout_s:.0f} s",
+            "peak_charged_mib": group.peak_bytes() >> 20,
+        }
     out = {"mode": mode, "rc": p.returncode, "wall_s": round(time.perf_counter() - t0, 1)}
     try:
         out["tok_s"] = round(json.loads(p.stdout)[0]["avg_ts"], 3)
@@ -199,6 +203,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=16)
     ap.add_argument("--llama", action="append", choices=list(LLAMA_MODES), help="llama-bench in this mode, same limit")
     ap.add_argument("--gguf", help="the GGUF llama-bench reads (default: MODEL)")
+    ap.add_argument("--llama-timeout", type=float, default=300.0, help="seconds before a llama-bench run is stopped")
     ap.add_argument("--drop-caches", action="store_true", help="drop the whole page cache before each disk read")
     ap.add_argument("--skip-unlimited", action="store_true")
     ap.add_argument("--weights", default="auto", help="modelc run --weights under the limit (auto)")
@@ -229,7 +234,10 @@ def main() -> None:
         group = MemoryCgroup.make(limit)
         try:
             print(
-                json.dumps({"step": "llama.cpp", **llama_bench(a.gguf or a.model, a.tokens, group, mode)}), flush=True
+                json.dumps(
+                    {"step": "llama.cpp", **llama_bench(a.gguf or a.model, a.tokens, group, mode, a.llama_timeout)}
+                ),
+                flush=True,
             )
         finally:
             group.remove()

@@ -153,29 +153,45 @@ class _Worker:
         self.cursor = 0  # the next position to read ahead
         self.read_bytes = 0
         self.read_s = 0.0  # time in reads (a benchmark's breakdown)
+        self.pending: int | None = None  # the want being answered
         self.dropper = _Dropper()
 
     def run(self) -> None:
         try:
-            while True:
-                nxt = self._next()
-                try:
-                    msg = self.inbox.get(block=nxt is None)
-                except queue.Empty:
-                    self._read(nxt)
-                    continue
-                if msg is None:
-                    return
-                kind, p = msg
-                if kind == "want":
-                    self._want(p)
-                    self.ready.put(p)
-                else:
-                    self._done(p)
+            self._serve()
+        except Exception:  # noqa: BLE001 - reading ahead only saves time: the forward faults its pages in itself
+            if self.pending is not None:
+                self.ready.put(self.pending)
+            self._answer()
         finally:
             for p in list(self.ahead):
                 self._drop(p)
             self.dropper.inbox.put(None)
+
+    def _answer(self) -> None:
+        """After a failure: answer every want at once, read nothing more."""
+        while (msg := self.inbox.get()) is not None:
+            if msg[0] == "want":
+                self.ready.put(msg[1])
+
+    def _serve(self) -> None:
+        while True:
+            nxt = self._next()
+            try:
+                msg = self.inbox.get(block=nxt is None)
+            except queue.Empty:
+                self._read(nxt)
+                continue
+            if msg is None:
+                return
+            kind, p = msg
+            if kind == "want":
+                self.pending = p
+                self._want(p)
+                self.ready.put(p)
+                self.pending = None
+            else:
+                self._done(p)
 
     def _next(self) -> int | None:
         """The next group to read ahead, or None (the ring is full, or everything ahead is read)."""

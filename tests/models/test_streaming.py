@@ -108,3 +108,19 @@ def test_a_source_not_on_a_file_streams_nothing(monkeypatch):
     want, _ = _greedy(make_tiny_llama(0), "resident", n=3)
     assert got == want and eng.runner.model.stream.read_bytes == 0
     assert np.isfinite(eng.logits([1, 2, 3])).all()
+
+
+def test_a_failing_read_leaves_the_forward_to_fault_its_pages_in(artifact, monkeypatch):
+    from modelc.models import streaming
+
+    def broken(self, p):
+        raise OSError("no reads today")
+
+    monkeypatch.setattr(streaming._Worker, "_read", broken)
+    src = open_artifact(artifact)
+    st = Streamer(src, budget_bytes=5 << 20)
+    for g in (0, 1, residency.HEAD, 0):  # every enter returns: the worker answers without reading
+        st.enter(g)
+        st.leave(g)
+    assert st.read_bytes == 0
+    st.close()

@@ -6,10 +6,13 @@ numba's disk cache with compiling refused (kernels/nocompile.load_only): where e
 reaches is cached (a restart, or another model of the same weight types) the served runner is rebuilt on
 numba before ready_runner returns, and nothing compiles. Otherwise (a cold cache) ready_runner returns
 at once: requests run on the numpy references (blas_np for matmuls) for each kernel numba has not loaded
-yet. Two helper processes compile meanwhile, at the server's own priority (the decode path; batches and
-prefill), and the thread loads the decode kernels when the first is done and everything when both are:
-compiling in this process would hold the GIL for seconds, which the threads serving on numpy need
-between calls. Models that are not a file (tests) compile in the thread. MODELC_COLD_START=wait restores
+yet. Two helper processes compile meanwhile, one after the other, at the server's own priority (the decode
+path; then batches and prefill), and the thread loads the decode kernels when the first is done and
+everything when both are: compiling in this process would hold the GIL for seconds, which the threads
+serving on numpy need between calls. Once the decode kernels are loaded, each served runner tries every
+step first on a numba model of the repacked weights with compiling refused (DecodeFirst): decode steps run
+at full speed from then on, prompts and batches of streams on the hybrid model until everything is loaded.
+Models that are not a file (tests) compile in the thread. MODELC_COLD_START=wait restores
 compiling everything first. A draft model (speculative decoding) runs on the same hybrid KernelSet and
 warms in the same thread. Models whose forward reaches numba kernels outside the KernelSet (the q8_0
 and mixed KV caches) warm first: /health stays 503 until every kernel is compiled or loaded.
@@ -45,7 +48,7 @@ from typing import Any
 
 from modelc.artifact.reader import open_artifact
 from modelc.engine.runner import Runner
-from modelc.kernels.runtime.nocompile import WouldCompile, load_only
+from modelc.kernels.runtime.nocompile import WouldCompile, load_only, no_compile
 
 HELPER_TIMEOUT_S = 900.0
 WARMER_NICE = 0  # helpers compile at the server's priority: niced, they starved behind other load
@@ -143,6 +146,7 @@ class Warmer:
         self.runner = runner
         self.served = [(runner, switch)]  # every runner this warmer flips to numba-only (under _lock)
         self.deliver: dict[int, Callable[[], object]] = {}  # id(runner) -> its owner's notify (deliver_swap)
+        self.decode_models: dict[int, Any] = {}  # id(runner) -> its DecodeFirst model, once the decode path loaded
         self.decided, self.done = threading.Event(), threading.Event()
         self.compiled = False
         self.seconds = 0.0
@@ -161,14 +165,18 @@ class Warmer:
         return same and not self.done.is_set()
 
     def _compile_in_helpers(self) -> None:
-        """Cold cache: two helper processes compile (decode path; batches and prefill) while this thread only
-        loads their results. Compiling here would hold the GIL for seconds at a time, and the threads serving
-        requests on the reference kernels need it between numpy calls. When the decode helper is done, the
-        decode path's kernels load here (a one-token forward on a second runner, compiling refused): each call
-        of the served hybrid set whose kernel and argument types are among them runs numba from then on (the
-        norms, RoPE, attention, embedding rows, and the matmuls of types not repacked, e.g. Q5_0 or the IQ types)."""
-        helpers = [_start_helper(self.runner, WARMER_NICE, mode) for mode in ("decode", "batch")]
-        for i, helper in enumerate(helpers):
+        """Cold cache: two helper processes compile, one after the other (the decode path; then batches and
+        prefill), while this thread only loads their results. Compiling here would hold the GIL for seconds at a
+        time, and the threads serving requests on the reference kernels need it between numpy calls. One after
+        the other: the batch helper's forwards reach nearly every kernel of the decode path too, and two
+        processes compile the same kernel twice (SmolLM2-135M Q4_1, empty cache: decode helper 86 CPU-s, batch
+        helper alone 90, batch after decode 9). When the decode helper is done, the decode path's kernels load
+        here (a one-token forward on a second runner, compiling refused) and the served runners decode on numba
+        from then on (_decode_first); each call of the served hybrid set whose kernel and argument types are
+        among them runs numba too (the norms, RoPE, attention, embedding rows, and the matmuls of the types not
+        repacked, e.g. Q5_0 or the IQ types)."""
+        for mode in ("decode", "batch"):
+            helper = _start_helper(self.runner, WARMER_NICE, mode)
             if helper is None:
                 continue
             try:
@@ -176,15 +184,38 @@ class Warmer:
             except subprocess.TimeoutExpired:
                 helper.kill()
                 helper.wait()
-            if i == 0:
-                self._load_decode_kernels()
+            if mode == "decode" and self._load_decode_kernels():
+                self._decode_first()
 
-    def _load_decode_kernels(self) -> None:
+    def _load_decode_kernels(self) -> bool:
+        """Load what the decode helper compiled (a one-token forward on a second runner, compiling refused);
+        True when all of it was there."""
         try:
             with load_only():
                 self._new_shadow()._scratch_forward([[0]], "logits")
         except WouldCompile:
-            pass  # the helper did not get that far: what did load stays loaded, the rest comes with the warmup
+            return False  # the helper did not get that far: what did load stays loaded, the rest comes later
+        return True
+
+    def _decode_first(self) -> None:
+        """The decode path is loaded: each served runner takes a numba model (the repacked weights, the decode
+        layers) for every step it can run without compiling (DecodeFirst), delivered to its owner as the flip
+        is. Built here, compiling refused: a model whose build would compile keeps the hybrid set alone."""
+        with _lock:
+            served = list(self.served)
+        for runner, _ in served:
+            try:
+                with load_only():
+                    fast = _numba_model(runner)
+            except WouldCompile:
+                continue
+            with _lock:
+                self.decode_models[id(runner)] = fast
+                notify = self.deliver.get(id(runner))
+            if notify is not None:
+                notify()  # its owner installs it between batches (swap_kernels)
+            else:
+                _install_decode_first(runner, fast)
 
     def _run(self) -> None:
         t0 = time.perf_counter()
@@ -252,11 +283,19 @@ def deliver_swap(runner: Any, notify: Callable[[], object]) -> bool:
 
 
 def swap_kernels(runner: Any) -> None:
-    """The flip the warmer delivered (deliver_swap), run by the runner's owner between batches: rebuild the
-    model on numba (Runner.rebuild_on_numba) and end the hybrid set's checks. A runner not on the hybrid
-    set is left alone; a failed rebuild leaves it serving as it was."""
+    """The swap the warmer delivered (deliver_swap), run by the runner's owner between batches: while its warmer
+    still compiles, the decode path's numba model in front of the hybrid one (DecodeFirst); once it is done,
+    the flip: rebuild the model on numba (Runner.rebuild_on_numba) and end the hybrid set's checks. A runner
+    not on the hybrid set is left alone; a failed rebuild leaves it serving as it was."""
     kernels = getattr(getattr(runner, "model", None), "kernels", None)
     if getattr(kernels, "name", None) != "hybrid":
+        return
+    with _lock:
+        warmer = next((w for w in _warmers if any(r is runner for r, _ in w.served)), None)
+        fast = None if warmer is None else warmer.decode_models.get(id(runner))
+    if warmer is not None:  # not flipped yet (a flipped warmer has left _warmers)
+        if fast is not None and not isinstance(runner.model, DecodeFirst):
+            _install_decode_first(runner, fast)
         return
     try:
         runner.rebuild_on_numba()
@@ -265,6 +304,46 @@ def swap_kernels(runner: Any) -> None:
               f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)  # fmt: skip
         return
     kernels.matmul.switch.numba_only()
+
+
+class DecodeFirst:
+    """A served model while a cold start compiles: each forward runs first on `fast`, a numba model of the same
+    source (repacked weights, the decode layers), with compiling refused; a step that reaches a kernel not
+    compiled yet (a prompt, a batch of streams: the batch helper's kernels) runs again on `slow`, the hybrid
+    model (file layout, the numpy references where numba lacks a kernel). Every step writes the whole KV of its
+    positions, so the second try rewrites what the first left. Everything but forward is `slow`'s (its
+    KernelSet, "hybrid", is what swap_kernels checks before the flip)."""
+
+    def __init__(self, fast: Any, slow: Any) -> None:
+        self.fast, self.slow = fast, slow
+        self.fast_steps = self.slow_steps = 0
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            with no_compile():
+                out = self.fast.forward(*args, **kwargs)
+        except WouldCompile:
+            self.slow_steps += 1
+            return self.slow.forward(*args, **kwargs)
+        self.fast_steps += 1
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.slow, name)
+
+
+def _numba_model(runner: Any) -> Any:
+    """A numba model of the runner's source: its weights are the ones the warmer's runners repacked (shared)."""
+    from modelc.models.registry import build_model
+
+    return build_model(runner.source)
+
+
+def _install_decode_first(runner: Any, fast: Any) -> None:
+    from modelc.engine.thread_tuner import ThreadTuner
+
+    runner.model = DecodeFirst(fast, runner.model)
+    runner.tuner = ThreadTuner(runner.tuner.candidates[0])  # its timings were of the hybrid kernels
 
 
 def loaded_from_cache(runner: Any) -> bool:

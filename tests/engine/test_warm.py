@@ -331,3 +331,101 @@ def test_a_restart_from_a_cache_of_this_model_alone_compiles_nothing(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     got = _restart(path, env)
     assert "STATE ('numba', False) COMPILES [] TOKENS" in got, got
+
+
+def test_decode_first_runs_the_steps_numba_can_and_the_rest_on_the_hybrid_model():
+    """Once the decode helper's kernels are loaded, a served runner tries each step on a numba model of the
+    repacked weights with compiling refused (warm.DecodeFirst) and runs it again on the hybrid model where a
+    kernel is missing; either way its greedy tokens are the warm path's."""
+    from modelc.engine.runner import Runner
+    from modelc.kernels.hybrid import hybrid_kernel_set
+    from modelc.kernels.runtime.nocompile import WouldCompile
+    from tests.engine.test_runner import _generate
+
+    src = _q4_0_tiny()
+    prompt = [5, 17, 3, 88, 41, 9, 60]
+    want = _generate(Runner(src, num_kv_blocks=16), 1, prompt, 6, [0, 1])  # numba: every kernel in memory now
+    kernels, _ = hybrid_kernel_set()
+    runner = Runner(src, num_kv_blocks=16, kernels=kernels)
+    warm._install_decode_first(runner, warm._numba_model(runner))
+    model = runner.model
+    assert isinstance(model, warm.DecodeFirst) and model.kernels.name == "hybrid"
+    assert _generate(runner, 1, prompt, 6, [0, 1]) == want
+    assert (model.fast_steps, model.slow_steps) == (6, 0)
+
+    def missing(*args, **kwargs):  # a kernel of the step not compiled yet: the fast model gives up midway
+        raise WouldCompile("gemm_r16")
+
+    model.fast.forward = missing
+    assert _generate(runner, 2, prompt, 6, [2, 3]) == want
+    assert (model.fast_steps, model.slow_steps) == (6, 6)
+
+
+def test_swap_kernels_installs_the_decode_model_then_flips_when_the_warmer_is_done(monkeypatch):
+    """The owner's swaps (deliver_swap): while the warmer compiles, the decode path's numba model goes in front of
+    the hybrid one; after the warmer is done, the flip rebuilds the model on numba alone."""
+    from modelc.engine.runner import Runner
+    from modelc.kernels.hybrid import hybrid_kernel_set
+
+    src = _q4_0_tiny()
+    kernels, switch = hybrid_kernel_set()
+    runner = Runner(src, num_kv_blocks=4, kernels=kernels)
+    warmer = warm.Warmer(runner, switch)
+    told = []
+    monkeypatch.setattr(warm, "_warmers", {warmer})
+    assert warm.deliver_swap(runner, lambda: told.append(1))
+    warm.swap_kernels(runner)  # nothing to install yet
+    assert runner.model.kernels.name == "hybrid" and not isinstance(runner.model, warm.DecodeFirst)
+    warmer.decode_models[id(runner)] = warm._numba_model(runner)
+    warm.swap_kernels(runner)
+    assert isinstance(runner.model, warm.DecodeFirst) and runner.model.fast is warmer.decode_models[id(runner)]
+    warm._warmers.discard(warmer)  # the warmer flipped: it leaves the set before notifying
+    warm.swap_kernels(runner)
+    assert runner.model.kernels.name == "numba" and not isinstance(runner.model, warm.DecodeFirst)
+    assert switch.only_numba and told == []
+
+
+_DECODE_FIRST = """
+import subprocess, sys
+from modelc.artifact.reader import open_artifact
+from modelc.engine import warm
+from modelc.engine.runner import Runner
+from modelc.kernels.hybrid import hybrid_kernel_set
+sys.path.insert(0, sys.argv[2])
+from test_runner import _generate
+path = sys.argv[1]
+subprocess.run([sys.executable, "-m", "modelc.engine.warm", path, "0", "0", "float32", "decode"], check=True)
+kernels, switch = hybrid_kernel_set()
+runner = Runner(open_artifact(path), num_kv_blocks=16, kernels=kernels)
+w = warm.Warmer(runner, switch)
+assert w._load_decode_kernels()
+w._decode_first()
+compiles = []
+from numba.core import event
+class L(event.Listener):  # every compile of this process from here on: none may happen
+    def on_start(self, ev): compiles.append(getattr(ev.data.get("dispatcher"), "py_func", None).__qualname__)
+    def on_end(self, ev): pass
+event.register("numba:compile", L())
+tokens = _generate(runner, 1, [5, 17, 3, 88, 41, 9, 60], 6, [0, 1])
+m = runner.model
+print("DECODE_FIRST", type(m).__name__, m.fast_steps, m.slow_steps, "COMPILES", compiles, "TOKENS", tokens)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_after_the_decode_helper_a_served_runner_decodes_on_numba(tmp_path):
+    """An empty kernel cache, the decode helper done: the served runner's decode steps run on the numba model
+    (DecodeFirst), its prompt on the hybrid one, nothing compiles in the serving process, and the greedy tokens
+    are the warm path's."""
+    from modelc.artifact.reader import open_artifact
+    from modelc.engine.runner import Runner
+    from tests.engine.test_runner import _generate
+
+    path = _q4_0_file(tmp_path, "a.modelc")
+    want = _generate(Runner(open_artifact(path), num_kv_blocks=16), 1, [5, 17, 3, 88, 41, 9, 60], 6, [0, 1])
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    out = subprocess.run([sys.executable, "-c", _DECODE_FIRST, str(path), str(pathlib.Path(__file__).parent)],
+                         capture_output=True, text=True, timeout=1400, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"DECODE_FIRST DecodeFirst 5 1 COMPILES [] TOKENS {want}" in out.stdout, out.stdout

@@ -191,3 +191,18 @@ def test_llama_cpp_cache_type_flags(capsys) -> None:
     assert main(["run", "x", "--kv-cache-dtype", "f32", "--cache-type-k", "f16"]) == 1
     assert main(["run", "x", "-ctk", "int3"]) == 1
     assert "q8_0" in capsys.readouterr().err
+
+
+def test_a_model_that_does_not_fit_even_streamed_is_one_line_error(tmp_path, capsys, monkeypatch) -> None:
+    """models/residency.py's MemoryLimitError: the largest layer does not fit the page budget (here capped)."""
+    from modelc.artifact.writer import write_artifact
+    from modelc.models.tiny import make_tiny_llama
+
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MODELC_STREAM_BUDGET_MB", "0.01")
+    path = write_artifact(make_tiny_llama(0, hidden_size=128, intermediate_size=256), tmp_path / "m.modelc")
+    assert main(["run", str(path), "--port", "0", "--stream-weights"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: model tiny-llama cannot run in the memory left") and "even streamed" in err[-1]
+    assert main(["run", str(path), "--port", "0", "--weights", "mmap"]) == 1
+    assert capsys.readouterr().err.strip() == "error: weights must be one of auto, resident, streamed"

@@ -401,7 +401,7 @@ class Runner:
 
     def _warm_prefill_kernels(self) -> None:
         # lazy: numba kernels load (and compile) only when this path runs
-        from modelc.kernels.attention import attention
+        from modelc.kernels.attention import attention, attention_flash
         from modelc.kernels.attention.attention_blas import attention_one_seq_blas
         from modelc.kernels.matmul.warm import warm_matmuls
 
@@ -413,6 +413,8 @@ class Runner:
         table = np.arange(kp.shape[0], dtype=np.int32)
         q = np.zeros((n, H, D), np.float32)  # (T, H, D)
         attention_one_seq_blas(np.empty_like(q), q, kp, vp, table, 0, 1.0, 0)
+        if attention.FLASH_PREFILL and attention_flash.supported(q, kp):
+            attention_flash.flash_prefill(np.empty_like(q), q, kp, vp, table, 0, 1.0, 0)
         q2 = q[:2]
         args = (table[None, :1], np.array([0, 2], np.int32), np.zeros(1, np.int32), 1.0, 0)
         if isinstance(kp, tuple):  # kv_q8.QPages

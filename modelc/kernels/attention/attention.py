@@ -6,6 +6,7 @@ One kernel serves all three: the K/V of every query row is written to the pages 
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -122,7 +123,10 @@ ROWS_PARALLEL_MIN_WORK = 256
 """The same for attention_rows' kernel, which splits even one decode row by KV heads: it runs threaded from
 TinyLlama's decode row at 64 positions, where the serial kernel takes ~20 us. Threaded, the attention
 also keeps numba's second thread awake for the next matmul (a sleeping one costs ~50 us to wake here)."""
-BLAS_MIN_ROWS = 64  # a sequence with this many query rows (a prefill chunk) goes through sgemm
+BLAS_MIN_ROWS = 64  # a sequence with this many query rows (a prefill chunk) goes through tiles or sgemm
+FLASH_PREFILL = not attention_rows.NARROW and os.environ.get("MODELC_FLASH_PREFILL", "1") != "0"
+"""Long chunks through attention_flash's tiles (their 16 accumulators of 16 lanes want AVX-512's 32 registers);
+MODELC_FLASH_PREFILL=0 keeps them on sgemm (attention_blas), e.g. to compare the two."""
 
 
 def paged_attention_auto(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window) -> None:
@@ -198,13 +202,19 @@ def _rows_apply(out, q, k_pages) -> bool:
 
 
 def _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window, lens) -> None:
-    """Long sequences one by one through sgemm; the short ones (decodes) together through numba."""
+    """Long sequences one by one through attention_flash's tiles (sgemm where those do not apply: q8_0 pages,
+    groups not dividing 64, CPUs without AVX-512); the short ones (decodes) together through numba."""
+    from modelc.kernels.attention import attention_flash
     from modelc.kernels.attention.attention_blas import attention_one_seq_blas
 
+    flash = FLASH_PREFILL and attention_flash.supported(q, k_pages)
     short = []
     for s in range(pos_start.shape[0]):
         a, b = int(q_start[s]), int(q_start[s + 1])
-        if lens[s] >= BLAS_MIN_ROWS:
+        if lens[s] >= BLAS_MIN_ROWS and flash:
+            attention_flash.flash_prefill(out[a:b], q[a:b], k_pages, v_pages, block_tables[s], int(pos_start[s]), scale,
+                                          window)  # fmt: skip
+        elif lens[s] >= BLAS_MIN_ROWS:
             attention_one_seq_blas(out[a:b], q[a:b], k_pages, v_pages, block_tables[s], int(pos_start[s]), scale,
                                    window)  # fmt: skip
         elif b > a:

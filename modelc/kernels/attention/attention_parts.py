@@ -56,11 +56,18 @@ def _row_max(srow):
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
 def softmax_rows(scores):
     """scores (G, n) -> exp(scores - row max) in place; returns the (G,) row sums. Shared with attention_q8."""
+    return softmax_rows_max(scores, np.empty(scores.shape[0], dtype=np.float32))
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
+def softmax_rows_max(scores, maxes):
+    """softmax_rows, the (G,) row maxima also written to maxes (a span of a split row keeps them to merge)."""
     G, n = scores.shape
     denom = np.empty(G, dtype=np.float32)
     for g in range(G):
         srow = scores[g]  # (n,) view: bare-index loops vectorize
         m = _row_max(srow)
+        maxes[g] = m
         tot = np.float32(0.0)
         for j in range(n):
             e = exp_f32(srow[j] - m)

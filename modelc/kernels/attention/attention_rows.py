@@ -25,8 +25,9 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-from modelc.kernels.attention.attention_parts import _row_seq, softmax_rows, work_item
+from modelc.kernels.attention.attention_parts import _row_seq, softmax_rows, softmax_rows_max, work_item
 from modelc.kernels.runtime.cpu import HAS_AVX512_VNNI
+from modelc.kernels.simd.fastexp import exp_f32
 from modelc.kernels.simd.qdot import (
     F32x8,
     F32x16,
@@ -421,9 +422,11 @@ def _values(of, vflat, bases, scores, denom, vacc, t, n, H, D, G, kh, h0):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
-def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0, k1):
+def _row(out, ot, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0, k1, ml):
     """Query row t of sequence s attends positions lo .. lo + n - 1 with the heads of KV heads k0 .. k1 - 1:
-    those heads of out[t] written. A call, not inlined: the serial and the parallel kernel then share its
+    those heads of out[ot] ((rows, H, D)) written. ml (2, H) empty: the row's whole range, normalized; else a
+    span of it: out[ot] unnormalized (the sum of exp(score - the span's max) V), ml[0] the span's maxima and
+    ml[1] its sums of exps (_merge). A call, not inlined: the serial and the parallel kernel then share its
     machine code, compiled once (inlined, each compiled it: 8.4 and 14.4 of SmolLM2's ~57 CPU-s of
     compiling on the Emerald Rapids VM)."""
     G = H // K
@@ -446,35 +449,143 @@ def _row(out, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0
     for j in range(j0, n):  # the positions those leave (n % 2, n % 4, n % 8 or n % 16) one at a time
         for h in range(h0, k1 * G):
             scores[h - h0, j] = _one_dot(qf, (t * H + h) * D, kflat, bases[j] + (h // G) * D, D) * scale
-    denom = softmax_rows(scores)
+    if ml.shape[1] == 0:
+        denom = softmax_rows(scores)
+    else:  # a span: its maxima and sums kept, the values left unnormalized (times 1: the same bits)
+        denom = softmax_rows_max(scores, ml[0, h0 : k1 * G])
+        ml[1, h0 : k1 * G] = denom
+        denom[:] = 1.0
     of = out.reshape(-1)
     vacc = np.empty(G * D, dtype=np.float32)
     for kh in range(k0, k1):
-        _values(of, vflat, bases, scores, denom, vacc, t, n, H, D, G, kh, h0)
+        _values(of, vflat, bases, scores, denom, vacc, ot, n, H, D, G, kh, h0)
+
+
+SPAN_BYTES = 1 << 20
+"""A row of at least two spans' positions is split into spans of about this many K + V bytes (span_len), each a
+work item over every KV head, merged after (flash-decoding): one decode row's positions are spread over the
+threads, each thread streaming whole K / V rows of consecutive positions, and a span's V rows (prefetched with
+its K rows while the scores are computed) are still in L2 when its values pass reads them. The split depends on
+the row's length and the KV shape only, never on the thread count, so every kernel gives the same bits."""
+
+
+@njit(cache=True, nogil=True, inline="always")
+def span_len(K, D, itemsize):
+    """Positions in a span: SPAN_BYTES of K + V rows, 64 to 1024, a multiple of 16."""
+    s = max(64, min(1024, SPAN_BYTES // (2 * K * D * itemsize)))
+    return s - s % 16
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _plan(T, head_parts, row_seq, q_start, pos_start, window, span):
+    """The work items of T rows: (I, 6) int64 (row t, sequence, first position, positions, KV-head part or -1 for a
+    span, span index), short and long rows alternating; a row of fewer than 2 spans' positions is head_parts
+    items (its KV heads split), a longer one a span item each. Also each row's first span and span count (0:
+    not split)."""
+    first = np.zeros(T, np.int64)
+    count = np.zeros(T, np.int64)
+    rows = np.empty((T, 3), np.int64)  # (sequence, lo, n) in item order
+    num_items = num_spans = 0
+    for i in range(T):
+        t, _, s, pos, lo = work_item(T, 1, i, row_seq, q_start, pos_start, window)
+        n = pos + 1 - lo
+        rows[i, 0], rows[i, 1], rows[i, 2] = s, lo, n
+        if n >= 2 * span:
+            first[t], count[t] = num_spans, n // span
+            num_spans += n // span
+            num_items += n // span
+        else:
+            num_items += head_parts
+    items = np.empty((num_items, 6), np.int64)
+    k = 0
+    for i in range(T):
+        t = work_item(T, 1, i, row_seq, q_start, pos_start, window)[0]
+        s, lo, n = rows[i, 0], rows[i, 1], rows[i, 2]
+        parts = count[t]
+        for p in range(parts if parts else head_parts):
+            items[k, 0], items[k, 1] = t, s
+            if parts:
+                a, b = lo + p * n // parts, lo + (p + 1) * n // parts
+                items[k, 2], items[k, 3], items[k, 4], items[k, 5] = a, b - a, -1, first[t] + p
+            else:
+                items[k, 2], items[k, 3], items[k, 4], items[k, 5] = lo, n, p, -1
+            k += 1
+    return items, first, count, num_spans
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
+def _item(out, part_o, ml, no_ml, qf, kflat, vflat, block_tables, it, head_parts, Z, K, H, D, scale):
+    """One work item of _plan: a part of a row's KV heads, or a span of a row (every KV head). no_ml: (2, 0), C
+    order as ml[span] is (one compiled _row)."""
+    t, s, lo, n, part, span = it[0], it[1], it[2], it[3], it[4], it[5]
+    if span < 0:
+        _row(out, t, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, part * K // head_parts,
+             (part + 1) * K // head_parts, no_ml)  # fmt: skip
+    else:
+        _row(part_o, span, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, 0, K, ml[span])
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
+def _merge(out, t, part_o, ml, first, count):
+    """out[t] from the spans first .. first + count - 1 of row t: each head's span sums rescaled to the largest
+    span maximum, added in span order, over the rescaled sum of exps."""
+    H, D = part_o.shape[1], part_o.shape[2]
+    acc = np.empty(D, np.float32)
+    for h in range(H):
+        m = ml[first, 0, h]
+        for p in range(first + 1, first + count):
+            m = max(m, ml[p, 0, h])
+        acc[:] = 0.0
+        tot = np.float32(0.0)
+        for p in range(first, first + count):
+            w = exp_f32(ml[p, 0, h] - m)
+            tot += w * ml[p, 1, h]
+            src = part_o[p, h]
+            for d in range(D):
+                acc[d] += w * src[d]
+        inv = np.float32(1.0) / tot
+        dst = out[t, h]
+        for d in range(D):
+            dst[d] = acc[d] * inv
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
 def paged_attention_rows(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
-    """attention.paged_attention's contract (q and out C-contiguous), on the calling thread."""
+    """attention.paged_attention's contract (q and out C-contiguous), on the calling thread (long rows in spans,
+    as the parallel kernel splits them: the same bits)."""
     T, H, D = q.shape
     Z, K = k_pages.shape[1], k_pages.shape[2]
     row_seq = _row_seq(T, q_start)
     qf, kflat, vflat = q.reshape(-1), k_pages.reshape(-1), v_pages.reshape(-1)
-    for i in range(T):
-        t, _, s, pos, lo = work_item(T, 1, i, row_seq, q_start, pos_start, window)
-        _row(out, qf, kflat, vflat, block_tables, t, s, lo, pos + 1 - lo, Z, K, H, D, np.float32(scale), 0, K)
+    items, first, count, num_spans = _plan(T, 1, row_seq, q_start, pos_start, window,
+                                           span_len(K, D, k_pages.itemsize))  # fmt: skip
+    part_o = np.empty((num_spans, H, D), np.float32)
+    ml = np.empty((num_spans, 2, H), np.float32)
+    no_ml = np.empty((2, 0), np.float32)
+    for i in range(items.shape[0]):
+        _item(out, part_o, ml, no_ml, qf, kflat, vflat, block_tables, items[i], 1, Z, K, H, D, np.float32(scale))
+    for t in range(T):
+        if count[t]:
+            _merge(out, t, part_o, ml, first[t], count[t])
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, parallel=True)
 def paged_attention_rows_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window):
-    """paged_attention_rows with the rows spread over numba's threads (short and long rows alternating); a
-    single row (one decode) is split by KV heads instead."""
+    """paged_attention_rows with its work items spread over numba's threads (short and long rows alternating); a
+    single row (one decode) shorter than two spans is split by KV heads instead, a longer one into its spans."""
     T, H, D = q.shape
     Z, K = k_pages.shape[1], k_pages.shape[2]
     row_seq = _row_seq(T, q_start)
     qf, kflat, vflat = q.reshape(-1), k_pages.reshape(-1), v_pages.reshape(-1)
-    parts = K if T == 1 else 1
-    for i in prange(T * parts):
-        t, part, s, pos, lo = work_item(T, parts, i, row_seq, q_start, pos_start, window)
-        _row(out, qf, kflat, vflat, block_tables, t, s, lo, pos + 1 - lo, Z, K, H, D, np.float32(scale),
-             part * K // parts, (part + 1) * K // parts)  # fmt: skip
+    head_parts = K if T == 1 else 1
+    items, first, count, num_spans = _plan(T, head_parts, row_seq, q_start, pos_start, window,
+                                           span_len(K, D, k_pages.itemsize))  # fmt: skip
+    part_o = np.empty((num_spans, H, D), np.float32)
+    ml = np.empty((num_spans, 2, H), np.float32)
+    no_ml = np.empty((2, 0), np.float32)
+    for i in prange(items.shape[0]):
+        _item(out, part_o, ml, no_ml, qf, kflat, vflat, block_tables, items[i], head_parts, Z, K, H, D,
+              np.float32(scale))  # fmt: skip
+    for t in prange(T):
+        if count[t]:
+            _merge(out, t, part_o, ml, first[t], count[t])

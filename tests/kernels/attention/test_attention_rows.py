@@ -17,6 +17,11 @@ CASES = [
     ([3, 50, 20], [1, 7, 20], 4, 4, 128),
     ([1], [1], 1, 1, 16),
     ([161], [1], 16, 2, 80),
+    # rows of 2+ spans (attention_rows.span_len: 128 positions at K 8, D 128 in f32, 256 in fp16): one decode
+    # row, a batch of a long and a short row, a long chunk's rows
+    ([300], [1], 32, 8, 128),
+    ([700, 20], [1, 1], 16, 8, 128),
+    ([530], [3], 8, 8, 128),
 ]
 
 
@@ -178,3 +183,22 @@ def test_values_in_blocks_match_numpy():
     run(of, v.reshape(-1), bases, scores, denom)
     want = np.einsum("hj,jhd->hd", scores, np.repeat(v, G, axis=1)) / denom[:, None]
     np.testing.assert_allclose(of.reshape(H, D), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kv_dtype", ["float32", "float16"])
+def test_long_rows_split_into_spans_give_the_same_bits_serial_and_threaded(kv_dtype, paged_case):
+    """A row of two spans or more (span_len positions each) is split by positions and merged, in the serial kernel
+    as in the threaded one: the same bits either way, whatever the thread count; the spans' count follows the
+    row's length only."""
+    span = attention_rows.span_len(8, 128, 4 if kv_dtype == "float32" else 2)
+    assert span == (128 if kv_dtype == "float32" else 256)
+    q, kp, vp, bt, qs, ps, _ = paged_case([5 * span + 3, 40], [1, 1], 32, 8, 128, kv_dtype, seed=3)
+    items, first, count, num_spans = attention_rows._plan(2, 1, attention_rows._row_seq(2, qs), qs, ps, 0, span)
+    assert list(count) == [5, 0] and num_spans == 5 and len(items) == 6
+    serial, threaded = np.full_like(q, np.nan), np.full_like(q, np.nan)
+    attention_rows.paged_attention_rows(serial, q, kp, vp, bt, qs, ps, 0.09, 0)
+    attention_rows.paged_attention_rows_parallel(threaded, q, kp, vp, bt, qs, ps, 0.09, 0)
+    np.testing.assert_array_equal(serial, threaded)
+    want = np.empty_like(q)
+    ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.09, 0)
+    np.testing.assert_allclose(serial, want, rtol=2e-5, atol=2e-6)

@@ -417,7 +417,11 @@ class Runner:
             attention_flash.flash_prefill(np.empty_like(q), q, kp, vp, table, 0, 1.0, 0)
         q2 = q[:2]
         args = (table[None, :1], np.array([0, 2], np.int32), np.zeros(1, np.int32), 1.0, 0)
-        if isinstance(kp, tuple):  # kv_q8.QPages
+        if isinstance(kp, tuple) and kp.window == 0:  # plain q8_0 pages: attention_rows' kernels on widened rows
+            from modelc.kernels.attention.attention_rows_q8 import paged_attention_rows_q8_parallel
+
+            paged_attention_rows_q8_parallel(np.empty_like(q2), q2, kp.data, kp.scales, vp.data, vp.scales, *args)
+        elif isinstance(kp, tuple):  # kv_q8.QPages, the mixed cache
             # lazy: numba kernels load (and compile) only when this path runs
             from modelc.kernels.attention.attention_q8 import paged_attention_q8_parallel
 

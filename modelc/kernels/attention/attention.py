@@ -12,7 +12,7 @@ import threading
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from modelc.kernels.attention import attention_q8, attention_rows
+from modelc.kernels.attention import attention_q8, attention_rows, attention_rows_q8
 from modelc.kernels.attention.attention_parts import _row_seq, softmax_rows, work_item, write_rows
 from modelc.kernels.attention.kv_dtype import load_f32
 from modelc.kernels.simd.qdot import prefetch
@@ -160,13 +160,23 @@ def _numba_attention(out, q, k_pages, v_pages, block_tables, q_start, pos_start,
                      last_start: int | None = None) -> None:  # fmt: skip
     items = q.shape[0] * k_pages.shape[2]
     parallel = False
-    rows = _rows_apply(out, q, k_pages)
+    q8_rows = _q8_rows_apply(out, q, k_pages)
+    rows = q8_rows or _rows_apply(out, q, k_pages)
     if pos_start.shape[0]:
         if last_start is None:
             last_start = int(pos_start.max())
         # get_num_threads costs ~10 us, so it is asked only when the work could be shared
         parallel = share_work(items, last_start + q.shape[0], rows) and get_num_threads() > 1
-    if isinstance(k_pages, tuple):  # kv_q8.QPages: the q8_0 / mixed cache
+    if q8_rows:  # plain q8_0 pages: attention_rows' kernels on rows widened a span at a time
+        fn = (
+            attention_rows_q8.paged_attention_rows_q8_parallel
+            if parallel
+            else attention_rows_q8.paged_attention_rows_q8
+        )
+        fn(out, q, k_pages.data, k_pages.scales, v_pages.data, v_pages.scales, block_tables, q_start, pos_start, scale,
+           window)  # fmt: skip
+        return
+    if isinstance(k_pages, tuple):  # kv_q8.QPages: the mixed cache
         fn = attention_q8.paged_attention_q8_parallel if parallel else attention_q8.paged_attention_q8
         k, v = k_pages, v_pages
         fn(out, q, k.data, k.scales, v.data, v.scales, k.hot_of, k.hot, v.hot, k.window, block_tables, q_start,
@@ -189,6 +199,18 @@ def dense_kernel(out, q, k_pages, parallel: bool, rows: bool | None = None):
     if _rows_apply(out, q, k_pages) if rows is None else rows:
         return attention_rows.paged_attention_rows_parallel if parallel else attention_rows.paged_attention_rows
     return paged_attention_parallel if parallel else paged_attention
+
+
+def _q8_rows_apply(out, q, k_pages) -> bool:
+    """Whether attention_rows_q8's kernel takes these arrays (plain q8_0 pages: no hot window; D % 16 == 0,
+    C-contiguous q, out)."""
+    return (
+        isinstance(k_pages, tuple)
+        and k_pages.window == 0
+        and q.shape[-1] % 16 == 0
+        and q.flags.c_contiguous
+        and out.flags.c_contiguous
+    )
 
 
 def _rows_apply(out, q, k_pages) -> bool:

@@ -424,19 +424,25 @@ def _values(of, vflat, bases, scores, denom, vacc, t, n, H, D, G, kh, h0):
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
 def _row(out, ot, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, k0, k1, ml):
     """Query row t of sequence s attends positions lo .. lo + n - 1 with the heads of KV heads k0 .. k1 - 1:
-    those heads of out[ot] ((rows, H, D)) written. ml (2, H) empty: the row's whole range, normalized; else a
-    span of it: out[ot] unnormalized (the sum of exp(score - the span's max) V), ml[0] the span's maxima and
-    ml[1] its sums of exps (_merge). A call, not inlined: the serial and the parallel kernel then share its
-    machine code, compiled once (inlined, each compiled it: 8.4 and 14.4 of SmolLM2's ~57 CPU-s of
-    compiling on the Emerald Rapids VM)."""
-    G = H // K
-    RW = K * D
-    h0 = k0 * G  # scores row h - h0 is head h
-    scores = np.empty(((k1 - k0) * G, n), dtype=np.float32)
+    those heads of out[ot] ((rows, H, D)) written (_row_core on the positions' rows in the pages)."""
     bases = np.empty(n, dtype=np.int64)  # element offset of each position's K (V) row
     for j in range(n):
         p = lo + j
-        bases[j] = (block_tables[s, p // Z] * Z + p % Z) * RW
+        bases[j] = (block_tables[s, p // Z] * Z + p % Z) * (K * D)
+    _row_core(out, ot, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1, ml)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
+def _row_core(out, ot, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1, ml):
+    """Query row t against the n K / V rows at element offsets bases (K D elements each, every KV head) of kflat /
+    vflat, with the heads of KV heads k0 .. k1 - 1: those heads of out[ot] ((rows, H, D)) written. ml (2, H)
+    empty: normalized (the row's whole range); else a span of it: out[ot] unnormalized (the sum of exp(score -
+    the span's max) V), ml[0] the span's maxima and ml[1] its sums of exps (_merge). A call, not inlined: the
+    serial and the parallel kernel then share its machine code, compiled once (inlined, each compiled it: 8.4
+    and 14.4 of SmolLM2's ~57 CPU-s of compiling on the Emerald Rapids VM)."""
+    G = H // K
+    h0 = k0 * G  # scores row h - h0 is head h
+    scores = np.empty(((k1 - k0) * G, n), dtype=np.float32)
     if NARROW:
         if G % 4 == 0:
             j0 = _scores4n(scores, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1)

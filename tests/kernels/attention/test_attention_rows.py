@@ -202,3 +202,30 @@ def test_long_rows_split_into_spans_give_the_same_bits_serial_and_threaded(kv_dt
     want = np.empty_like(q)
     ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.09, 0)
     np.testing.assert_allclose(serial, want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize(
+    "seq_lens,q_lens,H,K,D",
+    [([15, 16, 17, 33], [1, 1, 1, 1], 32, 4, 64), ([300], [1], 32, 8, 128), ([700, 20], [1, 1], 16, 8, 128),
+     ([530], [3], 8, 8, 128), ([40], [40], 6, 2, 32), ([161], [1], 16, 2, 32)],
+)  # fmt: skip
+@pytest.mark.parametrize("window", [0, 19])
+def test_q8_rows_kernel_matches_ref_and_the_q8_kernel(seq_lens, q_lens, H, K, D, window):
+    """attention_rows_q8 (rows widened a span at a time, spans from 256 positions at K 8, D 128) against the numpy
+    reference on the same q8_0 pages and against attention_q8's kernel; serial and threaded give the same bits."""
+    from modelc.kernels.attention import attention_q8, attention_rows_q8
+    from tests.kernels.attention.test_kv_q8 import _case
+
+    kv, q, bt, qs, ps, _ = _case(seq_lens, q_lens, K, D, H, "q8_0", seed=sum(seq_lens) + window)
+    kp, vp = kv.layer(0)
+    args = (kp.data, kp.scales, vp.data, vp.scales)
+    want = np.full_like(q, np.nan)
+    ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.1, window)
+    old = np.full_like(q, np.nan)
+    attention_q8.paged_attention_q8(old, q, *args, kp.hot_of, kp.hot, vp.hot, 0, bt, qs, ps, 0.1, window)
+    serial, threaded = np.full_like(q, np.nan), np.full_like(q, np.nan)
+    attention_rows_q8.paged_attention_rows_q8(serial, q, *args, bt, qs, ps, 0.1, window)
+    attention_rows_q8.paged_attention_rows_q8_parallel(threaded, q, *args, bt, qs, ps, 0.1, window)
+    np.testing.assert_array_equal(serial, threaded)
+    np.testing.assert_allclose(serial, want, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(serial, old, rtol=2e-5, atol=2e-6)

@@ -121,12 +121,13 @@ def _accumulate(ot, s, vb, D):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
-def _softmax_step(s, m, lsum, ot, qpos, p0, nb, window):
-    """Mask block p0 .. p0 + nb - 1 (causal, window, past nb), fold it into each lane's running max m and sum
-    lsum (rescaling ot's columns where the max grew), and leave s = exp(s - m) (0 where masked)."""
+def _softmax_step(s, m, lsum, ot, qpos, p0, nb, window, mask):
+    """Mask block p0 .. p0 + nb - 1 where `mask` (causal, window, past nb; a block every lane sees whole skips
+    it), fold it into each lane's running max m and sum lsum (rescaling ot's columns where the max grew), and
+    leave s = exp(s - m) (0 where masked)."""
     D = ot.shape[0]
     alpha = np.empty(LANES, np.float32)
-    for j in range(BK):
+    for j in range(BK if mask else 0):
         p = p0 + j
         row = s[j]
         for ln in range(LANES):
@@ -141,8 +142,12 @@ def _softmax_step(s, m, lsum, ot, qpos, p0, nb, window):
         m[ln] = mn
     for j in range(BK):
         row = s[j]
-        for ln in range(LANES):
-            row[ln] = exp_f32(row[ln] - m[ln]) if row[ln] > NEG else np.float32(0.0)
+        if mask:
+            for ln in range(LANES):
+                row[ln] = exp_f32(row[ln] - m[ln]) if row[ln] > NEG else np.float32(0.0)
+        else:
+            for ln in range(LANES):
+                row[ln] = exp_f32(row[ln] - m[ln])
     for ln in range(LANES):
         tot = np.float32(0.0)
         for j in range(BK):
@@ -186,7 +191,9 @@ def _flash_item(out, q, kflat, vflat, table, pos0, scale, window, kh, qb, Z, K):
         nb = min(BK, hi - p0)
         _widen(kb, kflat, table, p0, nb, Z, K, kh, D)
         _scores(s, qt, kb, D)
-        _softmax_step(s, m, lsum, ot, qpos, p0, nb, window)
+        # every lane sees the whole block (its positions at or before the block's first row, no window)
+        whole = window == 0 and nb == BK and p0 + BK - 1 <= pos0 + r0
+        _softmax_step(s, m, lsum, ot, qpos, p0, nb, window, not whole)
         _widen(vb, vflat, table, p0, nb, Z, K, kh, D)
         _accumulate(ot, s, vb, D)
     for g in range(G):

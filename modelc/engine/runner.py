@@ -414,7 +414,7 @@ class Runner:
         q = np.zeros((n, H, D), np.float32)  # (T, H, D)
         attention_one_seq_blas(np.empty_like(q), q, kp, vp, table, 0, 1.0, 0)
         if attention.FLASH_PREFILL and attention_flash.supported(q, kp):
-            attention_flash.flash_prefill(np.empty_like(q), q, kp, vp, table, 0, 1.0, 0)
+            attention_flash.prefill(np.empty_like(q), q, kp, vp, table, 0, 1.0, 0)
         q2 = q[:2]
         args = (table[None, :1], np.array([0, 2], np.int32), np.zeros(1, np.int32), 1.0, 0)
         if isinstance(kp, tuple) and kp.window == 0:  # plain q8_0 pages: attention_rows' kernels on widened rows

@@ -224,7 +224,7 @@ def _rows_apply(out, q, k_pages) -> bool:
 
 
 def _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window, lens) -> None:
-    """Long sequences one by one through attention_flash's tiles (sgemm where those do not apply: q8_0 pages,
+    """Long sequences one by one through attention_flash's tiles (sgemm where those do not apply: the mixed cache,
     groups not dividing 64, CPUs without AVX-512); the short ones (decodes) together through numba."""
     from modelc.kernels.attention import attention_flash
     from modelc.kernels.attention.attention_blas import attention_one_seq_blas
@@ -234,8 +234,8 @@ def _with_blas_prefill(out, q, k_pages, v_pages, block_tables, q_start, pos_star
     for s in range(pos_start.shape[0]):
         a, b = int(q_start[s]), int(q_start[s + 1])
         if lens[s] >= BLAS_MIN_ROWS and flash:
-            attention_flash.flash_prefill(out[a:b], q[a:b], k_pages, v_pages, block_tables[s], int(pos_start[s]), scale,
-                                          window)  # fmt: skip
+            attention_flash.prefill(out[a:b], q[a:b], k_pages, v_pages, block_tables[s], int(pos_start[s]), scale,
+                                    window)  # fmt: skip
         elif lens[s] >= BLAS_MIN_ROWS:
             attention_one_seq_blas(out[a:b], q[a:b], k_pages, v_pages, block_tables[s], int(pos_start[s]), scale,
                                    window)  # fmt: skip

@@ -12,16 +12,19 @@ floats: it stays in L1 / L2, and memory grows linearly with the context (the scr
 position pair). Items (KV heads x query blocks, long and short blocks alternating) spread over numba's
 threads.
 
-Needs float32 or fp16 (uint16) pages, D % 16 == 0 and a group size G dividing 64 (`supported`); q8_0 pages
-and other groups stay on attention_blas. Same contract as attention_blas.attention_one_seq_blas.
+Needs float32 or fp16 (uint16) pages (flash_prefill) or plain q8_0 pages (flash_prefill_q8: each block's rows
+widened from int8 and their fp16 scales), D % 16 == 0 and a group size G dividing 64 (`supported`); the mixed
+cache and other groups stay on attention_blas. Same contract as attention_blas.attention_one_seq_blas.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from modelc.kernels.attention.attention_rows import load_kv16
+from modelc.kernels.attention.kv_q8 import dequant_row
 from modelc.kernels.simd.fastexp import exp_f32
 from modelc.kernels.simd.qdot import fma_f32x16, load_f32x16, splat_f32x16, store_f32x16, zeros_f32x16
 
@@ -35,8 +38,12 @@ harmless, its sums are reset by the first real position's rescale factor exp(NEG
 
 
 def supported(q: np.ndarray, k_pages) -> bool:
-    """Whether flash_prefill takes this chunk: dense f32 / fp16 pages, D % 16 == 0, G | 64."""
-    if not isinstance(k_pages, np.ndarray) or k_pages.dtype not in (np.float32, np.uint16):
+    """Whether flash_prefill (dense f32 / fp16 pages) or flash_prefill_q8 (plain q8_0 pages: a QPages without a hot
+    window) takes this chunk: D % 16 == 0, G | 64, q C-contiguous."""
+    if isinstance(k_pages, tuple):  # kv_q8.QPages
+        if k_pages.window != 0:
+            return False
+    elif not isinstance(k_pages, np.ndarray) or k_pages.dtype not in (np.float32, np.uint16):
         return False
     H, D = q.shape[1], q.shape[2]
     K = k_pages.shape[2]
@@ -44,17 +51,46 @@ def supported(q: np.ndarray, k_pages) -> bool:
     return D % 16 == 0 and G <= LANES and LANES % G == 0 and q.flags.c_contiguous
 
 
-@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
-def _widen(buf, flat, table, p0, nb, Z, K, kh, D):
-    """buf[j] = the K (or V) row of position p0 + j, KV head kh, as float32 (j < nb); rows nb .. BK - 1 zeroed."""
-    bf = buf.reshape(-1)
-    for j in range(nb):
-        p = p0 + j
-        base = ((table[p // Z] * Z + p % Z) * K + kh) * D
-        for c in range(0, D, 16):
-            store_f32x16(bf, j * D + c, load_kv16(flat, base + c))
-    for j in range(nb, BK):
-        buf[j, :] = 0.0
+def prefill(out, q, k_pages, v_pages, table, pos0: int, scale: float, window: int) -> None:
+    """flash_prefill or flash_prefill_q8 for these pages (`supported` said yes)."""
+    if isinstance(k_pages, tuple):
+        flash_prefill_q8(out, q, k_pages.data, k_pages.scales, v_pages.data, v_pages.scales, table, pos0, scale, window)
+    else:
+        flash_prefill(out, q, k_pages, v_pages, table, pos0, scale, window)
+
+
+def _widen(buf, flat, scales, table, p0, nb, Z, K, kh, D):
+    """buf[j] = the K (or V) row of position p0 + j, KV head kh, as float32 (j < nb); rows nb .. BK - 1 zeroed.
+    flat: the pages as 1-D f32 / fp16 (scales unread) or int8 (scales: the fp16 block scales, 1-D). numba only."""
+    raise NotImplementedError("numba only")
+
+
+@overload(_widen, inline="always")
+def _widen_impl(buf, flat, scales, table, p0, nb, Z, K, kh, D):
+    if flat.dtype == types.int8:
+
+        def widen_q8(buf, flat, scales, table, p0, nb, Z, K, kh, D):
+            NB = scales.shape[0] * D // flat.shape[0]  # scales per row
+            for j in range(nb):
+                p = p0 + j
+                row = (table[p // Z] * Z + p % Z) * K + kh
+                dequant_row(buf[j], flat[row * D : (row + 1) * D], scales[row * NB : (row + 1) * NB])
+            for j in range(nb, BK):
+                buf[j, :] = 0.0
+
+        return widen_q8
+
+    def widen(buf, flat, scales, table, p0, nb, Z, K, kh, D):
+        bf = buf.reshape(-1)
+        for j in range(nb):
+            p = p0 + j
+            base = ((table[p // Z] * Z + p % Z) * K + kh) * D
+            for c in range(0, D, 16):
+                store_f32x16(bf, j * D + c, load_kv16(flat, base + c))
+        for j in range(nb, BK):
+            buf[j, :] = 0.0
+
+    return widen
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -160,7 +196,7 @@ def _softmax_step(s, m, lsum, ot, qpos, p0, nb, window, mask):
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
-def _flash_item(out, q, kflat, vflat, table, pos0, scale, window, kh, qb, Z, K):
+def _flash_item(out, q, kflat, ks, vflat, vs, table, pos0, scale, window, kh, qb, Z, K):
     """Rows qb R .. of the chunk, the G heads of KV head kh: their attention over positions up to their own."""
     n, H, D = q.shape
     G = H // K
@@ -189,12 +225,12 @@ def _flash_item(out, q, kflat, vflat, table, pos0, scale, window, kh, qb, Z, K):
         lo = max(0, pos0 + r0 - window + 1)
     for p0 in range(lo, hi, BK):
         nb = min(BK, hi - p0)
-        _widen(kb, kflat, table, p0, nb, Z, K, kh, D)
+        _widen(kb, kflat, ks, table, p0, nb, Z, K, kh, D)
         _scores(s, qt, kb, D)
         # every lane sees the whole block (its positions at or before the block's first row, no window)
         whole = window == 0 and nb == BK and p0 + BK - 1 <= pos0 + r0
         _softmax_step(s, m, lsum, ot, qpos, p0, nb, window, not whole)
-        _widen(vb, vflat, table, p0, nb, Z, K, kh, D)
+        _widen(vb, vflat, vs, table, p0, nb, Z, K, kh, D)
         _accumulate(ot, s, vb, D)
     for g in range(G):
         for r in range(nr):
@@ -205,19 +241,32 @@ def _flash_item(out, q, kflat, vflat, table, pos0, scale, window, kh, qb, Z, K):
                 dst[d] = ot[d, ln] * inv
 
 
-# parallel=True: KV heads x query blocks are independent items, and a long chunk has many of them.
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, inline="always")
+def _items(out, q, kflat, ks, vflat, vs, table, pos0, scale, window, Z, K):
+    n, H, D = q.shape
+    R = LANES // (H // K)
+    nqb = (n + R - 1) // R
+    sc = np.float32(scale)
+    for item in prange(K * nqb):
+        rr = item // K  # long and short blocks alternate, so a static split of the items is balanced
+        qb = rr // 2 if rr % 2 == 0 else nqb - 1 - rr // 2
+        _flash_item(out, q, kflat, ks, vflat, vs, table, pos0, sc, window, item % K, qb, Z, K)
+
+
+# parallel=True (both entries): KV heads x query blocks are independent items, and a long chunk has many of them.
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True, parallel=True)
 def flash_prefill(out, q, k_pages, v_pages, table, pos0, scale, window):
     """out (n, H, D) f32 = causal attention of q (n, H, D) f32 (C-contiguous, rows at positions pos0 ..) over one
     sequence's pages (P, Z, K, D) f32 / fp16, table (B,) int32 its block table; window > 0 limits each row to its
     last `window` positions. out must not alias q."""
-    n, H, D = q.shape
-    Z, K = k_pages.shape[1], k_pages.shape[2]
-    R = LANES // (H // K)
-    nqb = (n + R - 1) // R
-    kflat, vflat = k_pages.reshape(-1), v_pages.reshape(-1)
-    sc = np.float32(scale)
-    for item in prange(K * nqb):
-        rr = item // K  # long and short blocks alternate, so a static split of the items is balanced
-        qb = rr // 2 if rr % 2 == 0 else nqb - 1 - rr // 2
-        _flash_item(out, q, kflat, vflat, table, pos0, sc, window, item % K, qb, Z, K)
+    none = np.empty(0, np.uint16)
+    _items(out, q, k_pages.reshape(-1), none, v_pages.reshape(-1), none, table, pos0, scale, window,
+           k_pages.shape[1], k_pages.shape[2])  # fmt: skip
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath=True, parallel=True)
+def flash_prefill_q8(out, q, kq, ks, vq, vs, table, pos0, scale, window):
+    """flash_prefill over plain q8_0 pages: kq, vq (P, Z, K, D) int8, ks, vs (P, Z, K, NB) uint16 fp16 scales (each
+    block's rows widened as kv_q8.dequant_row widens them)."""
+    _items(out, q, kq.reshape(-1), ks.reshape(-1), vq.reshape(-1), vs.reshape(-1), table, pos0, scale, window,
+           kq.shape[1], kq.shape[2])  # fmt: skip

@@ -35,6 +35,26 @@ def test_flash_prefill_matches_ref(seq_len, q_len, H, K, D, kv_dtype, window, to
     np.testing.assert_allclose(got, blas, **tol["float32"])
 
 
+@pytest.mark.parametrize("seq_len,q_len,H,K,D", [(300, 64, 32, 8, 128), (100, 77, 4, 2, 16), (70, 70, 32, 4, 64)])
+@pytest.mark.parametrize("window", [0, 19])
+def test_flash_prefill_q8_matches_ref_on_q8_pages(seq_len, q_len, H, K, D, window):
+    """The q8_0 entry widens each block's int8 rows by their scales: the numpy reference's numbers on those pages,
+    and attention_blas' (which gathers them dequantized)."""
+    from tests.kernels.attention.test_kv_q8 import _case
+
+    kv, q, bt, qs, ps, _ = _case([seq_len], [q_len], K, D, H, "q8_0", seed=seq_len + window)
+    kp, vp = kv.layer(0)
+    assert attention_flash.supported(q, kp)
+    want = np.full_like(q, np.nan)
+    ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.1, window)
+    got = np.full_like(q, np.nan)
+    attention_flash.prefill(got, q, kp, vp, bt[0], int(ps[0]), 0.1, window)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    blas = np.full_like(q, np.nan)
+    attention_blas.attention_one_seq_blas(blas, q, kp, vp, bt[0], int(ps[0]), 0.1, window)
+    np.testing.assert_allclose(got, blas, rtol=2e-5, atol=2e-6)
+
+
 def test_supported_refuses_what_it_cannot_take(paged_case):
     q, kp, *_ = paged_case([20], [20], 12, 4, 16, "float32", seed=1)  # G = 3 does not divide 64
     assert not attention_flash.supported(q, kp)
@@ -42,6 +62,10 @@ def test_supported_refuses_what_it_cannot_take(paged_case):
     assert not attention_flash.supported(q, kp)
     q, kp, *_ = paged_case([20], [20], 8, 2, 16, "float32", seed=1)
     assert attention_flash.supported(q, kp) and not attention_flash.supported(q[:, :, ::2], kp)
+    from tests.kernels.attention.test_kv_q8 import _case
+
+    kv, q, *_ = _case([40], [40], 2, 16, 8, "mixed", seed=2)  # the mixed cache's hot window: attention_blas
+    assert not attention_flash.supported(q, kv.layer(0)[0])
 
 
 _FALLBACK = """

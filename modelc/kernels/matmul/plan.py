@@ -124,7 +124,8 @@ def plan_matmul(w: WeightLike, t: int, *, reference: bool | None = None) -> Path
     kind = quant.KIND.get(dt)
     if kind is None or w.cols % 32:  # I8/I4 rows that are not whole 32-blocks
         return Path.BLAS
-    if w.r16 is not None and kind in gemm_r16.R16_KINDS and not (cpu.HAS_AMX and t >= R16_AMX_MIN_T.get(kind, _NEVER)):
+    amx = cpu.HAS_AMX and t >= R16_AMX_MIN_T.get(kind, _NEVER) and not getattr(w, "r16_only", False)
+    if w.r16 is not None and kind in gemm_r16.R16_KINDS and not amx:
         return Path.R16  # 1.3x the T=1 matvec, 3.4-4.4x the tiles and BLAS at T = 8..128 (gemm_r16)
     if t >= PREFILL_MIN_T:
         if cpu.HAS_AMX and kind in AMX_PREFILL_MAX_T:

@@ -160,3 +160,26 @@ def test_plan_prints_its_table() -> None:
     assert p.returncode == 0, p.stderr[-2000:]
     assert "Q4_0" in p.stdout and "T>=1: matvec" in p.stdout
     assert "Q4_0 (repacked at load)" in p.stdout and "T>=1: r16" in p.stdout  # the rows weights repacked at load take
+
+
+def test_r16_only_weights_prefill_on_the_repacked_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repacked weight leaves gemm_r16 for AMX's prefill (which reads the stored bytes) from R16_AMX_MIN_T tokens,
+    except where the loader marked it r16_only (a large model: the stored bytes stay unread, one copy resident)."""
+    from modelc.kernels.matmul import gemm_r16
+
+    w = _w("Q4_0", 256)
+    w = dataclasses.replace(w, r16=gemm_r16.repack(w.blocks, w.dtype))
+    monkeypatch.setattr(cpu, "HAS_AMX", True)
+    t = plan.R16_AMX_MIN_T[plan.quant.KIND[DataType.Q4_0]]
+    assert plan.plan_matmul(w, t - 1) is Path.R16 and plan.plan_matmul(w, t) is Path.AMX
+    only = dataclasses.replace(w, r16_only=True)
+    assert plan.plan_matmul(only, t) is Path.R16 and plan.plan_matmul(only, 512) is Path.R16
+
+
+def test_large_models_read_the_r16_only_bound_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from modelc.models import weights
+
+    monkeypatch.setenv("MODELC_R16_ONLY_BYTES", "12345")
+    assert weights.r16_only_bytes() == 12345
+    monkeypatch.delenv("MODELC_R16_ONLY_BYTES")
+    assert 0 < weights.r16_only_bytes() <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

@@ -39,6 +39,19 @@ def token_ms(kv: KVPages, q: np.ndarray, ctx: int, rounds: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def filled_pages(layers: int, ctx: int, K: int, D: int, kv_dtype: str, rng: np.random.Generator) -> KVPages:
+    """KV pages of `layers` layers holding random rows at positions 0 .. ctx - 1 (block table: 0, 1, 2, ...)."""
+    kv = KVPages(layers, ctx // BLOCK_SIZE + 1, K, D, kv_dtype)
+    slots = np.arange(ctx, dtype=np.int64)
+    table = np.arange(kv.num_blocks, dtype=np.int32)
+    kv.prepare(slots, [(table, 0, ctx)])
+    for layer in range(layers):
+        x = rng.standard_normal((ctx, K, D)).astype(np.float32)
+        write_pages(*kv.layer(layer), x, x[::-1].copy(), slots)
+    kv.retire(table, ctx)
+    return kv
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ctx", default="128,1024,1900")
@@ -54,14 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     H, K, D = a.heads, a.kv_heads, a.head_dim
     for ctx in (int(c) for c in a.ctx.split(",")):
-        kv = KVPages(a.layers, ctx // BLOCK_SIZE + 1, K, D, a.kv_dtype)
-        slots = np.arange(ctx, dtype=np.int64)
-        table = np.arange(kv.num_blocks, dtype=np.int32)
-        kv.prepare(slots, [(table, 0, ctx)])
-        for layer in range(a.layers):
-            x = rng.standard_normal((ctx, K, D)).astype(np.float32)
-            write_pages(*kv.layer(layer), x, x[::-1].copy(), slots)
-        kv.retire(table, ctx)
+        kv = filled_pages(a.layers, ctx, K, D, a.kv_dtype, rng)
         q = rng.standard_normal((1, H, D)).astype(np.float32)
         ms = token_ms(kv, q, ctx, a.rounds)
         read = kv.nbytes * ctx // (kv.num_blocks * BLOCK_SIZE)  # the K/V bytes of ctx positions, any KV type

@@ -12,6 +12,7 @@ prompt (scaled to the model's layers with --model-layers), the ratio, and the la
 from __future__ import annotations
 
 import argparse
+import pathlib
 import statistics
 import sys
 import time
@@ -19,10 +20,11 @@ import time
 import numba
 import numpy as np
 
-from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.kernels.attention.attention_blas import attention_one_seq_blas
 from modelc.kernels.attention.attention_flash import flash_prefill
-from modelc.kernels.attention.kv_write import write_pages
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from attention_decode import filled_pages  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,14 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     numba.set_num_threads(a.threads)
     rng = np.random.default_rng(0)
     H, K, D, ctx = a.heads, a.kv_heads, a.head_dim, a.ctx
-    kv = KVPages(a.layers, ctx // BLOCK_SIZE + 1, K, D, a.kv_dtype)
-    slots = np.arange(ctx, dtype=np.int64)
+    kv = filled_pages(a.layers, ctx, K, D, a.kv_dtype, rng)
     table = np.arange(kv.num_blocks, dtype=np.int32)
-    kv.prepare(slots, [(table, 0, ctx)])
-    for layer in range(a.layers):
-        x = rng.standard_normal((ctx, K, D)).astype(np.float32)
-        write_pages(*kv.layer(layer), x, x[::-1].copy(), slots)
-    kv.retire(table, ctx)
     q = rng.standard_normal((a.chunk, H, D)).astype(np.float32)
     out = np.empty_like(q)
     kernels = {"flash": flash_prefill, "blas": attention_one_seq_blas}

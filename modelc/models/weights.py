@@ -69,8 +69,8 @@ class WeightReader:
         total = sum(t.nbytes for t in self.tensors.values() if len(t.shape) in (2, 3))  # 3-D: MoE experts
         # whether the matrices move onto huge pages (in the background, after load)
         self.huge = numba and bool(total) and hugepages.enabled(total)
-        # a large model prefills on its repacked copy too: AMX's prefill reads the file's bytes, and both copies
-        # stayed resident (Llama-3-8B Q8_0: 16.0 GB RSS for an 8.5 GB file, llama.cpp 8.9)
+        # a model large for this machine prefills on its repacked copy too: AMX's prefill reads the file's bytes,
+        # and both copies stayed resident (Llama-3-8B Q8_0: 16.0 GB RSS for an 8.5 GB file, llama.cpp 8.9)
         self.r16_only = self.repack and total >= r16_only_bytes()
         self.shared = _shared_of(source) if self.repack else None
 
@@ -198,14 +198,15 @@ class WeightReader:
 
 def r16_only_bytes() -> int:
     """Matrices of this many bytes in all or more prefill on their repacked copies (Weight.r16_only), leaving the
-    file's bytes unread after the repack: MODELC_R16_ONLY_BYTES, default an eighth of the machine's memory. AMX
-    prefill on the file's bytes is 14-20% faster at 512 tokens (Q4_K, docs/benchmarks.md), but that keeps a
-    second copy of every matrix resident."""
+    file's bytes unread after the repack: MODELC_R16_ONLY_BYTES, default a quarter of the machine's memory. AMX
+    prefill on the file's bytes is faster (Llama-3-8B, 512-token prefill: Q8_0 30.7 -> 24.9 tok/s on gemm_r16,
+    Q4_K_M 29.1 -> 13.0), but keeps a second copy of every matrix resident (Q8_0: 16.0 -> 8.6 GB RSS, and its
+    decode 1.8 -> 2.9 tok/s on a 23 GiB machine shared with others; docs/benchmarks.md, issue 42)."""
     env = os.environ.get("MODELC_R16_ONLY_BYTES")
     if env:
         return int(env)
     try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 8
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
     except (ValueError, OSError):
         return 1 << 62
 

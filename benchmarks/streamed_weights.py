@@ -1,17 +1,20 @@
 """Models larger than memory (issue 42 item 3): `modelc run` under a memory cgroup limit below the model file,
 its weights streamed from the file, against the disk's sequential read rate and llama.cpp under the same limit.
 
-    python benchmarks/streamed_weights.py MODEL.gguf --limit-mib 3072 [--tokens 16] [--llama] [--drop-caches]
+    python benchmarks/streamed_weights.py MODEL --limit-mib 3072 [--tokens 16] [--gguf MODEL.gguf]
+        [--llama default --llama "no mmap" --llama "mmap, no repack"] [--skip-unlimited] [--drop-caches]
 
 Needs root (it makes a memory cgroup: loadtests/memcgroup.py). Steps, each printed as one JSON line:
-  disk:      the file read once from disk with 8 MiB preads (its page cache dropped first: posix_fadvise, or the
-             whole machine's with --drop-caches), GB/s;
+  disk:      the file read once from disk with 8 MiB preads, and once as the streamer reads it (MADV_POPULATE_READ
+             on a mapping, 32 MiB at a time), its page cache dropped first (posix_fadvise, or the whole machine's
+             with --drop-caches), GB/s; the faster is the disk's rate;
   unlimited: `modelc run` without a limit (weights auto: resident), greedy tokens and decode tok/s;
   limited:   `modelc run` in a cgroup of --limit-mib (auto picks streamed), the same request: tokens (equal?), decode
              tok/s, the bytes the server read from disk per token (/proc/PID/io), that rate against the disk's,
              the group's peak charged and peak anonymous memory, OOM kills, /props' weights;
-  llama.cpp: llama-bench (tg --tokens, 2 threads) in the same limit with its default mmap and with --no-mmap:
-             tok/s, or how it ended (OOM-killed).
+  llama.cpp: llama-bench (tg --tokens, 2 threads) of the GGUF in the same limit, per --llama load mode: tok/s, or
+             how it ended (rc 137 with an OOM kill counted: killed);
+  disk again: the disk's rate after the runs (the machine is shared: the two bracket the runs).
 """
 
 from __future__ import annotations
@@ -83,6 +86,16 @@ def populate_rate(path: str, drop_caches: bool) -> float:
 def disk_rates(path: str, drop_caches: bool) -> dict:
     return {"pread_8mib_gb_s": round(disk_rate(path, drop_caches), 3),
             "mmap_populate_gb_s": round(populate_rate(path, drop_caches), 3)}  # fmt: skip
+
+
+def uncache(path: str) -> None:
+    """Drop `path`'s page cache. A page stays charged to the cgroup that read it first (or its parent, once that
+    group is removed): a run in a fresh group that finds the file cached reads it without its limit applying."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _evict(fd, False)
+    finally:
+        os.close(fd)
 
 
 def _evict(fd: int, drop_caches: bool) -> None:
@@ -177,6 +190,7 @@ LLAMA_MODES = {
 def llama_bench(model: str, tokens: int, group: MemoryCgroup, mode: str, timeout_s: float) -> dict:
     cmd = [str(LLAMA_BIN / "llama-bench"), "-m", model, "-p", "0", "-n", str(tokens), "-t", "2", "-r", "1",
            *LLAMA_MODES[mode], "-o", "json"]  # fmt: skip
+    uncache(model)  # pages cached by an earlier run stay charged to its group: this run must read the disk
     t0 = time.perf_counter()
     try:
         p = subprocess.run(group.wrap(cmd), capture_output=True, text=True, timeout=timeout_s)
@@ -219,6 +233,7 @@ def main() -> None:
         base = serve(a.model, a.tokens, None, [])
         print(json.dumps({"step": "unlimited", **base}), flush=True)
     group = MemoryCgroup.make(limit)
+    uncache(a.model)
     try:
         got = serve(a.model, a.tokens, group, ["--weights", a.weights])
     finally:

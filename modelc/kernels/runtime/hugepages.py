@@ -44,6 +44,8 @@ import weakref
 
 import numpy as np
 
+from modelc.memory import mem_available_bytes
+
 HUGE_PAGE = 2 << 20
 STEP = 32 << 20
 """At most this many bytes move in one mremap: one mapping each, so a 70 GB model takes ~2200 of the
@@ -92,14 +94,7 @@ def transparent_huge_pages(path: str = THP_ENABLED, pmd_size_path: str = THP_PMD
 
 
 def _available_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return mem_available_bytes() or 0
 
 
 def read_copy(a: np.ndarray) -> np.ndarray:

@@ -28,9 +28,17 @@ import tempfile
 
 KERNELS = pathlib.Path(__file__).resolve().parents[1]
 # The modules of kernels/ (paths below it) that compile nothing (the cache machinery, the compile guard, the
-# hybrid set and the warm lists): editing them keeps every compiled kernel valid, so they are not part of the key.
+# hybrid set, the warm lists and the huge-page mover): editing them keeps every compiled kernel valid, so they are
+# not part of the key (tests/kernels/runtime/test_jit_cache.py checks that none defines a numba function).
 NOT_COMPILED = frozenset(
-    {"runtime/jit_cache.py", "runtime/nocompile.py", "runtime/compile_watch.py", "hybrid.py", "runtime/warm_list.py"}
+    {
+        "runtime/jit_cache.py",
+        "runtime/nocompile.py",
+        "runtime/compile_watch.py",
+        "hybrid.py",
+        "runtime/warm_list.py",
+        "runtime/hugepages.py",
+    }
 )
 KEEP = 32  # ~10 MiB each; a shared dev machine has a folder per worktree and per kernel edit
 _installed = False

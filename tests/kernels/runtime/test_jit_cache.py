@@ -91,3 +91,21 @@ def test_an_unusable_cache_folder_falls_back_to_numbas_own(tmp_path):
     blocked.write_text("")  # the cache root cannot be created: kernels still run (numba's locators)
     n, _ = _run(tmp_path / "a", blocked)
     assert n > 0
+
+
+def test_the_files_left_out_of_the_key_define_no_numba_function():
+    """A file of NOT_COMPILED may call numba's machinery, never define a kernel: a kernel there would keep its
+    stale machine code in the cache after an edit."""
+    import ast
+
+    for name in jit_cache.NOT_COMPILED:
+        tree = ast.parse((jit_cache.KERNELS / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                for d in node.decorator_list:
+                    called = d.func if isinstance(d, ast.Call) else d
+                    word = called.attr if isinstance(called, ast.Attribute) else getattr(called, "id", "")
+                    assert word not in ("njit", "jit", "vectorize", "guvectorize", "intrinsic", "overload"), (
+                        name,
+                        node.name,
+                    )

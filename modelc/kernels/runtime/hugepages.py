@@ -20,7 +20,9 @@ time passes while the server already serves (the first seconds of decode run slo
 
 The default: on where the kernel hands out transparent huge pages for MADV_HUGEPAGE
 (/sys/kernel/mm/transparent_hugepage/enabled: always or madvise) and the weights take MIN_BYTES or more
-and at most half of MemAvailable. MODELC_HUGEPAGES=0 keeps the file mappings, =1 moves any size.
+and at most half of the memory the process may still fill (modelc.memory.available_bytes: MemAvailable, and under
+a memory cgroup's limit the group's headroom: the moved copies are anonymous memory charged to the group, which
+its page cache of the same file was not). MODELC_HUGEPAGES=0 keeps the file mappings, =1 moves any size.
 
 RSS: the moved pages take the place of the file pages a decode maps anyway; the page cache still holds the
 file, outside RSS. Processes serving one file no longer share those pages (set MODELC_HUGEPAGES=0 to run
@@ -44,7 +46,7 @@ import weakref
 
 import numpy as np
 
-from modelc.memory import mem_available_bytes
+from modelc import memory
 
 HUGE_PAGE = 2 << 20
 STEP = 32 << 20
@@ -61,7 +63,8 @@ the TLB (and tests load hundreds of tiny models)."""
 def enabled(nbytes: int) -> bool:
     """Whether `nbytes` of weights move onto huge pages: not MODELC_HUGEPAGES=0, the mover can run here (Linux),
     unless MODELC_HUGEPAGES=1 the kernel has transparent huge pages for it and there are MIN_BYTES or more,
-    and they take at most half of the memory available now (else the file mapping, which can page)."""
+    and they take at most half of the memory the process may still fill now (`_available_bytes`; else the file
+    mapping, which can page)."""
     flag = os.environ.get("MODELC_HUGEPAGES", "")
     if flag == "0" or _LIBC is None:
         return False
@@ -93,8 +96,15 @@ def transparent_huge_pages(path: str = THP_ENABLED, pmd_size_path: str = THP_PMD
         return True
 
 
+MEMINFO = "/proc/meminfo"
+PROC = "/proc/self"
+
+
 def _available_bytes() -> int:
-    return mem_available_bytes() or 0
+    """What this process may still fill: min(MemAvailable, its memory cgroup's headroom); 0 where unknown. A copy
+    is anonymous memory, charged to the group, where the file pages it replaces were reclaimable page cache: under
+    a limit (a container, a systemd unit) MemAvailable alone would let the copies outgrow the group's room."""
+    return memory.available_bytes(MEMINFO, PROC) or 0
 
 
 def read_copy(a: np.ndarray) -> np.ndarray:

@@ -122,6 +122,29 @@ def test_default_where_the_kernel_has_huge_pages_and_memory_guard(monkeypatch: p
     assert not hugepages.enabled(1)
 
 
+@linux_only
+def test_the_memory_guard_counts_a_cgroup_limit_not_only_memavailable(tmp_path, monkeypatch) -> None:
+    """The moved copies are anonymous memory charged to the process's cgroup: under a 1 GiB limit with 600 MiB
+    charged (200 MiB of it page cache) there is 624 MiB of room, whatever MemAvailable says (20 GB here)."""
+    from tests.test_memory import _files, _proc
+
+    root = tmp_path / "unified"
+    _files(root, {"svc/memory.max": str(1 << 30), "svc/memory.current": str(600 << 20),
+                  "svc/memory.stat": f"anon {400 << 20}\nfile {200 << 20}\n"})  # fmt: skip
+    proc = _proc(tmp_path, "0::/svc\n", [("/", str(root), "cgroup2", "rw")])
+    monkeypatch.setattr(hugepages, "PROC", proc)
+    monkeypatch.setattr(hugepages, "MEMINFO", str(tmp_path / "proc" / "meminfo"))
+    monkeypatch.delenv("MODELC_HUGEPAGES", raising=False)
+    monkeypatch.setattr(hugepages, "transparent_huge_pages", lambda: True)
+    assert hugepages._available_bytes() == (1 << 30) - (400 << 20)
+    assert hugepages.enabled(300 << 20)  # at most half of the group's room
+    assert not hugepages.enabled(400 << 20)  # MemAvailable alone (20 GB) would have moved it
+    (root / "svc" / "memory.max").write_text("max\n")  # no limit: MemAvailable decides
+    assert hugepages.enabled(400 << 20)
+    (tmp_path / "proc" / "meminfo").write_text("MemTotal: 1 kB\n")  # nothing known: no move
+    assert not hugepages.enabled(hugepages.MIN_BYTES)
+
+
 def test_transparent_huge_pages_reads_the_selected_mode_and_the_page_size(tmp_path) -> None:
     mode, size, missing = tmp_path / "enabled", tmp_path / "hpage_pmd_size", str(tmp_path / "missing")
     size.write_text("2097152\n")

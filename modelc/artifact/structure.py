@@ -17,7 +17,8 @@ from modelc.errors import FormatError
 
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "phi3")
 
-_LLAMA = {
+# models/llama_layer.py loads by these names (adding the norms and projections of the variants).
+LLAMA_NAMES = {
     "hf": {
         "embed": "model.embed_tokens.weight",
         "norm": "model.norm.weight",
@@ -80,6 +81,18 @@ GPT2_NAMES = {
 }
 
 
+def output_head(tensors: Any, naming: str) -> str | None:
+    """The llama family's output projection: its own tensor where the file has one, else the tied embedding;
+    None when it has neither (or the naming is unknown)."""
+    names = LLAMA_NAMES.get(naming)
+    if names is None:
+        return None
+    for name in (names["lm_head"], names["embed"]):
+        if name in tensors:
+            return name
+    return None
+
+
 class StructureError(FormatError):
     """The model's tensors do not match what its architecture and config need."""
 
@@ -89,8 +102,8 @@ def check_structure(model: Any) -> None:
     arch = str(getattr(model, "architecture", "") or "")
     naming = getattr(model, "naming", "hf") or "hf"
     check_vocabulary(model)
-    if arch in LLAMA_FAMILY and naming in _LLAMA:
-        _check_llama(_Tensors(model), dict(model.config or {}), _LLAMA[naming])
+    if arch in LLAMA_FAMILY and naming in LLAMA_NAMES:
+        _check_llama(_Tensors(model), dict(model.config or {}), LLAMA_NAMES[naming])
     elif arch == "gpt2" and naming in GPT2_NAMES:
         _check_gpt2(_Tensors(model), dict(model.config or {}), naming)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from modelc.artifact.structure import output_head
 from modelc.cache.kv_pages import KVPages
 from modelc.errors import UnsupportedError
 from modelc.ir import SCALE_SUFFIX
@@ -63,8 +64,7 @@ class LlamaModel:
             load_layer(w, names, a, i, load_moe(w, naming, i, cfg, a.hidden_size)) for i in range(a.num_layers)
         ]
         self.norm = w.vector(names["norm"], a.hidden_size) + np.float32(a.norm_offset)
-        lm = names["lm_head"] if w.has(names["lm_head"]) else names["embed"]
-        self.lm_head = w.matrix(lm, a.vocab_size, a.hidden_size)
+        self.lm_head = w.matrix(output_head(w.tensors, naming) or names["lm_head"], a.vocab_size, a.hidden_size)
         inv = rope_inv_freq(a.rotary_dim, a.rope_theta, a.rope_scaling)  # (R/2,)
         freqs = source.config.get("rope_freqs_tensor")
         if freqs:  # llama3 / long-RoPE GGUF: per-dim frequency divisors

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from modelc.artifact.structure import LLAMA_NAMES
 from modelc.errors import FormatError
 from modelc.kernels.matmul.linear import Weight
 from modelc.models.fused import Fused
@@ -41,47 +42,22 @@ class LlamaLayer:
     gate_up: tuple[Fused, ...] = ()  # gate and up fused, indexes 0..1
 
 
+# The names check_structure knows (artifact/structure.py), plus the norms and projections of the variants.
 _HF: dict[str, str | None] = {
-    "embed": "model.embed_tokens.weight",
-    "norm": "model.norm.weight",
-    "lm_head": "lm_head.weight",
-    "attn_norm": "model.layers.{i}.input_layernorm.weight",
-    "ffn_norm": "model.layers.{i}.post_attention_layernorm.weight",
+    **LLAMA_NAMES["hf"],
     "post_attn_norm": None,  # see HF_NORMS
     "post_ffn_norm": "model.layers.{i}.post_feedforward_layernorm.weight",
     "q_norm": "model.layers.{i}.self_attn.q_norm.weight",
     "sinks": "model.layers.{i}.self_attn.sinks",
     "k_norm": "model.layers.{i}.self_attn.k_norm.weight",
-    "q": "model.layers.{i}.self_attn.q_proj",
-    "k": "model.layers.{i}.self_attn.k_proj",
-    "v": "model.layers.{i}.self_attn.v_proj",
-    "o": "model.layers.{i}.self_attn.o_proj",
-    "qkv": "model.layers.{i}.self_attn.qkv_proj",
-    "gate": "model.layers.{i}.mlp.gate_proj",
-    "up": "model.layers.{i}.mlp.up_proj",
-    "down": "model.layers.{i}.mlp.down_proj",
-    "gate_up": "model.layers.{i}.mlp.gate_up_proj",
 }
 _GGUF: dict[str, str | None] = {
-    "embed": "token_embd.weight",
-    "norm": "output_norm.weight",
-    "lm_head": "output.weight",
-    "attn_norm": "blk.{i}.attn_norm.weight",
-    "ffn_norm": "blk.{i}.ffn_norm.weight",
+    **LLAMA_NAMES["gguf"],  # GGUF phi3 stores gate and up fused in ffn_up (2F rows): gate_up is ffn_up
     "post_attn_norm": "blk.{i}.post_attention_norm.weight",
     "post_ffn_norm": "blk.{i}.post_ffw_norm.weight",
     "q_norm": "blk.{i}.attn_q_norm.weight",
     "sinks": "blk.{i}.attn_sinks.weight",
     "k_norm": "blk.{i}.attn_k_norm.weight",
-    "q": "blk.{i}.attn_q",
-    "k": "blk.{i}.attn_k",
-    "v": "blk.{i}.attn_v",
-    "o": "blk.{i}.attn_output",
-    "qkv": "blk.{i}.attn_qkv",
-    "gate": "blk.{i}.ffn_gate",
-    "up": "blk.{i}.ffn_up",
-    "down": "blk.{i}.ffn_down",
-    "gate_up": "blk.{i}.ffn_up",  # GGUF phi3 stores gate and up fused in ffn_up (2F rows)
 }
 NAMES = {"hf": _HF, "gguf": _GGUF}
 # HF spells the norms by position in the block, and "post_attention_layernorm" means the pre-FFN

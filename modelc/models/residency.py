@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelc import architectures, memory
+from modelc.artifact.structure import output_head
 from modelc.cache.budget import default_context, kv_bytes_per_block
 from modelc.config import KV_AUTO, WEIGHTS_MODES, resolve_kv_dtype
 from modelc.errors import InvalidRequestError, MemoryLimitError
@@ -82,11 +83,8 @@ def groups(source: Any) -> dict[int, list[str]]:
 
 
 def head_name(source: Any) -> str | None:
-    """The output projection's tensor (the embedding where tied)."""
-    for name in ("output.weight", "lm_head.weight", "token_embd.weight", "model.embed_tokens.weight"):
-        if name in source.tensors:
-            return name
-    return None
+    """The output projection's tensor (the embedding where tied), as the llama loader chooses it."""
+    return output_head(source.tensors, getattr(source, "naming", "hf") or "hf")
 
 
 def group_bytes(source: Any) -> dict[int, int]:

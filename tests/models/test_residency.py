@@ -30,7 +30,7 @@ def _source(layers: int = 4, layer_mib: int = 100, head_mib: int = 50, arch: str
         tensors[names[1].format(i)] = t(layer_mib - layer_mib // 2)
         tensors[names[3].format(i)] = TensorData.from_array(np.ones(8, np.float32))  # a vector: in no group
     tensors[names[2]] = t(head_mib)
-    return Model("m", arch, tensors, {"num_hidden_layers": layers})
+    return Model("m", arch, tensors, {"num_hidden_layers": layers}, naming=naming)
 
 
 def test_groups_are_the_layers_in_order_then_the_output_projection():

@@ -254,11 +254,11 @@ class LlamaModel:
                 batch.q_start, batch.pos_start, a.scale, parallel, sc.get("attn", T))  # fmt: skip
         if run.kind == llama_decode.DENSE:
             ngu = 2 * a.intermediate_size
-            decode_step.decode_layers(*args, self.fused_out[: T * ngu].reshape(T, ngu), sc.get("act", T))
+            decode_step.decode_layers(*args, self.fused_out[: T * ngu].reshape(T, ngu), sc.get("act", T), run.kinds)
         elif run.kind == llama_decode.MOE:
-            decode_step.decode_layers_moe(*args, threads)
+            decode_step.decode_layers_moe(*args, threads, run.kinds)
         else:  # the attention half; the layer's experts through MoeFFN.forward
-            decode_step.attention_layers(*args)
+            decode_step.attention_layers(*args, run.kinds)
             self.layers[run.start].moe.forward(sc.get("o", T), sc.get("h", T), self.kernels)  # type: ignore[attr-defined]
         if self.stream is not None:
             self.stream.leave(run.start)

@@ -139,6 +139,7 @@ class Run:
     end: int
     kind: str  # DENSE, MOE or ATTENTION (then one layer: its MoeFFN.forward runs after the call)
     table: np.ndarray  # (end - start, row width) int64: the layers' rows (decode_step.encode)
+    kinds: np.ndarray  # the layers' matmul paths and weight kinds (decode_layer.kinds_token), the entry's last argument
 
 
 class DecodeRuns:
@@ -182,7 +183,8 @@ class DecodeRuns:
                 if q is None or t > q.max_t or layer_kind(q) != kind:
                     break
                 j += 1
-            runs.append(Run(i, j, kind, np.array(self.rows[i:j], np.int64)))
+            pairs = [pair for q in self.plans[i:j] for pair in matmuls(q)]  # type: ignore[arg-type]
+            runs.append(Run(i, j, kind, np.array(self.rows[i:j], np.int64), decode_layer.kinds_token(pairs)))
             i = j
         return tuple(runs)
 
@@ -191,6 +193,15 @@ def plan_decode(model: Any, longest: int | None = None) -> DecodeRuns | None:
     """The model's DecodeRuns (at most `longest` layers a run), or None where no layer qualifies (plan_layers)."""
     plans = plan_layers(model)
     return None if plans is None else DecodeRuns(plans, longest)
+
+
+def matmuls(p: LayerPlan) -> list[tuple[int, int]]:
+    """The (how, kind) of each matmul of a LayerPlan that its decode layer runs (decode_layer._mm's)."""
+    q = p.qkv
+    pairs = [(q[2], q[1]), (q[6], q[5]), (q[10], q[9]), (p.out[2], p.out[1])]
+    if p.mlp is not None and p.down is not None:
+        pairs += [(p.mlp[2], p.mlp[1]), (p.mlp[6], p.mlp[5]), (p.down[2], p.down[1])]
+    return pairs
 
 
 def step_parts(p: LayerPlan) -> tuple:

@@ -1,7 +1,7 @@
 """A decoder layer at decode (every sequence of the batch one token: a single stream, or T streams in lockstep)
 in two numba functions, the attention half and the gated-MLP half, called by decode_step.py's entries for a run
 of layers, where the forward made ~12 kernel calls from Python a layer, each with its Python glue. The kernels are the ones the forward calls (norm,
-gemm_r16.matmul_f32 or gemm_fused_k.qmatvec_k, rope, kv_write, attention_rows, activation), in the same order on
+gemm_r16's entry of the weight's kind (F32_OF_KIND) or gemm_fused_k.qmatvec_k, rope, kv_write, attention_rows, activation), in the same order on
 the same arrays, so every number is the same (tests/models/test_decode_layer.py compares logits bit for bit).
 models/llama_decode.py decides which layers qualify, and up to how many tokens.
 
@@ -14,8 +14,11 @@ The matmuls run under whatever numba parallel chunk the caller set (models/llama
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
+from numba.extending import overload
 
 from modelc.kernels.attention import attention_rows, kv_write
 from modelc.kernels.elementwise import activation, norm, rope
@@ -34,11 +37,78 @@ IQ4_XS where not repacked): plan.Path.R16 and Path.MATVEC_K, the two decode path
 these weights at T = 1."""
 
 
+def kinds_token(pairs) -> np.ndarray:
+    """The matmuls of a run of decode layers, as the argument its kernels specialize on: a zero-size array whose
+    record dtype has a field per path and weight kind among `pairs` ((how, kind)): "r16_<kind>" for gemm_r16's
+    kernel of that kind, "k" for gemm_fused_k's one-token kernel (one entry for its kinds); how NONE adds none.
+
+    Why: the kinds come from the table at run time, and a switch over every kind compiles every kind's kernel
+    (SmolLM2-135M, Q4_1 and Q8_0: 42 of the decode path's 89 s of compiling went to the r16 kernels of kinds it
+    does not have). numba compiles decode_step's entries once per token type (its field names), each with the
+    branches of its own kinds only (_matmul's overload); numba's cache keeps one file per type."""
+    names = sorted({"k" if how == MATVEC_K else f"r16_{int(kind)}" for how, kind in pairs if how != NONE})
+    return np.zeros(0, np.dtype([(n, np.uint8) for n in names or ["none"]]))
+
+
+def _matmul(part, x, w, kind, how, kinds):
+    """part = x @ W.T on path `how` (R16 or MATVEC_K), W of `kind`, which `kinds` (kinds_token) must name; this
+    is the Python form of the overload below, which numba compiles in its place."""
+    if how == R16:
+        gemm_r16.F32_OF_KIND[kind](part, x, w)
+    elif how == MATVEC_K:
+        xq, xd, xs = quant.quantized(x)
+        gemm_fused_k.qmatvec_k(part, xq, xd, xs, w, kind)
+
+
+@njit(nogil=True)
+def _not_in_kinds(part, x, w, kind, how):
+    raise ValueError("decode_layer: a matmul whose path and kind its run's kinds_token does not name")
+
+
+@functools.cache
+def _chain(names: tuple[str, ...]):
+    """A jitted (part, x, w, kind, how) that runs the matmul of the first of `names` (kinds_token's fields) that
+    matches (how, kind): only the kernels of those names are compiled."""
+    if not names:
+        return _not_in_kinds
+    rest = _chain(names[1:])
+    if names[0] == "k":
+
+        def pick(part, x, w, kind, how):
+            if how == MATVEC_K:
+                xq, xd, xs = quant.quantized(x)
+                gemm_fused_k.qmatvec_k(part, xq, xd, xs, w, kind)
+            else:
+                rest(part, x, w, kind, how)
+
+    else:
+        k = int(names[0].removeprefix("r16_"))
+        f = gemm_r16.F32_OF_KIND[k]
+
+        def pick(part, x, w, kind, how):
+            if how == R16 and kind == k:
+                f(part, x, w)
+            else:
+                rest(part, x, w, kind, how)
+
+    return njit(nogil=True)(pick)  # compiled into decode_step's cached entries, not cached on its own
+
+
+@overload(_matmul)
+def _matmul_of_kinds(part, x, w, kind, how, kinds):
+    pick = _chain(tuple(kinds.dtype.fields))
+
+    def impl(part, x, w, kind, how, kinds):
+        pick(part, x, w, kind, how)
+
+    return impl
+
+
 @njit(cache=True, nogil=True)
-def _mm(out, lo, hi, x, w, kind, how):
+def _mm(out, lo, hi, x, w, kind, how, kinds):
     """out[:, lo:hi] = x @ W.T (x (T, C), out (T, N) C-contiguous), as linear.matmul computes it on the path
-    `how` (MATVEC_K: T = 1 only). Columns lo:hi of several rows go through a buffer, as the forward copies a
-    fused run's parts out of its output."""
+    `how` (MATVEC_K: T = 1 only), W of `kind`; kinds: the run's kinds_token. Columns lo:hi of several rows go
+    through a buffer, as the forward copies a fused run's parts out of its output."""
     if how == NONE:
         return
     T = x.shape[0]
@@ -49,11 +119,7 @@ def _mm(out, lo, hi, x, w, kind, how):
         part = out.reshape(-1)[lo:hi].reshape((1, hi - lo))
     else:
         part = np.empty((T, hi - lo), np.float32)
-    if how == R16:
-        gemm_r16.matmul_f32(part, x, w, kind)
-    else:
-        xq, xd, xs = quant.quantized(x)
-        gemm_fused_k.qmatvec_k(part, xq, xd, xs, w, kind)
+    _matmul(part, x, w, kind, how, kinds)
     if T > 1 and not whole:
         out[:, lo:hi] = part
 
@@ -74,7 +140,7 @@ def attention_half(
     qkv, w0, kind0, how0, end0, w1, kind1, how1, end1, w2, kind2, how2, qkv_bias, q, k, v,
     heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox, positions,
     k_pages, v_pages, slots, block_tables, q_start, pos_start, scale, window, parallel,
-    attn, o_w, o_kind, o_how, o_bias, ffn_norm,
+    attn, o_w, o_kind, o_how, o_bias, ffn_norm, kinds,
 ):  # fmt: skip
     """T rows, each the one token of its sequence, through a layer's attention half, as LlamaModel.forward does it:
 
@@ -86,16 +152,16 @@ def attention_half(
     per-head q/k RMSNorm where q_norm / k_norm are not empty (per head (D,) or full width (H*D,));
     RoPE where inv_freq is not empty; K/V written at slots; attention into attn (T, H*D) (attention_rows'
     kernels; `parallel`: the threaded one); o (T, C) = attn @ O.T (+ o_bias where not empty); x += o,
-    h = rms_norm(x, ffn_norm).
+    h = rms_norm(x, ffn_norm). kinds: kinds_token of the layer's matmuls (the kernels it is compiled with).
     """
     if first:
         norm.rms_norm(h, x, attn_norm, eps)
     else:
         norm.add_rms_norm(h, x, o, attn_norm, eps)
     T = x.shape[0]
-    _mm(qkv, 0, end0, h, w0, kind0, how0)
-    _mm(qkv, end0, end1, h, w1, kind1, how1)
-    _mm(qkv, end1, qkv.shape[1], h, w2, kind2, how2)
+    _mm(qkv, 0, end0, h, w0, kind0, how0, kinds)
+    _mm(qkv, end0, end1, h, w1, kind1, how1, kinds)
+    _mm(qkv, end1, qkv.shape[1], h, w2, kind2, how2, kinds)
     _add(qkv, qkv_bias)
     nq = heads * head_dim
     nk = kv_heads * head_dim
@@ -127,19 +193,21 @@ def attention_half(
     else:
         attention_rows.paged_attention_rows(a3, q3, k_pages, v_pages, block_tables, q_start, pos_start, scale,
                                             window)  # fmt: skip
-    _mm(o, 0, o.shape[1], attn, o_w, o_kind, o_how)
+    _mm(o, 0, o.shape[1], attn, o_w, o_kind, o_how, kinds)
     _add(o, o_bias)
     norm.add_rms_norm(h, x, o, ffn_norm, eps)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def mlp_half(o, h, gu, w0, kind0, how0, end0, w1, kind1, how1, gu_bias, act, down_w, down_kind, down_how, down_bias):
+def mlp_half(
+    o, h, gu, w0, kind0, how0, end0, w1, kind1, how1, gu_bias, act, down_w, down_kind, down_how, down_bias, kinds
+):  # fmt: skip
     """T one-token rows through a gated SiLU MLP: gate | up = h @ W.T into gu (T, 2F), one fused matmul
     (end0 = 2F, how1 NONE) or two (columns [0:end0], [end0:]), plus gu_bias (gate | up biases) where not
     empty; act (T, F) = silu(gate) * up, row by row (a row's gate and up are contiguous); o (T, C) =
-    act @ Down.T (+ down_bias where not empty)."""
-    _mm(gu, 0, end0, h, w0, kind0, how0)
-    _mm(gu, end0, gu.shape[1], h, w1, kind1, how1)
+    act @ Down.T (+ down_bias where not empty); kinds: kinds_token of these matmuls."""
+    _mm(gu, 0, end0, h, w0, kind0, how0, kinds)
+    _mm(gu, end0, gu.shape[1], h, w1, kind1, how1, kinds)
     _add(gu, gu_bias)
     f = gu.shape[1] // 2
     flat, act_flat = gu.reshape(-1), act.reshape(-1)
@@ -147,5 +215,5 @@ def mlp_half(o, h, gu, w0, kind0, how0, end0, w1, kind1, how1, gu_bias, act, dow
         row = flat[2 * f * t : 2 * f * (t + 1)]
         activation.silu_mul(act_flat[f * t : f * (t + 1)].reshape((1, f)), row[:f].reshape((1, f)),
                             row[f:].reshape((1, f)))  # fmt: skip
-    _mm(o, 0, o.shape[1], act, down_w, down_kind, down_how)
+    _mm(o, 0, o.shape[1], act, down_w, down_kind, down_how, kinds)
     _add(o, down_bias)

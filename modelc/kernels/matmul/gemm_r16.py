@@ -445,7 +445,8 @@ def matmul_f32(out, x, rw, kind):
 # matmul_f32 for one kind each: linear.matmul calls these, so a model compiles the kernels of its own weight
 # types only. matmul_f32's switch over every kind compiles all six kernels at its first call (SmolLM2-135M,
 # whose only repacked matrix is its Q8_0 output head: ~35 of its ~80 CPU-s of compiling on the Emerald Rapids
-# VM). decode_layer keeps matmul_f32 (its kinds come from a table at run time).
+# VM). decode_layer calls them too, through a switch over the kinds of each run of layers only
+# (decode_layer.kinds_token).
 
 
 @njit(cache=True, nogil=True)

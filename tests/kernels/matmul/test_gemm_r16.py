@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from modelc.ir import DataType
+from modelc.kernels.layer import decode_layer
 from modelc.kernels.matmul import gemm_r16, linear, plan
 from modelc.kernels.matmul.gemm_random import random_tensor
 from modelc.kernels.quant import quant
@@ -114,6 +115,51 @@ def test_largest_codes_against_full_scale_activations(dtype, t):
     got, want = r16_matmul(w, x), twin(w, x)
     assert np.abs(want).max() > 0
     assert_close(got, want)
+
+
+# decode_layer's matmul switch over the kinds of a run only (kinds_token): the right kernel for each (path, kind)
+# the token names, the same bits as the kind's own entry, and a clear error for one it does not name. Here, beside
+# the tests that compile gemm_r16's entries, so that only the switch compiles for them.
+_Q4_0, _Q8_0, _R16 = quant.KIND[DataType.Q4_0], quant.KIND[DataType.Q8_0], decode_layer.R16
+ONE_KIND = decode_layer.kinds_token([(_R16, _Q8_0)])  # one token for the file: _mm compiles once (one kernel)
+
+
+def test_the_token_names_each_path_and_kind_once_in_order():
+    pairs = [(_R16, _Q8_0), (_R16, _Q4_0), (_R16, _Q8_0), (decode_layer.NONE, _Q4_0), (decode_layer.MATVEC_K, 7)]
+    token = decode_layer.kinds_token(pairs)
+    assert token.shape == (0,)
+    assert token.dtype.names == ("k", f"r16_{_Q4_0}", f"r16_{_Q8_0}")
+    assert decode_layer.kinds_token([(decode_layer.NONE, _Q4_0)]).dtype.names == ("none",)
+
+
+@pytest.mark.parametrize("t", [1, 3])
+def test_mm_runs_the_kinds_entry_on_its_columns(t):
+    """_mm (numba) and _matmul's Python form against gemm_r16's entry of the kind, bit for bit; columns lo:hi of
+    a wider output (the fused q | k | v case) through the buffer at T > 1, in place at T = 1."""
+    rng = np.random.default_rng(t)
+    w = linear.prepare_weight(random_tensor(DataType.Q8_0, 32, 256, rng))
+    rw = gemm_r16.repack(w.blocks, DataType.Q8_0)
+    x = rng.standard_normal((t, 256)).astype(np.float32)
+    want = np.full((t, 32), np.nan, np.float32)
+    gemm_r16.f32_q8_0(want, x, rw)
+    out = np.full((t, 80), -1.0, np.float32)
+    decode_layer._mm(out, 16, 48, x, rw, _Q8_0, _R16, ONE_KIND)
+    np.testing.assert_array_equal(out[:, 16:48], want)
+    assert (out[:, :16] == -1).all() and (out[:, 48:] == -1).all()
+    py = np.full((t, 32), np.nan, np.float32)
+    decode_layer._matmul(py, x, rw, _Q8_0, _R16, ONE_KIND)
+    np.testing.assert_array_equal(py, want)
+
+
+def test_a_kind_the_token_does_not_name_is_an_error():
+    """The switch falls through the kinds it has to an error (_Q4_0's kernel is not compiled for it)."""
+    rng = np.random.default_rng(0)
+    w = linear.prepare_weight(random_tensor(DataType.Q4_0, 32, 256, rng))
+    rw = gemm_r16.repack(w.blocks, DataType.Q4_0)
+    out = np.zeros((1, 32), np.float32)
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    with pytest.raises(ValueError, match="kinds_token does not name"):
+        decode_layer._mm(out, 0, 32, x, rw, _Q4_0, _R16, ONE_KIND)
 
 
 _FALLBACK = """

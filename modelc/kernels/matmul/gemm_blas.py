@@ -91,7 +91,8 @@ def dequantize_into(out: np.ndarray, w: Weight, row_ids: np.ndarray) -> None:
     else:
         rscale = _ONE if w.scale is None else np.ascontiguousarray(w.scale, dtype=np.float32)
         if ids.shape[0] < 64:  # an embedding lookup: one thread, no pool wake-up
-            quant.dequantize_rows_1t(out, w.blocks, ids, quant.KIND[w.dtype], rscale)
+            kind = quant.KIND[w.dtype]
+            quant.rows_1t(out, w.blocks, ids, kind, rscale, quant.family(kind))
         else:
             quant.dequantize_rows_q(out, w.blocks, ids, quant.KIND[w.dtype], rscale)
 

@@ -182,7 +182,7 @@ def _lookup(t: TensorData, ids: np.ndarray, kind: int) -> np.ndarray:
     else:
         ids = check_row_ids(ids, rows)
     out = np.empty((ids.shape[0], t.shape[1]), np.float32)  # (R, C)
-    quant.dequantize_rows_1t(out, t.data.reshape(rows, -1), ids, kind, _ONE)
+    quant.rows_1t(out, t.data.reshape(rows, -1), ids, kind, _ONE, quant.family(kind))
     return out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
+from numba.extending import overload
 
 from modelc.ir import DataType
 from modelc.kernels.quant import quant_iq
@@ -270,9 +271,47 @@ def dequantize_rows_q(out, w, row_ids, kind, rscale):
             expand_row(of, i * c, q, sc, mn)
 
 
+def family(kind: int) -> np.ndarray:
+    """rows_1t's last argument for `kind`: a zero-size array whose record dtype names the kind's family of types
+    (unpack_row's branch), so that rows_1t compiles that branch only (_unpack_family)."""
+    if kind <= 4:
+        name = "q32"
+    elif kind >= quant_iq.FIRST_KIND:
+        name = "iq"
+    else:
+        name = {5: "q2_q3_k", 6: "q2_q3_k", 7: "q4_q5_k", 8: "q4_q5_k", 9: "q6_k"}.get(kind, "plain")
+    return _FAMILIES[name]
+
+
+_FAMILIES = {n: np.zeros(0, np.dtype([(n, np.uint8)])) for n in ("q32", "q2_q3_k", "q4_q5_k", "q6_k", "plain", "iq")}
+
+
+def _unpack_family(kind, q, sc, mn, w, base, rscale, fam):
+    """unpack_row, for a kind of the family `fam` names (family()); the Python form of the overload below."""
+    unpack_row(kind, q, sc, mn, w, base, rscale)
+
+
+@overload(_unpack_family)
+def _unpack_of_family(kind, q, sc, mn, w, base, rscale, fam):
+    name = next(iter(fam.dtype.fields))
+    if name == "q32":
+        return lambda kind, q, sc, mn, w, base, rscale, fam: _unpack_32(kind, q, sc, mn, w, base)
+    if name == "q4_q5_k":
+        return lambda kind, q, sc, mn, w, base, rscale, fam: _unpack_q4_q5_k(kind, q, sc, mn, w, base)
+    if name == "q2_q3_k":
+        return lambda kind, q, sc, mn, w, base, rscale, fam: _unpack_q2_q3_k(kind, q, sc, mn, w, base)
+    if name == "q6_k":
+        return lambda kind, q, sc, mn, w, base, rscale, fam: _unpack_q6_k(q, sc, mn, w, base)
+    if name == "iq":
+        return lambda kind, q, sc, mn, w, base, rscale, fam: unpack_iq(kind, q, sc, mn, w, base)
+    return lambda kind, q, sc, mn, w, base, rscale, fam: _unpack_plain(kind, q, sc, mn, w, base, rscale)
+
+
 @njit(cache=True, nogil=True)
-def dequantize_rows_1t(out, w, row_ids, kind, rscale):
-    """dequantize_rows_q on the calling thread only (a few rows: embedding lookups)."""
+def rows_1t(out, w, row_ids, kind, rscale, fam):
+    """dequantize_rows_q on the calling thread only (a few rows: embedding lookups), for a kind of the family `fam`
+    names (family(kind)): a lookup compiles its own type's unpacking, where a switch over every type (unpack_row's)
+    compiled all of them (~8 of SmolLM2-135M's decode path's ~65 CPU-s of compiling, most of it the i-quants')."""
     r, c = out.shape
     nbytes = w.shape[1]
     wf = w.reshape(-1)
@@ -283,7 +322,7 @@ def dequantize_rows_1t(out, w, row_ids, kind, rscale):
     for i in range(r):
         n = row_ids[i]
         rs = rscale[n] if rscale.shape[0] > 1 else rscale[0]
-        unpack_row(kind, q, sc, mn, wf, n * nbytes, rs)
+        _unpack_family(kind, q, sc, mn, wf, n * nbytes, rs, fam)
         expand_row(of, i * c, q, sc, mn)
 
 

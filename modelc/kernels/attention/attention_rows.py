@@ -461,7 +461,8 @@ def _row_core(out, ot, qf, kflat, vflat, bases, t, n, K, H, D, scale, k0, k1, ml
         denom = softmax_rows(scores)
     else:  # a span: its maxima and sums kept, the values left unnormalized (times 1: the same bits)
         denom = softmax_rows_max(scores, ml[0, h0 : k1 * G])
-        ml[1, h0 : k1 * G] = denom
+        for h in range(h0, k1 * G):  # a loop: an array slice assignment compiles numba's shape-error message
+            ml[1, h] = denom[h - h0]
         denom[:] = 1.0
     of = out.reshape(-1)
     vacc = np.empty(G * D, dtype=np.float32)
@@ -526,11 +527,12 @@ def _item(out, part_o, ml, no_ml, qf, kflat, vflat, block_tables, it, head_parts
     """One work item of _plan: a part of a row's KV heads, or a span of a row (every KV head). no_ml: (2, 0), C
     order as ml[span] is (one compiled _row)."""
     t, s, lo, n, part, span = it[0], it[1], it[2], it[3], it[4], it[5]
+    # np.int64(0), not 0: numba compiles a call again for a literal int argument (_row, _row_core, _scores16)
     if span < 0:
         _row(out, t, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, part * K // head_parts,
              (part + 1) * K // head_parts, no_ml)  # fmt: skip
     else:
-        _row(part_o, span, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, 0, K, ml[span])
+        _row(part_o, span, qf, kflat, vflat, block_tables, t, s, lo, n, Z, K, H, D, scale, np.int64(0), K, ml[span])
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath=True)
@@ -565,7 +567,7 @@ def paged_attention_rows(out, q, k_pages, v_pages, block_tables, q_start, pos_st
     Z, K = k_pages.shape[1], k_pages.shape[2]
     row_seq = _row_seq(T, q_start)
     qf, kflat, vflat = q.reshape(-1), k_pages.reshape(-1), v_pages.reshape(-1)
-    items, first, count, num_spans = _plan(T, 1, row_seq, q_start, pos_start, window,
+    items, first, count, num_spans = _plan(T, np.int64(1), row_seq, q_start, pos_start, window,
                                            span_len(K, D, k_pages.itemsize))  # fmt: skip
     part_o = np.empty((num_spans, H, D), np.float32)
     ml = np.empty((num_spans, 2, H), np.float32)

@@ -108,7 +108,8 @@ def _matmul_of_kinds(part, x, w, kind, how, kinds):
 def _mm(out, lo, hi, x, w, kind, how, kinds):
     """out[:, lo:hi] = x @ W.T (x (T, C), out (T, N) C-contiguous), as linear.matmul computes it on the path
     `how` (MATVEC_K: T = 1 only), W of `kind`; kinds: the run's kinds_token. Columns lo:hi of several rows go
-    through a buffer, as the forward copies a fused run's parts out of its output."""
+    through a buffer, as the forward copies a fused run's parts out of its output. The callers pass lo = 0 as
+    np.int64(0): numba compiles a call again for a literal int argument."""
     if how == NONE:
         return
     T = x.shape[0]
@@ -120,8 +121,10 @@ def _mm(out, lo, hi, x, w, kind, how, kinds):
     else:
         part = np.empty((T, hi - lo), np.float32)
     _matmul(part, x, w, kind, how, kinds)
-    if T > 1 and not whole:
-        out[:, lo:hi] = part
+    if T > 1 and not whole:  # a loop: an array slice assignment compiles numba's shape-error message (~2 CPU-s)
+        for t in range(T):
+            for i in range(hi - lo):
+                out[t, lo + i] = part[t, i]
 
 
 @njit(cache=True, nogil=True)
@@ -159,7 +162,7 @@ def attention_half(
     else:
         norm.add_rms_norm(h, x, o, attn_norm, eps)
     T = x.shape[0]
-    _mm(qkv, 0, end0, h, w0, kind0, how0, kinds)
+    _mm(qkv, np.int64(0), end0, h, w0, kind0, how0, kinds)
     _mm(qkv, end0, end1, h, w1, kind1, how1, kinds)
     _mm(qkv, end1, qkv.shape[1], h, w2, kind2, how2, kinds)
     _add(qkv, qkv_bias)
@@ -193,7 +196,7 @@ def attention_half(
     else:
         attention_rows.paged_attention_rows(a3, q3, k_pages, v_pages, block_tables, q_start, pos_start, scale,
                                             window)  # fmt: skip
-    _mm(o, 0, o.shape[1], attn, o_w, o_kind, o_how, kinds)
+    _mm(o, np.int64(0), o.shape[1], attn, o_w, o_kind, o_how, kinds)
     _add(o, o_bias)
     norm.add_rms_norm(h, x, o, ffn_norm, eps)
 
@@ -206,7 +209,7 @@ def mlp_half(
     (end0 = 2F, how1 NONE) or two (columns [0:end0], [end0:]), plus gu_bias (gate | up biases) where not
     empty; act (T, F) = silu(gate) * up, row by row (a row's gate and up are contiguous); o (T, C) =
     act @ Down.T (+ down_bias where not empty); kinds: kinds_token of these matmuls."""
-    _mm(gu, 0, end0, h, w0, kind0, how0, kinds)
+    _mm(gu, np.int64(0), end0, h, w0, kind0, how0, kinds)
     _mm(gu, end0, gu.shape[1], h, w1, kind1, how1, kinds)
     _add(gu, gu_bias)
     f = gu.shape[1] // 2
@@ -215,5 +218,5 @@ def mlp_half(
         row = flat[2 * f * t : 2 * f * (t + 1)]
         activation.silu_mul(act_flat[f * t : f * (t + 1)].reshape((1, f)), row[:f].reshape((1, f)),
                             row[f:].reshape((1, f)))  # fmt: skip
-    _mm(o, 0, o.shape[1], act, down_w, down_kind, down_how, kinds)
+    _mm(o, np.int64(0), o.shape[1], act, down_w, down_kind, down_how, kinds)
     _add(o, down_bias)

@@ -391,14 +391,14 @@ def _group_any_t(out, xq, sa, xd, xm, rw, gi, kind):
 
 @njit(cache=True, nogil=True, parallel=True)
 def _r16_q4_0(out, xq, xd, rw):
-    sa = _offsets(xq, xq.shape[1] // 32, 8)  # codes 0..15 for w / d + 8
+    sa = _offsets(xq, xq.shape[1] // 32, np.int64(8))  # codes 0..15 for w / d + 8
     for gi in prange(rw.shape[0]):
         _group_any_t(out, xq, sa, xd, xd, rw, gi, Q4_0)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def _r16_q4_1(out, xq, xd, xs, rw):
-    sa = _offsets(xq, xq.shape[1] // 32, 0)  # codes 0..15 for (w - m) / d: every block dot starts at 0
+    sa = _offsets(xq, xq.shape[1] // 32, np.int64(0))  # codes 0..15 for (w - m) / d: every block dot starts at 0
     xm = _sums32(xs)  # the mins' term: each block's activation sum
     for gi in prange(rw.shape[0]):
         _group_any_t(out, xq, sa, xd, xm, rw, gi, Q4_1)
@@ -406,7 +406,7 @@ def _r16_q4_1(out, xq, xd, xs, rw):
 
 @njit(cache=True, nogil=True, parallel=True)
 def _r16_q8_0(out, xq, xd, rw):
-    sa = _offsets(xq, xq.shape[1] // 32, 0 if SIGNED_DOT else 128)  # signed codes, or code + 128
+    sa = _offsets(xq, xq.shape[1] // 32, np.int64(0 if SIGNED_DOT else 128))  # signed codes, or code + 128
     for gi in prange(rw.shape[0]):
         _group_any_t(out, xq, sa, xd, xd, rw, gi, Q8_0)
 

@@ -173,7 +173,7 @@ def _group_t1(out, xq, sa, xd, rf, gi, nb, xs):
 def _r16_iq4_nl(out, xq, xd, rw):
     t, c = xq.shape
     nb = c // 32
-    sa = _offsets(xq, nb, CODE_OFFSET)
+    sa = _offsets(xq, nb, np.int64(CODE_OFFSET))
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
     if t == 1:
@@ -190,7 +190,7 @@ def _r16_iq4_nl(out, xq, xd, rw):
 @njit(cache=True, nogil=True, parallel=True)
 def _r16_iq4_xs(out, xq, xd, rw):
     t, c = xq.shape
-    sa = _offsets(xq, c // 32, CODE_OFFSET)
+    sa = _offsets(xq, c // 32, np.int64(CODE_OFFSET))
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
     if t == 1:

@@ -262,7 +262,7 @@ def _group_t1(out, xq, xd, so, rf, gi, nsb):
 @njit(cache=True, nogil=True)
 def _offsets16(xq):
     """(T, C/16) int32: -32 * the sum of each 16-element sub-block's activation codes."""
-    return _offsets(xq, xq.shape[1] // 16, 32)
+    return _offsets(xq, xq.shape[1] // 16, np.int64(32))
 
 
 @njit(cache=True, nogil=True, parallel=True)

@@ -8,7 +8,8 @@ Each engine runs in a fresh subprocess (modelc from this tree, llama.cpp from th
 has llama-cpp-python), in an order that alternates between rounds. Both grow one sequence the same
 way: the first depth's prompt in one go (chunks of 512 tokens: modelc's Engine budget and llama.cpp's
 n_batch / n_ubatch), timed (prefill tok/s, time to the first sampled token); then --decode-tokens
-greedy tokens, timed (decode tok/s at that depth); then the prompt continues (prefilled, not timed
+greedy tokens, timed (decode tok/s at that depth: all of them, and one over the median step, which a step or
+two of a thread-count probe does not move); then the prompt continues (prefilled, not timed
 for the table, printed as `grow_tok_s`) up to the next depth, and so on. Prompt ids are the same
 deterministic ids for both. Also reported per engine: load seconds, peak and final RSS (VmHWM /
 VmRSS), and modelc's KV bytes.
@@ -43,7 +44,7 @@ def rss():
     return got
 def grow(ids, depths, n_decode, prefill, decode):
     # prefill(ids_chunk, sample) -> first token or None; decode(tok) -> next tok
-    res = {"decode_tok_s": {}, "grow_tok_s": {}}
+    res = {"decode_tok_s": {}, "decode_med_tok_s": {}, "grow_tok_s": {}}
     done, tok = 0, None
     for i, depth in enumerate(depths):
         t0 = time.perf_counter()
@@ -56,9 +57,13 @@ def grow(ids, depths, n_decode, prefill, decode):
             res["grow_tok_s"][str(depth)] = len(part) / dt
         done = depth
         t0 = time.perf_counter()
+        steps = []
         for _ in range(n_decode):
+            t1 = time.perf_counter()
             tok = decode(tok)
+            steps.append(time.perf_counter() - t1)
         res["decode_tok_s"][str(depth)] = n_decode / (time.perf_counter() - t0)
+        res["decode_med_tok_s"][str(depth)] = 1.0 / sorted(steps)[len(steps) // 2]
         done += n_decode
         depths[i + 1 :] = [max(d, done + 1) for d in depths[i + 1 :]]
     return res
@@ -206,6 +211,7 @@ def _table(runs: dict[str, list[dict]], depths: list[int], a: argparse.Namespace
     print(f"\n{a.model}, KV {a.kv}, {a.threads} threads, median of {a.rounds} round(s)")
     rows = [("prefill tok/s", ("prefill_tok_s",))]
     rows += [(f"decode tok/s @ {d}", ("decode_tok_s", str(d))) for d in depths]
+    rows += [(f"decode tok/s @ {d}, median step", ("decode_med_tok_s", str(d))) for d in depths]
     rows += [("load s", ("load_s",)), ("peak RSS MB", ("VmHWM",))]
     print("| | " + " | ".join(engines) + (" | ratio |" if len(engines) == 2 else " |"))
     print("|---" * (len(engines) + 1 + (len(engines) == 2)) + "|")

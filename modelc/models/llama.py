@@ -250,8 +250,9 @@ class LlamaModel:
         nqkv = (a.num_heads + 2 * a.num_kv_heads) * a.head_dim
         args = (run.table, run.start, sc.get("x", T), sc.get("o", T), sc.get("h", T), float(a.rms_norm_eps),
                 self.fused_out[: T * nqkv].reshape(T, nqkv), sc.get("q", T), sc.get("k", T), sc.get("v", T),
-                a.num_heads, a.num_kv_heads, a.head_dim, batch.positions, kv.k, kv.v, batch.slots, batch.block_tables,
-                batch.q_start, batch.pos_start, a.scale, parallel, sc.get("attn", T))  # fmt: skip
+                a.num_heads, a.num_kv_heads, a.head_dim, batch.positions, kv.k, kv.v, *llama_decode.kv_scales(kv),
+                batch.slots, batch.block_tables, batch.q_start, batch.pos_start, a.scale, parallel,
+                sc.get("attn", T))  # fmt: skip
         if run.kind == llama_decode.DENSE:
             ngu = 2 * a.intermediate_size
             decode_step.decode_layers(*args, self.fused_out[: T * ngu].reshape(T, ngu), sc.get("act", T), run.kinds)

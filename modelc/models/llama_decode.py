@@ -9,7 +9,7 @@ RoPE (not long-RoPE, no attention factor), SiLU-gated MLP or a mixture of expert
 attention half), and every projection at T = 1 on the gemm_r16 path (alone or in a fused run) or on
 gemm_fused_k's one-token kernel (Q5_K, and the K-quants where not repacked). A step takes
 it when every sequence of it is one token (a single stream, or streams in lockstep), with no LoRA, on a KV
-cache of float32 / fp16 pages that attention_rows reads, and a layer takes it up to its plan's `max_t` tokens:
+cache of float32 / fp16 pages that attention_rows reads or plain q8_0 pages (attention_rows_q8), and a layer takes it up to its plan's `max_t` tokens:
 as many as every matmul of the layer stays on the path it has at one token (gemm_r16 at any T up to
 fused.MAX_T here; gemm_fused_k's kernel at one token only), and its experts in moe_ffn's one call. Anything
 else runs the forward's general per-kernel path, layer by layer, between the runs.
@@ -276,15 +276,24 @@ def _alone(ws: tuple, fused: tuple[Fused, ...]) -> list:
 
 def step_ok(batch: Any, kv: Any) -> bool:
     """Whether this forward may take the fused layers (each layer up to its max_t tokens): every sequence one
-    token, no LoRA, float32 / fp16 pages (what attention_rows reads; the head size was checked by
-    plan_layers)."""
+    token, no LoRA, float32 / fp16 pages (what attention_rows reads) or a plain q8_0 cache (attention_rows_q8;
+    not the mixed cache's hot copies); the head size was checked by plan_layers."""
     T = batch.num_tokens
     if batch.lora or T > MAX_T or T != batch.num_seqs:
         return False
     if T > 1 and attention.batch_facts(batch.q_start, batch.pos_start)[1] != 1:
         return False
-    kp, _ = kv.layer(0)
-    return isinstance(kp, np.ndarray) and kp.dtype in (np.float32, np.uint16)
+    if kv.ks is not None:
+        return kv.window == 0 and kv.k.dtype == np.int8
+    return kv.k.dtype in (np.float32, np.uint16)
+
+
+def kv_scales(kv: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The decode layers' k_scales, v_scales for all layers ((L, P, Z, K, NB) fp16 bits): a q8_0 cache's, else a
+    placeholder the kernels never read."""
+    if kv.ks is None:
+        return decode_layer.NO_SCALES, decode_layer.NO_SCALES
+    return kv.ks, kv.vs
 
 
 def attention_parallel(batch: Any, kv_heads: int, threads: int) -> bool:

@@ -59,28 +59,35 @@ def _quant_row(dst, dst_scales, x):
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def kv_write_q8(kq, ks, vq, vs, hot_of, kh, vh, k, v, slots):
-    """Write k[t], v[t] at slots[t] in q8_0, and as f32 into the page's hot slot where it has one.
-
-    kq, vq: (P, Z, K, D) int8; ks, vs: (P, Z, K, NB) uint16; hot_of: (P,) int32;
-    kh, vh: (PH, Z, K, D) float32; k, v: (T, K, D) float32; slots: (T,) int64, negative = skip.
-    """
+def kv_write_q8_plain(kq, ks, vq, vs, k, v, slots):
+    """kv_write_q8 for a plain q8_0 cache (QPages.window 0: no hot copies), the same numbers: k[t], v[t] at
+    slots[t] in q8_0 (what the decode layers write: kernels/layer/decode_layer.py)."""
     T, K, D = k.shape
     Z = kq.shape[1]
     for t in range(T):
         s = slots[t]
         if s < 0:
             continue
-        page = s // Z
-        off = s % Z
-        hs = hot_of[page]
+        page, off = s // Z, s % Z
         for h in range(K):
             _quant_row(kq[page, off, h], ks[page, off, h], k[t, h])
             _quant_row(vq[page, off, h], vs[page, off, h], v[t, h])
-            if hs >= 0:
-                for d in range(D):
-                    kh[hs, off, h, d] = k[t, h, d]
-                    vh[hs, off, h, d] = v[t, h, d]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def kv_write_q8(kq, ks, vq, vs, hot_of, kh, vh, k, v, slots):
+    """Write k[t], v[t] at slots[t] in q8_0, and as f32 into the page's hot slot where it has one.
+
+    kq, vq: (P, Z, K, D) int8; ks, vs: (P, Z, K, NB) uint16; hot_of: (P,) int32;
+    kh, vh: (PH, Z, K, D) float32; k, v: (T, K, D) float32; slots: (T,) int64, negative = skip.
+    """
+    kv_write_q8_plain(kq, ks, vq, vs, k, v, slots)
+    Z = kq.shape[1]
+    for t in range(k.shape[0]):
+        s = slots[t]
+        if s >= 0 and hot_of[s // Z] >= 0:
+            kh[hot_of[s // Z], s % Z] = k[t]
+            vh[hot_of[s // Z], s % Z] = v[t]
 
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")

@@ -17,10 +17,10 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 from numba.extending import overload
 
-from modelc.kernels.attention import attention_rows, kv_write
+from modelc.kernels.attention import attention_rows, attention_rows_q8, kv_q8, kv_write
 from modelc.kernels.elementwise import activation, norm, rope
 from modelc.kernels.matmul import gemm_fused_k, gemm_r16
 from modelc.kernels.quant import quant
@@ -28,6 +28,7 @@ from modelc.kernels.quant import quant
 NO_W = np.zeros((0, 0), np.uint8)  # an absent matmul's weight (its how is NONE)
 NO_F32 = np.zeros(0, np.float32)  # an absent norm weight
 NO_F64 = np.zeros(0, np.float64)  # no RoPE in this layer
+NO_SCALES = np.zeros((1, 1, 1, 1, 1), np.uint16)  # the KV scales where the pages are float32 / fp16, not q8_0
 
 
 NONE, R16, MATVEC_K = 0, 1, 2
@@ -142,7 +143,7 @@ def attention_half(
     x, o, h, first, attn_norm, eps,
     qkv, w0, kind0, how0, end0, w1, kind1, how1, end1, w2, kind2, how2, qkv_bias, q, k, v,
     heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox, positions,
-    k_pages, v_pages, slots, block_tables, q_start, pos_start, scale, window, parallel,
+    k_pages, v_pages, k_scales, v_scales, slots, block_tables, q_start, pos_start, scale, window, parallel,
     attn, o_w, o_kind, o_how, o_bias, ffn_norm, kinds,
 ):  # fmt: skip
     """T rows, each the one token of its sequence, through a layer's attention half, as LlamaModel.forward does it:
@@ -153,9 +154,10 @@ def attention_half(
     (q | k | v biases) where not empty; at T = 1 q, k, v are qkv's column ranges, else copied into q (T, nq),
     k, v (T, nk);
     per-head q/k RMSNorm where q_norm / k_norm are not empty (per head (D,) or full width (H*D,));
-    RoPE where inv_freq is not empty; K/V written at slots; attention into attn (T, H*D) (attention_rows'
-    kernels; `parallel`: the threaded one); o (T, C) = attn @ O.T (+ o_bias where not empty); x += o,
-    h = rms_norm(x, ffn_norm). kinds: kinds_token of the layer's matmuls (the kernels it is compiled with).
+    RoPE where inv_freq is not empty; K/V written at slots and attention into attn (T, H*D) (write_attend: float32 /
+    fp16 pages, or q8_0 ones with their scales k_scales / v_scales; `parallel`: the threaded kernel); o (T, C) =
+    attn @ O.T (+ o_bias where not empty); x += o, h = rms_norm(x, ffn_norm). kinds: kinds_token of the layer's
+    matmuls (the kernels it is compiled with).
     """
     if first:
         norm.rms_norm(h, x, attn_norm, eps)
@@ -188,17 +190,58 @@ def attention_half(
     if inv_freq.shape[0]:
         rope.rope(q3, positions, inv_freq, neox)
         rope.rope(k3, positions, inv_freq, neox)
-    kv_write.kv_write(k_pages, v_pages, k3, v3, slots)
     a3 = attn.reshape((T, heads, head_dim))
-    if parallel:
-        attention_rows.paged_attention_rows_parallel(a3, q3, k_pages, v_pages, block_tables, q_start, pos_start,
-                                                     scale, window)  # fmt: skip
-    else:
-        attention_rows.paged_attention_rows(a3, q3, k_pages, v_pages, block_tables, q_start, pos_start, scale,
-                                            window)  # fmt: skip
+    write_attend(k_pages, v_pages, k_scales, v_scales, k3, v3, slots, a3, q3, block_tables, q_start, pos_start,
+                 scale, window, parallel)  # fmt: skip
     _mm(o, np.int64(0), o.shape[1], attn, o_w, o_kind, o_how, kinds)
     _add(o, o_bias)
     norm.add_rms_norm(h, x, o, ffn_norm, eps)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _write_attend_q8(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start, pos_start, scale,
+                     window, parallel):  # fmt: skip
+    kv_q8.kv_write_q8_plain(k_pages, k_scales, v_pages, v_scales, k, v, slots)
+    if parallel:
+        attention_rows_q8.paged_attention_rows_q8_parallel(out, q, k_pages, k_scales, v_pages, v_scales, block_tables,
+                                                           q_start, pos_start, scale, window)  # fmt: skip
+    else:
+        attention_rows_q8.paged_attention_rows_q8(out, q, k_pages, k_scales, v_pages, v_scales, block_tables, q_start,
+                                                  pos_start, scale, window)  # fmt: skip
+
+
+@njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _write_attend_dense(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start, pos_start,
+                        scale, window, parallel):  # fmt: skip
+    kv_write.kv_write(k_pages, v_pages, k, v, slots)
+    if parallel:
+        attention_rows.paged_attention_rows_parallel(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale,
+                                                     window)  # fmt: skip
+    else:
+        attention_rows.paged_attention_rows(out, q, k_pages, v_pages, block_tables, q_start, pos_start, scale, window)
+
+
+def write_attend(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start, pos_start, scale,
+                 window, parallel):  # fmt: skip
+    """k (T, K, D), v written at slots, then out (T, H, D) = paged attention of q (T, H, D), as the forward's general
+    path does both (kv_write.write_pages, attention._numba_attention) for the pages' type: float32 / fp16 (uint16)
+    pages (P, Z, K, D) through kv_write and attention_rows (k_scales, v_scales unread), or a plain q8_0 cache's int8
+    pages with their fp16 block scales (P, Z, K, NB) through kv_q8 and attention_rows_q8. `parallel`: the threaded
+    attention kernel. Inside numba the pages' element type picks the kernels when the caller compiles (the
+    overload below), so an fp16 cache's decode layers never compile the q8_0 ones."""
+    fn = _write_attend_q8 if k_pages.dtype == np.int8 else _write_attend_dense
+    fn(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start, pos_start, scale, window,
+       parallel)  # fmt: skip
+
+
+@overload(write_attend, inline="always")
+def _write_attend_impl(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start, pos_start,
+                       scale, window, parallel):  # fmt: skip
+    if k_pages.dtype == types.int8:
+        return _write_attend_q8.py_func
+    if k_pages.dtype in (types.float32, types.uint16):
+        return _write_attend_dense.py_func
+    return None
 
 
 @njit(cache=True, nogil=True, error_model="numpy")

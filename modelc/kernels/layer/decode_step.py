@@ -103,8 +103,8 @@ def _mat(row, c, dtype):
 
 @njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _attention_half(
-    r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots, block_tables,
-    q_start, pos_start, scale, parallel, attn, kinds,
+    r, i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, ks_all, vs_all, slots,
+    block_tables, q_start, pos_start, scale, parallel, attn, kinds,
 ):  # fmt: skip
     """decode_layer.attention_half for layer i of the model (row r: ATTENTION's fields; the first layer norms x,
     the others add the previous layer's o first); returns the next column of r."""
@@ -128,7 +128,7 @@ def _attention_half(
         x, o, h, i == 0, attn_norm, eps,
         qkv, w0, kind0, how0, end0, w1, kind1, how1, end1, w2, kind2, how2, qkv_bias, q, k, v,
         heads, kv_heads, head_dim, q_norm, k_norm, inv_freq, neox, positions,
-        k_all[i], v_all[i], slots, block_tables, q_start, pos_start, scale, window, parallel,
+        k_all[i], v_all[i], ks_all[i], vs_all[i], slots, block_tables, q_start, pos_start, scale, window, parallel,
         attn, o_w, o_kind, o_how, o_bias, ffn_norm, kinds,
     )  # fmt: skip
     return c
@@ -136,8 +136,8 @@ def _attention_half(
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def decode_layers(
-    table, layer0, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots,
-    block_tables, q_start, pos_start, scale, parallel, attn, gu, act, kinds,
+    table, layer0, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, ks_all, vs_all,
+    slots, block_tables, q_start, pos_start, scale, parallel, attn, gu, act, kinds,
 ):  # fmt: skip
     """Layers layer0 .. layer0 + len(table) - 1 (a row of `table` each: ATTENTION + MLP) of T one-token rows:
     decode_layer.attention_half then mlp_half, as the forward's general path computes them; k_all / v_all: the
@@ -146,7 +146,8 @@ def decode_layers(
     for i in range(table.shape[0]):
         r = table[i]
         c = _attention_half(r, layer0 + i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all,
-                            v_all, slots, block_tables, q_start, pos_start, scale, parallel, attn, kinds)  # fmt: skip
+                            v_all, ks_all, vs_all, slots, block_tables, q_start, pos_start, scale, parallel, attn,
+                            kinds)  # fmt: skip
         g0, c = _mat(r, c, np.uint8)
         gkind0, ghow0, gend0 = r[c], r[c + 1], r[c + 2]
         g1, c = _mat(r, c + 3, np.uint8)
@@ -161,27 +162,29 @@ def decode_layers(
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def attention_layers(
-    table, layer0, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots,
-    block_tables, q_start, pos_start, scale, parallel, attn, kinds,
+    table, layer0, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, ks_all, vs_all,
+    slots, block_tables, q_start, pos_start, scale, parallel, attn, kinds,
 ):  # fmt: skip
     """decode_layers' attention halves only (rows: ATTENTION): for a layer whose FFN the forward runs itself
     (experts through MoeFFN.forward), h ends as the FFN's input."""
     for i in range(table.shape[0]):
         _attention_half(table[i], layer0 + i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions,
-                        k_all, v_all, slots, block_tables, q_start, pos_start, scale, parallel, attn, kinds)  # fmt: skip
+                        k_all, v_all, ks_all, vs_all, slots, block_tables, q_start, pos_start, scale, parallel, attn,
+                        kinds)  # fmt: skip
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def decode_layers_moe(
-    table, layer0, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, slots,
-    block_tables, q_start, pos_start, scale, parallel, attn, nthreads, kinds,
+    table, layer0, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all, v_all, ks_all, vs_all,
+    slots, block_tables, q_start, pos_start, scale, parallel, attn, nthreads, kinds,
 ):  # fmt: skip
     """decode_layers for a mixture of experts in every layer (rows: ATTENTION + MOE): the attention half, then
     moe_ffn._moe_ffn (its router computed in the kernel) on nthreads threads."""
     for i in range(table.shape[0]):
         r = table[i]
         c = _attention_half(r, layer0 + i, x, o, h, eps, qkv, q, k, v, heads, kv_heads, head_dim, positions, k_all,
-                            v_all, slots, block_tables, q_start, pos_start, scale, parallel, attn, kinds)  # fmt: skip
+                            v_all, ks_all, vs_all, slots, block_tables, q_start, pos_start, scale, parallel, attn,
+                            kinds)  # fmt: skip
         logits, c = _mat(r, c, np.float32)
         router, c = _mat(r, c, np.float32)
         rbias, c = _vec(r, c, np.float32)

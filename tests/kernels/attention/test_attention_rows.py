@@ -114,6 +114,15 @@ kp, vp = kv.layer(0)
 ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.1, 0)
 attention_rows_q8.paged_attention_rows_q8_parallel(out, q, kp.data, kp.scales, vp.data, vp.scales, bt, qs, ps, 0.1, 0)
 worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))
+# the decode layers' write and attention (decode_layer.write_attend) on those q8_0 pages, compiled in a caller
+from tests.kernels.layer.test_write_attend import _in_numba
+k, v = rng.standard_normal((2, 1, 8, 128)).astype(np.float32)
+slot = np.array([int(bt[0, 600 // 16]) * 16 + 600 % 16], np.int64)
+ps1 = ps + 1
+_in_numba(kp.data, vp.data, kp.scales, vp.scales, k, v, slot, out, q, bt, qs, ps1, np.float32(0.1), 0, True)
+ref.kv_write(kp, vp, k, v, slot)
+ref.paged_attention(want, q, kp, vp, bt, qs, ps1, 0.1, 0)
+worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))
 print(cpu.HAS_AVX2, cpu.HAS_VNNI, worst)
 """
 

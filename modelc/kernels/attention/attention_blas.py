@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from modelc.kernels.simd.fastexp import exp_f32
+from modelc.kernels.simd.fastexp import exp_weight
 
 # error_model="numpy": no zero-division branch, so the row loops vectorize (see norm.py).
 
@@ -41,7 +41,7 @@ def causal_softmax_rows(s, n, pos0, window):
             m = seg[j] if seg[j] > m else m
         tot = np.float32(0.0)
         for j in range(seg.shape[0]):
-            e = exp_f32(seg[j] - m)
+            e = exp_weight(seg[j] - m)
             seg[j] = e
             tot += e
         inv = np.float32(1.0) / tot

@@ -25,7 +25,7 @@ from numba.extending import overload
 
 from modelc.kernels.attention.attention_rows import load_kv16
 from modelc.kernels.attention.kv_q8 import dequant_row
-from modelc.kernels.simd.fastexp import exp_f32
+from modelc.kernels.simd.fastexp import exp_weight
 from modelc.kernels.simd.qdot import fma_f32x16, load_f32x16, splat_f32x16, store_f32x16, zeros_f32x16
 
 LANES = 64
@@ -174,16 +174,16 @@ def _softmax_step(s, m, lsum, ot, qpos, p0, nb, window, mask):
         for j in range(1, BK):
             bm = max(bm, s[j, ln])
         mn = max(m[ln], bm)
-        alpha[ln] = exp_f32(m[ln] - mn) if m[ln] > NEG else np.float32(0.0)
+        alpha[ln] = exp_weight(m[ln] - mn) if m[ln] > NEG else np.float32(0.0)
         m[ln] = mn
     for j in range(BK):
         row = s[j]
         if mask:
             for ln in range(LANES):
-                row[ln] = exp_f32(row[ln] - m[ln]) if row[ln] > NEG else np.float32(0.0)
+                row[ln] = exp_weight(row[ln] - m[ln]) if row[ln] > NEG else np.float32(0.0)
         else:
             for ln in range(LANES):
-                row[ln] = exp_f32(row[ln] - m[ln])
+                row[ln] = exp_weight(row[ln] - m[ln])
     for ln in range(LANES):
         tot = np.float32(0.0)
         for j in range(BK):

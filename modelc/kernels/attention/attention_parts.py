@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from modelc.kernels.simd.fastexp import exp_f32
+from modelc.kernels.simd.fastexp import exp_weight
 
 # error_model="numpy" on every kernel here: numba's default ("python") guards each float and
 # integer division with a zero check that raises, and that branch stops LLVM from vectorizing
@@ -70,7 +70,7 @@ def softmax_rows_max(scores, maxes):
         maxes[g] = m
         tot = np.float32(0.0)
         for j in range(n):
-            e = exp_f32(srow[j] - m)
+            e = exp_weight(srow[j] - m)
             srow[j] = e
             tot += e
         denom[g] = tot

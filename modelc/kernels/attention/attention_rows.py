@@ -29,7 +29,7 @@ from numba.extending import intrinsic, overload
 
 from modelc.kernels.attention.attention_parts import _row_seq, softmax_rows, softmax_rows_max, work_item
 from modelc.kernels.runtime.cpu import HAS_AVX512_VNNI
-from modelc.kernels.simd.fastexp import exp_f32
+from modelc.kernels.simd.fastexp import exp_weight
 from modelc.kernels.simd.qdot import (
     F32x8,
     F32x16,
@@ -548,7 +548,7 @@ def _merge(out, t, part_o, ml, first, count):
         acc[:] = 0.0
         tot = np.float32(0.0)
         for p in range(first, first + count):
-            w = exp_f32(ml[p, 0, h] - m)
+            w = exp_weight(ml[p, 0, h] - m)
             tot += w * ml[p, 1, h]
             src = part_o[p, h]
             for d in range(D):

@@ -252,3 +252,28 @@ def test_q8_rows_kernel_matches_ref_and_the_q8_kernel(seq_lens, q_lens, H, K, D,
     np.testing.assert_array_equal(serial, threaded)
     np.testing.assert_allclose(serial, want, rtol=2e-5, atol=2e-6)
     np.testing.assert_allclose(serial, old, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("kv_dtype", ["float16", "q8_0"])
+def test_peaked_rows_match_ref(kv_dtype, paged_case):
+    """Scores spread over hundreds (a large q): most weights fall under exp_weight's cut and count as 0, as they
+    would round away (the kernels stay fast: no subnormal products); the rows still match the numpy twin, spans and
+    merge included."""
+    from modelc.kernels.attention import attention_rows_q8
+    from tests.kernels.attention.test_kv_q8 import _case
+
+    if kv_dtype == "q8_0":
+        kv, q, bt, qs, ps, _ = _case([600, 37], [1, 1], 8, 128, 32, "q8_0", seed=7)
+        kp, vp = kv.layer(0)
+        args = (kp.data, kp.scales, vp.data, vp.scales)
+        fn = attention_rows_q8.paged_attention_rows_q8_parallel
+    else:
+        q, kp, vp, bt, qs, ps, _ = paged_case([600, 37], [1, 1], 32, 8, 128, kv_dtype, seed=7)
+        args = (kp, vp)
+        fn = attention_rows.paged_attention_rows_parallel
+    q *= np.float32(40.0)
+    want, out = np.full_like(q, np.nan), np.full_like(q, np.nan)
+    ref.paged_attention(want, q, kp, vp, bt, qs, ps, 0.5, 0)
+    fn(out, q, *args, bt, qs, ps, 0.5, 0)
+    # scores of a few hundred carry float32 rounding of ~1e-4 (the twin sums in float64): outputs agree to ~2e-5
+    np.testing.assert_allclose(out, want, rtol=1e-3, atol=1e-4)

@@ -141,7 +141,8 @@ def decode_layers(
 ):  # fmt: skip
     """Layers layer0 .. layer0 + len(table) - 1 (a row of `table` each: ATTENTION + MLP) of T one-token rows:
     decode_layer.attention_half then mlp_half, as the forward's general path computes them; k_all / v_all: the
-    (L, P, Z, K, D) KV pages. o ends as the last layer's output (the next layer, or the forward, adds it to
+    (L, P, Z, K, D) KV pages, ks_all / vs_all their fp16 scales (L, P, Z, K, NB) where they are q8_0 (int8), else
+    decode_layer.NO_SCALES (unread). o ends as the last layer's output (the next layer, or the forward, adds it to
     x)."""
     for i in range(table.shape[0]):
         r = table[i]

@@ -122,10 +122,8 @@ def _mm(out, lo, hi, x, w, kind, how, kinds):
     else:
         part = np.empty((T, hi - lo), np.float32)
     _matmul(part, x, w, kind, how, kinds)
-    if T > 1 and not whole:  # a loop: an array slice assignment compiles numba's shape-error message (~2 CPU-s)
-        for t in range(T):
-            for i in range(hi - lo):
-                out[t, lo + i] = part[t, i]
+    if T > 1 and not whole:
+        _columns(out[:, lo:hi], part, 0)
 
 
 @njit(cache=True, nogil=True)
@@ -136,6 +134,15 @@ def _add(v, bias):
     for t in range(v.shape[0]):
         for i in range(bias.shape[0]):
             v[t, i] += bias[i]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _columns(dst, src, lo):
+    """dst (T, n) = src[:, lo:lo + n], in a loop: an array slice assignment makes numba compile its shape-mismatch
+    message (~3 CPU-s of the decode path)."""
+    for t in range(dst.shape[0]):
+        for i in range(dst.shape[1]):
+            dst[t, i] = src[t, lo + i]
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -176,9 +183,9 @@ def attention_half(
         k = flat[nq : nq + nk].reshape((1, nk))
         v = flat[nq + nk :].reshape((1, nk))
     else:
-        q[:, :] = qkv[:, :nq]
-        k[:, :] = qkv[:, nq : nq + nk]
-        v[:, :] = qkv[:, nq + nk :]
+        _columns(q, qkv, 0)
+        _columns(k, qkv, nq)
+        _columns(v, qkv, nq + nk)
     q3 = q.reshape((T, heads, head_dim))
     k3 = k.reshape((T, kv_heads, head_dim))
     v3 = v.reshape((T, kv_heads, head_dim))

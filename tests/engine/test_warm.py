@@ -319,20 +319,6 @@ warm.warmup(Runner(open_artifact(sys.argv[1]), num_kv_blocks=16))
 """
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_a_restart_from_a_cache_of_this_model_alone_compiles_nothing(tmp_path):
-    """A fresh kernel cache that only this model's warmup filled: the restart must find every kernel there (an
-    earlier version decided "cold" from a kernel this model never calls, and compiled again at every restart)."""
-    path = _q4_0_file(tmp_path, "a.modelc")
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
-    out = subprocess.run([sys.executable, "-c", _WARM_ONLY, str(path)], capture_output=True, text=True, env=env,
-                         timeout=1200)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = _restart(path, env)
-    assert "STATE ('numba', False) COMPILES [] TOKENS" in got, got
-
-
 def test_decode_first_runs_the_steps_numba_can_and_the_rest_on_the_hybrid_model():
     """Once the decode helper's kernels are loaded, a served runner tries each step on a numba model of the
     repacked weights with compiling refused (warm.DecodeFirst) and runs it again on the hybrid model where a
@@ -413,11 +399,15 @@ print("DECODE_FIRST", type(m).__name__, m.fast_steps, m.slow_steps, "COMPILES", 
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_after_the_decode_helper_a_served_runner_decodes_on_numba(tmp_path):
+@pytest.mark.timeout(2400)
+def test_after_the_decode_helper_a_served_runner_decodes_on_numba_and_after_the_warmup_a_restart_compiles_nothing(
+    tmp_path,
+):
     """An empty kernel cache, the decode helper done: the served runner's decode steps run on the numba model
     (DecodeFirst), its prompt on the hybrid one, nothing compiles in the serving process, and the greedy tokens
-    are the warm path's."""
+    are the warm path's. Then this model's warmup fills the rest of that cache (no other model's kernels in it):
+    the restart must find every kernel there (an earlier version decided "cold" from a kernel this model never
+    calls, and compiled again at every restart). One cache for both halves: each compiles for minutes."""
     from modelc.artifact.reader import open_artifact
     from modelc.engine.runner import Runner
     from tests.engine.test_runner import _generate
@@ -429,3 +419,8 @@ def test_after_the_decode_helper_a_served_runner_decodes_on_numba(tmp_path):
                          capture_output=True, text=True, timeout=1400, env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"DECODE_FIRST DecodeFirst 5 1 COMPILES [] TOKENS {want}" in out.stdout, out.stdout
+    out = subprocess.run([sys.executable, "-c", _WARM_ONLY, str(path)], capture_output=True, text=True, env=env,
+                         timeout=1200)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = _restart(path, env)
+    assert f"STATE ('numba', False) COMPILES [] TOKENS {want}" in got, got

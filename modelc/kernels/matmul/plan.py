@@ -169,6 +169,7 @@ def fixed_paths(w: WeightLike) -> tuple[Path, ...]:
         w.dtype,
         w.cols % 32 == 0,
         w.r16 is not None,
+        getattr(w, "r16_only", False),  # a large model's weights: R16 at every T, never AMX on the file's bytes
         ref,
         PREFILL_MIN_T,
         PREFILL_MIN_T_FLOAT,

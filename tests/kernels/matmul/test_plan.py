@@ -174,6 +174,9 @@ def test_r16_only_weights_prefill_on_the_repacked_copy(monkeypatch: pytest.Monke
     assert plan.plan_matmul(w, t - 1) is Path.R16 and plan.plan_matmul(w, t) is Path.AMX
     only = dataclasses.replace(w, r16_only=True)
     assert plan.plan_matmul(only, t) is Path.R16 and plan.plan_matmul(only, 512) is Path.R16
+    # and in the plan fixed on each weight when it is made: weights alike but for r16_only share no plan
+    both = dataclasses.replace(w)  # made under HAS_AMX, as `only`
+    assert plan.path(both, t) is Path.AMX and plan.path(only, t) is Path.R16 and plan.path(only, 512) is Path.R16
 
 
 def test_large_models_read_the_r16_only_bound_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

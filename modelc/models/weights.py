@@ -69,9 +69,6 @@ class WeightReader:
         total = sum(t.nbytes for t in self.tensors.values() if len(t.shape) in (2, 3))  # 3-D: MoE experts
         # whether the matrices move onto huge pages (in the background, after load)
         self.huge = numba and bool(total) and hugepages.enabled(total)
-        # a model large for this machine prefills on its repacked copy too: AMX's prefill reads the file's bytes,
-        # and both copies stayed resident (Llama-3-8B Q8_0: 16.0 GB RSS for an 8.5 GB file, llama.cpp 8.9)
-        self.r16_only = self.repack and total >= r16_only_bytes()
         self.shared = _shared_of(source) if self.repack else None
 
     def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
@@ -138,13 +135,7 @@ class WeightReader:
                 for n, r in zip(names, row_sizes, strict=True)
             ]
         key = ("matrices", names if isinstance(names, str) else tuple(names), tuple(row_sizes), cols)
-        return self._once(key, lambda: self._only(*fuse_runs(ws, self.repack, self._pinned, self._huge)))
-
-    def _only(self, ws: list[Weight], runs: tuple[Fused, ...]) -> tuple[list[Weight], tuple[Fused, ...]]:
-        """fuse_runs' weights marked r16_only where this reader prefills large models on the repacked copies."""
-        if self.r16_only:
-            ws = [dataclasses.replace(w, r16_only=True) if w.r16 is not None else w for w in ws]
-        return ws, runs
+        return self._once(key, lambda: fuse_runs(ws, self.repack, self._pinned, self._huge))
 
     def _pinned(self, w: Weight) -> Weight:
         """w with its bytes repacked for gemm_r16 (where it applies), same shape and dtype; the bytes it
@@ -154,7 +145,7 @@ class WeightReader:
         if self.repack and gemm_r16.can_repack(w.dtype, w.rows, w.cols):
             r16 = r16_cache.repacked([w.blocks], w.dtype)
             self._huge(r16)
-            return dataclasses.replace(w, r16=r16, r16_only=self.r16_only)
+            return dataclasses.replace(w, r16=r16)
         self._huge(w.blocks)
         return w
 
@@ -194,21 +185,6 @@ class WeightReader:
             raise FormatError(f"tensor {name} has shape {t.shape}, expected ({cols}, {rows})")
         scale = self.tensors.get(name + SCALE_SUFFIX)  # I8/I4: per stored row, i.e. per input feature here
         return TensorData.from_array(np.ascontiguousarray(self.kernels.dequantize(t, scale).T))
-
-
-def r16_only_bytes() -> int:
-    """Matrices of this many bytes in all or more prefill on their repacked copies (Weight.r16_only), leaving the
-    file's bytes unread after the repack: MODELC_R16_ONLY_BYTES, default a quarter of the machine's memory. AMX
-    prefill on the file's bytes is faster (Llama-3-8B, 512-token prefill: Q8_0 30.7 -> 24.9 tok/s on gemm_r16,
-    Q4_K_M 29.1 -> 13.0), but keeps a second copy of every matrix resident (Q8_0: 16.0 -> 8.6 GB RSS, and its
-    decode 1.8 -> 2.9 tok/s on a 23 GiB machine shared with others; docs/benchmarks.md, issue 42)."""
-    env = os.environ.get("MODELC_R16_ONLY_BYTES")
-    if env:
-        return int(env)
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 4
-    except (ValueError, OSError):
-        return 1 << 62
 
 
 def split_rows(t: TensorData, row_sizes: list[int], name: str) -> list[TensorData]:

@@ -38,6 +38,7 @@ from modelc.kernels.matmul.gemm_r16_parts import (
     _dot8_u4,
     _load8,
     _offsets,
+    _scale_min,
     _store_acc,
 )
 from modelc.kernels.quant.quant import KIND, quantized
@@ -149,18 +150,6 @@ def _repack(src, out, bs, heads):
                     q = o + 32 * heads + 64 * k + 4 * r
                     for i in range(4):
                         dst[q + i] = row[p + 2 * heads + 4 * k + i]
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _scale_min(a, m, md, s):
-    """Sub-block s's 6-bit scale and min of 16 Q4_K rows (ggml's get_scale_min_k4), from the three scale
-    words of each row: a = bytes 0-3, m = bytes 4-7, md = bytes 8-11."""
-    if s < 4:
-        return bits_i32x16(a, 8 * s, 63), bits_i32x16(m, 8 * s, 63)
-    i = s - 4
-    sc = or_shl_i32x16(bits_i32x16(md, 8 * i, 15), bits_i32x16(a, 8 * i + 6, 3), 4)
-    mn = or_shl_i32x16(bits_i32x16(md, 8 * i + 4, 15), bits_i32x16(m, 8 * i + 6, 3), 4)
-    return sc, mn
 
 
 @njit(cache=True, nogil=True, inline="always")

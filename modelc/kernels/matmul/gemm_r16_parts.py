@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 from modelc.kernels.simd.qdot import prefetch
-from modelc.kernels.simd.qdot_r16 import add_i32x16, bcast4_i8x64, splat_i32x16
+from modelc.kernels.simd.qdot_r16 import add_i32x16, bcast4_i8x64, bits_i32x16, or_shl_i32x16, splat_i32x16
 from modelc.kernels.simd.qdot_tile import (
     WIDE_DOT_EXACT,
     dot4_u6_u8x64,
@@ -143,3 +143,15 @@ def _offsets(xq, nb, off):
                 s += np.int32(xq[j, b * bs + i])
             sa[j, b] = -off * s
     return sa
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scale_min(a, m, md, s):
+    """Sub-block s's 6-bit scale and min of 16 Q4_K rows (ggml's get_scale_min_k4), from the three scale
+    words of each row: a = bytes 0-3, m = bytes 4-7, md = bytes 8-11."""
+    if s < 4:
+        return bits_i32x16(a, 8 * s, 63), bits_i32x16(m, 8 * s, 63)
+    i = s - 4
+    sc = or_shl_i32x16(bits_i32x16(md, 8 * i, 15), bits_i32x16(a, 8 * i + 6, 3), 4)
+    mn = or_shl_i32x16(bits_i32x16(md, 8 * i + 4, 15), bits_i32x16(m, 8 * i + 6, 3), 4)
+    return sc, mn

@@ -12,11 +12,13 @@ dots, and the vector units only scale each token's 16-row result (convert and
 two or three fmas; Q4_0's -8 offset and Q4_K's mins use the activation sums
 xs). So the cost is a flat part per weight block (gathers, tile ops) plus ~3
 vector ops per token. Two sets of tiles alternate so block b+1's dot runs
-while block b is scaled. Measured gains over the zmm tile: see plan.AMX_MIN_T. Left to
-do: the flat part (~100 cycles per 16 rows x 32-block) is now most of the
-cost; repacking the weights once into the B layout (at load time) would
-remove the gathers. Same numbers as gemm_tile up to float summation order;
-numpy twin: ref_linear.matmul_qact.
+while block b is scaled. Measured gains over the zmm tile: see plan.AMX_MIN_T. The
+flat part (~100 cycles per 16 rows x 32-block) is most of the cost at small T;
+for a weight repacked for gemm_r16 (`qmatmul_amx_r16`, plan.Path.AMX_R16) the B tiles
+come from the repacked copy, whose code chunks are already the VNNI layout (a load
+or two nibble masks instead of a gather), and the file's bytes stay unread, so one
+copy of the weights is resident. Same numbers as gemm_tile up to float summation
+order; numpy twin: ref_linear.matmul_qact.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from modelc.kernels.simd.qdot import load_f32x16
+from modelc.kernels.matmul.gemm_r16_parts import _scale_min
+from modelc.kernels.simd.qdot import load_f16x16, load_f32x16, mul_f32x16
+from modelc.kernels.simd.qdot_r16 import bits_i32x16, float_i32x16, load_u32x16
 from modelc.kernels.simd.qdot_tile import (
     amx_config,
     amx_dot1,
@@ -128,6 +132,12 @@ def _panel(kind, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_
             for k in range(8):
                 store_i32x16(bw, (b * 8 + k) * 16, v[k])
             store_f32x16(ds, b * 16, f16_strided_f32x16(src, o, nbytes))
+    _tiles(kind, out, r0, rows, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last, bw, ds, ms)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tiles(kind, out, r0, rows, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last, bw, ds, ms):
+    """Output rows r0..r0+rows-1 for all T tokens from one panel's B tiles (bw), scales (ds) and mins (ms)."""
     cbuf = np.empty(512, np.int32)
     acc = np.empty(256, np.float32)
     for tt in range((t + 15) // 16):
@@ -201,14 +211,106 @@ def amx_q4_k(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
         _panel_q4_k(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _prep_r16(kind, bw, ds, ms, rf, base, nb):
+    """_panel's B tiles, scales (and Q4_K's mins) from one 16-row group of gemm_r16's repacked copy at byte base:
+    its code chunks are already the VNNI layout (chunk k, lane r = row r's bytes 4k..4k+3), so a B tile row is
+    one load (Q8_0), or two nibble masks of one (Q4_0, Q4_K), where the file's layout takes a dword gather."""
+    if kind == 7:
+        for sb in range(nb // 8):
+            o = base + sb * 2304
+            d = load_f16x16(rf, o)
+            dm = load_f16x16(rf, o + 32)
+            a = load_u32x16(rf, o + 64)
+            m = load_u32x16(rf, o + 128)
+            md = load_u32x16(rf, o + 192)
+            for k in range(8):
+                sc, mn = _scale_min(a, m, md, k)
+                store_f32x16(ds, (sb * 8 + k) * 16, mul_f32x16(d, float_i32x16(sc)))
+                store_f32x16(ms, (sb * 8 + k) * 16, mul_f32x16(dm, float_i32x16(mn)))
+            for p in range(4):  # 64 elements: low nibbles = sub-block 2p, high nibbles = sub-block 2p + 1
+                q = o + 256 + 512 * p
+                lo = (sb * 8 + 2 * p) * 128
+                for k in range(8):
+                    v = load_u32x16(rf, q + 64 * k)
+                    store_i32x16(bw, lo + k * 16, bits_i32x16(v, 0, 0x0F0F0F0F))
+                    store_i32x16(bw, lo + 128 + k * 16, bits_i32x16(v, 4, 0x0F0F0F0F))
+        return
+    bb = 288 if kind == 0 else 544
+    for b in range(nb):
+        o = base + b * bb
+        store_f32x16(ds, b * 16, load_f16x16(rf, o))
+        if kind == 0:  # tile rows 0-3: low nibbles (elements 4k..4k+3), 4-7: high nibbles (16 + 4k..)
+            for k in range(4):
+                v = load_u32x16(rf, o + 32 + 64 * k)
+                store_i32x16(bw, (b * 8 + k) * 16, bits_i32x16(v, 0, 0x0F0F0F0F))
+                store_i32x16(bw, (b * 8 + 4 + k) * 16, bits_i32x16(v, 4, 0x0F0F0F0F))
+        else:
+            for k in range(8):
+                store_i32x16(bw, (b * 8 + k) * 16, load_u32x16(rf, o + 32 + 64 * k))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _panel_r16(kind, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+    """_panel for rows 16 gi .. 16 gi + 15 of a weight repacked for gemm_r16 (rf: its flat bytes)."""
+    bw = np.empty(nb * 128, np.int32)
+    ds = np.empty(nb * 16, np.float32)
+    ms = np.zeros(nb * 16 if kind == 7 else 16, np.float32)
+    gbytes = (nb // 8) * 2304 if kind == 7 else nb * (288 if kind == 0 else 544)
+    _prep_r16(kind, bw, ds, ms, rf, gi * gbytes, nb)
+    _tiles(kind, out, gi * 16, 16, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last, bw, ds, ms)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def amx_r16_q4_0(out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
+    """amx_q4_0 on gemm_r16's repacked copy rw (N/16, C/32 * 288) uint8 instead of the file's blocks (the same
+    numbers): a model that prefills on AMX needs no second copy of its weights in memory. amx_r16_q8_0 (rw
+    (N/16, C/32 * 544)) and amx_r16_q4_k ((N/16, C/256 * 2304), nb counts 32-element sub-blocks) alike."""
+    t, c = xq.shape
+    rf = rw.reshape(-1)
+    xqf = xq.reshape(-1)
+    for gi in prange(rw.shape[0]):
+        _panel_r16(0, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def amx_r16_q8_0(out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
+    t, c = xq.shape
+    rf = rw.reshape(-1)
+    xqf = xq.reshape(-1)
+    for gi in prange(rw.shape[0]):
+        _panel_r16(4, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def amx_r16_q4_k(out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
+    t, c = xq.shape
+    rf = rw.reshape(-1)
+    xqf = xq.reshape(-1)
+    for gi in prange(rw.shape[0]):
+        _panel_r16(7, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
+def _act_terms(xd: np.ndarray, xs: np.ndarray, kind: int) -> np.ndarray:
+    """nxs (T * nb,): the activation term of each block dot, -8 (Q4_0) or -1 (Q4_K: times the mins) times the
+    block's activation sum; zeros for Q8_0."""
+    if kind == 4:
+        return np.zeros(xd.size, np.float32)
+    return (np.float32(-8.0 if kind == 0 else -1.0) * (xs[:, 0::2] + xs[:, 1::2])).reshape(-1)
+
+
+def _configs(t: int) -> tuple[np.ndarray, np.ndarray]:
+    return _CFG[16], (_CFG[t % 16] if t % 16 else _CFG[16])
+
+
+def qmatmul_amx_r16(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, rw: np.ndarray, kind: int) -> None:
+    """qmatmul_amx on gemm_r16's repacked copy rw of a Q4_0 (kind 0) / Q8_0 (4) / Q4_K (7) weight (plan.Path.AMX_R16)."""
+    entry = amx_r16_q4_0 if kind == 0 else (amx_r16_q8_0 if kind == 4 else amx_r16_q4_k)
+    entry(out, rw, xq, xd.reshape(-1), _act_terms(xd, xs, kind), xq.shape[1] // 32, *_configs(xq.shape[0]))
+
+
 def qmatmul_amx(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, w: np.ndarray, kind: int) -> None:
     """gemm_int.qmatmul's contract for Q4_0 (kind 0) / Q8_0 (4) / Q4_K (7) weights on AMX (any T;
     plan.plan_matmul sends T >= plan.AMX_MIN_T, or plan.R16_AMX_MIN_T for repacked weights)."""
-    t = xq.shape[0]
-    if kind == 4:
-        nxs = np.zeros(xd.size, np.float32)  # (T * nb,)
-    else:
-        nxs = (np.float32(-8.0 if kind == 0 else -1.0) * (xs[:, 0::2] + xs[:, 1::2])).reshape(-1)  # (T * nb,)
-    last = _CFG[t % 16] if t % 16 else _CFG[16]
     entry = amx_q4_0 if kind == 0 else (amx_q8_0 if kind == 4 else amx_q4_k)
-    entry(out, w, xq, xd.reshape(-1), nxs, xq.shape[1] // 32, _CFG[16], last)
+    entry(out, w, xq, xd.reshape(-1), _act_terms(xd, xs, kind), xq.shape[1] // 32, *_configs(xq.shape[0]))

@@ -66,8 +66,8 @@ class Weight:
     blocks: (N, row_bytes) uint8 view of the stored bytes (zero-copy).
     scale: (N,) f32 per-output-channel scale for I8/I4, else None.
     r16: the same bytes repacked 16 rows interleaved (gemm_r16.repack), made by the model loader
-    for the numba kernels (models/weights.py); the matmul then runs on it at every T (plan.Path.R16), but
-    for AMX's prefill, which reads `blocks`, unless r16_only (the loader's choice for large models).
+    for the numba kernels (models/weights.py); the matmul then runs on it at every T (plan.Path.R16, and
+    AMX's prefill plan.Path.AMX_R16), so `blocks` stays unread after the repack.
     paths: the matmul kernel per token count (plan.fixed_paths), fixed when the Weight is made (also by
         dataclasses.replace): MODELC_KERNELS=ref and plan.py's bounds as they are then.
     """
@@ -78,7 +78,6 @@ class Weight:
     blocks: np.ndarray  # (N, row_bytes) uint8
     scale: np.ndarray | None  # (N,) f32
     r16: np.ndarray | None = None  # (N/16, C/32 * bytes) uint8: gemm_r16's interleaved copy, when made at load
-    r16_only: bool = False  # every T on r16, never the stored bytes (a large model: one copy in memory)
     paths: tuple = field(default=(), compare=False, repr=False)  # plan.Path per T = 0 .. len-1, set below
 
     def __post_init__(self) -> None:

@@ -159,6 +159,8 @@ def _run(path: Path, out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         gemm_fused.qmatvec(out, xq, xd, xs, w.blocks, kind)
     elif path is Path.AMX:
         gemm_tile_amx.qmatmul_amx(out, xq, xd, xs, w.blocks, kind)
+    elif path is Path.AMX_R16:
+        gemm_tile_amx.qmatmul_amx_r16(out, xq, xd, xs, w.r16, kind)
     elif path is Path.TILE:
         gemm_tile.qmatmul_tile(out, xq, xd, xs, w.blocks, kind)
     else:

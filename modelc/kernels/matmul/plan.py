@@ -8,7 +8,8 @@ were measured (their docstrings say how). In table form (first matching row wins
 | weight | T | CPU | path |
 |---|---|---|---|
 | any | any | `MODELC_KERNELS=ref` | REF: numpy twins (ref_linear) |
-| repacked at load (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS) | any; AMX kinds below R16_AMX_MIN_T where HAS_AMX | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
+| repacked at load, AMX kinds (Q4_0, Q8_0, Q4_K) | >= R16_AMX_MIN_T | HAS_AMX | AMX_R16: AMX tiles from the repacked copy |
+| repacked at load (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS) | any | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
 | F16 / BF16 / F32 | >= PREFILL_MIN_T_FLOAT, or F32 at T = 1 | any | BLAS (sgemm / sgemv on fp32) |
 | F32 | 2 .. 31 | any | FLOAT: gemm_float.smatmul |
 | F16 / BF16 | < PREFILL_MIN_T_FLOAT | any | HALF: gemm_float.hmatmul |
@@ -53,6 +54,7 @@ class Path(enum.Enum):
     MATVEC_IQ = "matvec_iq"  # gemm_fused_iq.qmatvec_iq: T=1 IQ4_NL/MXFP4; T<=GRID_MAX_T grid i-quants, TQ1_0/TQ2_0
     MATVEC = "matvec"  # gemm_fused.qmatvec: T=1 Q4_0/Q8_0
     AMX = "amx"  # gemm_tile_amx.qmatmul_amx: AMX int8 tiles, 16 rows x 16 tokens
+    AMX_R16 = "amx_r16"  # gemm_tile_amx.qmatmul_amx_r16: the same tiles from gemm_r16's copy (prefill, repacked)
     TILE = "tile"  # gemm_tile.qmatmul_tile: register tiles of 4 rows x 4 tokens
     R16 = "r16"  # gemm_r16.qmatmul_r16: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/IQ4_NL/IQ4_XS repacked at load into 16 interleaved rows, any T
     ROWS = "rows"  # gemm_int.qmatmul_rows: each row unpacked once to L1, any quantized kind
@@ -67,7 +69,9 @@ class WeightLike(Protocol):
     paths: tuple  # fixed_paths' answer, on a made Weight (path() reads it)
 
 
-INT8_PATHS = frozenset({Path.MATVEC_K, Path.MATVEC_IQ, Path.MATVEC, Path.AMX, Path.TILE, Path.ROWS, Path.R16})
+INT8_PATHS = frozenset(
+    {Path.MATVEC_K, Path.MATVEC_IQ, Path.MATVEC, Path.AMX, Path.AMX_R16, Path.TILE, Path.ROWS, Path.R16}
+)
 """Paths that quantize the activations to int8 blocks first (quant.quantize_act)."""
 
 PREFILL_MIN_T = cpu.env_int("MODELC_PREFILL_T", 32)
@@ -88,8 +92,9 @@ bounds"."""
 
 R16_AMX_MIN_T = {_Q4_0: 160, _Q8_0: 160, _Q4_K: 160}
 """Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, a weight repacked for gemm_r16 runs the AMX tiles
-instead (where cpu.HAS_AMX; AMX reads the file's blocks): gemm_r16 is ahead up to ~128 tokens, so batched decode
-(8-32 streams) and the expert batches of MoE models' one call (up to moe_ffn.R16_MAX_T = 128) stay on it.
+instead (where cpu.HAS_AMX), reading their B tiles from the repacked copy (AMX_R16: the file's bytes stay unread
+after the repack, so one copy of the weights is resident): gemm_r16 is ahead up to ~128 tokens, so batched
+decode (8-32 streams) and the expert batches of MoE models' one call (up to moe_ffn.R16_MAX_T = 128) stay on it.
 Measured: docs/benchmarks.md, "The matmul plan's bounds"."""
 
 AMX_PREFILL_MAX_T = {_Q4_0: 1 << 30, _Q8_0: 1 << 30, _Q4_K: 1 << 30}
@@ -124,8 +129,9 @@ def plan_matmul(w: WeightLike, t: int, *, reference: bool | None = None) -> Path
     kind = quant.KIND.get(dt)
     if kind is None or w.cols % 32:  # I8/I4 rows that are not whole 32-blocks
         return Path.BLAS
-    amx = cpu.HAS_AMX and t >= R16_AMX_MIN_T.get(kind, _NEVER) and not getattr(w, "r16_only", False)
-    if w.r16 is not None and kind in gemm_r16.R16_KINDS and not amx:
+    if w.r16 is not None and kind in gemm_r16.R16_KINDS:
+        if cpu.HAS_AMX and t >= R16_AMX_MIN_T.get(kind, _NEVER):
+            return Path.AMX_R16  # the AMX tiles on the repacked copy: as on the file's bytes, without the gathers
         return Path.R16  # 1.3x the T=1 matvec, 3.4-4.4x the tiles and BLAS at T = 8..128 (gemm_r16)
     if t >= PREFILL_MIN_T:
         if cpu.HAS_AMX and kind in AMX_PREFILL_MAX_T:
@@ -169,7 +175,6 @@ def fixed_paths(w: WeightLike) -> tuple[Path, ...]:
         w.dtype,
         w.cols % 32 == 0,
         w.r16 is not None,
-        getattr(w, "r16_only", False),  # a large model's weights: R16 at every T, never AMX on the file's bytes
         ref,
         PREFILL_MIN_T,
         PREFILL_MIN_T_FLOAT,

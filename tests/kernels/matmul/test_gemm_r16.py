@@ -63,7 +63,7 @@ def test_linear_runs_r16_at_every_t_when_the_weight_carries_it(t):
     w0 = linear.prepare_weight(random_tensor(DataType.Q4_0, 32, 128, rng))
     w = with_r16(w0)
     amx = plan.cpu.HAS_AMX and t >= plan.R16_AMX_MIN_T[quant.KIND[DataType.Q4_0]]
-    assert plan.plan_matmul(w, t) is (plan.Path.AMX if amx else plan.Path.R16)
+    assert plan.plan_matmul(w, t) is (plan.Path.AMX_R16 if amx else plan.Path.R16)
     assert_linear_matches_twin(w, w0, t, rng)
 
 

@@ -135,6 +135,26 @@ def test_amx_matches_qact(name: str, t: int) -> None:
         assert _relerr(out, want) < EXACT_QACT, (n, c)
 
 
+@pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
+@pytest.mark.parametrize("t", [1, 9, 16, 33, 80])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K"])
+def test_amx_on_the_repacked_copy_matches_qact(name: str, t: int) -> None:
+    """qmatmul_amx_r16 (AMX tiles from gemm_r16's copy, where a repacked weight prefills): the same numbers as
+    qmatmul_amx on the file's blocks up to float summation order; full and partial token tiles, one and
+    several 16-row groups, odd block counts."""
+    from modelc.kernels.matmul import gemm_r16
+
+    shapes = [(16, 96), (48, 1056)] if DataType[name].block_size == 32 else [(16, 256), (48, 768)]
+    for k, (n, c) in enumerate(shapes):
+        w, x, xq, xd, xs = _case(name, n, c, t, seed=31 * t + k)
+        want = np.empty((t, n), np.float32)
+        ref_linear.matmul_qact(want, x, w)
+        out = np.full((t, n), np.nan, np.float32)
+        gemm_tile_amx.qmatmul_amx_r16(out, xq, xd, xs, gemm_r16.repack(w.blocks, w.dtype), quant.KIND[w.dtype])
+        assert not np.isnan(out).any()
+        assert _relerr(out, want) < EXACT_QACT, (n, c)
+
+
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
 def test_linear_prefill_routing(name: str) -> None:
     """From plan.PREFILL_MIN_T tokens on, the AMX kinds keep int8 activations (the AMX tiles) where

@@ -162,27 +162,20 @@ def test_plan_prints_its_table() -> None:
     assert "Q4_0 (repacked at load)" in p.stdout and "T>=1: r16" in p.stdout  # the rows weights repacked at load take
 
 
-def test_r16_only_weights_prefill_on_the_repacked_copy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A repacked weight leaves gemm_r16 for AMX's prefill (which reads the stored bytes) from R16_AMX_MIN_T tokens,
-    except where the loader marked it r16_only (a large model: the stored bytes stay unread, one copy resident)."""
+def test_repacked_weights_prefill_on_amx_from_the_repacked_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repacked weight leaves gemm_r16 for the AMX tiles from R16_AMX_MIN_T tokens, read from its repacked copy
+    (AMX_R16: the stored bytes stay unread after the repack, one copy resident), and keeps gemm_r16 without AMX
+    or for a kind AMX does not take (Q6_K)."""
     from modelc.kernels.matmul import gemm_r16
 
     w = _w("Q4_0", 256)
     w = dataclasses.replace(w, r16=gemm_r16.repack(w.blocks, w.dtype))
     monkeypatch.setattr(cpu, "HAS_AMX", True)
     t = plan.R16_AMX_MIN_T[plan.quant.KIND[DataType.Q4_0]]
-    assert plan.plan_matmul(w, t - 1) is Path.R16 and plan.plan_matmul(w, t) is Path.AMX
-    only = dataclasses.replace(w, r16_only=True)
-    assert plan.plan_matmul(only, t) is Path.R16 and plan.plan_matmul(only, 512) is Path.R16
-    # and in the plan fixed on each weight when it is made: weights alike but for r16_only share no plan
-    both = dataclasses.replace(w)  # made under HAS_AMX, as `only`
-    assert plan.path(both, t) is Path.AMX and plan.path(only, t) is Path.R16 and plan.path(only, 512) is Path.R16
-
-
-def test_large_models_read_the_r16_only_bound_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from modelc.models import weights
-
-    monkeypatch.setenv("MODELC_R16_ONLY_BYTES", "12345")
-    assert weights.r16_only_bytes() == 12345
-    monkeypatch.delenv("MODELC_R16_ONLY_BYTES")
-    assert 0 < weights.r16_only_bytes() <= os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    assert plan.plan_matmul(w, t - 1) is Path.R16 and plan.plan_matmul(w, t) is Path.AMX_R16
+    assert plan.plan_matmul(w, 512) is Path.AMX_R16
+    q6 = _w("Q6_K", 256)
+    q6 = dataclasses.replace(q6, r16=gemm_r16.repack(q6.blocks, q6.dtype))
+    assert plan.plan_matmul(q6, 512) is Path.R16
+    monkeypatch.setattr(cpu, "HAS_AMX", False)
+    assert plan.plan_matmul(w, 512) is Path.R16

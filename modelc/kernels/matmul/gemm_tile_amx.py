@@ -261,34 +261,32 @@ def _panel_r16(kind, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
     _tiles(kind, out, gi * 16, 16, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last, bw, ds, ms)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _panels_r16(kind, out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
+    """Every 16-row group of rw, in parallel (inlined into each kind's entry, so `kind` stays a constant)."""
+    t, c = xq.shape
+    rf = rw.reshape(-1)
+    xqf = xq.reshape(-1)
+    for gi in prange(rw.shape[0]):
+        _panel_r16(kind, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+
+
 @njit(cache=True, nogil=True, parallel=True)
 def amx_r16_q4_0(out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
     """amx_q4_0 on gemm_r16's repacked copy rw (N/16, C/32 * 288) uint8 instead of the file's blocks (the same
     numbers): a model that prefills on AMX needs no second copy of its weights in memory. amx_r16_q8_0 (rw
     (N/16, C/32 * 544)) and amx_r16_q4_k ((N/16, C/256 * 2304), nb counts 32-element sub-blocks) alike."""
-    t, c = xq.shape
-    rf = rw.reshape(-1)
-    xqf = xq.reshape(-1)
-    for gi in prange(rw.shape[0]):
-        _panel_r16(0, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+    _panels_r16(0, out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def amx_r16_q8_0(out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
-    t, c = xq.shape
-    rf = rw.reshape(-1)
-    xqf = xq.reshape(-1)
-    for gi in prange(rw.shape[0]):
-        _panel_r16(4, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+    _panels_r16(4, out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True, parallel=True)
 def amx_r16_q4_k(out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
-    t, c = xq.shape
-    rf = rw.reshape(-1)
-    xqf = xq.reshape(-1)
-    for gi in prange(rw.shape[0]):
-        _panel_r16(7, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+    _panels_r16(7, out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last)
 
 
 def _act_terms(xd: np.ndarray, xs: np.ndarray, kind: int) -> np.ndarray:

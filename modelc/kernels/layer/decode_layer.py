@@ -84,7 +84,7 @@ def _chain(names: tuple[str, ...]):
 
     else:
         k = int(names[0].removeprefix("r16_"))
-        f = gemm_r16.F32_OF_KIND[k]
+        f = gemm_r16.KERNEL_OF_KIND[k]
 
         def pick(part, x, w, kind, how):
             if how == R16 and kind == k:

@@ -23,6 +23,8 @@ Same numbers as ref_linear.matmul_qact up to float summation order.
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 from numba import njit, prange
 
@@ -483,3 +485,6 @@ def f32_iq4_xs(out, x, rw):
 F32_OF_KIND = {Q4_0: f32_q4_0, Q4_1: f32_q4_1, Q8_0: f32_q8_0, Q4_K: f32_q4_k, Q6_K: f32_q6_k, IQ4_NL: f32_iq4_nl,
                IQ4_XS: f32_iq4_xs}  # fmt: skip
 """kind -> out (T, N) = x (T, C) f32 @ W.T for W repacked (rw): matmul_f32(out, x, rw, kind), one kind."""
+KERNEL_OF_KIND = MappingProxyType(dict(F32_OF_KIND))
+"""F32_OF_KIND as defined here, read-only: the entries numba compiles into the decode layers (decode_layer._chain),
+where F32_OF_KIND is looked up at each call of linear.matmul (tests swap its entries for spies)."""

@@ -8,6 +8,7 @@ failures never reach here; they are events inside the request side.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import anyio
 from anyio.abc import CapacityLimiter, TaskStatus
@@ -18,6 +19,7 @@ from modelc.actors.messages import SwapKernels
 from modelc.actors.scheduler import LOOKAHEAD, SchedulerActor
 from modelc.cache.block_pool import BlockPool
 from modelc.config import EngineConfig
+from modelc.engine import heap
 from modelc.engine.core import EngineCore
 from modelc.engine.warm import deliver_swap
 from modelc.scheduler.scheduler import Scheduler
@@ -38,15 +40,20 @@ async def supervise_engine(
     limiter: CapacityLimiter,
     max_restarts: int,
     *,
+    freeze_heap: bool = False,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Build the runner (in a thread), report its num_kv_blocks, serve; rebuild it after a crash."""
+    """Build the runner (in a thread), report its num_kv_blocks, serve; rebuild it after a crash. freeze_heap:
+    once the runner is on compiled kernels, settle the heap (engine/heap.py; at a cold start's flip, the engine
+    actor does), and release it when the engine ends."""
 
     def build() -> RunnerLike:
         runner = make_runner(engine_id)
         # a cold start serves on the reference kernels while numba compiles: the warm-up's swap to the
         # compiled ones reaches the engine as a message, handled between batches
         deliver_swap(runner, lambda: inbox.tell(SwapKernels()))
+        if freeze_heap:
+            heap.settle(runner)  # a warm cache: on compiled kernels already
         return runner
 
     runner = await anyio.to_thread.run_sync(build, limiter=limiter)
@@ -55,7 +62,8 @@ async def supervise_engine(
     try:
         while True:
             try:
-                await EngineActor(engine_id, runner, inbox, scheduler, limiter, epoch=restarts).run()
+                actor = EngineActor(engine_id, runner, inbox, scheduler, limiter, restarts, freeze_heap=freeze_heap)
+                await actor.run()
                 return
             except EngineCrashed:
                 restarts += 1
@@ -67,6 +75,8 @@ async def supervise_engine(
                 runner = fresh
     finally:
         inbox.close()
+        if freeze_heap:
+            heap.release()
 
 
 class Supervisor:
@@ -85,7 +95,7 @@ class Supervisor:
             pools = []
             for i, inbox in enumerate(engine_boxes):
                 num_blocks = await tg.start(
-                    supervise_engine,
+                    partial(supervise_engine, freeze_heap=cfg.freeze_heap),
                     i,
                     self.make_runner,
                     inbox,

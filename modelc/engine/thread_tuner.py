@@ -13,7 +13,8 @@ So decode-shaped steps (every chunk one token) of SMALL rows or fewer alternate 
 thread count and all of it in short blocks (the first step after a switch not counted) and keep the faster by
 median; they probe again every PERIOD steps, or sooner where every thread's recent steps run DRIFT times
 slower than their best (a neighbour process started). The first probe waits FIRST_PROBE steps on every thread
-unless other processes are runnable beside this one (`others_running`: /proc/loadavg) or the steps drift: on a
+unless other processes are runnable beside this one (`others_running`: /proc/loadavg less this process's own
+runnable threads) or the steps drift: on a
 quiet machine a probe is pure cost, and a server's first request paid it (SmolLM2-135M served after a restart:
 12 of its first 24 steps on 1 thread, 1.6x slower, and the first steps back on 2 threads 100-300 ms each while
 the second thread woke; first request 0.3-0.8 of the warm speed, docs/benchmarks.md, issue 38). Bigger batches do more arithmetic per byte and a probe
@@ -140,7 +141,7 @@ class ThreadTuner:
 
     def _due(self, key: int, st: _Key) -> bool:
         if not st.probed:  # a small batch's first probe: at once on a busy machine, else after FIRST_PROBE steps
-            st.busy = ((st.busy << 1) | others_running()) & ((1 << BLOCK) - 1)
+            st.busy = ((st.busy << 1) | others_running(self.candidates[0])) & ((1 << BLOCK) - 1)
             return st.busy.bit_count() * 2 > BLOCK or st.since >= FIRST_PROBE or self._drifted(st)
         # a slowdown on every thread may be a neighbour (probe at once); on half of them, more threads would
         # only compete harder for the cores: that waits for the period
@@ -198,15 +199,40 @@ class ThreadTuner:
 
 
 LOADAVG = "/proc/loadavg"
+TASKS = "/proc/self/task"
 
 
-def others_running(path: str = LOADAVG) -> bool:
-    """Whether more tasks are runnable on this machine right now than it has CPUs (the fourth field of
-    /proc/loadavg, runnable/total, counts this process's running threads too): another process wants a core
-    the spinning threads would take. False where that cannot be read (not Linux)."""
+def others_running(threads: int, path: str = LOADAVG, tasks: str = TASKS) -> bool:
+    """Whether other processes want a core this decode's `threads` spinning threads would take: the tasks
+    runnable on the machine right now (the fourth field of /proc/loadavg, runnable/total) less this process's
+    own runnable threads, above the CPUs the decode leaves. Its own are no neighbour: a server's event loop
+    (formatting the last token) and the caller are runnable at most steps, and counting them made every served
+    first request probe at once on a quiet machine. False where that cannot be read (not Linux)."""
     try:
         with open(path) as f:
             running = int(f.read().split()[3].split("/")[0])
     except (OSError, ValueError, IndexError):
         return False
-    return running > (os.cpu_count() or 1)
+    spare = (os.cpu_count() or 1) - threads
+    if running - 1 <= spare:  # the caller runs: no room for a neighbour beyond what is spare (no task read)
+        return False
+    return running - own_running(tasks) > spare
+
+
+def own_running(tasks: str = TASKS) -> int:
+    """This process's threads in state R (running or runnable), from /proc/self/task/*/stat; at least 1 (the
+    caller)."""
+    n = 0
+    try:
+        names = os.listdir(tasks)
+    except OSError:
+        return 1
+    for tid in names:
+        try:
+            with open(f"{tasks}/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        end = stat.rfind(b")")  # the state follows the command name, which may hold spaces and parentheses
+        n += stat[end + 2 : end + 3] == b"R"
+    return max(n, 1)

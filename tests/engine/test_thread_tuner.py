@@ -221,7 +221,7 @@ def test_one_or_two_slow_wake_ups_do_not_cut_a_probe_short():
 
 def test_first_probe_waits_on_a_quiet_machine_and_not_on_a_busy_one(monkeypatch):
     # quiet: a small batch runs FIRST_PROBE steps on every thread (a server's first requests at full speed)
-    monkeypatch.setattr(thread_tuner, "others_running", lambda: False)
+    monkeypatch.setattr(thread_tuner, "others_running", lambda threads: False)
     t = ThreadTuner(2)
     used = _drive(t, 1, {2: 1.0, 1: 1.5}, FIRST_PROBE + 1)
     assert used[:FIRST_PROBE] == [2] * FIRST_PROBE and used[FIRST_PROBE] == 1 and t._keys[1].plan
@@ -231,7 +231,7 @@ def test_first_probe_waits_on_a_quiet_machine_and_not_on_a_busy_one(monkeypatch)
     used = _drive(t, 1, {2: 3.0, 1: 1.5}, BLOCK + 1)
     assert used[: BLOCK // 2] == [2] * (BLOCK // 2) and used[BLOCK // 2] == 1  # most of the last BLOCK slow
     # other processes runnable in most of the last BLOCK steps: it probes within them, and moves
-    monkeypatch.setattr(thread_tuner, "others_running", lambda: True)
+    monkeypatch.setattr(thread_tuner, "others_running", lambda threads: True)
     t = ThreadTuner(2)
     used = _drive(t, 1, {2: 3.0, 1: 1.0}, BLOCK + 2 * BLOCK * ROUNDS)
     assert used.index(1) < BLOCK and used[-1] == 1 and t.contended
@@ -240,13 +240,31 @@ def test_first_probe_waits_on_a_quiet_machine_and_not_on_a_busy_one(monkeypatch)
     assert _drive(t, 8, {2: 1.0, 1: 0.5}, FIRST_PROBE + 1) == [2] * (FIRST_PROBE + 1)
 
 
+def _tasks(root, states):
+    """A fake /proc/self/task: one thread per state letter (the command names hold spaces and parentheses)."""
+    for i, state in enumerate(states):
+        (root / str(100 + i)).mkdir(parents=True)
+        (root / str(100 + i) / "stat").write_text(f"{100 + i} (python (x) y) {state} 1 2 3\n")
+    return str(root)
+
+
 def test_first_probe_others_running_reads_runnable_tasks_against_cpus(tmp_path, monkeypatch):
     monkeypatch.setattr(thread_tuner.os, "cpu_count", lambda: 2)
     f = tmp_path / "loadavg"
+    alone = _tasks(tmp_path / "alone", "RRS")  # the caller and its spinning kernel thread
+    served = _tasks(tmp_path / "served", "RRRS")  # and a server's event loop
     f.write_text("1.50 1.20 1.00 3/412 9999\n")
-    assert others_running(str(f))
+    assert others_running(2, str(f), alone)  # a third runnable task is another process's
+    assert not others_running(2, str(f), served)  # ... or this process's own loop: no neighbour
+    f.write_text("1.50 1.20 1.00 4/412 9999\n")
+    assert others_running(2, str(f), served)
     f.write_text("1.50 1.20 1.00 2/412 9999\n")
-    assert not others_running(str(f))
-    assert not others_running(str(tmp_path / "missing"))
+    assert not others_running(1, str(f), _tasks(tmp_path / "one", "RS"))  # 1 thread: the other one has a CPU
+    f.write_text("1.50 1.20 1.00 1/412 9999\n")
+    assert not others_running(2, str(f), str(tmp_path / "missing"))  # only the caller: no task read
+    f.write_text("1.50 1.20 1.00 2/412 9999\n")
+    assert not others_running(2, str(f), _tasks(tmp_path / "two", "RR"))
+    assert not others_running(2, str(tmp_path / "missing"))
     f.write_text("garbage\n")
-    assert not others_running(str(f))
+    assert not others_running(2, str(f))
+    assert thread_tuner.own_running(alone) == 2 and thread_tuner.own_running(str(tmp_path / "missing")) == 1

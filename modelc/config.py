@@ -148,9 +148,6 @@ class EngineConfig:
     # where the weights live (models/residency.py): "auto" picks at load; "resident" (repacked copies in memory) or
     # "streamed" (read layer by layer from the file, for models larger than the memory left)
     weights: str = "auto"
-    # once the runners serve on compiled kernels, collect the heap and freeze it (engine/heap.py: no 100-200 ms
-    # full collections in a server's first requests); `modelc run` sets it, a library caller keeps Python's gc
-    freeze_heap: bool = False
 
     def __post_init__(self) -> None:
         if self.engines < 1:

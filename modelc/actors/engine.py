@@ -36,7 +36,6 @@ from modelc.actors.messages import (
     SwapKernels,
     UnloadAdapter,
 )
-from modelc.engine import heap
 from modelc.engine.core import describe
 from modelc.engine.warm import swap_kernels
 from modelc.scheduler.batch import BatchPlan, BatchResult
@@ -66,8 +65,6 @@ class EngineActor:
         scheduler: Address,
         limiter: CapacityLimiter,
         epoch: int = 0,
-        *,
-        freeze_heap: bool = False,
     ) -> None:
         self.engine_id = engine_id
         self.runner = runner
@@ -75,7 +72,6 @@ class EngineActor:
         self.scheduler = scheduler
         self.limiter = limiter
         self.epoch = epoch  # restarts before this runner: plans made for an older one are dropped unrun
-        self.freeze_heap = freeze_heap  # settle the heap after the flip to compiled kernels (engine/heap.py)
 
     async def run(self) -> None:
         """Serve the inbox until Shutdown or until it is closed; EngineCrashed after a failed forward."""
@@ -133,8 +129,6 @@ class EngineActor:
                 return self._run_batch(plan, epoch)
             case SwapKernels():
                 swap_kernels(self.runner)
-                if self.freeze_heap:
-                    heap.settle(self.runner)  # on compiled kernels now (a DecodeFirst step is not the flip)
                 return None
             case LoadAdapter(request_id=rid, name=name, path=path, alpha=alpha, global_=global_):
                 try:

@@ -8,7 +8,6 @@ failures never reach here; they are events inside the request side.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 import anyio
 from anyio.abc import CapacityLimiter, TaskStatus
@@ -19,7 +18,6 @@ from modelc.actors.messages import SwapKernels
 from modelc.actors.scheduler import LOOKAHEAD, SchedulerActor
 from modelc.cache.block_pool import BlockPool
 from modelc.config import EngineConfig
-from modelc.engine import heap
 from modelc.engine.core import EngineCore
 from modelc.engine.warm import deliver_swap
 from modelc.scheduler.scheduler import Scheduler
@@ -40,20 +38,15 @@ async def supervise_engine(
     limiter: CapacityLimiter,
     max_restarts: int,
     *,
-    freeze_heap: bool = False,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Build the runner (in a thread), report its num_kv_blocks, serve; rebuild it after a crash. freeze_heap:
-    once the runner is on compiled kernels, settle the heap (engine/heap.py; at a cold start's flip, the engine
-    actor does), and release it when the engine ends."""
+    """Build the runner (in a thread), report its num_kv_blocks, serve; rebuild it after a crash."""
 
     def build() -> RunnerLike:
         runner = make_runner(engine_id)
         # a cold start serves on the reference kernels while numba compiles: the warm-up's swap to the
         # compiled ones reaches the engine as a message, handled between batches
         deliver_swap(runner, lambda: inbox.tell(SwapKernels()))
-        if freeze_heap:
-            heap.settle(runner)  # a warm cache: on compiled kernels already
         return runner
 
     runner = await anyio.to_thread.run_sync(build, limiter=limiter)
@@ -62,8 +55,7 @@ async def supervise_engine(
     try:
         while True:
             try:
-                actor = EngineActor(engine_id, runner, inbox, scheduler, limiter, restarts, freeze_heap=freeze_heap)
-                await actor.run()
+                await EngineActor(engine_id, runner, inbox, scheduler, limiter, epoch=restarts).run()
                 return
             except EngineCrashed:
                 restarts += 1
@@ -75,8 +67,6 @@ async def supervise_engine(
                 runner = fresh
     finally:
         inbox.close()
-        if freeze_heap:
-            heap.release()
 
 
 class Supervisor:
@@ -95,7 +85,7 @@ class Supervisor:
             pools = []
             for i, inbox in enumerate(engine_boxes):
                 num_blocks = await tg.start(
-                    partial(supervise_engine, freeze_heap=cfg.freeze_heap),
+                    supervise_engine,
                     i,
                     self.make_runner,
                     inbox,

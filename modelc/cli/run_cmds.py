@@ -61,7 +61,6 @@ def engine_config(
         ),
         draft=draft if speculative == "draft" else None,
         weights=weights,
-        freeze_heap=True,  # a server: no full garbage collections walking the loaded model (engine/heap.py)
     )
 
 

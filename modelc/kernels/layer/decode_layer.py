@@ -244,10 +244,24 @@ def write_attend(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, bloc
 @overload(write_attend, inline="always")
 def _write_attend_impl(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start, pos_start,
                        scale, window, parallel):  # fmt: skip
+    # impls that call the module's dispatchers: returning their py_func would make numba build a second dispatcher
+    # of the same name, which warm_list.snapshot() cannot find again by module and name (no warm list is kept)
     if k_pages.dtype == types.int8:
-        return _write_attend_q8.py_func
+
+        def impl_q8(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start, pos_start,
+                    scale, window, parallel):  # fmt: skip
+            _write_attend_q8(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start,
+                             pos_start, scale, window, parallel)  # fmt: skip
+
+        return impl_q8
     if k_pages.dtype in (types.float32, types.uint16):
-        return _write_attend_dense.py_func
+
+        def impl_dense(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start, pos_start,
+                       scale, window, parallel):  # fmt: skip
+            _write_attend_dense(k_pages, v_pages, k_scales, v_scales, k, v, slots, out, q, block_tables, q_start,
+                                pos_start, scale, window, parallel)  # fmt: skip
+
+        return impl_dense
     return None
 
 

@@ -84,3 +84,14 @@ def test_write_attend_with_a_window() -> None:
     _in_numba(*_arrays(kv), k, v, slots, out, q, bt, qs, ps, np.float32(0.2), 19, True)
     ref.paged_attention(want, q, *kv.layer(0), bt, qs, ps, 0.2, 19)
     np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-6)
+
+
+def test_compiled_in_a_caller_it_keeps_the_warm_list():
+    """The overload's impls call the module's dispatchers: numba builds no second dispatcher named like a kernel,
+    which warm_list.snapshot() could not find again (it then keeps no warm list: a restart replays nothing)."""
+    from modelc.kernels.runtime import warm_list
+
+    for kv_dtype in ("float16", "q8_0"):
+        kv, k, v, slots, q, bt, qs, ps = _case([20], 4, 2, 32, kv_dtype, seed=5)
+        _in_numba(*_arrays(kv), k, v, slots, np.full_like(q, np.nan), q, bt, qs, ps, np.float32(0.2), 0, False)
+    assert warm_list.snapshot() is not None

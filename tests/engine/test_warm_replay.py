@@ -9,6 +9,9 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
+import pytest
+
 from modelc.artifact import open_artifact, write_artifact
 from modelc.engine import warm, warm_replay
 from modelc.engine.runner import Runner
@@ -16,6 +19,8 @@ from modelc.models.tiny import make_tiny_llama
 
 _REPLAY = """
 import sys
+
+import numpy as np
 sys.path.insert(0, sys.argv[1])
 from numba.core.dispatcher import _DispatcherBase
 from modelc.artifact import open_artifact
@@ -105,3 +110,18 @@ def test_a_failing_snapshot_never_fails_the_warmup(tmp_path, monkeypatch):
 
     monkeypatch.setattr(warm_list, "snapshot", boom)
     warm_replay.record("k")  # no error: the list is simply not written
+
+
+def test_a_kernel_numba_does_not_cache_is_left_out_of_the_list():
+    """decode_layer._not_in_kinds (cache=False) compiles into the decode layers of a cold process: listed, every
+    replay would compile it again and count as failed, so a restart after a cold start never replayed."""
+    from modelc.kernels.layer import decode_layer
+    from modelc.kernels.runtime import warm_list
+
+    z = np.zeros((1, 1), np.float32)
+    with pytest.raises(ValueError):
+        decode_layer._not_in_kinds(z, z, np.zeros((1, 1), np.uint8), 0, 0)
+    assert decode_layer._not_in_kinds.overloads
+    names = {(m, a) for m, a, _ in warm_list.snapshot()}
+    assert ("modelc.kernels.layer.decode_layer", "_not_in_kinds") not in names
+    assert ("modelc.kernels.layer.decode_layer", "_mm") in names or not decode_layer._mm.overloads

@@ -74,6 +74,15 @@ def _dispatchers() -> list[tuple[str, str, Any]]:
     return out
 
 
+def _cached(disp: Any) -> bool:
+    """Whether the dispatcher keeps its overloads in numba's disk cache (cache=True). One that does not (e.g.
+    decode_layer._not_in_kinds, compiled only into its callers' cached code) would compile again at every
+    replay, which then counts as failed: a cold process's list would never replay."""
+    from numba.core.caching import NullCache
+
+    return not isinstance(getattr(disp, "_cache", None), NullCache)
+
+
 def snapshot() -> list[Entry] | None:
     """Every compiled overload of modelc's kernels in this process; None if one of them belongs to a
     dispatcher that cannot be found again by module and name (the list would be incomplete). Functions
@@ -93,7 +102,7 @@ def snapshot() -> list[Entry] | None:
             ours = str(getattr(func, "__module__", "")).startswith("modelc.kernels")
             if ours and "<locals>" not in getattr(func, "__qualname__", ""):
                 return None
-    return [(m, a, tuple(sig)) for m, a, d in named for sig in list(d.overloads)]
+    return [(m, a, tuple(sig)) for m, a, d in named if _cached(d) for sig in list(d.overloads)]
 
 
 def save(k: str, entries: list[Entry]) -> None:

@@ -26,6 +26,11 @@ import pathlib
 import shutil
 import tempfile
 
+try:
+    import fcntl
+except ImportError:  # Windows: saves stay unlocked, as numba's own
+    fcntl = None  # type: ignore[assignment]
+
 KERNELS = pathlib.Path(__file__).resolve().parents[1]
 # The modules of kernels/ (paths below it) that compile nothing (the cache machinery, the compile guard, the
 # hybrid set, the warm lists and the huge-page mover): editing them keeps every compiled kernel valid, so they are
@@ -138,8 +143,35 @@ def _locator_class():
     return KernelCacheLocator
 
 
+def _locked_save(save):
+    """numba's IndexDataCacheFile.save under an exclusive lock of the cache folder, for modelc's folders.
+
+    numba saves an overload by reading the function's index, adding its key (and picking the next free data
+    file name) and writing the index back, with no lock. Several processes compile into one folder at once
+    (a cold start's helper processes beside the server, test workers): two saves of one function that overlap
+    keep only the later index, so the other overload is lost (the next start compiles it again, and its warm
+    list no longer replays), and both may pick the same data file, leaving an index entry that names the
+    other overload's code. Under the lock each save reads the index the previous one wrote."""
+
+    def locked(self, key, data):
+        path = getattr(self, "_cache_path", "")
+        if fcntl is None or not str(path).startswith(str(cache_root())):
+            return save(self, key, data)
+        try:
+            fd = os.open(os.path.join(path, ".save.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return save(self, key, data)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return save(self, key, data)
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    return locked
+
+
 def install() -> None:
-    """Put the kernels' locator first in numba's list (once per process)."""
+    """Put the kernels' locator first in numba's list and lock its saves (once per process)."""
     global _installed
     if _installed:
         return
@@ -147,4 +179,5 @@ def install() -> None:
 
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in recent numba
     impl._locator_classes.insert(0, _locator_class())
+    caching.IndexDataCacheFile.save = _locked_save(caching.IndexDataCacheFile.save)
     _installed = True

@@ -109,3 +109,32 @@ def test_the_files_left_out_of_the_key_define_no_numba_function():
                         name,
                         node.name,
                     )
+
+
+def test_overlapping_saves_of_one_function_keep_both_overloads(tmp_path, monkeypatch):
+    """Two processes (or threads) that save overloads of one function into the folder at once: numba reads the
+    index, adds its key, writes it back; without the folder's lock the later write drops the other key."""
+    import threading
+    import time
+
+    from numba.core import caching
+
+    jit_cache.install()
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    folder = tmp_path / "k"
+    folder.mkdir()
+    load_index = caching.IndexDataCacheFile._load_index
+
+    def slow_load(self):
+        out = load_index(self)
+        time.sleep(0.3)  # both saves read the index before either writes it
+        return out
+
+    monkeypatch.setattr(caching.IndexDataCacheFile, "_load_index", slow_load)
+    files = [caching.IndexDataCacheFile(str(folder), "f", "stamp") for _ in range(2)]
+    threads = [threading.Thread(target=f.save, args=(f"key{i}", f"data{i}")) for i, f in enumerate(files)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [files[0].load(f"key{i}") for i in range(2)] == ["data0", "data1"]

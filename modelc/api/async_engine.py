@@ -316,7 +316,7 @@ def _default_runner_factory(
 
     def make(engine_id: int) -> RunnerLike:
         if config.warmup:  # in the engine's thread, before open() yields: the first request compiles nothing
-            return ready_runner(build)
+            return ready_runner(build, source, config.cache.kv_dtype, config.threads_per_engine)
         return build()
 
     return make

@@ -18,6 +18,11 @@ def warmup_cmd(
         None, help="A .modelc file, a store name or raw weights (packed first); none = the bundled default model."
     ),
     threads: int | None = typer.Option(None, "--threads", help="numba threads (the compiled kernels are the same)."),
+    kv_cache_dtype: str = typer.Option(
+        "auto",
+        "--kv-cache-dtype",
+        help="The KV cache type `modelc run` will use (its kernels): auto, f32, f16, q8_0, mixed.",
+    ),
 ) -> None:
     """Compile ahead the kernels MODEL needs (its weight types, this CPU), so serving starts warm.
 
@@ -36,11 +41,13 @@ def warmup_cmd(
         if getattr(adapter, "warmup", None) is not None:
             adapter.warmup()
     else:
+        from modelc.config import parse_kv_dtype
         from modelc.engine.runner import Runner
         from modelc.engine.warm import warmup
         from modelc.models import r16_cache
 
-        warmup(Runner(source, num_kv_blocks=2, threads=threads))
+        # the KV type `modelc run` takes (auto: f16 for a quantized model): its write and attention kernels
+        warmup(Runner(source, num_kv_blocks=2, kv_dtype=parse_kv_dtype(kv_cache_dtype), threads=threads))
         r16_cache.flush(wait=True)
     cache = _cache_dir()
     out.print(f"warm: {name} in {time.perf_counter() - started:.1f}s (numba cache: {cache})")

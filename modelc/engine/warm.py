@@ -17,7 +17,7 @@ compiling everything first. A draft model (speculative decoding) runs on the sam
 warms in the same thread. Models whose forward reaches numba kernels outside the KernelSet (the q8_0
 and mixed KV caches) warm first: /health stays 503 until every kernel is compiled or loaded.
 
-warmup(runner): Runner.warmup, split over two processes when numba's cache is cold.
+warmup(runner): Runner.warmup; where numba's cache is cold, helper processes compile first and this one loads.
 
 The flip of a runner that already serves is delivered, not done from the warmer thread: its owner (the
 supervisor, for an engine actor) registers with deliver_swap(runner, notify), the warmer calls notify()
@@ -26,12 +26,15 @@ ever runs on a model being swapped. A runner nobody registered is flipped by the
 
 NOTE: numba compiles one function at a time under the GIL, so threads do not help; processes
 do, because compiled kernels land in numba's on-disk cache (cache=True) where any process loads
-them. With a cold cache a helper process (`python -m modelc.engine.warm ARTIFACT`) compiles
-what the 2-sequence forward and the prefill paths need (batched matmuls, BLAS conversions, the
-parallel and sgemm attention) while this process compiles the single-sequence decode path; then
-this process runs the whole warmup, which now loads nearly everything from the cache. With a warm
-cache, or a model that is not a file (tests build models in memory), it is Runner.warmup alone.
-The helper only ever writes numba's cache: if it fails or is slow, this process compiles the rest.
+them. With a cold cache two helper processes (`python -m modelc.engine.warm ARTIFACT ... decode|batch`)
+compile, side by side on two CPUs or more: the single-sequence decode path, and what the 2-sequence forward
+and the prefill paths need (batched matmuls, BLAS conversions, the parallel and sgemm attention); then this
+process runs the whole warmup, which loads everything from the cache and compiles nothing. A served process
+that compiled kept LLVM's compile memory in its RSS (190 MB more for a 2-layer Q8_0 model: the memory bound of
+tests/server/test_memory_served.py failed from an empty cache). In wait mode the model's build (its weights'
+repacking runs numba kernels) waits for the helpers too. With a warm cache, or a model that is not a file
+(tests build models in memory), it is Runner.warmup alone.
+The helpers only ever write numba's cache: if one fails or is slow, this process compiles the rest.
 The helpers run at this process's priority (WARMER_NICE): niced 10, on a host with ordinary load
 (load average 10 on 2 cores) each got ~7% of a core and SmolLM2's kernels took many minutes.
 """
@@ -58,8 +61,10 @@ ORPHANED_EXIT = 3  # the helper's exit status when it stopped because its parent
 COLD_START_ENV = "MODELC_COLD_START"  # "serve" (default): reference kernels while numba compiles; "wait"
 
 
-def ready_runner(build: Callable[[Any], Any]) -> Any:
-    """build(kernels) -> Runner; returns it once a request can run without compiling (see the module doc)."""
+def ready_runner(build: Callable[[Any], Any], source: Any = None, kv_dtype: str = "auto",
+                 threads: int | None = None) -> Any:  # fmt: skip
+    """build(kernels) -> Runner; returns it once a request can run without compiling (see the module doc).
+    source, kv_dtype, threads: what build passes to the Runner, for the helpers of a wait-mode cold start."""
     from modelc.kernels.select import kernel_set
 
     hybrid = None
@@ -68,7 +73,11 @@ def ready_runner(build: Callable[[Any], Any]) -> Any:
 
         hybrid = hybrid_kernel_set(copy_budget_bytes())
     if hybrid is None:
-        runner = build(None)
+        runner = _built_from_cache(build)
+        if runner is None:  # the build itself (the weights' repacking) would compile: the helpers first
+            if source is not None and kernel_set().name == "numba":
+                compile_in_helpers(source, kv_dtype, threads)
+            runner = build(None)
         warmup(runner)
         return runner
     kernels, switch = hybrid
@@ -175,15 +184,10 @@ class Warmer:
         from then on (_decode_first); each call of the served hybrid set whose kernel and argument types are
         among them runs numba too (the norms, RoPE, attention, embedding rows, and the matmuls of the types not
         repacked, e.g. Q5_0 or the IQ types)."""
+        r = self.runner
         for mode in ("decode", "batch"):
-            helper = _start_helper(self.runner, WARMER_NICE, mode)
-            if helper is None:
+            if not _wait(_start_helper(r.source, r.kv.kv_dtype, r.threads, WARMER_NICE, mode)):
                 continue
-            try:
-                helper.wait(timeout=HELPER_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                helper.kill()
-                helper.wait()
             if mode == "decode" and self._load_decode_kernels():
                 self._decode_first()
 
@@ -229,7 +233,7 @@ class Warmer:
                         if attempt == 0:
                             self._compile_in_helpers()
                         shadow = self._new_shadow()
-                        warmup(shadow, parallel=False)  # loads what the helpers compiled, compiles what they did not
+                        warmup(shadow, helpers=False)  # loads what the helpers compiled, compiles what they did not
                     with _lock:
                         for served, sw in self.served:
                             notify = self.deliver.get(id(served))
@@ -352,56 +356,73 @@ def loaded_from_cache(runner: Any) -> bool:
     kernels loaded until then stay loaded)."""
     try:
         with load_only():
-            warmup(runner, parallel=False)
+            warmup(runner, helpers=False)
     except WouldCompile:
         return False
     return True
 
 
-def warmup(runner: Any, *, parallel: bool | None = None) -> float:
-    """Compile (or load) every kernel a request can reach; returns seconds. parallel=None: when it pays."""
+def warmup(runner: Any, *, helpers: bool = True) -> float:
+    """Compile (or load) every kernel a request can reach; returns seconds. A model that is a file, where a kernel
+    is not in numba's cache: helper processes compile (compile_in_helpers) and this process then loads what they
+    wrote, so none of LLVM's compile memory stays in it (a server's RSS); what they did not compile (a helper
+    failed) compiles here. helpers=False: this process alone."""
     t0 = time.perf_counter()
-    wanted = parallel if parallel is not None else _worth_a_helper(runner)
-    helper = _start_helper(runner) if wanted else None
-    if helper is not None:
-        ids = list(range(1))
-        runner._scratch_forward([ids], "logits")  # the decode path, here, while the helper does the rest
+    if helpers and _helpable(runner):
         try:
-            helper.wait(timeout=HELPER_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            helper.kill()
-            helper.wait()
+            with load_only():
+                runner.warmup()
+            return time.perf_counter() - t0  # every kernel was in numba's cache
+        except WouldCompile:
+            compile_in_helpers(runner.source, runner.kv.kv_dtype, runner.threads)
     runner.warmup()
     return time.perf_counter() - t0
 
 
-def _worth_a_helper(runner: Any) -> bool:
-    if getattr(runner.model.kernels, "name", "") != "numba" or (os.cpu_count() or 1) < 2:
+def compile_in_helpers(source: Any, kv_dtype: str, threads: int | None = None) -> bool:
+    """Compile the kernels of a model that is a file into numba's cache in two helper processes, the decode path
+    and the batch / prefill kernels, and wait for them: side by side where there are two CPUs or more, else one
+    after the other (the second then loads most of its kernels from the first's). False where none started.
+    The batch helper's forwards reach most of the decode path too, so side by side both compile it: more CPU,
+    the same wall time as this process compiling the decode path beside the batch helper (an earlier version),
+    and none of the compile's memory here."""
+    modes = ("decode", "batch")
+    if (os.cpu_count() or 1) < 2:
+        return sum(_wait(_start_helper(source, kv_dtype, threads, mode=m)) for m in modes) > 0
+    started = [_start_helper(source, kv_dtype, threads, mode=m) for m in modes]
+    return sum(_wait(h) for h in started) > 0
+
+
+def _wait(helper: subprocess.Popen | None) -> bool:
+    """Wait for a helper (killed past HELPER_TIMEOUT_S); False for one that never started."""
+    if helper is None:
         return False
-    if getattr(sys, "frozen", False):  # a compiled executable: sys.executable is the app, not Python
-        return False
-    if _artifact_args(runner.source) is None:
-        return False
-    return not (
-        _cached("modelc.kernels.attention.attention", "paged_attention_parallel")
-        or _cached("modelc.kernels.attention.attention_rows", "paged_attention_rows_parallel")
-    )
+    try:
+        helper.wait(timeout=HELPER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        helper.kill()
+        helper.wait()
+    return True
+
+
+def _built_from_cache(build: Callable[[Any], Any]) -> Any:
+    """build(None) with compiling refused (its weights' repacking runs numba kernels), or None where a kernel
+    would have to compile (what did load stays loaded)."""
+    try:
+        with load_only():
+            return build(None)
+    except WouldCompile:
+        return None
+
+
+def _helpable(runner: Any) -> bool:
+    """Whether helper processes can compile for this runner: numba kernels, a model that is a file, a Python."""
+    return getattr(runner.model.kernels, "name", "") in _NUMBA and _artifact_args(runner.source) is not None
 
 
 def _draft_source(runner: Any) -> Any:
     drafter = getattr(runner, "drafter", None)
     return None if drafter is None else drafter.source
-
-
-def _cached(module: str, name: str) -> bool:
-    """Whether numba's cache holds an index for this kernel (any signature: a warm cache, or an older one)."""
-    try:
-        import importlib
-
-        disp = getattr(importlib.import_module(module), name)
-        return os.path.exists(disp._cache._cache_file._index_path)
-    except (AttributeError, ImportError):
-        return True  # no way to tell: do not start a helper that may only duplicate work
 
 
 def _artifact_args(source: Any) -> list[str] | None:
@@ -414,13 +435,14 @@ def _artifact_args(source: Any) -> list[str] | None:
 _NUMBA = ("numba", "hybrid")  # the kernel sets whose runners a helper compiles for
 
 
-def _start_helper(runner: Any, nice: int = 0, mode: str = "batch") -> subprocess.Popen | None:
-    args = _artifact_args(runner.source)
-    if args is None or getattr(sys, "frozen", False) or getattr(runner.model.kernels, "name", "") not in _NUMBA:
+def _start_helper(source: Any, kv_dtype: str, threads: int | None, nice: int = 0,
+                  mode: str = "batch") -> subprocess.Popen | None:  # fmt: skip
+    args = _artifact_args(source)
+    if args is None or getattr(sys, "frozen", False):  # a compiled executable: sys.executable is the app
         return None
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "modelc.engine.warm", *args, runner.kv.kv_dtype, mode],
+            [sys.executable, "-m", "modelc.engine.warm", *args, kv_dtype, mode, str(threads or 0)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             # the helper only compiles: the repacked weights it makes go nowhere (this process writes them)
             env={**os.environ, HELPER_NICE_ENV: str(nice), HELPER_PARENT_ENV: str(os.getpid()),
@@ -436,10 +458,11 @@ def _helper_main(argv: list[str]) -> int:
     _exit_with_parent()
     path, offset, length, kv_dtype, *rest = argv
     mode = rest[0] if rest else "batch"
+    threads = int(rest[1]) if len(rest) > 1 else 0  # the served runner's (0: numba's default)
     if int(os.environ.get(HELPER_NICE_ENV) or 0) > 0:
         os.nice(int(os.environ[HELPER_NICE_ENV]))
     art = open_artifact(path, offset=int(offset), length=int(length) or None)
-    runner = Runner(art, num_kv_blocks=2, kv_dtype=kv_dtype, threads=1)
+    runner = Runner(art, num_kv_blocks=2, kv_dtype=kv_dtype, threads=threads or None)
     if mode == "decode":
         runner._scratch_forward([[0]], "logits")
         return 0

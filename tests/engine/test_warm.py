@@ -6,6 +6,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -44,28 +45,101 @@ def test_warmup_command(art, capsys, tmp_path, monkeypatch):
 
 _PROBE = """
 import sys
+from numba.core import event
 from modelc.artifact.reader import open_artifact
 from modelc.engine.runner import Runner
 from modelc.engine import warm
+from modelc.kernels.runtime.nocompile import load_only
 sys.path.insert(0, sys.argv[2])
 from test_runner import new_signatures_after_requests
 
-runner = Runner(open_artifact(sys.argv[1]), num_kv_blocks=16)
-assert warm._worth_a_helper(runner), "the cache should be cold"
-warm.warmup(runner)
+with load_only():
+    pass  # its listener first: a compile it refuses (a cold cache found) does not reach the one below
+compiles = []
+class L(event.Listener):  # every compile in this process, on any thread
+    def on_start(self, ev): compiles.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev): pass
+event.register("numba:compile", L())
+art = open_artifact(sys.argv[1])
+runner = warm.ready_runner(lambda kernels: Runner(art, num_kv_blocks=16, kernels=kernels), art, "auto", None)
+print("COMPILES", compiles)
 print("GREW", new_signatures_after_requests(runner))
 """
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
-def test_parallel_warmup_from_an_empty_cache_leaves_nothing_to_compile(art, tmp_path):
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+def test_a_wait_mode_start_from_an_empty_cache_compiles_nothing_in_this_process(art, tmp_path):
+    """MODELC_COLD_START=wait, an empty cache: helper processes compile everything (the build's repacking, the
+    decode path, batches and prefill) and the serving process only loads, so none of LLVM's compile memory stays
+    in its RSS (tests/server/test_memory_served.py's bound); then requests reach no kernel the warmup missed."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MODELC_COLD_START": "wait"}
     here = str(pathlib.Path(__file__).parent)
     out = subprocess.run([sys.executable, "-c", _PROBE, str(art), here], capture_output=True, text=True, env=env,
                          timeout=1200)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "GREW {}" in out.stdout, out.stdout
+    assert "COMPILES []" in out.stdout and "GREW {}" in out.stdout, out.stdout
+    assert len(list((tmp_path / "numba").rglob("*.nbi"))) > 10  # the cache was cold: the helpers filled it
+
+
+class _FakeRunner:
+    """A runner of a model file whose warmup 'would compile' until the helpers ran (a cold cache)."""
+
+    def __init__(self, path, log, cache):
+        self.source = types.SimpleNamespace(path=str(path), offset=0, file_size=0)
+        self.model = types.SimpleNamespace(kernels=types.SimpleNamespace(name="numba"))
+        self.kv = types.SimpleNamespace(kv_dtype="float16")
+        self.threads = 1
+        self.log, self.cache = log, cache
+
+    def warmup(self):
+        from modelc.kernels.runtime import nocompile
+
+        loading = getattr(nocompile._state, "load_only", False)
+        self.log.append(("warmup", loading))
+        if loading and self.cache["cold"]:
+            raise nocompile.WouldCompile("a kernel")
+
+
+def test_a_cold_wait_mode_start_runs_the_helpers_before_the_build_and_the_warmup(monkeypatch, tmp_path):
+    """Wait mode, a cold cache: the build (its repacking) and the warmup are tried with compiling refused, both
+    helpers run side by side, then this process builds and warms up, loading what they compiled; a warm cache
+    starts no helper. A helper that did not start leaves the rest to this process (it compiles)."""
+    from modelc.kernels.runtime import nocompile
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(b"x")
+    log: list = []
+    cache = {"cold": True}
+
+    def start(source, kv_dtype, threads, nice=0, mode="batch"):
+        log.append(("helper", mode, kv_dtype, threads))
+        if mode == "batch" and cache.get("broken"):
+            return None
+        cache["cold"] = False  # what it compiled loads from now on
+        return types.SimpleNamespace(wait=lambda timeout: 0)
+
+    def build(kernels):
+        loading = getattr(nocompile._state, "load_only", False)
+        log.append(("build", loading))
+        if loading and cache["cold"]:
+            raise nocompile.WouldCompile("_repack")
+        return _FakeRunner(path, log, cache)
+
+    monkeypatch.setenv("MODELC_COLD_START", "wait")
+    monkeypatch.setattr(warm, "_start_helper", start)
+    runner = warm.ready_runner(build, types.SimpleNamespace(path=str(path)), "f16", 1)
+    assert isinstance(runner, _FakeRunner)
+    assert log == [("build", True), ("helper", "decode", "f16", 1), ("helper", "batch", "f16", 1),
+                   ("build", False), ("warmup", True)]  # fmt: skip
+    log.clear()  # a warm cache: the build and the warmup load, no helper
+    warm.ready_runner(build, types.SimpleNamespace(path=str(path)), "f16", 1)
+    assert log == [("build", True), ("warmup", True)]
+    log.clear()  # warmup() alone, a cold cache, one helper failing to start: this process warms up with compiling
+    cache.update(cold=True, broken=True)
+    warm.warmup(runner)
+    assert log == [("warmup", True), ("helper", "decode", "float16", 1), ("helper", "batch", "float16", 1),
+                   ("warmup", False)]  # fmt: skip
 
 
 _COLD = """

@@ -47,7 +47,7 @@ def test_a_warmup_records_a_list_that_a_new_process_replays_completely(tmp_path)
     runner = Runner(open_artifact(path), num_kv_blocks=8, kv_dtype="float32", threads=1)
     key = warm_replay.list_key(runner)
     assert key is not None
-    warm.warmup(runner, parallel=False)  # records the list (compiles from a cold shared cache) or replays it
+    warm.warmup(runner, helpers=False)  # records the list (compiles from a cold shared cache) or replays it
     root = str(pathlib.Path(__file__).resolve().parents[2])
     out = subprocess.run([sys.executable, "-c", _REPLAY, root, str(path)], capture_output=True, text=True,
                          timeout=600, env=dict(os.environ))  # fmt: skip
@@ -83,7 +83,9 @@ def test_lists_are_pruned_to_the_most_recent(tmp_path, monkeypatch):
         warm_list.save(f"k{i}", [("modelc.kernels.elementwise.norm", "rms_norm", ())])
         os.utime(tmp_path / f"k{i}.pkl", (i, i))  # written in this order
     assert sorted(f.name for f in tmp_path.glob("*.pkl")) == ["k2.pkl", "k3.pkl", "k4.pkl"]
-    assert warm_list.load("k4") == [("modelc.kernels.elementwise.norm", "rms_norm", ())] and warm_list.load("k0") is None
+    assert (
+        warm_list.load("k4") == [("modelc.kernels.elementwise.norm", "rms_norm", ())] and warm_list.load("k0") is None
+    )
 
 
 def test_snapshot_skips_a_dead_weakref_proxy():

@@ -104,7 +104,9 @@ def make_calls(ws: list, variants: dict, rng: np.random.Generator) -> dict:
             calls[name] = linear_call
         elif spec == "kernel":
             floaty = any(w.dtype in floats for w in ws)
-            calls[name] = kernel_call(gemm_float.hmatmul if floaty else _t1_kernel(gemm_fused, gemm_fused_k, gemm_fused_iq))
+            calls[name] = kernel_call(
+                gemm_float.hmatmul if floaty else _t1_kernel(gemm_fused, gemm_fused_k, gemm_fused_iq)
+            )
         else:
             calls[name] = kernel_call(load_func(spec))
     return calls

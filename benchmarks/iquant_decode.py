@@ -36,10 +36,14 @@ def main(argv: list[str] | None = None) -> int:
 
     numba.set_num_threads(a.threads)
     files = {pathlib.Path(p).name: load_weights(p) for p in a.gguf}
-    calls = {name: make_calls(ws, {"linear": "linear"}, np.random.default_rng(0))["linear"] for name, ws in files.items()}
+    calls = {
+        name: make_calls(ws, {"linear": "linear"}, np.random.default_rng(0))["linear"] for name, ws in files.items()
+    }
     times = time_rounds(calls, a.rounds)
     load = os.getloadavg()
-    print(f"{a.threads} threads, {a.rounds} rounds, chunk {linear.CHUNK}, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"{a.threads} threads, {a.rounds} rounds, chunk {linear.CHUNK}, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     first = statistics.median(next(iter(times.values())))
     for name, ts in times.items():
         med = statistics.median(ts)

@@ -111,7 +111,9 @@ def engine_config(case: str, args, draft_random):
     from modelc.config import CacheConfig, EngineConfig, SchedulerConfig
 
     spec = {"plain": None, "lookup": "ngram"}.get(case, "draft")
-    draft = {"draft-self": str(MODEL), "draft-random": draft_random[0], "draft-random-1layer": draft_random[1]}.get(case)
+    draft = {"draft-self": str(MODEL), "draft-random": draft_random[0], "draft-random-1layer": draft_random[1]}.get(
+        case
+    )
     return EngineConfig(
         threads=args.threads,
         cache=CacheConfig(kv_cache_tokens=args.streams * 1024 * (2 if draft is not None else 1)),
@@ -207,7 +209,9 @@ def main() -> None:
         return
     plain = next((x for x in rows if x["case"] == "plain"), None)
     print(f"prompt {len(prompts[0])} tokens, {args.tokens} generated, gamma {args.gamma}, {args.threads} threads")
-    print(f"case  1 stream tok/s (x plain) [runs]  {args.streams} streams tok/s (x plain) [runs]  acceptance  drafted  same")
+    print(
+        f"case  1 stream tok/s (x plain) [runs]  {args.streams} streams tok/s (x plain) [runs]  acceptance  drafted  same"
+    )
     for x in rows:
         r1 = x["single_tok_s"] / plain["single_tok_s"] if plain else float("nan")
         r8 = x["streams_tok_s"] / plain["streams_tok_s"] if plain else float("nan")

@@ -228,7 +228,9 @@ class TensorData:
         if self.data.dtype != np.uint8 or self.data.ndim != 1:
             self.data = np.asarray(self.data).reshape(-1).view(np.uint8)
         if len(self.data) != want:
-            raise FormatError(f"tensor of shape {self.shape} {self.dtype.value} needs {want} bytes, has {len(self.data)}")
+            raise FormatError(
+                f"tensor of shape {self.shape} {self.dtype.value} needs {want} bytes, has {len(self.data)}"
+            )
 
     @property
     def nbytes(self) -> int:

@@ -61,7 +61,9 @@ def block_key(parent: int | None, token_ids: SequenceABC[int], adapter: str | No
     return (parent, tuple(token_ids), adapter)
 
 
-def prefix_hashes(token_ids: SequenceABC[int], block_size: int, adapter: str | None = None, max_blocks: int = 8) -> list[int]:
+def prefix_hashes(
+    token_ids: SequenceABC[int], block_size: int, adapter: str | None = None, max_blocks: int = 8
+) -> list[int]:
     """The chained hashes of the first full blocks of a prompt, as the pool computes them (the
     last token is never cached, so neither is a block ending on it). Used to route by prefix."""
     limit = min(max_blocks, (len(token_ids) - 1) // block_size)

@@ -16,7 +16,16 @@ import typer
 from modelc.errors import ModelcError
 from modelc.version import version_line
 
-AREAS = ("store_cmds", "run_cmds", "daemon_cmds", "bench_cmds", "registry_cmds", "build_cmds", "eval_cmds", "warmup_cmds")
+AREAS = (
+    "store_cmds",
+    "run_cmds",
+    "daemon_cmds",
+    "bench_cmds",
+    "registry_cmds",
+    "build_cmds",
+    "eval_cmds",
+    "warmup_cmds",
+)
 
 
 def _version_callback(value: bool) -> None:

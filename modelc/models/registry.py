@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     from modelc.kernels.select import KernelSet
 
 
-
 def build_model(source: Any, kernels: KernelSet | None = None):
     """A LlamaModel or Gpt2Model with the source's weights; raises UnsupportedError for other architectures."""
     arch = str(getattr(source, "architecture", "") or "")

@@ -92,7 +92,9 @@ class ServerState:
         self.started_at = time.time()
         self.load_error: str | None = None
         self.log: Any = None  # the app's structlog logger (set by create_app)
-        self.models: Any = None  # the daemon's ModelManager (modelc.server.manager.models) when it serves several models
+        self.models: Any = (
+            None  # the daemon's ModelManager (modelc.server.manager.models) when it serves several models
+        )
         self.request_shutdown: Any = None  # set by serve(): a callable that starts a graceful shutdown
 
     @property

@@ -29,7 +29,9 @@ class IncrementalDecoder:
     ) -> None:
         self._tok = tokenizer
         # default: skip special tokens unless the model's text format needs them (harmony's channel markers)
-        self._skip_special = not getattr(tokenizer, "keep_special_text", False) if skip_special is None else skip_special
+        self._skip_special = (
+            not getattr(tokenizer, "keep_special_text", False) if skip_special is None else skip_special
+        )
         self._ids: list[int] = list(prompt_ids or [])
         # Keep a few prompt tokens in the window (vLLM uses 5) so SentencePiece spacing is right.
         self._read_offset = len(self._ids)

@@ -143,9 +143,7 @@ class ReasoningSplitter:
         return "".join(reasoning), "".join(content)
 
 
-def split_reasoning(
-    text: str, syntax: ReasoningSyntax | None, *, in_reasoning: bool = False
-) -> tuple[str | None, str]:
+def split_reasoning(text: str, syntax: ReasoningSyntax | None, *, in_reasoning: bool = False) -> tuple[str | None, str]:
     """(reasoning or None when there was none, content) of a whole generated text."""
     sp = ReasoningSplitter(syntax, in_reasoning=in_reasoning)
     r1, c1 = sp.feed(text)

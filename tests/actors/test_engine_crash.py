@@ -49,7 +49,17 @@ def fault(monkeypatch) -> KernelFault:
 
 def test_the_runner_lets_a_kernel_failure_propagate(fault):
     runner = Runner(make_tiny_llama(0), num_kv_blocks=4)
-    chunk = SeqChunk(1, np.array([1, 2, 3], np.int32), 0, np.array([0], np.int32), True, SamplingParams(temperature=0.0), 3, 0, is_new=True)
+    chunk = SeqChunk(
+        1,
+        np.array([1, 2, 3], np.int32),
+        0,
+        np.array([0], np.int32),
+        True,
+        SamplingParams(temperature=0.0),
+        3,
+        0,
+        is_new=True,
+    )
     fault.arm()
     with pytest.raises(FloatingPointError, match="injected"):
         runner.execute(BatchPlan(0, (chunk,)))
@@ -71,7 +81,9 @@ async def test_a_failed_forward_rebuilds_the_engine_and_the_others_recompute(fau
             second: list = []
 
             async def victim() -> None:
-                async for ev in eng.generate([7, 1, 4], SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)):
+                async for ev in eng.generate(
+                    [7, 1, 4], SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+                ):
                     first.append(ev)
                     if len(first) == 3:
                         fault.arm()  # the next forward raises inside the kernel

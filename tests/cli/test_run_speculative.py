@@ -61,7 +61,9 @@ def test_run_with_a_draft_model_over_http(tmp_path) -> None:
             assert 0 < drafted <= 2 * _metric(metrics, "modelc_spec_decode_num_drafts_total")
             assert _metric(metrics, "modelc_spec_decode_num_accepted_tokens_total") == drafted
             assert _metric(metrics, "modelc_spec_decode_draft_acceptance_rate") == 1.0
-            native = c.post("/complete", json={"prompt": "abcabcabc", "max_tokens": 24, "speculative": True, "gamma": 3})
+            native = c.post(
+                "/complete", json={"prompt": "abcabcabc", "max_tokens": 24, "speculative": True, "gamma": 3}
+            )
             assert native.json()["completion"] == plain["choices"][0]["text"]  # the native API's default is greedy
             bad = c.post("/v1/completions", json={**body, "gamma": 99})
             assert bad.status_code == 400 and "gamma" in bad.text

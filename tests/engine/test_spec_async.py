@@ -63,6 +63,7 @@ async def test_speculative_through_the_actors():
                         n += 1
                         if cancel and n == 3:
                             break
+
         async with anyio.create_task_group() as tg:
             for i in range(8):
                 tg.start_soon(one, i, i % 2 == 0)

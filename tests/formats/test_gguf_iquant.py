@@ -77,7 +77,9 @@ def _engines(tmp_path: pathlib.Path, qtype: DataType, monkeypatch=None) -> tuple
 
 
 @pytest.mark.parametrize("name", ["IQ4_XS", pytest.param("IQ2_XXS", marks=pytest.mark.slow)])
-def test_iquant_gguf_packs_generates_and_matches_dequantized_f32(tmp_path: pathlib.Path, name: str, monkeypatch) -> None:
+def test_iquant_gguf_packs_generates_and_matches_dequantized_f32(
+    tmp_path: pathlib.Path, name: str, monkeypatch
+) -> None:
     eq, ef = _engines(tmp_path, DataType[name], monkeypatch)
     assert eq.runner.model is not None
     ids = [1, *np.random.default_rng(3).integers(3, len(SPM_TOKENS), 39).tolist()]

@@ -288,7 +288,9 @@ def anyio_backend():
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("name", ["llama3", "mistral-swa8", "qwen2-swa", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss"])
+@pytest.mark.parametrize(
+    "name", ["llama3", "mistral-swa8", "qwen2-swa", "phi3", "gemma2", "gemma3", "qwen3moe", "gpt-oss"]
+)
 async def test_batched_serving_reproduces_greedy(variants_dir, name):
     """Three concurrent requests through AsyncEngine (scheduler + runner actors), 8-token steps: chunked
     prefill across KV blocks and windows, decodes batched with other sequences' prefill, prefix-cache hits."""
@@ -319,7 +321,9 @@ async def test_batched_serving_reproduces_greedy(variants_dir, name):
     assert stats["prefix_hits"] > 0
 
 
-@pytest.mark.parametrize("arch,layers,want", [("gemma2", 46, 168**-0.5), ("gemma3", 62, 168**-0.5), ("gemma3", 34, None)])
+@pytest.mark.parametrize(
+    "arch,layers,want", [("gemma2", 46, 168**-0.5), ("gemma3", 62, 168**-0.5), ("gemma3", 34, None)]
+)
 def test_gemma_27b_gguf_attention_scale(arch, layers, want):
     """llama.cpp's rule for GGUF Gemma (the file has no query_pre_attn_scalar): hidden / heads for the 27B models."""
     from modelc.formats.gguf_arch import layer_rules

@@ -96,7 +96,10 @@ def test_quantized_weights(kind: str) -> None:
     # Few rows: the quantized kernels quantize activations to int8 blocks too (llama.cpp's scheme, ~5e-3 each).
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-2
     many = MlpModel(qmodel).forward(np.tile(x, (8, 1)))[:5]  # 40 rows: the prefill path
-    if plan.plan_matmul(linear.prepare_weight(qt["layer0.weight"], qt.get("layer0.weight@scale")), 40) is plan.Path.BLAS:
+    if (
+        plan.plan_matmul(linear.prepare_weight(qt["layer0.weight"], qt.get("layer0.weight@scale")), 40)
+        is plan.Path.BLAS
+    ):
         np.testing.assert_allclose(many, want, rtol=1e-3, atol=1e-3)  # dequantize + BLAS: fp32
     else:  # Q4_0 / Q8_0 / Q4_K on AMX tiles keep int8 activations: the few-row numbers, other kernel
         np.testing.assert_allclose(many, got, rtol=1e-4, atol=1e-4)

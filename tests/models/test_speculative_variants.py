@@ -20,7 +20,11 @@ from tests.scheduler.spec_driver import drive, make_pair
 def _seqs(prompt: list[int]) -> list[Sequence]:
     p = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
     other = list(reversed(prompt))
-    return [Sequence(1, prompt + prompt, p), Sequence(2, other, p), Sequence(3, prompt[: max(2, len(prompt) // 2)] * 3, p)]
+    return [
+        Sequence(1, prompt + prompt, p),
+        Sequence(2, other, p),
+        Sequence(3, prompt[: max(2, len(prompt) // 2)] * 3, p),
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

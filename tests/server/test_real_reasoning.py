@@ -54,7 +54,7 @@ async def test_prompt_that_opens_the_reasoning(fixtures_dir):
             c = create_app(ServerState(eng, ServerConfig(log_requests=False))).test_client()
             body = {"messages": MSGS, "max_tokens": 6, "temperature": 0, "ignore_eos": True}
             msg = (await (await c.post("/v1/chat/completions", json=body)).get_json())["choices"][0]["message"]
-            raw = (await (await c.post("/v1/chat/completions", json={**body, "reasoning_format": "none"})).get_json())
+            raw = await (await c.post("/v1/chat/completions", json={**body, "reasoning_format": "none"})).get_json()
             text = raw["choices"][0]["message"]["content"]
             assert "</think>" not in text and text.strip()  # random weights never close the block
             assert msg["reasoning_content"] == text.strip() and msg["content"] == ""

@@ -88,7 +88,11 @@ async def test_ollama_chat_thinking(make_client):
     body = {"model": "fake-model", "messages": MSGS, "stream": False, "options": {"num_predict": 200}}
     one = await (await c.post("/api/chat", body)).get_json()
     assert one["message"]["thinking"] == "Two plus two." and one["message"]["content"] == "It is 4."
-    lines = [json.loads(x) for x in (await (await c.post("/api/chat", {**body, "stream": True})).get_data()).split(b"\n") if x]
+    lines = [
+        json.loads(x)
+        for x in (await (await c.post("/api/chat", {**body, "stream": True})).get_data()).split(b"\n")
+        if x
+    ]
     thinking = "".join(x["message"].get("thinking", "") for x in lines)
     assert thinking.strip() == "Two plus two." and "".join(x["message"]["content"] for x in lines) == "It is 4."
     await (await c.post("/api/chat", {**body, "think": False})).get_json()

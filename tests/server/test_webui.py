@@ -40,7 +40,9 @@ async def test_no_webui_and_unknown_files(make_client) -> None:
 
 
 def test_assets_are_package_data() -> None:
-    assert {"index.html", "main.js", "api.js", "markdown.js", "request.js", "store.js", "view.js", "style.css"} <= set(FILES)
+    assert {"index.html", "main.js", "api.js", "markdown.js", "request.js", "store.js", "view.js", "style.css"} <= set(
+        FILES
+    )
     for name, data in FILES.items():
         assert b"http://" not in data.replace(b"http://127.0.0.1", b"") or name == "markdown.js"
         assert b"https://cdn" not in data and b"googleapis" not in data

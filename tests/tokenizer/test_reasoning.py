@@ -92,7 +92,9 @@ def test_harmony_markers_survive_decoding(fixtures_dir):
 
     template = (fixtures_dir / "templates" / "families" / "openai-gpt-oss-120b.jinja").read_text()
     assert keep_special_text(template) == {"keep_special_text": True} and keep_special_text("{{ x }}") == {}
-    raw = tokenizers.Tokenizer.from_file(str(fixtures_dir / "models" / "variants" / "gpt-oss" / "hf" / "tokenizer.json"))
+    raw = tokenizers.Tokenizer.from_file(
+        str(fixtures_dir / "models" / "variants" / "gpt-oss" / "hf" / "tokenizer.json")
+    )
     raw.add_special_tokens(["<|channel|>", "<|message|>", "<|end|>", "<|start|>"])
     text = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hi!"
     for keep, want in ((True, ("Think.", "Hi!")), (False, (None, "analysisThink.assistantfinalHi!"))):

@@ -38,7 +38,9 @@ def _kv_dtype(value: Any) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidRequestError("kv_cache_dtype must be a string (auto, f32, f16, q8_0, mixed)", param="kv_cache_dtype")
+        raise InvalidRequestError(
+            "kv_cache_dtype must be a string (auto, f32, f16, q8_0, mixed)", param="kv_cache_dtype"
+        )
     return parse_kv_dtype(value)
 
 

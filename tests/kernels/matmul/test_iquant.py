@@ -163,7 +163,11 @@ def test_fallback_types_cover_every_type() -> None:
              "IQ1_S", "IQ1_M", "Q1_0", "Q2_0"}  # fmt: skip
     assert set().union(*FALLBACK_TYPES.values()) == every
     for names in FALLBACK_TYPES.values():
-        assert {"IQ1_S", "IQ1_M"} & set(names) and "TQ2_0" in names and {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_S", "IQ3_XXS"} & set(names)
+        assert (
+            {"IQ1_S", "IQ1_M"} & set(names)
+            and "TQ2_0" in names
+            and {"IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_S", "IQ3_XXS"} & set(names)
+        )
 
 
 @pytest.mark.slow

@@ -1,18 +1,21 @@
 """Q4_0 / Q8_0 / Q4_K matmul on Intel AMX int8 tiles (cpu.HAS_AMX), prefill included: from plan.AMX_MIN_T tokens on
-for weights in the file's layout, from plan.R16_AMX_MIN_T (160) for weights repacked for gemm_r16, whose kernel
+for weights in the file's layout, from plan.R16_AMX_MIN_T (64) for weights repacked for gemm_r16, whose kernel
 is faster below that (this kernel's flat cost per block, below).
 
 NOTE: the zmm tile (gemm_tile) spends ~4 vector ops per (row, token, 64
 elements), so its cost grows with T. Here, per 16-row panel of W and
 32-element block, dword gathers (4 per Q4_0 block, 8 per Q8_0 block or Q4_K
 sub-block pair) put the block's codes of the 16 rows into an AMX B tile (VNNI
-layout); the activations of up to 16 tokens are the A tile, loaded straight
-from xq; one `tdpbsud` (Q8_0: `tdpbssd`) gives all tokens x 16 rows of integer
-dots, and the vector units only scale each token's 16-row result (convert and
-two or three fmas; Q4_0's -8 offset and Q4_K's mins use the activation sums
-xs). So the cost is a flat part per weight block (gathers, tile ops) plus ~3
-vector ops per token. Two sets of tiles alternate so block b+1's dot runs
-while block b is scaled. Measured gains over the zmm tile: see plan.AMX_MIN_T. The
+layout); the activations of up to 16 tokens are the A tile, loaded from a tiled
+copy of xq (`tile_act`: each (16 tokens, block) A tile in 512 contiguous bytes); one
+`tdpbsud` (Q8_0: `tdpbssd`) gives all tokens x 16 rows of integer dots, and the
+vector units only scale each token's 16-row result into accumulators held in
+registers for the whole row of blocks (`scale_acc16`: a convert and two or three
+float ops; Q4_0's -8 offset and Q4_K's mins use the activation sums xs). So the
+cost is a flat part per weight block (gathers, tile ops) plus ~3 vector ops per
+token. Two sets of tiles alternate so block b+1's dot runs while block b is
+scaled. The tokens go through the panels in blocks of about TOKEN_BLOCK_BYTES of
+activations, which stay in L2 while every panel reads them. Measured gains over the zmm tile: see plan.AMX_MIN_T. The
 flat part (~100 cycles per 16 rows x 32-block) is most of the cost at small T;
 for a weight repacked for gemm_r16 (`qmatmul_amx_r16`, plan.Path.AMX_R16) the B tiles
 come from the repacked copy, whose code chunks are already the VNNI layout (a load
@@ -34,15 +37,15 @@ from modelc.kernels.simd.qdot_tile import (
     amx_dot1,
     amx_release,
     f16_strided_f32x16,
-    load_i32x16,
     nib_vnni16,
     q4_0_vnni16,
     q4_k_scales16,
     q8_0_vnni16,
-    scale_acc_f32x16,
-    scale_acc_min_f32x16,
+    scale_acc16,
     store_f32x16,
+    store_f32x16x16,
     store_i32x16,
+    zeros_f32x16x16,
 )
 
 
@@ -61,19 +64,15 @@ _CFG = [config(tm) if tm else None for tm in range(17)]
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _post(kind, acc, cbuf, co, ds, ms, b, dxs, nxs, t0, tm, nb):
-    """Scale block b's tokens x 16 rows result at cbuf[co:] into acc (row j: token t0 + j)."""
+def _post(kind, accs, cbuf, co, ds, ms, b, dxs, nxs, ko):
+    """Block b's 16 tokens x 16 rows result at cbuf[co:] scaled into the register-held accumulators accs (token j's
+    activation terms at dxs[ko + j], nxs[ko + j])."""
     dv = load_f32x16(ds, b * 16)
-    mv = load_f32x16(ms, b * 16)
-    for j in range(tm):
-        k = (t0 + j) * nb + b
-        a = load_f32x16(acc, j * 16)
-        p = load_i32x16(cbuf, co + j * 16)
-        if kind == 7:
-            a = scale_acc_min_f32x16(a, p, dv, dxs[k], mv, nxs[k])
-        else:
-            a = scale_acc_f32x16(a, p, dv, dxs[k], nxs[k])
-        store_f32x16(acc, j * 16, a)
+    if kind == 7:
+        return scale_acc16(accs, cbuf, co, dv, dxs, ko, load_f32x16(ms, b * 16), nxs)
+    if kind == 0:
+        return scale_acc16(accs, cbuf, co, dv, dxs, ko, None, nxs)
+    return scale_acc16(accs, cbuf, co, dv, dxs, ko, None, None)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -106,7 +105,7 @@ def _prep_q4_k(bw, ds, ms, src, base, nbytes, nb):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _panel(kind, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+def _panel(kind, out, wf, r0, n, nbytes, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last):
     """Output rows r0..r0+15 (those < n) for all T tokens, activations as the A tile (one row per
     token) and the panel's 16 weight rows as the B tile, so a block's result is scaled with 3
     vector ops per token. kind (a constant): 0 Q4_0 (unsigned codes, tdpbsud, nxs the -8
@@ -132,28 +131,31 @@ def _panel(kind, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_
             for k in range(8):
                 store_i32x16(bw, (b * 8 + k) * 16, v[k])
             store_f32x16(ds, b * 16, f16_strided_f32x16(src, o, nbytes))
-    _tiles(kind, out, r0, rows, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last, bw, ds, ms)
+    _tiles(kind, out, r0, rows, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last, bw, ds, ms)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _tiles(kind, out, r0, rows, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last, bw, ds, ms):
-    """Output rows r0..r0+rows-1 for all T tokens from one panel's B tiles (bw), scales (ds) and mins (ms)."""
-    cbuf = np.empty(512, np.int32)
+def _tiles(kind, out, r0, rows, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last, bw, ds, ms):
+    """Output rows r0..r0+rows-1 for tokens ta..tb-1 (ta a multiple of 16) from one panel's B tiles (bw), scales
+    (ds) and mins (ms)."""
+    cbuf = np.zeros(512, np.int32)
     acc = np.empty(256, np.float32)
-    for tt in range((t + 15) // 16):
+    t16 = dxs.size // nb  # tokens padded to whole tiles: dxs (nb, t16), 0 past t
+    for tt in range(ta // 16, (tb + 15) // 16):
         t0 = tt * 16
-        tm = min(16, t - t0)
+        tm = min(16, tb - t0)
         amx_config(cfg_full if tm == 16 else cfg_last)
-        acc[:] = 0.0
-        _dot(kind, 0, xqf, t0 * c, c, bw, 0, cbuf)
+        accs = zeros_f32x16x16()
+        _dot(kind, 0, xqf, tt * nb * 512, 32, bw, 0, cbuf)
         for b in range(0, nb, 2):
             if b + 1 < nb:
-                _dot(kind, 1, xqf, t0 * c + (b + 1) * 32, c, bw, (b + 1) * 128, cbuf)
-            _post(kind, acc, cbuf, 0, ds, ms, b, dxs, nxs, t0, tm, nb)
+                _dot(kind, 1, xqf, (tt * nb + b + 1) * 512, 32, bw, (b + 1) * 128, cbuf)
+            accs = _post(kind, accs, cbuf, 0, ds, ms, b, dxs, nxs, b * t16 + t0)
             if b + 2 < nb:
-                _dot(kind, 0, xqf, t0 * c + (b + 2) * 32, c, bw, (b + 2) * 128, cbuf)
+                _dot(kind, 0, xqf, (tt * nb + b + 2) * 512, 32, bw, (b + 2) * 128, cbuf)
             if b + 1 < nb:
-                _post(kind, acc, cbuf, 256, ds, ms, b + 1, dxs, nxs, t0, tm, nb)
+                accs = _post(kind, accs, cbuf, 256, ds, ms, b + 1, dxs, nxs, (b + 1) * t16 + t0)
+        store_f32x16x16(acc, 0, accs)
         for j in range(tm):
             for m in range(rows):
                 out[t0 + j, r0 + m] = acc[j * 16 + m]
@@ -161,54 +163,57 @@ def _tiles(kind, out, r0, rows, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last, bw,
 
 
 @njit(cache=True, nogil=True)
-def _panel_q4_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
-    _panel(0, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+def _panel_q4_0(out, wf, r0, n, nbytes, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last):
+    _panel(0, out, wf, r0, n, nbytes, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True)
-def _panel_q8_0(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
-    _panel(4, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+def _panel_q8_0(out, wf, r0, n, nbytes, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last):
+    _panel(4, out, wf, r0, n, nbytes, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True)
-def _panel_q4_k(out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
-    _panel(7, out, wf, r0, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+def _panel_q4_k(out, wf, r0, n, nbytes, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last):
+    _panel(7, out, wf, r0, n, nbytes, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def amx_q4_0(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
+def amx_q4_0(out, w, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk):
     """out (T, N) f32 = dequant(w) @ x.T for Q4_0 w (N, nb * 18) uint8 C-contig, xq (T, C) int8.
 
-    parallel=True: 16-row panels are independent. dxs (T * nb,) f32 = xd flat; nxs (T * nb,)
-    = -8 * (per-block code sums * xd); cfg_full / cfg_last: config(16) / config(T mod 16).
+    parallel=True: 16-row panels are independent. dxs, nxs: _act_terms (block-major, tokens padded to whole
+    tiles); cfg_full / cfg_last: config(16) / config(T mod 16).
     amx_q8_0: the same for Q8_0 (nxs zeros).
     """
     t, c = xq.shape
     n, nbytes = w.shape
     wf = w.reshape(-1)
-    xqf = xq.reshape(-1)
-    for p in prange((n + 15) // 16):
-        _panel_q4_0(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+    xqf = xt.reshape(-1)
+    for ta in range(0, t, tblk):
+        for p in prange((n + 15) // 16):
+            _panel_q4_0(out, wf, p * 16, n, nbytes, nb, xqf, c, ta, min(t, ta + tblk), dxs, nxs, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def amx_q8_0(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
+def amx_q8_0(out, w, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk):
     t, c = xq.shape
     n, nbytes = w.shape
     wf = w.reshape(-1)
-    xqf = xq.reshape(-1)
-    for p in prange((n + 15) // 16):
-        _panel_q8_0(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+    xqf = xt.reshape(-1)
+    for ta in range(0, t, tblk):
+        for p in prange((n + 15) // 16):
+            _panel_q8_0(out, wf, p * 16, n, nbytes, nb, xqf, c, ta, min(t, ta + tblk), dxs, nxs, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def amx_q4_k(out, w, xq, dxs, nxs, nb, cfg_full, cfg_last):
+def amx_q4_k(out, w, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk):
     t, c = xq.shape
     n, nbytes = w.shape
     wf = w.reshape(-1)
-    xqf = xq.reshape(-1)
-    for p in prange((n + 15) // 16):
-        _panel_q4_k(out, wf, p * 16, n, nbytes, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+    xqf = xt.reshape(-1)
+    for ta in range(0, t, tblk):
+        for p in prange((n + 15) // 16):
+            _panel_q4_k(out, wf, p * 16, n, nbytes, nb, xqf, c, ta, min(t, ta + tblk), dxs, nxs, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -251,64 +256,120 @@ def _prep_r16(kind, bw, ds, ms, rf, base, nb):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _panel_r16(kind, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last):
+def _panel_r16(kind, out, rf, gi, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last):
     """_panel for rows 16 gi .. 16 gi + 15 of a weight repacked for gemm_r16 (rf: its flat bytes)."""
     bw = np.empty(nb * 128, np.int32)
     ds = np.empty(nb * 16, np.float32)
     ms = np.zeros(nb * 16 if kind == 7 else 16, np.float32)
     gbytes = (nb // 8) * 2304 if kind == 7 else nb * (288 if kind == 0 else 544)
     _prep_r16(kind, bw, ds, ms, rf, gi * gbytes, nb)
-    _tiles(kind, out, gi * 16, 16, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last, bw, ds, ms)
+    _tiles(kind, out, gi * 16, 16, nb, xqf, c, ta, tb, dxs, nxs, cfg_full, cfg_last, bw, ds, ms)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _panels_r16(kind, out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
+def _panels_r16(kind, out, rw, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk):
     """Every 16-row group of rw, in parallel (inlined into each kind's entry, so `kind` stays a constant)."""
     t, c = xq.shape
     rf = rw.reshape(-1)
-    xqf = xq.reshape(-1)
-    for gi in prange(rw.shape[0]):
-        _panel_r16(kind, out, rf, gi, nb, xqf, c, t, dxs, nxs, cfg_full, cfg_last)
+    xqf = xt.reshape(-1)
+    for ta in range(0, t, tblk):
+        for gi in prange(rw.shape[0]):
+            _panel_r16(kind, out, rf, gi, nb, xqf, c, ta, min(t, ta + tblk), dxs, nxs, cfg_full, cfg_last)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def amx_r16_q4_0(out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
+def amx_r16_q4_0(out, rw, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk):
     """amx_q4_0 on gemm_r16's repacked copy rw (N/16, C/32 * 288) uint8 instead of the file's blocks (the same
     numbers): a model that prefills on AMX needs no second copy of its weights in memory. amx_r16_q8_0 (rw
     (N/16, C/32 * 544)) and amx_r16_q4_k ((N/16, C/256 * 2304), nb counts 32-element sub-blocks) alike."""
-    _panels_r16(0, out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last)
+    _panels_r16(0, out, rw, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def amx_r16_q8_0(out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
-    _panels_r16(4, out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last)
+def amx_r16_q8_0(out, rw, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk):
+    _panels_r16(4, out, rw, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk)
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def amx_r16_q4_k(out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last):
-    _panels_r16(7, out, rw, xq, dxs, nxs, nb, cfg_full, cfg_last)
+def amx_r16_q4_k(out, rw, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk):
+    _panels_r16(7, out, rw, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk)
 
 
-def _act_terms(xd: np.ndarray, xs: np.ndarray, kind: int) -> np.ndarray:
-    """nxs (T * nb,): the activation term of each block dot, -8 (Q4_0) or -1 (Q4_K: times the mins) times the
-    block's activation sum; zeros for Q8_0."""
-    if kind == 4:
-        return np.zeros(xd.size, np.float32)
-    return (np.float32(-8.0 if kind == 0 else -1.0) * (xs[:, 0::2] + xs[:, 1::2])).reshape(-1)
+def _act_terms(xd: np.ndarray, xs: np.ndarray, kind: int) -> tuple[np.ndarray, np.ndarray]:
+    """dxs, nxs (nb * t16,): each block's activation scale and term, block-major with the tokens padded to whole
+    tiles of 16 (t16; zeros past T), so a tile's 16 tokens are contiguous. The term is -8 (Q4_0) or -1 (Q4_K:
+    times the mins) times the block's activation sum; zeros for Q8_0 (unread)."""
+    t, nb = xd.shape
+    t16 = (t + 15) // 16 * 16
+    dxs = np.zeros((nb, t16), np.float32)
+    dxs[:, :t] = xd.T
+    nxs = np.zeros((nb, t16) if kind != 4 else 0, np.float32)
+    if kind != 4:
+        nxs[:, :t] = (np.float32(-8.0 if kind == 0 else -1.0) * (xs[:, 0::2] + xs[:, 1::2])).T
+    return dxs.reshape(-1), nxs.reshape(-1)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def tile_act(xq, t16):
+    """xq (T, C) int8 -> (t16 / 16, C / 32, 16, 32) int8: each (token tile, block)'s A tile in 512 contiguous bytes
+    (loaded with a 32-byte row stride), rows past T zero. Rows of the (T, C) layout lie C bytes apart, so a tile's 16
+    rows fell in one or two L1 sets (C = 4096, 14336): 8B shapes at 512 tokens ran 1.2-1.4x faster tiled."""
+    t, c = xq.shape
+    nb = c // 32
+    xt = np.empty((t16 // 16, nb, 16, 32), np.int8)
+    for i in prange(t16):
+        tt, j = i // 16, i % 16
+        for b in range(nb):
+            if i < t:
+                xt[tt, b, j, :] = xq[i, b * 32 : b * 32 + 32]
+            else:
+                xt[tt, b, j, :] = 0
+    return xt
 
 
 def _configs(t: int) -> tuple[np.ndarray, np.ndarray]:
     return _CFG[16], (_CFG[t % 16] if t % 16 else _CFG[16])
 
 
+TOKEN_BLOCK_BYTES = 1 << 20
+"""The activation rows one pass over the weight's panels reads (tokens x C int8 bytes): they stay in the core's L2
+while every panel runs its tiles on them. Unblocked, each 16-row panel streamed all T tokens' rows from L3 (7.3 MB
+at T = 512, C = 14336), which bound the kernel: 8B shapes at 512 tokens, docs/benchmarks.md, "Quiet measurements"."""
+
+
+def token_block(t: int, c: int) -> int:
+    """Tokens per pass over the panels (a multiple of 16): TOKEN_BLOCK_BYTES of activations, at least 16."""
+    return max(16, min((t + 15) // 16 * 16, TOKEN_BLOCK_BYTES // c // 16 * 16))
+
+
 def qmatmul_amx_r16(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, rw: np.ndarray, kind: int) -> None:
     """qmatmul_amx on gemm_r16's repacked copy rw of a Q4_0 (kind 0) / Q8_0 (4) / Q4_K (7) weight (plan.Path.AMX_R16)."""
     entry = amx_r16_q4_0 if kind == 0 else (amx_r16_q8_0 if kind == 4 else amx_r16_q4_k)
-    entry(out, rw, xq, xd.reshape(-1), _act_terms(xd, xs, kind), xq.shape[1] // 32, *_configs(xq.shape[0]))
+    t, c = xq.shape
+    entry(
+        out,
+        rw,
+        xq,
+        tile_act(xq, (t + 15) // 16 * 16),
+        *_act_terms(xd, xs, kind),
+        c // 32,
+        *_configs(t),
+        token_block(t, c),
+    )
 
 
 def qmatmul_amx(out: np.ndarray, xq: np.ndarray, xd: np.ndarray, xs: np.ndarray, w: np.ndarray, kind: int) -> None:
     """gemm_int.qmatmul's contract for Q4_0 (kind 0) / Q8_0 (4) / Q4_K (7) weights on AMX (any T;
     plan.plan_matmul sends T >= plan.AMX_MIN_T, or plan.R16_AMX_MIN_T for repacked weights)."""
     entry = amx_q4_0 if kind == 0 else (amx_q8_0 if kind == 4 else amx_q4_k)
-    entry(out, w, xq, xd.reshape(-1), _act_terms(xd, xs, kind), xq.shape[1] // 32, *_configs(xq.shape[0]))
+    t, c = xq.shape
+    entry(
+        out,
+        w,
+        xq,
+        tile_act(xq, (t + 15) // 16 * 16),
+        *_act_terms(xd, xs, kind),
+        c // 32,
+        *_configs(t),
+        token_block(t, c),
+    )

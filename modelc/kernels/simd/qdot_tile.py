@@ -717,3 +717,76 @@ def scale_acc_min_f32x16(typingctx, acc, p, dv, dx, mv, nx):
         return _call(builder, "llvm.fma.v16f32", _v16f32, [mv_, _splat(builder, nx_, _v16f32), acc_])
 
     return F32x16(acc, p, dv, dx, mv, nx), codegen
+
+
+F32x16x16 = types.UniTuple(F32x16, 16)
+
+
+@intrinsic
+def zeros_f32x16x16(typingctx):
+    """16 zero F32x16: the register-held accumulators of one AMX C tile's 16 token rows (scale_acc16)."""
+
+    def codegen(context, builder, sig, args):
+        z = ir.Constant(_v16f32, [0.0] * 16)
+        return context.make_tuple(builder, F32x16x16, [z] * 16)
+
+    return F32x16x16(), codegen
+
+
+@intrinsic
+def store_f32x16x16(typingctx, ary, idx, accs):
+    """ary[idx + 16 j : idx + 16 j + 16] = accs[j] for j = 0..15 (a 1-D C float32 array)."""
+    if not (_check_1d(ary) and ary.dtype == types.float32 and isinstance(idx, types.Integer) and accs == F32x16x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary_, idx_, accs_ = args
+        for j in range(16):
+            i = builder.add(idx_, ir.Constant(idx_.type, 16 * j))
+            builder.store(
+                builder.extract_value(accs_, j), _ptr_at(context, builder, sig.args[0], ary_, i, _v16f32), align=4
+            )
+        return context.get_dummy_value()
+
+    return types.none(ary, idx, accs), codegen
+
+
+@intrinsic
+def scale_acc16(typingctx, accs, c, co, dv, dxs, ko, mv, nxs):
+    """A whole C tile's result scaled into register-held accumulators: for token rows j = 0..15 (p_j = float(c[co +
+    16 j : +16]), dx_j = dxs[ko + j], nx_j = nxs[ko + j]), accs[j] + dv * (p_j * dx_j) + mv * nx_j where mv is an
+    F32x16 (K-quant mins), accs[j] + dv * (p_j * dx_j + nx_j) where mv is None (Q4_0's -8 offset), and accs[j] + dv
+    * (p_j * dx_j) where nxs is None too (Q8_0). The 16 tokens' terms are contiguous (16 floats at ko); rows past
+    the tile's token count must have dx 0 (and nx 0). Per row a convert, two float ops (three with mins), against
+    _post's loads and stores of an accumulator in memory."""
+    with_min = mv == F32x16
+    with_nx = not isinstance(nxs, types.NoneType)
+    ok = accs == F32x16x16 and _check_1d(c) and c.dtype == types.int32 and dv == F32x16
+    ok = ok and _check_1d(dxs) and dxs.dtype == types.float32 and isinstance(co, types.Integer)
+    ok = ok and isinstance(ko, types.Integer) and (with_min or isinstance(mv, types.NoneType))
+    ok = ok and (not with_nx or (_check_1d(nxs) and nxs.dtype == types.float32)) and (with_nx or not with_min)
+    if not ok:
+        return None
+
+    def codegen(context, builder, sig, args):
+        accs_, c_, co_, dv_, dxs_, ko_, mv_, nxs_ = args
+        fma = "llvm.fma.v16f32"
+        out = []
+        for j in range(16):
+            ci = builder.add(co_, ir.Constant(co_.type, 16 * j))
+            p = builder.sitofp(builder.load(_ptr_at(context, builder, sig.args[1], c_, ci, _v16i32), align=4), _v16f32)
+            ki = builder.add(ko_, ir.Constant(ko_.type, j))
+            dx = _splat(builder, builder.load(_ptr_at(context, builder, sig.args[4], dxs_, ki, _f32), align=4), _v16f32)
+            nx = None
+            if with_nx:
+                nx = _splat(
+                    builder, builder.load(_ptr_at(context, builder, sig.args[7], nxs_, ki, _f32), align=4), _v16f32
+                )
+            y = _call(builder, fma, _v16f32, [p, dx, nx]) if (with_nx and not with_min) else builder.fmul(p, dx)
+            a = _call(builder, fma, _v16f32, [y, dv_, builder.extract_value(accs_, j)])
+            if with_min:
+                a = _call(builder, fma, _v16f32, [mv_, nx, a])
+            out.append(a)
+        return context.make_tuple(builder, F32x16x16, out)
+
+    return F32x16x16(accs, c, co, dv, dxs, ko, mv, nxs), codegen

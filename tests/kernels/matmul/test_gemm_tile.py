@@ -155,6 +155,29 @@ def test_amx_on_the_repacked_copy_matches_qact(name: str, t: int) -> None:
         assert _relerr(out, want) < EXACT_QACT, (n, c)
 
 
+@pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K"])
+def test_amx_token_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Activations in blocks of 16 and 32 tokens (gemm_tile_amx.token_block: several passes over the panels, the last
+    one partial), on the file's blocks and on the repacked copy: the same numbers as one pass."""
+    from modelc.kernels.matmul import gemm_r16
+
+    t, (n, c) = 71, ((48, 1056) if DataType[name].block_size == 32 else (48, 768))
+    w, x, xq, xd, xs = _case(name, n, c, t, seed=5)
+    kind = quant.KIND[w.dtype]
+    rw = gemm_r16.repack(w.blocks, w.dtype)
+    want = np.empty((t, n), np.float32)
+    ref_linear.matmul_qact(want, x, w)
+    for rows in (16, 32):
+        monkeypatch.setattr(gemm_tile_amx, "TOKEN_BLOCK_BYTES", rows * c)
+        assert gemm_tile_amx.token_block(t, c) == rows
+        for run in (gemm_tile_amx.qmatmul_amx, gemm_tile_amx.qmatmul_amx_r16):
+            out = np.full((t, n), np.nan, np.float32)
+            run(out, xq, xd, xs, w.blocks if run is gemm_tile_amx.qmatmul_amx else rw, kind)
+            assert not np.isnan(out).any()
+            assert _relerr(out, want) < EXACT_QACT, (rows, run.__name__)
+
+
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
 def test_linear_prefill_routing(name: str) -> None:
     """From plan.PREFILL_MIN_T tokens on, the AMX kinds keep int8 activations (the AMX tiles) where

@@ -1,5 +1,5 @@
 """Q4_0 / Q8_0 / Q4_K matmul on Intel AMX int8 tiles (cpu.HAS_AMX), prefill included: from plan.AMX_MIN_T tokens on
-for weights in the file's layout, from plan.R16_AMX_MIN_T (64) for weights repacked for gemm_r16, whose kernel
+for weights in the file's layout, from plan.R16_AMX_MIN_T (160) for weights repacked for gemm_r16, whose kernel
 is faster below that (this kernel's flat cost per block, below).
 
 NOTE: the zmm tile (gemm_tile) spends ~4 vector ops per (row, token, 64

@@ -90,14 +90,15 @@ AMX_MIN_T = {_Q4_0: 4, _Q8_0: 6, _Q4_K: 6}
 weight not repacked for gemm_r16 (R16_AMX_MIN_T for those). Measured: docs/benchmarks.md, "The matmul plan's
 bounds"."""
 
-R16_AMX_MIN_T = {_Q4_0: 64, _Q8_0: 64, _Q4_K: 64}
+R16_AMX_MIN_T = {_Q4_0: 160, _Q8_0: 160, _Q4_K: 160}
 """Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, a weight repacked for gemm_r16 runs the AMX tiles
 instead (where cpu.HAS_AMX), reading their B tiles from the repacked copy (AMX_R16: the file's bytes stay unread
-after the repack, so one copy of the weights is resident). Since the AMX tiles scale their results in registers
-and read tiled activations, they are ahead of gemm_r16 from 64 tokens for all three kinds (4096 x 4096 and
-14336 x 4096, 2 threads, Emerald Rapids: 1.2-1.6x at T = 64, 1.3-1.6x at 96-160; below 64 not measured, so batched
-decode up to 63 streams and the expert batches of MoE models' one call stay on gemm_r16). Measured:
-docs/benchmarks.md, "Quiet measurements (2026-12-07 morning)"."""
+after the repack, so one copy of the weights is resident): gemm_r16 is ahead up to ~128 tokens, so batched
+decode (8-32 streams) and the expert batches of MoE models' one call (up to moe_ffn.R16_MAX_T = 128) stay on it.
+Measured: docs/benchmarks.md, "The matmul plan's bounds". Since the AMX tiles scale in registers (2026-12-07) they
+lead gemm_r16 from 64 tokens on all three kinds (docs/benchmarks.md, "Quiet measurements (2026-12-07 morning)"),
+but a bound at or below 128 also moves MoE expert batches of 17-128 tokens off the experts' one call
+(moe.one_call), which was not measured: the bound stays until it is."""
 
 AMX_PREFILL_MAX_T = {_Q4_0: 1 << 30, _Q8_0: 1 << 30, _Q4_K: 1 << 30}
 """Per kind: up to this many tokens prefill (T >= PREFILL_MIN_T) stays on the AMX tiles instead of

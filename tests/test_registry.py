@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import httpx
@@ -19,6 +19,7 @@ from modelc.artifact.tiny import make_model
 from modelc.build.static_server import parse_range
 from modelc.cli.main import main
 from modelc.errors import ChecksumError, NotFoundError
+from tests.pull.fake_servers import QuietHTTPServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,7 +129,7 @@ class Flaky(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def flaky(reg_dir):
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    srv = QuietHTTPServer(("127.0.0.1", 0), Flaky)
     srv.root, srv.ranges, srv.drops, srv.cut = reg_dir, [], 0, 5000
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()

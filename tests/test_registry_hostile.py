@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from modelc import registry, store
 from modelc.artifact.tiny import make_model
 from modelc.artifact.writer import write_artifact
+from tests.pull.fake_servers import QuietHTTPServer
 
 
 class Scripted(BaseHTTPRequestHandler):
@@ -34,7 +35,7 @@ class Scripted(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    srv = QuietHTTPServer(("127.0.0.1", 0), Scripted)
     srv.routes, srv.hits = {}, []
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,16 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 LFS_MIN_BYTES = 1024  # files this large are LFS files (sha256 oid, redirect to the blob store)
+
+
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A test server that does not print a traceback when a client drops its connection (the fault tests do so
+    on purpose, and a client that gives up on a retry resets the socket)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def git_sha1(data: bytes) -> str:
@@ -58,7 +69,7 @@ class _Server:
             def do_HEAD(self) -> None:
                 owner.handle(self, head=True)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)

@@ -198,7 +198,8 @@ async def test_harmony_answer_splits_into_reasoning_and_content(harmony_gguf, fr
             raw = await c.post("/v1/completions", json={"prompt": tiktoken_ids(prompt), "max_tokens": 40,
                                                         "temperature": 0})  # fmt: skip
             assert (await raw.get_json())["choices"][0]["text"] == ANSWER
-            r = await c.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 40, "stream": True})
+            r = await c.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 40, "stream": True,
+                                                         "temperature": 0})  # fmt: skip
             deltas = [e["choices"][0]["delta"] for e in parse_sse(await r.get_data()) if isinstance(e, dict)
                       and e.get("choices")]  # fmt: skip
             assert "".join(d.get("reasoning_content") or "" for d in deltas) == "Think."

@@ -82,7 +82,12 @@ def supported(ex: MoeExperts) -> bool:
 
 
 def moe_ffn(
-    out: np.ndarray, x: np.ndarray, logits: np.ndarray | None, ex: MoeExperts, k: int, normalize: bool,
+    out: np.ndarray,
+    x: np.ndarray,
+    logits: np.ndarray | None,
+    ex: MoeExperts,
+    k: int,
+    normalize: bool,
     qact: bool = True,
 ) -> None:
     """out (T, C) f32 = the experts' part of a MoE layer (ref_moe.moe_ffn's contract; `supported(ex)` must hold).
@@ -278,7 +283,27 @@ def _activate(a, g, u, pe, gbias, ubias, oss):
 
 @njit(cache=True, nogil=True, parallel=True)
 def _moe_ffn(
-    out, x, logits, router, rbias, k, normalize, gate, up, down, kg, ku, kd, gbias, ubias, dbias, oss, gr, ur, dr, nthreads
+    out,
+    x,
+    logits,
+    router,
+    rbias,
+    k,
+    normalize,
+    gate,
+    up,
+    down,
+    kg,
+    ku,
+    kd,
+    gbias,
+    ubias,
+    dbias,
+    oss,
+    gr,
+    ur,
+    dr,
+    nthreads,
 ):
     T, C = x.shape
     E, F = gate.shape[0], gate.shape[1]

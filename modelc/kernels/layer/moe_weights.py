@@ -89,4 +89,6 @@ def stack_experts(
     r = None
     if router is not None and router.dtype is DataType.F32 and router.shape == (E, C):
         r = router.blocks.view(np.float32).reshape(E, C)
-    return MoeExperts(gate.dtype, up.dtype, down.dtype, g, u, d, gb, ub, db, oss, r, router_bias if r is not None else None)
+    return MoeExperts(
+        gate.dtype, up.dtype, down.dtype, g, u, d, gb, ub, db, oss, r, router_bias if r is not None else None
+    )

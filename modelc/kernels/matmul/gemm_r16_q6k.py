@@ -69,7 +69,11 @@ def _six(m: int):
 
         def codegen(context, builder, sig, args):
             q, h = args
-            nib = builder.and_(q, ir.Constant(_v64i8, [15] * 64)) if m < 2 else builder.lshr(q, ir.Constant(_v64i8, [4] * 64))
+            nib = (
+                builder.and_(q, ir.Constant(_v64i8, [15] * 64))
+                if m < 2
+                else builder.lshr(q, ir.Constant(_v64i8, [4] * 64))
+            )
             if m < 2:
                 h = builder.shl(h, ir.Constant(_v64i8, [4 - 2 * m] * 64))
             elif m == 3:
@@ -150,7 +154,9 @@ def _repack(src, out):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _tokens(acc, xq, xd, so, t, c, bq, s, f0, f1, f2, f3, u0, u1, u2, u3, u4, u5, u6, u7, v0, v1, v2, v3, v4, v5, v6, v7):
+def _tokens(
+    acc, xq, xd, so, t, c, bq, s, f0, f1, f2, f3, u0, u1, u2, u3, u4, u5, u6, u7, v0, v1, v2, v3, v4, v5, v6, v7
+):
     """acc[16 tt:] += the 16 rows' dots with token tt's 32-element blocks bq (codes u, scales f0, f1) and
     bq + 1 (codes v, scales f2, f3), for every token; s = bq's first 16-element sub-block."""
     for tt in range(t):
@@ -184,8 +190,14 @@ def _group(out, xq, xd, so, rf, gi, nsb, t, c, acc):
                 pf = _ahead(rf, pf, q + 768 * (hi + 1) + PREFETCH_BYTES)
                 m = 2 * hi  # 32-blocks m (ql chunks a) and m + 1 (ql chunks b) of the half
                 sc = o + 32 + 16 * (8 * h + 2 * m)
-                f0, f1 = mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc))), mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 16)))
-                f2, f3 = mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 32))), mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 48)))
+                f0, f1 = (
+                    mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc))),
+                    mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 16))),
+                )
+                f2, f3 = (
+                    mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 32))),
+                    mul_f32x16(d, float_i32x16(load_s8_i32x16(rf, sc + 48))),
+                )
                 h0, h1, h2, h3, h4, h5, h6, h7 = _load8(rf, q)
                 a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, a)
                 b0, b1, b2, b3, b4, b5, b6, b7 = _load8(rf, b)
@@ -235,7 +247,12 @@ def _group_t1(out, xq, xd, so, rf, gi, nsb):
             pf = _ahead(rf, pf, o + 3360 + PREFETCH_BYTES)
         d = load_f16x16(rf, o)
         # scale s of the 16 rows at byte 32 + 16 s: vector v holds sub-blocks 4 v .. 4 v + 3
-        c0, c1, c2, c3 = load_i8x64(rf, o + 32), load_i8x64(rf, o + 96), load_i8x64(rf, o + 160), load_i8x64(rf, o + 224)
+        c0, c1, c2, c3 = (
+            load_i8x64(rf, o + 32),
+            load_i8x64(rf, o + 96),
+            load_i8x64(rf, o + 160),
+            load_i8x64(rf, o + 224),
+        )
         for h in range(2):
             q, a, b = o + 288 + 1536 * h, o + 800 + 1536 * h, o + 1312 + 1536 * h
             lo = c0 if h == 0 else c2  # sub-blocks 8 h .. 8 h + 3: 32-blocks m = 0, 1 of the half

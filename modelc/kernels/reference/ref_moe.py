@@ -41,7 +41,12 @@ def activate(gate: np.ndarray, up: np.ndarray, oss: bool) -> np.ndarray:
 
 
 def moe_ffn(
-    out: np.ndarray, x: np.ndarray, logits: np.ndarray | None, ex: MoeExperts, k: int, normalize: bool,
+    out: np.ndarray,
+    x: np.ndarray,
+    logits: np.ndarray | None,
+    ex: MoeExperts,
+    k: int,
+    normalize: bool,
     qact: bool = False,
 ) -> None:
     """out (T, C) = sum over each token's top-k experts (route) of weight * down(act(gate(x), up(x))).

@@ -27,7 +27,9 @@ def dequantize(rw: np.ndarray) -> np.ndarray:
     nb = nbytes // BYTES
     v = rw.reshape(g, nb, BYTES)
     d = np.ascontiguousarray(v[..., :32]).view("<f2").astype(np.float32)  # (g, nb, 16 rows)
-    sc = np.ascontiguousarray(v[..., 32:288]).view(np.int8).reshape(g, nb, 16, GROUP).astype(np.float32)  # (g, nb, s, r)
+    sc = (
+        np.ascontiguousarray(v[..., 32:288]).view(np.int8).reshape(g, nb, 16, GROUP).astype(np.float32)
+    )  # (g, nb, s, r)
     runs = v[..., 288:].reshape(g, nb, 2, 3, 8, GROUP, 4)  # (half, run, chunk k, row, byte)
     qh = runs[:, :, :, :1]  # qh byte 32 h + 4k + i
     ql = runs[:, :, :, 1:]  # ql byte 64 h + 32 ab + 4k + i

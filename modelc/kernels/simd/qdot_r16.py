@@ -127,7 +127,9 @@ def _as_i32(builder, x):
 
 
 def _splat32(builder, x):
-    v = builder.insert_element(ir.Constant(ir.VectorType(_i32, 1), ir.Undefined), _as_i32(builder, x), ir.Constant(_i32, 0))
+    v = builder.insert_element(
+        ir.Constant(ir.VectorType(_i32, 1), ir.Undefined), _as_i32(builder, x), ir.Constant(_i32, 0)
+    )
     return builder.shuffle_vector(v, v, ir.Constant(_v16i32, [0] * 16))
 
 

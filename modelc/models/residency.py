@@ -15,6 +15,7 @@ import os
 import re
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,24 +170,28 @@ def _budget_override(budget: int) -> int:
 
 # ---- the plan of each opened source --------------------------------------------------------------------------
 
-_PLANS: dict[int, WeightPlan] = {}
+# id(source) -> (what gives the source back, its plan): the plan is only given for that very object, so a later
+# object that reuses a dropped source's id never inherits its plan
+_PLANS: dict[int, tuple[Callable[[], Any], WeightPlan]] = {}
 _LOCK = threading.Lock()
 
 
 def assign(source: Any, plan: WeightPlan) -> None:
     """Record `plan` for `source` (dropped with it): every model built from it runs in that mode."""
     with _LOCK:
-        if id(source) not in _PLANS:
-            try:
+        try:
+            ref: Callable[[], Any] = weakref.ref(source)
+            if id(source) not in _PLANS:
                 weakref.finalize(source, _PLANS.pop, id(source), None)
-            except TypeError:  # a source without weak references: its plan stays (tests' plain objects)
-                pass
-        _PLANS[id(source)] = plan
+        except TypeError:  # a source without weak references (tests' plain objects): the entry holds it alive
+            ref = lambda: source  # noqa: E731
+        _PLANS[id(source)] = (ref, plan)
 
 
 def plan_for(source: Any) -> WeightPlan | None:
     with _LOCK:
-        return _PLANS.get(id(source))
+        entry = _PLANS.get(id(source))
+    return entry[1] if entry is not None and entry[0]() is source else None
 
 
 def streamed(source: Any) -> bool:

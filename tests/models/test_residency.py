@@ -114,3 +114,20 @@ def test_the_plan_is_recorded_per_source_and_dropped_with_it():
 
     gc.collect()
     assert key not in residency._PLANS
+
+
+def test_a_plan_is_only_given_for_the_object_it_was_assigned_to():
+    """A source that takes no weak reference (a slotted plain object) keeps its plan, and another object never
+    inherits it: the entry checks identity, not only id()."""
+
+    class Slotted:
+        __slots__ = ("tensors", "name")
+
+    src = Slotted()
+    plan = residency.decide(_source(), "streamed", available_bytes=100 << 30)
+    residency.assign(src, plan)
+    assert residency.plan_for(src) is plan
+    ref, _ = residency._PLANS[id(src)]
+    residency._PLANS[id(src)] = (lambda: object(), plan)  # as if the id now named another object
+    assert residency.plan_for(src) is None
+    residency._PLANS[id(src)] = (ref, plan)

@@ -72,6 +72,8 @@ def chunk_for(rows: int) -> int:
 
 
 _ONE = np.ones(1, np.float32)
+QUANT_ROWS_MIN_T = 64
+"""From this many tokens on, _run quantizes the activations on every thread (quant.quantized_rows)."""
 
 
 def use_reference() -> bool:
@@ -149,7 +151,8 @@ def _run(path: Path, out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     if path is Path.HALF:
         gemm_float.hmatmul(out, x, w.blocks, w.dtype is DataType.BF16)
         return
-    xq, xd, xs = quant.quantized(x)  # (T, C) int8, (T, C/32), (T, C/16)
+    # (T, C) int8, (T, C/32), (T, C/16); many tokens (prefill) on every thread
+    xq, xd, xs = quant.quantized_rows(x) if x.shape[0] >= QUANT_ROWS_MIN_T else quant.quantized(x)
     kind = quant.KIND[w.dtype]
     if path is Path.MATVEC_K:
         gemm_fused_k.qmatvec_k(out, xq, xd, xs, w.blocks, kind)

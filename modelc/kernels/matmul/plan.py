@@ -8,7 +8,7 @@ were measured (their docstrings say how). In table form (first matching row wins
 | weight | T | CPU | path |
 |---|---|---|---|
 | any | any | `MODELC_KERNELS=ref` | REF: numpy twins (ref_linear) |
-| repacked at load, AMX kinds (Q4_0, Q8_0, Q4_K) | >= R16_AMX_MIN_T | HAS_AMX | AMX_R16: AMX tiles from the repacked copy |
+| repacked at load, Q4_0, Q8_0, Q4_K, Q6_K | >= R16_AMX_MIN_T | HAS_AMX | AMX_R16: AMX tiles from the repacked copy |
 | repacked at load (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS) | any | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
 | F16 / BF16 / F32 | >= PREFILL_MIN_T_FLOAT, or F32 at T = 1 | any | BLAS (sgemm / sgemv on fp32) |
 | F32 | 2 .. 31 | any | FLOAT: gemm_float.smatmul |
@@ -90,8 +90,8 @@ AMX_MIN_T = {_Q4_0: 4, _Q8_0: 6, _Q4_K: 6}
 weight not repacked for gemm_r16 (R16_AMX_MIN_T for those). Measured: docs/benchmarks.md, "The matmul plan's
 bounds"."""
 
-R16_AMX_MIN_T = {_Q4_0: 160, _Q8_0: 160, _Q4_K: 160}
-"""Per kind (Q4_0, Q8_0, Q4_K): from this many tokens on, a weight repacked for gemm_r16 runs the AMX tiles
+R16_AMX_MIN_T = {_Q4_0: 160, _Q8_0: 160, _Q4_K: 160, _Q6_K: 160}
+"""Per kind (Q4_0, Q8_0, Q4_K, Q6_K): from this many tokens on, a weight repacked for gemm_r16 runs the AMX tiles
 instead (where cpu.HAS_AMX), reading their B tiles from the repacked copy (AMX_R16: the file's bytes stay unread
 after the repack, so one copy of the weights is resident): gemm_r16 is ahead up to ~128 tokens, so batched
 decode (8-32 streams) and the expert batches of MoE models' one call (up to moe_ffn.R16_MAX_T = 128) stay on it.

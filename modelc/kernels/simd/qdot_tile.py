@@ -790,3 +790,84 @@ def scale_acc16(typingctx, accs, c, co, dv, dxs, ko, mv, nxs):
         return context.make_tuple(builder, F32x16x16, out)
 
     return F32x16x16(accs, c, co, dv, dxs, ko, mv, nxs), codegen
+
+
+@intrinsic
+def amx_dot2(typingctx, clo, chi, at, bt, a, ao, astride, bp, bo, c, co, ub):
+    """Two K = 16 dots of one 32-element block, each 16-element half into its own C tile (a K-quant whose scales
+    are per 16 elements: Q6_K): C tile clo = A (a at ao, row stride astride) . B (bp at bo, stride 64), then C tile
+    chi = A (a at ao + 16) . B (bp at bo + 64 int32: the block's B tile rows 4-7); results stored at c[co:] and
+    c[co + 256:] (int32, row stride 64 bytes). Tiles at / bt are loaded twice (clo, chi, at, bt, ub: constants; the
+    A tile 16 bytes wide and the B tile 4 rows, from amx_config)."""
+    ok = _check_1d(a) and _check_1d(bp) and bp.dtype == types.int32 and _check_1d(c) and c.dtype == types.int32
+    lits = all(isinstance(k, types.IntegerLiteral) for k in (clo, chi, at, bt, ub))
+    if not (ok and lits):
+        return None
+    tiles = [k.literal_value for k in (clo, chi, at, bt)]
+    op = "llvm.x86.tdpbsud" if ub.literal_value else "llvm.x86.tdpbssd"
+
+    def codegen(context, builder, sig, args):
+        a_, ao, st, bp_, bo, c_, co = args[4:11]
+        t_lo, t_hi, t_a, t_b = (ir.Constant(_i8, k) for k in tiles)
+        st = builder.sext(st, _i64) if st.type.width < 64 else st
+        sb = ir.Constant(_i64, 64)
+        for half, ct in ((0, t_lo), (1, t_hi)):
+            aoh = builder.add(ao, ir.Constant(ao.type, 16 * half))
+            boh = builder.add(bo, ir.Constant(bo.type, 64 * half))
+            _call(builder, "llvm.x86.tilezero", _void, [ct])
+            _call(builder, "llvm.x86.tileloadd64", _void, [t_a, _tile_ptr(context, builder, sig.args[4], a_, aoh), st])
+            _call(builder, "llvm.x86.tileloadd64", _void, [t_b, _tile_ptr(context, builder, sig.args[7], bp_, boh), sb])
+            _call(builder, op, _void, [ct, t_a, t_b])
+        for half, ct in ((0, t_lo), (1, t_hi)):
+            coh = builder.add(co, ir.Constant(co.type, 256 * half))
+            _call(builder, "llvm.x86.tilestored64", _void, [ct, _tile_ptr(context, builder, sig.args[9], c_, coh), sb])
+        return context.get_dummy_value()
+
+    return types.none(clo, chi, at, bt, a, ao, astride, bp, bo, c, co, ub), codegen
+
+
+def _int_as(builder, v, ty):
+    """Integer v sign-extended or truncated to the integer type ty."""
+    if v.type.width < ty.width:
+        return builder.sext(v, ty)
+    return builder.trunc(v, ty) if v.type.width > ty.width else v
+
+
+@intrinsic
+def load_rows_f32x16x16(typingctx, ary, idx, stride):
+    """16 F32x16 from ary[idx + stride * j : + 16] for j = 0..15 (a 1-D C float32 array): partial sums of one
+    (16 tokens, 16 rows) tile of a (T, N) output, row stride N, taken up again (K-blocked AMX tiles)."""
+    ok = _check_1d(ary) and ary.dtype == types.float32
+    if not (ok and isinstance(idx, types.Integer) and isinstance(stride, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary_, idx_, st = args
+        st = _int_as(builder, st, idx_.type)
+        out = []
+        for j in range(16):
+            i = builder.add(idx_, builder.mul(st, ir.Constant(idx_.type, j)))
+            out.append(builder.load(_ptr_at(context, builder, sig.args[0], ary_, i, _v16f32), align=4))
+        return context.make_tuple(builder, F32x16x16, out)
+
+    return F32x16x16(ary, idx, stride), codegen
+
+
+@intrinsic
+def store_rows_f32x16x16(typingctx, ary, idx, stride, accs):
+    """ary[idx + stride * j : + 16] = accs[j] for j = 0..15 (a 1-D C float32 array): load_rows_f32x16x16's store."""
+    ok = _check_1d(ary) and ary.dtype == types.float32 and accs == F32x16x16
+    if not (ok and isinstance(idx, types.Integer) and isinstance(stride, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary_, idx_, st, accs_ = args
+        st = _int_as(builder, st, idx_.type)
+        for j in range(16):
+            i = builder.add(idx_, builder.mul(st, ir.Constant(idx_.type, j)))
+            builder.store(
+                builder.extract_value(accs_, j), _ptr_at(context, builder, sig.args[0], ary_, i, _v16f32), align=4
+            )
+        return context.get_dummy_value()
+
+    return types.none(ary, idx, stride, accs), codegen

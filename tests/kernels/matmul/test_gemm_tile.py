@@ -137,11 +137,11 @@ def test_amx_matches_qact(name: str, t: int) -> None:
 
 @pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
 @pytest.mark.parametrize("t", [1, 9, 16, 33, 80])
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
 def test_amx_on_the_repacked_copy_matches_qact(name: str, t: int) -> None:
     """qmatmul_amx_r16 (AMX tiles from gemm_r16's copy, where a repacked weight prefills): the same numbers as
-    qmatmul_amx on the file's blocks up to float summation order; full and partial token tiles, one and
-    several 16-row groups, odd block counts."""
+    qmatmul_amx on the file's blocks up to float summation order (Q6_K: only from the repacked copy, its 16-element
+    halves as two dots); full and partial token tiles, one and several 16-row groups, odd block counts."""
     from modelc.kernels.matmul import gemm_r16
 
     shapes = [(16, 96), (48, 1056)] if DataType[name].block_size == 32 else [(16, 256), (48, 768)]
@@ -176,6 +176,33 @@ def test_amx_token_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
             run(out, xq, xd, xs, w.blocks if run is gemm_tile_amx.qmatmul_amx else rw, kind)
             assert not np.isnan(out).any()
             assert _relerr(out, want) < EXACT_QACT, (rows, run.__name__)
+
+
+@pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
+def test_amx_k_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The columns in K chunks of 8 and 16 blocks (gemm_tile_amx.blocks: the later chunks add to out; K-quants in
+    whole super-blocks, the last chunk shorter), with token blocks of 16 and partial token tiles: the same numbers
+    as one pass, on the file's blocks and on the repacked copy (Q6_K: the repacked copy only)."""
+    from modelc.kernels.matmul import gemm_r16
+
+    t, (n, c) = 37, ((48, 1056) if DataType[name].block_size == 32 else (48, 768))
+    w, x, xq, xd, xs = _case(name, n, c, t, seed=9)
+    kind = quant.KIND[w.dtype]
+    rw = gemm_r16.repack(w.blocks, w.dtype)
+    want = np.empty((t, n), np.float32)
+    ref_linear.matmul_qact(want, x, w)
+    runs = [gemm_tile_amx.qmatmul_amx_r16] + ([gemm_tile_amx.qmatmul_amx] if name != "Q6_K" else [])
+    for k_block, tokens in ((8, 1 << 30), (16, 16)):
+        monkeypatch.setattr(gemm_tile_amx, "K_BLOCK", k_block)
+        monkeypatch.setattr(gemm_tile_amx, "TOKEN_BLOCK_BYTES", tokens)
+        tblk, kblk = gemm_tile_amx.blocks(t, c)
+        assert kblk == (8 if k_block == 8 else 16) and kblk < c // 32 and (tblk == 16) == (tokens == 16)
+        for run in runs:
+            out = np.full((t, n), np.nan, np.float32)
+            run(out, xq, xd, xs, w.blocks if run is gemm_tile_amx.qmatmul_amx else rw, kind)
+            assert not np.isnan(out).any()
+            assert _relerr(out, want) < EXACT_QACT, (k_block, run.__name__)
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])

@@ -165,7 +165,7 @@ def test_plan_prints_its_table() -> None:
 def test_repacked_weights_prefill_on_amx_from_the_repacked_copy(monkeypatch: pytest.MonkeyPatch) -> None:
     """A repacked weight leaves gemm_r16 for the AMX tiles from R16_AMX_MIN_T tokens, read from its repacked copy
     (AMX_R16: the stored bytes stay unread after the repack, one copy resident), and keeps gemm_r16 without AMX
-    or for a kind AMX does not take (Q6_K)."""
+    or for a kind AMX does not take (Q4_1); Q6_K too (its half-block dots, gemm_tile_amx.amx_r16_q6_k)."""
     from modelc.kernels.matmul import gemm_r16
 
     w = _w("Q4_0", 256)
@@ -176,6 +176,10 @@ def test_repacked_weights_prefill_on_amx_from_the_repacked_copy(monkeypatch: pyt
     assert plan.plan_matmul(w, 512) is Path.AMX_R16
     q6 = _w("Q6_K", 256)
     q6 = dataclasses.replace(q6, r16=gemm_r16.repack(q6.blocks, q6.dtype))
-    assert plan.plan_matmul(q6, 512) is Path.R16
+    t6 = plan.R16_AMX_MIN_T[plan.quant.KIND[DataType.Q6_K]]
+    assert plan.plan_matmul(q6, t6 - 1) is Path.R16 and plan.plan_matmul(q6, 512) is Path.AMX_R16
+    q41 = _w("Q4_1", 256)
+    q41 = dataclasses.replace(q41, r16=gemm_r16.repack(q41.blocks, q41.dtype))
+    assert plan.plan_matmul(q41, 512) is Path.R16
     monkeypatch.setattr(cpu, "HAS_AMX", False)
     assert plan.plan_matmul(w, 512) is Path.R16

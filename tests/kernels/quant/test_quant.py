@@ -122,6 +122,11 @@ def test_quantize_act_kernel_matches_reference() -> None:
     assert xq[2, 1] == 64 and xq[2, 2] == -64
     sums = q.reshape(5, 16, 16).astype(np.float32).sum(axis=2) * np.repeat(d, 2, axis=1)
     np.testing.assert_allclose(xs, sums, rtol=1e-6)
+    for t in (1, 5, 37):  # fewer rows than its chunks, and more; the same bits as the one-thread kernel
+        xt = np.concatenate([x] * 8)[:t] if t > 5 else x[:t]
+        got = quant.quantized_rows(np.ascontiguousarray(xt))
+        for g, w in zip(got, quant.quantized(np.ascontiguousarray(xt)), strict=True):
+            np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,9 @@ import statistics
 import sys
 import time
 
+import modelc  # noqa: F401  (before numpy and numba, as in the CLI: its thread settings apply only then)
+
+# isort: split
 import numba
 import numpy as np
 

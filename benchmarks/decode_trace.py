@@ -17,6 +17,9 @@ import statistics
 import sys
 import time
 
+import modelc  # noqa: F401  (before numpy and numba, as in the CLI: its thread settings apply only then)
+
+# isort: split
 import numpy as np
 
 from modelc.api.engine import Engine

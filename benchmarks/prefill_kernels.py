@@ -17,6 +17,9 @@ import dataclasses
 import sys
 import time
 
+import modelc  # noqa: F401  (before numpy and numba, as in the CLI: its thread settings apply only then)
+
+# isort: split
 import numba
 import numpy as np
 
@@ -34,12 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--t", default="512", help="token counts, comma-separated")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--k-blocks", default=str(gemm_tile_amx.K_BLOCK), help="gemm_tile_amx.K_BLOCK values to compare")
+    k_block = getattr(gemm_tile_amx, "K_BLOCK", None)  # (a tree before K chunks has none)
+    ap.add_argument("--k-blocks", default=str(k_block or ""), help="gemm_tile_amx.K_BLOCK values to compare")
     ap.add_argument("--no-r16", action="store_true", help="skip gemm_r16's kernel")
     a = ap.parse_args(argv)
     numba.set_num_threads(a.threads)
     rng = np.random.default_rng(0)
-    kbs = [int(v) for v in a.k_blocks.split(",")]
+    kbs = [int(v) for v in a.k_blocks.split(",") if v] or [None]
     for case in a.cases.split(","):
         name, shape = case.split(":")
         n, c = (int(v) for v in shape.split("x"))
@@ -52,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             out = np.empty((t, n), np.float32)
             variants: dict[str, object] = {}
             p = plan.path(w, t)
-            for kb in kbs if p is plan.Path.AMX_R16 else [None]:
+            for kb in kbs if p is plan.Path.AMX_R16 and k_block is not None else [None]:
                 variants[f"{p.value}" + (f" K_BLOCK={kb}" if kb is not None else "")] = kb
             if not a.no_r16 and p is not plan.Path.R16:
                 variants["r16"] = "r16"

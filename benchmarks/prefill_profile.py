@@ -16,6 +16,9 @@ import collections
 import dataclasses
 import time
 
+import modelc  # noqa: F401  (before numpy and numba, as in the CLI: its thread settings apply only then)
+
+# isort: split
 import numpy as np
 
 from modelc.api.engine import Engine

@@ -73,7 +73,8 @@ def chunk_for(rows: int) -> int:
 
 _ONE = np.ones(1, np.float32)
 QUANT_ROWS_MIN_T = 64
-"""From this many tokens on, _run quantizes the activations on every thread (quant.quantized_rows)."""
+"""From this many tokens on, matmul quantizes the activations of the int8 paths on every thread
+(quant.quantized_rows)."""
 
 
 def use_reference() -> bool:
@@ -109,7 +110,10 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     elif path is Path.R16:  # the decode path: quantize and kernel in one numba entry
         chunked(chunk_for(w.rows), gemm_r16.F32_OF_KIND[quant.KIND[w.dtype]], out, x, w.r16)
     else:
-        chunked(chunk_for(w.rows), _run, path, out, x, w)
+        # many tokens (prefill): the activations quantized on every thread, with numba's static split (under chunked
+        # a thread took chunk_for(rows) of the rows' 16 pieces at a time: all of them)
+        xq = quant.quantized_rows(x) if t >= QUANT_ROWS_MIN_T and path in INT8_RUN else None
+        chunked(chunk_for(w.rows), _run, path, out, x, w, xq)
 
 
 def chunked(chunk: int, kernel, *args) -> None:
@@ -143,16 +147,19 @@ def _chunk_setter():
     return _setter
 
 
-def _run(path: Path, out: np.ndarray, x: np.ndarray, w: Weight) -> None:
-    """The small-T kernels (every path but REF and BLAS)."""
+INT8_RUN = plan.INT8_PATHS - {Path.R16}
+"""The paths _run quantizes the activations for."""
+
+
+def _run(path: Path, out: np.ndarray, x: np.ndarray, w: Weight, xq: tuple | None = None) -> None:
+    """The small-T kernels (every path but REF and BLAS); xq: x already quantized (quant.quantized's three arrays)."""
     if path is Path.FLOAT:
         gemm_float.smatmul(out, x, w.blocks.view(np.float32))
         return
     if path is Path.HALF:
         gemm_float.hmatmul(out, x, w.blocks, w.dtype is DataType.BF16)
         return
-    # (T, C) int8, (T, C/32), (T, C/16); many tokens (prefill) on every thread
-    xq, xd, xs = quant.quantized_rows(x) if x.shape[0] >= QUANT_ROWS_MIN_T else quant.quantized(x)
+    xq, xd, xs = quant.quantized(x) if xq is None else xq  # (T, C) int8, (T, C/32), (T, C/16)
     kind = quant.KIND[w.dtype]
     if path is Path.MATVEC_K:
         gemm_fused_k.qmatvec_k(out, xq, xd, xs, w.blocks, kind)

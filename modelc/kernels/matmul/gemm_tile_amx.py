@@ -13,8 +13,9 @@ vector units only scale each token's 16-row result into accumulators held in
 registers for the whole row of blocks (`scale_acc16`: a convert and two or three
 float ops; Q4_0's -8 offset and Q4_K's mins use the activation sums xs). So the
 cost is a flat part per weight block (gathers, tile ops) plus ~3 vector ops per
-token. Four sets of tiles rotate (two for Q6_K, whose blocks take two C tiles
-each) so block b+3's dot runs while block b is scaled. The tokens go through the panels in blocks of about TOKEN_BLOCK_BYTES of
+token. Two sets of tiles alternate so block b+1's dot runs while block b is
+scaled (four sets, block b+3's dot issued before block b is scaled, measured no faster: the 8B's Q4_K shapes at 512
+tokens 24.8 / 85.1 / 84.3 ms against 24.5 / 83.0 / 79.9, docs/benchmarks.md, issue 42, 2026-12-07 late morning). The tokens go through the panels in blocks of about TOKEN_BLOCK_BYTES of
 activations, which stay in L2 while every panel reads them. Measured gains over the zmm tile: see plan.AMX_MIN_T. The
 flat part (~100 cycles per 16 rows x 32-block) is most of the cost at small T;
 for a weight repacked for gemm_r16 (`qmatmul_amx_r16`, plan.Path.AMX_R16) the B tiles
@@ -54,12 +55,11 @@ from modelc.kernels.simd.qdot_tile import (
 
 
 def config(tm: int) -> np.ndarray:
-    """Tile config for tm tokens: C tiles 0-3 (tm x 64 B), A tiles 4, 5 (tm x 32 B: activations), B tiles 6, 7
-    (8 x 64 B: 16 weight rows' 32-block in VNNI layout); four sets (C s, A 4 + s % 2, B 6 + s % 2) in flight."""
+    """Tile config for tm tokens: C tiles 0, 1 (tm x 64 B), A tiles 2, 3 (tm x 32 B: activations),
+    B tiles 4, 5 (8 x 64 B: 16 weight rows' 32-block in VNNI layout)."""
     cfg = np.zeros(64, np.uint8)
     cfg[0] = 1
-    for tile, rows, colsb in ((0, tm, 64), (1, tm, 64), (2, tm, 64), (3, tm, 64), (4, tm, 32), (5, tm, 32), (6, 8, 64),
-                              (7, 8, 64)):  # fmt: skip
+    for tile, rows, colsb in ((0, tm, 64), (1, tm, 64), (2, tm, 32), (3, tm, 32), (4, 8, 64), (5, 8, 64)):
         cfg[16 + 2 * tile] = colsb
         cfg[48 + tile] = rows
     return cfg
@@ -102,31 +102,22 @@ def _post(kind, accs, cbuf, co, ds, ms, bl, dxs, nxs, b, t16, t0):
 
 @njit(cache=True, nogil=True, inline="always")
 def _dot(kind, set_, xqf, ao, c, bw, bo, cbuf):
-    """Tile set 0..3 (C tile set_, A tile 4 + set_ % 2, B tile 6 + set_ % 2): cbuf[256 * set_:] = tokens x 16 rows.
-    Q6_K: set 0 (C 0 and 1, A 4, B 5) or 1 (C 2 and 3, A 6, B 7), each half of the block into its own C tile:
-    cbuf[512 * set_:]."""
+    """Tile set 0 (C 0, A 2, B 4) or 1 (C 1, A 3, B 5): cbuf[256 * set_:] = tokens x 16 rows. Q6_K: set 0 (C 0 and
+    1, A 4, B 5) or 1 (C 2 and 3, A 6, B 7), each half of the block into its own C tile: cbuf[512 * set_:]."""
     if kind == Q6_K:
         if set_ == 0:
             amx_dot2(0, 1, 4, 5, xqf, ao, c, bw, bo, cbuf, 0, 1)
         else:
             amx_dot2(2, 3, 6, 7, xqf, ao, c, bw, bo, cbuf, 512, 1)
-    elif kind == 4:  # Q8_0: signed codes
-        if set_ == 0:
-            amx_dot1(0, 4, 6, xqf, ao, c, bw, bo, cbuf, 0, 0)
-        elif set_ == 1:
-            amx_dot1(1, 5, 7, xqf, ao, c, bw, bo, cbuf, 256, 0)
-        elif set_ == 2:
-            amx_dot1(2, 4, 6, xqf, ao, c, bw, bo, cbuf, 512, 0)
-        else:
-            amx_dot1(3, 5, 7, xqf, ao, c, bw, bo, cbuf, 768, 0)
     elif set_ == 0:
-        amx_dot1(0, 4, 6, xqf, ao, c, bw, bo, cbuf, 0, 1)
-    elif set_ == 1:
-        amx_dot1(1, 5, 7, xqf, ao, c, bw, bo, cbuf, 256, 1)
-    elif set_ == 2:
-        amx_dot1(2, 4, 6, xqf, ao, c, bw, bo, cbuf, 512, 1)
+        if kind != 4:
+            amx_dot1(0, 2, 4, xqf, ao, c, bw, bo, cbuf, 0, 1)
+        else:
+            amx_dot1(0, 2, 4, xqf, ao, c, bw, bo, cbuf, 0, 0)
+    elif kind != 4:
+        amx_dot1(1, 3, 5, xqf, ao, c, bw, bo, cbuf, 256, 1)
     else:
-        amx_dot1(3, 5, 7, xqf, ao, c, bw, bo, cbuf, 768, 1)
+        amx_dot1(1, 3, 5, xqf, ao, c, bw, bo, cbuf, 256, 0)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -186,6 +177,7 @@ def _tiles(kind, out, r0, rows, nb, ka, kb, xqf, c, ta, tb, dxs, nxs, cfg_full, 
     t16 = dxs.size // (2 * nb if kind == Q6_K else nb)  # tokens padded to whole tiles: dxs (nb, t16), 0 past t
     n = out.shape[1]
     of = out.reshape(-1)
+    co1 = 512 if kind == Q6_K else 256
     for tt in range(ta // 16, (tb + 15) // 16):
         t0 = tt * 16
         tm = min(16, tb - t0)
@@ -201,39 +193,16 @@ def _tiles(kind, out, r0, rows, nb, ka, kb, xqf, c, ta, tb, dxs, nxs, cfg_full, 
                 for m in range(rows):
                     acc[j * 16 + m] = out[t0 + j, r0 + m]
             accs = load_rows_f32x16x16(acc, 0, 16)
-        if kind == Q6_K:  # two sets of two C tiles: block b + 1's dots run while block b is scaled
-            _dot(kind, 0, xqf, (tt * nb + ka) * 512, 32, bw, 0, cbuf)
-            for b in range(ka, kb, 2):
-                bl = b - ka
-                if b + 1 < kb:
-                    _dot(kind, 1, xqf, (tt * nb + b + 1) * 512, 32, bw, (bl + 1) * 128, cbuf)
-                accs = _post(kind, accs, cbuf, 0, ds, ms, bl, dxs, nxs, b, t16, t0)
-                if b + 2 < kb:
-                    _dot(kind, 0, xqf, (tt * nb + b + 2) * 512, 32, bw, (bl + 2) * 128, cbuf)
-                if b + 1 < kb:
-                    accs = _post(kind, accs, cbuf, 512, ds, ms, bl + 1, dxs, nxs, b + 1, t16, t0)
-        else:  # four sets: block b + 3's dot is issued before block b is scaled
-            a0 = tt * nb * 512
-            for j in range(3):
-                if ka + j < kb:
-                    _dot(kind, j, xqf, a0 + (ka + j) * 512, 32, bw, j * 128, cbuf)
-            for b in range(ka, kb, 4):
-                bl = b - ka
-                if b + 3 < kb:
-                    _dot(kind, 3, xqf, a0 + (b + 3) * 512, 32, bw, (bl + 3) * 128, cbuf)
-                accs = _post(kind, accs, cbuf, 0, ds, ms, bl, dxs, nxs, b, t16, t0)
-                if b + 4 < kb:
-                    _dot(kind, 0, xqf, a0 + (b + 4) * 512, 32, bw, (bl + 4) * 128, cbuf)
-                if b + 1 < kb:
-                    accs = _post(kind, accs, cbuf, 256, ds, ms, bl + 1, dxs, nxs, b + 1, t16, t0)
-                if b + 5 < kb:
-                    _dot(kind, 1, xqf, a0 + (b + 5) * 512, 32, bw, (bl + 5) * 128, cbuf)
-                if b + 2 < kb:
-                    accs = _post(kind, accs, cbuf, 512, ds, ms, bl + 2, dxs, nxs, b + 2, t16, t0)
-                if b + 6 < kb:
-                    _dot(kind, 2, xqf, a0 + (b + 6) * 512, 32, bw, (bl + 6) * 128, cbuf)
-                if b + 3 < kb:
-                    accs = _post(kind, accs, cbuf, 768, ds, ms, bl + 3, dxs, nxs, b + 3, t16, t0)
+        _dot(kind, 0, xqf, (tt * nb + ka) * 512, 32, bw, 0, cbuf)
+        for b in range(ka, kb, 2):
+            bl = b - ka
+            if b + 1 < kb:
+                _dot(kind, 1, xqf, (tt * nb + b + 1) * 512, 32, bw, (bl + 1) * 128, cbuf)
+            accs = _post(kind, accs, cbuf, 0, ds, ms, bl, dxs, nxs, b, t16, t0)
+            if b + 2 < kb:
+                _dot(kind, 0, xqf, (tt * nb + b + 2) * 512, 32, bw, (bl + 2) * 128, cbuf)
+            if b + 1 < kb:
+                accs = _post(kind, accs, cbuf, co1, ds, ms, bl + 1, dxs, nxs, b + 1, t16, t0)
         if whole:
             store_rows_f32x16x16(of, t0 * n + r0, n, accs)
         else:

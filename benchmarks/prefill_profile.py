@@ -12,8 +12,9 @@ the shapes of a Llama 3 8B are q / o 4096x4096, k / v 1024x4096, gate / up 14336
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
+import pathlib
+import sys
 import time
 
 import modelc  # noqa: F401  (before numpy and numba, as in the CLI: its thread settings apply only then)
@@ -26,19 +27,8 @@ from modelc.kernels.matmul import gemm_r16, gemm_tile_amx, plan
 from modelc.kernels.quant import quant
 from modelc.request import SamplingParams
 
-acc: dict[str, float] = collections.defaultdict(float)
-cnt: collections.Counter = collections.Counter()
-
-
-def timed(name: str, f):
-    def w(*args, **kw):
-        t0 = time.perf_counter()
-        r = f(*args, **kw)
-        acc[name] += time.perf_counter() - t0
-        cnt[name] += 1
-        return r
-
-    return w
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from decode_profile import acc, cnt, timed  # noqa: E402  (its timers and their totals)
 
 
 def timed_matmul(f):

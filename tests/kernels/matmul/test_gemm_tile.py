@@ -156,10 +156,12 @@ def test_amx_on_the_repacked_copy_matches_qact(name: str, t: int) -> None:
 
 
 @pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K"])
-def test_amx_token_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Activations in blocks of 16 and 32 tokens (gemm_tile_amx.token_block: several passes over the panels, the last
-    one partial), on the file's blocks and on the repacked copy: the same numbers as one pass."""
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
+def test_amx_token_blocks_and_k_chunks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Activations in blocks of 16 and 32 tokens (gemm_tile_amx.blocks: several passes over the panels, the last one
+    partial), and the columns in K chunks of 8 and 16 blocks (the later chunks add to out; K-quants in whole
+    super-blocks, the last chunk shorter), on the file's blocks and on the repacked copy (Q6_K: the repacked copy
+    only): the same numbers as one pass."""
     from modelc.kernels.matmul import gemm_r16
 
     t, (n, c) = 71, ((48, 1056) if DataType[name].block_size == 32 else (48, 768))
@@ -168,41 +170,18 @@ def test_amx_token_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     rw = gemm_r16.repack(w.blocks, w.dtype)
     want = np.empty((t, n), np.float32)
     ref_linear.matmul_qact(want, x, w)
-    for rows in (16, 32):
-        monkeypatch.setattr(gemm_tile_amx, "TOKEN_BLOCK_BYTES", rows * c)
-        assert gemm_tile_amx.token_block(t, c) == rows
-        for run in (gemm_tile_amx.qmatmul_amx, gemm_tile_amx.qmatmul_amx_r16):
-            out = np.full((t, n), np.nan, np.float32)
-            run(out, xq, xd, xs, w.blocks if run is gemm_tile_amx.qmatmul_amx else rw, kind)
-            assert not np.isnan(out).any()
-            assert _relerr(out, want) < EXACT_QACT, (rows, run.__name__)
-
-
-@pytest.mark.skipif(not qdot_tile.HAS_AMX, reason="no AMX int8 tiles on this CPU / kernel")
-@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
-def test_amx_k_blocks(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The columns in K chunks of 8 and 16 blocks (gemm_tile_amx.blocks: the later chunks add to out; K-quants in
-    whole super-blocks, the last chunk shorter), with token blocks of 16 and partial token tiles: the same numbers
-    as one pass, on the file's blocks and on the repacked copy (Q6_K: the repacked copy only)."""
-    from modelc.kernels.matmul import gemm_r16
-
-    t, (n, c) = 37, ((48, 1056) if DataType[name].block_size == 32 else (48, 768))
-    w, x, xq, xd, xs = _case(name, n, c, t, seed=9)
-    kind = quant.KIND[w.dtype]
-    rw = gemm_r16.repack(w.blocks, w.dtype)
-    want = np.empty((t, n), np.float32)
-    ref_linear.matmul_qact(want, x, w)
     runs = [gemm_tile_amx.qmatmul_amx_r16] + ([gemm_tile_amx.qmatmul_amx] if name != "Q6_K" else [])
-    for k_block, tokens in ((8, 1 << 30), (16, 16)):
+    # (K_BLOCK, TOKEN_BLOCK_BYTES) -> (tokens, blocks) a pass
+    for k_block, tokens, got in ((1 << 30, 16 * c, (16, c // 32)), (1 << 30, 32 * c, (32, c // 32)), (8, 1 << 30, (80, 8)),
+                                 (16, 16, (16, 16))):  # fmt: skip
         monkeypatch.setattr(gemm_tile_amx, "K_BLOCK", k_block)
         monkeypatch.setattr(gemm_tile_amx, "TOKEN_BLOCK_BYTES", tokens)
-        tblk, kblk = gemm_tile_amx.blocks(t, c)
-        assert kblk == (8 if k_block == 8 else 16) and kblk < c // 32 and (tblk == 16) == (tokens == 16)
+        assert gemm_tile_amx.blocks(t, c) == got
         for run in runs:
             out = np.full((t, n), np.nan, np.float32)
             run(out, xq, xd, xs, w.blocks if run is gemm_tile_amx.qmatmul_amx else rw, kind)
             assert not np.isnan(out).any()
-            assert _relerr(out, want) < EXACT_QACT, (k_block, run.__name__)
+            assert _relerr(out, want) < EXACT_QACT, (k_block, tokens, run.__name__)
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])

@@ -36,6 +36,7 @@ from modelc.kernels.matmul.gemm_r16_parts import (
     SIGNED_DOT,
     TOKEN_CHUNK,
     _ahead,
+    _ahead_l2,
     _block_dot,
     _dot8_u4,
     _load8,
@@ -45,7 +46,7 @@ from modelc.kernels.matmul.gemm_r16_parts import (
 )
 from modelc.kernels.quant.quant import KIND, quantized
 from modelc.kernels.quant.quant_iq import IQ4_NL, IQ4_XS
-from modelc.kernels.runtime.cpu import PREFETCH_T1
+from modelc.kernels.runtime.cpu import PREFETCH_L2, PREFETCH_T1
 from modelc.kernels.simd.qdot import (
     add_f32x16,
     fma_f32x16,
@@ -300,7 +301,9 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
     pf = base + PREFETCH_BYTES
     for sb in range(nsb):
         o = base + sb * 2304
-        if PREFETCH_T1:
+        if PREFETCH_L2:  # (into L2: Emerald Rapids, cpu.PREFETCH_L2)
+            pf = _ahead_l2(rf, pf, o + 256 + PREFETCH_BYTES)
+        elif PREFETCH_T1:
             pf = _ahead(rf, pf, o + 256 + PREFETCH_BYTES)
         a = load_u32x16(rf, o + 64)
         m = load_u32x16(rf, o + 128)
@@ -317,7 +320,9 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
             b0 = (2 * j) % 4
             q = o + 256 + 512 * j
             xo = sb * 256 + 64 * j
-            if PREFETCH_T1:
+            if PREFETCH_L2:
+                pf = _ahead_l2(rf, pf, q + 512 + PREFETCH_BYTES)
+            elif PREFETCH_T1:
                 pf = _ahead(rf, pf, q + 512 + PREFETCH_BYTES)
             c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
             p = _dot8_u4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3),

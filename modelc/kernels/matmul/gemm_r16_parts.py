@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from modelc.kernels.simd.qdot import prefetch
+from modelc.kernels.simd.qdot import prefetch, prefetch_l2
 from modelc.kernels.simd.qdot_r16 import add_i32x16, bcast4_i8x64, bits_i32x16, or_shl_i32x16, splat_i32x16
 from modelc.kernels.simd.qdot_tile import (
     WIDE_DOT_EXACT,
@@ -61,6 +61,15 @@ def _ahead(rf, pf, limit):
     """Prefetch the lines from pf up to limit, one at a time; returns the next line to prefetch."""
     while pf < limit:
         prefetch(rf, pf)
+        pf += 64
+    return pf
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _ahead_l2(rf, pf, limit):
+    """_ahead into L2 (cpu.PREFETCH_L2)."""
+    while pf < limit:
+        prefetch_l2(rf, pf)
         pf += 64
     return pf
 

@@ -701,20 +701,32 @@ def q8_0x2_fma(typingctx, acc, w, o, xa, ao):
     return F32x16(acc, w, o, xa, ao), codegen
 
 
-@intrinsic
-def prefetch(typingctx, ary, idx):
-    """Software prefetch of the cache line holding ary[idx] into all cache levels (a hint:
-    never faults, so idx may run past the end of the array)."""
-    if not (_check_1d(ary) and isinstance(idx, types.Integer)):
-        return None
+def _prefetch(locality: int, doc: str):
+    """A software prefetch intrinsic (ary, idx) with LLVM's locality hint (3: prefetcht0, 2: prefetcht1)."""
 
-    def codegen(context, builder, sig, args):
-        p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _i8)
-        i32 = ir.IntType(32)
-        ptrty = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.VoidType(), [ptrty, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
-        builder.call(fn, [p, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
+    def pf(typingctx, ary, idx):
+        if not (_check_1d(ary) and isinstance(idx, types.Integer)):
+            return None
 
-    return types.none(ary, idx), codegen
+        def codegen(context, builder, sig, args):
+            p = _ptr_at(context, builder, sig.args[0], args[0], args[1], _i8)
+            i32 = ir.IntType(32)
+            ptrty = ir.IntType(8).as_pointer()
+            fnty = ir.FunctionType(ir.VoidType(), [ptrty, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+            builder.call(fn, [p, ir.Constant(i32, 0), ir.Constant(i32, locality), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return types.none(ary, idx), codegen
+
+    pf.__name__ = pf.__qualname__ = "prefetch" if locality == 3 else f"prefetch_l{4 - locality}"
+    pf.__doc__ = doc
+    return intrinsic(pf)
+
+
+prefetch = _prefetch(
+    3,
+    "Software prefetch of the cache line holding ary[idx] into all cache levels (a hint: never faults, so idx may run "
+    "past the end of the array).",
+)
+prefetch_l2 = _prefetch(2, "prefetch into L2 (prefetcht1): cpu.PREFETCH_L2.")

@@ -134,7 +134,10 @@ def _flags(**switches: str) -> dict[str, bool]:
         ("MODELC_NO_AMX", {"HAS_AMX"}),
         ("MODELC_NO_AVX512", {"HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX"}),
         ("MODELC_NO_VNNI", {"HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX"}),
-        ("MODELC_NO_AVX2", {"HAS_AVX2", "HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "PREFETCH_T1"}),
+        (
+            "MODELC_NO_AVX2",
+            {"HAS_AVX2", "HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "PREFETCH_T1", "PREFETCH_L2"},
+        ),
     ],
 )
 def test_switches_turn_off_a_flag_and_all_that_need_it(switch: str, off: set[str]) -> None:
@@ -142,7 +145,7 @@ def test_switches_turn_off_a_flag_and_all_that_need_it(switch: str, off: set[str
     for name, value in got.items():
         if name in off:
             assert value is False, name
-        elif name not in ("WIDE_DOT_EXACT", "PREFETCH_T1"):  # derived: a switch may turn these on
+        elif name not in ("WIDE_DOT_EXACT", "PREFETCH_T1", "PREFETCH_L2"):  # derived: a switch may turn these on
             assert value == cpu.describe()[name], name
 
 
@@ -151,6 +154,13 @@ def test_one_token_prefetch_defaults_to_avx2_but_zen4s_avx512_and_the_switch_ove
     got = _flags(MODELC_PREFETCH_T1=value)
     default = got["HAS_AVX2"] and not (got["HAS_AVX512_VNNI"] and cpu.CPU_NAME == "znver4")
     assert got["PREFETCH_T1"] is {"": default, "0": False, "1": True}[value]
+
+
+@pytest.mark.parametrize("t1, l2", [("", ""), ("", "0"), ("", "1"), ("0", "1")])
+def test_the_l2_prefetch_defaults_to_amx_cores_needs_the_one_token_prefetch_and_the_switch_overrides(t1, l2) -> None:
+    got = _flags(MODELC_PREFETCH_T1=t1, MODELC_PREFETCH_L2=l2)
+    want = {"": cpu.FEATURES.get("amx-tile", False), "0": False, "1": True}[l2]
+    assert got["PREFETCH_L2"] is (got["PREFETCH_T1"] and want)
 
 
 def test_plan_prints_its_table() -> None:

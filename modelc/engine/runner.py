@@ -15,7 +15,7 @@ import numpy as np
 from modelc.artifact.hash_pool import release_pages
 from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.config import resolve_kv_dtype
-from modelc.engine import warm_replay
+from modelc.engine import thread_choice, warm_replay
 from modelc.engine.drafter import Drafter, DraftJob
 from modelc.engine.lora import LoraAdapter, load_lora
 from modelc.engine.model_info import ModelInfo, eos_ids
@@ -82,7 +82,7 @@ class Runner:
                 kernels=kernels,
             )
         self.threads = threads
-        self.tuner = ThreadTuner((threads or default_threads()) if tuner_enabled() else 1)  # decode steps' threads
+        self.tuner = self.new_tuner()  # decode steps' threads
         self.states: dict[int, SeqState] = {}
         self.adapters: dict[str, LoraAdapter] = {}
         self.global_adapter: str | None = None
@@ -96,7 +96,7 @@ class Runner:
         weights the warmup's model made (shared per source, models/weights.py), not the file layout. The
         KV pages, adapters and sequences stay; a forward running meanwhile finishes on the old model."""
         self.model = build_model(self.source)
-        self.tuner = ThreadTuner(self.tuner.candidates[0])  # its timings were of the hybrid kernels
+        self.tuner = self.new_tuner()  # its timings were of the hybrid kernels
         if self.drafter is not None:
             self.drafter.model = build_model(self.drafter.source)
         # the file pages the hybrid set's requests touched would stay in RSS beside the repacked copy:
@@ -105,6 +105,14 @@ class Runner:
             for t in (getattr(src, "tensors", None) or {}).values():
                 if len(t.shape) >= 2 and isinstance(t.data, np.ndarray):
                     release_pages(t.data)
+
+    def new_tuner(self) -> ThreadTuner:
+        """A thread tuner for this runner's decode steps; on the numba kernels with a model file, one that keeps
+        its choices across restarts (engine/thread_choice.py: a restart's first request runs no probe)."""
+        threads = (self.threads or default_threads()) if tuner_enabled() else 1
+        on_numba = getattr(self.model.kernels, "name", None) == "numba"
+        memory = thread_choice.for_source(self.source, threads) if threads > 1 and on_numba else None
+        return ThreadTuner(threads, memory)
 
     @property
     def num_kv_blocks(self) -> int:

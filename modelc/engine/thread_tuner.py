@@ -31,7 +31,9 @@ every-thread probes short and left the process on 1 thread, 75-95 against 125-16
 MAX_PERIOD steps) before the next. Steps the tuner does not time (prefill, drafts, embeddings) run on
 prompt_threads(): half the threads while the machine is contended, else all. MODELC_THREAD_TUNER=0 turns
 tuning off. No probe starts while weights move onto huge pages after a load (kernels/runtime/hugepages.py): steps
-run on every thread until the move is done. No numba here.
+run on every thread until the move is done. A runner on the numba kernels keeps the choices of small batches across
+restarts (engine/thread_choice.py): a restart starts on the kept count, as probed, so its first request runs no probe.
+No numba here.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from modelc.engine.thread_choice import ChoiceFile
 from modelc.kernels.runtime import hugepages
 
 BLOCK = 6
@@ -104,9 +107,14 @@ class _Key:
 class ThreadTuner:
     """threads_for(key) before a decode step, record(key, threads, seconds) after it."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, memory: ChoiceFile | None = None):
+        """memory: where the choices of small batches are kept across restarts (engine/thread_choice.py): a key
+        with a kept choice starts on it, probed, and the next probe comes after PERIOD steps or on drift."""
         self.candidates = sorted({max(1, int(threads)), max(1, int(threads) // 2)}, reverse=True)
         self._keys: dict[int, _Key] = {}
+        self.memory = memory
+        kept = memory.load() if memory is not None and self.active else {}
+        self._kept = {k: n for k, n in kept.items() if k <= SMALL and n in self.candidates}
         self.contended = False  # a probe found half the threads CONTENDED times faster (a small batch's clears it)
         self.epoch = 0  # bumped each time that becomes true: bigger batches then probe once
 
@@ -124,7 +132,8 @@ class ThreadTuner:
             return self.candidates[0]
         st = self._keys.get(key)
         if st is None:
-            st = self._keys[key] = _Key(best=self.candidates[0], epoch=-1, probed=key > SMALL)
+            kept = self._kept.get(key)
+            st = self._keys[key] = _Key(best=kept or self.candidates[0], epoch=-1, probed=key > SMALL or bool(kept))
         # not while weights move onto huge pages (kernels/runtime/hugepages.py, the first seconds after a load): the
         # move stalls a core, and a probe would time that instead of the thread counts
         if not st.plan and self._due(key, st) and not hugepages.moving():
@@ -192,6 +201,9 @@ class ThreadTuner:
         if now or key <= SMALL:
             self.epoch += now and not self.contended
             self.contended = now
+        if key <= SMALL and self.memory is not None:
+            self._kept[key] = st.best
+            self.memory.save(dict(self._kept))  # writes only what changed
 
     @staticmethod
     def _drifted(st: _Key) -> bool:

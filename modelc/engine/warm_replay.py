@@ -16,7 +16,7 @@ from modelc.kernels.runtime.compile_watch import watch_compiles
 from modelc.kernels.runtime.threads import default_threads
 
 
-def _file_identity(source: Any) -> tuple[Any, ...] | None:
+def file_identity(source: Any) -> tuple[Any, ...] | None:
     """(real path, offset, length, size, mtime_ns) of a model mapped from a file, else None."""
     path = getattr(source, "path", None)
     if not path:
@@ -31,11 +31,11 @@ def _file_identity(source: Any) -> tuple[Any, ...] | None:
 
 def list_key(runner: Any) -> str | None:
     """What decides which kernels the runner's forwards reach: its model file, KV type, threads, draft."""
-    target = _file_identity(runner.source)
+    target = file_identity(runner.source)
     if target is None:
         return None
     drafter = getattr(runner, "drafter", None)
-    draft = None if drafter is None else _file_identity(drafter.source)
+    draft = None if drafter is None else file_identity(drafter.source)
     if drafter is not None and draft is None:
         return None
     # the thread count matters only as one or several (attention's parallel kernel needs two threads), so

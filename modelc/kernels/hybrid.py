@@ -6,13 +6,26 @@ A cold start (empty numba cache) builds the served model on hybrid_kernel_set();
 compiles the numba kernels on a second model of the same weights (engine/warm.py), so every kernel
 switches to numba as soon as its signature is compiled; when that thread is done, Switch.numba_only()
 makes every call go straight to numba. The reference and numba kernels agree within the tolerances of
-tests/kernels (the int8-activation matmuls within ~5e-3 relative), so answers are the same model's.
+tests/kernels, so answers are the same model's.
+
+The numpy matmul rounds its activations as the numba model that takes over will: where that model's matmul of a
+weight quantizes them to int8 blocks (llama.cpp's Q8 activations: every repacked weight at any T, the int8 paths of
+the others), the numpy one multiplies the same blocks dequantized (ref_linear.quantize_act), so the two differ by
+float summation order instead of ~5e-3 relative: a first request served on the references decodes the same greedy
+tokens as the warm path instead of parting from them at some token of a real model (SmolLM2-135M Q4_1: its
+32-token `benchmarks/first_run.py` request did, docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import fields
+from typing import Any
 
+import numpy as np
+
+from modelc.kernels.runtime import cpu
 from modelc.kernels.runtime.nocompile import WouldCompile, install, no_compile
 from modelc.kernels.select import KernelSet, kernel_set
 
@@ -66,7 +79,46 @@ def hybrid_kernel_set(copy_budget_bytes: int = 0) -> tuple[KernelSet, Switch] | 
     copies = blas_np.Dequantized(copy_budget_bytes)
     fast, ref, switch = kernel_set("numba"), kernel_set("ref"), Switch(copies)
     slow = {f.name: getattr(ref, f.name) for f in fields(KernelSet) if f.name != "name"}
-    # the reference's fp32 values: panel by panel ~5x faster than ref on a 1B Q4_0; from f32 copies, faster again
-    slow["matmul"] = copies.matmul
+    # the reference's fp32 values: panel by panel ~5x faster than ref on a 1B Q4_0; from f32 copies, faster again;
+    # its activations rounded as the numba model's matmuls round them
+    slow["matmul"] = activations_as_numba(copies.matmul)
     slots = {name: _Slot(getattr(fast, name), fn, switch) for name, fn in slow.items()}
     return KernelSet(name="hybrid", **slots), switch
+
+
+_FP32_PATHS = frozenset({"ref", "blas", "float", "half"})  # plan.Path values whose kernels multiply fp32 activations
+
+
+def activations_as_numba(matmul: Callable) -> Callable:
+    """matmul(out, x, w), with x rounded to int8 blocks first where the numba model quantizes the activations of w
+    at x's token count (quantizes_activations)."""
+
+    def run(out: np.ndarray, x: np.ndarray, w: Any) -> None:
+        if x.shape[0] and quantizes_activations(w, x.shape[0]):
+            x = _rounded(x)
+        matmul(out, x, w)
+
+    return run
+
+
+def quantizes_activations(w: Any, t: int) -> bool:
+    """Whether the numba model's matmul of weight w (as stored in the file) at t tokens quantizes its activations:
+    a weight the numba model repacks runs gemm_r16's int8 kernels at every T (models/weights.py); another one runs
+    its plan (kernels/matmul/plan.py), int8 but on the fp32 paths (BLAS prefill, F32/F16 weights, the references)."""
+    from modelc.kernels.matmul import gemm_r16, plan
+    from modelc.kernels.quant import quant
+
+    if w.dtype not in quant.KIND or w.cols % 32:
+        return False
+    if os.environ.get("MODELC_REPACK", "1") != "0" and gemm_r16.can_repack(w.dtype, w.rows, w.cols):
+        return not cpu.use_reference()
+    return plan.plan_matmul(w, t).value not in _FP32_PATHS
+
+
+def _rounded(x: np.ndarray) -> np.ndarray:
+    """x (T, C) f32 as the int8-activation kernels see it: per 32-block, its int8 codes times the block's scale."""
+    from modelc.kernels.reference.ref_linear import QK, quantize_act
+
+    t, c = x.shape
+    q, d = quantize_act(np.ascontiguousarray(x, dtype=np.float32))
+    return (q.reshape(t, c // QK, QK).astype(np.float32) * d[:, :, None]).reshape(t, c)

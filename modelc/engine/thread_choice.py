@@ -90,16 +90,9 @@ class ChoiceFile:
             if tmp is not None:
                 tmp.unlink(missing_ok=True)
         self._kept = dict(choices)
-        _prune(self.path.parent)
+        from modelc.kernels.runtime.warm_list import prune
 
-
-def _prune(folder: pathlib.Path) -> None:
-    try:
-        files = sorted(folder.glob("*.json"), key=lambda f: f.stat().st_mtime, reverse=True)
-        for f in files[KEEP:]:
-            f.unlink(missing_ok=True)
-    except OSError:
-        return
+        prune(self.path.parent, "*.json", KEEP)
 
 
 def for_source(source: Any, threads: int) -> ChoiceFile | None:

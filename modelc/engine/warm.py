@@ -5,8 +5,8 @@ that warms a second Runner on the same weights (warmup below). That thread first
 numba's disk cache with compiling refused (kernels/nocompile.load_only): where every kernel the model
 reaches is cached (a restart, or another model of the same weight types) the served runner is rebuilt on
 numba before ready_runner returns, and nothing compiles. Otherwise (a cold cache) ready_runner returns
-at once: requests run on the numpy references (blas_np for matmuls) for each kernel numba has not loaded
-yet. Two helper processes compile meanwhile, one after the other, at the server's own priority (the decode
+at once: requests run on the numpy references (blas_np for matmuls, their activations rounded as the numba
+model's are: the same greedy tokens) for each kernel numba has not loaded yet. Two helper processes compile meanwhile, one after the other, at the server's own priority (the decode
 path; then batches and prefill), and the thread loads the decode kernels when the first is done and
 everything when both are: compiling in this process would hold the GIL for seconds, which the threads
 serving on numpy need between calls. Once the decode kernels are loaded, each served runner tries every
@@ -37,6 +37,10 @@ repacking runs numba kernels) waits for the helpers too. With a warm cache, or a
 The helpers only ever write numba's cache: if one fails or is slow, this process compiles the rest.
 The helpers run at this process's priority (WARMER_NICE): niced 10, on a host with ordinary load
 (load average 10 on 2 cores) each got ~7% of a core and SmolLM2's kernels took many minutes.
+Not done: a first request at half the warm speed from an empty cache. A tier of per-op numba kernels compiled before
+/health says 200 was measured and not built (SmolLM2-135M: 31 CPU-s to compile, then 0.17 of the warm speed: the
+per-op forward is ~425 Python-crossing calls a token); the options left (/health after the decode helper, kernels
+shipped per ISA level in numba's cache format) are in docs/benchmarks.md (issue 38, 2026-12-07).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -101,3 +102,11 @@ def test_an_unreadable_or_unwritable_choice_file_is_no_error(model, tmp_path):
     assert runner.tuner.choice(1) == 2 and memory.path.is_dir()
     assert not list(memory.path.parent.glob("*.modelc-tmp"))  # no temp file left behind
     assert thread_choice.for_source(make_tiny_llama(2), 2) is None  # a model that is not a file keeps nothing
+
+
+def test_choice_files_are_pruned_to_the_most_recent(tmp_path, monkeypatch):
+    monkeypatch.setattr(thread_choice, "KEEP", 2)
+    for i in range(4):
+        thread_choice.ChoiceFile(tmp_path / f"{i}.json").save({1: 2})
+        os.utime(tmp_path / f"{i}.json", (i, i))  # written in this order
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["2.json", "3.json"]

@@ -121,13 +121,16 @@ def save(k: str, entries: list[Entry]) -> None:
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
-    _prune(path.parent)
+    prune(path.parent)
 
 
-def _prune(folder: pathlib.Path) -> None:
+def prune(folder: pathlib.Path, pattern: str = "*.pkl", keep: int | None = None) -> None:
+    """Remove the files of `folder` matching `pattern` beyond the `keep` (default KEEP) most recently written (best
+    effort)."""
+    keep = KEEP if keep is None else keep
     try:
-        lists = sorted(folder.glob("*.pkl"), key=lambda f: f.stat().st_mtime, reverse=True)
-        for f in lists[KEEP:]:
+        files = sorted(folder.glob(pattern), key=lambda f: f.stat().st_mtime, reverse=True)
+        for f in files[keep:]:
             f.unlink(missing_ok=True)
     except OSError:
         return

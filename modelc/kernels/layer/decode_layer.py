@@ -92,6 +92,12 @@ def _chain(names: tuple[str, ...]):
             else:
                 rest(part, x, w, kind, how)
 
+    # Named for its whole chain: numba names a function's machine code after its __qualname__, a per-process
+    # counter and its argument types, and every chain's pick takes the same types. Compiled into the cached
+    # entries of two processes (the cold start's helpers, test workers), two chains' picks could get one symbol
+    # (same counter value); linked code is weak (linkonce_odr), so a process that loaded both entries ran one
+    # chain's pick for the other (a wrong kernel, or _not_in_kinds). A name per chain cannot collide that way.
+    pick.__name__ = pick.__qualname__ = "pick_" + "_".join(names)
     return njit(nogil=True)(pick)  # compiled into decode_step's cached entries, not cached on its own
 
 

@@ -14,6 +14,7 @@ import pytest
 from modelc.api.engine import Engine
 from modelc.kernels.layer import decode_layer, decode_step, moe_ffn
 from modelc.kernels.matmul import plan
+from modelc.kernels.runtime import warm_list
 from modelc.models import llama, llama_decode
 from modelc.models.fused import MAX_T
 from modelc.request import SamplingParams
@@ -107,6 +108,8 @@ def test_fused_layers_match_the_general_path_bit_for_bit(name: str, kv_dtype: st
     if "Q5_K_M" in name or "IQ4_XS" in name:  # Q5_K projections: gemm_fused_k's kernel on the file's blocks
         assert any(decode_layer.MATVEC_K in (p.qkv[2], p.qkv[6], p.qkv[10], p.out[2]) for p in plans)
     _assert_same(eng)
+    # the decode layers' compiled picks (decode_layer._chain) leave the warm list whole: a restart replays it
+    assert warm_list.snapshot() is not None
 
 
 class _Proxy:

@@ -97,7 +97,10 @@ def _chain(names: tuple[str, ...]):
     # entries of two processes (the cold start's helpers, test workers), two chains' picks could get one symbol
     # (same counter value); linked code is weak (linkonce_odr), so a process that loaded both entries ran one
     # chain's pick for the other (a wrong kernel, or _not_in_kinds). A name per chain cannot collide that way.
-    pick.__name__ = pick.__qualname__ = "pick_" + "_".join(names)
+    # The qualname keeps "<locals>": warm_list.snapshot() knows a function local to another by it (compiled only
+    # into its callers, needing no warm-list entry); without it no decode model would keep a warm list.
+    pick.__name__ = "pick_" + "_".join(names)
+    pick.__qualname__ = "_chain.<locals>." + pick.__name__
     return njit(nogil=True)(pick)  # compiled into decode_step's cached entries, not cached on its own
 
 

@@ -32,4 +32,12 @@ def test_every_chain_and_every_link_of_it_has_its_own_name():
 def test_the_name_is_the_same_in_every_process():
     """The name must not depend on what else a process compiled (only the kinds): equal chains in two processes
     then name equal code."""
-    assert decode_layer._chain(("r16_1", "k")).py_func.__qualname__ == "pick_r16_1_k"
+    assert decode_layer._chain(("r16_1", "k")).py_func.__qualname__ == "_chain.<locals>.pick_r16_1_k"
+
+
+def test_a_pick_is_local_to_a_function_by_its_qualname():
+    """warm_list.snapshot() skips dispatchers local to a function (compiled only into their callers) by the
+    "<locals>" in their qualname, and returns None (no warm list: a restart replays nothing) for any other it
+    cannot find by module and name. tests/models/test_decode_layer.py checks snapshot() after real decode steps."""
+    for names in _chains():
+        assert "<locals>" in decode_layer._chain(names).py_func.__qualname__

@@ -36,17 +36,17 @@ from modelc.kernels.matmul.gemm_r16_parts import (
     SIGNED_DOT,
     TOKEN_CHUNK,
     _ahead,
-    _ahead_l2,
+    _ahead_t1,
     _block_dot,
     _dot8_u4,
     _load8,
     _offsets,
     _scale_min,
     _store_acc,
+    steps,
 )
 from modelc.kernels.quant.quant import KIND, quantized
 from modelc.kernels.quant.quant_iq import IQ4_NL, IQ4_XS
-from modelc.kernels.runtime.cpu import PREFETCH_L2, PREFETCH_T1
 from modelc.kernels.simd.qdot import (
     add_f32x16,
     fma_f32x16,
@@ -77,6 +77,8 @@ Q4_0, Q4_1, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q4_1], KIND[DataType
 Q6_K = KIND[DataType.Q6_K]
 R16_KINDS = frozenset({Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS})
 """Kinds repacked and multiplied here (IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k)."""
+PAIRED_T1 = frozenset({Q8_0, Q6_K})
+"""Kinds whose one-token kernel steps through its prange two groups at a time (gemm_r16_parts.pairs_t1)."""
 
 # one 16-row group of one block (Q4_K, Q6_K, IQ4_XS: of a 256-element super-block)
 BYTES = {Q4_0: 288, Q4_1: 320, Q8_0: 544, Q4_K: 2304, Q6_K: 3360, IQ4_NL: 288, IQ4_XS: 2176}
@@ -207,26 +209,55 @@ def _group(out, xq, sa, xd, xm, rf, gi, nb, kind, t, c, acc):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _block_t1(acc, macc, pf, xq, sa, xd, xm, rf, o, b, kind):
+    """Block b (at byte o) of one group for the one token: (acc, macc, pf) after it, the block dot added to acc,
+    Q4_1's mins term to macc, and the prefetch (_ahead_t1) taken to PREFETCH_BYTES past the block."""
+    bb, co, nibbles = _layout(kind)
+    pf = _ahead_t1(rf, pf, o + bb + PREFETCH_BYTES)
+    u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + co, 0 if nibbles else kind)
+    p = _block_dot(sa[0, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32, nibbles)
+    acc = fmadot_f32x16(acc, p, load_f16x16(rf, o), splat_f32x16(xd[0, b]))
+    if kind == Q4_1:
+        macc = fma_f32x16(macc, load_f16x16(rf, o + 32), splat_f32x16(xm[0, b]))
+    return acc, macc, pf
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _store_t1(out, acc, macc, gi, kind):
+    """out[0, 16 gi .. 16 gi + 15] = acc (+ Q4_1's mins term macc)."""
+    if kind == Q4_1:
+        acc = add_f32x16(acc, macc)
+    store_f32x16(out.reshape(-1), gi * 16, acc)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _group_t1(out, xq, sa, xd, xm, rf, gi, nb, kind):
     """_group for one token: the accumulator stays in a register (no store and reload per block; Q4_1's mins
     in a second one); software prefetch only where PREFETCH_T1 (see PREFETCH_BYTES)."""
-    bb, co, nibbles = _layout(kind)
+    bb = _layout(kind)[0]
     acc = zeros_f32x16()
     macc = zeros_f32x16()
     base = gi * nb * bb
     pf = base + PREFETCH_BYTES
     for b in range(nb):
-        o = base + b * bb
-        if PREFETCH_T1:
-            pf = _ahead(rf, pf, o + bb + PREFETCH_BYTES)
-        u0, u1, u2, u3, u4, u5, u6, u7 = _codes(rf, o + co, 0 if nibbles else kind)
-        p = _block_dot(sa[0, b], u0, u1, u2, u3, u4, u5, u6, u7, xq, b * 32, nibbles)
-        acc = fmadot_f32x16(acc, p, load_f16x16(rf, o), splat_f32x16(xd[0, b]))
-        if kind == Q4_1:
-            macc = fma_f32x16(macc, load_f16x16(rf, o + 32), splat_f32x16(xm[0, b]))
-    if kind == Q4_1:
-        acc = add_f32x16(acc, macc)
-    store_f32x16(out.reshape(-1), gi * 16, acc)
+        acc, macc, pf = _block_t1(acc, macc, pf, xq, sa, xd, xm, rf, base + b * bb, b, kind)
+    _store_t1(out, acc, macc, gi, kind)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pair_t1(out, xq, sa, xd, xm, rf, gi, nb, kind):
+    """_group_t1 of groups gi and gi + 1 at once, their blocks alternating: two streams through memory
+    (gemm_r16_parts.pairs_t1); each group's sums in the same order as alone, so the same bits."""
+    bb = _layout(kind)[0]
+    a0, m0, a1, m1 = zeros_f32x16(), zeros_f32x16(), zeros_f32x16(), zeros_f32x16()
+    b0 = gi * nb * bb
+    b1 = b0 + nb * bb
+    p0, p1 = b0 + PREFETCH_BYTES, b1 + PREFETCH_BYTES
+    for b in range(nb):
+        a0, m0, p0 = _block_t1(a0, m0, p0, xq, sa, xd, xm, rf, b0 + b * bb, b, kind)
+        a1, m1, p1 = _block_t1(a1, m1, p1, xq, sa, xd, xm, rf, b1 + b * bb, b, kind)
+    _store_t1(out, a0, m0, gi, kind)
+    _store_t1(out, a1, m1, gi + 1, kind)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -301,10 +332,7 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
     pf = base + PREFETCH_BYTES
     for sb in range(nsb):
         o = base + sb * 2304
-        if PREFETCH_L2:  # (into L2: Emerald Rapids, cpu.PREFETCH_L2)
-            pf = _ahead_l2(rf, pf, o + 256 + PREFETCH_BYTES)
-        elif PREFETCH_T1:
-            pf = _ahead(rf, pf, o + 256 + PREFETCH_BYTES)
+        pf = _ahead_t1(rf, pf, o + 256 + PREFETCH_BYTES)
         a = load_u32x16(rf, o + 64)
         m = load_u32x16(rf, o + 128)
         md = load_u32x16(rf, o + 192)
@@ -320,10 +348,7 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
             b0 = (2 * j) % 4
             q = o + 256 + 512 * j
             xo = sb * 256 + 64 * j
-            if PREFETCH_L2:
-                pf = _ahead_l2(rf, pf, q + 512 + PREFETCH_BYTES)
-            elif PREFETCH_T1:
-                pf = _ahead(rf, pf, q + 512 + PREFETCH_BYTES)
+            pf = _ahead_t1(rf, pf, q + 512 + PREFETCH_BYTES)
             c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
             p = _dot8_u4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3),
                          nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo)  # fmt: skip
@@ -345,7 +370,7 @@ def _r16_q4_k(out, xq, xd, xs, rw):
     xm = _sums32(xs)  # the mins' term
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
-    if t == 1:
+    if t == 1:  # one group a step: pairs (pairs_t1) streamed 12-18% slower on an 8B's gate|up (Emerald Rapids)
         for gi in prange(rw.shape[0]):
             _group_q4_k_t1(out, xqf, xd, xm, rf, gi, c // 256)
         return
@@ -371,13 +396,19 @@ def _sums32(xs):
 @njit(cache=True, nogil=True, inline="always")
 def _group_any_t(out, xq, sa, xd, xm, rw, gi, kind):
     """Rows 16 gi .. 16 gi + 15 of a 32-element block kind (Q4_0, Q4_1, Q8_0; a constant in each caller) for every
-    token: _group_t1 at one token, else _group TOKEN_CHUNK tokens at a time."""
+    token: _group_t1 at one token, else _group TOKEN_CHUNK tokens at a time. Q8_0 at one token: gi is a step of
+    the prange over pairs_t1(groups), groups 2 gi and 2 gi + 1 (_pair_t1; the last alone where the count is odd)."""
     t, c = xq.shape
     nb = c // 32
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
     if t == 1:
-        _group_t1(out, xqf, sa, xd, xm, rf, gi, nb, kind)
+        if kind != Q8_0:  # Q4_0 / Q4_1: one group a step (pairs not measured for them)
+            _group_t1(out, xqf, sa, xd, xm, rf, gi, nb, kind)
+        elif 2 * gi + 1 < rw.shape[0]:
+            _pair_t1(out, xqf, sa, xd, xm, rf, 2 * gi, nb, kind)
+        else:
+            _group_t1(out, xqf, sa, xd, xm, rf, 2 * gi, nb, kind)
         return
     acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)
     for t0 in range(0, t, TOKEN_CHUNK):
@@ -403,7 +434,7 @@ def _r16_q4_1(out, xq, xd, xs, rw):
 @njit(cache=True, nogil=True, parallel=True)
 def _r16_q8_0(out, xq, xd, rw):
     sa = _offsets(xq, xq.shape[1] // 32, np.int64(0 if SIGNED_DOT else 128))  # signed codes, or code + 128
-    for gi in prange(rw.shape[0]):
+    for gi in prange(steps(rw.shape[0], xq.shape[0])):
         _group_any_t(out, xq, sa, xd, xd, rw, gi, Q8_0)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from modelc.kernels.runtime.cpu import PREFETCH_L2, PREFETCH_T1
 from modelc.kernels.simd.qdot import prefetch, prefetch_l2
 from modelc.kernels.simd.qdot_r16 import add_i32x16, bcast4_i8x64, bits_i32x16, or_shl_i32x16, splat_i32x16
 from modelc.kernels.simd.qdot_tile import (
@@ -52,8 +53,11 @@ a burst of 24-36 lines likely waits for line fill buffers with the vector work q
 no counters to show it). Emerald Rapids, both forms alternating in one process, streamed, 5632 x 2048 and
 2048 x 5632: Q4_K T = 8 97 -> 131 and 102 -> 130 GB/s effective, T = 16 +23-25%, T = 1 +8%, the AVX2 path
 (MODELC_NO_AVX512/VNNI/AMX) T = 8 +18%; IQ4_XS T = 8 +24-27%, T = 1 +8-9%; Q6_K (768 bytes, was 1536) T = 8
-+6-9%, T = 16 +7%, AVX2 path T = 8 +9%. Q6_K's one-token loop read the same either way (0-3%) and keeps its
-burst."""
++6-9%, T = 16 +7%, AVX2 path T = 8 +9%. Q6_K's one-token loop (a 3360-byte super-block) read the same either
+way on TinyLlama's shapes (0-3%) and kept its burst until an 8B's showed the burst's cost: in cache its matrices
+ran at 27-35 GB/s with the burst against 35-42 a part at a time (512 bytes: the scale header, then each run of
+codes), streamed the same or more (output head 17.4 -> 19.8 GB/s; docs/benchmarks.md, issue 42, 2026-12-07
+afternoon)."""
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -66,12 +70,37 @@ def _ahead(rf, pf, limit):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _ahead_l2(rf, pf, limit):
-    """_ahead into L2 (cpu.PREFETCH_L2)."""
-    while pf < limit:
-        prefetch_l2(rf, pf)
-        pf += 64
+def _ahead_t1(rf, pf, limit):
+    """The one-token loops' _ahead: into L2 (prefetcht1) where cpu.PREFETCH_L2, into every level where only
+    cpu.PREFETCH_T1, none elsewhere (pf comes back unchanged)."""
+    if PREFETCH_L2:
+        while pf < limit:
+            prefetch_l2(rf, pf)
+            pf += 64
+    elif PREFETCH_T1:
+        pf = _ahead(rf, pf, limit)
     return pf
+
+
+@njit(cache=True, nogil=True, inline="always")
+def pairs_t1(groups):
+    """The one-token loops' prange steps over `groups` 16-row groups: two neighbouring groups a step, read
+    together, one block (Q6_K: super-block) of each in turn (the last group alone where the count is odd): two
+    streams through memory a core instead of one. Q8_0 and Q6_K (gemm_r16.PAIRED_T1). Emerald Rapids, 2 threads,
+    an 8B's matrices streamed, the forms alternating in one process (medians of 8-10, GB/s, against one group a
+    step with the L2 prefetch): Q8_0 28672 x 4096 22.2 -> 23.7, 4096 x 14336 18.9-20.1 -> 21.0-22.5 (four groups
+    a step read as two); Q6_K 4096 x 14336 16.0 -> 17.7, 128256 x 4096 17.1 -> 18.1. Q4_K's super-blocks read
+    in pairs streamed 12-18% slower on 28672 x 4096 (its one-token loop keeps one group a step); Q4_0 / Q4_1 were
+    not measured in pairs and keep one group a step. A kernel reading the same bytes with one dot a line and no
+    other work streamed no faster than Q8_0's pairs (23.2 against 23.7 GB/s, numpy's 2-thread probe 25.2)."""
+    return (groups + 1) // 2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def steps(groups, t):
+    """The prange steps of a kernel over `groups` 16-row groups at t tokens: pairs_t1 at one token, else one group
+    a step."""
+    return pairs_t1(groups) if t == 1 else groups
 
 
 @njit(cache=True, nogil=True, inline="always")

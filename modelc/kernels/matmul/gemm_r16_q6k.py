@@ -32,12 +32,13 @@ from modelc.kernels.matmul.gemm_r16_parts import (
     PREFETCH_BYTES,
     TOKEN_CHUNK,
     _ahead,
+    _ahead_t1,
     _dot4_u6,
     _load8,
     _offsets,
     _store_acc,
+    pairs_t1,
 )
-from modelc.kernels.runtime.cpu import PREFETCH_T1
 from modelc.kernels.simd.qdot import (
     fma_f32x16,
     load_f16x16,
@@ -228,6 +229,43 @@ def _block_t1(acc, d, xq, xd, so, s0, s1, bq, u0, u1, u2, u3, u4, u5, u6, u7):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _sb_t1(acc, pf, xq, xd, so, rf, o, sb):
+    """Super-block sb (at byte o) of one group for the one token: (acc, pf) after it (_group_t1)."""
+    pf = _ahead_t1(rf, pf, o + 288 + PREFETCH_BYTES)
+    d = load_f16x16(rf, o)
+    # scale s of the 16 rows at byte 32 + 16 s: vector v holds sub-blocks 4 v .. 4 v + 3
+    c0, c1, c2, c3 = (
+        load_i8x64(rf, o + 32),
+        load_i8x64(rf, o + 96),
+        load_i8x64(rf, o + 160),
+        load_i8x64(rf, o + 224),
+    )
+    for h in range(2):
+        q, a, b = o + 288 + 1536 * h, o + 800 + 1536 * h, o + 1312 + 1536 * h
+        lo = c0 if h == 0 else c2  # sub-blocks 8 h .. 8 h + 3: 32-blocks m = 0, 1 of the half
+        hi = c1 if h == 0 else c3  # 8 h + 4 .. 8 h + 7: m = 2, 3
+        bq = sb * 8 + 4 * h
+        pf = _ahead_t1(rf, pf, a + 512 + PREFETCH_BYTES)
+        h0, h1, h2, h3, h4, h5, h6, h7 = _load8(rf, q)
+        a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, a)
+        acc = _block_t1(acc, d, xq, xd, so, sext0_i32x16(lo), sext1_i32x16(lo), bq,
+                        six0_i8x64(a0, h0), six0_i8x64(a1, h1), six0_i8x64(a2, h2), six0_i8x64(a3, h3),
+                        six0_i8x64(a4, h4), six0_i8x64(a5, h5), six0_i8x64(a6, h6), six0_i8x64(a7, h7))  # fmt: skip
+        acc = _block_t1(acc, d, xq, xd, so, sext0_i32x16(hi), sext1_i32x16(hi), bq + 2,
+                        six2_i8x64(a0, h0), six2_i8x64(a1, h1), six2_i8x64(a2, h2), six2_i8x64(a3, h3),
+                        six2_i8x64(a4, h4), six2_i8x64(a5, h5), six2_i8x64(a6, h6), six2_i8x64(a7, h7))  # fmt: skip
+        pf = _ahead_t1(rf, pf, b + 512 + PREFETCH_BYTES)
+        a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, b)
+        acc = _block_t1(acc, d, xq, xd, so, sext2_i32x16(lo), sext3_i32x16(lo), bq + 1,
+                        six1_i8x64(a0, h0), six1_i8x64(a1, h1), six1_i8x64(a2, h2), six1_i8x64(a3, h3),
+                        six1_i8x64(a4, h4), six1_i8x64(a5, h5), six1_i8x64(a6, h6), six1_i8x64(a7, h7))  # fmt: skip
+        acc = _block_t1(acc, d, xq, xd, so, sext2_i32x16(hi), sext3_i32x16(hi), bq + 3,
+                        six3_i8x64(a0, h0), six3_i8x64(a1, h1), six3_i8x64(a2, h2), six3_i8x64(a3, h3),
+                        six3_i8x64(a4, h4), six3_i8x64(a5, h5), six3_i8x64(a6, h6), six3_i8x64(a7, h7))  # fmt: skip
+    return acc, pf
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _group_t1(out, xq, xd, so, rf, gi, nsb):
     """_group for one token: the accumulator stays in a register, codes are unpacked where used.
 
@@ -237,43 +275,28 @@ def _group_t1(out, xq, xd, so, rf, gi, nsb):
     Reading each sub-block's scales from memory where used (the header's lines touched again between the
     code runs) needed a prefetch burst ahead and still streamed slower: TinyLlama-shaped matrices, 2 threads,
     Zen 4, one process alternating the two: 2048 x 5632 23.1 vs 17.2 GB/s, 32000 x 2048 25.7 vs 17.7
-    (Q4_K's one-token loop on the same shapes: 22.1 and 26.7)."""
+    (Q4_K's one-token loop on the same shapes: 22.1 and 26.7). The prefetch runs a part at a time (the scale
+    header, then each 512-byte run of codes; gemm_r16_parts.PREFETCH_BYTES), into L2 where cpu.PREFETCH_L2."""
     acc = zeros_f32x16()
     base = gi * nsb * 3360
     pf = base + PREFETCH_BYTES
     for sb in range(nsb):
-        o = base + sb * 3360
-        if PREFETCH_T1:
-            pf = _ahead(rf, pf, o + 3360 + PREFETCH_BYTES)
-        d = load_f16x16(rf, o)
-        # scale s of the 16 rows at byte 32 + 16 s: vector v holds sub-blocks 4 v .. 4 v + 3
-        c0, c1, c2, c3 = (
-            load_i8x64(rf, o + 32),
-            load_i8x64(rf, o + 96),
-            load_i8x64(rf, o + 160),
-            load_i8x64(rf, o + 224),
-        )
-        for h in range(2):
-            q, a, b = o + 288 + 1536 * h, o + 800 + 1536 * h, o + 1312 + 1536 * h
-            lo = c0 if h == 0 else c2  # sub-blocks 8 h .. 8 h + 3: 32-blocks m = 0, 1 of the half
-            hi = c1 if h == 0 else c3  # 8 h + 4 .. 8 h + 7: m = 2, 3
-            bq = sb * 8 + 4 * h
-            h0, h1, h2, h3, h4, h5, h6, h7 = _load8(rf, q)
-            a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, a)
-            acc = _block_t1(acc, d, xq, xd, so, sext0_i32x16(lo), sext1_i32x16(lo), bq,
-                            six0_i8x64(a0, h0), six0_i8x64(a1, h1), six0_i8x64(a2, h2), six0_i8x64(a3, h3),
-                            six0_i8x64(a4, h4), six0_i8x64(a5, h5), six0_i8x64(a6, h6), six0_i8x64(a7, h7))  # fmt: skip
-            acc = _block_t1(acc, d, xq, xd, so, sext0_i32x16(hi), sext1_i32x16(hi), bq + 2,
-                            six2_i8x64(a0, h0), six2_i8x64(a1, h1), six2_i8x64(a2, h2), six2_i8x64(a3, h3),
-                            six2_i8x64(a4, h4), six2_i8x64(a5, h5), six2_i8x64(a6, h6), six2_i8x64(a7, h7))  # fmt: skip
-            a0, a1, a2, a3, a4, a5, a6, a7 = _load8(rf, b)
-            acc = _block_t1(acc, d, xq, xd, so, sext2_i32x16(lo), sext3_i32x16(lo), bq + 1,
-                            six1_i8x64(a0, h0), six1_i8x64(a1, h1), six1_i8x64(a2, h2), six1_i8x64(a3, h3),
-                            six1_i8x64(a4, h4), six1_i8x64(a5, h5), six1_i8x64(a6, h6), six1_i8x64(a7, h7))  # fmt: skip
-            acc = _block_t1(acc, d, xq, xd, so, sext2_i32x16(hi), sext3_i32x16(hi), bq + 3,
-                            six3_i8x64(a0, h0), six3_i8x64(a1, h1), six3_i8x64(a2, h2), six3_i8x64(a3, h3),
-                            six3_i8x64(a4, h4), six3_i8x64(a5, h5), six3_i8x64(a6, h6), six3_i8x64(a7, h7))  # fmt: skip
+        acc, pf = _sb_t1(acc, pf, xq, xd, so, rf, base + sb * 3360, sb)
     store_f32x16(out.reshape(-1), gi * 16, acc)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pair_t1(out, xq, xd, so, rf, gi, nsb):
+    """_group_t1 of groups gi and gi + 1 at once, their super-blocks alternating (gemm_r16_parts.pairs_t1)."""
+    a0, a1 = zeros_f32x16(), zeros_f32x16()
+    b0 = gi * nsb * 3360
+    b1 = b0 + nsb * 3360
+    p0, p1 = b0 + PREFETCH_BYTES, b1 + PREFETCH_BYTES
+    for sb in range(nsb):
+        a0, p0 = _sb_t1(a0, p0, xq, xd, so, rf, b0 + sb * 3360, sb)
+        a1, p1 = _sb_t1(a1, p1, xq, xd, so, rf, b1 + sb * 3360, sb)
+    store_f32x16(out.reshape(-1), gi * 16, a0)
+    store_f32x16(out.reshape(-1), gi * 16 + 16, a1)
 
 
 @njit(cache=True, nogil=True)
@@ -291,8 +314,12 @@ def qmatmul(out, xq, xd, rw):
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
     if t == 1:
-        for gi in prange(rw.shape[0]):
-            _group_t1(out, xqf, xd, so, rf, gi, c // 256)
+        ng = rw.shape[0]
+        for i in prange(pairs_t1(ng)):
+            if 2 * i + 1 < ng:
+                _pair_t1(out, xqf, xd, so, rf, 2 * i, c // 256)
+            else:
+                _group_t1(out, xqf, xd, so, rf, 2 * i, c // 256)
         return
     for gi in prange(rw.shape[0]):
         acc = np.empty(min(t, TOKEN_CHUNK) * 16, np.float32)

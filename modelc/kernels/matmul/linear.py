@@ -66,9 +66,9 @@ one T=1 pass over TinyLlama Q4_0's matmuls, paired in one process on a quiet Zen
 chunks of 4 than with the static split, ~0-1% more with 8 chunks a matrix (T=8: 5% and ~3%)."""
 
 
-def chunk_for(rows: int) -> int:
-    """The parallel chunk (in 16-row groups) for a matrix of `rows` output rows."""
-    return CHUNK if CHUNK >= 0 else max(4, rows // (16 * PIECES))
+def chunk_for(rows: int, step_groups: int = 1) -> int:
+    """The parallel chunk (in prange steps of `step_groups` 16-row groups) for a matrix of `rows` output rows."""
+    return CHUNK if CHUNK >= 0 else max(4 // step_groups, rows // (16 * step_groups * PIECES))
 
 
 _ONE = np.ones(1, np.float32)
@@ -108,7 +108,9 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     elif path is Path.BLAS:
         gemm_blas.blas_matmul(out, x, w)
     elif path is Path.R16:  # the decode path: quantize and kernel in one numba entry
-        chunked(chunk_for(w.rows), gemm_r16.F32_OF_KIND[quant.KIND[w.dtype]], out, x, w.r16)
+        kind = quant.KIND[w.dtype]
+        pair = 2 if t == 1 and kind in gemm_r16.PAIRED_T1 else 1  # a step of two groups (gemm_r16_parts.pairs_t1)
+        chunked(chunk_for(w.rows, pair), gemm_r16.F32_OF_KIND[kind], out, x, w.r16)
     else:
         # many tokens (prefill): the activations quantized on every thread, with numba's static split (under chunked
         # a thread took chunk_for(rows) of the rows' 16 pieces at a time: all of them)

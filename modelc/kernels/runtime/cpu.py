@@ -11,7 +11,7 @@ Each flag is read at import from llvmlite's host features, and an environment sw
 | `HAS_AVX512` | HAS_AVX512_VNNI + avx512vbmi | `MODELC_NO_AVX512` | 16-lane Q4_0/Q8_0/F16 matvec (`vpermt2b`) |
 | `HAS_AMX` | HAS_AVX512_VNNI + amx-tile/amx-int8, and the kernel's permission | `MODELC_NO_AMX` | AMX int8 tiles (batches, prefill) |
 | `PREFETCH_T1` | HAS_AVX2, but not HAS_AVX512_VNNI on AMD Zen 4 (`znver4`), unless `MODELC_PREFETCH_T1=0`/`1` says | `MODELC_PREFETCH_T1=0` | software prefetch in gemm_r16's one-token Q4_0/Q8_0/Q4_K/Q6_K loops (IQ4's with AVX-512) |
-| `PREFETCH_L2` | PREFETCH_T1 and amx-tile (Intel's AMX server cores), unless `MODELC_PREFETCH_L2=0`/`1` says | `MODELC_PREFETCH_L2=0` | that prefetch into L2 (prefetcht1) in the one-token Q4_K loop |
+| `PREFETCH_L2` | PREFETCH_T1 and amx-tile (Intel's AMX server cores), unless `MODELC_PREFETCH_L2=0`/`1` says | `MODELC_PREFETCH_L2=0` | that prefetch into L2 (prefetcht1) in those loops but IQ4's |
 
 So `MODELC_NO_AVX512=1 MODELC_NO_VNNI=1 MODELC_NO_AMX=1` runs what an AVX2-only CPU (AMD Zen 3)
 runs, and `MODELC_NO_AVX2=1` the portable code (what every other CPU runs: on aarch64 LLVM lowers it
@@ -97,11 +97,11 @@ Emerald Rapids (streamed, alternating in one process: Q4_0 +26%, Q4_K +35%, Q8_0
 kernels (5-15% more without); unmeasured CPUs get the prefetch. MODELC_PREFETCH_T1=1 or 0 overrides."""
 
 PREFETCH_L2 = PREFETCH_T1 and {"1": True, "0": False}.get(os.environ.get("MODELC_PREFETCH_L2", ""), _has("amx-tile"))
-"""Where PREFETCH_T1, gemm_r16's one-token Q4_K loop prefetches into L2 (prefetcht1) rather than into every level
-(prefetcht0): a prefetch into L1 holds one of the core's few L1 fill buffers for a whole memory round trip. On by
-default on Intel's AMX server cores (Emerald Rapids measured: an 8B's Q4_K matrices streamed at 22.5-23.8 against
-16.7-21.4 GB/s, docs/benchmarks.md, issue 42, 2026-12-07 late morning); its Q6_K loop read the same either way and
-keeps prefetcht0, the other kinds were not measured. MODELC_PREFETCH_L2=1 or 0 overrides."""
+"""Where PREFETCH_T1, gemm_r16's one-token loops (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K; not IQ4's) prefetch into L2
+(prefetcht1) rather than into every level (prefetcht0): a prefetch into L1 holds one of the core's few L1 fill
+buffers for a whole memory round trip. On by default on Intel's AMX server cores (Emerald Rapids measured, an 8B's
+matrices streamed, GB/s: Q4_K 16.7-21.4 -> 22.5-23.8; Q8_0 18.9-22.2 -> 19.2-22.3; Q6_K's output head 17.4 -> 19.8,
+a part at a time; Q4_0 17.2 -> 18.5; docs/benchmarks.md, issue 42, 2026-12-07). MODELC_PREFETCH_L2=1 or 0 overrides."""
 
 WIDE_DOT_EXACT = HAS_VNNI or not HAS_AVX2
 """The 64-byte unsigned x signed dot is exact for codes up to 255 (VNNI or the portable IR);

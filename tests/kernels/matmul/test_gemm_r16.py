@@ -27,7 +27,9 @@ TYPES = [
 
 
 @pytest.mark.parametrize("dtype", TYPES, ids=lambda d: d.name)
-@pytest.mark.parametrize(("n", "c", "t"), [(16, 32, 1), (32, 96, 1), (48, 256, 3), (64, 2048, 8), (16, 64, 17)])
+@pytest.mark.parametrize(
+    ("n", "c", "t"), [(16, 32, 1), (32, 96, 1), (48, 256, 1), (48, 256, 3), (64, 2048, 8), (16, 64, 17)]
+)
 def test_kernel_matches_the_quantized_activation_twin(dtype, n, c, t):
     if dtype is DataType.Q4_K:
         c = max(256, c // 256 * 256)
@@ -98,6 +100,21 @@ def test_many_tokens_run_in_chunks_with_each_chunks_own_bits(dtype):
     got = r16_matmul(w, x)
     for t0 in range(0, t, ch):
         np.testing.assert_array_equal(got[t0 : t0 + ch], r16_matmul(w, x[t0 : t0 + ch]))
+    assert_close(got, twin(w, x))
+
+
+@pytest.mark.parametrize("dtype", ALL_KINDS, ids=lambda d: d.name)
+def test_one_token_reads_groups_in_pairs_with_each_groups_own_bits(dtype):
+    """At one token Q8_0's and Q6_K's kernels read two neighbouring groups at once (gemm_r16.PAIRED_T1; the last of
+    an odd count alone), the others one: every group's rows are the bits the same kernel gives for that group alone,
+    and the twin's numbers."""
+    rng = np.random.default_rng(11)
+    w = linear.prepare_weight(random_tensor(dtype, 80, 512, rng))  # 5 groups: two pairs and one alone
+    x = rng.standard_normal((1, 512)).astype(np.float32)
+    got = r16_matmul(w, x)
+    for g in range(5):
+        one = type(w)(dtype, 16, 512, np.ascontiguousarray(np.asarray(w.blocks)[16 * g : 16 * g + 16]), None, None)
+        np.testing.assert_array_equal(got[:, 16 * g : 16 * g + 16], r16_matmul(one, x))
     assert_close(got, twin(w, x))
 
 
@@ -175,14 +192,14 @@ worst = 0.0
 for dt in (DataType.Q4_0, DataType.Q4_1, DataType.Q8_0, DataType.Q4_K):
     for t, extreme in ((1, False), (3, False), (9, True), (1, True)):
         rng = np.random.default_rng(t)
-        w = linear.prepare_weight(random_tensor(dt, 32, 512, rng))
+        w = linear.prepare_weight(random_tensor(dt, 48, 512, rng))  # 3 groups: at t = 1 a pair and one alone
         x = rng.standard_normal((t, 512)).astype(np.float32)
         if extreme:  # every code at its largest magnitude, activation codes +-127
             w = largest_codes(w)
             x = np.ones((t, 512), np.float32)
             x[1::2] = -1.0  # whole rows of one sign: the largest int16 partial sums
         xq, xd, xs = quant.quantized(x)
-        out, want = np.full((t, 32), np.nan, np.float32), np.empty((t, 32), np.float32)
+        out, want = np.full((t, 48), np.nan, np.float32), np.empty((t, 48), np.float32)
         gemm_r16.qmatmul_r16(out, xq, xd, xs, gemm_r16.repack(w.blocks, dt), quant.KIND[dt])
         ref_linear.matmul_qact(want, x, w)
         worst = max(worst, float(np.abs(out - want).max() / np.abs(want).max()))

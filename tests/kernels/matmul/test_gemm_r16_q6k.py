@@ -75,11 +75,11 @@ from modelc.kernels.matmul.gemm_random import random_tensor
 rng = np.random.default_rng(0)
 worst = 0.0
 for t in (1, 2, 8, 33):
-    w = linear.prepare_weight(random_tensor(DataType.Q6_K, 32, 512, rng))
+    w = linear.prepare_weight(random_tensor(DataType.Q6_K, 48, 512, rng))  # t = 1: a pair of groups and one alone
     x = rng.standard_normal((t, 512)).astype(np.float32)
     xq = np.empty((t, 512), np.int8); xd = np.empty((t, 16), np.float32); xs = np.empty((t, 32), np.float32)
     quant.quantize_act(xq, xd, xs, x)
-    out = np.full((t, 32), np.nan, np.float32)
+    out = np.full((t, 48), np.nan, np.float32)
     gemm_r16.qmatmul_r16(out, xq, xd, xs, gemm_r16.repack(w.blocks, DataType.Q6_K), quant.KIND[DataType.Q6_K])
     want = np.empty_like(out)
     ref_linear.matmul_qact(want, x, w)

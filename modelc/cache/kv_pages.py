@@ -7,11 +7,25 @@ Types (docs/scheduler.md, "KV cache types"):
 - mixed: q8_0 for every page, plus f32 copies ("hot" slots) of the pages that may still be in
   some query's most recent `window` positions; a query at position pos reads row p in f32 iff
   pos - p < window and the page still has its hot slot, else int8.
+
+The arrays become resident at construction (`commit`), as llama.cpp clears its KV buffer at load: np.zeros only
+reserves them, and numpy advises its large allocations onto 2 MiB pages, so the first write of a decode step into
+a fresh page would fault in a huge page then. A served SmolLM2-135M restart's first request did that at two decode
+steps (15 huge pages each, 8-100+ ms on a VM whose host backs guest memory lazily; docs/benchmarks.md, issue 38).
+A thread maps the pages (madvise MADV_POPULATE_WRITE: no byte written, so nothing races a forward) while the load
+goes on; `wait_resident` waits for it (engine/warm.ready_runner, before /health says 200). The scheduler's block
+pool walks through every page in time anyway, so RSS holds the whole cache either way; this moves the faults before
+the first request. Where the call is missing (not Linux, a kernel before 5.14) pages fault in at first write.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
+import mmap
+import sys
+import threading
 
 import numpy as np
 
@@ -29,6 +43,44 @@ HOT_MIN_PAGES = 40  # ...or this many in a small cache (a 512-token prefill chun
 
 def hot_pages(num_blocks: int) -> int:
     return min(num_blocks, max(math.ceil(num_blocks * HOT_FRACTION), HOT_MIN_PAGES))
+
+
+MADV_POPULATE_WRITE = 23  # Linux 5.14+
+COMMIT_MIN_BYTES = 2 << 20  # smaller arrays come from malloc's heap, on 4 KiB pages: their faults cost little
+
+
+def _load_libc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise.restype = ctypes.c_int
+    return libc
+
+
+_LIBC = _load_libc()
+
+
+def _populate(arrays: list[np.ndarray]) -> None:
+    page = mmap.PAGESIZE
+    for a in arrays:
+        start = a.ctypes.data // page * page
+        if _LIBC.madvise(start, a.ctypes.data + a.nbytes - start, MADV_POPULATE_WRITE) != 0:
+            return  # EINVAL before Linux 5.14: the pages fault in at their first write, as without this
+
+
+def commit(*arrays: np.ndarray | None) -> threading.Thread | None:
+    """Map every page of the arrays of COMMIT_MIN_BYTES or more, in a thread (returned; None where there is nothing
+    to do or no way to). ctypes lets go of the GIL for the call, so the load's Python goes on meanwhile."""
+    big = [a for a in arrays if a is not None and a.nbytes >= COMMIT_MIN_BYTES]
+    if not big or _LIBC is None:
+        return None
+    t = threading.Thread(target=_populate, args=(big,), name="modelc-kv-commit", daemon=True)
+    t.start()
+    return t
 
 
 class KVPages:
@@ -50,6 +102,7 @@ class KVPages:
         "window",
         "_free_hot",
         "_idle",
+        "_commit",
     )
 
     def __init__(
@@ -81,6 +134,7 @@ class KVPages:
         if kv_dtype in _STORE:
             self.k = np.zeros(shape, _STORE[kv_dtype])
             self.v = np.zeros(shape, _STORE[kv_dtype])
+            self._commit = commit(self.k, self.v)
             return
         # lazy: numba kernels load (and compile) only when this path runs
         from modelc.kernels.attention.kv_q8 import quant_block
@@ -97,6 +151,13 @@ class KVPages:
             self._free_hot = list(range(ph - 1, -1, -1))
         self.kh = np.zeros((num_layers, ph, *shape[2:]), np.float32)  # (L, PH, Z, K, D)
         self.vh = np.zeros_like(self.kh)
+        self._commit = commit(self.k, self.v, self.ks, self.vs, self.kh, self.vh)
+
+    def wait_resident(self) -> None:
+        """Wait until every page of the arrays is mapped (see the module doc; at once where nothing was to do)."""
+        if self._commit is not None:
+            self._commit.join()
+            self._commit = None
 
     @property
     def block_size(self) -> int:

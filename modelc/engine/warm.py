@@ -83,14 +83,14 @@ def ready_runner(build: Callable[[Any], Any], source: Any = None, kv_dtype: str 
                 compile_in_helpers(source, kv_dtype, threads)
             runner = build(None)
         warmup(runner)
-        return runner
+        return resident(runner)
     kernels, switch = hybrid
     runner = build(kernels)
     _keep_vocabulary_out(runner, switch.copies)
     if not _compile_free(runner):
         switch.numba_only()
         warmup(runner)
-        return runner
+        return resident(runner)
     with _lock:  # engines of one model (--engines N) share one warmer: their runners are alike
         warmer = next((w for w in _warmers if w.joins(runner)), None)
         if warmer is not None:
@@ -101,6 +101,17 @@ def ready_runner(build: Callable[[Any], Any], source: Any = None, kv_dtype: str 
     warmer.decided.wait()  # every kernel loaded from numba's cache (served on numba now), or one must compile
     if warmer.error is not None and warmer.done.is_set() and not warmer.compiled:
         raise warmer.error  # a broken install fails the load, as a plain warmup would
+    return resident(runner)
+
+
+def resident(runner: Any) -> Any:
+    """The runner, once its KV pages (and its draft model's) are resident: they are made so in the background from
+    the runner's construction on (cache/kv_pages.py), beside the rest of the load; the first request's decode
+    steps then fault in none of them."""
+    for owner in (runner, getattr(runner, "drafter", None)):
+        wait = getattr(getattr(owner, "kv", None), "wait_resident", None)
+        if wait is not None:
+            wait()
     return runner
 
 

@@ -205,6 +205,36 @@ def test_cold_start_wait_compiles_before_serving(monkeypatch):
     assert runner.model.kernels.name == "numba" and not warm.compiling()
 
 
+def test_ready_runner_returns_once_the_kv_pages_are_resident(monkeypatch):
+    """/health says 200 once ready_runner returns: by then the KV pages, made resident in the background from the
+    runner's construction on (cache/kv_pages.commit), are; until then it waits."""
+    import threading
+
+    from modelc.cache import kv_pages
+    from modelc.engine.runner import Runner
+
+    release = threading.Event()
+
+    def commit(*arrays):  # a commit that lasts until the test lets it end
+        t = threading.Thread(target=release.wait, daemon=True)
+        t.start()
+        return t
+
+    monkeypatch.setattr(kv_pages, "commit", commit)
+    monkeypatch.setenv("MODELC_COLD_START", "wait")
+    monkeypatch.setenv("MODELC_KERNELS", "ref")  # no numba: the rest of ready_runner takes a moment
+    monkeypatch.setattr(warm, "warmup", lambda runner, **kw: 0.0)
+    got = []
+    build = lambda kernels: Runner(make_tiny_llama(0), num_kv_blocks=4, kernels=kernels)  # noqa: E731
+    t = threading.Thread(target=lambda: got.append(warm.ready_runner(build)), daemon=True)
+    t.start()
+    t.join(2.0)
+    assert not got  # still waiting for the pages
+    release.set()
+    t.join(60)
+    assert got and got[0].kv._commit is None
+
+
 def test_a_failing_warmer_leaves_the_reference_kernels_serving(monkeypatch, capsys):
     import threading
 

@@ -4,14 +4,15 @@ ready_runner builds the served runner on kernels/hybrid.py's KernelSet and start
 that warms a second Runner on the same weights (warmup below). That thread first loads the kernels from
 numba's disk cache with compiling refused (kernels/nocompile.load_only): where every kernel the model
 reaches is cached (a restart, or another model of the same weight types) the served runner is rebuilt on
-numba before ready_runner returns, and nothing compiles. Otherwise (a cold cache) ready_runner returns
-at once: requests run on the numpy references (blas_np for matmuls, their activations rounded as the numba
-model's are: the same greedy tokens) for each kernel numba has not loaded yet. Two helper processes compile meanwhile, one after the other, at the server's own priority (the decode
-path; then batches and prefill), and the thread loads the decode kernels when the first is done and
-everything when both are: compiling in this process would hold the GIL for seconds, which the threads
-serving on numpy need between calls. Once the decode kernels are loaded, each served runner tries every
-step first on a numba model of the repacked weights with compiling refused (DecodeFirst): decode steps run
-at full speed from then on, prompts and batches of streams on the hybrid model until everything is loaded.
+numba before ready_runner returns, and nothing compiles. Otherwise (a cold cache) ready_runner returns at
+once: requests run on the numpy references (blas_np for matmuls, their activations rounded as the numba
+model's are: the same greedy tokens) for each kernel numba has not loaded yet. Two helper processes compile
+meanwhile, one after the other, at the server's own priority (the decode path; then batches and prefill), and
+the thread loads the decode kernels when the first is done and everything when both are: compiling in this
+process would hold the GIL for seconds, which the threads serving on numpy need between calls. Once the decode
+kernels are loaded, each served runner tries every step first on a numba model of the repacked weights with
+compiling refused (DecodeFirst): decode steps run at full speed from then on, prompts and batches of streams on
+the hybrid model until everything is loaded.
 Models that are not a file (tests) compile in the thread. MODELC_COLD_START=wait restores
 compiling everything first. A draft model (speculative decoding) runs on the same hybrid KernelSet and
 warms in the same thread. Models whose forward reaches numba kernels outside the KernelSet (the q8_0

@@ -134,12 +134,16 @@ class KVPages:
         if kv_dtype in _STORE:
             self.k = np.zeros(shape, _STORE[kv_dtype])
             self.v = np.zeros(shape, _STORE[kv_dtype])
-            self._commit = commit(self.k, self.v)
-            return
+        else:
+            self._quantized(shape, kv_dtype, window, num_hot)
+        self._commit = commit(self.k, self.v, self.ks, self.vs, self.kh, self.vh)  # None arrays are skipped
+
+    def _quantized(self, shape: tuple[int, ...], kv_dtype: str, window: int, num_hot: int | None) -> None:
+        """q8_0 / mixed: int8 K and V with fp16 scales, and the hot (f32) slots."""
         # lazy: numba kernels load (and compile) only when this path runs
         from modelc.kernels.attention.kv_q8 import quant_block
 
-        nb = head_dim // quant_block(head_dim)
+        nb = self.head_dim // quant_block(self.head_dim)
         self.k = np.zeros(shape, np.int8)
         self.v = np.zeros(shape, np.int8)
         self.ks = np.zeros((*shape[:-1], nb), np.uint16)  # (L, P, Z, K, NB)
@@ -147,11 +151,10 @@ class KVPages:
         ph = 1  # q8_0: a one-page dummy the kernels never read (window 0)
         if kv_dtype == "mixed":
             self.window = int(window)
-            ph = num_hot if num_hot is not None else hot_pages(num_blocks)
+            ph = num_hot if num_hot is not None else hot_pages(self.num_blocks)
             self._free_hot = list(range(ph - 1, -1, -1))
-        self.kh = np.zeros((num_layers, ph, *shape[2:]), np.float32)  # (L, PH, Z, K, D)
+        self.kh = np.zeros((self.num_layers, ph, *shape[2:]), np.float32)  # (L, PH, Z, K, D)
         self.vh = np.zeros_like(self.kh)
-        self._commit = commit(self.k, self.v, self.ks, self.vs, self.kh, self.vh)
 
     def wait_resident(self) -> None:
         """Wait until every page of the arrays is mapped (see the module doc; at once where nothing was to do)."""

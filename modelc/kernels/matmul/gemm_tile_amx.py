@@ -8,7 +8,7 @@ elements), so its cost grows with T. Here, per 16-row panel of W and
 sub-block pair) put the block's codes of the 16 rows into an AMX B tile (VNNI
 layout); the activations of up to 16 tokens are the A tile, loaded from a tiled
 copy of xq (`tile_act`: each (16 tokens, block) A tile in 512 contiguous bytes); one
-`tdpbsud` (Q8_0: `tdpbssd`) gives all tokens x 16 rows of integer dots, and the
+`tdpbsud` (Q8_0, and Q6_K from codes minus 32: `tdpbssd`) gives all tokens x 16 rows of integer dots, and the
 vector units only scale each token's 16-row result into accumulators held in
 registers for the whole row of blocks (`scale_acc16`: a convert and two or three
 float ops; Q4_0's -8 offset and Q4_K's mins use the activation sums xs). So the
@@ -46,10 +46,12 @@ from modelc.kernels.simd.qdot_tile import (
     q4_k_scales16,
     q8_0_vnni16,
     scale_acc16,
+    scale_acc16_pair,
     store_f32x16,
     store_f32x16x16,
     store_i32x16,
     store_rows_f32x16x16,
+    sub_u8_i32x16,
     zeros_f32x16x16,
 )
 
@@ -86,13 +88,12 @@ Q6_K = 9  # quant.KIND[DataType.Q6_K]: only from gemm_r16's repacked copy (amx_r
 def _post(kind, accs, cbuf, co, ds, ms, bl, dxs, nxs, b, t16, t0):
     """Block b's 16 tokens x 16 rows result at cbuf[co:] scaled into the register-held accumulators accs: its
     scales (and mins) at ds[16 bl:] (ms), bl = b - the first block of the panel's K chunk; token j's activation
-    terms at dxs[b * t16 + t0 + j], nxs[...] (Q6_K: each half's at (2 b + h) t16 + t0 + j, its scales at
-    ds[16 (2 bl + h):], its results at cbuf[co + 256 h:])."""
-    if kind == Q6_K:
-        accs = scale_acc16(accs, cbuf, co, load_f32x16(ds, 32 * bl), dxs, 2 * b * t16 + t0, None, nxs)
-        return scale_acc16(accs, cbuf, co + 256, load_f32x16(ds, 32 * bl + 16), dxs, (2 * b + 1) * t16 + t0, None, nxs)
-    dv = load_f32x16(ds, bl * 16)
+    terms at dxs[b * t16 + t0 + j], nxs[...] (Q6_K: each half's scales at ds[16 (2 bl + h):], its results at
+    cbuf[co + 256 h:], no activation term: its codes are signed)."""
     ko = b * t16 + t0
+    if kind == Q6_K:
+        return scale_acc16_pair(accs, cbuf, co, load_f32x16(ds, 32 * bl), load_f32x16(ds, 32 * bl + 16), dxs, ko)
+    dv = load_f32x16(ds, bl * 16)
     if kind == 7:
         return scale_acc16(accs, cbuf, co, dv, dxs, ko, load_f32x16(ms, bl * 16), nxs)
     if kind == 0:
@@ -104,11 +105,11 @@ def _post(kind, accs, cbuf, co, ds, ms, bl, dxs, nxs, b, t16, t0):
 def _dot(kind, set_, xqf, ao, c, bw, bo, cbuf):
     """Tile set 0 (C 0, A 2, B 4) or 1 (C 1, A 3, B 5): cbuf[256 * set_:] = tokens x 16 rows. Q6_K: set 0 (C 0 and
     1, A 4, B 5) or 1 (C 2 and 3, A 6, B 7), each half of the block into its own C tile: cbuf[512 * set_:]."""
-    if kind == Q6_K:
+    if kind == Q6_K:  # signed codes (tdpbssd)
         if set_ == 0:
-            amx_dot2(0, 1, 4, 5, xqf, ao, c, bw, bo, cbuf, 0, 1)
+            amx_dot2(0, 1, 4, 5, xqf, ao, c, bw, bo, cbuf, 0, 0)
         else:
-            amx_dot2(2, 3, 6, 7, xqf, ao, c, bw, bo, cbuf, 512, 1)
+            amx_dot2(2, 3, 6, 7, xqf, ao, c, bw, bo, cbuf, 512, 0)
     elif set_ == 0:
         if kind != 4:
             amx_dot1(0, 2, 4, xqf, ao, c, bw, bo, cbuf, 0, 1)
@@ -174,7 +175,7 @@ def _tiles(kind, out, r0, rows, nb, ka, kb, xqf, c, ta, tb, dxs, nxs, cfg_full, 
     tiles (bw), scales (ds) and mins (ms) of those blocks: ka = 0 writes out, later K chunks add their sums to it."""
     cbuf = np.zeros(1024, np.int32)
     acc = np.empty(256, np.float32)
-    t16 = dxs.size // (2 * nb if kind == Q6_K else nb)  # tokens padded to whole tiles: dxs (nb, t16), 0 past t
+    t16 = dxs.size // nb  # tokens padded to whole tiles: dxs (nb, t16), 0 past t
     n = out.shape[1]
     of = out.reshape(-1)
     co1 = 512 if kind == Q6_K else 256
@@ -278,9 +279,9 @@ def amx_q4_k(out, w, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk, kblk):
 
 @njit(cache=True, nogil=True, inline="always")
 def _prep_r16_q6_k(bw, ds, rf, base, ka, kb):
-    """_prep_r16 for Q6_K (gemm_r16_q6k's layout): per 32-element block, the B tile rows of its 6-bit codes (0..63,
-    unsigned: the -32 is the activation term nxs) and the d * scale of its two 16-element halves (ds[16 (2 bl +
-    h):]). Row k of block (h, m) of a super-block (elements 128 h + 32 m + 4k..4k+3: chunk k of the half's runs)
+    """_prep_r16 for Q6_K (gemm_r16_q6k's layout): per 32-element block, the B tile rows of its 6-bit codes minus 32
+    (-32..31, signed: tdpbssd, so the integer dot holds the whole q - 32 and the scaling needs no activation term)
+    and the d * scale of its two 16-element halves (ds[16 (2 bl + h):]). Row k of block (h, m) of a super-block (elements 128 h + 32 m + 4k..4k+3: chunk k of the half's runs)
     is ql's nibble (low for m < 2, high for m >= 2; ql's first 32 bytes for even m, its last for odd) | qh's bits
     2m, 2m+1 << 4."""
     for sb in range(ka // 8, kb // 8):
@@ -304,8 +305,8 @@ def _prep_r16_q6_k(bw, ds, rf, base, ka, kb):
 
 @njit(cache=True, nogil=True, inline="always")
 def _six(ql, s, qh, sh):
-    """Q6_K's codes 0..63 in each byte: the nibble of ql at bit s | qh's two bits at sh, << 4."""
-    return or_shl_i32x16(bits_i32x16(ql, s, 0x0F0F0F0F), bits_i32x16(qh, sh, 0x03030303), 4)
+    """Q6_K's codes minus 32 in each byte (-32..31): the nibble of ql at bit s | qh's two bits at sh, << 4, - 32."""
+    return sub_u8_i32x16(or_shl_i32x16(bits_i32x16(ql, s, 0x0F0F0F0F), bits_i32x16(qh, sh, 0x03030303), 4), 32)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -415,21 +416,14 @@ def amx_r16_q6_k(out, rw, xq, xt, dxs, nxs, nb, cfg_full, cfg_last, tblk, kblk):
 def _act_terms(xd: np.ndarray, xs: np.ndarray, kind: int) -> tuple[np.ndarray, np.ndarray]:
     """dxs, nxs (nb * t16,): each block's activation scale and term, block-major with the tokens padded to whole
     tiles of 16 (t16; zeros past T), so a tile's 16 tokens are contiguous. The term is -8 (Q4_0) or -1 (Q4_K:
-    times the mins) times the block's activation sum; zeros for Q8_0 (unread). Q6_K: per 16-element half-block
-    ((2 nb) * t16,), the scale repeated for both halves and the term -32 times the half's sum."""
+    times the mins) times the block's activation sum; none for Q8_0 and Q6_K (signed codes: nxs empty, unread)."""
     t, nb = xd.shape
     t16 = (t + 15) // 16 * 16
-    if kind == Q6_K:
-        dxs = np.zeros((2 * nb, t16), np.float32)
-        dxs[0::2, :t] = xd.T
-        dxs[1::2, :t] = xd.T
-        nxs = np.zeros((2 * nb, t16), np.float32)
-        nxs[:, :t] = (np.float32(-32.0) * xs).T
-        return dxs.reshape(-1), nxs.reshape(-1)
     dxs = np.zeros((nb, t16), np.float32)
     dxs[:, :t] = xd.T
-    nxs = np.zeros((nb, t16) if kind != 4 else 0, np.float32)
-    if kind != 4:
+    signed = kind in (4, Q6_K)
+    nxs = np.zeros((nb, t16) if not signed else 0, np.float32)
+    if not signed:
         nxs[:, :t] = (np.float32(-8.0 if kind == 0 else -1.0) * (xs[:, 0::2] + xs[:, 1::2])).T
     return dxs.reshape(-1), nxs.reshape(-1)
 

@@ -793,6 +793,52 @@ def scale_acc16(typingctx, accs, c, co, dv, dxs, ko, mv, nxs):
 
 
 @intrinsic
+def scale_acc16_pair(typingctx, accs, c, co, dv0, dv1, dxs, ko):
+    """scale_acc16 for a block whose two 16-element halves have their own row scales (Q6_K) and share the token's
+    activation scale: accs[j] + (p0_j * dv0 + p1_j * dv1) * dx_j, p0_j = float(c[co + 16 j : +16]) (the first
+    half's dot), p1_j = float(c[co + 256 + 16 j : +16]) (the second's), dx_j = dxs[ko + j]. Per row two converts and
+    three float ops, one activation scale (two scale_acc16 with the offset term: two converts, four float ops, two
+    scales and two terms)."""
+    ok = accs == F32x16x16 and _check_1d(c) and c.dtype == types.int32 and dv0 == F32x16 and dv1 == F32x16
+    ok = ok and _check_1d(dxs) and dxs.dtype == types.float32 and isinstance(co, types.Integer)
+    if not (ok and isinstance(ko, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        accs_, c_, co_, dv0_, dv1_, dxs_, ko_ = args
+        fma = "llvm.fma.v16f32"
+        out = []
+        for j in range(16):
+            p = []
+            for h in range(2):
+                ci = builder.add(co_, ir.Constant(co_.type, 256 * h + 16 * j))
+                v = builder.load(_ptr_at(context, builder, sig.args[1], c_, ci, _v16i32), align=4)
+                p.append(builder.sitofp(v, _v16f32))
+            ki = builder.add(ko_, ir.Constant(ko_.type, j))
+            dx = _splat(builder, builder.load(_ptr_at(context, builder, sig.args[5], dxs_, ki, _f32), align=4), _v16f32)
+            y = _call(builder, fma, _v16f32, [p[1], dv1_, builder.fmul(p[0], dv0_)])
+            out.append(_call(builder, fma, _v16f32, [y, dx, builder.extract_value(accs_, j)]))
+        return context.make_tuple(builder, F32x16x16, out)
+
+    return F32x16x16(accs, c, co, dv0, dv1, dxs, ko), codegen
+
+
+@intrinsic
+def sub_u8_i32x16(typingctx, v, k):
+    """Each of the 64 bytes of v minus the constant k, wrapping (vpsubb): Q6_K's codes 0..63 to the signed
+    -32..31 of an AMX B tile (tdpbssd), so the -32 needs no activation term."""
+    if not (v == I32x16 and isinstance(k, types.IntegerLiteral)):
+        return None
+    kv = k.literal_value
+
+    def codegen(context, builder, sig, args):
+        b = builder.bitcast(args[0], _v64i8)
+        return builder.bitcast(builder.sub(b, ir.Constant(_v64i8, [kv & 0xFF] * 64)), _v16i32)
+
+    return I32x16(v, k), codegen
+
+
+@intrinsic
 def amx_dot2(typingctx, clo, chi, at, bt, a, ao, astride, bp, bo, c, co, ub):
     """Two K = 16 dots of one 32-element block, each 16-element half into its own C tile (a K-quant whose scales
     are per 16 elements: Q6_K): C tile clo = A (a at ao, row stride astride) . B (bp at bo, stride 64), then C tile

@@ -13,6 +13,7 @@ from quart import Quart, Response, g, request
 from modelc.errors import ModelcError, PayloadTooLargeError
 from modelc.server import (
     anthropic_routes,
+    completion_routes,
     guard,
     hypercorn_close,
     infill_routes,
@@ -62,6 +63,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         anthropic_routes.bp,
         responses_routes.bp,
         infill_routes.bp,
+        completion_routes.bp,
         rerank_routes.bp,
         webui.bp,
     ):

@@ -7,7 +7,6 @@ with stream=true one `data:` object per token, then the final one with "stop": t
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +14,8 @@ from typing import Any
 from quart import Blueprint
 
 from modelc.errors import ModelcError
-from modelc.server import openapi_surfaces
-from modelc.server.chat_run import ChatStream, matched_stop, run_chat, stream_chat
+from modelc.server import llama_shapes, openapi_surfaces
+from modelc.server.chat_run import ChatStream, run_chat, stream_chat
 from modelc.server.context import char_budget, check_ids, prompt_limit, too_long
 from modelc.server.errors import error_body
 from modelc.server.fim import find_fim_tokens, infill_ids
@@ -38,25 +37,6 @@ from modelc.server.sse import sse_event
 
 OPENAPI_PATHS = openapi_surfaces.INFILL
 bp = Blueprint("infill", __name__)
-
-# llama.cpp's sampling names -> modelc's (the rest are shared: temperature, top_k, top_p, min_p, seed, stop...).
-RENAMES = {"n_predict": "max_tokens", "repeat_penalty": "repetition_penalty"}
-PASSED = (
-    "max_tokens",
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "typical_p",
-    "seed",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "ignore_eos",
-    "min_tokens",
-    "grammar",
-    "json_schema",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,17 +66,6 @@ def _extra(body: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def sampling_body(body: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in body.items():
-        name = RENAMES.get(k, k)
-        if name in PASSED and v is not None:
-            out[name] = v
-    if isinstance(out.get("max_tokens"), int) and out["max_tokens"] < 0:
-        del out["max_tokens"]  # llama.cpp's -1 = "until the end": the server's default limit here
-    return out
-
-
 def parse_infill(state: Any, engine: ServedModel, body: dict[str, Any]) -> InfillPlan:
     model = check_model(state, engine, body)
     require_generation(engine)
@@ -121,7 +90,7 @@ def parse_infill(state: Any, engine: ServedModel, body: dict[str, Any]) -> Infil
         get_str(body, "prompt", "") or "",
     )
     ids = check_ids(list(ids), limit=limit, param="input_prefix")
-    sb = sampling_body(body)
+    sb = llama_shapes.sampling_body(body)
     params = parse_sampling(sb, state.config.defaults, vocab_size=tok.vocab_size)
     constraint = parse_constraint(sb)
     precompile(engine, constraint)
@@ -136,34 +105,17 @@ def parse_infill(state: Any, engine: ServedModel, body: dict[str, Any]) -> Infil
 
 
 def final_object(plan: InfillPlan, engine: ServedModel, r: ChoiceResult, rec: Any, content: str) -> dict[str, Any]:
-    word = matched_stop(engine.tokenizer, r, plan.stops)
-    stop_type = "limit" if r.finish_reason == "length" else "word" if word else "eos"
-    elapsed_ms = (time.monotonic() - rec.start) * 1e3
-    ttft_ms = (rec.ttft_s or 0.0) * 1e3
-    predicted_ms = max(elapsed_ms - ttft_ms, 1e-6)
-    return {
-        "index": 0,
-        "content": content,
-        "tokens": [] if content == "" else list(r.token_ids),
-        "id_slot": 0,
-        "stop": True,
-        "model": plan.model,
-        "tokens_predicted": len(r.token_ids),
-        "tokens_evaluated": len(plan.prompt_token_ids),
-        "tokens_cached": r.cached_tokens,
-        "prompt": plan.prompt_text,
-        "has_new_line": "\n" in r.text,
-        "truncated": False,
-        "stop_type": stop_type,
-        "stopping_word": word or "",
-        "timings": {
-            "prompt_n": len(plan.prompt_token_ids) - r.cached_tokens,
-            "prompt_ms": ttft_ms,
-            "predicted_n": len(r.token_ids),
-            "predicted_ms": predicted_ms,
-            "predicted_per_second": len(r.token_ids) / predicted_ms * 1e3,
-        },
-    }
+    return llama_shapes.final_object(
+        model=plan.model,
+        prompt_ids=plan.prompt_token_ids,
+        prompt_text=plan.prompt_text,
+        stops=plan.stops,
+        engine=engine,
+        r=r,
+        rec=rec,
+        content=content,
+        tokens=[] if content == "" else list(r.token_ids),
+    )
 
 
 @bp.post("/infill")

@@ -315,26 +315,51 @@ async def native_embeddings() -> Any:
 
 @bp.post("/tokenize")
 async def tokenize() -> Any:
+    """The seed's {"input"} / {"inputs"} (special tokens added by default), or llama.cpp's {"content"}
+    (add_special false by default; with_pieces: each id with its text, or its bytes where they are not UTF-8)."""
     engine = current_engine(get_state())
     body = await read_json()
-    texts, batch = single_or_batch(body, str)
-    add_special = body.get("add_special", True)
+    llama = "content" in body and "input" not in body and "inputs" not in body
+    if llama:
+        if not isinstance(body["content"], str):
+            raise InvalidRequestError("'content' must be a string", param="content")
+        texts, batch = [body["content"]], False
+    else:
+        texts, batch = single_or_batch(body, str)
+    add_special = body.get("add_special", not llama)
     if not isinstance(add_special, bool):
         raise InvalidRequestError("'add_special' must be a boolean", param="add_special")
+    with_pieces = body.get("with_pieces", False)
+    if not isinstance(with_pieces, bool):
+        raise InvalidRequestError("'with_pieces' must be a boolean", param="with_pieces")
     tok = require_tokenizer(engine)
     limit = context_length(engine)
+    param = "content" if llama else "input"
 
     def encode_all() -> list[list[int]]:
         # Bounded like prompts: a text that could never be a prompt is not tokenized either.
-        return [encode_bounded(tok, t, add_special=add_special, limit=limit, param="input") for t in texts]
+        return [encode_bounded(tok, t, add_special=add_special, limit=limit, param=param) for t in texts]
 
     lists = await offload(encode_all)
     count = sum(len(t) for t in lists)
-    return {"tokens_batch": lists, "count": count} if batch else {"tokens": lists[0], "count": count}
+    if batch:
+        return {"tokens_batch": lists, "count": count}
+    if with_pieces:
+        return {"tokens": [{"id": t, "piece": _piece(tok.token_bytes(t))} for t in lists[0]], "count": count}
+    return {"tokens": lists[0], "count": count}
+
+
+def _piece(raw: bytes) -> str | list[int]:
+    """A token's text as llama-server's with_pieces gives it: a string, or its bytes where they are not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return list(raw)
 
 
 @bp.post("/detokenize")
 async def detokenize() -> Any:
+    """Token ids -> text, as "text" (the seed) and "content" (llama.cpp)."""
     engine = current_engine(get_state())
     body = await read_json()
     tokens = token_ids_of(body.get("tokens"))
@@ -342,7 +367,8 @@ async def detokenize() -> Any:
         raise InvalidRequestError("'tokens' must be a list of token ids", param="tokens")
     tok = require_tokenizer(engine)
     check_token_ids(tokens, "tokens", tok.vocab_size)
-    return {"text": await offload(tok.decode, tokens)}
+    text = await offload(tok.decode, tokens)
+    return {"text": text, "content": text}
 
 
 @bp.post("/lora/load")

@@ -675,13 +675,21 @@ def server_spec() -> dict[str, Any]:
             "post": _op(
                 "Text -> token ids",
                 _obj({"tokens": {"type": "array"}, "tokens_batch": {"type": "array"}, "count": I}),
-                {**SINGLE_OR_BATCH, "properties": {**SINGLE_OR_BATCH["properties"], "add_special": B}},
+                {
+                    "anyOf": [
+                        {**SINGLE_OR_BATCH, "properties": {**SINGLE_OR_BATCH["properties"], "add_special": B}},
+                        _obj(
+                            {"content": {**S, "description": "llama.cpp's field"}, "add_special": B, "with_pieces": B},
+                            ("content",),
+                        ),  # fmt: skip
+                    ]
+                },
             )
         },
         "/detokenize": {
             "post": _op(
                 "Token ids -> text",
-                _obj({"text": S}),
+                _obj({"text": S, "content": S}),
                 _obj({"tokens": {"type": "array", "items": TOKEN_ID}}, ("tokens",)),
             )
         },

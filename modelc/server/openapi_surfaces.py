@@ -296,6 +296,54 @@ INFILL = {
         )
     }
 }
+_PROMPT_PIECE = {"anyOf": [S, I]}
+COMPLETION_REQ = _obj(
+    {
+        "prompt": {
+            "description": "a string, token ids (maybe mixed with strings), or a list of those (one answer each)",
+            "anyOf": [S, {"type": "array", "items": {"anyOf": [S, I, {"type": "array", "items": _PROMPT_PIECE}]}}],
+        },
+        "n_predict": I,
+        "n_probs": I,
+        "n_cmpl": I,
+        "temperature": N,
+        "top_k": I,
+        "top_p": N,
+        "min_p": N,
+        "typical_p": N,
+        "seed": I,
+        "stop": {"type": "array", "items": S},
+        "repeat_penalty": N,
+        "presence_penalty": N,
+        "frequency_penalty": N,
+        "logit_bias": {"anyOf": [{"type": "array"}, {"type": "object"}]},
+        "grammar": S,
+        "json_schema": {"type": "object"},
+        "return_tokens": B,
+        "stream": B,
+        "model": S,
+    },
+    ("prompt",),
+)
+COMPLETION = {
+    "/completion": {
+        "post": _op(
+            "llama.cpp's native completion (SSE when stream=true; an array for several prompts)",
+            {
+                "anyOf": [
+                    {
+                        **INFILL_RESP,
+                        "properties": {**INFILL_RESP["properties"], "completion_probabilities": {"type": "array"}},
+                    },
+                    {"type": "array"},
+                ]
+            },  # fmt: skip
+            COMPLETION_REQ,
+            sse=True,
+            errors=GEN_ERRORS,
+        )
+    }
+}
 WEBUI = {  # public routes (server/guard.public_route): no API key
     "/": {
         "get": {

@@ -1,5 +1,7 @@
 """/infill (llama.cpp shape) and /v1/completions `suffix` on a real server whose tiny random llama has a
-vocabulary with Qwen2.5-Coder's FIM and repo/file tokens; a clear 400 for a model without them."""
+vocabulary with Qwen2.5-Coder's FIM and repo/file tokens; a clear 400 for a model without them. Also
+llama.cpp's /completion against /v1/completions on that model (tests/server/test_llama_completion.py has
+the rest of /completion, on the fake engine)."""
 
 from __future__ import annotations
 
@@ -72,6 +74,24 @@ def test_completions_suffix_is_the_same_prompt(server) -> None:
         server.url + "/infill", json={"input_prefix": "ab", "input_suffix": "cd", "n_predict": 5, "temperature": 0}
     ).json()
     assert c.choices[0].text == r["content"] and c.usage.prompt_tokens == r["tokens_evaluated"]
+
+
+def test_completion_is_v1_completions_in_llama_shape(server) -> None:
+    oai = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    c = oai.completions.create(model="tiny-llama", prompt="def f(", max_tokens=6, temperature=0, logprobs=3)
+    body = {"prompt": "def f(", "n_predict": 6, "temperature": 0, "n_probs": 3, "return_tokens": True}
+    r = httpx.post(server.url + "/completion", json=body, timeout=120).json()
+    assert r["content"] == c.choices[0].text and r["tokens_evaluated"] == c.usage.prompt_tokens
+    probs = r["completion_probabilities"]
+    assert [p["id"] for p in probs] == r["tokens"] and len(probs) == 6
+    for p, lp, top in zip(probs, c.choices[0].logprobs.token_logprobs, c.choices[0].logprobs.top_logprobs, strict=True):
+        assert p["logprob"] == pytest.approx(lp, abs=1e-5)
+        assert p["top_logprobs"][0]["id"] == p["id"]  # greedy: the most likely token
+        assert len(p["top_logprobs"]) == 3  # OpenAI's legacy dict keeps one of the tokens that read alike
+        assert all(any(abs(v - t["logprob"]) < 1e-5 for t in p["top_logprobs"]) for v in top.values())
+    ids = httpx.post(server.url + "/tokenize", json={"content": "def f(", "add_special": True}).json()["tokens"]
+    same = httpx.post(server.url + "/completion", json={**body, "prompt": ids}, timeout=120).json()
+    assert same["content"] == r["content"]  # the text's BOS is the one /tokenize adds
 
 
 @pytest.mark.anyio

@@ -1,4 +1,6 @@
-"""POST /completion: llama.cpp's native completion endpoint (OpenAI's is /v1/completions).
+"""POST /completion: llama.cpp's native completion endpoint (OpenAI's is /v1/completions), and
+POST /apply-template: a chat-completions body -> {"prompt": the chat template's text}, the prompt that
+/v1/chat/completions would run (llama-server's clients render with it, then send /completion).
 
 `prompt`: a string, token ids, token ids mixed with strings (one prompt), or a list of those (one answer
 each, as a JSON array, prompt-major with `n_cmpl` answers a prompt; a stream takes one prompt). A BOS is
@@ -42,6 +44,8 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
+from modelc.server.openai_chat import chat_request
+from modelc.server.prompt import render_chat
 from modelc.server.run import RequestRun
 from modelc.server.schema import (
     bad,
@@ -221,6 +225,20 @@ async def token_frames(plan: CompletionPlan, engine: ServedModel, run: RequestRu
         yield sse_event(frame)
     run.account()
     yield sse_event(final(plan, engine, run, 0, ""))
+
+
+@bp.post("/apply-template")
+async def apply_template() -> Any:
+    state = get_state()
+    body = await read_json()
+    engine = await engine_for(state, body.get("model"))
+
+    def render() -> str:
+        req = chat_request(state, engine, body)  # validated as /v1/chat/completions validates it
+        offered = req.tools if req.tool_choice != "none" else None
+        return render_chat(engine, req.messages, offered, req.template_kwargs)
+
+    return {"prompt": await offload(render)}
 
 
 def error_frames(e: ModelcError) -> tuple[bytes, ...]:

@@ -342,7 +342,22 @@ COMPLETION = {
             sse=True,
             errors=GEN_ERRORS,
         )
-    }
+    },
+    "/apply-template": {
+        "post": _op(
+            "llama.cpp's: a chat-completions body -> the chat template's prompt text",
+            _obj({"prompt": S}),
+            _obj(
+                {
+                    "messages": {"type": "array", "items": {"type": "object"}, "minItems": 1},
+                    "tools": {"type": "array"},
+                    "model": S,
+                },
+                ("messages",),
+            ),  # fmt: skip
+            errors=GEN_ERRORS,
+        )
+    },
 }
 WEBUI = {  # public routes (server/guard.public_route): no API key
     "/": {

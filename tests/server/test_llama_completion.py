@@ -139,3 +139,15 @@ async def test_tokenize_llama_fields(client) -> None:
     await error_of(await client.post("/tokenize", {"content": 3}), 400, "content")
     r = await (await client.post("/detokenize", {"tokens": ids("ab")})).get_json()
     assert r["content"] == r["text"] == "ab"
+
+
+async def test_apply_template_then_completion_is_the_chat_prompt(client) -> None:
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    r = await (await client.post("/apply-template", {"messages": messages})).get_json()
+    assert r["prompt"] == "<|system|>be brief\n<|user|>hi\n<|assistant|>"  # the fake template's text
+    await client.post("/v1/chat/completions", {"messages": messages, "max_tokens": 1})
+    await client.post("/completion", {"prompt": r["prompt"], "n_predict": 1})
+    chat_ids, completion_ids = client.engine.calls[-2][0], client.engine.calls[-1][0]
+    assert completion_ids == chat_ids  # the same prompt ids as chat completions ran
+    await error_of(await client.post("/apply-template", {"messages": []}), 400, "messages")
+    await error_of(await client.post("/apply-template", {}), 400, "messages")

@@ -3,11 +3,12 @@ per kind and shape, with the path the plan picks (AMX_R16 from plan.R16_AMX_MIN_
 kernel beside it; variants of gemm_tile_amx.K_BLOCK alternate in the same process.
 
     PYTHONPATH=. .venv/bin/python benchmarks/prefill_kernels.py [--cases Q4_K:4096x14336,Q6_K:4096x14336]
-        [--t 512] [--threads 2] [--rounds 5] [--k-blocks 128,1000000] [--no-r16]
+        [--t 512] [--threads 2] [--rounds 5] [--k-blocks 128,1000000] [--no-r16] [--bf16]
 
 Defaults: a Llama 3 8B's matrices (q / o 4096x4096, gate / up 14336x4096, down 4096x14336; Q6_K: down and v).
 Each line: the median of --rounds calls of one matrix (the weights stay in the caches where they fit; at 512 tokens
-these kernels are bound by compute, not by the weight reads), rounds of the variants interleaved.
+these kernels are bound by compute, not by the weight reads), rounds of the variants interleaved. --bf16 adds
+gemm_tile_bf16's AMX bf16 tiles (activations rounded to bf16 inside the timed call; where cpu.HAS_AMX_BF16).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     k_block = getattr(gemm_tile_amx, "K_BLOCK", None)  # (a tree before K chunks has none)
     ap.add_argument("--k-blocks", default=str(k_block or ""), help="gemm_tile_amx.K_BLOCK values to compare")
     ap.add_argument("--no-r16", action="store_true", help="skip gemm_r16's kernel")
+    ap.add_argument("--bf16", action="store_true", help="add gemm_tile_bf16 (AMX bf16 tiles)")
     a = ap.parse_args(argv)
     numba.set_num_threads(a.threads)
     rng = np.random.default_rng(0)
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                 variants[f"{p.value}" + (f" K_BLOCK={kb}" if kb is not None else "")] = kb
             if not a.no_r16 and p is not plan.Path.R16:
                 variants["r16"] = "r16"
+            if a.bf16:
+                variants["bf16"] = "bf16"
             times: dict[str, list[float]] = {k: [] for k in variants}
             for r in range(a.rounds + 1):
                 for label, v in variants.items():
@@ -68,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     if v == "r16":
                         gemm_r16.F32_OF_KIND[kind](out, x, w.r16)
+                    elif v == "bf16":
+                        from modelc.kernels.matmul import gemm_tile_bf16  # (a tree before it has none)
+
+                        gemm_tile_bf16.qmatmul_bf16_r16(out, x, w.r16, kind)
                     else:
                         linear.matmul(out, x, w)
                     if r:  # the first round compiles / loads

@@ -30,6 +30,7 @@ from modelc.kernels.matmul import (
     gemm_r16,
     gemm_tile,
     gemm_tile_amx,
+    gemm_tile_bf16,
     plan,
 )
 from modelc.kernels.matmul.gemm_weight import (
@@ -107,6 +108,8 @@ def matmul(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
         ref_linear.matmul(out, x, w)
     elif path is Path.BLAS:
         gemm_blas.blas_matmul(out, x, w)
+    elif path is Path.AMX_BF16:  # fp32 activations in, rounded to bf16 inside
+        gemm_tile_bf16.qmatmul_bf16_r16(out, x, w.r16, quant.KIND[w.dtype])
     elif path is Path.R16:  # the decode path: quantize and kernel in one numba entry
         kind = quant.KIND[w.dtype]
         pair = 2 if t == 1 and kind in gemm_r16.PAIRED_T1 else 1  # a step of two groups (gemm_r16_parts.pairs_t1)

@@ -8,6 +8,7 @@ were measured (their docstrings say how). In table form (first matching row wins
 | weight | T | CPU | path |
 |---|---|---|---|
 | any | any | `MODELC_KERNELS=ref` | REF: numpy twins (ref_linear) |
+| repacked at load, Q4_0, Q8_0, Q4_K, Q6_K | >= R16_AMX_MIN_T | HAS_AMX_BF16 and AMX_BF16 (opt-in) | AMX_BF16: AMX bf16 tiles from the repacked copy |
 | repacked at load, Q4_0, Q8_0, Q4_K, Q6_K | >= R16_AMX_MIN_T | HAS_AMX | AMX_R16: AMX tiles from the repacked copy |
 | repacked at load (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS) | any | any | R16: gemm_r16 (IQ4: gemm_r16_iq4, Q6_K: gemm_r16_q6k) |
 | F16 / BF16 / F32 | >= PREFILL_MIN_T_FLOAT, or F32 at T = 1 | any | BLAS (sgemm / sgemv on fp32) |
@@ -38,7 +39,15 @@ from typing import Protocol
 import numpy as np
 
 from modelc.ir import DataType
-from modelc.kernels.matmul import gemm_fused, gemm_fused_grid, gemm_fused_iq, gemm_fused_k, gemm_r16, gemm_tile
+from modelc.kernels.matmul import (
+    gemm_fused,
+    gemm_fused_grid,
+    gemm_fused_iq,
+    gemm_fused_k,
+    gemm_r16,
+    gemm_tile,
+    gemm_tile_bf16,
+)
 from modelc.kernels.quant import quant
 from modelc.kernels.runtime import cpu
 
@@ -55,6 +64,7 @@ class Path(enum.Enum):
     MATVEC = "matvec"  # gemm_fused.qmatvec: T=1 Q4_0/Q8_0
     AMX = "amx"  # gemm_tile_amx.qmatmul_amx: AMX int8 tiles, 16 rows x 16 tokens
     AMX_R16 = "amx_r16"  # gemm_tile_amx.qmatmul_amx_r16: the same tiles from gemm_r16's copy (prefill, repacked)
+    AMX_BF16 = "amx_bf16"  # gemm_tile_bf16.qmatmul_bf16_r16: AMX bf16 tiles from gemm_r16's copy (opt-in, AMX_BF16)
     TILE = "tile"  # gemm_tile.qmatmul_tile: register tiles of 4 rows x 4 tokens
     R16 = "r16"  # gemm_r16.qmatmul_r16: Q4_0/Q4_1/Q8_0/Q4_K/Q6_K/IQ4_NL/IQ4_XS repacked at load into 16 interleaved rows, any T
     ROWS = "rows"  # gemm_int.qmatmul_rows: each row unpacked once to L1, any quantized kind
@@ -115,6 +125,14 @@ GRID_MAX_T = cpu.env_int("MODELC_GRID_MAX_T", 4)
 gathered once per group of four tokens), from here on gemm_int.qmatmul_rows (each row unpacked once).
 Measured: docs/benchmarks.md, "The matmul plan's bounds"."""
 
+AMX_BF16 = cpu.HAS_AMX_BF16 and cpu.env_int("MODELC_AMX_BF16", 0) == 1
+"""Opt-in (MODELC_AMX_BF16=1): where AMX_R16 would run, the AMX bf16 tiles run instead (gemm_tile_bf16: weights
+and activations rounded to bf16, no int8 blocks). Kernels alone 1.4-1.8x faster than AMX_R16 on an 8B's matrices at
+512 tokens and ahead of it from 64 (Emerald Rapids, docs/benchmarks.md, issue 42, 2026-12-07 afternoon). Off by
+default until a model's prefill is checked with it: its numbers are not the int8 path's (closer to fp32: max error
+2.2-2.5e-3 of the largest output against 5.1-5.5e-3), and the hybrid cold-start set (kernels/hybrid.py) still
+rounds a repacked weight's activations to int8 blocks at every T."""
+
 _FLOAT = (DataType.F16, DataType.BF16, DataType.F32)
 _NEVER = 1 << 62
 
@@ -134,6 +152,8 @@ def plan_matmul(w: WeightLike, t: int, *, reference: bool | None = None) -> Path
         return Path.BLAS
     if w.r16 is not None and kind in gemm_r16.R16_KINDS:
         if cpu.HAS_AMX and t >= R16_AMX_MIN_T.get(kind, _NEVER):
+            if AMX_BF16 and kind in gemm_tile_bf16.KINDS:
+                return Path.AMX_BF16
             return Path.AMX_R16  # the AMX tiles on the repacked copy: as on the file's bytes, without the gathers
         return Path.R16  # 1.3x the T=1 matvec, 3.4-4.4x the tiles and BLAS at T = 8..128 (gemm_r16)
     if t >= PREFILL_MIN_T:
@@ -183,6 +203,7 @@ def fixed_paths(w: WeightLike) -> tuple[Path, ...]:
         PREFILL_MIN_T_FLOAT,
         cpu.HAS_AMX,
         cpu.HAS_AVX512_VNNI,
+        AMX_BF16,
         *(tuple(sorted(d.items())) for d in (AMX_MIN_T, R16_AMX_MIN_T, AMX_PREFILL_MAX_T, ZMM_PREFILL_MAX_T)),
     )
     got = _FIXED.get(key)

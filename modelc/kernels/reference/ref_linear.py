@@ -214,6 +214,20 @@ def quantize_act(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q.reshape(t, c), d
 
 
+def bf16_round(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bf16 (nearest even; no NaN), as float32."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+
+
+def matmul_bf16(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
+    """The bf16 twin: out = bf16(x) @ bf16(dequantize(w)).T, summed in float64. What the AMX bf16 tiles compute
+    (gemm_tile_bf16), up to float summation order and the odd weight whose fp32 value rounds the other way (the kernel
+    makes it with one fma)."""
+    check_matmul_args(out, x, w)
+    out[...] = bf16_round(x).astype(np.float64) @ bf16_round(dequantize(w)).astype(np.float64).T
+
+
 def matmul_qact(out: np.ndarray, x: np.ndarray, w: Weight) -> None:
     """The quantized-activation twin: out = (x quantized to Q8_0-style blocks) @ dequantize(w).T.
 

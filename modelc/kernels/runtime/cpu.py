@@ -10,6 +10,7 @@ Each flag is read at import from llvmlite's host features, and an environment sw
 | `HAS_AVX512_VNNI` | HAS_VNNI + avx512f/bw/vl/vnni | `MODELC_NO_AVX512` | 512-bit dots: K-quant/IQ matvec, register tiles |
 | `HAS_AVX512` | HAS_AVX512_VNNI + avx512vbmi | `MODELC_NO_AVX512` | 16-lane Q4_0/Q8_0/F16 matvec (`vpermt2b`) |
 | `HAS_AMX` | HAS_AVX512_VNNI + amx-tile/amx-int8, and the kernel's permission | `MODELC_NO_AMX` | AMX int8 tiles (batches, prefill) |
+| `HAS_AMX_BF16` | HAS_AMX + amx-bf16 | `MODELC_NO_AMX` | AMX bf16 tiles (gemm_tile_bf16) |
 | `PREFETCH_T1` | HAS_AVX2, but not HAS_AVX512_VNNI on AMD Zen 4 (`znver4`), unless `MODELC_PREFETCH_T1=0`/`1` says | `MODELC_PREFETCH_T1=0` | software prefetch in gemm_r16's one-token Q4_0/Q8_0/Q4_K/Q6_K loops (IQ4's with AVX-512) |
 | `PREFETCH_L2` | PREFETCH_T1 and amx-tile (Intel's AMX server cores), unless `MODELC_PREFETCH_L2=0`/`1` says | `MODELC_PREFETCH_L2=0` | that prefetch into L2 (prefetcht1) in those loops but IQ4's |
 
@@ -88,6 +89,9 @@ HAS_AVX512 = HAS_AVX512_VNNI and _has("avx512vbmi")
 HAS_AMX = HAS_AVX512_VNNI and not _off("MODELC_NO_AMX") and _amx_permitted()
 """The AMX int8 tiles may be used (CPU, kernel permission, AVX512-VNNI for the rest)."""
 
+HAS_AMX_BF16 = HAS_AMX and _has("amx-bf16")
+"""The AMX bf16 tiles (tdpbf16ps) may be used too: gemm_tile_bf16 (MODELC_NO_AMX turns them off with the int8 ones)."""
+
 PREFETCH_T1 = {"1": True, "0": False}.get(
     os.environ.get("MODELC_PREFETCH_T1", ""), HAS_AVX2 and not (HAS_AVX512_VNNI and CPU_NAME == "znver4")
 )
@@ -120,6 +124,6 @@ def env_int(name: str, default: int) -> int:
 
 def describe() -> dict[str, bool]:
     """The flags above by name (for `modelc info`-style output and benchmark headers)."""
-    names = ("HAS_AVX2", "HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "PREFETCH_L2", "PREFETCH_T1",
-             "WIDE_DOT_EXACT")  # fmt: skip
+    names = ("HAS_AVX2", "HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "HAS_AMX_BF16", "PREFETCH_L2",
+             "PREFETCH_T1", "WIDE_DOT_EXACT")  # fmt: skip
     return {n: bool(globals()[n]) for n in names}

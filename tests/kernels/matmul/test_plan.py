@@ -131,12 +131,21 @@ def _flags(**switches: str) -> dict[str, bool]:
 @pytest.mark.parametrize(
     "switch, off",
     [
-        ("MODELC_NO_AMX", {"HAS_AMX"}),
-        ("MODELC_NO_AVX512", {"HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX"}),
-        ("MODELC_NO_VNNI", {"HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX"}),
+        ("MODELC_NO_AMX", {"HAS_AMX", "HAS_AMX_BF16"}),
+        ("MODELC_NO_AVX512", {"HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "HAS_AMX_BF16"}),
+        ("MODELC_NO_VNNI", {"HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "HAS_AMX_BF16"}),
         (
             "MODELC_NO_AVX2",
-            {"HAS_AVX2", "HAS_VNNI", "HAS_AVX512_VNNI", "HAS_AVX512", "HAS_AMX", "PREFETCH_T1", "PREFETCH_L2"},
+            {
+                "HAS_AVX2",
+                "HAS_VNNI",
+                "HAS_AVX512_VNNI",
+                "HAS_AVX512",
+                "HAS_AMX",
+                "HAS_AMX_BF16",
+                "PREFETCH_T1",
+                "PREFETCH_L2",
+            },
         ),
     ],
 )

@@ -2,8 +2,8 @@
 
 An `llvm.x86.*` call compiled on aarch64 (or on an x86 CPU without the feature) is an LLVM error, so each
 function that emits one must either test a cpu.py flag (`HAS_*`) itself, be called only from functions
-that do, or belong to the AMX kernels (gemm_tile_amx, which only plan.Path.AMX reaches, and that only
-where HAS_AMX). The aarch64 check (tools/aarch64_check.sh) compiles what its tests touch; this reads all of it.
+that do, or belong to the AMX kernels (gemm_tile_amx and gemm_tile_bf16, which only plan.Path.AMX, AMX_R16 and
+AMX_BF16 reach, and those only where HAS_AMX / HAS_AMX_BF16). The aarch64 check (tools/aarch64_check.sh) compiles what its tests touch; this reads all of it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import ast
 import pathlib
 
 KERNELS = pathlib.Path(__file__).resolve().parents[3] / "modelc" / "kernels"
-AMX_MODULE = "matmul/gemm_tile_amx.py"
+AMX_MODULES = {"matmul/gemm_tile_amx.py": "gemm_tile_amx", "matmul/gemm_tile_bf16.py": "gemm_tile_bf16"}
 
 
 def _uses_flag(node: ast.AST) -> bool:
@@ -44,7 +44,7 @@ def _unguarded(root: pathlib.Path) -> list[str]:
                         callers.setdefault(n.id, set()).add((mod, top.name))
             elif _x86(top):
                 raise AssertionError(f"{mod}:{top.lineno}: an x86 intrinsic outside a function")
-    ok = {key for key, f in funcs.items() if _uses_flag(f) or key[0] == AMX_MODULE}
+    ok = {key for key, f in funcs.items() if _uses_flag(f) or key[0] in AMX_MODULES}
     changed = True
     while changed:  # a helper is guarded when every function that mentions it is
         changed = False
@@ -73,20 +73,20 @@ def test_the_check_finds_an_unguarded_intrinsic(tmp_path):
 
 
 def test_amx_kernels_only_behind_the_amx_path():
-    """gemm_tile_amx is used only inside a branch that tests plan.Path.AMX."""
+    """gemm_tile_amx and gemm_tile_bf16 are used only inside a branch that tests an AMX path or flag."""
     uses = 0
     for mod, tree in _modules().items():
-        if mod == AMX_MODULE:
+        if mod in AMX_MODULES:
             continue
         refs = {
             n.lineno for n in ast.walk(tree)
-            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "gemm_tile_amx"
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in AMX_MODULES.values()
         }  # fmt: skip
         guarded = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.If) and "AMX" in ast.unparse(node.test):
                 for n in node.body:
                     guarded.update(x.lineno for x in ast.walk(n) if hasattr(x, "lineno"))
-        assert refs <= guarded, f"{mod}: gemm_tile_amx used outside an AMX branch at lines {sorted(refs - guarded)}"
+        assert refs <= guarded, f"{mod}: an AMX kernel used outside an AMX branch at lines {sorted(refs - guarded)}"
         uses += len(refs)
     assert uses >= 1

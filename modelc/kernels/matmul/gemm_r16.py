@@ -77,7 +77,7 @@ Q4_0, Q4_1, Q8_0, Q4_K = KIND[DataType.Q4_0], KIND[DataType.Q4_1], KIND[DataType
 Q6_K = KIND[DataType.Q6_K]
 R16_KINDS = frozenset({Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS})
 """Kinds repacked and multiplied here (IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k)."""
-PAIRED_T1 = frozenset({Q8_0, Q6_K})
+PAIRED_T1 = frozenset({Q4_0, Q4_1, Q8_0, Q6_K})
 """Kinds whose one-token kernel steps through its prange two groups at a time (gemm_r16_parts.pairs_t1)."""
 
 # one 16-row group of one block (Q4_K, Q6_K, IQ4_XS: of a 256-element super-block)
@@ -396,16 +396,14 @@ def _sums32(xs):
 @njit(cache=True, nogil=True, inline="always")
 def _group_any_t(out, xq, sa, xd, xm, rw, gi, kind):
     """Rows 16 gi .. 16 gi + 15 of a 32-element block kind (Q4_0, Q4_1, Q8_0; a constant in each caller) for every
-    token: _group_t1 at one token, else _group TOKEN_CHUNK tokens at a time. Q8_0 at one token: gi is a step of
-    the prange over pairs_t1(groups), groups 2 gi and 2 gi + 1 (_pair_t1; the last alone where the count is odd)."""
+    token: _group_t1 at one token, else _group TOKEN_CHUNK tokens at a time. At one token gi is a step of the
+    prange over pairs_t1(groups), groups 2 gi and 2 gi + 1 (_pair_t1; the last alone where the count is odd)."""
     t, c = xq.shape
     nb = c // 32
     xqf = xq.reshape(-1)
     rf = rw.reshape(-1)
     if t == 1:
-        if kind != Q8_0:  # Q4_0 / Q4_1: one group a step (pairs not measured for them)
-            _group_t1(out, xqf, sa, xd, xm, rf, gi, nb, kind)
-        elif 2 * gi + 1 < rw.shape[0]:
+        if 2 * gi + 1 < rw.shape[0]:
             _pair_t1(out, xqf, sa, xd, xm, rf, 2 * gi, nb, kind)
         else:
             _group_t1(out, xqf, sa, xd, xm, rf, 2 * gi, nb, kind)
@@ -419,7 +417,7 @@ def _group_any_t(out, xq, sa, xd, xm, rw, gi, kind):
 @njit(cache=True, nogil=True, parallel=True)
 def _r16_q4_0(out, xq, xd, rw):
     sa = _offsets(xq, xq.shape[1] // 32, np.int64(8))  # codes 0..15 for w / d + 8
-    for gi in prange(rw.shape[0]):
+    for gi in prange(steps(rw.shape[0], xq.shape[0])):
         _group_any_t(out, xq, sa, xd, xd, rw, gi, Q4_0)
 
 
@@ -427,7 +425,7 @@ def _r16_q4_0(out, xq, xd, rw):
 def _r16_q4_1(out, xq, xd, xs, rw):
     sa = _offsets(xq, xq.shape[1] // 32, np.int64(0))  # codes 0..15 for (w - m) / d: every block dot starts at 0
     xm = _sums32(xs)  # the mins' term: each block's activation sum
-    for gi in prange(rw.shape[0]):
+    for gi in prange(steps(rw.shape[0], xq.shape[0])):
         _group_any_t(out, xq, sa, xd, xm, rw, gi, Q4_1)
 
 

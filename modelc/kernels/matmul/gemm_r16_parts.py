@@ -86,13 +86,17 @@ def _ahead_t1(rf, pf, limit):
 def pairs_t1(groups):
     """The one-token loops' prange steps over `groups` 16-row groups: two neighbouring groups a step, read
     together, one block (Q6_K: super-block) of each in turn (the last group alone where the count is odd): two
-    streams through memory a core instead of one. Q8_0 and Q6_K (gemm_r16.PAIRED_T1). Emerald Rapids, 2 threads,
-    an 8B's matrices streamed, the forms alternating in one process (medians of 8-10, GB/s, against one group a
-    step with the L2 prefetch): Q8_0 28672 x 4096 22.2 -> 23.7, 4096 x 14336 18.9-20.1 -> 21.0-22.5 (four groups
-    a step read as two); Q6_K 4096 x 14336 16.0 -> 17.7, 128256 x 4096 17.1 -> 18.1. Q4_K's super-blocks read
-    in pairs streamed 12-18% slower on 28672 x 4096 (its one-token loop keeps one group a step); Q4_0 / Q4_1 were
-    not measured in pairs and keep one group a step. A kernel reading the same bytes with one dot a line and no
-    other work streamed no faster than Q8_0's pairs (23.2 against 23.7 GB/s, numpy's 2-thread probe 25.2)."""
+    streams through memory a core instead of one. Q4_0, Q4_1, Q8_0 and Q6_K (gemm_r16.PAIRED_T1). Emerald Rapids,
+    2 threads, an 8B's matrices streamed, the forms alternating in one process (medians of 8-10, GB/s, against one
+    group a step with the L2 prefetch): Q8_0 28672 x 4096 22.2 -> 23.7, 4096 x 14336 18.9-20.1 -> 21.0-22.5 (four
+    groups a step read as two); Q6_K 4096 x 14336 16.0 -> 17.7, 128256 x 4096 17.1 -> 18.1; three jobs, Q4_0
+    28672 x 4096 +1/+5/+22%, 4096 x 14336 +4/+8/+14%, 14336 x 4096 +3/+3/+5%, 4096 x 4096 -1..+2%; Q4_1 -2..+4% on
+    the same shapes in two jobs, +4-16% in the third; TinyLlama's shapes -6..+8%; in cache the same within the
+    noise. Q4_K's super-blocks read in pairs streamed 12-18% slower on 28672 x 4096 (its one-token loop keeps one
+    group a step), and MoE's whole-expert loops (moe_ffn._r16_rows) read Q4_K and Q6_K experts 9% and 6-8% slower
+    in pairs (they keep one group a step). A kernel reading the same bytes with one dot a line and no other work
+    streamed no faster than Q8_0's pairs (23.2 against 23.7 GB/s, numpy's 2-thread probe 25.2), but 9-19% faster
+    than Q4_0's and Q4_1's pairs (85-96% of the probe against their 72-82%: the reads alone do not bound those)."""
     return (groups + 1) // 2
 
 

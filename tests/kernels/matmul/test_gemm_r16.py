@@ -105,9 +105,9 @@ def test_many_tokens_run_in_chunks_with_each_chunks_own_bits(dtype):
 
 @pytest.mark.parametrize("dtype", ALL_KINDS, ids=lambda d: d.name)
 def test_one_token_reads_groups_in_pairs_with_each_groups_own_bits(dtype):
-    """At one token Q8_0's and Q6_K's kernels read two neighbouring groups at once (gemm_r16.PAIRED_T1; the last of
-    an odd count alone), the others one: every group's rows are the bits the same kernel gives for that group alone,
-    and the twin's numbers."""
+    """At one token the kernels of gemm_r16.PAIRED_T1 (Q4_0, Q4_1, Q8_0, Q6_K) read two neighbouring groups at once
+    (the last of an odd count alone), the others one: every group's rows are the bits the same kernel gives for that
+    group alone, and the twin's numbers."""
     rng = np.random.default_rng(11)
     w = linear.prepare_weight(random_tensor(dtype, 80, 512, rng))  # 5 groups: two pairs and one alone
     x = rng.standard_normal((1, 512)).astype(np.float32)

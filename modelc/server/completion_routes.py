@@ -25,13 +25,11 @@ from typing import Any
 
 from quart import Blueprint
 
-from modelc.errors import ModelcError
 from modelc.request import TokenEvent
 from modelc.server import llama_shapes, openapi_surfaces
 from modelc.server.bounds import bounded_int
 from modelc.server.chat_plan import make_jobs
 from modelc.server.context import check_ids, check_num_sequences, encode_bounded, prompt_limit
-from modelc.server.errors import error_body
 from modelc.server.generation import Job
 from modelc.server.handling import (
     check_model,
@@ -185,7 +183,7 @@ def final(plan: CompletionPlan, engine: ServedModel, run: RequestRun, i: int, co
         index=i,
     )
     if plan.n_probs and content:
-        out["completion_probabilities"] = llama_shapes.probabilities(engine, r)
+        out["completion_probabilities"] = llama_shapes.probabilities(engine, r, plan.n_probs)
     return out
 
 
@@ -198,7 +196,7 @@ async def completion() -> Any:
     run = RequestRun(state, engine, plan.jobs, [len(p) for p in plan.prompt_ids])  # a prompt counts once
     if plan.stream:
         await run.start()
-        return run.respond(token_frames(plan, engine, run), error_frames)
+        return run.respond(token_frames(plan, engine, run), llama_shapes.error_frames)
     await run.collect()
     answers = [final(plan, engine, run, i, run.results[i].text) for i in range(len(plan.jobs))]
     return await json_off_loop(lambda: answers[0] if len(answers) == 1 else answers)  # llama-server: one, or an array
@@ -211,17 +209,11 @@ async def token_frames(plan: CompletionPlan, engine: ServedModel, run: RequestRu
         if not isinstance(ev, TokenEvent):
             continue
         r = run.results[0]
-        frame: dict[str, Any] = {
-            "index": 0,
-            "content": ev.text,
-            "tokens": [ev.token_id],
-            "stop": False,
-            "id_slot": 0,
-            "tokens_predicted": len(r.token_ids),
-            "tokens_evaluated": prompt_n,
-        }
+        frame = llama_shapes.token_frame(ev.text, ev.token_id, r, prompt_n)
         if plan.n_probs:
-            frame["completion_probabilities"] = llama_shapes.probabilities(engine, r, len(r.token_ids) - 1)
+            frame["completion_probabilities"] = llama_shapes.probabilities(
+                engine, r, plan.n_probs, len(r.token_ids) - 1
+            )
         yield sse_event(frame)
     run.account()
     yield sse_event(final(plan, engine, run, 0, ""))
@@ -239,7 +231,3 @@ async def apply_template() -> Any:
         return render_chat(engine, req.messages, offered, req.template_kwargs)
 
     return {"prompt": await offload(render)}
-
-
-def error_frames(e: ModelcError) -> tuple[bytes, ...]:
-    return (sse_event(error_body(e)),)

@@ -13,11 +13,9 @@ from typing import Any
 
 from quart import Blueprint
 
-from modelc.errors import ModelcError
 from modelc.server import llama_shapes, openapi_surfaces
 from modelc.server.chat_run import ChatStream, run_chat, stream_chat
 from modelc.server.context import char_budget, check_ids, prompt_limit, too_long
-from modelc.server.errors import error_body
 from modelc.server.fim import find_fim_tokens, infill_ids
 from modelc.server.generation import ChoiceResult, Job
 from modelc.server.handling import (
@@ -125,29 +123,15 @@ async def infill() -> Any:
     engine = await engine_for(state, body.get("model"))
     plan = await offload(parse_infill, state, engine, body)  # tokenizing runs off the loop
     if plan.stream:
-        return await stream_chat(state, engine, plan, lambda cs: infill_events(cs, engine), error_frames)
+        return await stream_chat(state, engine, plan, lambda cs: infill_events(cs, engine), llama_shapes.error_frames)
     r = await run_chat(state, engine, plan)
     return final_object(plan, engine, r, record(), r.text)
-
-
-def error_frames(e: ModelcError) -> tuple[bytes, ...]:
-    return (sse_event(error_body(e)),)
 
 
 async def infill_events(cs: ChatStream, engine: ServedModel) -> AsyncGenerator[bytes, None]:
     plan = cs.plan
     async for text in cs.texts():
         r = cs.result
-        yield sse_event(
-            {
-                "index": 0,
-                "content": text,
-                "tokens": [r.token_ids[-1]],
-                "stop": False,
-                "id_slot": 0,
-                "tokens_predicted": len(r.token_ids),
-                "tokens_evaluated": len(plan.prompt_token_ids),
-            }
-        )
+        yield sse_event(llama_shapes.token_frame(text, r.token_ids[-1], r, len(plan.prompt_token_ids)))
     rec = cs.account()
     yield sse_event(final_object(plan, engine, cs.result, rec, ""))

@@ -10,12 +10,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from modelc.errors import ModelcError
 from modelc.server.chat_run import matched_stop
+from modelc.server.errors import error_body
 from modelc.server.generation import ChoiceResult
 from modelc.server.handling import RequestRecord
-from modelc.server.openai_format import token_str
+from modelc.server.openai_format import chat_logprob_entries
 from modelc.server.schema import bad
 from modelc.server.served import ServedModel
+from modelc.server.sse import sse_event
 
 # llama.cpp's sampling names -> modelc's (the rest are shared: temperature, top_k, top_p, min_p, seed, stop...).
 RENAMES = {"n_predict": "max_tokens", "repeat_penalty": "repetition_penalty"}
@@ -85,22 +88,28 @@ def logit_bias(v: Any, encode: Any) -> dict[str, float]:
     return out
 
 
-def prob_entry(engine: ServedModel, token_id: int, logprob: float | None, top: list[tuple[int, float]]) -> dict:
-    """One generated token's completion_probabilities item: llama.cpp's id, token, bytes, logprob, top_logprobs."""
-    tok = engine.tokenizer
-    text, raw = token_str(tok, token_id)
-    tops = []
-    for tid, lp in top:
-        t, b = token_str(tok, tid)
-        tops.append({"id": tid, "token": t, "bytes": b, "logprob": lp})
-    return {"id": token_id, "token": text, "bytes": raw, "logprob": logprob, "top_logprobs": tops}
+def probabilities(engine: ServedModel, r: ChoiceResult, n_probs: int, start: int = 0) -> list[dict[str, Any]]:
+    """completion_probabilities of the result's tokens from index `start` on: id, token, bytes, logprob and the
+    n_probs top_logprobs of each (chat completions' logprob entries with ids)."""
+    return chat_logprob_entries(engine.tokenizer, r, start, num_top=n_probs, with_ids=True)
 
 
-def probabilities(engine: ServedModel, r: ChoiceResult, start: int = 0) -> list[dict[str, Any]]:
-    """completion_probabilities of the result's tokens from index `start` on."""
-    return [
-        prob_entry(engine, r.token_ids[i], r.logprobs[i], r.top_logprobs[i]) for i in range(start, len(r.token_ids))
-    ]
+def token_frame(text: str, token_id: int, r: ChoiceResult, prompt_n: int) -> dict[str, Any]:
+    """A stream's frame for one generated token (the result holds every token so far)."""
+    return {
+        "index": 0,
+        "content": text,
+        "tokens": [token_id],
+        "stop": False,
+        "id_slot": 0,
+        "tokens_predicted": len(r.token_ids),
+        "tokens_evaluated": prompt_n,
+    }
+
+
+def error_frames(e: ModelcError) -> tuple[bytes, ...]:
+    """How a llama.cpp stream ends on an error after its first frame: one data: object with the error body."""
+    return (sse_event(error_body(e)),)
 
 
 def final_object(

@@ -21,16 +21,22 @@ def token_str(tokenizer: ServedTokenizer, token_id: int) -> tuple[str, list[int]
 
 
 def chat_logprob_entries(
-    tokenizer: Any, r: ChoiceResult, start: int = 0, stop: int | None = None, num_top: int = 0
+    tokenizer: Any, r: ChoiceResult, start: int = 0, stop: int | None = None, num_top: int = 0, with_ids: bool = False
 ) -> list[dict[str, Any]]:
+    """Chat completions' logprobs.content entries; with_ids adds each token's "id" (llama.cpp's
+    completion_probabilities are these entries with ids)."""
+
+    def entry(tid: int, lp: float | None) -> dict[str, Any]:
+        t, b = token_str(tokenizer, tid)
+        return (
+            {"id": tid, "token": t, "logprob": lp, "bytes": b} if with_ids else {"token": t, "logprob": lp, "bytes": b}
+        )
+
     out = []
     for i in range(start, len(r.token_ids) if stop is None else stop):
-        tok, raw = token_str(tokenizer, r.token_ids[i])
-        tops = []
-        for tid, lp in r.top_logprobs[i][:num_top]:
-            t, b = token_str(tokenizer, tid)
-            tops.append({"token": t, "logprob": lp, "bytes": b})
-        out.append({"token": tok, "logprob": r.logprobs[i], "bytes": raw, "top_logprobs": tops})
+        e = entry(r.token_ids[i], r.logprobs[i])
+        e["top_logprobs"] = [entry(tid, lp) for tid, lp in r.top_logprobs[i][:num_top]]
+        out.append(e)
     return out
 
 

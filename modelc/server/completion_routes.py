@@ -166,8 +166,9 @@ def parse_completion(state: ServerState, engine: ServedModel, body: dict[str, An
     )
 
 
-def final(plan: CompletionPlan, engine: ServedModel, run: RequestRun, i: int, content: str) -> dict[str, Any]:
-    """The answer for job i (content: its text, or "" for a stream's final frame)."""
+def final(plan: CompletionPlan, engine: ServedModel, run: RequestRun, i: int, whole: bool) -> dict[str, Any]:
+    """The answer for job i: the whole answer (whole) or a stream's final frame (no content, tokens or
+    probabilities: the frames before it carried them)."""
     r = run.results[i]
     p = i // plan.n_cmpl
     out = llama_shapes.final_object(
@@ -178,11 +179,11 @@ def final(plan: CompletionPlan, engine: ServedModel, run: RequestRun, i: int, co
         engine=engine,
         r=r,
         rec=run.rec,
-        content=content,
-        tokens=list(r.token_ids) if plan.return_tokens and content else [],
+        content=r.text if whole else "",
+        tokens=list(r.token_ids) if plan.return_tokens and whole else [],
         index=i,
     )
-    if plan.n_probs and content:
+    if plan.n_probs and whole:
         out["completion_probabilities"] = llama_shapes.probabilities(engine, r, plan.n_probs)
     return out
 
@@ -198,7 +199,7 @@ async def completion() -> Any:
         await run.start()
         return run.respond(token_frames(plan, engine, run), llama_shapes.error_frames)
     await run.collect()
-    answers = [final(plan, engine, run, i, run.results[i].text) for i in range(len(plan.jobs))]
+    answers = [final(plan, engine, run, i, True) for i in range(len(plan.jobs))]
     return await json_off_loop(lambda: answers[0] if len(answers) == 1 else answers)  # llama-server: one, or an array
 
 
@@ -216,7 +217,7 @@ async def token_frames(plan: CompletionPlan, engine: ServedModel, run: RequestRu
             )
         yield sse_event(frame)
     run.account()
-    yield sse_event(final(plan, engine, run, 0, ""))
+    yield sse_event(final(plan, engine, run, 0, False))
 
 
 @bp.post("/apply-template")

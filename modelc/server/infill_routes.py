@@ -102,7 +102,8 @@ def parse_infill(state: Any, engine: ServedModel, body: dict[str, Any]) -> Infil
     )
 
 
-def final_object(plan: InfillPlan, engine: ServedModel, r: ChoiceResult, rec: Any, content: str) -> dict[str, Any]:
+def final_object(plan: InfillPlan, engine: ServedModel, r: ChoiceResult, rec: Any, whole: bool) -> dict[str, Any]:
+    """The whole answer (whole), or a stream's final frame (no content or tokens: the frames carried them)."""
     return llama_shapes.final_object(
         model=plan.model,
         prompt_ids=plan.prompt_token_ids,
@@ -111,8 +112,8 @@ def final_object(plan: InfillPlan, engine: ServedModel, r: ChoiceResult, rec: An
         engine=engine,
         r=r,
         rec=rec,
-        content=content,
-        tokens=[] if content == "" else list(r.token_ids),
+        content=r.text if whole else "",
+        tokens=list(r.token_ids) if whole else [],
     )
 
 
@@ -125,7 +126,7 @@ async def infill() -> Any:
     if plan.stream:
         return await stream_chat(state, engine, plan, lambda cs: infill_events(cs, engine), llama_shapes.error_frames)
     r = await run_chat(state, engine, plan)
-    return final_object(plan, engine, r, record(), r.text)
+    return final_object(plan, engine, r, record(), True)
 
 
 async def infill_events(cs: ChatStream, engine: ServedModel) -> AsyncGenerator[bytes, None]:
@@ -134,4 +135,4 @@ async def infill_events(cs: ChatStream, engine: ServedModel) -> AsyncGenerator[b
         r = cs.result
         yield sse_event(llama_shapes.token_frame(text, r.token_ids[-1], r, len(plan.prompt_token_ids)))
     rec = cs.account()
-    yield sse_event(final_object(plan, engine, cs.result, rec, ""))
+    yield sse_event(final_object(plan, engine, cs.result, rec, False))

@@ -17,6 +17,7 @@ from modelc.server import (
     guard,
     hypercorn_close,
     infill_routes,
+    llama_embedding,
     native_routes,
     ollama_chat,
     ollama_routes,
@@ -64,6 +65,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         responses_routes.bp,
         infill_routes.bp,
         completion_routes.bp,
+        llama_embedding.bp,
         rerank_routes.bp,
         webui.bp,
     ):

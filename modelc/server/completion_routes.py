@@ -92,18 +92,19 @@ def _one_prompt(p: Any) -> bool:
     )
 
 
-def prompt_pieces(v: Any) -> list[list[int | str]]:
-    """Each prompt of the request as its pieces (token ids and texts, in order)."""
+def prompt_pieces(v: Any, param: str = "prompt") -> list[list[int | str]]:
+    """Each prompt of the request as its pieces (token ids and texts, in order); llama-server's
+    tokenize_input_prompts forms (its /embedding's `content` takes them too)."""
     if v is None:
-        raise bad("prompt", "is required")
+        raise bad(param, "is required")
     if _one_prompt(v):
         return [[v] if isinstance(v, str) else list(v)]
     if not isinstance(v, list) or not v:
-        raise bad("prompt", PROMPT_SHAPE)
+        raise bad(param, PROMPT_SHAPE)
     out: list[list[int | str]] = []
     for p in v:
         if not _one_prompt(p):
-            raise bad("prompt", PROMPT_SHAPE)
+            raise bad(param, PROMPT_SHAPE)
         out.append([p] if isinstance(p, str) else list(p))
     return out
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from modelc.errors import InvalidRequestError
-from modelc.server.context import context_length
+from modelc.server.context import context_length, encode_bounded
 from modelc.server.handling import offload
 from modelc.server.prompt import encode_prompt
 from modelc.server.run import RequestRun
@@ -32,7 +32,7 @@ def too_many_tokens(param: str, num_tokens: int, limit: int, *, more: bool = Fal
 
 def embed_inputs(
     engine: ServedModel,
-    inputs: list[str | list[int]],
+    inputs: list[str | list[int]] | list[Any],  # also llama.cpp's mixed lists of ids and texts
     param: str,
     *,
     truncate: bool = False,
@@ -44,13 +44,15 @@ def embed_inputs(
         raise InvalidRequestError(f"'{param}' may hold at most {MAX_INPUTS} inputs, got {len(inputs)}", param=param)
     check_serves(engine, EMBED, param)
     tok = engine.tokenizer
-    if tok is None and any(isinstance(x, str) for x in inputs):
+    if tok is None and any(_has_text(x) for x in inputs):
         raise InvalidRequestError(f"model {engine.name!r} has no tokenizer: send token ids", param=param)
     limit = context_length(engine)
     vocab = tok.vocab_size if tok is not None else None
     ids: list[list[int]] = []
     total = 0
     for x in inputs:
+        if isinstance(x, list) and _has_text(x):
+            x = _mixed_ids(tok, x, limit, param, truncate)
         ids.append(encode_prompt(tok, x, vocab, param, limit=limit, truncate=truncate))
         total += len(ids[-1])
         if max_tokens is not None and total > max_tokens:
@@ -58,6 +60,22 @@ def embed_inputs(
     if any(len(t) == 0 for t in ids):
         raise InvalidRequestError(f"'{param}' must not contain empty inputs", param=param)
     return ids, total
+
+
+def _has_text(x: Any) -> bool:
+    return isinstance(x, str) or (isinstance(x, list) and any(isinstance(p, str) for p in x))
+
+
+def _mixed_ids(tok: Any, pieces: list[Any], limit: int | None, param: str, truncate: bool) -> list[int]:
+    """llama.cpp's mixed input (token ids and texts, /embedding's `content`): each text tokenized, the first
+    piece's with the model's special tokens, as llama-server's tokenize_mixed does."""
+    ids: list[int] = []
+    for i, p in enumerate(pieces):
+        if isinstance(p, str):
+            ids += encode_bounded(tok, p, add_special=i == 0, limit=limit, param=param, truncate=truncate)
+        else:
+            ids.append(p)
+    return ids
 
 
 async def embed_batched(engine: ServedModel, ids: list[list[int]]) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The native (seed spec) API: /health /info /props /v1/system /api/version /metrics /infer /chat
 /chat/stream /complete /embeddings /tokenize /detokenize /lora/load /lora/unload. /embeddings also
-answers OpenAI's embeddings request (is_openai_embeddings), as /v1/embeddings.
+answers OpenAI's embeddings request (is_openai_embeddings), as /v1/embeddings, and llama-server's (a body
+with `content`), as /embedding.
 
 Shapes follow ../shared/SEED-SPEC.md's HTTP API section; generation reuses the OpenAI machinery
 with the seed defaults (temperature 0 = greedy, top_p/min_p 0 = off).
@@ -35,6 +36,7 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
+from modelc.server.llama_embedding import llama_embeddings
 from modelc.server.manager.lookup import hidden_path, resolve_adapter
 from modelc.server.openai_routes import openai_embeddings
 from modelc.server.prompt import encode_prompt
@@ -294,9 +296,12 @@ def is_openai_embeddings(body: dict[str, Any]) -> bool:
 
 @bp.post("/embeddings")
 async def native_embeddings() -> Any:
-    """The seed spec's {"input"} / {"inputs"} embeddings, or OpenAI's (the /v1 path without /v1)."""
+    """The seed spec's {"input"} / {"inputs"} embeddings, OpenAI's (the /v1 path without /v1), or llama-server's
+    (a body with `content` and no `input`: llama_embedding)."""
     state = get_state()
     body = await read_json()
+    if "content" in body and "input" not in body and "inputs" not in body:
+        return await llama_embeddings(body, "content")
     if is_openai_embeddings(body):
         return await openai_embeddings(body)
     engine = current_engine(state)

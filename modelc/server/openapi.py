@@ -178,6 +178,29 @@ EMBED_REQ = _obj(
     },
     ("input",),
 )
+_LLAMA_PIECE = {"anyOf": [S, TOKEN_ID]}
+LLAMA_CONTENT = {
+    "description": "a string, token ids (maybe mixed with strings), or a list of those (one vector each)",
+    "anyOf": [S, {"type": "array", "items": {"anyOf": [S, TOKEN_ID, {"type": "array", "items": _LLAMA_PIECE}]}}],
+}
+LLAMA_EMBED_REQ = _obj(  # llama-server's /embedding (and its /embeddings): server/llama_embedding.py
+    {
+        "content": LLAMA_CONTENT,
+        "embd_normalize": {
+            **I,
+            "minimum": 0,
+            "maximum": 64,
+            "description": "0 max absolute (int16 range), 1 taxicab, 2 Euclidean (default), > 2 p-norm",
+        },
+        "truncate": {**B, "description": "cut each input to the context length instead of answering 400"},
+        "model": MODEL,
+    },
+    ("content",),
+)
+LLAMA_EMBED_RESP = {
+    "type": "array",
+    "items": _obj({"index": I, "embedding": {"type": "array", "items": {"type": "array", "items": N}}}),
+}
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -656,18 +679,24 @@ def server_spec() -> dict[str, Any]:
         "/embeddings": {
             "post": _op(
                 "Native embeddings ({input} or {inputs}); a body with OpenAI's fields (model, encoding_format, "
-                "dimensions, user) or a list input is OpenAI's embeddings, answered as /v1/embeddings",
-                _obj(
-                    {
-                        "embedding": {"type": "array"},
-                        "embeddings": {"type": "array"},
-                        "model": S,
-                        "object": S,
-                        "data": {"type": "array"},
-                        "usage": USAGE,
-                    }
-                ),
-                {"anyOf": [SINGLE_OR_BATCH, EMBED_REQ]},
+                "dimensions, user) or a list input is OpenAI's embeddings, answered as /v1/embeddings; llama-server's "
+                "{content} (without input) is answered as /embedding",
+                {
+                    "anyOf": [
+                        _obj(
+                            {
+                                "embedding": {"type": "array"},
+                                "embeddings": {"type": "array"},
+                                "model": S,
+                                "object": S,
+                                "data": {"type": "array"},
+                                "usage": USAGE,
+                            }
+                        ),
+                        LLAMA_EMBED_RESP,
+                    ]
+                },
+                {"anyOf": [SINGLE_OR_BATCH, EMBED_REQ, LLAMA_EMBED_REQ]},
                 errors=GEN_ERRORS,
             )
         },

@@ -65,6 +65,14 @@ def test_embeddings(oai) -> None:
     assert e.usage.prompt_tokens > 0
 
 
+def test_llama_embedding_is_v1_embeddings_vector(oai, server) -> None:
+    e = oai.embeddings.create(model="tiny-llama", input=["hello", "world"])
+    r = httpx.post(server.url + "/embedding", json={"content": ["hello", "world"]}, timeout=120).json()
+    assert [x["index"] for x in r] == [0, 1]
+    for x, d in zip(r, e.data, strict=True):
+        assert len(x["embedding"]) == 1 and x["embedding"][0] == pytest.approx(d.embedding, abs=1e-6)
+
+
 def test_json_schema(oai) -> None:
     schema = {
         "type": "object",

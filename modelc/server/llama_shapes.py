@@ -31,6 +31,7 @@ PASSED = (
     "typical_p",
     "seed",
     "stop",
+    "repetition_penalty",
     "presence_penalty",
     "frequency_penalty",
     "ignore_eos",

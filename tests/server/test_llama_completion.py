@@ -33,6 +33,11 @@ async def test_plain_answer_shape_and_llama_defaults(client) -> None:
     assert "completion_probabilities" not in r
 
 
+async def test_repeat_penalty_reaches_the_sampler(client) -> None:
+    await client.post("/completion", {"prompt": "ab", "n_predict": 2, "repeat_penalty": 1.3})
+    assert client.engine.calls[-1][1].repetition_penalty == 1.3  # was dropped: not among the passed names
+
+
 async def test_operator_defaults_win_over_llama_ones(make_client) -> None:
     from modelc.server.state import GenerationDefaults
 

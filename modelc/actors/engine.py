@@ -26,12 +26,14 @@ from anyio.abc import CapacityLimiter
 from modelc.actors.mailbox import Address, EngineInbox, Mailbox, MailboxSender, loop_poster, open_mailbox
 from modelc.actors.messages import (
     AdapterLoaded,
+    AdaptersScaled,
     AdapterUnloaded,
     BatchDone,
     Embed,
     Embedded,
     LoadAdapter,
     RunBatch,
+    ScaleAdapters,
     Shutdown,
     SwapKernels,
     UnloadAdapter,
@@ -50,6 +52,7 @@ class RunnerLike(Protocol):
     def embed(self, token_id_lists: list[list[int]]) -> Any: ...
     def load_adapter(self, name: str, path: str, alpha: float = 1.0, *, global_: bool = False) -> Any: ...
     def unload_adapter(self, name: str) -> Any: ...
+    def scale_adapters(self, scales: dict[str, float]) -> Any: ...
 
 
 class EngineCrashed(Exception):
@@ -142,6 +145,12 @@ class EngineActor:
                     return AdapterUnloaded(rid, self.engine_id)
                 except Exception as exc:
                     return AdapterUnloaded(rid, self.engine_id, error=exc)
+            case ScaleAdapters(request_id=rid, scales=scales):
+                try:
+                    self.runner.scale_adapters(dict(scales))
+                    return AdaptersScaled(rid, self.engine_id)
+                except Exception as exc:
+                    return AdaptersScaled(rid, self.engine_id, error=exc)
             case Embed(request_id=rid, token_id_lists=lists):
                 try:
                     vectors = self.runner.embed([list(ids) for ids in lists])

@@ -25,11 +25,13 @@ __all__ = [
     "AddSequence",
     "AdapterLoaded",
     "AdapterUnloaded",
+    "AdaptersScaled",
     "BatchDone",
     "Embed",
     "Embedded",
     "LoadAdapter",
     "RunBatch",
+    "ScaleAdapters",
     "SequenceAccepted",
     "SequenceFinished",
     "SequenceRejected",
@@ -103,6 +105,17 @@ class UnloadAdapter:
 
 
 @dataclass(frozen=True, slots=True)
+class ScaleAdapters:
+    """Set the global scales (llama.cpp's POST /lora-adapters): each named adapter's alpha multiplier for the
+    sequences naming no adapter; the others are not applied to them. Every engine, between steps, as LoadAdapter;
+    the scheduler answers AdaptersScaled to reply_to."""
+
+    request_id: int
+    scales: tuple[tuple[str, float], ...]
+    reply_to: Address
+
+
+@dataclass(frozen=True, slots=True)
 class AdapterLoaded:
     """From an engine (engine_id >= 0) or, merged over all engines, from the scheduler (-1)."""
 
@@ -114,6 +127,13 @@ class AdapterLoaded:
 
 @dataclass(frozen=True, slots=True)
 class AdapterUnloaded:
+    request_id: int
+    engine_id: int
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptersScaled:
     request_id: int
     engine_id: int
     error: BaseException | None = None

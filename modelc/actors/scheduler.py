@@ -37,6 +37,7 @@ from modelc.actors.messages import (
     AbortAcked,
     AbortSequence,
     AdapterLoaded,
+    AdaptersScaled,
     AdapterUnloaded,
     AddSequence,
     BatchDone,
@@ -44,6 +45,7 @@ from modelc.actors.messages import (
     Embedded,
     LoadAdapter,
     RunBatch,
+    ScaleAdapters,
     SequenceAccepted,
     SequenceFinished,
     SequenceRejected,
@@ -57,15 +59,16 @@ from modelc.scheduler.output import SeqEvent
 from modelc.scheduler.sequence import Sequence
 
 Out = tuple[Address | EngineInbox, Any]
+AdminMsg = LoadAdapter | UnloadAdapter | ScaleAdapters  # applied on every engine at once, all idle
 LOOKAHEAD = 1  # plans an engine holds beyond the one it runs (vLLM's async scheduling: one)
 STATS_EVERY_S = 0.02  # the stats snapshot's age at most while serving, when no count of it moved
 
 
 @dataclass(slots=True)
 class _AdminJob:
-    """A LoadAdapter/UnloadAdapter on its way through every engine."""
+    """A LoadAdapter/UnloadAdapter/ScaleAdapters on its way through every engine."""
 
-    msg: LoadAdapter | UnloadAdapter
+    msg: AdminMsg
     pending: set[int]
     info: Any = None
     error: BaseException | None = None
@@ -94,7 +97,7 @@ class SchedulerActor:
         self.routes: dict[int, tuple[int, Address]] = {}  # seq id -> (engine index, reply_to)
         self.abort_waiters: dict[int, list[Address]] = {}
         self.embeds: deque[Embed] = deque()
-        self.admin: deque[LoadAdapter | UnloadAdapter] = deque()
+        self.admin: deque[AdminMsg] = deque()
         self.admin_job: _AdminJob | None = None
         self.adapters: set[str] = set()  # loaded on every engine
         self.stopping = False
@@ -180,12 +183,12 @@ class SchedulerActor:
                 eng = self.engines[msg.engine_id]
                 eng.job = False
                 outs.append((eng.embeds.pop(msg.request_id).reply_to, msg))
-            case LoadAdapter() | UnloadAdapter():
+            case LoadAdapter() | UnloadAdapter() | ScaleAdapters():
                 if self.stopping:
                     outs.append((msg.reply_to, _admin_reply(msg, None, _stopping())))
                 else:
                     self.admin.append(msg)
-            case AdapterLoaded() | AdapterUnloaded():
+            case AdapterLoaded() | AdapterUnloaded() | AdaptersScaled():
                 self._admin_done(msg, outs)
             case Shutdown():
                 self._shutdown(outs)
@@ -315,7 +318,7 @@ class SchedulerActor:
 
     # -- adapters, shutdown, stats -------------------------------------------------------------
 
-    def _admin_done(self, msg: AdapterLoaded | AdapterUnloaded, outs: list[Out]) -> None:
+    def _admin_done(self, msg: AdapterLoaded | AdapterUnloaded | AdaptersScaled, outs: list[Out]) -> None:
         job = self.admin_job
         assert job is not None and job.msg.request_id == msg.request_id
         self.engines[msg.engine_id].job = False
@@ -329,7 +332,7 @@ class SchedulerActor:
         if job.error is None:
             if isinstance(job.msg, LoadAdapter):
                 self.adapters.add(job.msg.name)
-            else:
+            elif isinstance(job.msg, UnloadAdapter):
                 self.adapters.discard(job.msg.name)
         # The weights behind some cached pages may have changed (a reloaded or global adapter).
         for eng in self.engines:
@@ -363,7 +366,9 @@ def _stopping() -> ModelcError:
     return OverloadedError("the engine is shutting down")
 
 
-def _admin_reply(msg: LoadAdapter | UnloadAdapter, info: Any, error: BaseException | None) -> Any:
+def _admin_reply(msg: AdminMsg, info: Any, error: BaseException | None) -> Any:
     if isinstance(msg, LoadAdapter):
         return AdapterLoaded(msg.request_id, -1, info=info, error=error)
+    if isinstance(msg, ScaleAdapters):
+        return AdaptersScaled(msg.request_id, -1, error=error)
     return AdapterUnloaded(msg.request_id, -1, error=error)

@@ -23,10 +23,12 @@ from modelc.actors.mailbox import Address
 from modelc.actors.messages import (
     AbortSequence,
     AdapterLoaded,
+    AdaptersScaled,
     AdapterUnloaded,
     Embed,
     Embedded,
     LoadAdapter,
+    ScaleAdapters,
     Shutdown,
     UnloadAdapter,
 )
@@ -94,7 +96,8 @@ class AsyncEngine:
         self._seq_ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self._live: dict[str, int] = {}  # request id -> seq id, for abort()
-        self._adapters: dict[str, bool] = {}  # loaded adapter name -> loaded as the global adapter
+        self._adapters: dict[str, str] = {}  # loaded adapter name -> the path it was loaded from, in load order
+        self._global_scales: dict[str, float] = {}  # as the runners' (Runner.global_scales)
         self._closed = False
         self._vocab_size = info.vocab_size
 
@@ -217,7 +220,9 @@ class AsyncEngine:
             timeout_s=self.config.request_timeout_s,
         )
         _raise(reply.error, f"loading adapter {name!r} failed")
-        self._adapters[name] = bool(global_)
+        self._adapters[name] = str(path)
+        if global_:
+            self._global_scales = {name: float(alpha)}
         return None if reply.info is None else dict(reply.info)
 
     async def unload_adapter(self, name: str) -> None:
@@ -227,6 +232,23 @@ class AsyncEngine:
         )
         _raise(reply.error, f"unloading adapter {name!r} failed")
         self._adapters.pop(name, None)
+        self._global_scales.pop(name, None)
+
+    async def scale_adapters(self, scales: dict[str, float]) -> None:
+        """Set the global scales (llama.cpp's): each named adapter's alpha multiplier for the requests naming no
+        adapter; adapters not named (or at 0) no longer apply to them. Every engine between steps, as a load."""
+        pairs = tuple((str(n), float(s)) for n, s in scales.items())
+        rid = next(self._request_ids)
+        reply: AdaptersScaled = await self._scheduler.request(
+            lambda r: ScaleAdapters(rid, pairs, r), timeout_s=self.config.request_timeout_s
+        )
+        _raise(reply.error, "setting the adapters' scales failed")
+        self._global_scales = {n: s for n, s in pairs if s != 0}
+
+    def adapter_table(self) -> list[tuple[str, str, float]]:
+        """(name, path it was loaded from, global scale: 0 when it applies only to requests naming it) of each
+        loaded adapter, in load order."""
+        return [(n, p, self._global_scales.get(n, 0.0)) for n, p in self._adapters.items()]
 
     @property
     def context_length(self) -> int | None:

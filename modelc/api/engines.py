@@ -79,6 +79,13 @@ class _NoLora:
     async def unload_adapter(self, name: str) -> None:
         raise UnsupportedError(f"model {self.name!r} ({self.architecture}) takes no LoRA adapters")
 
+    async def scale_adapters(self, scales: dict[str, float]) -> None:
+        if scales:
+            raise UnsupportedError(f"model {self.name!r} ({self.architecture}) takes no LoRA adapters")
+
+    def adapter_table(self) -> list[tuple[str, str, float]]:
+        return []
+
 
 class EncoderEngine(_NoLora):
     def __init__(self, source: Any) -> None:

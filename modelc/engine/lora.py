@@ -14,7 +14,7 @@ import json
 import pathlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,16 @@ class LoraAdapter:
         tuple[int, str], tuple[np.ndarray, np.ndarray, float]
     ]  # (layer, proj) -> (A (r, in), B (out, r), scale)
     num_skipped: int = 0  # tensors in the file that are not LoRA pairs of a supported projection
+    alpha: float = 1.0  # the alpha multiplier the pairs' scales hold (llama.cpp's adapter "scale")
+    lora_alpha: float | None = None  # adapter_config.json's, None without one
+
+
+def rescaled(adapter: LoraAdapter, alpha: float) -> LoraAdapter:
+    """The same A/B matrices (shared, not copied) at another alpha multiplier: each pair's scale becomes
+    alpha * lora_alpha / r (alpha / r without a config), as load_lora computes it."""
+    unit = 1.0 if adapter.lora_alpha is None else float(adapter.lora_alpha)
+    pairs = {k: (a, b, float(alpha) * unit / a.shape[0]) for k, (a, b, _) in adapter.pairs.items()}
+    return replace(adapter, pairs=pairs, scale=next(iter(pairs.values()))[2], alpha=float(alpha))
 
 
 def _as_f32(v: Any) -> np.ndarray:
@@ -150,4 +160,13 @@ def load_lora(
         rank = max(rank, r)
     if not np.isfinite(alpha):
         raise InvalidRequestError(f"adapter {name}: alpha must be finite", param="alpha")
-    return LoraAdapter(name, rank, next(iter(pairs.values()))[2], pairs, num_skipped)
+    lora_alpha = config.get("lora_alpha")
+    return LoraAdapter(
+        name,
+        rank,
+        next(iter(pairs.values()))[2],
+        pairs,
+        num_skipped,
+        alpha=float(alpha),
+        lora_alpha=None if lora_alpha is None else float(lora_alpha),
+    )

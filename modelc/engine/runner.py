@@ -17,7 +17,7 @@ from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.config import resolve_kv_dtype
 from modelc.engine import thread_choice, warm_replay
 from modelc.engine.drafter import Drafter, DraftJob
-from modelc.engine.lora import LoraAdapter, load_lora
+from modelc.engine.lora import LoraAdapter, load_lora, rescaled
 from modelc.engine.model_info import ModelInfo, eos_ids
 from modelc.engine.sampler import SeqSamplerState, sample
 from modelc.engine.spec_verify import verify
@@ -85,7 +85,10 @@ class Runner:
         self.tuner = self.new_tuner()  # decode steps' threads
         self.states: dict[int, SeqState] = {}
         self.adapters: dict[str, LoraAdapter] = {}
-        self.global_adapter: str | None = None
+        # the alpha multiplier of each adapter applied to the sequences naming none (llama.cpp's global scales;
+        # /lora/load's `global` sets one alone), and those adapters at those multipliers
+        self.global_scales: dict[str, float] = {}
+        self._global: tuple[LoraAdapter, ...] = ()
         self.eos_ids = (
             info.eos_ids if info is not None else eos_ids(dict(getattr(source, "special_tokens", None) or {}))
         )
@@ -215,14 +218,15 @@ class Runner:
             st.draft_pos = min(st.draft_pos, c.start_pos)
         return st, ids
 
-    def _adapter(self, params: SamplingParams) -> LoraAdapter | None:
-        name = params.adapter if params.adapter is not None else self.global_adapter
+    def _adapter(self, params: SamplingParams) -> tuple[LoraAdapter, ...]:
+        """The adapters a sequence runs with: the one it names (at its loaded alpha), else the global ones."""
+        name = params.adapter
         if name is None:
-            return None
+            return self._global
         ad = self.adapters.get(name)
         if ad is None:
             raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
-        return ad
+        return (ad,)
 
     def _step(self, chunks: tuple[SeqChunk, ...]) -> tuple[SampledToken, ...]:
         states, inputs = zip(*(self._state(c) for c in chunks), strict=True)
@@ -245,9 +249,8 @@ class Runner:
             if int(np.max(ids)) >= self.vocab_size or int(np.min(ids)) < 0:
                 raise InvalidRequestError(f"sequence {c.seq_id}: token id out of range [0, {self.vocab_size})")
             seqs.append((ids, c.start_pos, c.block_table))
-            ad = self._adapter(c.params)
-            if ad is not None:
-                groups.setdefault(ad.name, (ad, []))[1].append(np.arange(row, row + n))
+            for ad in self._adapter(c.params):  # several global adapters add up (models' apply_lora)
+                groups.setdefault((ad.name, ad.alpha), (ad, []))[1].append(np.arange(row, row + n))
             num_draft = c.num_draft or len(proposals.get(i, ((),))[0])
             if c.sample and num_draft:
                 spec_idx.append((i, len(rows), num_draft))
@@ -340,7 +343,7 @@ class Runner:
         self,
         token_id_lists: list[Any],
         output: str,
-        lora: LoraAdapter | None = None,
+        lora: tuple[LoraAdapter, ...] = (),
         logit_rows: np.ndarray | None = None,
     ):
         lists = [np.asarray(t, np.int32).reshape(-1) for t in token_id_lists]
@@ -354,7 +357,8 @@ class Runner:
         kv = KVPages(L, sum(nblocks), K, D, self.kv.kv_dtype, num_hot=sum(nblocks))
         starts = np.concatenate([[0], np.cumsum(nblocks)])
         seqs = [(t, 0, np.arange(starts[i], starts[i + 1], dtype=np.int32)) for i, t in enumerate(lists)]
-        rows = () if lora is None else (LoraRows(lora, np.arange(sum(len(t) for t in lists))),)
+        every = np.arange(sum(len(t) for t in lists))
+        rows = tuple(LoraRows(ad, every) for ad in lora)
         self._set_threads()
         batch = make_batch(seqs, lora=rows, logit_rows=logit_rows)
         kv.prepare(batch.slots)
@@ -461,15 +465,32 @@ class Runner:
             raise InvalidRequestError("adapter name must not be empty", param="name")
         adapter = load_lora(name, path_or_tensors, alpha, shapes=self.model.projection_shapes())
         self.adapters[name] = adapter
-        if global_:
-            self.global_adapter = name
+        if global_:  # the one global adapter, at its loaded alpha
+            self.global_scales = {name: float(alpha)}
+        self._set_global()
         return {"applied": len(adapter.pairs), "skipped": adapter.num_skipped, "rank": adapter.rank}
 
     def unload_adapter(self, name: str) -> None:
         if self.adapters.pop(name, None) is None:
             raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
-        if self.global_adapter == name:
-            self.global_adapter = None
+        self.global_scales.pop(name, None)
+        self._set_global()
+
+    def scale_adapters(self, scales: dict[str, float]) -> None:
+        """Set the global scales (llama.cpp's POST /lora-adapters): each named adapter's alpha multiplier for the
+        sequences naming no adapter; an adapter not named, or at 0, is not applied to them."""
+        for name in scales:
+            if name not in self.adapters:
+                raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
+        self.global_scales = {name: float(s) for name, s in scales.items() if s != 0}
+        self._set_global()
+
+    def _set_global(self) -> None:
+        self._global = tuple(
+            ad if ad.alpha == s else rescaled(ad, s)
+            for name, s in self.global_scales.items()
+            if (ad := self.adapters.get(name)) is not None
+        )
 
 
 def _grammar_done(st: SeqState) -> bool:

@@ -53,6 +53,7 @@ class ReplicaEngine:
         self._full_stats: list[dict[str, Any]] = [{} for _ in actors]
         self._router = Router(rc.policy, max_imbalance=max(2, config.scheduler.max_num_seqs // 2))
         self._adapters: dict[str, tuple[str, float, bool]] = {}  # name -> (path, alpha, global)
+        self._global_scales: dict[str, float] = {}  # as AsyncEngine's (set by a global load or scale_adapters)
         self._live: dict[str, tuple[int, Any]] = {}  # request id -> (replica, stream)
         self._ids = itertools.count(1)
         self._block_size = config.cache.block_size
@@ -172,11 +173,23 @@ class ReplicaEngine:
         """On every live replica, acknowledged by each; replicas that restart later get it too."""
         infos = await self._broadcast(lambda a: a.load_adapter.remote(name, str(path), float(alpha), bool(global_)))
         self._adapters[name] = (str(path), float(alpha), bool(global_))
+        if global_:
+            self._global_scales = {name: float(alpha)}
         return infos[0] if infos else None
 
     async def unload_adapter(self, name: str) -> None:
         await self._broadcast(lambda a: a.unload_adapter.remote(name))
         self._adapters.pop(name, None)
+        self._global_scales.pop(name, None)
+
+    async def scale_adapters(self, scales: dict[str, float]) -> None:
+        """On every live replica; replicas that restart later get the scales after their adapters."""
+        pairs = {str(n): float(s) for n, s in scales.items()}
+        await self._broadcast(lambda a: a.scale_adapters.remote(pairs))
+        self._global_scales = {n: s for n, s in pairs.items() if s != 0}
+
+    def adapter_table(self) -> list[tuple[str, str, float]]:
+        return [(n, path, self._global_scales.get(n, 0.0)) for n, (path, _, _) in self._adapters.items()]
 
     @property
     def context_length(self) -> int | None:
@@ -254,6 +267,7 @@ class ReplicaEngine:
                 info = await actor.start.remote()
                 for name, (path, alpha, global_) in self._adapters.items():
                     await actor.load_adapter.remote(name, path, alpha, global_)
+                await actor.scale_adapters.remote(dict(self._global_scales))
             self._update_load(rid, info)
             self._loads[rid].healthy = True
         except (self._ray.exceptions.RayError, TimeoutError, ModelcError):

@@ -18,6 +18,7 @@ from modelc.server import (
     hypercorn_close,
     infill_routes,
     llama_embedding,
+    lora_adapter_routes,
     native_routes,
     ollama_chat,
     ollama_routes,
@@ -66,6 +67,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         infill_routes.bp,
         completion_routes.bp,
         llama_embedding.bp,
+        lora_adapter_routes.bp,
         rerank_routes.bp,
         webui.bp,
     ):

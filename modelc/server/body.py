@@ -26,7 +26,9 @@ OFFLOAD_BYTES = 64 * 1024  # bodies larger than this are parsed in a worker thre
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
+def parse_body(raw: bytes, *, array: bool = False) -> Any:
+    """The checked JSON object of a request body (or, with `array`, a JSON array too: llama.cpp's
+    POST /lora-adapters sends one)."""
     if not raw:
         raise InvalidRequestError("request body is empty: send a JSON object")
     check_num_values(raw)
@@ -36,8 +38,8 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise InvalidRequestError(f"request body is not valid JSON: {e}") from None
     except RecursionError:
         raise InvalidRequestError(f"request body is nested too deeply (at most {MAX_DEPTH} levels)") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("request body must be a JSON object")
+    if not isinstance(body, dict) and not (array and isinstance(body, list)):
+        raise InvalidRequestError("request body must be a JSON " + ("array" if array else "object"))
     check_structure(body, surrogates=_SURROGATE_ESCAPE.search(raw) is not None)
     return body
 

@@ -106,6 +106,11 @@ class ServedModel(Protocol):
 
     async def unload_adapter(self, name: str) -> None: ...
 
+    # llama.cpp's global scales: each named adapter's alpha multiplier for requests naming none; the others 0
+    async def scale_adapters(self, scales: dict[str, float]) -> None: ...
+
+    def adapter_table(self) -> list[tuple[str, str, float]]: ...  # (name, path loaded from, global scale), load order
+
     def stats(self) -> dict[str, Any]: ...
 
 

@@ -176,8 +176,15 @@ async def test_embed_and_adapters_reach_every_engine(anyio_backend) -> None:
             assert eng.adapters == ["ad"]
             toks, _ = await collect(eng, [4] * 5, greedy(6, adapter="ad"))
             assert [t.token_id for t in toks] == greedy_alone([4] * 5, 6, VOCAB, salt="ad")
+            # llama.cpp's global scales: a ScaleAdapters message through the scheduler to every engine
+            await eng.scale_adapters({"ad": 2.0})
+            assert all(r.global_scales == {"ad": 2.0} for r in runners)
+            assert eng.adapter_table() == [("ad", "some/path", 2.0)]
+            with pytest.raises(EngineError, match="KeyError"):
+                await eng.scale_adapters({"nope": 1.0})
+            assert eng.adapter_table() == [("ad", "some/path", 2.0)]
             await eng.unload_adapter("ad")
-            assert all(r.adapters == {} for r in runners)
+            assert all(r.adapters == {} for r in runners) and eng.adapter_table() == []
             with pytest.raises(EngineError, match="FileNotFoundError"):
                 await eng.load_adapter("bad", "missing")
             assert eng.adapters == []

@@ -99,7 +99,28 @@ def test_per_sequence_and_global_adapters_in_one_batch():
         lp = want - want.max() - np.log(np.exp(want - want.max()).sum())
         assert tok.logprob == pytest.approx(lp[tok.token_id], abs=1e-4)
     runner.unload_adapter("two")
-    assert runner.global_adapter is None
+    assert runner.global_scales == {} and runner._adapter(SamplingParams()) == ()
+
+
+def test_global_scales_add_up_and_rescale():
+    """llama.cpp's global scales (POST /lora-adapters): every adapter with a scale != 0 applies to the sequences
+    naming none, each at its own alpha multiplier; the loaded A/B stay shared."""
+    src = make_tiny_llama(3)
+    t1, t2 = _adapter(4), _adapter(5, projs=("up", "o"))
+    runner = Runner(src, num_kv_blocks=8)
+    runner.load_adapter("one", t1)
+    runner.load_adapter("two", t2)
+    ids = [4, 5, 6, 7]
+    base = runner.logits(ids)
+    runner.scale_adapters({"one": 0.5, "two": 2.0})
+    merged = {**_merged(src, t1, 0.5 / R), **_merged(src, t2, 2.0 / R)}  # t1 and t2 adapt other projections
+    np.testing.assert_allclose(runner.logits(ids), reference_logits(src, ids, merged=merged), rtol=1e-4, atol=1e-4)
+    assert runner.adapters["one"].alpha == 1.0  # the loaded adapter is unchanged: a request naming it gets alpha 1
+    runner.scale_adapters({"one": 0.0})
+    assert runner.global_scales == {}
+    np.testing.assert_array_equal(runner.logits(ids), base)
+    with pytest.raises(NotFoundError):
+        runner.scale_adapters({"three": 1.0})
 
 
 def test_bad_adapters():

@@ -119,6 +119,12 @@ class FakeRunner:
     def unload_adapter(self, name: str) -> None:
         del self.adapters[name]
 
+    def scale_adapters(self, scales: dict[str, float]) -> None:
+        missing = [n for n in scales if n not in self.adapters]
+        if missing:
+            raise KeyError(missing[0])
+        self.global_scales = {n: s for n, s in scales.items() if s}
+
 
 def greedy_alone(prompt: list[int], max_tokens: int, vocab_size: int = 1000, salt: str = "") -> list[int]:
     """What FakeRunner generates for one prompt with nothing else running (no EOS)."""

@@ -91,6 +91,7 @@ class FakeEngine:
     aborted: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     loaded_adapters: dict[str, tuple[str, float]] = field(default_factory=dict)
+    global_scales: dict[str, float] = field(default_factory=dict)
     num_active: int = 0
 
     @property
@@ -159,6 +160,8 @@ class FakeEngine:
 
     async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> dict:
         self.loaded_adapters[name] = (path, alpha)
+        if global_:
+            self.global_scales = {name: alpha}
         return {"applied": 4, "skipped": 0}
 
     async def unload_adapter(self, name: str) -> None:
@@ -167,6 +170,18 @@ class FakeEngine:
         if name not in self.loaded_adapters:
             raise NotFoundError(f"no LoRA adapter named {name!r} is loaded")
         del self.loaded_adapters[name]
+        self.global_scales.pop(name, None)
+
+    async def scale_adapters(self, scales: dict[str, float]) -> None:
+        from modelc.errors import NotFoundError
+
+        for name in scales:
+            if name not in self.loaded_adapters:
+                raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
+        self.global_scales = {n: s for n, s in scales.items() if s != 0}
+
+    def adapter_table(self) -> list[tuple[str, str, float]]:
+        return [(n, path, self.global_scales.get(n, 0.0)) for n, (path, _) in self.loaded_adapters.items()]
 
     def stats(self) -> dict:
         return {

@@ -105,7 +105,16 @@ async def test_lora_load_changes_output_and_unload_restores(tmp_path) -> None:
             r = await c.post("/lora/load", json={"path": str(tmp_path / "ad.safetensors"), "alpha": 8.0}, headers=auth)
             assert r.status_code == 200, await r.get_data()
             assert (await r.get_json())["name"] == "ad"
-            assert await logprobs() != pytest.approx(base, abs=1e-4)
+            adapted = await logprobs()
+            assert adapted != pytest.approx(base, abs=1e-4)
+            # llama-server's /lora-adapters on the same hot-swap: a global scale of 0 is the base model again,
+            # and setting the loaded alpha back gives the adapted output
+            listed = await (await c.get("/lora-adapters")).get_json()
+            assert listed == [{"id": 0, "path": "ad.safetensors", "scale": 8.0}]
+            assert (await c.post("/lora-adapters", json=[{"id": 0, "scale": 0.0}], headers=auth)).status_code == 200
+            assert await logprobs() == pytest.approx(base, abs=1e-5)
+            assert (await c.post("/lora-adapters", json=[{"id": 0, "scale": 8.0}], headers=auth)).status_code == 200
+            assert await logprobs() == pytest.approx(adapted, abs=1e-5)
             assert (await c.post("/lora/unload", json={"name": "ad"}, headers=auth)).status_code == 200
             assert await logprobs() == pytest.approx(base, abs=1e-5)
             missing = await c.post("/lora/load", json={"path": "missing.safetensors"}, headers=auth)

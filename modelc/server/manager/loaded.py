@@ -163,6 +163,12 @@ class ModelView:
     async def unload_adapter(self, name: str) -> None:
         await self._engine.unload_adapter(name)
 
+    async def scale_adapters(self, scales: dict[str, float]) -> None:
+        await self._engine.scale_adapters(scales)
+
+    def adapter_table(self) -> list[tuple[str, str, float]]:
+        return self._engine.adapter_table()
+
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[GenerateEvent]:

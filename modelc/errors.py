@@ -91,6 +91,22 @@ class OverloadedError(ModelcError):
         self.retry_after_s = retry_after_s
 
 
+class NotSupportedError(ModelcError):
+    """A route this model or server does not offer (llama-server's 501 for its disabled /slots)."""
+
+    http_status = 501
+    error_type = "not_supported_error"
+    code = "not_supported"
+
+
+class NoSlotError(ModelcError):
+    """GET /slots?fail_on_no_slot=1 while every slot is busy (llama-server's 503)."""
+
+    http_status = 503
+    error_type = "unavailable_error"
+    code = "no_slot_available"
+
+
 class ServiceUnavailableError(ModelcError):
     """The model is still loading (or failed to load): HTTP 503 with Retry-After."""
 

@@ -18,6 +18,7 @@ from modelc.errors import ModelcError
 from modelc.request import Finished, SamplingParams
 from modelc.scheduler.batch import BatchPlan, BatchResult
 from modelc.scheduler.output import SequenceFinished, TokenEmitted
+from modelc.scheduler.slots import SlotState
 
 __all__ = [
     "AbortAcked",
@@ -27,6 +28,7 @@ __all__ = [
     "AdapterUnloaded",
     "AdaptersScaled",
     "BatchDone",
+    "DescribeSlots",
     "Embed",
     "Embedded",
     "LoadAdapter",
@@ -35,6 +37,7 @@ __all__ = [
     "SequenceAccepted",
     "SequenceFinished",
     "SequenceRejected",
+    "SlotsDescribed",
     "Shutdown",
     "SwapKernels",
     "TokenEmitted",
@@ -154,6 +157,21 @@ class Embedded:
     engine_id: int
     vectors: np.ndarray | None  # (S, C) float32, read-only
     error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeSlots:
+    """What every engine's slots are doing (llama.cpp's GET /slots); the scheduler answers SlotsDescribed from
+    its own state at once, between steps."""
+
+    request_id: int
+    reply_to: Address
+
+
+@dataclass(frozen=True, slots=True)
+class SlotsDescribed:
+    request_id: int
+    slots: tuple[SlotState, ...]  # engine by engine, slot by slot
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from modelc.actors.messages import (
     AdapterUnloaded,
     AddSequence,
     BatchDone,
+    DescribeSlots,
     Embed,
     Embedded,
     LoadAdapter,
@@ -50,6 +51,7 @@ from modelc.actors.messages import (
     SequenceFinished,
     SequenceRejected,
     Shutdown,
+    SlotsDescribed,
     UnloadAdapter,
 )
 from modelc.engine.core import EngineCore
@@ -57,6 +59,7 @@ from modelc.errors import EngineError, ModelcError, NotFoundError, OverloadedErr
 from modelc.scheduler.batch import BatchPlan
 from modelc.scheduler.output import SeqEvent
 from modelc.scheduler.sequence import Sequence
+from modelc.scheduler.slots import SlotMap
 
 Out = tuple[Address | EngineInbox, Any]
 AdminMsg = LoadAdapter | UnloadAdapter | ScaleAdapters  # applied on every engine at once, all idle
@@ -83,6 +86,7 @@ class _Engine:
     dropped: int = 0  # plans sent before the last restart, still to come back (dropped unrun)
     job: bool = False  # an Embed or adapter job is outstanding
     embeds: dict[int, Embed] = field(default_factory=dict)
+    slots: SlotMap | None = None  # which slot each running sequence holds, made on the first DescribeSlots
 
     @property
     def busy(self) -> bool:
@@ -190,6 +194,8 @@ class SchedulerActor:
                     self.admin.append(msg)
             case AdapterLoaded() | AdapterUnloaded() | AdaptersScaled():
                 self._admin_done(msg, outs)
+            case DescribeSlots():
+                outs.append((msg.reply_to, SlotsDescribed(msg.request_id, self._describe_slots())))
             case Shutdown():
                 self._shutdown(outs)
             case _:
@@ -351,6 +357,15 @@ class SchedulerActor:
             outs.append((msg.reply_to, _admin_reply(msg, None, _stopping())))
         self.embeds.clear()
         self.admin.clear()
+
+    def _describe_slots(self) -> tuple:
+        out: list = []
+        for i, eng in enumerate(self.engines):
+            sched = eng.core.scheduler
+            if eng.slots is None:
+                eng.slots = SlotMap(i, sched.config.max_num_seqs)
+            out.extend(eng.slots.describe(sched))
+        return tuple(out)
 
     def _stats(self) -> dict[str, int]:
         total: dict[str, int] = {}

@@ -25,11 +25,13 @@ from modelc.actors.messages import (
     AdapterLoaded,
     AdaptersScaled,
     AdapterUnloaded,
+    DescribeSlots,
     Embed,
     Embedded,
     LoadAdapter,
     ScaleAdapters,
     Shutdown,
+    SlotsDescribed,
     UnloadAdapter,
 )
 from modelc.actors.request import RequestActor
@@ -244,6 +246,15 @@ class AsyncEngine:
         )
         _raise(reply.error, "setting the adapters' scales failed")
         self._global_scales = {n: s for n, s in pairs if s != 0}
+
+    async def slots(self) -> list[Any]:
+        """modelc.scheduler.slots.SlotState of every engine's slots (max_num_seqs each), as the scheduler sees
+        them between two steps (llama.cpp's GET /slots)."""
+        rid = next(self._request_ids)
+        reply: SlotsDescribed = await self._scheduler.request(
+            lambda r: DescribeSlots(rid, r), timeout_s=self.config.request_timeout_s
+        )
+        return list(reply.slots)
 
     def adapter_table(self) -> list[tuple[str, str, float]]:
         """(name, path it was loaded from, global scale: 0 when it applies only to requests naming it) of each

@@ -86,6 +86,9 @@ class _NoLora:
     def adapter_table(self) -> list[tuple[str, str, float]]:
         return []
 
+    async def slots(self) -> list[Any] | None:
+        return None  # no sequence scheduler: nothing runs in slots
+
 
 class EncoderEngine(_NoLora):
     def __init__(self, source: Any) -> None:

@@ -188,6 +188,12 @@ class ReplicaEngine:
         await self._broadcast(lambda a: a.scale_adapters.remote(pairs))
         self._global_scales = {n: s for n, s in pairs.items() if s != 0}
 
+    async def slots(self) -> list[Any]:
+        """Every live replica's slots, numbered one after the other (replica by replica)."""
+        per = await self._broadcast(lambda a: a.slots.remote())
+        flat = [s for slots in per for s in slots]
+        return [replace(s, slot_id=i) for i, s in enumerate(flat)]
+
     def adapter_table(self) -> list[tuple[str, str, float]]:
         return [(n, path, self._global_scales.get(n, 0.0)) for n, (path, _, _) in self._adapters.items()]
 

@@ -129,6 +129,10 @@ class EngineReplica:
         await self.start()
         await self._engine.unload_adapter(name)
 
+    async def slots(self) -> list[Any]:
+        await self.start()
+        return await self._engine.slots()
+
     async def scale_adapters(self, scales: dict[str, float]) -> None:
         await self.start()
         await self._engine.scale_adapters(scales)

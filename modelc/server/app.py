@@ -27,6 +27,7 @@ from modelc.server import (
     openai_routes,
     rerank_routes,
     responses_routes,
+    slot_routes,
     webui,
 )
 from modelc.server.errors import count_rejection, error_response, install_error_handlers
@@ -69,6 +70,7 @@ def create_app(state: ServerState, *, log_stream: IO[str] | None = None) -> Quar
         llama_embedding.bp,
         lora_adapter_routes.bp,
         rerank_routes.bp,
+        slot_routes.bp,
         webui.bp,
     ):
         app.register_blueprint(bp)

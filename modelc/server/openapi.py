@@ -232,6 +232,7 @@ def _op(
                 404: "unknown model",
                 408: "request timeout",
                 413: "body too large",
+                501: "not supported by this model",
                 429: "rate limited",
                 503: "loading or overloaded (Retry-After)",
             }[code],

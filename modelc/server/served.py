@@ -111,6 +111,9 @@ class ServedModel(Protocol):
 
     def adapter_table(self) -> list[tuple[str, str, float]]: ...  # (name, path loaded from, global scale), load order
 
+    # modelc.scheduler.slots.SlotState of every slot (llama.cpp's GET /slots); None: this kind has no slots
+    async def slots(self) -> list[Any] | None: ...
+
     def stats(self) -> dict[str, Any]: ...
 
 

@@ -190,6 +190,25 @@ async def test_embed_and_adapters_reach_every_engine(anyio_backend) -> None:
             assert eng.adapters == []
 
 
+async def test_slots_describe_the_running_sequences(anyio_backend) -> None:
+    """DescribeSlots: each engine's max_num_seqs slots from the scheduler's own state; a running sequence keeps
+    its slot while it runs; idle slots carry no sequence."""
+    opener, _ = fake_engine(config(engines=2, max_num_seqs=2))
+    with anyio.fail_after(20):
+        async with opener as eng:
+            idle = await eng.slots()
+            assert [s.slot_id for s in idle] == [0, 1, 2, 3] and [s.engine_id for s in idle] == [0, 0, 1, 1]
+            assert not any(s.is_processing for s in idle)
+            gen = eng.generate([4] * 5, greedy(100000))
+            await gen.__anext__()
+            await gen.__anext__()
+            (busy,) = [s for s in await eng.slots() if s.is_processing]
+            assert busy.num_prompt_tokens == 5 and busy.num_output_tokens >= 1 and busy.params.max_tokens == 100000
+            again = [s for s in await eng.slots() if s.is_processing]
+            assert [s.slot_id for s in again] == [busy.slot_id]  # the same slot while it runs
+            await gen.aclose()
+
+
 async def test_engine_crash_then_next_request_succeeds(anyio_backend) -> None:
     opener, runners = fake_engine(config(), fail_first=(1,))
     with anyio.fail_after(20):

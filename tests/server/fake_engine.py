@@ -93,6 +93,8 @@ class FakeEngine:
     loaded_adapters: dict[str, tuple[str, float]] = field(default_factory=dict)
     global_scales: dict[str, float] = field(default_factory=dict)
     num_active: int = 0
+    num_slots: int = 4  # slots() reports this many (as an engine's max_num_seqs)
+    active: dict[int, list] = field(default_factory=dict)  # generate() in flight: task -> [prompt len, params, decoded]
 
     @property
     def context_length(self) -> int | None:
@@ -123,6 +125,8 @@ class FakeEngine:
             raise OverloadedError("engine queue is full", retry_after_s=2)
         self.calls.append((list(prompt_token_ids), params))
         self.num_active += 1
+        task = len(self.calls)
+        self.active[task] = [len(prompt_token_ids), params, 0]
         done = False
         try:
             text = self.output_text(prompt_token_ids, params)
@@ -140,6 +144,7 @@ class FakeEngine:
                     raise RuntimeError("injected engine failure")
                 lp = -0.25 * (n % 4) - 0.01 * n
                 tops = tuple((ord(ch) + OFFSET + j, lp - j) for j in range(params.top_logprobs))
+                self.active[task][2] = n
                 yield TokenEvent(ord(ch) + OFFSET, ch, lp if params.logprobs else None, tops if params.logprobs else ())
             await anyio.sleep(0)
             done = True
@@ -147,6 +152,7 @@ class FakeEngine:
             yield Finished(reason, len(prompt_token_ids), len(out), queue_time_s=0.002)
         finally:
             self.num_active -= 1
+            del self.active[task]
             if not done:
                 self.aborted.append(request_id or "")
 
@@ -182,6 +188,15 @@ class FakeEngine:
 
     def adapter_table(self) -> list[tuple[str, str, float]]:
         return [(n, path, self.global_scales.get(n, 0.0)) for n, (path, _) in self.loaded_adapters.items()]
+
+    async def slots(self) -> list[Any] | None:
+        from modelc.scheduler.slots import SlotState
+
+        n_ctx = self.context_length or 2048
+        out = [SlotState(i, 0, n_ctx) for i in range(self.num_slots)]
+        for i, (task, (n_prompt, params, n_out)) in enumerate(self.active.items()):
+            out[i] = SlotState(i, 0, n_ctx, task, params, n_prompt, 1, n_prompt + n_out, n_out)
+        return out
 
     def stats(self) -> dict:
         return {

@@ -70,7 +70,23 @@ async def test_queue_full_is_503() -> None:
                 r = await c.post("/v1/completions", json={"prompt": "y", "max_tokens": 2})
                 await error_of(r, 503)
                 assert int(r.headers["Retry-After"]) >= 1
+                # llama-server's /slots from the real scheduler: its one slot runs the first request (the
+                # waiting one holds none), so fail_on_no_slot answers 503
+                (slot,) = await (await c.get("/slots")).get_json()
+                assert slot["id"] == 0 and slot["is_processing"] and slot["n_ctx"] == eng.context_length
+                assert slot["n_prompt_tokens"] == len(eng.tokenizer.encode("x")) and slot["params"]["n_predict"] == 100
+                assert slot["params"]["ignore_eos"] is True and slot["next_token"][0]["n_remain"] <= 100
+                assert slot["n_past"] >= slot["n_prompt_tokens"] - 1
+                await error_of(await c.get("/slots?fail_on_no_slot=1"), 503)
             assert [d.status_code for d in done] == [200, 200]
+            (slot,) = await (await c.get("/slots")).get_json()
+            assert slot == {
+                "id": 0,
+                "n_ctx": eng.context_length,
+                "speculative": False,
+                "is_processing": False,
+                "n_past": 0,
+            }
 
 
 def write_adapter(path, seed: int = 1, rank: int = 4) -> None:

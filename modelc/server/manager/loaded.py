@@ -169,6 +169,9 @@ class ModelView:
     def adapter_table(self) -> list[tuple[str, str, float]]:
         return self._engine.adapter_table()
 
+    async def slots(self) -> list[Any] | None:
+        return await self._engine.slots()
+
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> AsyncIterator[GenerateEvent]:

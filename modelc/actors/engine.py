@@ -49,7 +49,7 @@ class RunnerLike(Protocol):
     num_kv_blocks: int
 
     def execute(self, plan: BatchPlan) -> BatchResult: ...
-    def embed(self, token_id_lists: list[list[int]]) -> Any: ...
+    def embed(self, token_id_lists: list[list[int]], normalize: bool = True) -> Any: ...
     def load_adapter(self, name: str, path: str, alpha: float = 1.0, *, global_: bool = False) -> Any: ...
     def unload_adapter(self, name: str) -> Any: ...
     def scale_adapters(self, scales: dict[str, float]) -> Any: ...
@@ -151,9 +151,9 @@ class EngineActor:
                     return AdaptersScaled(rid, self.engine_id)
                 except Exception as exc:
                     return AdaptersScaled(rid, self.engine_id, error=exc)
-            case Embed(request_id=rid, token_id_lists=lists):
+            case Embed(request_id=rid, token_id_lists=lists, normalize=normalize):
                 try:
-                    vectors = self.runner.embed([list(ids) for ids in lists])
+                    vectors = self.runner.embed([list(ids) for ids in lists], normalize=normalize)
                     vectors.flags.writeable = False
                     return Embedded(rid, self.engine_id, vectors)
                 except Exception as exc:

@@ -149,6 +149,7 @@ class Embed:
     request_id: int
     token_id_lists: tuple[tuple[int, ...], ...]
     reply_to: Address
+    normalize: bool = True  # False: the pooled vectors as they are (llama.cpp's embd_normalize -1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,14 +202,15 @@ class AsyncEngine:
 
     # -- embeddings, adapters, stats -----------------------------------------------------------
 
-    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
-        """(S, C) float32 pooled, L2-normalized embeddings, computed on an idle engine between steps."""
+    async def embed(self, token_id_lists: list[list[int]], normalize: bool = True) -> np.ndarray:
+        """(S, C) float32 pooled, L2-normalized embeddings (pooled only with normalize=False), computed on an idle
+        engine between steps."""
         lists = tuple(tuple(int(t) for t in ids) for ids in token_id_lists)
         if not lists or any(not ids for ids in lists):
             raise InvalidRequestError("every input needs at least one token", param="input")
         rid = next(self._request_ids)
         reply: Embedded = await self._scheduler.request(
-            lambda r: Embed(rid, lists, r), timeout_s=self.config.request_timeout_s
+            lambda r: Embed(rid, lists, r, bool(normalize)), timeout_s=self.config.request_timeout_s
         )
         _raise(reply.error, "embedding failed")
         return reply.vectors

@@ -132,10 +132,11 @@ class EncoderEngine(_NoLora):
         finally:
             self._num_running -= 1
 
-    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
+    async def embed(self, token_id_lists: list[list[int]], normalize: bool = True) -> np.ndarray:
         self._num_running += 1
         try:
-            return await anyio.to_thread.run_sync(self._embedder.embed_token_ids, token_id_lists, limiter=self._limiter)
+            run = functools.partial(self._embedder.embed_token_ids, normalize=None if normalize else False)
+            return await anyio.to_thread.run_sync(run, token_id_lists, limiter=self._limiter)
         finally:
             self._num_running -= 1
 

@@ -79,8 +79,9 @@ class Embedder:
         """(S, C) float32 sentence vectors (pooled and normalized as the model is configured)."""
         return self.run(texts).vectors
 
-    def embed_token_ids(self, token_id_lists: Sequence[Sequence[int]]) -> np.ndarray:
-        """(S, C) vectors for token id lists used as given (no special tokens added)."""
+    def embed_token_ids(self, token_id_lists: Sequence[Sequence[int]], *, normalize: bool | None = None) -> np.ndarray:
+        """(S, C) vectors for token id lists used as given (no special tokens added); normalize overrides the
+        model's configured L2 normalization (False: the pooled vectors as they are)."""
         lists = [np.asarray(ids, dtype=np.int64).reshape(-1) for ids in token_id_lists]
         for i, ids in enumerate(lists):
             if ids.size == 0:
@@ -97,7 +98,7 @@ class Embedder:
             for row, i in enumerate(batch):
                 ids[row, : len(lists[i])] = lists[i]
                 mask[row, : len(lists[i])] = 1
-            out[batch] = self.model.embed(ids, mask)
+            out[batch] = self.model.embed(ids, mask, normalize=normalize)
         return out
 
     def _batches(self, lengths: list[int]) -> list[list[int]]:

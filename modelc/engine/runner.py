@@ -373,14 +373,15 @@ class Runner:
         rows = None if first == 0 else np.arange(first, n, dtype=np.int64)
         return self._scratch_forward([token_ids], "logits", ad, rows)[1]
 
-    def embed(self, token_id_lists: list[Any]) -> np.ndarray:
-        """(S, C) float32: final hidden state after the last norm, mean-pooled per input, L2-normalized."""
+    def embed(self, token_id_lists: list[Any], normalize: bool = True) -> np.ndarray:
+        """(S, C) float32: final hidden state after the last norm, mean-pooled per input, L2-normalized (the
+        mean itself with normalize=False: llama.cpp's embd_normalize -1)."""
         lists, hid = self._scratch_forward(token_id_lists, "hidden")
         out = np.empty((len(lists), hid.shape[1]), np.float32)  # (S, C)
         row = 0
         for s, t in enumerate(lists):
             v = hid[row : row + len(t)].astype(np.float64).mean(axis=0)
-            out[s] = v / max(float(np.linalg.norm(v)), 1e-12)
+            out[s] = v / max(float(np.linalg.norm(v)), 1e-12) if normalize else v
             row += len(t)
         return out
 

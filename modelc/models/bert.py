@@ -317,8 +317,9 @@ class BertModel:
             x = self._layer_norm(y, layer.ln2)
         return x.reshape(S, T, C)
 
-    def pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """(S, T, C) hidden states -> (S, C) sentence vectors by the configured pooling."""
+    def pool(self, hidden: np.ndarray, mask: np.ndarray, normalize: bool | None = None) -> np.ndarray:
+        """(S, T, C) hidden states -> (S, C) sentence vectors by the configured pooling, L2-normalized as
+        configured (or as `normalize` says when given)."""
         m = np.asarray(mask, dtype=np.float32)[:, :, None]  # (S, T, 1)
         if self.cfg.pooling == "cls":
             out = hidden[:, 0, :]
@@ -330,9 +331,9 @@ class BertModel:
         else:
             out = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
         out = np.ascontiguousarray(out, dtype=np.float32)
-        if self.cfg.normalize:
+        if self.cfg.normalize if normalize is None else normalize:
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
 
-    def embed(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        return self.pool(self.encode(ids, mask), mask)
+    def embed(self, ids: np.ndarray, mask: np.ndarray, normalize: bool | None = None) -> np.ndarray:
+        return self.pool(self.encode(ids, mask), mask, normalize)

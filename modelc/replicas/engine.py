@@ -157,12 +157,12 @@ class ReplicaEngine:
 
     # -- embeddings, adapters, stats -----------------------------------------------------------
 
-    async def embed(self, token_id_lists: list[list[int]]) -> Any:
+    async def embed(self, token_id_lists: list[list[int]], normalize: bool = True) -> Any:
         tried: set[int] = set()
         while True:
             rid = self._pick([], tried)
             try:
-                return await self._actors[rid].embed.remote(token_id_lists)
+                return await self._actors[rid].embed.remote(token_id_lists, normalize)
             except self._ray.exceptions.RayTaskError as exc:
                 raise _cause(exc, f"replica {rid} failed") from None
             except (self._ray.exceptions.RayActorError, self._ray.exceptions.ActorUnavailableError):

@@ -117,9 +117,9 @@ class EngineReplica:
         await self.start()
         return await self._engine.abort(request_id)
 
-    async def embed(self, token_id_lists: list[list[int]]) -> Any:
+    async def embed(self, token_id_lists: list[list[int]], normalize: bool = True) -> Any:
         await self.start()
-        return await self._engine.embed(token_id_lists)
+        return await self._engine.embed(token_id_lists, normalize=normalize)
 
     async def load_adapter(self, name: str, path: str, alpha: float, global_: bool) -> Any:
         await self.start()

@@ -78,25 +78,37 @@ def _mixed_ids(tok: Any, pieces: list[Any], limit: int | None, param: str, trunc
     return ids
 
 
-async def embed_batched(engine: ServedModel, ids: list[list[int]]) -> np.ndarray:
+async def embed_batched(engine: ServedModel, ids: list[list[int]], normalize: bool = True) -> np.ndarray:
     """(S, C) vectors, computed BATCH_TOKENS at a time: each engine call is bounded, and cancelling
-    the request (client gone, server stopping) ends it at the next batch boundary."""
+    the request (client gone, server stopping) ends it at the next batch boundary. normalize=False: the pooled
+    vectors before their L2 normalization (only then is the engine asked for it)."""
+
+    async def call(batch: list[list[int]]) -> np.ndarray:
+        out = await (engine.embed(batch) if normalize else engine.embed(batch, normalize=False))
+        return np.asarray(out, dtype=np.float32)
+
     budget = max(BATCH_TOKENS, max(len(t) for t in ids))
     parts: list[np.ndarray] = []
     batch: list[list[int]] = []
     num = 0
     for t in ids:
         if batch and num + len(t) > budget:
-            parts.append(np.asarray(await engine.embed(batch), dtype=np.float32))
+            parts.append(await call(batch))
             batch, num = [], 0
         batch.append(t)
         num += len(t)
-    parts.append(np.asarray(await engine.embed(batch), dtype=np.float32))
+    parts.append(await call(batch))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)  # (S, C)
 
 
 async def run_embeddings(
-    state: Any, engine: ServedModel, inputs: list[str | list[int]], param: str, *, truncate: bool = False
+    state: Any,
+    engine: ServedModel,
+    inputs: list[str | list[int]] | list[Any],
+    param: str,
+    *,
+    truncate: bool = False,
+    normalize: bool = True,
 ) -> tuple[np.ndarray, int]:
     """What every embeddings route does: ids off the loop, a concurrency slot, batched engine calls,
     the request's record and metrics. (S, C) unit vectors and the number of input tokens."""
@@ -104,7 +116,7 @@ async def run_embeddings(
     ids, num_tokens = await offload(lambda: embed_inputs(engine, inputs, param, truncate=truncate, max_tokens=budget))
     run = RequestRun(state, engine)
     async with run.slot():
-        vectors = await embed_batched(embedding(engine, param), ids)  # (S, C)
+        vectors = await embed_batched(embedding(engine, param), ids, normalize)  # (S, C)
     run.count_prompt(num_tokens)
     return vectors, num_tokens
 

@@ -53,8 +53,8 @@ def embd_normalize(vectors: np.ndarray, p: int) -> np.ndarray:
 
     NOTE: modelc's engines hand back pooled vectors already L2-normalized (as /v1/embeddings answers them), and
     every norm here is scale-invariant (v / |v| = (c v) / |c v| for c > 0), so applying it to that unit vector
-    gives exactly what llama-server gives from the raw pooled one. Only p = -1 would need the raw vector, which
-    the engines do not return: parse_normalize refuses it."""
+    gives exactly what llama-server gives from the raw pooled one. For p = -1 the route asks the engine for the
+    pooled vector before its normalization (embed(..., normalize=False))."""
     v = np.asarray(vectors, dtype=np.float64)  # (S, C)
     a = np.abs(v)
     if p == -1:
@@ -74,13 +74,7 @@ def parse_normalize(body: dict[str, Any]) -> int:
     if isinstance(p, float) and p.is_integer():
         p = int(p)
     if isinstance(p, bool) or not isinstance(p, int) or p < -1 or p > 64:
-        raise bad("embd_normalize", "must be an integer: 0 max absolute, 1 taxicab, 2 Euclidean, 3..64 p-norm")
-    if p == -1:
-        raise bad(
-            "embd_normalize",
-            "-1 (no normalization) is not supported: modelc's engines return pooled vectors L2-normalized; "
-            "use 0, 1, 2 (the default) or a p-norm",
-        )
+        raise bad("embd_normalize", "must be an integer: -1 none, 0 max absolute, 1 taxicab, 2 Euclidean, 3..64 p-norm")
     return p
 
 
@@ -94,7 +88,7 @@ async def llama_embeddings(body: dict[str, Any], param: str) -> Any:
     p = parse_normalize(body)
     inputs: list[Any] = [x[0] if len(x) == 1 and isinstance(x[0], str) else x for x in pieces]
     cut = get_bool(body, "truncate", False)  # modelc's: cut an input beyond the context instead of a 400
-    vectors, _ = await run_embeddings(state, engine, inputs, param, truncate=cut)  # (S, C)
+    vectors, _ = await run_embeddings(state, engine, inputs, param, truncate=cut, normalize=p != -1)  # (S, C)
 
     def build() -> list[dict[str, Any]]:
         vs = embd_normalize(vectors, p)  # (S, C)

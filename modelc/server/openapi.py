@@ -188,9 +188,9 @@ LLAMA_EMBED_REQ = _obj(  # llama-server's /embedding (and its /embeddings): serv
         "content": LLAMA_CONTENT,
         "embd_normalize": {
             **I,
-            "minimum": 0,
+            "minimum": -1,
             "maximum": 64,
-            "description": "0 max absolute (int16 range), 1 taxicab, 2 Euclidean (default), > 2 p-norm",
+            "description": "-1 none, 0 max absolute (int16 range), 1 taxicab, 2 Euclidean (default), > 2 p-norm",
         },
         "truncate": {**B, "description": "cut each input to the context length instead of answering 400"},
         "model": MODEL,

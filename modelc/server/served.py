@@ -126,7 +126,8 @@ class Generating(ServedModel, Protocol):
 
 @runtime_checkable
 class Embedding(ServedModel, Protocol):
-    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray: ...
+    # normalize=False: the pooled vectors before their L2 normalization (llama.cpp's embd_normalize -1)
+    async def embed(self, token_id_lists: list[list[int]], normalize: bool = True) -> np.ndarray: ...
 
 
 @runtime_checkable

@@ -243,6 +243,9 @@ def test_embedder_batches_token_ids_like_single_runs() -> None:
     together = emb.embed_token_ids(SEQS)
     for i, s in enumerate(SEQS):
         np.testing.assert_allclose(together[i], emb.embed_token_ids([s])[0], atol=1e-6)
+    raw = emb.embed_token_ids(SEQS, normalize=False)  # the pooled vectors before the L2 normalization
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
+    np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), together, atol=1e-6)
     with pytest.raises(InvalidRequestError, match="input 1 is empty"):
         emb.embed_token_ids([[1], []])
     with pytest.raises(InvalidRequestError, match="at most 40"):

@@ -107,9 +107,9 @@ class FakeRunner:
                         break  # the draft is rejected: its KV slots past here are rolled back
         return BatchResult(plan.step_id, tuple(toks))
 
-    def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
+    def embed(self, token_id_lists: list[list[int]], normalize: bool = True) -> np.ndarray:
         out = np.stack([np.sin(np.arange(8) + next_token(np.array(ids))) for ids in token_id_lists])  # (S, 8)
-        return (out / np.linalg.norm(out, axis=1, keepdims=True)).astype(np.float32)
+        return (out / np.linalg.norm(out, axis=1, keepdims=True) if normalize else out).astype(np.float32)
 
     def load_adapter(self, name: str, path: str, alpha: float = 1.0, *, global_: bool = False) -> None:
         if path == "missing":

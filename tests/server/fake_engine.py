@@ -156,12 +156,13 @@ class FakeEngine:
             if not done:
                 self.aborted.append(request_id or "")
 
-    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
+    async def embed(self, token_id_lists: list[list[int]], normalize: bool = True) -> np.ndarray:
+        """Unit vectors; with normalize=False the same vectors at a length of 1 + len(ids) (a raw pooled vector)."""
         out = np.zeros((len(token_id_lists), self.embed_dim), np.float32)
         for i, ids in enumerate(token_id_lists):
             rng = np.random.default_rng(sum(ids) + len(ids))
             v = rng.standard_normal(self.embed_dim).astype(np.float32)
-            out[i] = v / np.linalg.norm(v)
+            out[i] = v / np.linalg.norm(v) * (1 if normalize else 1 + len(ids))
         return out
 
     async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> dict:

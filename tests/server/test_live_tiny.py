@@ -71,6 +71,11 @@ def test_llama_embedding_is_v1_embeddings_vector(oai, server) -> None:
     assert [x["index"] for x in r] == [0, 1]
     for x, d in zip(r, e.data, strict=True):
         assert len(x["embedding"]) == 1 and x["embedding"][0] == pytest.approx(d.embedding, abs=1e-6)
+    # embd_normalize -1: the mean-pooled hidden state itself, through the actors (Embed(normalize=False))
+    (raw,) = httpx.post(server.url + "/embedding", json={"content": "hello", "embd_normalize": -1}, timeout=120).json()
+    v = raw["embedding"][0]
+    norm = sum(x * x for x in v) ** 0.5
+    assert abs(norm - 1) > 1e-3 and [x / norm for x in v] == pytest.approx(e.data[0].embedding, abs=1e-5)
 
 
 def test_json_schema(oai) -> None:

@@ -1,7 +1,7 @@
 """llama-server's non-OpenAI embeddings, POST /embedding and /embeddings with `content`, on the fake engine (byte
 tokenizer: id = byte + 3, BOS 0): the input forms, the answer's shape, embd_normalize as llama.cpp's
-common_embd_normalize, and clear 400s. tests/server/test_real_engine.py checks /embedding against /v1/embeddings
-on a real model."""
+common_embd_normalize (-1: the engine's pooled vector before its normalization), and clear 400s.
+tests/server/test_live_tiny.py checks /embedding against /v1/embeddings on a real model."""
 
 from __future__ import annotations
 
@@ -89,6 +89,12 @@ async def test_embd_normalize_on_the_route(client) -> None:
         assert r[0]["embedding"][0] == pytest.approx((base / norm(base)).tolist(), rel=1e-5)
 
 
+async def test_embd_normalize_minus_one_is_the_raw_pooled_vector(client) -> None:
+    r = await (await client.post("/embedding", {"content": [[5, 6, 7]], "embd_normalize": -1})).get_json()
+    unit = await fake_vector(client, [5, 6, 7])
+    assert r[0]["embedding"][0] == pytest.approx((unit * 4).tolist(), rel=1e-6)  # the fake's raw length: 1 + 3
+
+
 @pytest.mark.parametrize(
     "body,param",
     [
@@ -98,7 +104,6 @@ async def test_embd_normalize_on_the_route(client) -> None:
         ({"content": [["a", "b"]]}, "content"),  # a list of strings inside a list is no input
         ({"content": 5}, "content"),
         ({"content": [999999]}, "content"),  # outside the vocabulary
-        ({"content": "a", "embd_normalize": -1}, "embd_normalize"),  # modelc cannot give the raw vector
         ({"content": "a", "embd_normalize": -2}, "embd_normalize"),
         ({"content": "a", "embd_normalize": "2"}, "embd_normalize"),
         ({"content": "a", "embd_normalize": True}, "embd_normalize"),

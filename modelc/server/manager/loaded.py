@@ -188,9 +188,9 @@ class ModelView:
         finally:
             self._entry.end()
 
-    async def embed(self, token_id_lists: list[list[int]]) -> np.ndarray:
+    async def embed(self, token_id_lists: list[list[int]], normalize: bool = True) -> np.ndarray:
         with self._entry.busy():
-            return await embedding(self._engine).embed(token_id_lists)
+            return await embedding(self._engine).embed(token_id_lists, normalize=normalize)
 
     async def rerank(self, query: str, documents: Sequence[str], **options: Any) -> Any:
         with self._entry.busy():

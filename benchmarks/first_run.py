@@ -16,7 +16,8 @@ start, measured from process start:
 - full_speed_s: from start to the first token of the first request from which every request decodes at
   >= 80% of warm_tok_s (requests of N tokens run back to back from the first; the last one where none does);
 - ready_after_s: until /health's "kernels" stops saying "compiling";
-- compiled: numba cache files (*.nbc) the start wrote (a restart should write none);
+- compiled: numba cache files (*.nbc) the start compiled (a restart should write none; a kernel pack's, put
+  there at start, do not count: docs/kernel_packs.md);
 - rss_mb: the server's VmRSS after the last request, and peak_rss_mb (VmHWM);
 - same_tokens: whether the first request's tokens equal the last one's (greedy, same prompt);
 - speeds, times, cpu_ms_tok: every request's decode tok/s, its first token's time from start, and the server's
@@ -71,7 +72,15 @@ def _status(pid: int, field: str) -> float:
 
 
 def _nbc(cache: pathlib.Path) -> int:
-    return sum(1 for _ in cache.rglob("*.nbc"))
+    """numba cache files compiled into `cache`: *.nbc files but those a kernel pack put there (its marker file
+    holds their number, kernels/runtime/packs.extract)."""
+    extracted = 0
+    for marker in cache.rglob(".pack-*"):
+        try:
+            extracted += int(marker.read_text() or 0)
+        except (OSError, ValueError):
+            pass
+    return sum(1 for _ in cache.rglob("*.nbc")) - extracted
 
 
 def _cpu_s(pid: int) -> float:

@@ -38,7 +38,11 @@ repacking runs numba kernels) waits for the helpers too. With a warm cache, or a
 The helpers only ever write numba's cache: if one fails or is slow, this process compiles the rest.
 The helpers run at this process's priority (WARMER_NICE): niced 10, on a host with ordinary load
 (load average 10 on 2 cores) each got ~7% of a core and SmolLM2's kernels took many minutes.
-Not done: a first request at half the warm speed from an empty cache. A tier of per-op numba kernels compiled before
+Kernel packs (docs/kernel_packs.md, kernels/runtime/packs.py): where the CPU is one of the shipped ISA levels, the
+kernels were compiled ahead of time and put into numba's cache when modelc.kernels was imported, so a cold start
+takes the restart's path (the shadow loads everything, compiling refused) and everything below is for CPUs without
+a pack (and MODELC_KERNEL_PACKS=0). Without a pack: not done, a first request at half the warm speed from an empty
+cache. A tier of per-op numba kernels compiled before
 /health says 200 was measured and not built (SmolLM2-135M: 31 CPU-s to compile, then 0.17 of the warm speed: the
 per-op forward is ~425 Python-crossing calls a token); the options left (/health after the decode helper, kernels
 shipped per ISA level in numba's cache format) are in docs/benchmarks.md (issue 38, 2026-12-07).

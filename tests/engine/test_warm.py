@@ -73,7 +73,7 @@ def test_a_wait_mode_start_from_an_empty_cache_compiles_nothing_in_this_process(
     """MODELC_COLD_START=wait, an empty cache: helper processes compile everything (the build's repacking, the
     decode path, batches and prefill) and the serving process only loads, so none of LLVM's compile memory stays
     in its RSS (tests/server/test_memory_served.py's bound); then requests reach no kernel the warmup missed."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MODELC_COLD_START": "wait"}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MODELC_KERNEL_PACKS": "0", "MODELC_COLD_START": "wait"}
     here = str(pathlib.Path(__file__).parent)
     out = subprocess.run([sys.executable, "-c", _PROBE, str(art), here], capture_output=True, text=True, env=env,
                          timeout=1200)  # fmt: skip
@@ -180,7 +180,7 @@ print("OK", sw.ref_calls, sw.numba_calls)
 
 
 def _cold(art, tmp_path, until: str) -> None:
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MODELC_KERNEL_PACKS": "0"}
     out = subprocess.run([sys.executable, "-c", _COLD, str(art), until], capture_output=True, text=True, env=env,
                          timeout=1500)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
@@ -410,7 +410,7 @@ def test_a_fresh_kernel_cache_serves_a_first_request_with_the_warm_paths_tokens(
     runner = Runner(open_artifact(path), num_kv_blocks=16)
     warm.warmup(runner)
     want = _generate(runner, 1, [5, 17, 3, 88, 41, 9, 60], 6, [0, 1])
-    got = _restart(path, {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
+    got = _restart(path, {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MODELC_KERNEL_PACKS": "0"})
     assert f"STATE ('hybrid', True) COMPILES [] TOKENS {want}" in got, got
 
 
@@ -518,7 +518,7 @@ def test_after_the_decode_helper_a_served_runner_decodes_on_numba_and_after_the_
 
     path = _q4_0_file(tmp_path, "a.modelc")
     want = _generate(Runner(open_artifact(path), num_kv_blocks=16), 1, [5, 17, 3, 88, 41, 9, 60], 6, [0, 1])
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MODELC_KERNEL_PACKS": "0"}
     out = subprocess.run([sys.executable, "-c", _DECODE_FIRST, str(path), str(pathlib.Path(__file__).parent)],
                          capture_output=True, text=True, timeout=1400, env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

@@ -35,7 +35,7 @@ def _rss_bytes(pid: int) -> int:
 def test_a_large_vocabulary_served_cold_takes_the_file_the_kv_cache_and_300_mb(tmp_path):
     """From an empty kernel cache: the reference kernels serve (the head dequantized per call, never copied to
     f32) while helper processes compile."""
-    _served_rss(tmp_path, {"NUMBA_CACHE_DIR": str(tmp_path / "numba")})
+    _served_rss(tmp_path, {"NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MODELC_KERNEL_PACKS": "0"})
 
 
 @pytest.mark.slow  # compiles the model's kernels before serving where the cache lacks them (minutes on 2 cores)

@@ -121,7 +121,7 @@ anyio.run(main)
 
 def _probe(kind: str, cache: str, tmp_path: pathlib.Path) -> str:
     root = str(pathlib.Path(__file__).resolve().parents[2])
-    env = {**os.environ, **({"NUMBA_CACHE_DIR": str(tmp_path / "numba")} if cache == "cold" else {})}
+    env = {**os.environ, **({"NUMBA_CACHE_DIR": str(tmp_path / "numba"), "MODELC_KERNEL_PACKS": "0"} if cache == "cold" else {})}
     out = subprocess.run([sys.executable, "-c", _PROBE, root, kind], capture_output=True, text=True, timeout=900,
                          env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]

@@ -24,6 +24,7 @@ from modelc.kernels.attention import attention_rows, attention_rows_q8, kv_q8, k
 from modelc.kernels.elementwise import activation, norm, rope
 from modelc.kernels.matmul import gemm_fused_k, gemm_r16
 from modelc.kernels.quant import quant
+from modelc.kernels.runtime import packs
 
 NO_W = np.zeros((0, 0), np.uint8)  # an absent matmul's weight (its how is NONE)
 NO_F32 = np.zeros(0, np.float32)  # an absent norm weight
@@ -38,6 +39,11 @@ IQ4_XS where not repacked): plan.Path.R16 and Path.MATVEC_K, the two decode path
 these weights at T = 1."""
 
 
+ALL_KINDS = sorted(["k", *(f"r16_{int(kind)}" for kind in gemm_r16.KERNEL_OF_KIND)])
+"""kinds_token's fields where a kernel pack applies: every path and kind, so one compile of the decode entries
+serves every GGUF type mix (the pack's build compiles it once per level)."""
+
+
 def kinds_token(pairs) -> np.ndarray:
     """The matmuls of a run of decode layers, as the argument its kernels specialize on: a zero-size array whose
     record dtype has a field per path and weight kind among `pairs` ((how, kind)): "r16_<kind>" for gemm_r16's
@@ -48,6 +54,8 @@ def kinds_token(pairs) -> np.ndarray:
     does not have). numba compiles decode_step's entries once per token type (its field names), each with the
     branches of its own kinds only (_matmul's overload); numba's cache keeps one file per type."""
     names = sorted({"k" if how == MATVEC_K else f"r16_{int(kind)}" for how, kind in pairs if how != NONE})
+    if packs.ACTIVE is not None and names:  # a shipped pack holds one token: every kind (runtime/packs.py)
+        names = ALL_KINDS
     return np.zeros(0, np.dtype([(n, np.uint8) for n in names or ["none"]]))
 
 

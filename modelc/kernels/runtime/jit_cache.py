@@ -43,6 +43,7 @@ NOT_COMPILED = frozenset(
         "hybrid.py",
         "runtime/warm_list.py",
         "runtime/hugepages.py",
+        "runtime/packs.py",
     }
 )
 KEEP = 32  # ~10 MiB each; a shared dev machine has a folder per worktree and per kernel edit
@@ -171,10 +172,14 @@ def _locked_save(save):
 
 
 def install() -> None:
-    """Put the kernels' locator first in numba's list and lock its saves (once per process)."""
+    """Apply a kernel pack where one fits (packs.setup), put the kernels' locator first in numba's list and lock
+    its saves (once per process)."""
     global _installed
     if _installed:
         return
+    from modelc.kernels.runtime import packs
+
+    packs.setup()  # pins a shipped level's CPU name and features before any kernel is decorated (packs.py)
     from numba.core import caching
 
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in recent numba

@@ -34,11 +34,11 @@ print("COMPILES", len(n), "KEY", jit_cache.cache_key())
 
 def _install(site: pathlib.Path) -> None:
     """A copy of the package where pip would put it (the code only: no caches, no bundled model)."""
-    shutil.copytree(ROOT / "modelc", site / "modelc", ignore=shutil.ignore_patterns("__pycache__", "data"))
+    shutil.copytree(ROOT / "modelc", site / "modelc", ignore=shutil.ignore_patterns("__pycache__", "data", "packs"))
 
 
 def _run(site: pathlib.Path, cache: pathlib.Path, **env: str) -> tuple[int, str]:
-    e = {**os.environ, "PYTHONPATH": str(site), "NUMBA_CACHE_DIR": str(cache), **env}
+    e = {**os.environ, "PYTHONPATH": str(site), "NUMBA_CACHE_DIR": str(cache), "MODELC_KERNEL_PACKS": "0", **env}
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=e, cwd=site, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     words = out.stdout.split()

@@ -69,7 +69,7 @@ for path, kv in json.loads(sys.argv[1]):
     print(f"{time.perf_counter() - t:7.1f} s {path} {kv}", file=sys.stderr, flush=True)
     done.append([path, kv])
 print(json.dumps({"cache_key": jit_cache.cache_key(), "cpu_name": config.CPU_NAME, "features": config.CPU_FEATURES,
-                  "active": getattr(packs.ACTIVE, "name", None), "done": done, "seconds": time.perf_counter() - t0}))
+                  "active": getattr(packs.ACTIVE, "name", None), "svml": bool(config.USING_SVML), "done": done, "seconds": time.perf_counter() - t0}))
 """
 
 
@@ -87,6 +87,8 @@ def compile_part(level, work: pathlib.Path, items: list[tuple[str, str]]) -> dic
     flags = info["cache_key"].rsplit("-", 1)[1]
     if flags != level.flags or info["active"] != level.name:
         raise SystemExit(f"{level.name}: this host built flags {flags!r} (level: {level.flags!r}); not packed")
+    if info.get("svml"):  # the code would call Intel's SVML, which a user's numba may not have
+        raise SystemExit(f"{level.name}: numba uses SVML here (intel-cmplr-lib-rt installed); build without it")
     record = work / f"{level.name}.build.json"
     try:
         before = json.loads(record.read_text())
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         if not args.write_only:
             info = compile_part(level, work, items)
-            print(f"{name}: compiled {len(info['done'])} of {len(items)} in {time.perf_counter() - t0:.0f} s")
+            print(f"{name}: {len(items)} models in {time.perf_counter() - t0:.0f} s ({len(info['done'])} in the build)")
         if args.part is None:
             m = write_pack(level, work, pathlib.Path(args.out))
             print(

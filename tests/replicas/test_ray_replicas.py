@@ -197,6 +197,43 @@ async def test_lora_is_broadcast_to_every_replica(cluster, artifact, tmp_path):
         assert engine.adapters == [] and await tokens(engine, prompt) == base
 
 
+async def test_global_scales_slots_and_raw_embeddings_reach_every_replica(cluster, artifact, tmp_path):
+    """llama-server's POST /lora-adapters, GET /slots and embd_normalize -1 on replicas: the scales apply on each
+    replica (and on one that restarts), slots are every replica's, numbered one after the other."""
+    from modelc.replicas.engine import ReplicaEngine
+
+    rng = np.random.default_rng(1)
+    t = {}
+    for i in (0, 1):
+        base = f"base_model.model.model.layers.{i}.self_attn.q_proj"
+        t[base + ".lora_A.weight"] = (rng.standard_normal((4, 64)) * 0.5).astype(np.float32)
+        t[base + ".lora_B.weight"] = (rng.standard_normal((64, 4)) * 0.5).astype(np.float32)
+    save_file(t, str(tmp_path / "adapter_model.safetensors"))
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "peft_type": "LORA"}))
+    async with ReplicaEngine.open(artifact, config(policy="least_loaded")) as engine:
+        prompt = [21] * 40
+        base = await tokens(engine, prompt)
+        await engine.load_adapter("a1", str(tmp_path))
+        named = await tokens(engine, prompt, SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True,
+                                                            adapter="a1"))  # fmt: skip
+        assert named != base and await tokens(engine, prompt) == base
+        await engine.scale_adapters({"a1": 1.0})  # every request naming no adapter now runs a1 at its alpha
+        assert engine.adapter_table()[0][0] == "a1" and engine.adapter_table()[0][2] == 1.0
+        outs: list[list[int]] = []
+        async with anyio.create_task_group() as tg:  # two at once: one on each replica
+            for _ in range(2):
+                tg.start_soon(_collect, engine, prompt, GREEDY, outs)
+        assert outs == [named, named]
+        slots = await engine.slots()
+        assert [s.slot_id for s in slots] == list(range(16))  # 2 replicas x max_num_seqs 8
+        await engine.scale_adapters({"a1": 0.0})
+        assert engine.adapter_table()[0][2] == 0.0 and await tokens(engine, prompt) == base
+        unit = np.asarray(await engine.embed([[5, 6, 7], [8, 9]]))
+        raw = np.asarray(await engine.embed([[5, 6, 7], [8, 9]], normalize=False))
+        np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), unit, rtol=1e-5, atol=1e-6)
+        assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
+
+
 async def _collect(engine, prompt, params, outs) -> None:
     outs.append(await tokens(engine, prompt, params))
 

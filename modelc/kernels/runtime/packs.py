@@ -37,6 +37,7 @@ import pathlib
 import pickle
 import sys
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 try:
@@ -135,10 +136,9 @@ def read_manifest(level: Level, folder: pathlib.Path | None = None) -> dict | No
         return None
 
 
-def _flags() -> str:
-    from modelc.kernels.runtime import jit_cache
-
-    return jit_cache.cache_key().rsplit("-", 1)[1]
+def _flags(key: str) -> str:
+    """cpu.py's flags: jit_cache.cache_key's last part."""
+    return key.rsplit("-", 1)[1]
 
 
 def _target_created() -> bool:
@@ -159,8 +159,9 @@ def pin(cpu_name: str, features: str) -> None:
     config.CPU_NAME, config.CPU_FEATURES = cpu_name, features
 
 
-def setup() -> None:
-    """Decide, pin and extract (once per process, from jit_cache.install(), before any kernel is decorated)."""
+def setup(cache_key: Callable[[], str], cache_dir: Callable[[], pathlib.Path]) -> None:
+    """Decide, pin and extract (once per process, from jit_cache.install(), before any kernel is decorated).
+    cache_key, cache_dir: jit_cache's (passed in: jit_cache imports this module, not the other way round)."""
     global ACTIVE, REASON
     by_name = {lv.name: lv for lv in LEVELS}
     build = os.environ.get(BUILD_ENV)
@@ -188,21 +189,22 @@ def setup() -> None:
     if any(os.environ.get(n) for n in TUNING_ENV):
         REASON = "a kernel tuning switch is set"
         return
-    from modelc.kernels.runtime import cpu, jit_cache
+    from modelc.kernels.runtime import cpu
 
-    level = select(_flags(), cpu.FEATURES)
+    key = cache_key()
+    level = select(_flags(key), cpu.FEATURES)
     if level is None:
-        REASON = f"no level for this CPU ({_flags()})"
+        REASON = f"no level for this CPU ({_flags(key)})"
         return
     manifest = read_manifest(level)
-    if manifest is None or not manifest_ok(manifest, level, jit_cache.cache_key(), versions()):
+    if manifest is None or not manifest_ok(manifest, level, key, versions()):
         REASON = f"no pack for this build ({level.name})"
         return
     pin(manifest["cpu_name"], manifest["features"])
     os.environ[ACTIVE_ENV] = level.name
     ACTIVE, REASON = level, f"pack {level.name}"
     try:
-        extract(level, manifest, jit_cache.cache_dir())
+        extract(level, manifest, cache_dir())
     except (OSError, EOFError, pickle.UnpicklingError, tarfile.TarError, ValueError) as e:
         REASON = f"pack {level.name} (not extracted: {type(e).__name__}: {e})"  # compiles as usual, pinned
 

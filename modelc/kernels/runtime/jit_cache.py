@@ -179,7 +179,8 @@ def install() -> None:
         return
     from modelc.kernels.runtime import packs
 
-    packs.setup(cache_key, cache_dir)  # pins a shipped level's CPU name and features before any kernel is decorated (packs.py)
+    # pins a shipped level's CPU name and features before any kernel is decorated (packs.py)
+    packs.setup(cache_key, cache_dir)
     from numba.core import caching
 
     impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in recent numba

@@ -181,8 +181,12 @@ def test_a_fixture_model_from_an_empty_cache_loads_every_kernel_from_the_pack(le
     level's code) loads every kernel the model reaches from the pack, compiling refused, and compiles nothing while
     it decodes; on the host's own level, the same greedy tokens as this process (the JIT path)."""
     manifest = packs.read_manifest(level)
-    if manifest is None or not packs.manifest_ok(manifest, level, manifest["cache_key"], packs.versions()):
-        pytest.skip(f"no pack for {level.name} here")
+    version, digest = jit_cache.cache_key().split("-")[:2]
+    if manifest is None or not packs.manifest_ok(
+        manifest, level, f"{version}-{digest}-{level.flags}", packs.versions()
+    ):
+        pytest.skip(f"no current pack for {level.name} (test_the_shipped_packs_match_the_kernels)")
+    own = packs.select(jit_cache.cache_key().rsplit("-", 1)[1], cpu.FEATURES) is level
     model = ROOT / "tests" / "fixtures" / "models" / "quant" / "llama" / "model-Q4_K_M.gguf"
     drop = ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", packs.ACTIVE_ENV, packs.SWITCH_ENV, "MODELC_KERNEL_PACKS_DIR")
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("MODELC_NO_", "MODELC_PREFETCH"))}
@@ -191,9 +195,10 @@ def test_a_fixture_model_from_an_empty_cache_loads_every_kernel_from_the_pack(le
                          env=env, timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     if f"PACK {level.name} " not in out.stdout:
+        assert not own, f"the host's own level's pack did not apply: {out.stdout}"
         pytest.skip(f"this host does not run {level.name}'s code with its switches: {out.stdout[:200]}")
     assert "LOADED True COMPILES [] TOKENS" in out.stdout, out.stdout
-    if packs.select(jit_cache.cache_key().rsplit("-", 1)[1], cpu.FEATURES) is level:
+    if own:
         from modelc.engine.runner import Runner
         from modelc.source import open_model
         from tests.engine.test_runner import _generate

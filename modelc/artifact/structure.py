@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from modelc.errors import FormatError
+from modelc import architectures
+from modelc.errors import FormatError, ModelcError
+from modelc.models.bounds import check_counts
+from modelc.models.llama_args import LlamaArgs
 
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "phi3")
 
@@ -106,6 +109,32 @@ def check_structure(model: Any) -> None:
         _check_llama(_Tensors(model), dict(model.config or {}), LLAMA_NAMES[naming])
     elif arch == "gpt2" and naming in GPT2_NAMES:
         _check_gpt2(_Tensors(model), dict(model.config or {}), naming)
+    # What the loaders refuse is refused here too (a pack that succeeds must load):
+    family = architectures.family(arch)
+    if family in architectures.GENERATING | architectures.EMBEDDING:
+        check_counts(model)  # the config's counts (context, layers, widths) against the tensors
+    if family == architectures.LLAMA and naming in LLAMA_NAMES:
+        LlamaArgs.from_config(dict(model.config or {}), naming, arch)  # the llama loader's reading of the config
+    check_chat_template(model)
+
+
+def check_chat_template(model: Any) -> None:
+    """The model's chat template must compile: the runtime compiles it when the model loads, and a template that
+    does not would stop the model from loading at all (completions and embeddings too)."""
+    source = getattr(model, "chat_template", None)
+    if not isinstance(source, str) or not source:
+        return
+    from modelc.tokenizer.chat_template import ChatTemplate  # lazy: minijinja only where a model has a template
+
+    try:
+        ChatTemplate(source)
+    except FormatError:
+        raise
+    except ModelcError as e:
+        why = str(e).removeprefix("invalid chat template: ")
+        raise FormatError(
+            f"the model's chat template does not compile ({why}); replace it with --chat-template FILE"
+        ) from None
 
 
 # The token-embedding tensor of every family modelc reads, under HF and GGUF names.

@@ -80,6 +80,8 @@ def write_artifact(
         raise ArtifactWriteError(f"unknown compression {compress!r}; use zstd or none")
     if compress == "zstd" and not 1 <= level <= 22:
         raise ArtifactWriteError(f"zstd level must be between 1 and 22, got {level}")
+    if any(not isinstance(n, str) or not n for n in model.tensors):  # the reader refuses a nameless row
+        raise ArtifactWriteError("a tensor has an empty name; an artifact names every tensor")
     path = os.fspath(path)
     dest_dir = os.path.dirname(os.path.abspath(path))
     try:

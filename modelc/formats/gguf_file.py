@@ -211,7 +211,9 @@ def _parse(buf: Any, size: int, p: pathlib.Path) -> GGUFFile:
     data_offset = (cur.pos + alignment - 1) // alignment * alignment
     infos: list[TensorInfo] = []
     seen: set[str] = set()
-    for name, dims, ggml_type, offset in raw:
+    for i, (name, dims, ggml_type, offset) in enumerate(raw):
+        if not name:  # an artifact cannot hold it (its reader refuses a nameless row): refuse it before packing
+            raise FormatError(f"{p.name}: tensor {i} has an empty name")
         if name in seen:
             raise FormatError(f"{p.name}: duplicate tensor name {name}")
         seen.add(name)

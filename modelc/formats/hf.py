@@ -31,6 +31,44 @@ def _json_if(path: pathlib.Path) -> Any:
     return _json(path) if path.is_file() else None
 
 
+def _object_if(path: pathlib.Path) -> dict[str, Any]:
+    """A JSON object file's content, {} where the file is absent; FormatError for any other JSON value."""
+    v = _json_if(path)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise FormatError(f"{path.parent.name}/{path.name}: not a JSON object")
+    return v
+
+
+def _text(path: pathlib.Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"{path.parent.name}/{path.name}: not UTF-8 text") from None
+    except OSError as e:
+        raise FormatError(f"{path.parent.name}/{path.name}: cannot read: {e.strerror or e}") from None
+
+
+def _tokenizer_json(folder: pathlib.Path, text: str) -> dict[str, Any]:
+    """tokenizer.json parsed, and checked the way the runtime will build it (the tokenizers library): a file it
+    refuses is refused here, at pack, instead of packing a model that cannot load."""
+    import tokenizers
+
+    where = f"{folder.name}/tokenizer.json"
+    try:
+        tok_json = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise FormatError(f"{where}: not valid JSON ({e})") from None
+    if not isinstance(tok_json, dict):
+        raise FormatError(f"{where}: not a JSON object")
+    try:
+        tokenizers.Tokenizer.from_str(text)
+    except Exception as e:  # tokenizers raises plain Exception subclasses
+        raise FormatError(f"{where}: not a tokenizer the tokenizers library reads ({str(e).splitlines()[0]})") from None
+    return tok_json
+
+
 def _weights(folder: pathlib.Path) -> tuple[dict[str, TensorData], dict[str, Any]]:
     """Tensors from the folder's weight files, safetensors preferred."""
     single = folder / "model.safetensors"
@@ -117,7 +155,7 @@ def keep_special_text(template: str | None) -> dict[str, bool]:
 def _chat_template(folder: pathlib.Path, tok_cfg: dict[str, Any]) -> str | None:
     jinja = folder / "chat_template.jinja"
     if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
+        return _text(jinja)
     tpl = tok_cfg.get("chat_template")
     if isinstance(tpl, str):
         return tpl
@@ -182,17 +220,12 @@ def read_folder_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
     cfg = _json_if(f / "config.json")
     if not isinstance(cfg, dict):
         raise FormatError(f"{f.name}: no config.json (not a Hugging Face model folder)")
-    tok_cfg = _json_if(f / "tokenizer_config.json") or {}
-    gen = _json_if(f / "generation_config.json") or {}
-    tok_text = (f / "tokenizer.json").read_text(encoding="utf-8") if (f / "tokenizer.json").is_file() else None
+    tok_cfg = _object_if(f / "tokenizer_config.json")
+    gen = _object_if(f / "generation_config.json")
+    tok_text = _text(f / "tokenizer.json") if (f / "tokenizer.json").is_file() else None
     if tok_text is None:
-        tok_text = tokenizer_json_for_folder(f, tok_cfg if isinstance(tok_cfg, dict) else {})
-    tok_json = None
-    if tok_text is not None:
-        try:
-            tok_json = json.loads(tok_text)
-        except (json.JSONDecodeError, RecursionError) as e:
-            raise FormatError(f"{f.name}/tokenizer.json: not valid JSON ({e})") from None
+        tok_text = tokenizer_json_for_folder(f, tok_cfg)
+    tok_json = _tokenizer_json(f, tok_text) if tok_text is not None else None
     architecture, config = normalize_config(cfg)
     pooling = _pooling(f)
     if pooling:
@@ -202,7 +235,7 @@ def read_folder_metadata(folder: str | os.PathLike[str]) -> dict[str, Any]:
         config["max_seq_length"] = st_cfg["max_seq_length"]
     if "vocab_size" not in config and tok_json:
         config["vocab_size"] = len(_token_ids(tok_json))
-    template = _chat_template(f, tok_cfg if isinstance(tok_cfg, dict) else {})
+    template = _chat_template(f, tok_cfg)
     return {
         "architecture": architecture,
         "config": config,

@@ -27,6 +27,48 @@ def _per_layer(cfg: dict[str, Any], key: str, n: int, default: Any) -> list:
     return list(v)
 
 
+# RoPE scalings the runtime computes (kernels/elementwise/rope.py rope_inv_freq) and their numeric fields
+ROPE_SCALINGS = ("default", "linear", "yarn", "longrope", "su", "llama3")
+_ROPE_POSITIVE = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+    "attention_factor",
+)
+_ROPE_NONNEGATIVE = ("beta_fast", "beta_slow", "mscale", "mscale_all_dim")  # 0 reads as absent (the default)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_rope_scaling(scaling: Any) -> None:
+    """FormatError (UnsupportedError for an unknown type) unless `scaling` is a RoPE scaling the runtime computes
+    with finite, in-range numbers: a string factor, a zero factor or equal llama3 band edges would otherwise
+    fail (or divide by zero into NaN logits) only once the model loads."""
+    if scaling is None:
+        return
+    if not isinstance(scaling, dict):
+        raise FormatError(f"rope_scaling must be an object, got {scaling!r}")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind is not None and kind not in ROPE_SCALINGS:
+        raise UnsupportedError(f"unsupported rope scaling type {kind!r} (supported: {', '.join(ROPE_SCALINGS)})")
+    for key in _ROPE_POSITIVE + _ROPE_NONNEGATIVE:
+        v = scaling.get(key)
+        if v is not None and not (_is_number(v) and (v > 0 if key in _ROPE_POSITIVE else v >= 0)):
+            kind_of = "positive" if key in _ROPE_POSITIVE else "non-negative"
+            raise FormatError(f"rope_scaling {key} must be a {kind_of} number, got {v!r}")
+    for key in ("short_factor", "long_factor"):
+        v = scaling.get(key)
+        if v is not None and not (isinstance(v, list) and all(_is_number(x) and x > 0 for x in v)):
+            raise FormatError(f"rope_scaling {key} must be a list of positive numbers")
+    if kind == "llama3" and scaling.get("low_freq_factor", 1.0) == scaling.get("high_freq_factor", 4.0):
+        raise FormatError(
+            "rope_scaling low_freq_factor and high_freq_factor must differ (llama3 interpolates between them)"
+        )
+
+
 def longrope_attention_factor(scaling: dict[str, Any] | None, max_pos: int | None) -> float:
     """The cos/sin multiplier of long-RoPE (Phi-3.5/Phi-4): attention_factor, else sqrt(1 + ln s / ln orig);
     of YaRN: attention_factor, else 0.1 ln(factor) + 1 (transformers' defaults for both)."""
@@ -101,6 +143,7 @@ class LlamaArgs:
             L, win = int(cfg["num_hidden_layers"]), int(cfg.get("sliding_window") or 0)
             slides = _per_layer(cfg, "sliding_window_layers", L, True)  # Qwen2/Gemma: only some layers slide
             scaling = cfg.get("rope_scaling") or None
+            check_rope_scaling(scaling)
             logits_div = float(cfg.get("logits_scaling") or 1.0)
             args = cls(
                 vocab_size=int(cfg["vocab_size"]),
@@ -136,8 +179,12 @@ class LlamaArgs:
             )
         except KeyError as e:
             raise FormatError(f"model config lacks {e.args[0]}") from None
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError) as e:
             raise FormatError(f"bad model config value: {e}") from None
+        if args.sliding_window < 0:
+            raise FormatError(
+                f"sliding_window must be 0 (none) or a positive number of tokens, got {args.sliding_window}"
+            )
         if args.num_heads % args.num_kv_heads:
             raise FormatError(f"num_attention_heads {H} is not a multiple of num_key_value_heads {args.num_kv_heads}")
         if not (0 < R <= D and R % 2 == 0):

@@ -158,3 +158,54 @@ def test_mixture_of_experts_ffn_is_left_to_its_loader():
         check_structure(m)
     m.config["num_experts"] = 4
     check_structure(m)
+
+
+def test_a_tensor_without_a_name_is_refused(home, tmp_path, capsys):
+    """A GGUF whose tensor count runs one past its infos reads a nameless tensor from the padding: it was packed
+    into an artifact its own reader refuses ("tensor table row 0 has no name")."""
+    from tests.formats.test_gguf import raw_gguf
+
+    src = tmp_path / "bad.gguf"
+    src.write_bytes(raw_gguf([("a", (4,), 0, 0), ("", (4,), 0, 32)], data=b"\0" * 64))
+    refused(capsys, tmp_path, src, "tensor 1 has an empty name")
+    from modelc.artifact import write_artifact
+    from modelc.artifact.writer import ArtifactWriteError
+
+    m = make_tiny_llama(0)
+    m.tensors[""] = m.tensors["model.norm.weight"]
+    with pytest.raises(ArtifactWriteError, match="empty name"):
+        write_artifact(m, tmp_path / "x.modelc")
+    assert not list(tmp_path.glob("*x.modelc*"))
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"max_position_embeddings": 2**32 - 1}, ["max_position_embeddings = 4294967295"]),
+        ({"rope_scaling": {"rope_type": "linear", "factor": "z"}}, ["rope_scaling factor", "'z'"]),
+        ({"rope_scaling": {"rope_type": "linear", "factor": 0}}, ["rope_scaling factor", "positive"]),
+        ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, ["unsupported rope scaling type 'dynamic'"]),
+        (
+            {"rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 2, "high_freq_factor": 2}},
+            ["differ"],
+        ),
+        ({"sliding_window": -5}, ["sliding_window", "-5"]),
+        ({"hidden_act": "relu"}, ["hidden_act 'relu'"]),
+    ],
+)
+def test_a_config_its_loader_refuses_is_refused_at_pack(home, tmp_path, capsys, change, words):
+    """These configs packed, and the model then failed to load (a string rope factor as a bare ValueError, a
+    zero factor as NaN frequencies): a pack that succeeds must load."""
+    m = make_tiny_llama(0)
+    m.config.update(change)
+    refused(capsys, tmp_path, hf_folder(m, tmp_path / "hf"), *words)
+
+
+def test_a_chat_template_that_does_not_compile_is_refused_at_pack(home, tmp_path, capsys):
+    """A model whose template does not compile cannot load at all (the runtime compiles it on load)."""
+    src = hf_folder(make_tiny_llama(0), tmp_path / "hf")
+    (src / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}")
+    refused(capsys, tmp_path, src, "chat template does not compile", "--chat-template")
+    good = tmp_path / "good.jinja"
+    good.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    assert main(["pack", str(src), "-o", str(tmp_path / "ok.modelc"), "--chat-template", str(good)]) == 0

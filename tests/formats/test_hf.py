@@ -33,16 +33,20 @@ LLAMA_CONFIG = {
     "bos_token_id": 0,
     "eos_token_id": 1,
 }
-TOKENIZER = {
+_ADDED = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False}
+_BOS_A = [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}]
+TOKENIZER = {  # a tokenizer.json the tokenizers library reads (pack refuses one it does not)
     "version": "1.0",
     "added_tokens": [
-        {"id": 0, "content": "<s>", "special": True},
-        {"id": 1, "content": "</s>", "special": True},
-        {"id": 2, "content": "<|eot_id|>", "special": True},
+        {"id": 0, "content": "<s>", "special": True, **_ADDED},
+        {"id": 1, "content": "</s>", "special": True, **_ADDED},
+        {"id": 2, "content": "<|eot_id|>", "special": True, **_ADDED},
     ],
     "post_processor": {
         "type": "TemplateProcessing",
-        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "single": _BOS_A,
+        "pair": _BOS_A,
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}},
     },
     "model": {"type": "BPE", "vocab": {"<s>": 0, "</s>": 1, "<|eot_id|>": 2, "a": 3}, "merges": []},
 }
@@ -227,3 +231,24 @@ def test_real_tiny_llama_folder(shared_fixtures):
 def test_config_value_types_are_checked(bad):
     with pytest.raises(FormatError, match="config.json"):
         normalize_config({"model_type": "llama", **bad})
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "words"),
+    [
+        ("tokenizer.json", b"[1, 2]", "tokenizer.json: not a JSON object"),
+        ("tokenizer.json", b"{}", "tokenizer.json: not a tokenizer the tokenizers library reads"),
+        ("tokenizer.json", b'{"model": {"type": "Nope"}}', "not a tokenizer the tokenizers library reads"),
+        ("tokenizer.json", b'"\xff"', "tokenizer.json: not UTF-8 text"),
+        ("chat_template.jinja", b"\xff\xfe{{ x }}", "chat_template.jinja: not UTF-8 text"),
+        ("tokenizer_config.json", b"[1]", "tokenizer_config.json: not a JSON object"),
+        ("generation_config.json", b"[1]", "generation_config.json: not a JSON object"),
+    ],
+)
+def test_malformed_side_files_are_one_format_error(tmp_path, file, content, words):
+    """Each was an AttributeError or UnicodeDecodeError (`error: internal error: ...` in the CLI), or packed a
+    model whose tokenizer then failed to load."""
+    d = make_folder(tmp_path)
+    (d / file).write_bytes(content)
+    with pytest.raises(FormatError, match=words):
+        read_hf(d)

@@ -65,10 +65,18 @@ async def test_the_warm_up_swaps_a_served_runner_between_batches(anyio_backend, 
 def test_a_registered_owner_is_told_and_swaps_itself(monkeypatch):
     monkeypatch.setattr(warm, "loaded_from_cache", lambda r: False)
     monkeypatch.delenv(warm.COLD_START_ENV, raising=False)
+    registered, warmup = threading.Event(), warm.warmup
+
+    def held(runner, **kw):  # with every kernel cached (a kernel pack, a warm cache) the warmer can finish first
+        registered.wait(60)
+        return warmup(runner, **kw)
+
+    monkeypatch.setattr(warm, "warmup", held)
     runner = warm.ready_runner(lambda kernels: Runner(make_tiny_llama(0), num_kv_blocks=4, kernels=kernels))
     assert runner.model.kernels.name == "hybrid"
     told: list[str] = []
     assert warm.deliver_swap(runner, lambda: told.append("swap"))  # registered while the warmer runs
+    registered.set()
     for t in threading.enumerate():
         if t.name == "modelc-warmer":
             t.join(600)

@@ -38,7 +38,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "models"
 def zoo() -> list[tuple[str, str]]:
     """(model path, KV dtype) pairs: every fixture GGUF (the supported architectures and GGUF types), the HF
     variants (float weights), the bundled model; the served default KV type ("auto"), and q8_0 / float32 on
-    request for one model."""
+    request for one model; then the embedding encoders ("embed"). Each model: its Runner's warmup() and a 64-token
+    prefill of its own (what a served prompt runs, beyond the warm-up's slices)."""
     items = [(str(p), "auto") for p in sorted(FIXTURES.glob("quant/*/*.gguf"))]
     items += [(str(p), "auto") for p in sorted(FIXTURES.glob("variants/*/gguf/*.gguf"))]
     items += [(str(p), "auto") for p in sorted(FIXTURES.glob("variants/*/hf"))]
@@ -47,7 +48,8 @@ def zoo() -> list[tuple[str, str]]:
         items.append((str(default), "auto"))
     q4 = FIXTURES / "quant" / "llama" / "model-Q4_0.gguf"
     items += [(str(q4), "q8_0"), (str(q4), "float32")]
-    return items
+    encoders = sorted(p for p in (ROOT / "tests" / "fixtures" / "embeddings").glob("tiny_*") if p.is_dir())
+    return items + [(str(p), "embed") for p in encoders]  # /v1/embeddings' BERT-family encoders
 
 
 _CHILD = r"""
@@ -61,8 +63,13 @@ for path, kv in json.loads(sys.argv[1]):
     from modelc.source import open_model
     t = time.perf_counter()
     try:
-        runner = Runner(open_model(path), num_kv_blocks=2, kv_dtype=kv)
-        runner.warmup()
+        if kv == "embed":
+            from modelc.engine.embedder import Embedder
+            Embedder(path).embed_token_ids([[1, 2, 3], [4, 5, 6, 7, 8, 9, 10]])  # two rows: one padded
+        else:
+            runner = Runner(open_model(path), num_kv_blocks=2, kv_dtype=kv)
+            runner.warmup()
+            runner._scratch_forward([[i % runner.vocab_size for i in range(64)]], "logits")  # a real prefill
     except Exception as e:  # a model this build cannot run (e.g. an architecture's option): report, go on
         print(f"SKIP {path} {kv}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
         continue

@@ -17,7 +17,12 @@ unless other processes are runnable beside this one (`others_running`: /proc/loa
 runnable threads) or the steps drift: on a
 quiet machine a probe is pure cost, and a server's first request paid it (SmolLM2-135M served after a restart:
 12 of its first 24 steps on 1 thread, 1.6x slower, and the first steps back on 2 threads 100-300 ms each while
-the second thread woke; first request 0.3-0.8 of the warm speed, docs/benchmarks.md, issue 38). Bigger batches do more arithmetic per byte and a probe
+the second thread woke; first request 0.3-0.8 of the warm speed, docs/benchmarks.md, issue 38). A small batch
+whose first step finds other processes runnable (busy_now: in each of 3 reads) starts on half the threads instead
+and waits FIRST_PROBE steps there before probing (and FIRST_PROBE more while busy_now still says so), the
+machine called contended meanwhile: beside one busy process
+its first steps on every thread took 100-300 ms each, and a first request that probed at once ran at 0.16-0.36 of
+the warm speed from a cold start with a kernel pack (a restart starts on its kept count). Bigger batches do more arithmetic per byte and a probe
 costs them more (at 16 streams half the threads is ~2x slower; a 16-token benchmark would be all probe):
 they stay on the configured count and probe only on drift, or when a probe found half the threads faster
 (the machine is contended). Batch sizes are tuned apart.
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -102,6 +108,7 @@ class _Key:
     epoch: int = 0  # the tuner's contention epoch this key last probed in
     probed: bool = True  # False for a small batch until its first probe (FIRST_PROBE)
     busy: int = 0  # bits: which of the last BLOCK steps before the first probe saw others runnable (others_running)
+    started_half: bool = False  # others were runnable at its first step: it starts on half the threads
 
 
 class ThreadTuner:
@@ -134,6 +141,10 @@ class ThreadTuner:
         if st is None:
             kept = self._kept.get(key)
             st = self._keys[key] = _Key(best=kept or self.candidates[0], epoch=-1, probed=key > SMALL or bool(kept))
+            if not st.probed and busy_now(self.candidates[0]):  # a neighbour holds a core: start as a probe would end
+                st.best, st.started_half = self.candidates[-1], True
+                self.epoch += not self.contended
+                self.contended = True  # prompts on half the threads too, until a small batch's probe says otherwise
         # not while weights move onto huge pages (kernels/runtime/hugepages.py, the first seconds after a load): the
         # move stalls a core, and a probe would time that instead of the thread counts
         if not st.plan and self._due(key, st) and not hugepages.moving():
@@ -150,6 +161,13 @@ class ThreadTuner:
 
     def _due(self, key: int, st: _Key) -> bool:
         if not st.probed:  # a small batch's first probe: at once on a busy machine, else after FIRST_PROBE steps
+            if st.started_half:  # busy from the start and on half the threads already: as a quiet start waits,
+                if st.since < FIRST_PROBE and not self._drifted(st):
+                    return False
+                if busy_now(self.candidates[0]):  # the neighbour is still there: every thread would wait, again
+                    st.since = 0
+                    return False
+                return True
             st.busy = ((st.busy << 1) | others_running(self.candidates[0])) & ((1 << BLOCK) - 1)
             return st.busy.bit_count() * 2 > BLOCK or st.since >= FIRST_PROBE or self._drifted(st)
         # a slowdown on every thread may be a neighbour (probe at once); on half of them, more threads would
@@ -229,6 +247,17 @@ def others_running(threads: int, path: str = LOADAVG, tasks: str = TASKS) -> boo
     if running - 1 <= spare:  # the caller runs: no room for a neighbour beyond what is spare (no task read)
         return False
     return running - own_running(tasks) > spare
+
+
+def busy_now(threads: int, reads: int = 3, gap_s: float = 0.001) -> bool:
+    """others_running in each of `reads` reads `gap_s` apart (once per batch size and process, at its first decode
+    step): a CPU-bound neighbour is runnable in all of them, a passing task (a shell, a timer) rarely is."""
+    for i in range(reads):
+        if i:
+            time.sleep(gap_s)
+        if not others_running(threads):
+            return False
+    return True
 
 
 def own_running(tasks: str = TASKS) -> int:

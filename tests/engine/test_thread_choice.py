@@ -25,6 +25,7 @@ def model(tmp_path, monkeypatch):
     monkeypatch.setattr(jit_cache, "cache_dir", lambda: tmp_path / "cache")
     monkeypatch.delenv("MODELC_KERNELS", raising=False)  # runners on the numba kernels
     monkeypatch.setattr(thread_tuner, "FIRST_PROBE", 0)
+    monkeypatch.setattr(thread_tuner, "busy_now", lambda threads: False)  # not this machine's load
     monkeypatch.setattr(thread_tuner.hugepages, "moving", lambda: False)
     return write_artifact(make_tiny_llama(3), tmp_path / "m.modelc")
 

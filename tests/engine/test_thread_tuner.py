@@ -27,6 +27,8 @@ def probe_at_once(request, monkeypatch):
     """Small batches probe from their first step here (FIRST_PROBE 0), unless a test is about the first probe."""
     if "first_probe" not in request.node.name:
         monkeypatch.setattr(thread_tuner, "FIRST_PROBE", 0)
+    if "busy_start" not in request.node.name:  # this machine's own load must not decide how a tuner starts
+        monkeypatch.setattr(thread_tuner, "busy_now", lambda threads: False)
 
 
 def _drive(tuner: ThreadTuner, key: int, cost: dict[int, float], steps: int, first: float | None = None) -> list[int]:
@@ -238,6 +240,38 @@ def test_first_probe_waits_on_a_quiet_machine_and_not_on_a_busy_one(monkeypatch)
     # a bigger batch never waits on this: it probes only on drift or contention
     t = ThreadTuner(2)
     assert _drive(t, 8, {2: 1.0, 1: 0.5}, FIRST_PROBE + 1) == [2] * (FIRST_PROBE + 1)
+
+
+def test_first_probe_busy_start_runs_half_the_threads_then_probes_as_a_quiet_start(monkeypatch):
+    """A neighbour holds a core at the first step: start on half the threads (no steps on every thread waiting
+    for a core in the first request) and probe after FIRST_PROBE steps, as a quiet start does."""
+    monkeypatch.setattr(thread_tuner, "others_running", lambda threads: True)
+    monkeypatch.setattr(thread_tuner.time, "sleep", lambda s: None)
+    t = ThreadTuner(2)
+    assert t.prompt_threads() == 2
+    used = _drive(t, 1, {2: 3.0, 1: 1.0}, FIRST_PROBE + 2 * BLOCK * ROUNDS + 5)
+    assert used == [1] * len(used) and t._keys[1].started_half and t.contended  # no probe while still busy
+    monkeypatch.setattr(thread_tuner, "others_running", lambda threads: False)  # the neighbour is gone
+    used = _drive(t, 1, {2: 3.0, 1: 1.0}, FIRST_PROBE + 2 * BLOCK * ROUNDS)
+    assert 2 in used and used[-5:] == [1] * 5 and t.contended  # probed, and half the threads were still faster
+    monkeypatch.setattr(thread_tuner, "others_running", lambda threads: True)
+    t2 = ThreadTuner(2)
+    t2.threads_for(1)
+    assert t2.contended and t2.prompt_threads() == 1  # prompts on half the threads while contended
+    # the neighbour left: the probe after FIRST_PROBE steps finds every thread faster, and the machine quiet
+    t3 = ThreadTuner(2)
+    t3.threads_for(1)
+    monkeypatch.setattr(thread_tuner, "others_running", lambda threads: False)
+    used = [1] + _drive(t3, 1, {2: 1.0, 1: 1.6}, FIRST_PROBE + 2 * BLOCK * ROUNDS + 4)
+    monkeypatch.setattr(thread_tuner, "others_running", lambda threads: True)
+    assert used[:FIRST_PROBE] == [1] * FIRST_PROBE and used[-5:] == [2] * 5 and not t3.contended
+    # a transient task in one of the reads is no neighbour; nor is anything on a bigger batch
+    reads = iter([True, False, True])
+    monkeypatch.setattr(thread_tuner, "others_running", lambda threads: next(reads))
+    assert not thread_tuner.busy_now(2)
+    monkeypatch.setattr(thread_tuner, "others_running", lambda threads: True)
+    t4 = ThreadTuner(2)
+    assert t4.threads_for(8) == 2 and not t4.contended
 
 
 def _tasks(root, states):

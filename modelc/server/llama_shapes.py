@@ -51,6 +51,9 @@ def sampling_body(body: dict[str, Any]) -> dict[str, Any]:
         name = RENAMES.get(k, k)
         if name in PASSED and v is not None:
             out[name] = v
+    # llama-server's grammar is GBNF (a string is a regex on modelc's own routes)
+    if isinstance(out.get("grammar"), str):
+        out["grammar"] = {"type": "gbnf", "grammar": out["grammar"]}
     if isinstance(out.get("max_tokens"), int) and out["max_tokens"] < 0:
         del out["max_tokens"]  # llama.cpp's -1 = "until the end": the server's default limit here
     if isinstance(out.get("seed"), int) and not isinstance(out["seed"], bool) and out["seed"] < 0:

@@ -94,6 +94,17 @@ def test_completion_is_v1_completions_in_llama_shape(server) -> None:
     assert same["content"] == r["content"]  # the text's BOS is the one /tokenize adds
 
 
+@pytest.mark.parametrize("route", ["/completion", "/infill"])
+def test_a_grammar_string_is_gbnf_as_in_llama_server(server, route) -> None:
+    """llama-server's `grammar` is GBNF: it was read as modelc's regex string, so `root ::= "ab"` made the model
+    write that literal text instead of "ab"."""
+    body = {"prompt": "x", "input_prefix": "x", "n_predict": 8, "temperature": 0, "grammar": 'root ::= "ab"'}
+    r = httpx.post(server.url + route, json=body, timeout=120)
+    assert r.status_code == 200 and r.json()["content"] == "ab", r.text
+    bad = httpx.post(server.url + route, json={**body, "grammar": "root ::= ("}, timeout=120)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "grammar"
+
+
 @pytest.mark.anyio
 async def test_no_fim_tokens_is_400(make_client) -> None:
     c = make_client()

@@ -48,6 +48,17 @@ def render_chat(
 ) -> str:
     template = engine.chat_template
     kwargs = dict(template_kwargs or {})
+    for key in ("messages", "tools"):  # the request's own fields: a second value made render() raise TypeError
+        if key in kwargs:
+            raise InvalidRequestError(
+                f"'chat_template_kwargs' must not set {key!r} (send it as the request's {key!r})",
+                param="chat_template_kwargs",
+            )
+    add_generation_prompt = kwargs.pop("add_generation_prompt", True)  # vLLM lets the kwargs turn it off
+    if not isinstance(add_generation_prompt, bool):
+        raise InvalidRequestError(
+            "'chat_template_kwargs.add_generation_prompt' must be a boolean", param="chat_template_kwargs"
+        )
     if tools and not template_takes_tools(template):
         system = tool_calls.render_tools_system_prompt(tools)
         if messages[0]["role"] == "system":
@@ -58,7 +69,7 @@ def render_chat(
     if template is None:
         return fallback_render(messages)
     try:
-        return template.render(messages, tools=tools, add_generation_prompt=True, **kwargs)
+        return template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt, **kwargs)
     except ModelcError as e:  # already one line saying what failed ("chat template failed: ...")
         raise InvalidRequestError(e.message, param="messages") from None
     except Exception as e:  # a template error on these messages is the request's problem, not a crash

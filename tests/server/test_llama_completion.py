@@ -156,3 +156,19 @@ async def test_apply_template_then_completion_is_the_chat_prompt(client) -> None
     assert completion_ids == chat_ids  # the same prompt ids as chat completions ran
     await error_of(await client.post("/apply-template", {"messages": []}), 400, "messages")
     await error_of(await client.post("/apply-template", {}), 400, "messages")
+
+
+async def test_template_kwargs_naming_the_requests_own_fields(client) -> None:
+    """chat_template_kwargs holding add_generation_prompt, messages or tools made render() raise a TypeError
+    ('got multiple values for keyword argument'), echoed in a 400. add_generation_prompt is honoured, as vLLM
+    does; messages and tools are a clear 400."""
+    messages = [{"role": "user", "content": "hi"}]
+    r = await client.post(
+        "/apply-template", {"messages": messages, "chat_template_kwargs": {"add_generation_prompt": False}}
+    )
+    assert (await r.get_json())["prompt"] == "<|user|>hi\n"  # no <|assistant|> turn opened
+    for kwargs in ({"messages": "x"}, {"tools": []}, {"add_generation_prompt": 5}):
+        for route in ("/apply-template", "/v1/chat/completions"):
+            resp = await client.post(route, {"messages": messages, "max_tokens": 1, "chat_template_kwargs": kwargs})
+            body = await error_of(resp, 400, "chat_template_kwargs")
+            assert "TypeError" not in str(body)

@@ -150,6 +150,10 @@ def write_pack(level, work: pathlib.Path, out_dir: pathlib.Path) -> dict:
     return manifest
 
 
+def packs_by_name(packs) -> dict:
+    return {lv.name: lv for lv in packs.LEVELS}
+
+
 def main(argv: list[str] | None = None) -> int:
     from modelc.kernels.runtime import packs
 
@@ -160,7 +164,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-only", action="store_true", help="pack what --work holds")
     ap.add_argument("--models", default="", help="extra model paths for the zoo (comma-separated)")
     ap.add_argument("--out", default=str(packs.PACKS_DIR))
+    ap.add_argument(
+        "--drop",
+        default="",
+        help="remove these levels' packs (comma-separated): for a host that cannot run a level's code after a kernel "
+        "edit; those CPUs then compile on first start, as where no level applies",
+    )
     args = ap.parse_args(argv)
+    if args.drop:
+        for name in args.drop.split(","):
+            for path in packs.pack_paths(packs_by_name(packs)[name], pathlib.Path(args.out)):
+                path.unlink(missing_ok=True)
+            print(f"{name}: pack removed")
+        return 0
     work = pathlib.Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     by_name = {lv.name: lv for lv in packs.LEVELS}

@@ -145,11 +145,12 @@ def test_the_shipped_packs_match_the_kernels():
     by_name = {lv.name: lv for lv in packs.LEVELS}
     for m in shipped:
         assert m["cache_key"] == f"{version}-{digest}-{by_name[m['level']].flags}", (
-            f"{m['level']}: the pack was built for {m['cache_key']}; rebuild: tools/build_kernel_packs.py"
+            f"{m['level']}: the pack was built for {m['cache_key']}; rebuild: tools/build_kernel_packs.py (a host "
+            f"that cannot run the level's code: tools/build_kernel_packs.py --drop {m['level']}; docs/kernel_packs.md)"
         )
         pack = packs.pack_paths(by_name[m["level"]])[0]
         assert hashlib.sha256(pack.read_bytes()).hexdigest() == m["digest"]
-        assert m["python"] == packs.python_tag() and m["format"] == packs.FORMAT
+        assert m["format"] == packs.FORMAT  # (its Python, numba and llvmlite: where they differ it does not apply)
 
 
 _PROBE = """

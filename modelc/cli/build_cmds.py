@@ -36,7 +36,7 @@ def compile_cmd(
     output: Path = typer.Option(..., "-o", "--output", help="The executable file to write."),
     listen: str | None = typer.Option(None, "--listen", help="ADDR:PORT to serve on (overrides --bind/--port)."),
     bind: str = typer.Option("127.0.0.1", "--bind", help="Address to serve on."),
-    port: int = typer.Option(8080, "--port", help="Port to serve on."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port to serve on."),
     target: str | None = typer.Option(
         None,
         "--target",

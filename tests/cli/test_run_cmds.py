@@ -206,3 +206,12 @@ def test_a_model_that_does_not_fit_even_streamed_is_one_line_error(tmp_path, cap
     assert err[-1].startswith("error: model tiny-llama cannot run in the memory left") and "even streamed" in err[-1]
     assert main(["run", str(path), "--port", "0", "--weights", "mmap"]) == 1
     assert capsys.readouterr().err.strip() == "error: weights must be one of auto, resident, streamed"
+
+
+@pytest.mark.parametrize("port", ["99999", "-1"])
+def test_a_port_out_of_range_is_refused_before_loading(tmp_path, capsys, monkeypatch, port) -> None:
+    """It loaded the model, then ended in 'error: internal error: ExceptionGroup: ...' (socket.bind's OverflowError)."""
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path / "home"))
+    assert main(["run", "default", "--port", port]) == 2
+    err = capsys.readouterr().err
+    assert "--port" in err and "loading" not in err and "internal error" not in err

@@ -102,3 +102,11 @@ async def test_load_failure_raises(tmp_path) -> None:
     bad.write_bytes(b"MODELC\0\0garbage")
     with anyio.fail_after(30), pytest.raises(ModelcError):
         await daemon.serve(str(bad), port=0, install_signal_handlers=False)
+
+
+@pytest.mark.parametrize("port", [-1, 65536, 99999])
+async def test_a_port_out_of_range_is_a_clear_error(port) -> None:
+    """socket.bind raises OverflowError (not OSError) for these: `modelc run --port 99999` loaded the model, then
+    ended in 'error: internal error: ExceptionGroup: unhandled errors in a TaskGroup'."""
+    with anyio.fail_after(30), pytest.raises(ModelcError, match=f"port must be 0 .* to 65535, got {port}"):
+        await daemon.serve(FakeEngine(), port=port, install_signal_handlers=False)

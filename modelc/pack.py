@@ -14,11 +14,13 @@ from typing import Any
 from modelc import architectures, store
 from modelc.artifact.format import is_artifact
 from modelc.artifact.hash_pool import HashJob, hash_pool
-from modelc.artifact.structure import check_structure
+from modelc.artifact.structure import LLAMA_NAMES, check_structure
 from modelc.artifact.transforms import plan
 from modelc.artifact.writer import write_artifact
 from modelc.errors import FormatError
 from modelc.ir import Model
+from modelc.models.bounds import check_counts
+from modelc.models.llama_args import LlamaArgs
 from modelc.source import open_model
 
 
@@ -77,6 +79,7 @@ def pack_model(
         if amend is not None:
             amend(model)
         check_structure(model)  # nothing its architecture cannot load enters the store
+        check_loadable(model)
         provenance: dict[str, Any] = {"source_sha256": source_sha.result} if source_sha.active else {}
         if single_file:
             st = src.stat()
@@ -231,3 +234,16 @@ def _default_name(model: Any, src: Path) -> str:
     raw = model.name or (src.stem if src.is_file() else src.name)
     cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in raw).strip("-.") or "model"
     return cleaned
+
+
+def check_loadable(model: Any) -> None:
+    """What the loaders refuse is refused at pack too (a pack that succeeds must load): the config's counts against
+    the tensors, and the llama loader's reading of the config. Here, not in artifact/structure.py: these checks are
+    the models' own (models/ imports artifact/)."""
+    arch = str(getattr(model, "architecture", "") or "")
+    naming = getattr(model, "naming", "hf") or "hf"
+    family = architectures.family(arch)
+    if family in architectures.GENERATING | architectures.EMBEDDING:
+        check_counts(model)  # the config's counts (context, layers, widths) against the tensors
+    if family == architectures.LLAMA and naming in LLAMA_NAMES:
+        LlamaArgs.from_config(dict(model.config or {}), naming, arch)  # the llama loader's reading of the config

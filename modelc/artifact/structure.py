@@ -13,10 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from modelc import architectures
 from modelc.errors import FormatError, ModelcError
-from modelc.models.bounds import check_counts
-from modelc.models.llama_args import LlamaArgs
 
 LLAMA_FAMILY = ("llama", "mistral", "qwen2", "phi3")
 
@@ -109,12 +106,6 @@ def check_structure(model: Any) -> None:
         _check_llama(_Tensors(model), dict(model.config or {}), LLAMA_NAMES[naming])
     elif arch == "gpt2" and naming in GPT2_NAMES:
         _check_gpt2(_Tensors(model), dict(model.config or {}), naming)
-    # What the loaders refuse is refused here too (a pack that succeeds must load):
-    family = architectures.family(arch)
-    if family in architectures.GENERATING | architectures.EMBEDDING:
-        check_counts(model)  # the config's counts (context, layers, widths) against the tensors
-    if family == architectures.LLAMA and naming in LLAMA_NAMES:
-        LlamaArgs.from_config(dict(model.config or {}), naming, arch)  # the llama loader's reading of the config
     check_chat_template(model)
 
 

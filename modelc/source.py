@@ -14,12 +14,15 @@ from typing import Any
 from modelc import store
 from modelc.artifact.format import is_artifact
 from modelc.artifact.reader import open_artifact
+from modelc.errors import ModelcError
 from modelc.formats.detect import read_model
 
 
 def open_model(path_or_name: str | os.PathLike[str], *, format: str | None = None, name: str | None = None) -> Any:
     """A .modelc file is opened as an Artifact; any other existing file or folder is read as raw weights
     (`format` forces the reader, `name` names the model); anything else is a store name[:version]."""
+    if not isinstance(path_or_name, str | os.PathLike):
+        raise ModelcError(f"a model is a path or a store name, got {type(path_or_name).__name__}")
     p = Path(os.fspath(path_or_name)).expanduser()
     if p.exists():
         if format in (None, "modelc") and is_artifact(p):

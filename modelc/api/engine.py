@@ -7,6 +7,7 @@ Stop strings are matched by the same TextStream as the RequestActor.
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -151,7 +152,7 @@ class Engine:
     def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
         if isinstance(prompt, str):
             return self.tokenize(prompt)
-        return [int(t) for t in prompt]
+        return _token_ids(prompt, "prompt")
 
     @staticmethod
     def _params(sampling: Mapping[str, Any]) -> SamplingParams:
@@ -161,16 +162,16 @@ class Engine:
             raise InvalidRequestError("pass either params= or sampling keywords, not both")
         if p is not None:
             return p
-        for k in ("stop", "stop_token_ids"):
-            if isinstance(kw.get(k), str):
-                kw[k] = (kw[k],)
-            elif k in kw:
-                kw[k] = tuple(kw[k])
-        if "logit_bias" in kw and isinstance(kw["logit_bias"], Mapping):
-            kw["logit_bias"] = tuple((int(a), float(b)) for a, b in kw["logit_bias"].items())
         try:
+            for k in ("stop", "stop_token_ids"):
+                if isinstance(kw.get(k), str):
+                    kw[k] = (kw[k],)
+                elif k in kw:
+                    kw[k] = tuple(kw[k])
+            if "logit_bias" in kw and isinstance(kw["logit_bias"], Mapping):
+                kw["logit_bias"] = tuple((int(a), float(b)) for a, b in kw["logit_bias"].items())
             return SamplingParams(**kw)
-        except TypeError as e:
+        except (TypeError, ValueError) as e:  # stop=5, logit_bias={"x": 1}, an unknown keyword...
             raise InvalidRequestError(f"bad sampling argument: {e}") from None
 
     def generate(self, prompt: str | Sequence[int], **sampling: Any) -> str:
@@ -198,6 +199,8 @@ class Engine:
         self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping] | None = None, **sampling: Any
     ) -> str:
         """The assistant's reply to OpenAI-style `messages`, rendered through the model's chat template."""
+        if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages:
+            raise InvalidRequestError("messages must be a non-empty list of {'role', 'content'} objects")
         text = self.chat_template.render(messages, tools=tools, add_generation_prompt=True)
         return self.generate(self.tokenize(text), **sampling)
 
@@ -205,7 +208,9 @@ class Engine:
 
     def generate_ids(self, prompt_ids: Sequence[int], params: SamplingParams | None = None) -> Iterator[int]:
         """Yield generated token ids (stop tokens excluded), under the scheduler's stop rules."""
-        for tok, _ in self._tokens([int(t) for t in prompt_ids], params or SamplingParams()):
+        if params is not None and not isinstance(params, SamplingParams):
+            raise InvalidRequestError(f"params must be a SamplingParams, got {type(params).__name__}")
+        for tok, _ in self._tokens(_token_ids(prompt_ids, "prompt_ids"), params or SamplingParams()):
             yield tok
 
     def _tokens(self, prompt_ids: list[int], p: SamplingParams) -> Iterator[tuple[int, int]]:
@@ -266,6 +271,8 @@ class Engine:
 
     def embed(self, texts: str | Sequence[str] | Sequence[Sequence[int]]) -> np.ndarray:
         """(S, C) mean-pooled, L2-normalized final hidden states of each text (or token id list)."""
+        if not isinstance(texts, str) and not isinstance(texts, Sequence | np.ndarray):
+            raise InvalidRequestError(f"texts must be a string or a list of strings or token ids, not {texts!r:.40}")
         items = [texts] if isinstance(texts, str) else list(texts)
         if not items:
             raise InvalidRequestError("nothing to embed")
@@ -290,3 +297,11 @@ class Engine:
 
     def unload_adapter(self, name: str) -> None:
         self.runner.unload_adapter(name)
+
+
+def _token_ids(ids: Any, what: str) -> list[int]:
+    """A prompt's token ids as ints; InvalidRequestError for anything else (None, a number, floats, text)."""
+    try:
+        return [operator.index(t) for t in ids]
+    except TypeError:
+        raise InvalidRequestError(f"{what} must be a string or a sequence of token ids (ints)") from None

@@ -13,7 +13,7 @@ from functools import cache
 
 import tokenizers
 
-from modelc.errors import FormatError
+from modelc.errors import FormatError, InvalidRequestError
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _SPM_SPACE = "\u2581"  # "▁", SentencePiece's word marker
@@ -223,6 +223,16 @@ def encode_ids(tok: tokenizers.Tokenizer, text: str, add_special: bool) -> list[
     """`tok.encode(text).ids`, but for long texts through encode_batch: `tokenizers` holds the GIL for
     the whole of encode() (570 ms for 600k characters, during which a server's event loop stands
     still) and releases it in encode_batch (same ids)."""
-    if len(text) <= GIL_FREE_CHARS:
-        return list(tok.encode(text, add_special_tokens=add_special).ids)
-    return list(tok.encode_batch([text], add_special_tokens=add_special)[0].ids)
+    try:
+        if len(text) <= GIL_FREE_CHARS:
+            return list(tok.encode(text, add_special_tokens=add_special).ids)
+        return list(tok.encode_batch([text], add_special_tokens=add_special)[0].ids)
+    except TypeError:  # tokenizers' answer to a non-str and to a str it cannot encode ("must be str")
+        raise _not_text(text) from None
+
+
+def _not_text(text: object) -> InvalidRequestError:
+    if not isinstance(text, str):
+        return InvalidRequestError(f"the text to tokenize must be a string, got {type(text).__name__}")
+    # a lone UTF-16 surrogate (Python str allows it; it is not Unicode text): what tokenizers refuses
+    return InvalidRequestError("the text holds a lone UTF-16 surrogate (such as \\ud800): not valid Unicode")

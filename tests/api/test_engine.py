@@ -174,3 +174,33 @@ def test_load_by_store_name(tmp_path, monkeypatch):
     )
     with pytest.raises(NotFoundError):
         Engine.load("not-there")
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda e: e.generate(None, max_tokens=1), "prompt must be a string or a sequence of token ids"),
+        (lambda e: e.generate(5, max_tokens=1), "prompt must be a string or a sequence of token ids"),
+        (lambda e: e.generate(["w5"], max_tokens=1), "prompt must be a string or a sequence of token ids"),
+        (lambda e: e.generate("w5 \ud800", max_tokens=1), "lone UTF-16 surrogate"),
+        (lambda e: e.tokenize(None), "must be a string, got NoneType"),
+        (lambda e: e.generate("w5", stop=5, max_tokens=1), "bad sampling argument"),
+        (lambda e: e.generate("w5", logit_bias={"x": 1}, max_tokens=1), "bad sampling argument"),
+        (lambda e: e.chat([], max_tokens=1), "messages must be a non-empty list"),
+        (lambda e: e.embed(None), "texts must be a string or a list"),
+        (lambda e: list(e.generate_ids([1, 5], "greedy")), "params must be a SamplingParams"),
+    ],
+)
+def test_bad_arguments_are_invalid_request_errors(call, words):
+    """Each was a TypeError, ValueError or AttributeError from deep inside (tokenizers' 'TextInputSequence must
+    be str' for a lone surrogate), or for chat([]) a completion of nothing."""
+    eng = Engine(_model(), kv_cache_tokens=64)
+    with pytest.raises(InvalidRequestError, match=words):
+        call(eng)
+
+
+def test_load_of_something_that_is_not_a_path_or_name():
+    from modelc.errors import ModelcError
+
+    with pytest.raises(ModelcError, match="a model is a path or a store name, got NoneType"):
+        Engine.load(None)

@@ -156,6 +156,11 @@ def compile_constraint(constraint: Constraint, tokenizer: Tokenizer) -> Compiled
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, ll)
         if is_error:
             raise InvalidRequestError(f"invalid {constraint.kind}: {_one_line(messages[0] if messages else '')}")
+        start = CompiledGrammar(constraint.kind, grammar, ll, tokenizer.vocab_size).matcher()
+        start.allowed_mask(tokenizer.vocab_size)  # the first mask: where a grammar matching nothing shows it
+        if start.is_error():  # valid, yet matching nothing: {"$ref": "#"} (the sequence would end at once, empty)
+            # (llguidance's own message is a parser-state dump)
+            raise InvalidRequestError(f"invalid {constraint.kind}: no output satisfies it")
         with _lock:
             cache[key] = grammar
             while len(cache) > _CACHE_SIZE:

@@ -204,6 +204,9 @@ def test_matcher_state_after_finish(tok):
         (Constraint("tool_call", "[]"), "non-empty list of tools"),
         (Constraint("tool_call", '[{"type": "function", "function": {}}]'), "must have a function with a name"),
         (Constraint("sql"), "unknown constraint kind"),
+        # valid, yet matching nothing: the sequence ended at once with empty content and finish_reason "stop"
+        (Constraint("json_schema", '{"$ref": "#"}'), "invalid json_schema: no output satisfies it"),
+        (Constraint("json_schema", '{"anyOf": [{"$ref": "#"}]}'), "invalid json_schema"),
     ],
 )
 def test_invalid_constraints(tok, constraint, message):

@@ -106,7 +106,23 @@ def check_structure(model: Any) -> None:
         _check_llama(_Tensors(model), dict(model.config or {}), LLAMA_NAMES[naming])
     elif arch == "gpt2" and naming in GPT2_NAMES:
         _check_gpt2(_Tensors(model), dict(model.config or {}), naming)
+    check_tokenizer(model)
     check_chat_template(model)
+
+
+def check_tokenizer(model: Any) -> None:
+    """The stored tokenizer.json must be one the tokenizers library builds, as every load does: a GGUF whose
+    merges name a token its vocabulary lacks (or that lists one token twice) converts to a tokenizer.json
+    that packed, then failed every load with 'invalid tokenizer.json'."""
+    text = getattr(model, "tokenizer_json", None)
+    if not isinstance(text, str) or not text:
+        return
+    import tokenizers  # lazy: only where a model has a tokenizer
+
+    try:
+        tokenizers.Tokenizer.from_str(text)
+    except Exception as e:  # tokenizers raises plain Exception subclasses
+        raise FormatError(f"the model's tokenizer cannot be built: {str(e).splitlines()[0]}") from None
 
 
 def check_chat_template(model: Any) -> None:

@@ -209,3 +209,21 @@ def test_a_chat_template_that_does_not_compile_is_refused_at_pack(home, tmp_path
     good = tmp_path / "good.jinja"
     good.write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
     assert main(["pack", str(src), "-o", str(tmp_path / "ok.modelc"), "--chat-template", str(good)]) == 0
+
+
+def test_a_tokenizer_the_library_cannot_build_is_refused():
+    """A GGUF whose merges name a token its vocabulary lacks converted to a tokenizer.json that packed, then
+    failed every load ('invalid tokenizer.json: Token `qz` out of vocabulary')."""
+    from pathlib import Path
+
+    from modelc.errors import FormatError
+    from modelc.formats.gguf import read_gguf
+
+    m = read_gguf(Path(__file__).parents[1] / "fixtures" / "models" / "quant" / "llama" / "model-Q4_K_M.gguf")
+    check_structure(m)
+    doc = json.loads(m.tokenizer_json)
+    merges = doc["model"]["merges"]
+    merges[0] = "qq zz" if isinstance(merges[0], str) else ["qq", "zz"]
+    m.tokenizer_json = json.dumps(doc)
+    with pytest.raises(FormatError, match="the model's tokenizer cannot be built: Token `qq` out of vocabulary"):
+        check_structure(m)

@@ -171,17 +171,22 @@ async def test_a_replica_dying_mid_stream_ends_it_with_an_error_event(cluster, a
         assert isinstance(last, Finished) and last.finish_reason == "error" and "died" in last.error
 
 
-async def test_lora_is_broadcast_to_every_replica(cluster, artifact, tmp_path):
-    from modelc.replicas.engine import ReplicaEngine
-
-    rng = np.random.default_rng(0)
+def _write_adapter(folder, seed: int) -> None:
+    """A PEFT LoRA adapter (rank 4, alpha 8) on the tiny model's q projections, in `folder`."""
+    rng = np.random.default_rng(seed)
     t = {}
     for i in (0, 1):
         base = f"base_model.model.model.layers.{i}.self_attn.q_proj"
         t[base + ".lora_A.weight"] = (rng.standard_normal((4, 64)) * 0.5).astype(np.float32)
         t[base + ".lora_B.weight"] = (rng.standard_normal((64, 4)) * 0.5).astype(np.float32)
-    save_file(t, str(tmp_path / "adapter_model.safetensors"))
-    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "peft_type": "LORA"}))
+    save_file(t, str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "peft_type": "LORA"}))
+
+
+async def test_lora_is_broadcast_to_every_replica(cluster, artifact, tmp_path):
+    from modelc.replicas.engine import ReplicaEngine
+
+    _write_adapter(tmp_path, seed=0)
     async with ReplicaEngine.open(artifact, config(policy="least_loaded")) as engine:
         prompt = [20] * 40
         base = await tokens(engine, prompt)
@@ -199,17 +204,11 @@ async def test_lora_is_broadcast_to_every_replica(cluster, artifact, tmp_path):
 
 async def test_global_scales_slots_and_raw_embeddings_reach_every_replica(cluster, artifact, tmp_path):
     """llama-server's POST /lora-adapters, GET /slots and embd_normalize -1 on replicas: the scales apply on each
-    replica (and on one that restarts), slots are every replica's, numbered one after the other."""
+    replica, slots are every replica's, numbered one after the other. (A restarted replica's scales are not
+    tested here.)"""
     from modelc.replicas.engine import ReplicaEngine
 
-    rng = np.random.default_rng(1)
-    t = {}
-    for i in (0, 1):
-        base = f"base_model.model.model.layers.{i}.self_attn.q_proj"
-        t[base + ".lora_A.weight"] = (rng.standard_normal((4, 64)) * 0.5).astype(np.float32)
-        t[base + ".lora_B.weight"] = (rng.standard_normal((64, 4)) * 0.5).astype(np.float32)
-    save_file(t, str(tmp_path / "adapter_model.safetensors"))
-    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 8, "peft_type": "LORA"}))
+    _write_adapter(tmp_path, seed=1)
     async with ReplicaEngine.open(artifact, config(policy="least_loaded")) as engine:
         prompt = [21] * 40
         base = await tokens(engine, prompt)

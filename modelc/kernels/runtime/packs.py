@@ -40,6 +40,8 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from modelc import tmpfiles
+
 try:
     import fcntl
 except ImportError:  # Windows: extraction unlocked (numba's own saves are too)
@@ -224,19 +226,21 @@ def _write_index(path: pathlib.Path, version: str, stamp: object, overloads: dic
 
 
 def _write(path: pathlib.Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    """Temp file + rename, named as the project's temp files are (tmpfiles: a crashed writer's leftover is swept)."""
+    fd, tmp = tmpfiles.make(path.parent, path.name)
     try:
-        tmp.write_bytes(data)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def members(pack: pathlib.Path) -> dict[str, bytes]:
-    """The files of a .tar.zst pack: name -> bytes."""
+def members(pack: bytes) -> dict[str, bytes]:
+    """The files of a .tar.zst pack's bytes: name -> bytes."""
     import zstandard
 
-    with open(pack, "rb") as raw, zstandard.ZstdDecompressor().stream_reader(raw) as z:
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(pack)) as z:
         data = z.read()
     out = {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
@@ -262,9 +266,10 @@ def extract(level: Level, manifest: dict, dest: pathlib.Path, folder: pathlib.Pa
         if marker.exists():
             return 0
         pack = pack_paths(level, folder)[0]
-        files = members(pack)
-        if hashlib.sha256(pack.read_bytes()).hexdigest() != manifest["digest"]:
+        raw = pack.read_bytes()  # read once: checked against the manifest before anything is unpacked
+        if hashlib.sha256(raw).hexdigest() != manifest["digest"]:
             raise ValueError(f"{pack.name} does not match its manifest")
+        files = members(raw)
         added = 0
         for name, data in files.items():
             if name.endswith(".nbi"):

@@ -16,6 +16,7 @@ import tarfile
 import pytest
 import zstandard
 
+from modelc import tmpfiles
 from modelc.kernels.runtime import cpu, jit_cache, packs
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -101,7 +102,7 @@ def test_extraction_merges_indexes_once_and_keeps_the_users_overloads(tmp_path):
     assert _load(dest, "f-10.py311", "S", ("sig2", "m")) == "pack two"
     assert _load(dest, "g-20.py311", "S", ("sig1", "m")) == "pack g"
     names = sorted(p.name for p in dest.iterdir())
-    assert not [n for n in names if ".tmp." in n]  # every file went in by rename
+    assert not [n for n in names if ".tmp." in n or n.endswith(tmpfiles.SUFFIX)]  # every file went in by rename
     assert names.count("f-10.py311.3.nbc") == 1  # after the user's .1 and .2
     before = {p.name: p.read_bytes() for p in dest.iterdir() if p.is_file()}
     assert packs.extract(ZEN3, manifest, dest, out) == 0  # once

@@ -1,7 +1,8 @@
 """open_artifact: map a .modelc file (or a .modelc stored inside another file) read-only.
 
 Uncompressed tensors are zero-copy uint8 views of one np.memmap; zstd tensors are
-decompressed once here. Every offset and length is checked before any view is made.
+decompressed once here, checked against their frame's checksum where it has one (files since
+the writer adds it). Every offset and length is checked before any view is made.
 """
 
 from __future__ import annotations
@@ -164,12 +165,19 @@ def _make_tensors(art: Artifact) -> None:
 def _decompress(path: str, e: TensorEntry, stored: np.ndarray) -> np.ndarray:
     import zstandard
 
+    checked = False
     try:
-        declared = zstandard.get_frame_parameters(memoryview(stored)).content_size
+        params = zstandard.get_frame_parameters(memoryview(stored))
+        declared, checked = params.content_size, params.has_checksum
         if declared not in (zstandard.CONTENTSIZE_UNKNOWN, e.nbytes):  # checked before any allocation
             raise ArtifactError(f"{path}: tensor {e.name}: its zstd frame declares {declared} bytes, not {e.nbytes}")
+        # zstd verifies the frame's content checksum where the writer put one (every file since it does).
         raw = zstandard.ZstdDecompressor().decompress(memoryview(stored), max_output_size=e.nbytes)
     except zstandard.ZstdError as err:
+        if checked and "checksum" in str(err):
+            raise ChecksumError(
+                f"{path}: tensor {e.name} is corrupt: it decompresses to data that does not match its zstd checksum"
+            ) from None
         raise ArtifactError(f"{path}: tensor {e.name} does not decompress ({err})") from None
     if len(raw) != e.nbytes:
         raise ArtifactError(f"{path}: tensor {e.name} decompresses to {len(raw)} bytes, expected {e.nbytes}")

@@ -349,7 +349,9 @@ def _json_default(obj: Any) -> Any:
 def _zstd(level: int) -> Any:
     import zstandard
 
-    return zstandard.ZstdCompressor(level=level, write_content_size=True)
+    # The frame's content checksum (XXH64 of the tensor, 4 bytes) lets every load catch a corrupt
+    # compressed tensor without --verify's full digest pass; files from before it still load.
+    return zstandard.ZstdCompressor(level=level, write_content_size=True, write_checksum=True)
 
 
 def default_file_mode() -> int:

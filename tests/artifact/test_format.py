@@ -10,6 +10,7 @@ import pytest
 from modelc.artifact import ArtifactWriteError, open_artifact, verify_artifact, write_artifact
 from modelc.artifact.tiny import make_model
 from modelc.errors import ArtifactError, ChecksumError, ModelcError
+from modelc.ir import Model, TensorData
 
 from .helpers import read_raw, rewrite_header
 
@@ -132,6 +133,41 @@ def test_verify_names_corrupt_tensor(tmp_path, compress):
     seen = []
     assert verify_artifact(good, progress=lambda d, t: seen.append((d, t))).ok
     assert seen[-1][0] == seen[-1][1]
+
+
+def _half_random_model() -> Model:
+    """One zstd tensor whose first half is random bytes: zstd stores them as raw literals, so a flipped
+    byte there still decompresses, to wrong data (what only the frame's checksum can catch)."""
+    rng = np.random.default_rng(0)
+    w = np.concatenate([rng.integers(0, 256, 4096, dtype=np.uint8), np.zeros(4096, np.uint8)])
+    return Model("half", "mlp", {"w": TensorData.from_array(w)}, config={})
+
+
+def _flip_stored_byte(path, at: int) -> None:
+    _, header, raw = read_raw(path)
+    (entry,) = header["tensors"]
+    assert entry["compression"] == "zstd"
+    buf = bytearray(raw)
+    buf[entry["offset"] + at] ^= 0xFF
+    open(path, "wb").write(bytes(buf))
+
+
+def test_corrupt_zstd_tensor_is_refused_at_load_without_verify(tmp_path):
+    path = write_artifact(_half_random_model(), tmp_path / "m.modelc", compress="zstd")
+    _flip_stored_byte(path, 2000)  # inside the random half's raw literals
+    with pytest.raises(ChecksumError, match=r"tensor w is corrupt: .* zstd checksum$"):
+        open_artifact(path)
+
+
+def test_zstd_tensor_without_checksum_still_loads(tmp_path, monkeypatch):
+    import zstandard
+
+    import modelc.artifact.writer as w
+
+    monkeypatch.setattr(w, "_zstd", lambda level: zstandard.ZstdCompressor(level=level, write_content_size=True))
+    model = _half_random_model()
+    path = write_artifact(model, tmp_path / "old.modelc", compress="zstd")  # as files before the checksum
+    assert bytes(open_artifact(path, verify=True).tensors["w"].data) == bytes(model.tensors["w"].data)
 
 
 def test_disk_full_leaves_nothing(tmp_path, monkeypatch):

@@ -38,6 +38,7 @@ from modelc.actors.request import RequestActor
 from modelc.actors.supervisor import Supervisor
 from modelc.cache.budget import default_context, kv_bytes_per_block, num_kv_blocks
 from modelc.config import EngineConfig, resolve_kv_dtype
+from modelc.engine.adapter_table import AdapterTable
 from modelc.engine.model_info import ModelInfo
 from modelc.engine.runner import Runner
 from modelc.engine.warm import ready_runner
@@ -98,8 +99,7 @@ class AsyncEngine:
         self._seq_ids = itertools.count(1)
         self._request_ids = itertools.count(1)
         self._live: dict[str, int] = {}  # request id -> seq id, for abort()
-        self._adapters: dict[str, str] = {}  # loaded adapter name -> the path it was loaded from, in load order
-        self._global_scales: dict[str, float] = {}  # as the runners' (Runner.global_scales)
+        self._adapters = AdapterTable()  # stable ids, paths and the global scales (as the runners')
         self._closed = False
         self._vocab_size = info.vocab_size
 
@@ -223,9 +223,7 @@ class AsyncEngine:
             timeout_s=self.config.request_timeout_s,
         )
         _raise(reply.error, f"loading adapter {name!r} failed")
-        self._adapters[name] = str(path)
-        if global_:
-            self._global_scales = {name: float(alpha)}
+        self._adapters.loaded(name, str(path), float(alpha), bool(global_))
         return None if reply.info is None else dict(reply.info)
 
     async def unload_adapter(self, name: str) -> None:
@@ -234,8 +232,7 @@ class AsyncEngine:
             lambda r: UnloadAdapter(rid, name, r), timeout_s=self.config.request_timeout_s
         )
         _raise(reply.error, f"unloading adapter {name!r} failed")
-        self._adapters.pop(name, None)
-        self._global_scales.pop(name, None)
+        self._adapters.unloaded(name)
 
     async def scale_adapters(self, scales: dict[str, float]) -> None:
         """Set the global scales (llama.cpp's): each named adapter's alpha multiplier for the requests naming no
@@ -246,7 +243,7 @@ class AsyncEngine:
             lambda r: ScaleAdapters(rid, pairs, r), timeout_s=self.config.request_timeout_s
         )
         _raise(reply.error, "setting the adapters' scales failed")
-        self._global_scales = {n: s for n, s in pairs if s != 0}
+        self._adapters.scaled(dict(pairs))
 
     async def slots(self) -> list[Any]:
         """modelc.scheduler.slots.SlotState of every engine's slots (max_num_seqs each), as the scheduler sees
@@ -257,10 +254,10 @@ class AsyncEngine:
         )
         return list(reply.slots)
 
-    def adapter_table(self) -> list[tuple[str, str, float]]:
-        """(name, path it was loaded from, global scale: 0 when it applies only to requests naming it) of each
-        loaded adapter, in load order."""
-        return [(n, p, self._global_scales.get(n, 0.0)) for n, p in self._adapters.items()]
+    def adapter_table(self) -> list[tuple[int, str, str, float]]:
+        """(id, name, path it was loaded from, global scale: 0 when it applies only to requests naming it) of each
+        loaded adapter, in load order. An id stays the adapter's while it is loaded (engine/adapter_table.py)."""
+        return self._adapters.describe()
 
     @property
     def context_length(self) -> int | None:
@@ -270,7 +267,7 @@ class AsyncEngine:
     @property
     def adapters(self) -> list[str]:
         """Names of the LoRA adapters loaded now, in load order."""
-        return list(self._adapters)
+        return self._adapters.names
 
     def stats(self) -> dict[str, int]:
         """running, waiting, kv_blocks_used, kv_blocks_total, prefix_queries, prefix_hits,

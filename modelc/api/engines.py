@@ -83,7 +83,7 @@ class _NoLora:
         if scales:
             raise UnsupportedError(f"model {self.name!r} ({self.architecture}) takes no LoRA adapters")
 
-    def adapter_table(self) -> list[tuple[str, str, float]]:
+    def adapter_table(self) -> list[tuple[int, str, str, float]]:
         return []
 
     async def slots(self) -> list[Any] | None:

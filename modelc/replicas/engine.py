@@ -21,6 +21,7 @@ import anyio
 from modelc.artifact.reader import open_artifact
 from modelc.cache.block_pool import prefix_hashes
 from modelc.config import EngineConfig, ReplicaConfig
+from modelc.engine.adapter_table import AdapterTable
 from modelc.engine.model_info import ModelInfo
 from modelc.errors import EngineError, InvalidRequestError, ModelcError, OverloadedError
 from modelc.replicas.cluster import connected
@@ -52,8 +53,7 @@ class ReplicaEngine:
         self._loads = [ReplicaLoad(i, max_in_flight=cap) for i in range(len(actors))]
         self._full_stats: list[dict[str, Any]] = [{} for _ in actors]
         self._router = Router(rc.policy, max_imbalance=max(2, config.scheduler.max_num_seqs // 2))
-        self._adapters: dict[str, tuple[str, float, bool]] = {}  # name -> (path, alpha, global)
-        self._global_scales: dict[str, float] = {}  # as AsyncEngine's (set by a global load or scale_adapters)
+        self._adapters = AdapterTable()  # stable ids, paths, how each was loaded, the global scales
         self._live: dict[str, tuple[int, Any]] = {}  # request id -> (replica, stream)
         self._ids = itertools.count(1)
         self._block_size = config.cache.block_size
@@ -172,21 +172,18 @@ class ReplicaEngine:
     async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> Any:
         """On every live replica, acknowledged by each; replicas that restart later get it too."""
         infos = await self._broadcast(lambda a: a.load_adapter.remote(name, str(path), float(alpha), bool(global_)))
-        self._adapters[name] = (str(path), float(alpha), bool(global_))
-        if global_:
-            self._global_scales = {name: float(alpha)}
+        self._adapters.loaded(name, str(path), float(alpha), bool(global_))
         return infos[0] if infos else None
 
     async def unload_adapter(self, name: str) -> None:
         await self._broadcast(lambda a: a.unload_adapter.remote(name))
-        self._adapters.pop(name, None)
-        self._global_scales.pop(name, None)
+        self._adapters.unloaded(name)
 
     async def scale_adapters(self, scales: dict[str, float]) -> None:
         """On every live replica; replicas that restart later get the scales after their adapters."""
         pairs = {str(n): float(s) for n, s in scales.items()}
         await self._broadcast(lambda a: a.scale_adapters.remote(pairs))
-        self._global_scales = {n: s for n, s in pairs.items() if s != 0}
+        self._adapters.scaled(pairs)
 
     async def slots(self) -> list[Any]:
         """Every live replica's slots, numbered one after the other (replica by replica)."""
@@ -194,8 +191,8 @@ class ReplicaEngine:
         flat = [s for slots in per for s in slots]
         return [replace(s, slot_id=i) for i, s in enumerate(flat)]
 
-    def adapter_table(self) -> list[tuple[str, str, float]]:
-        return [(n, path, self._global_scales.get(n, 0.0)) for n, (path, _, _) in self._adapters.items()]
+    def adapter_table(self) -> list[tuple[int, str, str, float]]:
+        return self._adapters.describe()
 
     @property
     def context_length(self) -> int | None:
@@ -207,7 +204,7 @@ class ReplicaEngine:
 
     @property
     def adapters(self) -> list[str]:
-        return list(self._adapters)
+        return self._adapters.names
 
     async def _broadcast(self, call: Any) -> list[Any]:
         live = [i for i, ld in enumerate(self._loads) if ld.healthy]
@@ -271,9 +268,9 @@ class ReplicaEngine:
         try:
             with anyio.fail_after(600):  # a restarted replica loads the model again (and may compile)
                 info = await actor.start.remote()
-                for name, (path, alpha, global_) in self._adapters.items():
-                    await actor.load_adapter.remote(name, path, alpha, global_)
-                await actor.scale_adapters.remote(dict(self._global_scales))
+                for row in self._adapters.rows():
+                    await actor.load_adapter.remote(row.name, row.path, row.alpha, row.global_)
+                await actor.scale_adapters.remote(dict(self._adapters.global_scales))
             self._update_load(rid, info)
             self._loads[rid].healthy = True
         except (self._ray.exceptions.RayError, TimeoutError, ModelcError):

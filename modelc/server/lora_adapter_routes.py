@@ -1,7 +1,8 @@
 """GET/POST /lora-adapters: llama-server's view of the LoRA adapters, on modelc's hot-swap.
 
-An adapter is loaded by POST /lora/load (a file inside --adapters-dir); its id is its position in load order
-(unloading one renumbers the later ones). `scale` is its global scale, llama.cpp's: the alpha multiplier it
+An adapter is loaded by POST /lora/load (a file inside --adapters-dir); its id is given at its first load and
+names it for as long as it stays loaded: unloading one renumbers no other, and a new one never takes an id
+given before (engine/adapter_table.py). `scale` is its global scale, llama.cpp's: the alpha multiplier it
 applies to requests naming no adapter (y = W x + scale * lora_alpha / r * B A x), 0 when it applies only to
 requests naming it (`adapter`, or the model `NAME:ADAPTER`). POST sets the global scales by id, as llama-server
 does: the adapters not listed go to 0; several at once add up. It travels as a ScaleAdapters message through
@@ -52,8 +53,8 @@ def shown_path(path: str, configured: str | None) -> str:
 
 def adapter_list(engine: ServedModel, configured: str | None) -> list[dict[str, Any]]:
     return [
-        {"id": i, "path": shown_path(path, configured), "scale": scale}
-        for i, (_, path, scale) in enumerate(engine.adapter_table())
+        {"id": adapter_id, "path": shown_path(path, configured), "scale": scale}
+        for adapter_id, _, path, scale in engine.adapter_table()
     ]
 
 
@@ -64,22 +65,26 @@ async def list_adapters() -> Any:
     return adapter_list(current_engine(state), state.config.adapters_dir)
 
 
-def parse_scales(body: Any, names: list[str]) -> dict[str, float]:
-    """[{id, scale}] -> {name: scale} for every loaded adapter (0 where not listed); a 400 for anything else."""
+def parse_scales(body: Any, ids: dict[int, str], field: str | None = None) -> dict[str, float]:
+    """[{id, scale}] -> {name: scale} of the adapters listed (a later entry for the same id wins, as in
+    llama-server's map), given {id: name} of the adapters loaded; a 400 for anything else. `field`: the
+    request field that holds the list (the 400's param), None for POST /lora-adapters' body."""
+    where = "" if field is None else f" in '{field}'"
     if not isinstance(body, list):
-        raise InvalidRequestError("the body must be a JSON array of {id, scale} objects", param="lora")
-    scales = dict.fromkeys(names, 0.0)
+        raise InvalidRequestError(f"'{field or 'lora'}' must be a JSON array of {{id, scale}} objects", param="lora")
+    scales: dict[str, float] = {}
     for entry in body:
         if not isinstance(entry, dict):
-            raise InvalidRequestError("each entry must be an object {id, scale}", param="id")
+            raise InvalidRequestError(f"each entry{where} must be an object {{id, scale}}", param=field or "id")
         i, scale = entry.get("id"), entry.get("scale", 0.0)
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(names):
+        if isinstance(i, bool) or not isinstance(i, int) or i not in ids:
+            live = ", ".join(str(k) for k in sorted(ids)) or "none"
             raise InvalidRequestError(
-                f"invalid adapter id {i!r}: {len(names)} adapters are loaded (ids 0..{len(names) - 1})", param="id"
+                f"invalid adapter id {i!r}{where}: the loaded ids are {live}", param=field or "id"
             )
         if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
-            raise InvalidRequestError("'scale' must be a finite number", param="scale")
-        scales[names[i]] = float(scale)
+            raise InvalidRequestError(f"'scale' of adapter {i}{where} must be a finite number", param=field or "scale")
+        scales[ids[i]] = float(scale)
     return scales
 
 
@@ -95,6 +100,8 @@ async def set_adapters() -> Any:
         if len(raw) > OFFLOAD_BYTES
         else parse_body(raw, array=True)
     )
-    names = [name for name, _, _ in engine.adapter_table()]
-    await engine.scale_adapters(parse_scales(body, names))
+    table = engine.adapter_table()
+    scales = dict.fromkeys((name for _, name, _, _ in table), 0.0)  # those not listed: 0
+    scales.update(parse_scales(body, {adapter_id: name for adapter_id, name, _, _ in table}))
+    await engine.scale_adapters(scales)
     return {"success": True}

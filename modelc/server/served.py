@@ -109,7 +109,8 @@ class ServedModel(Protocol):
     # llama.cpp's global scales: each named adapter's alpha multiplier for requests naming none; the others 0
     async def scale_adapters(self, scales: dict[str, float]) -> None: ...
 
-    def adapter_table(self) -> list[tuple[str, str, float]]: ...  # (name, path loaded from, global scale), load order
+    # (id, name, path loaded from, global scale) in load order; an id stays its adapter's while it is loaded
+    def adapter_table(self) -> list[tuple[int, str, str, float]]: ...
 
     # modelc.scheduler.slots.SlotState of every slot (llama.cpp's GET /slots); None: this kind has no slots
     async def slots(self) -> list[Any] | None: ...

@@ -179,10 +179,10 @@ async def test_embed_and_adapters_reach_every_engine(anyio_backend) -> None:
             # llama.cpp's global scales: a ScaleAdapters message through the scheduler to every engine
             await eng.scale_adapters({"ad": 2.0})
             assert all(r.global_scales == {"ad": 2.0} for r in runners)
-            assert eng.adapter_table() == [("ad", "some/path", 2.0)]
+            assert eng.adapter_table() == [(0, "ad", "some/path", 2.0)]
             with pytest.raises(EngineError, match="KeyError"):
                 await eng.scale_adapters({"nope": 1.0})
-            assert eng.adapter_table() == [("ad", "some/path", 2.0)]
+            assert eng.adapter_table() == [(0, "ad", "some/path", 2.0)]
             await eng.unload_adapter("ad")
             assert all(r.adapters == {} for r in runners) and eng.adapter_table() == []
             with pytest.raises(EngineError, match="FileNotFoundError"):

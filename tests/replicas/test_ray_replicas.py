@@ -217,7 +217,7 @@ async def test_global_scales_slots_and_raw_embeddings_reach_every_replica(cluste
                                                             adapter="a1"))  # fmt: skip
         assert named != base and await tokens(engine, prompt) == base
         await engine.scale_adapters({"a1": 1.0})  # every request naming no adapter now runs a1 at its alpha
-        assert engine.adapter_table()[0][0] == "a1" and engine.adapter_table()[0][2] == 1.0
+        assert engine.adapter_table() == [(0, "a1", str(tmp_path), 1.0)]
         outs: list[list[int]] = []
         async with anyio.create_task_group() as tg:  # two at once: one on each replica
             for _ in range(2):
@@ -226,7 +226,7 @@ async def test_global_scales_slots_and_raw_embeddings_reach_every_replica(cluste
         slots = await engine.slots()
         assert [s.slot_id for s in slots] == list(range(16))  # 2 replicas x max_num_seqs 8
         await engine.scale_adapters({"a1": 0.0})
-        assert engine.adapter_table()[0][2] == 0.0 and await tokens(engine, prompt) == base
+        assert engine.adapter_table()[0][3] == 0.0 and await tokens(engine, prompt) == base
         unit = np.asarray(await engine.embed([[5, 6, 7], [8, 9]]))
         raw = np.asarray(await engine.embed([[5, 6, 7], [8, 9]], normalize=False))
         np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), unit, rtol=1e-5, atol=1e-6)

@@ -92,6 +92,8 @@ class FakeEngine:
     finished: list[str] = field(default_factory=list)
     loaded_adapters: dict[str, tuple[str, float]] = field(default_factory=dict)
     global_scales: dict[str, float] = field(default_factory=dict)
+    adapter_ids: dict[str, int] = field(default_factory=dict)  # stable ids, as engine/adapter_table.py gives them
+    next_adapter_id: int = 0
     num_active: int = 0
     num_slots: int = 4  # slots() reports this many (as an engine's max_num_seqs)
     active: dict[int, list] = field(default_factory=dict)  # generate() in flight: task -> [prompt len, params, decoded]
@@ -167,6 +169,8 @@ class FakeEngine:
 
     async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> dict:
         self.loaded_adapters[name] = (path, alpha)
+        if name not in self.adapter_ids:
+            self.adapter_ids[name], self.next_adapter_id = self.next_adapter_id, self.next_adapter_id + 1
         if global_:
             self.global_scales = {name: alpha}
         return {"applied": 4, "skipped": 0}
@@ -177,6 +181,7 @@ class FakeEngine:
         if name not in self.loaded_adapters:
             raise NotFoundError(f"no LoRA adapter named {name!r} is loaded")
         del self.loaded_adapters[name]
+        del self.adapter_ids[name]
         self.global_scales.pop(name, None)
 
     async def scale_adapters(self, scales: dict[str, float]) -> None:
@@ -187,8 +192,11 @@ class FakeEngine:
                 raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
         self.global_scales = {n: s for n, s in scales.items() if s != 0}
 
-    def adapter_table(self) -> list[tuple[str, str, float]]:
-        return [(n, path, self.global_scales.get(n, 0.0)) for n, (path, _) in self.loaded_adapters.items()]
+    def adapter_table(self) -> list[tuple[int, str, str, float]]:
+        return [
+            (self.adapter_ids[n], n, path, self.global_scales.get(n, 0.0))
+            for n, (path, _) in self.loaded_adapters.items()
+        ]
 
     async def slots(self) -> list[Any] | None:
         from modelc.scheduler.slots import SlotState

@@ -1,4 +1,4 @@
-"""llama-server's GET/POST /lora-adapters on the fake engine: ids in load order, paths inside --adapters-dir only,
+"""llama-server's GET/POST /lora-adapters on the fake engine: stable ids, paths inside --adapters-dir only,
 global scales set by id (the others 0), a control route for POST, clear 400s. tests/server/test_real_engine.py
 checks that a scale set here changes and restores a real model's output."""
 
@@ -46,11 +46,21 @@ async def test_post_sets_global_scales_by_id_and_zeroes_the_rest(loaded) -> None
     assert loaded.engine.global_scales == {}
 
 
-async def test_unloading_renumbers(loaded) -> None:
+async def test_ids_do_not_move(loaded) -> None:
+    """An id names its adapter while it is loaded: unloading one renumbers no other, a new adapter never takes
+    an id given before, and loading a name again keeps its id."""
     await loaded.post("/lora/unload", {"name": "a"}, **AUTH)
     assert await (await loaded.get("/lora-adapters")).get_json() == [
-        {"id": 0, "path": "sub/b.safetensors", "scale": 0.0}
+        {"id": 1, "path": "sub/b.safetensors", "scale": 0.0}
     ]
+    await loaded.post("/lora/load", {"path": "a.safetensors", "name": "c"}, **AUTH)
+    await loaded.post("/lora/load", {"path": "sub/b.safetensors", "name": "b", "alpha": 3.0}, **AUTH)  # replaced
+    listed = await (await loaded.get("/lora-adapters")).get_json()
+    assert [(x["id"], x["path"]) for x in listed] == [(1, "sub/b.safetensors"), (2, "a.safetensors")]
+    # POST speaks the same ids: 1 is still b; 0 is gone (a 400, not another adapter)
+    assert (await loaded.post("/lora-adapters", [{"id": 1, "scale": 0.5}], **AUTH)).status_code == 200
+    assert loaded.engine.global_scales == {"b": 0.5}
+    await error_of(await loaded.post("/lora-adapters", [{"id": 0, "scale": 1.0}], **AUTH), 400, "id")
 
 
 @pytest.mark.parametrize(

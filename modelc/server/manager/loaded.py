@@ -166,7 +166,7 @@ class ModelView:
     async def scale_adapters(self, scales: dict[str, float]) -> None:
         await self._engine.scale_adapters(scales)
 
-    def adapter_table(self) -> list[tuple[str, str, float]]:
+    def adapter_table(self) -> list[tuple[int, str, str, float]]:
         return self._engine.adapter_table()
 
     async def slots(self) -> list[Any] | None:

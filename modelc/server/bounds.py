@@ -85,6 +85,7 @@ BOUNDS: dict[str, Bound] = {
     # sampling (server/schema.parse_sampling; modelc.request.SamplingParams checks the same ranges)
     "max_tokens": I(0),
     "max_completion_tokens": I(0, description="wins over max_tokens"),
+    "openai_max_tokens": I(1),  # /v1/chat/completions and /v1/completions: OpenAI and vLLM refuse 0
     "temperature": N(0, 100),
     "top_p": N(0, 1, lo_open=True, description="nucleus sampling; 1 = off"),
     "top_p_native": N(0, 1, description="nucleus sampling; 0 or 1 = off"),

@@ -67,8 +67,8 @@ def sampling_params(options: Any, defaults: GenerationDefaults, vocab_size: int 
         if key not in body and getattr(defaults, key, None) is None:
             body[key] = value
     n = body.get("max_tokens")
-    if n is not None and BOUNDS["num_predict"].check("options.num_predict", n) < 0:
-        body.pop("max_tokens")  # -1 infinite, -2 fill the context
+    if n is not None and BOUNDS["num_predict"].check("options.num_predict", n) <= 0:
+        body.pop("max_tokens")  # -1 infinite, -2 fill the context; 0 as -1 (Ollama's runner counts only > 0)
     if "max_tokens" not in body and defaults.max_tokens is None:
         body["max_tokens"] = DEFAULT_NUM_PREDICT
     if isinstance(body.get("stop"), str):

@@ -30,6 +30,7 @@ from modelc.server.handling import (
 from modelc.server.prompt import parse_tool_calls
 from modelc.server.run import RequestRun
 from modelc.server.schema import (
+    check_openai_max_tokens,
     get_bool,
     parse_constraint,
     parse_messages,
@@ -49,6 +50,7 @@ bp = Blueprint("openai_chat", __name__)
 
 def parse_chat(state: ServerState, engine: ServedModel, body: dict[str, Any]) -> ChatPlan:
     """A chat-completions body (also what Anthropic Messages and Responses translate theirs into) -> its plan."""
+    check_openai_max_tokens(body)  # the two translate theirs from fields with their own minimum (1, 16)
     return plan_chat(engine, chat_request(state, engine, body))
 
 

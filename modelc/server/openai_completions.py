@@ -32,6 +32,7 @@ from modelc.server.handling import (
 from modelc.server.prompt import encode_prompt, fim_prompt_ids
 from modelc.server.run import RequestRun
 from modelc.server.schema import (
+    check_openai_max_tokens,
     get_bool,
     get_str,
     parse_constraint,
@@ -70,6 +71,7 @@ def parse_completion(state: ServerState, engine: ServedModel, body: dict[str, An
     stream = get_bool(body, "stream")
     include_usage = parse_stream_options(body, stream)
     n, best_of = parse_n(body, stream=stream, allow_best_of=True)
+    check_openai_max_tokens(body)
     tok = engine.tokenizer
     vocab = tok.vocab_size if tok is not None else None
     params = parse_sampling(body, state.config.defaults, vocab_size=vocab)

@@ -126,6 +126,10 @@ ONE_CONSTRAINT = {
 }
 OPENAI_GEN = {
     **SAMPLING,
+    "max_tokens": schema_of("max_tokens", "openai_max_tokens"),
+    "max_completion_tokens": schema_of(
+        "max_completion_tokens", "openai_max_tokens", description="wins over max_tokens"
+    ),
     "n": schema_of("n"),
     "stream": B,
     "stream_options": _obj({"include_usage": B}),

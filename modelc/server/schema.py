@@ -220,6 +220,13 @@ def parse_n(body: dict, *, stream: bool, allow_best_of: bool) -> tuple[int, int]
     return n, best_of
 
 
+def check_openai_max_tokens(body: dict) -> None:
+    """OpenAI and vLLM answer 400 to max_tokens or max_completion_tokens below 1 (other APIs keep their own
+    meaning of 0: llama-server's n_predict, Ollama's num_predict)."""
+    for name in ("max_tokens", "max_completion_tokens"):
+        bounded_int(body, name, None, "openai_max_tokens")
+
+
 def parse_stream_options(body: dict, stream: bool) -> bool:
     v = body.get("stream_options")
     if v is None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from modelc.errors import InvalidRequestError, OverloadedError
 from modelc.pull.ref import SOURCES
+from modelc.server.bounds import BOUNDS
 from modelc.server.metrics import Metrics
 from modelc.server.ratelimit import RateLimiter, TokenRateLimiter
 from modelc.server.served import ServedModel
@@ -19,7 +20,9 @@ from modelc.server.served import ServedModel
 
 @dataclass(frozen=True, slots=True)
 class GenerationDefaults:
-    """Server-wide sampling defaults (`modelc run --temperature ...`); None = the endpoint's own default."""
+    """Server-wide sampling defaults (`modelc run --temperature ...`); None = the endpoint's own default.
+    Each is checked at start against the bound every request's own value meets (a default out of range
+    would otherwise turn every request without that field into a 400 blaming the client)."""
 
     max_tokens: int | None = None
     temperature: float | None = None
@@ -28,6 +31,24 @@ class GenerationDefaults:
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, bound in _DEFAULT_BOUNDS.items():
+            v = getattr(self, name)
+            if v is not None:
+                BOUNDS[bound].check("--" + name.replace("_", "-"), v)
+
+
+# the OpenAI routes' bounds: the strictest of the APIs a default serves (max_tokens >= 1, top_p > 0)
+_DEFAULT_BOUNDS = {
+    "max_tokens": "openai_max_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ from tests.server.conftest import error_of
 
 pytestmark = pytest.mark.anyio
 MSGS = [{"role": "user", "content": "hi"}]
+# the OpenAI routes' own minimum (OpenAI and vLLM refuse max_tokens 0); other routes keep the shared bound
+OPENAI_BOUND = {"max_tokens": "openai_max_tokens", "max_completion_tokens": "openai_max_tokens"}
 
 
 async def spec(client) -> dict:
@@ -44,7 +46,8 @@ async def test_sampling_bounds_in_the_spec_are_the_table(client) -> None:
     chat = body_schema(doc, "/v1/chat/completions")["properties"]
     for name in BOUNDED:
         declared = {k: v for k, v in chat[name].items() if k != "description"}
-        assert declared == {k: v for k, v in BOUNDS[name].schema().items() if k != "description"}, name
+        bound = BOUNDS[OPENAI_BOUND.get(name, name)]
+        assert declared == {k: v for k, v in bound.schema().items() if k != "description"}, name
     assert chat["n"]["maximum"] == BOUNDS["n"].hi and chat["top_logprobs"]["maximum"] == BOUNDS["top_logprobs"].hi
     native = body_schema(doc, "/chat")["properties"]
     assert native["top_p"]["minimum"] == 0 and "exclusiveMinimum" not in native["top_p"]  # native: 0 = off
@@ -56,7 +59,7 @@ async def test_sampling_bounds_in_the_spec_are_the_table(client) -> None:
 
 @pytest.mark.parametrize("name", [n for n in BOUNDED if n not in ("max_context", "n_keep", "gamma")])
 async def test_chat_enforces_exactly_the_table(client, name) -> None:
-    ok, refused = edges(name)
+    ok, refused = edges(OPENAI_BOUND.get(name, name))
     for v in ok:
         body = {"messages": MSGS, "max_tokens": 1, "temperature": 0.5, name: v}  # sampling: the seed reaches the RNG
         if name == "min_tokens":
@@ -67,6 +70,26 @@ async def test_chat_enforces_exactly_the_table(client, name) -> None:
         assert resp.status_code == 200, (name, v, await resp.get_data())
     for v in refused:
         await error_of(await client.post("/v1/chat/completions", {"messages": MSGS, name: v}), 400, name)
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/chat/completions"])
+@pytest.mark.parametrize("name", ["max_tokens", "max_completion_tokens"])
+async def test_openai_routes_refuse_max_tokens_zero_as_openai(client, path, name) -> None:
+    body = {"messages": MSGS} if "chat" in path else {"prompt": "hi"}
+    err = await error_of(await client.post(path, {**body, name: 0}), 400, name)
+    assert err["message"] == f"'{name}' must be >= 1, got 0"
+    native = await client.post("/chat", {"messages": MSGS, "max_tokens": 0})  # the seed spec's own route: 0 stays
+    assert native.status_code == 200, await native.get_data()
+
+
+async def test_ollama_num_predict_zero_is_no_limit_as_ollama(client) -> None:
+    """Ollama's runner counts num_predict only when > 0: 0 generates as -1 does (modelc: up to 2048)."""
+    base = {"model": "fake-model", "prompt": "hi", "stream": False}
+    zero, unlimited = [
+        await (await client.post("/api/generate", {**base, "options": {"num_predict": n, "temperature": 0}})).get_json()
+        for n in (0, -1)
+    ]
+    assert zero["response"] == unlimited["response"] and zero["eval_count"] == unlimited["eval_count"] > 1
 
 
 async def test_ollama_options_use_the_table(client) -> None:
@@ -106,3 +129,18 @@ def test_queue_rules_bound_a_batch_of_prompts() -> None:
     valid = jsonschema.Draft202012Validator({"allOf": queue_rules(10)}).is_valid
     assert valid({"prompt": ["a"] * 10}) and not valid({"prompt": ["a"] * 11})
     assert valid({"prompt": [7] * 50})  # one prompt of token ids
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [("max_tokens", 0, "'--max-tokens' must be >= 1, got 0"), ("temperature", 500.0, "'--temperature' must be <= 100")],
+)
+def test_server_defaults_out_of_range_are_refused_at_start(field, value, message) -> None:
+    """`modelc run --max-tokens 0` was accepted, and every request without max_tokens then got an empty answer
+    (a value the client never sent); an out-of-range default is a one-line error at start instead."""
+    from modelc.errors import InvalidRequestError
+    from modelc.server.state import GenerationDefaults
+
+    with pytest.raises(InvalidRequestError, match=re.escape(message)):
+        GenerationDefaults(**{field: value})
+    assert GenerationDefaults(max_tokens=1, temperature=100.0).max_tokens == 1

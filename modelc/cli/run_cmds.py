@@ -8,6 +8,7 @@ daemon.json record and the packing live in modelc/daemon/launch.py.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import replace
@@ -90,6 +91,19 @@ def read_chat_template(path: str) -> str:
         return read(Path(path))
     except ModelcError as e:
         raise ModelcError(f"--chat-template: {e.message}") from None
+
+
+def existing_folder(flag: str, path: str, default: Path) -> str:
+    """A folder flag's absolute path, checked to be a folder: a one-line error otherwise, before anything
+    loads (a mistyped --models-dir made every request naming a file in it a 404). `default` (modelc's own
+    location for it, created on first use) may not exist yet."""
+    from modelc.errors import ModelcError
+
+    full = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(full) or (full == os.path.abspath(default) and not os.path.exists(full)):
+        return full
+    why = "is not a folder" if os.path.exists(full) else "does not exist"
+    raise ModelcError(f"{flag} {path}: {why}")
 
 
 def run_cmd(
@@ -224,8 +238,6 @@ def run_cmd(
 
     Example: modelc run tiny --detach --port 8080
     """
-    import os
-
     from modelc.cli.console import progress_bar
     from modelc.daemon import launch
     from modelc.server.daemon import serve
@@ -236,6 +248,12 @@ def run_cmd(
     if chat_template is not None:
         ctx.params["chat_template"] = chat_template = os.path.abspath(os.path.expanduser(chat_template))
         template_text = read_chat_template(chat_template)  # a bad file fails here, before anything loads
+    from modelc import store
+    from modelc.server.manager.lookup import adapters_dir as default_adapters
+
+    ctx.params["models_dir"] = models_dir = [existing_folder("--models-dir", d, store.models_dir()) for d in models_dir]
+    if adapters_dir:
+        ctx.params["adapters_dir"] = adapters_dir = existing_folder("--adapters-dir", adapters_dir, default_adapters())
     if detach and not os.environ.get(launch.DETACH_ENV):
         info = launch.detach(launch.argv_from_context(ctx), api_key=api_key, timeout_s=ready_timeout)
         print(f"modelc: daemon running (pid {info.pid}) at {info.url}", flush=True)
@@ -250,8 +268,8 @@ def run_cmd(
         control_token=token,
         allowed_hosts=_split(allowed_hosts),
         cors_origins=_split(cors_origins),
-        models_dirs=tuple(os.path.abspath(os.path.expanduser(d)) for d in models_dir),
-        adapters_dir=os.path.abspath(os.path.expanduser(adapters_dir)) if adapters_dir else None,
+        models_dirs=tuple(models_dir),
+        adapters_dir=adapters_dir,
         insecure_no_auth=insecure_no_auth,
         registries=tuple(registry),
         allow_sources=_split(allow_sources),

@@ -215,3 +215,20 @@ def test_a_port_out_of_range_is_refused_before_loading(tmp_path, capsys, monkeyp
     assert main(["run", "default", "--port", port]) == 2
     err = capsys.readouterr().err
     assert "--port" in err and "loading" not in err and "internal error" not in err
+
+
+@pytest.mark.parametrize("flag", ["--models-dir", "--adapters-dir"])
+def test_a_folder_flag_naming_no_folder_is_one_line_error(tmp_path, capsys, monkeypatch, flag) -> None:
+    """A mistyped --models-dir was accepted (every request naming a file in it then got a 404); the default
+    locations ($MODELC_HOME/models, $MODELC_HOME/adapters) may be missing: modelc creates them on first use."""
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path / "home"))
+    missing, file = tmp_path / "nope", tmp_path / "f.txt"
+    file.write_text("x")
+    for path, why in ((missing, "does not exist"), (file, "is not a folder")):
+        assert main(["run", str(tmp_path / "absent.modelc"), flag, str(path)]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: {flag} {path}: {why}"], err
+    default = tmp_path / "home" / ("models" if flag == "--models-dir" else "adapters")
+    assert main(["run", str(tmp_path / "absent.modelc"), flag, str(default)]) == 1
+    err = capsys.readouterr().err  # past the flag: the missing model file is the error now
+    assert "absent.modelc" in err and flag not in err, err

@@ -17,8 +17,9 @@ from typing import Any
 
 import typer
 
-from modelc.errors import InvalidRequestError
+from modelc.errors import InvalidRequestError, ModelcError
 
+PROBE_ERROR = "modelc-probe-error: "  # the probe's ModelcError, passed on as the one line every command prints
 _PROBE = (
     "import sys; from modelc.cli.bench_cmds import ready_probe; "
     "ready_probe(sys.argv[1], int(sys.argv[2]) if sys.argv[2] != '0' else None)"
@@ -29,8 +30,12 @@ def ready_probe(path: str, threads: int | None) -> None:
     """Load the model and warm it up (compiles, or loads from the numba cache, every kernel a request uses)."""
     from modelc.api.engine import Engine
 
-    eng = Engine.load(path, threads=threads, kv_cache_tokens=128)
-    eng.runner.warmup()
+    try:
+        eng = Engine.load(path, threads=threads, kv_cache_tokens=128)
+        eng.runner.warmup()
+    except ModelcError as e:
+        print(f"{PROBE_ERROR}{e}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 def cold_start_s(path: str, threads: int | None, *, fresh_cache: bool) -> float:
@@ -50,8 +55,11 @@ def cold_start_s(path: str, threads: int | None, *, fresh_cache: bool) -> float:
         )
         dt = time.perf_counter() - t0
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise InvalidRequestError(f"cold-start probe failed: {last}")
+        lines = proc.stderr.strip().splitlines() or ["no output"]
+        for line in lines:
+            if line.startswith(PROBE_ERROR):  # a bad model: its message, as an in-process load says it
+                raise ModelcError(line.removeprefix(PROBE_ERROR))
+        raise ModelcError(f"cold-start probe failed: {lines[-1]}")
     return dt
 
 

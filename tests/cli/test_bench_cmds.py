@@ -39,3 +39,15 @@ def test_bench_text_and_errors(tiny_artifact, capsys):
 @pytest.mark.slow
 def test_cold_start_probe(tiny_artifact):
     assert cold_start_s(str(tiny_artifact), 1, fresh_cache=False) > 0
+
+
+def test_bench_a_bad_model_prints_the_one_line_every_command_prints(tmp_path, capsys):
+    """The cold-start probe's failure was `error: cold-start probe failed: modelc.errors.ArtifactError: ...`
+    (the subprocess's traceback line); it is now the ModelcError's own message, as without the probe."""
+    bad = tmp_path / "bad.modelc"
+    bad.write_bytes(b"MODELC\0\0junk")
+    lines = []
+    for extra in ([], ["--no-cold-start"]):  # the probe subprocess first, then the in-process load
+        assert main(["bench", str(bad), "--runs", "1", "--gen-tokens", "1", *extra]) == 1
+        lines.append(capsys.readouterr().err.strip().splitlines())
+    assert lines[0] == lines[1] == [f"error: {bad}: too short to be a .modelc file (12 bytes)"], lines

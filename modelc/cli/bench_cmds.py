@@ -6,7 +6,6 @@ is schedule -> forward -> update); cold starts are measured in fresh subprocesse
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import subprocess
@@ -17,6 +16,7 @@ from typing import Any
 
 import typer
 
+from modelc.cli.console import json_text
 from modelc.errors import InvalidRequestError, ModelcError
 
 PROBE_ERROR = "modelc-probe-error: "  # the probe's ModelcError, passed on as the one line every command prints
@@ -190,7 +190,7 @@ def bench_cmd(
         cold=not no_cold,
     )
     if as_json:
-        typer.echo(json.dumps(res))
+        typer.echo(json_text(res))
         return
     lines = [f"model            {res['name']} ({res['architecture']})"]
     if "cold_start_no_cache_s" in res:

@@ -6,12 +6,12 @@ Thin shell over Engine.perplexity (modelc/engine/perplexity.py holds the arithme
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from modelc.cli.console import json_text
 from modelc.errors import InvalidRequestError
 
 
@@ -81,7 +81,7 @@ def perplexity_cmd(
         open_model(model), text, ctx=ctx, stride=stride, threads=threads, kv_dtype=parse_kv_dtype(kv_cache_dtype)
     )
     if as_json:
-        typer.echo(json.dumps(res.as_dict()))
+        typer.echo(json_text(res.as_dict()))
     else:
         typer.echo(format_result(res))
 

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from modelc import architectures
-from modelc.cli.console import human_bytes, out, progress_bar
+from modelc.cli.console import human_bytes, json_text, out, progress_bar
 from modelc.errors import ChecksumError, UnsupportedError
 
 QUANT_PREVIEW = ("fp32", "fp16", "int8", "int4", "q4_0", "q8_0", "q4_k")
@@ -146,7 +146,7 @@ def inspect_cmd(
         return
     info = describe(source, path)
     if as_json:
-        typer.echo(json.dumps(info, default=str, indent=1))
+        typer.echo(json_text(info, indent=1))  # strict: metadata may hold NaN or inf
     else:
         _print_summary(info)
 

@@ -91,6 +91,23 @@ def test_inspect_text_json_and_quant_sizes(home, src, capsys):
     assert code == 0 and "q4_0" in out and "%" in out
 
 
+def test_inspect_json_is_strict_with_non_finite_metadata(home, tmp_path, capsys):
+    """A NaN or inf in a model's metadata made --json print bare NaN/Infinity, which strict parsers (jq,
+    JavaScript, json.loads with parse_constant) refuse; they are now the strings the text output shows."""
+    m = make_model()
+    m.metadata.update({"x.nan": float("nan"), "x.inf": float("inf"), "x.list": [1.5, float("-inf")]})
+    path = write_artifact(m, tmp_path / "nan.modelc")
+    code, out, _ = run(capsys, "inspect", path, "--json")
+
+    def refuse(name):
+        raise AssertionError(f"not strict JSON: {name}")
+
+    meta = json.loads(out, parse_constant=refuse)["metadata"]
+    assert code == 0 and (meta["x.nan"], meta["x.inf"], meta["x.list"]) == ("NaN", "Infinity", [1.5, "-Infinity"])
+    code, out, _ = run(capsys, "inspect", path)
+    assert "x.nan: NaN" in out and "x.list: [1.5, -Infinity]" in out
+
+
 def test_verify_ok_and_corrupt(home, src, capsys):
     code, out, _ = run(capsys, "verify", src)
     assert code == 0 and out.startswith("ok:")

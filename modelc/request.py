@@ -5,6 +5,7 @@ front door all speak it without importing each other."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from modelc.errors import InvalidRequestError
@@ -43,6 +44,11 @@ class SamplingParams:
     min_tokens: int = 0
     constraint: Constraint | None = None
     adapter: str | None = None  # LoRA adapter name, None = base (or the global adapter)
+    # llama-server's per-request `lora`: (adapter name, alpha multiplier) of the adapters this request runs,
+    # sorted by name (a name given twice: the last one). The loaded adapters it does not list do not apply
+    # to it; `adapter`, when set too, joins at its loaded alpha unless listed. None: no list (the global
+    # scales, or `adapter` alone); () : the base model.
+    lora: tuple[tuple[str, float], ...] | None = None
     priority: int = 0  # lower runs first; FCFS within a priority
     speculative: bool | None = None  # speculative decoding: None = the engine's default
     gamma: int | None = None  # the most drafted tokens per step; None = the engine's spec_gamma
@@ -83,10 +89,30 @@ class SamplingParams:
             bad("n_keep", "must be >= -1")
         if self.max_context is not None and self.max_context < 2:
             bad("max_context", "must be >= 2")
+        if self.lora is not None:
+            if not all(isinstance(n, str) and n and _finite(s) for n, s in self.lora):
+                bad("lora", "must pair adapter names with finite scales")
+            object.__setattr__(self, "lora", tuple(sorted({n: float(s) for n, s in self.lora}.items())))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def adapter_names(self) -> tuple[str, ...]:
+        """Every adapter this request names (`adapter`, then `lora`'s): each must be loaded while it runs."""
+        named = () if self.adapter is None else (self.adapter,)
+        return named + tuple(n for n, _ in self.lora or () if n != self.adapter)
+
+    @property
+    def adapter_key(self) -> object:
+        """What decides the weights this request runs on besides the loaded adapters and global scales: the
+        adapter part of its prefix-cache blocks' keys (cache/block_pool.py)."""
+        return self.adapter if self.lora is None else (self.adapter, self.lora)
+
+
+def _finite(x: object) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
 @dataclass(frozen=True, slots=True)

@@ -258,8 +258,9 @@ class SchedulerActor:
         if msg.seq_id in self.routes:
             outs.append((msg.reply_to, SequenceRejected(msg.seq_id, EngineError(f"duplicate seq id {msg.seq_id}"))))
             return
-        if seq.adapter is not None and seq.adapter not in self.adapters:
-            error = NotFoundError(f"LoRA adapter {seq.adapter!r} is not loaded", param="adapter")
+        missing = [name for name in msg.params.adapter_names if name not in self.adapters]
+        if missing:
+            error = NotFoundError(f"LoRA adapter {missing[0]!r} is not loaded", param="adapter")
             outs.append((msg.reply_to, SequenceRejected(msg.seq_id, error)))
             return
         i = self._pick_engine(seq)

@@ -25,7 +25,7 @@ class CachedSequence(Protocol):
 
     seq_id: int
     token_ids: list[int]
-    adapter: str | None
+    adapter: object  # hashable: an adapter name, or a request's adapter mix (SamplingParams.adapter_key)
 
 
 def _salted(seq: CachedSequence) -> object:
@@ -56,13 +56,13 @@ class BlockPoolStats:
         return self.num_used_blocks / self.num_blocks
 
 
-def block_key(parent: int | None, token_ids: SequenceABC[int], adapter: str | None) -> tuple:
+def block_key(parent: int | None, token_ids: SequenceABC[int], adapter: object) -> tuple:
     """The prefix-cache key of one full block; its hash chains to the next block's key."""
     return (parent, tuple(token_ids), adapter)
 
 
 def prefix_hashes(
-    token_ids: SequenceABC[int], block_size: int, adapter: str | None = None, max_blocks: int = 8
+    token_ids: SequenceABC[int], block_size: int, adapter: object = None, max_blocks: int = 8
 ) -> list[int]:
     """The chained hashes of the first full blocks of a prompt, as the pool computes them (the
     last token is never cached, so neither is a block ending on it). Used to route by prefix."""

@@ -32,6 +32,8 @@ from modelc.models.registry import build_model
 from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, BatchResult, KVShift, SampledToken, SeqChunk
 
+MAX_RESCALED = 64  # adapters kept at the scales requests' `lora` lists asked for (Runner._at)
+
 
 @dataclass(slots=True)
 class SeqState:
@@ -89,6 +91,9 @@ class Runner:
         # /lora/load's `global` sets one alone), and those adapters at those multipliers
         self.global_scales: dict[str, float] = {}
         self._global: tuple[LoraAdapter, ...] = ()
+        # adapters at the alpha multipliers requests' `lora` lists ask for, built on first use (the A/B matrices
+        # shared, not copied); emptied on every load and unload, and when it holds MAX_RESCALED
+        self._rescaled: dict[tuple[str, float], LoraAdapter] = {}
         self.eos_ids = (
             info.eos_ids if info is not None else eos_ids(dict(getattr(source, "special_tokens", None) or {}))
         )
@@ -219,14 +224,33 @@ class Runner:
         return st, ids
 
     def _adapter(self, params: SamplingParams) -> tuple[LoraAdapter, ...]:
-        """The adapters a sequence runs with: the one it names (at its loaded alpha), else the global ones."""
+        """The adapters a sequence runs with, sorted by name: its `lora` list's at their scales (with the one it
+        names at its loaded alpha unless listed), else the one it names, else the global ones."""
         name = params.adapter
-        if name is None:
-            return self._global
+        if params.lora is None:
+            return self._global if name is None else (self._loaded(name),)
+        mix = dict(params.lora)
+        if name is not None:
+            mix.setdefault(name, self._loaded(name).alpha)
+        return tuple(self._at(n, s) for n, s in sorted(mix.items()) if s != 0)
+
+    def _loaded(self, name: str) -> LoraAdapter:
         ad = self.adapters.get(name)
         if ad is None:
             raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
-        return (ad,)
+        return ad
+
+    def _at(self, name: str, alpha: float) -> LoraAdapter:
+        """Adapter `name` at alpha multiplier `alpha`."""
+        ad = self._loaded(name)
+        if ad.alpha == alpha:
+            return ad
+        got = self._rescaled.get((name, alpha))
+        if got is None:
+            if len(self._rescaled) >= MAX_RESCALED:
+                self._rescaled.clear()
+            got = self._rescaled[(name, alpha)] = rescaled(ad, alpha)
+        return got
 
     def _step(self, chunks: tuple[SeqChunk, ...]) -> tuple[SampledToken, ...]:
         states, inputs = zip(*(self._state(c) for c in chunks), strict=True)
@@ -260,7 +284,8 @@ class Runner:
                 plain_idx.append((i, len(rows)))
                 rows.append(row + n - 1)
             row += n
-        lora = tuple(LoraRows(ad, np.concatenate(r)) for ad, r in groups.values())
+        # sorted by (name, alpha): each row adds its adapters' deltas in name order, whatever else is in the batch
+        lora = tuple(LoraRows(ad, np.concatenate(r)) for _, (ad, r) in sorted(groups.items(), key=lambda g: g[0]))
         rope_lens = [c.prompt_len for c in chunks]  # long-RoPE: the prompt's length decides, for every step
         batch = make_batch(seqs, logit_rows=np.array(rows, np.int64), lora=lora, rope_lens=rope_lens)
         # a decode step (one token per chunk, no drafts) runs on the thread count the tuner finds faster
@@ -466,6 +491,7 @@ class Runner:
             raise InvalidRequestError("adapter name must not be empty", param="name")
         adapter = load_lora(name, path_or_tensors, alpha, shapes=self.model.projection_shapes())
         self.adapters[name] = adapter
+        self._rescaled.clear()
         if global_:  # the one global adapter, at its loaded alpha
             self.global_scales = {name: float(alpha)}
         self._set_global()
@@ -474,6 +500,7 @@ class Runner:
     def unload_adapter(self, name: str) -> None:
         if self.adapters.pop(name, None) is None:
             raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
+        self._rescaled.clear()
         self.global_scales.pop(name, None)
         self._set_global()
 

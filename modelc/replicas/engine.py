@@ -103,7 +103,7 @@ class ReplicaEngine:
         if not prompt:
             raise InvalidRequestError("the prompt is empty", param="prompt")
         key = request_id or f"rep-{next(self._ids)}"
-        hashes = prefix_hashes(prompt, self._block_size, params.adapter)
+        hashes = prefix_hashes(prompt, self._block_size, params.adapter_key)
         tried: set[int] = set()
         while True:
             rid = self._pick(hashes, tried)

@@ -146,7 +146,7 @@ class Scheduler:
     def fail_adapter(self, adapter: str, error: str) -> list[SeqEvent]:
         """End every sequence using `adapter` with an error (it is being unloaded). Between steps only."""
         assert not self._flights
-        doomed = [seq for seq in self._seqs.values() if seq.adapter == adapter]
+        doomed = [seq for seq in self._seqs.values() if adapter in seq.params.adapter_names]
         return [SequenceFinished(s.seq_id, self._finish(s, S.FINISHED_ERROR, error)) for s in doomed]
 
     def abort_all(self) -> list[SeqEvent]:

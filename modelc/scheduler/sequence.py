@@ -61,7 +61,7 @@ class Sequence:
     queue_time_s: float | None = None  # add -> first admission to the running set
     spec: SpecState = field(default_factory=lambda: SpecState())  # speculative decoding, per sequence
     draft_context: bool = False  # a context shift moved the tokens: the engine's draft needs them again
-    adapter: str | None = field(init=False)
+    adapter: object = field(init=False)  # params.adapter_key: the adapter part of its prefix-cache keys
     cache_salt: str | None = None  # set by Scheduler.add: prefix-cache blocks are shared only with the same salt
     # set by Scheduler.add, fixed for the sequence's life (its params and the engine's config do not change):
     limit: int = 0  # the most tokens its context may hold (context_shift.context_limit)
@@ -72,7 +72,7 @@ class Sequence:
         self.token_ids = list(self.token_ids)
         if self.num_prompt_tokens < 0:
             self.num_prompt_tokens = len(self.token_ids)
-        self.adapter = self.params.adapter
+        self.adapter = self.params.adapter_key
 
     @property
     def num_tokens(self) -> int:

@@ -42,6 +42,7 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
+from modelc.server.lora_field import with_lora
 from modelc.server.openai_chat import chat_request
 from modelc.server.prompt import render_chat
 from modelc.server.run import RequestRun
@@ -148,7 +149,7 @@ def parse_completion(state: ServerState, engine: ServedModel, body: dict[str, An
         sb["logprobs"], sb["top_logprobs"] = True, n_probs
     if body.get("logit_bias") is not None:
         sb["logit_bias"] = llama_shapes.logit_bias(body["logit_bias"], lambda t: tok.encode(t, add_special=False))
-    params = parse_sampling(sb, state.config.defaults, vocab_size=tok.vocab_size)
+    params = with_lora(parse_sampling(sb, state.config.defaults, vocab_size=tok.vocab_size), body, engine)
     constraint = parse_constraint(sb)
     precompile(engine, constraint)
     params = with_constraint(params, constraint)

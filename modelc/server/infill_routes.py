@@ -29,6 +29,7 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
+from modelc.server.lora_field import with_lora
 from modelc.server.schema import bad, get_bool, get_str, parse_constraint, parse_sampling, with_constraint
 from modelc.server.served import ServedModel
 from modelc.server.sse import sse_event
@@ -89,7 +90,7 @@ def parse_infill(state: Any, engine: ServedModel, body: dict[str, Any]) -> Infil
     )
     ids = check_ids(list(ids), limit=limit, param="input_prefix")
     sb = llama_shapes.sampling_body(body)
-    params = parse_sampling(sb, state.config.defaults, vocab_size=tok.vocab_size)
+    params = with_lora(parse_sampling(sb, state.config.defaults, vocab_size=tok.vocab_size), body, engine)
     constraint = parse_constraint(sb)
     precompile(engine, constraint)
     return InfillPlan(

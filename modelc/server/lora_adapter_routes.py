@@ -13,16 +13,15 @@ directory, never more of the server's file system; a request here never names a 
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 from typing import Any
 
 from quart import Blueprint, request
 
-from modelc.errors import InvalidRequestError
 from modelc.server.body import OFFLOAD_BYTES, parse_body
 from modelc.server.guard import control_route
 from modelc.server.handling import current_engine, get_state, offload
+from modelc.server.lora_field import parse_scales
 from modelc.server.manager.lookup import adapters_dir
 from modelc.server.openapi import B, I, N, S, _obj, _op
 from modelc.server.served import ServedModel
@@ -63,29 +62,6 @@ async def list_adapters() -> Any:
     """llama-server's LoRA adapter list"""
     state = get_state()
     return adapter_list(current_engine(state), state.config.adapters_dir)
-
-
-def parse_scales(body: Any, ids: dict[int, str], field: str | None = None) -> dict[str, float]:
-    """[{id, scale}] -> {name: scale} of the adapters listed (a later entry for the same id wins, as in
-    llama-server's map), given {id: name} of the adapters loaded; a 400 for anything else. `field`: the
-    request field that holds the list (the 400's param), None for POST /lora-adapters' body."""
-    where = "" if field is None else f" in '{field}'"
-    if not isinstance(body, list):
-        raise InvalidRequestError(f"'{field or 'lora'}' must be a JSON array of {{id, scale}} objects", param="lora")
-    scales: dict[str, float] = {}
-    for entry in body:
-        if not isinstance(entry, dict):
-            raise InvalidRequestError(f"each entry{where} must be an object {{id, scale}}", param=field or "id")
-        i, scale = entry.get("id"), entry.get("scale", 0.0)
-        if isinstance(i, bool) or not isinstance(i, int) or i not in ids:
-            live = ", ".join(str(k) for k in sorted(ids)) or "none"
-            raise InvalidRequestError(
-                f"invalid adapter id {i!r}{where}: the loaded ids are {live}", param=field or "id"
-            )
-        if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
-            raise InvalidRequestError(f"'scale' of adapter {i}{where} must be a finite number", param=field or "scale")
-        scales[ids[i]] = float(scale)
-    return scales
 
 
 @bp.post("/lora-adapters")

@@ -27,6 +27,7 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
+from modelc.server.lora_field import with_lora
 from modelc.server.prompt import parse_tool_calls
 from modelc.server.run import RequestRun
 from modelc.server.schema import (
@@ -61,7 +62,7 @@ def chat_request(state: ServerState, engine: ServedModel, body: dict[str, Any]) 
     include_usage = parse_stream_options(body, stream)
     n, _ = parse_n(body, stream=stream, allow_best_of=False)
     tok = require_tokenizer(engine)  # a chat is text: a model without a tokenizer cannot take one (400)
-    params = parse_sampling(body, state.config.defaults, vocab_size=tok.vocab_size)
+    params = with_lora(parse_sampling(body, state.config.defaults, vocab_size=tok.vocab_size), body, engine)
     messages = parse_messages(body)
     tools, tool_choice = parse_tools(body)
     constraint = parse_constraint(body)

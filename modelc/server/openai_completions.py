@@ -29,6 +29,7 @@ from modelc.server.handling import (
     require_generation,
     require_tokenizer,
 )
+from modelc.server.lora_field import with_lora
 from modelc.server.prompt import encode_prompt, fim_prompt_ids
 from modelc.server.run import RequestRun
 from modelc.server.schema import (
@@ -74,7 +75,7 @@ def parse_completion(state: ServerState, engine: ServedModel, body: dict[str, An
     check_openai_max_tokens(body)
     tok = engine.tokenizer
     vocab = tok.vocab_size if tok is not None else None
-    params = parse_sampling(body, state.config.defaults, vocab_size=vocab)
+    params = with_lora(parse_sampling(body, state.config.defaults, vocab_size=vocab), body, engine)
     echo = get_bool(body, "echo")
     if echo and params.logprobs:
         raise InvalidRequestError(

@@ -124,6 +124,12 @@ ONE_CONSTRAINT = {
         {"if": JSON_FORMAT, "then": {"not": {"anyOf": [{"required": ["grammar"]}, {"required": ["json_schema"]}]}}},
     ]
 }
+LORA = {  # server/lora_field.py
+    "type": "array",
+    "items": _obj({"id": {**I, "minimum": 0}, "scale": N}, ("id",)),
+    "description": "llama-server's per-request LoRA mix: [{id, scale}] by GET /lora-adapters' ids; the loaded "
+    "adapters not listed run at 0 for this request ([] is the base model); absent: the global scales",
+}
 OPENAI_GEN = {
     **SAMPLING,
     "max_tokens": schema_of("max_tokens", "openai_max_tokens"),
@@ -133,6 +139,7 @@ OPENAI_GEN = {
     "n": schema_of("n"),
     "stream": B,
     "stream_options": _obj({"include_usage": B}),
+    "lora": LORA,
 }
 TEXT_PARTS = {"type": "array", "items": _obj({"type": {"enum": ["text", "input_text"]}, "text": S}, ("type", "text"))}
 MESSAGE = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from modelc.server.anthropic_shapes import EXTENSIONS, THINKING
 from modelc.server.bounds import schema_of
-from modelc.server.openapi import GEN_ERRORS, MODEL_NAME, SAMPLING, STOP, B, I, N, S, _obj, _op, alias_of
+from modelc.server.openapi import GEN_ERRORS, LORA, MODEL_NAME, SAMPLING, STOP, B, I, N, S, _obj, _op, alias_of
 from modelc.server.responses_shapes import EFFORTS, TEXT_PARTS
 
 TEXT_BLOCK = _obj({"type": {"const": "text"}, "text": S}, ("type", "text"))
@@ -271,6 +271,7 @@ INFILL_REQ = _obj(
         "repeat_penalty": N,
         "stream": B,
         "model": S,
+        "lora": LORA,
     }
 )
 INFILL_RESP = _obj(
@@ -322,6 +323,7 @@ COMPLETION_REQ = _obj(
         "return_tokens": B,
         "stream": B,
         "model": S,
+        "lora": LORA,
     },
     ("prompt",),
 )

@@ -170,3 +170,45 @@ def test_load_reports_applied_and_skipped_counts():
     tensors = {**_adapter(3), "base_model.model.lm_head.modules_to_save.weight": np.zeros((2, 2), np.float32)}
     info = runner.load_adapter("counted", tensors)
     assert info == {"applied": 8, "skipped": 1, "rank": R}  # 2 layers x 4 projections; the extra tensor skipped
+
+
+def test_request_mixes_in_one_batch():
+    """llama-server's per-request `lora` (SamplingParams.lora): each sequence runs exactly its mix, whatever the
+    global scales and the other sequences in the batch; the adapter it names joins at its alpha unless listed."""
+    src = make_tiny_llama(3)
+    t1, t2 = _adapter(4), _adapter(5, projs=("up", "o"))
+    runner = Runner(src, num_kv_blocks=16)
+    runner.load_adapter("one", t1)
+    runner.load_adapter("two", t2, global_=True)
+    p = {1: [4, 5, 6, 7], 2: list(range(10, 30)), 3: [9, 9, 9], 4: [7, 8], 5: [3, 1, 4], 6: [2, 7, 1, 8]}
+    params = {
+        1: SamplingParams(temperature=0.0, logprobs=True, lora=()),  # the base model, over the global "two"
+        2: SamplingParams(temperature=0.0, logprobs=True, lora=(("one", 0.5), ("two", 2.0))),
+        3: SamplingParams(temperature=0.0, logprobs=True),  # the global scales: "two" at 1
+        4: SamplingParams(temperature=0.0, logprobs=True, adapter="one", lora=(("two", -1.0),)),
+        5: SamplingParams(temperature=0.0, logprobs=True, adapter="one", lora=(("one", 0.0),)),  # listed: 0
+        6: SamplingParams(temperature=0.0, logprobs=True, lora=(("one", 3.0),)),
+    }
+    merged = {
+        1: {},
+        2: {**_merged(src, t1, 0.5 / R), **_merged(src, t2, 2.0 / R)},  # t1 and t2 adapt other projections
+        3: _merged(src, t2, 1 / R),
+        4: {**_merged(src, t1, 1 / R), **_merged(src, t2, -1.0 / R)},
+        5: {},
+        6: _merged(src, t1, 3.0 / R),
+    }
+    chunks = tuple(
+        SeqChunk(s, np.array(ids, np.int32), 0, np.array([s * 2, s * 2 + 1], np.int32), True, params[s],
+                 len(ids), 0, True)
+        for s, ids in p.items()
+    )  # fmt: skip
+    res = runner.execute(BatchPlan(0, chunks))
+    assert res.error is None and len(res.tokens) == len(p)
+    for tok in res.tokens:
+        want = reference_logits(src, p[tok.seq_id], merged=merged[tok.seq_id] or None)[-1]
+        assert tok.token_id == int(np.argmax(want))
+        lp = want - want.max() - np.log(np.exp(want - want.max()).sum())
+        assert tok.logprob == pytest.approx(lp[tok.token_id], abs=1e-4)
+    assert sorted(runner._rescaled) == [("one", 0.5), ("one", 3.0), ("two", -1.0), ("two", 2.0)]  # A/B shared
+    runner.unload_adapter("two")
+    assert runner._rescaled == {}

@@ -117,10 +117,10 @@ def check_tokenizer(model: Any) -> None:
     text = getattr(model, "tokenizer_json", None)
     if not isinstance(text, str) or not text:
         return
-    import tokenizers  # lazy: only where a model has a tokenizer
+    from modelc.tokenizer.build import check_builds  # lazy: only where a model has a tokenizer
 
     try:
-        tokenizers.Tokenizer.from_str(text)
+        check_builds(text)  # once: an HF folder's reader built this same text already (formats/hf.py)
     except Exception as e:  # tokenizers raises plain Exception subclasses
         raise FormatError(f"the model's tokenizer cannot be built: {str(e).splitlines()[0]}") from None
 

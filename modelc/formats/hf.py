@@ -53,7 +53,7 @@ def _text(path: pathlib.Path) -> str:
 def _tokenizer_json(folder: pathlib.Path, text: str) -> dict[str, Any]:
     """tokenizer.json parsed, and checked the way the runtime will build it (the tokenizers library): a file it
     refuses is refused here, at pack, instead of packing a model that cannot load."""
-    import tokenizers
+    from modelc.tokenizer.build import build
 
     where = f"{folder.name}/tokenizer.json"
     try:
@@ -63,7 +63,7 @@ def _tokenizer_json(folder: pathlib.Path, text: str) -> dict[str, Any]:
     if not isinstance(tok_json, dict):
         raise FormatError(f"{where}: not a JSON object")
     try:
-        tokenizers.Tokenizer.from_str(text)
+        build(text)  # remembered: pack's structure check does not build it again
     except Exception as e:  # tokenizers raises plain Exception subclasses
         raise FormatError(f"{where}: not a tokenizer the tokenizers library reads ({str(e).splitlines()[0]})") from None
     return tok_json

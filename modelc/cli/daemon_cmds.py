@@ -112,7 +112,7 @@ def _write(text: str) -> None:
 def generate_cmd(
     model: str = typer.Argument(..., help="Model name (store name, name:VERSION, base:adapter)."),
     prompt: str = typer.Argument(..., help="The prompt; '-' reads it from stdin."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", "-n", help="Tokens to generate at most."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", "-n", min=1, help="Tokens to generate at most."),
     temperature: float | None = typer.Option(None, "--temperature", "-t", help="Sampling temperature (0 = greedy)."),
     seed: int | None = typer.Option(None, "--seed", help="Random seed."),
     raw: bool = typer.Option(False, "--raw", help="Send the prompt as is, without the chat template."),
@@ -132,7 +132,7 @@ def generate_cmd(
 def chat_cmd(
     model: str | None = typer.Argument(None, help="Model name (default: the daemon's default model)."),
     system: str | None = typer.Option(None, "--system", help="A system message for the conversation."),
-    max_tokens: int | None = typer.Option(None, "--max-tokens", "-n", help="Tokens per reply at most."),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", "-n", min=1, help="Tokens per reply at most."),
     temperature: float | None = typer.Option(None, "--temperature", "-t", help="Sampling temperature (0 = greedy)."),
     seed: int | None = typer.Option(None, "--seed", help="Random seed."),
     whole: bool = typer.Option(False, "--whole", help="Stdin not a terminal: read all of it as one message."),

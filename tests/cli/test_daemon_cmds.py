@@ -85,6 +85,15 @@ def test_no_daemon_recorded(tmp_path) -> None:
     assert public.returncode == 1 and "without --api-key" in public.stderr and "--insecure-no-auth" in public.stderr
 
 
+def test_max_tokens_below_one_is_a_usage_error(tmp_path, monkeypatch, capsys) -> None:
+    """`-n 0` reached /api/generate as num_predict 0, which Ollama (and now modelc) reads as no limit: a
+    user asking for at most 0 tokens got up to 2048. The flag is "at most N" (default: the server's)."""
+    monkeypatch.setenv("MODELC_HOST", f"http://127.0.0.1:{free_port()}")  # never reached
+    for argv in (["generate", "tiny", "hi", "-n", "0"], ["chat", "tiny", "--max-tokens", "-1"]):
+        assert main(argv) == 2
+        assert "--max-tokens" in capsys.readouterr().err
+
+
 def test_help_has_examples(capsys) -> None:
     for cmd in (["ps"], ["chat"], ["generate"], ["load"], ["unload"], ["stop"], ["lora", "load"], ["lora", "unload"]):
         main([*cmd, "--help"])

@@ -5,7 +5,8 @@ A slot is one of an engine's max_num_seqs running places (engine i's are i * max
 sequence keeps its slot while it runs. Each slot is llama-server's metrics-only object (it never shows the
 prompt or the text: llama-server shows them only with --slots-debug): id, n_ctx, speculative, is_processing,
 n_past and, while one runs, id_task (modelc's sequence id), n_prompt_tokens, n_prompt_tokens_processed,
-n_prompt_tokens_cache, params (the sampling settings modelc has, in llama.cpp's names) and next_token. Sequences
+n_prompt_tokens_cache, params (the sampling settings modelc has, in llama.cpp's names, with the request's own
+`lora` list by GET /lora-adapters' ids: [] when it gave none) and next_token. Sequences
 still queued hold no slot. `?fail_on_no_slot=1`: a 503 when every slot is busy. A model that runs no
 sequence scheduler (encoders, MLP/ONNX) has no slots: a 501 `not_supported_error`, as llama-server answers
 with its slots off. llama-server's POST /slots/{id}?action=save|restore|erase is not served (docs/api.md).
@@ -62,10 +63,12 @@ OPENAPI_PATHS = {
 }
 
 
-def slot_params(s: SlotState) -> dict[str, Any]:
-    """The request's sampling settings under llama.cpp's names (those modelc has)."""
+def slot_params(s: SlotState, adapter_ids: dict[str, int]) -> dict[str, Any]:
+    """The request's sampling settings under llama.cpp's names (those modelc has); adapter_ids: {name: id} of the
+    adapters loaded now."""
     p = s.params
     assert p is not None
+    lora = [{"id": adapter_ids[name], "scale": scale} for name, scale in p.lora or () if name in adapter_ids]
     return {
         "n_predict": p.max_tokens,
         "seed": RANDOM_SEED if p.seed is None else p.seed % 2**32,
@@ -82,10 +85,11 @@ def slot_params(s: SlotState) -> dict[str, Any]:
         "ignore_eos": p.ignore_eos,
         "n_probs": p.top_logprobs,
         "min_tokens": p.min_tokens,
+        "lora": lora,
     }
 
 
-def slot_json(s: SlotState) -> dict[str, Any]:
+def slot_json(s: SlotState, adapter_ids: dict[str, int]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": s.slot_id,
         "n_ctx": s.n_ctx,
@@ -101,7 +105,7 @@ def slot_json(s: SlotState) -> dict[str, Any]:
         n_prompt_tokens=s.num_prompt_tokens,
         n_prompt_tokens_processed=max(0, computed_prompt - s.num_cached_tokens),
         n_prompt_tokens_cache=s.num_cached_tokens,
-        params=slot_params(s),
+        params=slot_params(s, adapter_ids),
         next_token=[
             {
                 "has_next_token": True,
@@ -124,4 +128,5 @@ async def slots() -> Any:
         )
     if request.args.get("fail_on_no_slot") == "1" and all(s.is_processing for s in states):
         raise NoSlotError("no slot is available: every slot is processing")
-    return [slot_json(s) for s in states]
+    adapter_ids = {name: adapter_id for adapter_id, name, _, _ in engine.adapter_table()}
+    return [slot_json(s, adapter_ids) for s in states]

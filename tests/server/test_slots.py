@@ -45,11 +45,32 @@ async def test_a_running_request_in_llama_server_s_shape(make_client) -> None:
         assert s["n_prompt_tokens_processed"] == 3 and s["n_past"] >= 4 + 2
         p = s["params"]
         assert (p["n_predict"], p["temperature"], p["top_k"], p["seed"], p["repeat_penalty"]) == (40, 0.5, 7, 11, 1.1)
+        assert p["lora"] == []  # no `lora` list: llama-server's empty one
         (nt,) = s["next_token"]
         assert nt["has_next_token"] and nt["n_decoded"] >= 2 and nt["n_remain"] == 40 - nt["n_decoded"]
         assert "prompt" not in s and "generated" not in s  # metrics only: never another client's text
 
     await _while_generating(c, body, check)
+
+
+async def test_a_request_s_lora_by_the_ids_of_lora_adapters(make_client, tmp_path) -> None:
+    """A slot shows its request's `lora` list as llama-server does, by the ids GET /lora-adapters lists (ids
+    that stay the adapters' while they are loaded)."""
+    auth = {"headers": {"Authorization": "Bearer tok"}}
+    c = make_client(FakeEngine(delay_s=0.02), control_token="tok", adapters_dir=str(tmp_path))
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.safetensors").write_bytes(b"")
+        assert (await c.post("/lora/load", {"path": f"{name}.safetensors", "global": False}, **auth)).status_code == 200
+    await c.post("/lora/unload", {"name": "a"}, **auth)
+    listed = {x["path"]: x["id"] for x in await (await c.get("/lora-adapters")).get_json()}
+    assert listed == {"b.safetensors": 1, "c.safetensors": 2}
+    lora = [{"id": 2, "scale": 0.5}, {"id": 1, "scale": 2.0}]
+
+    async def check() -> None:
+        (busy,) = [s for s in await (await c.get("/slots")).get_json() if s["is_processing"]]
+        assert busy["params"]["lora"] == [{"id": 1, "scale": 2.0}, {"id": 2, "scale": 0.5}]
+
+    await _while_generating(c, {"prompt": "abc", "n_predict": 40, "lora": lora}, check)
 
 
 async def test_fail_on_no_slot(make_client) -> None:

@@ -17,13 +17,14 @@ from modelc.cache.kv_pages import BLOCK_SIZE, KVPages
 from modelc.config import resolve_kv_dtype
 from modelc.engine import thread_choice, warm_replay
 from modelc.engine.drafter import Drafter, DraftJob
-from modelc.engine.lora import LoraAdapter, load_lora, rescaled
+from modelc.engine.lora import LoraAdapter
+from modelc.engine.lora_set import LoraSet
 from modelc.engine.model_info import ModelInfo, eos_ids
 from modelc.engine.sampler import SeqSamplerState, sample
 from modelc.engine.spec_verify import verify
 from modelc.engine.thread_tuner import ThreadTuner, batch_key
 from modelc.engine.thread_tuner import enabled as tuner_enabled
-from modelc.errors import EngineError, InvalidRequestError, ModelcError, NotFoundError
+from modelc.errors import EngineError, InvalidRequestError, ModelcError
 from modelc.kernels.matmul.gemm_weight import Weight
 from modelc.kernels.runtime.threads import blas_threads_for, default_threads, set_blas_threads, set_kernel_threads
 from modelc.kernels.select import KernelSet
@@ -31,8 +32,6 @@ from modelc.models.batch import LoraRows, make_batch
 from modelc.models.registry import build_model
 from modelc.request import SamplingParams
 from modelc.scheduler.batch import BatchPlan, BatchResult, KVShift, SampledToken, SeqChunk
-
-MAX_RESCALED = 64  # adapters kept at the scales requests' `lora` lists asked for (Runner._at)
 
 
 @dataclass(slots=True)
@@ -86,14 +85,7 @@ class Runner:
         self.threads = threads
         self.tuner = self.new_tuner()  # decode steps' threads
         self.states: dict[int, SeqState] = {}
-        self.adapters: dict[str, LoraAdapter] = {}
-        # the alpha multiplier of each adapter applied to the sequences naming none (llama.cpp's global scales;
-        # /lora/load's `global` sets one alone), and those adapters at those multipliers
-        self.global_scales: dict[str, float] = {}
-        self._global: tuple[LoraAdapter, ...] = ()
-        # adapters at the alpha multipliers requests' `lora` lists ask for, built on first use (the A/B matrices
-        # shared, not copied); emptied on every load and unload, and when it holds MAX_RESCALED
-        self._rescaled: dict[tuple[str, float], LoraAdapter] = {}
+        self.lora = LoraSet()  # the loaded adapters, the global scales, each request's adapters
         self.eos_ids = (
             info.eos_ids if info is not None else eos_ids(dict(getattr(source, "special_tokens", None) or {}))
         )
@@ -223,35 +215,6 @@ class Runner:
             st.draft_pos = min(st.draft_pos, c.start_pos)
         return st, ids
 
-    def _adapter(self, params: SamplingParams) -> tuple[LoraAdapter, ...]:
-        """The adapters a sequence runs with, sorted by name: its `lora` list's at their scales (with the one it
-        names at its loaded alpha unless listed), else the one it names, else the global ones."""
-        name = params.adapter
-        if params.lora is None:
-            return self._global if name is None else (self._loaded(name),)
-        mix = dict(params.lora)
-        if name is not None:
-            mix.setdefault(name, self._loaded(name).alpha)
-        return tuple(self._at(n, s) for n, s in sorted(mix.items()) if s != 0)
-
-    def _loaded(self, name: str) -> LoraAdapter:
-        ad = self.adapters.get(name)
-        if ad is None:
-            raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
-        return ad
-
-    def _at(self, name: str, alpha: float) -> LoraAdapter:
-        """Adapter `name` at alpha multiplier `alpha`."""
-        ad = self._loaded(name)
-        if ad.alpha == alpha:
-            return ad
-        got = self._rescaled.get((name, alpha))
-        if got is None:
-            if len(self._rescaled) >= MAX_RESCALED:
-                self._rescaled.clear()
-            got = self._rescaled[(name, alpha)] = rescaled(ad, alpha)
-        return got
-
     def _step(self, chunks: tuple[SeqChunk, ...]) -> tuple[SampledToken, ...]:
         states, inputs = zip(*(self._state(c) for c in chunks), strict=True)
         proposals = self._propose(chunks, states)  # chunk index -> (drafted tokens, draft distributions)
@@ -273,7 +236,7 @@ class Runner:
             if int(np.max(ids)) >= self.vocab_size or int(np.min(ids)) < 0:
                 raise InvalidRequestError(f"sequence {c.seq_id}: token id out of range [0, {self.vocab_size})")
             seqs.append((ids, c.start_pos, c.block_table))
-            for ad in self._adapter(c.params):  # several global adapters add up (models' apply_lora)
+            for ad in self.lora.for_params(c.params):  # several global adapters add up (models' apply_lora)
                 groups.setdefault((ad.name, ad.alpha), (ad, []))[1].append(np.arange(row, row + n))
             num_draft = c.num_draft or len(proposals.get(i, ((),))[0])
             if c.sample and num_draft:
@@ -391,7 +354,7 @@ class Runner:
 
     def logits(self, token_ids: Any, *, adapter: str | None = None, first: int = 0) -> np.ndarray:
         """Logits (T - first, V) at positions first.. of one sequence (tests, perplexity)."""
-        ad = self._adapter(SamplingParams(adapter=adapter))
+        ad = self.lora.for_params(SamplingParams(adapter=adapter))
         n = len(token_ids)
         if not 0 <= first < max(n, 1):
             raise InvalidRequestError(f"first must be in [0, {n}), got {first}")
@@ -480,45 +443,29 @@ class Runner:
             out2 = np.empty_like(q2)
             attention.dense_kernel(out2, q2, kp, True)(out2, q2, kp, vp, *args)
 
-    # -- adapters ------------------------------------------------------------------------------------
+    # -- adapters (engine/lora_set.py) -------------------------------------------------------------
 
     def load_adapter(
         self, name: str, path_or_tensors: Any, alpha: float = 1.0, *, global_: bool = False
     ) -> dict[str, int]:
         """Load (or replace) adapter `name`; with global_=True it also applies to requests naming no adapter.
         Returns {"applied": projections adapted, "skipped": tensors that were not LoRA pairs, "rank"}."""
-        if not name:
-            raise InvalidRequestError("adapter name must not be empty", param="name")
-        adapter = load_lora(name, path_or_tensors, alpha, shapes=self.model.projection_shapes())
-        self.adapters[name] = adapter
-        self._rescaled.clear()
-        if global_:  # the one global adapter, at its loaded alpha
-            self.global_scales = {name: float(alpha)}
-        self._set_global()
-        return {"applied": len(adapter.pairs), "skipped": adapter.num_skipped, "rank": adapter.rank}
+        return self.lora.load(name, path_or_tensors, alpha, global_=global_, shapes=self.model.projection_shapes())
 
     def unload_adapter(self, name: str) -> None:
-        if self.adapters.pop(name, None) is None:
-            raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
-        self._rescaled.clear()
-        self.global_scales.pop(name, None)
-        self._set_global()
+        self.lora.unload(name)
 
     def scale_adapters(self, scales: dict[str, float]) -> None:
-        """Set the global scales (llama.cpp's POST /lora-adapters): each named adapter's alpha multiplier for the
-        sequences naming no adapter; an adapter not named, or at 0, is not applied to them."""
-        for name in scales:
-            if name not in self.adapters:
-                raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
-        self.global_scales = {name: float(s) for name, s in scales.items() if s != 0}
-        self._set_global()
+        """Set the global scales (llama.cpp's POST /lora-adapters): LoraSet.scale."""
+        self.lora.scale(scales)
 
-    def _set_global(self) -> None:
-        self._global = tuple(
-            ad if ad.alpha == s else rescaled(ad, s)
-            for name, s in self.global_scales.items()
-            if (ad := self.adapters.get(name)) is not None
-        )
+    @property
+    def adapters(self) -> dict[str, LoraAdapter]:
+        return self.lora.adapters
+
+    @property
+    def global_scales(self) -> dict[str, float]:
+        return self.lora.global_scales
 
 
 def _grammar_done(st: SeqState) -> bool:

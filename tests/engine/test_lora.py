@@ -99,7 +99,7 @@ def test_per_sequence_and_global_adapters_in_one_batch():
         lp = want - want.max() - np.log(np.exp(want - want.max()).sum())
         assert tok.logprob == pytest.approx(lp[tok.token_id], abs=1e-4)
     runner.unload_adapter("two")
-    assert runner.global_scales == {} and runner._adapter(SamplingParams()) == ()
+    assert runner.global_scales == {} and runner.lora.for_params(SamplingParams()) == ()
 
 
 def test_global_scales_add_up_and_rescale():
@@ -209,6 +209,6 @@ def test_request_mixes_in_one_batch():
         assert tok.token_id == int(np.argmax(want))
         lp = want - want.max() - np.log(np.exp(want - want.max()).sum())
         assert tok.logprob == pytest.approx(lp[tok.token_id], abs=1e-4)
-    assert sorted(runner._rescaled) == [("one", 0.5), ("one", 3.0), ("two", -1.0), ("two", 2.0)]  # A/B shared
+    assert sorted(runner.lora.rescaled) == [("one", 0.5), ("one", 3.0), ("two", -1.0), ("two", 2.0)]  # A/B shared
     runner.unload_adapter("two")
-    assert runner._rescaled == {}
+    assert runner.lora.rescaled == {}

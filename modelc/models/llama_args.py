@@ -102,6 +102,34 @@ def long_rope_after(cfg: dict[str, Any]) -> int:
     return int(scaling.get("original_max_position_embeddings") or 0) if scaling.get("long_factor") else 0
 
 
+# LlamaArgs float field -> (the config key it comes from, its lower bound, whether the bound itself is allowed).
+# A NaN, an infinity or a value below the bound (a negative RoPE base, a negative norm epsilon) packed and then
+# turned every logit into NaN: the model answered garbage instead of failing to load.
+_FLOAT_RANGES = {
+    "rms_norm_eps": ("rms_norm_eps", 0.0, True),
+    "rope_theta": ("rope_theta", 0.0, False),
+    "local_rope_theta": ("local_rope_theta", 0.0, True),
+    "rope_attn_factor": ("rope_attn_factor", 0.0, False),
+    "norm_offset": ("norm_offset", None, True),
+    "embed_scale": ("embedding_multiplier", None, True),
+    "residual_scale": ("residual_multiplier", None, True),
+    "attn_scale": ("attention_multiplier", 0.0, True),
+    "final_softcap": ("final_logit_softcapping", 0.0, True),
+    "attn_softcap": ("attn_logit_softcapping", 0.0, True),
+}
+
+
+def _check_floats(args: LlamaArgs, logits_div: float) -> None:
+    if not math.isfinite(logits_div):
+        raise FormatError(f"model config logits_scaling must be a finite number, got {logits_div}")
+    for field_name, (key, lo, closed) in _FLOAT_RANGES.items():
+        v = getattr(args, field_name)
+        if not math.isfinite(v):
+            raise FormatError(f"model config {key} must be a finite number, got {v}")
+        if lo is not None and (v < lo if closed else v <= lo):
+            raise FormatError(f"model config {key} must be {'>=' if closed else '>'} {lo:g}, got {v:g}")
+
+
 @dataclass(frozen=True, slots=True)
 class LlamaArgs:
     vocab_size: int
@@ -196,6 +224,7 @@ class LlamaArgs:
             raise FormatError(f"norm_layout {args.norm_layout!r} is not one of {NORM_LAYOUTS}")
         if logits_div <= 0 or args.attn_scale < 0:
             raise FormatError("logits_scaling and attention_multiplier must be positive")
+        _check_floats(args, logits_div)
         return args
 
     @property

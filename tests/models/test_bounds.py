@@ -49,3 +49,28 @@ def test_encoder_counts_checked_too() -> None:
     model.config = {**model.config, "hidden_size": 1 << 40}
     with pytest.raises(FormatError, match="not a positive integer|hidden_size"):
         BertModel(model)
+
+
+@pytest.mark.parametrize(
+    "key,value,match",
+    [
+        ("rope_theta", float("nan"), "rope_theta must be a finite number, got nan"),
+        ("rope_theta", -10000.0, "rope_theta must be > 0, got -10000"),
+        ("rms_norm_eps", -1e-5, "rms_norm_eps must be >= 0"),
+        ("rms_norm_eps", float("inf"), "rms_norm_eps must be a finite number"),
+        ("final_logit_softcapping", float("-inf"), "final_logit_softcapping must be a finite number"),
+        ("logits_scaling", float("nan"), "logits_scaling must be a finite number"),
+    ],
+)
+def test_non_finite_or_out_of_range_config_floats_are_refused(tmp_path, key, value, match) -> None:
+    """A NaN RoPE base (a GGUF's rope.freq_base, or NaN in a config.json, which Python's json reads) packed and
+    loaded, and every logit came out NaN; the model is refused at pack and at load instead."""
+    from modelc.artifact.writer import write_artifact
+    from modelc.pack import pack_model
+
+    model = with_config(make_tiny_llama(), **{key: value})
+    with pytest.raises(FormatError, match=match):
+        build_model(model)
+    src = write_artifact(model, tmp_path / "bad.modelc")
+    with pytest.raises(FormatError, match=match):
+        pack_model(src, out=tmp_path / "out.modelc")

@@ -5,11 +5,13 @@ A hostile or broken config (num_hidden_layers = 1e9 beside two layers of weights
 one clear FormatError instead of allocating per-layer lists, scratch buffers or KV pages sized by
 the claim. The rule is generic, not per architecture: a model has at most as many layers as it has
 distinct layer indices in its tensor names, and no width the forward pass allocates per token
-(hidden, FFN, heads x head_dim, vocab) exceeds the element count of its largest tensor. No numpy here.
+(hidden, FFN, heads x head_dim, vocab) exceeds the element count of its largest tensor. A norm epsilon
+must be a finite number >= 0 (a NaN one makes every output NaN). No numpy here.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -19,6 +21,7 @@ from modelc.errors import FormatError
 _LAYER = re.compile(r"(?:^|\.)(?:layers|blk|h|layer)\.([0-9]+)\.")
 MAX_CONTEXT = 1 << 24  # tokens: more than any model trains on; beyond it only allocations grow
 MAX_COUNT = 1 << 31
+NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps")
 
 
 def _int(cfg: dict[str, Any], key: str, default: Any = None) -> int | None:
@@ -68,3 +71,7 @@ def check_counts(source: Any) -> None:
     ctx = _int(cfg, "max_position_embeddings")
     if ctx is not None and ctx > MAX_CONTEXT:
         raise FormatError(f"model config: max_position_embeddings = {ctx} exceeds the supported {MAX_CONTEXT}")
+    for key in NORM_EPS_KEYS:  # every family's norms divide by sqrt(variance + eps)
+        v = cfg.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf):
+            raise FormatError(f"model config: {key} = {v!r} is not a finite number >= 0")

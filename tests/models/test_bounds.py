@@ -56,8 +56,8 @@ def test_encoder_counts_checked_too() -> None:
     [
         ("rope_theta", float("nan"), "rope_theta must be a finite number, got nan"),
         ("rope_theta", -10000.0, "rope_theta must be > 0, got -10000"),
-        ("rms_norm_eps", -1e-5, "rms_norm_eps must be >= 0"),
-        ("rms_norm_eps", float("inf"), "rms_norm_eps must be a finite number"),
+        ("rms_norm_eps", -1e-5, "rms_norm_eps"),  # check_counts says it first, for every family
+        ("rms_norm_eps", float("inf"), "rms_norm_eps"),
         ("final_logit_softcapping", float("-inf"), "final_logit_softcapping must be a finite number"),
         ("logits_scaling", float("nan"), "logits_scaling must be a finite number"),
     ],
@@ -74,3 +74,18 @@ def test_non_finite_or_out_of_range_config_floats_are_refused(tmp_path, key, val
     src = write_artifact(model, tmp_path / "bad.modelc")
     with pytest.raises(FormatError, match=match):
         pack_model(src, out=tmp_path / "out.modelc")
+
+
+@pytest.mark.parametrize("value", ["1e-5; x", float("nan"), -1e-5, True])
+def test_every_family_refuses_a_bad_norm_epsilon(value) -> None:
+    """GPT-2 took layer_norm_eps as float(...) unchecked: 'x' was a ValueError (an internal error), NaN or a
+    negative epsilon loaded and made every output NaN. check_counts checks it for every family."""
+    from modelc.models.bert import BertModel
+    from modelc.models.tiny import make_tiny_gpt2
+    from tests.models.test_bert import tiny_bert
+
+    for make, key, build in ((make_tiny_gpt2, "layer_norm_eps", build_model), (tiny_bert, "layer_norm_eps", BertModel),
+                             (make_tiny_llama, "rms_norm_eps", build_model)):  # fmt: skip
+        model = with_config(make(), **{key: value})
+        with pytest.raises(FormatError, match=f"{key} = .* is not a finite number >= 0"):
+            build(model)

@@ -6,6 +6,7 @@ Also the spelling of the KV cache types. The KV budget arithmetic (MiB or tokens
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,8 +63,8 @@ class CacheConfig:
             _bad("block_size", "must be 16 (the KV page size of the kernels)")
         if self.kv_cache_mb is not None and self.kv_cache_tokens is not None:
             _bad("kv_cache_mb", "and kv_cache_tokens are exclusive: give one")
-        if self.kv_cache_mb is not None and not self.kv_cache_mb > 0:
-            _bad("kv_cache_mb", "must be > 0")
+        if self.kv_cache_mb is not None and not 0 < self.kv_cache_mb < math.inf:  # inf: an OverflowError at load
+            _bad("kv_cache_mb", "must be a finite number > 0")
         if self.kv_cache_tokens is not None and self.kv_cache_tokens < self.block_size:
             _bad("kv_cache_tokens", f"must be >= {self.block_size}")
         if self.kv_dtype not in KV_DTYPES and self.kv_dtype != KV_AUTO:  # f32/f16/q8/... spellings are accepted

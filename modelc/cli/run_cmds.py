@@ -8,6 +8,7 @@ daemon.json record and the packing live in modelc/daemon/launch.py.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -17,6 +18,8 @@ from typing import Any
 
 import anyio
 import typer
+
+from modelc.errors import ModelcError
 
 
 def engine_config(
@@ -97,8 +100,6 @@ def existing_folder(flag: str, path: str, default: Path) -> str:
     """A folder flag's absolute path, checked to be a folder: a one-line error otherwise, before anything
     loads (a mistyped --models-dir made every request naming a file in it a 404). `default` (modelc's own
     location for it, created on first use) may not exist yet."""
-    from modelc.errors import ModelcError
-
     full = os.path.abspath(os.path.expanduser(path))
     if os.path.isdir(full) or (full == os.path.abspath(default) and not os.path.exists(full)):
         return full
@@ -244,6 +245,9 @@ def run_cmd(
     from modelc.server.manager.models import ModelManager, parse_keep_alive
     from modelc.server.state import GenerationDefaults, ServerConfig  # lazy: not for `modelc --help`
 
+    for flag, value in (("--drain-timeout", drain_timeout), ("--max-body-mb", max_body_mb)):
+        if not 0 <= value < math.inf:  # NaN or inf: an internal error at start (int()) or at shutdown (timers)
+            raise ModelcError(f"{flag} must be a finite number >= 0, got {value}")
     template_text = None
     if chat_template is not None:
         ctx.params["chat_template"] = chat_template = os.path.abspath(os.path.expanduser(chat_template))

@@ -232,3 +232,19 @@ def test_a_folder_flag_naming_no_folder_is_one_line_error(tmp_path, capsys, monk
     assert main(["run", str(tmp_path / "absent.modelc"), flag, str(default)]) == 1
     err = capsys.readouterr().err  # past the flag: the missing model file is the error now
     assert "absent.modelc" in err and flag not in err, err
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-body-mb", "nan", "--max-body-mb must be a finite number >= 0, got nan"),  # was: internal error
+        ("--max-body-mb", "inf", "--max-body-mb must be a finite number >= 0, got inf"),
+        ("--drain-timeout", "-5", "--drain-timeout must be a finite number >= 0, got -5.0"),  # was: accepted
+        ("--drain-timeout", "nan", "--drain-timeout must be a finite number >= 0, got nan"),
+        ("--kv-cache-mb", "inf", "kv_cache_mb must be a finite number > 0"),  # was: internal error at load
+    ],
+)
+def test_non_finite_number_flags_are_one_line_errors(tmp_path, capsys, monkeypatch, flag, value, message) -> None:
+    monkeypatch.setenv("MODELC_HOME", str(tmp_path))
+    assert main(["run", str(tmp_path / "absent.modelc"), flag, value]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [f"error: {message}"]

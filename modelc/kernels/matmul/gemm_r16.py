@@ -33,6 +33,7 @@ from modelc.kernels.matmul import gemm_r16_iq4, gemm_r16_q6k
 from modelc.kernels.matmul.gemm_r16_parts import (
     GROUP,
     PREFETCH_BYTES,
+    PREFETCH_L2,
     SIGNED_DOT,
     TOKEN_CHUNK,
     _ahead,
@@ -58,17 +59,23 @@ from modelc.kernels.simd.qdot import (
     zeros_f32x16,
 )
 from modelc.kernels.simd.qdot_r16 import (
+    bcast4_i8x64,
     bits_i32x16,
     flip_i8x64,
     float_i32x16,
     load_u32x16,
     mul_i32x16,
+    nib_hi16_i8x64,
     nib_hi_i8x64,
     nib_lo_i8x64,
     or_shl_i32x16,
     splat_i32x16,
+    sra4_i32x16,
+    sub_i32x16,
 )
 from modelc.kernels.simd.qdot_tile import (
+    WIDE_DOT_EXACT,
+    dot_u8x64,
     fmadot_f32x16,
     load_i8x64,
 )
@@ -78,6 +85,10 @@ Q6_K = KIND[DataType.Q6_K]
 R16_KINDS = frozenset({Q4_0, Q4_1, Q8_0, Q4_K, Q6_K, IQ4_NL, IQ4_XS})
 """Kinds repacked and multiplied here (IQ4_NL / IQ4_XS in gemm_r16_iq4, Q6_K in gemm_r16_q6k)."""
 PAIRED_T1 = frozenset({Q4_0, Q4_1, Q8_0, Q6_K})
+LINE_T1 = WIDE_DOT_EXACT and PREFETCH_L2
+"""Q4_K's one-token loop reads its codes a line at a time onto running chains (_run_dots): where the dot takes
+codes up to 255 (VNNI, for the high nibbles in place) and on the CPUs it was measured on (cpu.PREFETCH_L2: Intel's
+AMX server cores); elsewhere 8 lines at a time, as before (the AVX2 path sums 8 of them in int16 first)."""
 """Kinds whose one-token kernel steps through its prange two groups at a time (gemm_r16_parts.pairs_t1)."""
 
 # one 16-row group of one block (Q4_K, Q6_K, IQ4_XS: of a 256-element super-block)
@@ -318,6 +329,22 @@ def _byte_i32x16(v, k):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _run_dots(lo, hi, rf, q, pf, xq, xo):
+    """The 16 rows' dots of one 512-byte run of Q4_K codes at byte q (low nibbles with the activations at xo, high
+    nibbles with those at xo + 32), one line at a time: each line prefetched (_ahead_t1), loaded and dotted onto
+    two running chains, lo and hi, that go on from run to run; returns (lo, hi, pf) after the run, and the run's
+    dots are the chains' differences (exact: int32 arithmetic wraps, |dot| < 2^20). The high nibbles go in in
+    place (c & 0xF0: 16 x the code, one op a line instead of a shift and a mask), so hi grows by 16 x their dot.
+    Only where the dot takes codes up to 255 (WIDE_DOT_EXACT)."""
+    for i in range(8):
+        pf = _ahead_t1(rf, pf, q + 64 * i + 64 + PREFETCH_BYTES)
+        c = load_i8x64(rf, q + 64 * i)
+        lo = dot_u8x64(lo, nib_lo_i8x64(c), bcast4_i8x64(xq, xo + 4 * i))
+        hi = dot_u8x64(hi, nib_hi16_i8x64(c), bcast4_i8x64(xq, xo + 32 + 4 * i))
+    return lo, hi, pf
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
     """_group_q4_k for one token: the accumulator stays in a register, and a super-block's work is arranged
     for fewer vector ops than _group_q4_k's (float sums in another order, so not its bits):
@@ -326,10 +353,21 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
     - each sub-block's integer dot is multiplied by its integer scale (exact: |p * sc| < 2^22, so its float
       is too) and summed with the activation scales; d and dmin multiply once per super-block.
     Hot (in cache, 64 groups of a 2048-column matrix, 2 threads, Zen 4): 67 -> 78 GB/s on AVX-512, 48 ->
-    53 on the AVX2 path; streamed from memory the matmul moved 0-2% (the reads dominate)."""
+    53 on the AVX2 path; streamed from memory the matmul moved 0-2% (the reads dominate).
+
+    Where LINE_T1 the codes are read a line at a time onto two chains that run through the whole group
+    (_run_dots), not a 512-byte run's 8 lines loaded at once and dotted from zero: the same integers, the same
+    bits, and on Emerald Rapids (2 threads, an 8B's matrices streamed, both alternating in one process) 24.0 ->
+    28.7 and 23.4 -> 28.7 GB/s (28672 x 4096, 4096 x 14336: 76% -> 90% of the 2-thread read probe). A kernel
+    that only reads the same bytes (one dot a line) streams at 92-101%; the 8-line form streamed at ~80% even
+    with no scale work at all, and its prefetch distance (4-32 KiB), prefetcht0, pairs, a split in contiguous
+    chunks, loads one run ahead or chains continued across its runs moved it 0-5% (docs/benchmarks.md, issue 42,
+    2026-12-07 night)."""
     acc = zeros_f32x16()
     base = gi * nsb * 2304
     pf = base + PREFETCH_BYTES
+    lo = splat_i32x16(0)
+    hi = splat_i32x16(0)
     for sb in range(nsb):
         o = base + sb * 2304
         pf = _ahead_t1(rf, pf, o + 256 + PREFETCH_BYTES)
@@ -348,12 +386,18 @@ def _group_q4_k_t1(out, xq, xd, xm, rf, gi, nsb):
             b0 = (2 * j) % 4
             q = o + 256 + 512 * j
             xo = sb * 256 + 64 * j
-            pf = _ahead_t1(rf, pf, q + 512 + PREFETCH_BYTES)
-            c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
-            p = _dot8_u4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3),
-                         nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo)  # fmt: skip
-            p2 = _dot8_u4(splat_i32x16(0), nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3),
-                          nib_hi_i8x64(c4), nib_hi_i8x64(c5), nib_hi_i8x64(c6), nib_hi_i8x64(c7), xq, xo + 32)  # fmt: skip
+            if LINE_T1:
+                lo2, hi2, pf = _run_dots(lo, hi, rf, q, pf, xq, xo)
+                p = sub_i32x16(lo2, lo)
+                p2 = sra4_i32x16(sub_i32x16(hi2, hi))
+                lo, hi = lo2, hi2
+            else:
+                pf = _ahead_t1(rf, pf, q + 512 + PREFETCH_BYTES)
+                c0, c1, c2, c3, c4, c5, c6, c7 = _load8(rf, q)
+                p = _dot8_u4(splat_i32x16(0), nib_lo_i8x64(c0), nib_lo_i8x64(c1), nib_lo_i8x64(c2), nib_lo_i8x64(c3),
+                             nib_lo_i8x64(c4), nib_lo_i8x64(c5), nib_lo_i8x64(c6), nib_lo_i8x64(c7), xq, xo)  # fmt: skip
+                p2 = _dot8_u4(splat_i32x16(0), nib_hi_i8x64(c0), nib_hi_i8x64(c1), nib_hi_i8x64(c2), nib_hi_i8x64(c3),
+                              nib_hi_i8x64(c4), nib_hi_i8x64(c5), nib_hi_i8x64(c6), nib_hi_i8x64(c7), xq, xo + 32)  # fmt: skip
             k = sb * 8 + 2 * j
             sacc = fma_f32x16(sacc, float_i32x16(mul_i32x16(p, _byte_i32x16(sv, b0))), splat_f32x16(xd[0, k]))
             sacc = fma_f32x16(sacc, float_i32x16(mul_i32x16(p2, _byte_i32x16(sv, b0 + 1))), splat_f32x16(xd[0, k + 1]))

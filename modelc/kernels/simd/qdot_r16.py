@@ -44,6 +44,19 @@ def nib_hi_i8x64(typingctx, v):
 
 
 @intrinsic
+def nib_hi16_i8x64(typingctx, v):
+    """v & 0xF0 per byte: 16 x the high nibble, in place (one op; nib_hi_i8x64 takes two on x86, a word shift and a
+    mask). Its dot is 16 x the high nibbles' dot: exact only where the dot takes codes up to 255 (WIDE_DOT_EXACT)."""
+    if v != I8x64:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.and_(args[0], ir.Constant(_v64i8, [-16] * 64))
+
+    return I8x64(v), codegen
+
+
+@intrinsic
 def flip_i8x64(typingctx, v):
     """v ^ 0x80 per byte: signed codes -128..127 as unsigned 0..255 (code + 128)."""
     if v != I8x64:
@@ -98,6 +111,18 @@ def add_i32x16(typingctx, a, b):
 
 
 @intrinsic
+def sub_i32x16(typingctx, a, b):
+    """a - b per lane (wrapping)."""
+    if not (a == I32x16 and b == I32x16):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.sub(args[0], args[1])
+
+    return I32x16(a, b), codegen
+
+
+@intrinsic
 def mul_i32x16(typingctx, a, b):
     """a * b per lane (low 32 bits)."""
     if not (a == I32x16 and b == I32x16):
@@ -107,6 +132,18 @@ def mul_i32x16(typingctx, a, b):
         return builder.mul(args[0], args[1])
 
     return I32x16(a, b), codegen
+
+
+@intrinsic
+def sra4_i32x16(typingctx, v):
+    """v >> 4 per lane, arithmetic (v / 16 exactly where v is a multiple of 16)."""
+    if v != I32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.ashr(args[0], ir.Constant(_v16i32, [4] * 16))
+
+    return I32x16(v), codegen
 
 
 @intrinsic

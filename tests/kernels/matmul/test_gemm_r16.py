@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numba import njit
 
 from modelc.ir import DataType
 from modelc.kernels.layer import decode_layer
@@ -12,6 +13,8 @@ from modelc.kernels.matmul.gemm_random import random_tensor
 from modelc.kernels.quant import quant
 from modelc.kernels.reference import ref_r16
 from modelc.kernels.runtime import packs
+from modelc.kernels.simd.qdot import store_f32x16
+from modelc.kernels.simd.qdot_r16 import float_i32x16, splat_i32x16, sub_i32x16
 from tests.kernels.r16_cases import (
     LARGEST_CODE_TYPES,
     assert_close,
@@ -117,6 +120,41 @@ def test_one_token_reads_groups_in_pairs_with_each_groups_own_bits(dtype):
         one = type(w)(dtype, 16, 512, np.ascontiguousarray(np.asarray(w.blocks)[16 * g : 16 * g + 16]), None, None)
         np.testing.assert_array_equal(got[:, 16 * g : 16 * g + 16], r16_matmul(one, x))
     assert_close(got, twin(w, x))
+
+
+@njit(cache=False)  # test helpers are not cached: pytest may import this module under another name
+def _two_runs(rf, xq, start, out):
+    """gemm_r16._run_dots over the two 512-byte runs of rf from chains at `start`: out[r] = (the chains' differences
+    after run r: low nibbles, high nibbles), as floats (exact: < 2^24)."""
+    lo = hi = splat_i32x16(start)
+    pf = 0
+    for r in range(2):
+        lo2, hi2, pf = gemm_r16._run_dots(lo, hi, rf, 512 * r, pf, xq, 64 * r)
+        store_f32x16(out, 32 * r, float_i32x16(sub_i32x16(lo2, lo)))
+        store_f32x16(out, 32 * r + 16, float_i32x16(sub_i32x16(hi2, hi)))
+        lo, hi = lo2, hi2
+
+
+@pytest.mark.skipif(not gemm_r16.WIDE_DOT_EXACT, reason="the in-place high nibbles need a dot exact to 255")
+@pytest.mark.parametrize("start", [0, 2**31 - 1000])
+def test_q4_k_one_token_runs_are_the_running_chains_differences(start):
+    """Q4_K's one-token loop (where LINE_T1) dots a line at a time onto two chains that run through the group and
+    takes each 512-byte run's dots as their differences, the high nibbles in place (16 x the code): every code
+    byte, activations of +-127, and chains that wrap past 2^31 give each run's low-nibble dot and 16 x its
+    high-nibble dot (the lane-interleaved layout: line i, lane l = row l's bytes 4i..4i+3)."""
+    rng = np.random.default_rng(3)
+    rf = rng.permutation(np.arange(1024) % 256).astype(np.uint8)  # each byte value 4 times
+    xq = rng.integers(-127, 128, 128).astype(np.int8)
+    xq[:8], xq[-8:] = 127, -127
+    out = np.empty(64, np.float32)
+    _two_runs(rf, xq, start, out)
+    codes = rf.reshape(2, 8, 16, 4).astype(np.int64)  # run, line, lane (row), byte
+    for r in range(2):
+        x = xq[64 * r : 64 * r + 64].astype(np.int64)
+        lo = np.einsum("ilb,ib->l", codes[r] & 15, x[:32].reshape(8, 4))
+        hi = np.einsum("ilb,ib->l", codes[r] >> 4, x[32:].reshape(8, 4))
+        np.testing.assert_array_equal(out[32 * r : 32 * r + 16], lo)
+        np.testing.assert_array_equal(out[32 * r + 16 : 32 * r + 32], 16 * hi)
 
 
 @pytest.mark.parametrize("dtype", LARGEST_CODE_TYPES, ids=lambda d: d.name)

@@ -81,9 +81,19 @@ LEVELS = (
           {"MODELC_NO_AMX": "1", "MODELC_PREFETCH_T1": "0"}),
     Level("znver3", "avx2.prefetch_t1", "znver3", V3,
           {"MODELC_NO_AMX": "1", "MODELC_NO_AVX512": "1", "MODELC_NO_VNNI": "1", "MODELC_PREFETCH_L2": "0"}),
+    Level("icelake-server", "avx2.vnni.avx512_vnni.avx512.prefetch_t1", "icelake-server", V3 + AVX512,
+          {"MODELC_NO_AMX": "1", "MODELC_PREFETCH_L2": "0"}),
+    Level("alderlake", "avx2.vnni.prefetch_t1", "alderlake", V3 + ("avxvnni",),
+          {"MODELC_NO_AMX": "1", "MODELC_NO_AVX512": "1", "MODELC_PREFETCH_L2": "0"}),
 )  # fmt: skip
-"""The levels packs are built for (Intel Sapphire/Emerald Rapids with AMX, AMD Zen 4, AMD Zen 3 and other AVX2-only
-CPUs with FMA/F16C/BMI2). Each can be built on an AMX Xeon (it runs all three), with build_env."""
+"""The levels packs are built for, by the kernels' paths cpu.py picks:
+- sapphirerapids: Intel Sapphire / Emerald / Granite Rapids (AVX-512, VNNI, VBMI, AMX);
+- znver4: AMD Zen 4 (AVX-512 with VBMI, no prefetch in the one-token loops);
+- znver3: AVX2 with FMA/F16C/BMI2 and no VNNI: AMD Zen 2 / Zen 3, Intel Haswell to Skylake(-SP);
+- icelake-server: AVX-512 with VNNI and VBMI, no AMX: Intel Ice Lake / Tiger Lake / Rocket Lake, AMD Zen 5;
+- alderlake: AVX2 with AVX-VNNI, no AVX-512: Intel Alder / Raptor / Meteor / Arrow Lake clients.
+Each can be built on an AMX Xeon (it runs every level's code), with build_env. Not covered: Cascade Lake (AVX-512
+VNNI without VBMI: cpu.py has no switch that gives its flags on an AMX Xeon), aarch64."""
 
 ACTIVE: Level | None = None
 """The level this process pinned (install()); decode_layer.kinds_token then names every kind."""

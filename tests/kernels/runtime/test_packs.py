@@ -20,7 +20,7 @@ from modelc import tmpfiles
 from modelc.kernels.runtime import cpu, jit_cache, packs
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-SPR, ZEN4, ZEN3 = packs.LEVELS
+SPR, ZEN4, ZEN3, ICX, ADL = packs.LEVELS
 ALL = {n: True for lv in packs.LEVELS for n in lv.plus}
 
 
@@ -28,7 +28,9 @@ def test_a_host_gets_the_level_of_its_flags_and_features():
     assert packs.select(SPR.flags, ALL) is SPR
     assert packs.select(ZEN4.flags, {n: True for n in ZEN4.plus}) is ZEN4
     assert packs.select(ZEN3.flags, {n: True for n in ZEN3.plus}) is ZEN3
-    assert packs.select("avx2.vnni.prefetch_t1", ALL) is None  # no level has these kernels' paths
+    assert packs.select(ICX.flags, {n: True for n in ICX.plus}) is ICX
+    assert packs.select(ADL.flags, {n: True for n in ADL.plus}) is ADL
+    assert packs.select("avx2.vnni.avx512_vnni.prefetch_t1", ALL) is None  # Cascade Lake: no level has its paths
     assert packs.select("portable", {}) is None
 
 
@@ -37,6 +39,7 @@ def test_a_level_needs_every_feature_it_turns_on():
     where cpu.py's flags match."""
     assert packs.select(SPR.flags, {**ALL, "amx-bf16": False}) is None
     assert packs.select(ZEN3.flags, {**{n: True for n in ZEN3.plus}, "f16c": False}) is None
+    assert packs.select(ADL.flags, {**{n: True for n in ADL.plus}, "avxvnni": False}) is None  # VNNI via AVX-512 only
 
 
 def test_the_features_string_turns_on_the_level_last_and_every_other_feature_off():

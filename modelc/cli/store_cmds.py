@@ -164,7 +164,9 @@ def pack_cmd(
         None, "--arch", help=f"Override the architecture: {', '.join(architectures.FAMILY)}."
     ),
     compress: str | None = typer.Option(None, "--compress", help="Per-tensor compression: zstd or none."),
-    compress_level: int = typer.Option(3, "--compress-level", help="zstd level, 1-22."),
+    compress_level: int | None = typer.Option(
+        None, "--compress-level", min=1, max=22, help="zstd level, 1-22 (default 3); with --compress zstd."
+    ),
     quantize: str | None = typer.Option(
         None, "--quantize", help="f16, bf16, int8, int4, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k, iq4_nl."
     ),
@@ -189,6 +191,9 @@ def pack_cmd(
     """
     from modelc.pack import pack_model
 
+    if compress_level is not None and compress != "zstd":
+        # the level of a compression not asked for was ignored, and the file written uncompressed
+        raise typer.BadParameter("needs --compress zstd", param_hint="--compress-level")
     before = None
     if eval_text is not None:
         from modelc.cli.eval_cmds import eval_perplexity, read_text
@@ -208,7 +213,7 @@ def pack_cmd(
             format=format,
             arch=arch,
             compress=compress,
-            level=compress_level,
+            level=3 if compress_level is None else compress_level,
             quantize=quantize,
             prune=prune,
             chat_template=chat_template,

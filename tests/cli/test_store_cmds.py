@@ -45,6 +45,16 @@ def run(capsys, *argv):
     return code, cap.out, cap.err
 
 
+def test_a_compress_level_needs_zstd_and_a_zstd_level(home, runnable, capsys):
+    """--compress-level without --compress zstd was ignored (the file written uncompressed); out of 1-22 it failed
+    deep in the writer. Both are usage errors now, and nothing is packed."""
+    for argv in (["--compress-level", "9"], ["--compress", "none", "--compress-level", "9"],
+                 ["--compress", "zstd", "--compress-level", "0"], ["--compress", "zstd", "--compress-level", "23"]):  # fmt: skip
+        code, _, err = run(capsys, "pack", runnable, "--name", "tiny", *argv)
+        assert code == 2 and "--compress-level" in err, (argv, err)
+    assert not store.exists("tiny")
+
+
 def test_pack_list_switch_rm_cycle(home, runnable, capsys):
     assert run(capsys, "pack", runnable, "--name", "team/tiny")[0] == 0
     code, out, _ = run(capsys, "pack", runnable, "--name", "team/tiny", "--compress", "zstd", "--compress-level", "9")

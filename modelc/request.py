@@ -90,7 +90,7 @@ class SamplingParams:
         if self.max_context is not None and self.max_context < 2:
             bad("max_context", "must be >= 2")
         if self.lora is not None:
-            if not all(isinstance(n, str) and n and _finite(s) for n, s in self.lora):
+            if not all(isinstance(n, str) and n and finite_number(s) for n, s in self.lora):
                 bad("lora", "must pair adapter names with finite scales")
             object.__setattr__(self, "lora", tuple(sorted({n: float(s) for n, s in self.lora}.items())))
 
@@ -111,7 +111,8 @@ class SamplingParams:
         return self.adapter if self.lora is None else (self.adapter, self.lora)
 
 
-def _finite(x: object) -> bool:
+def finite_number(x: object) -> bool:
+    """An int or float (not a bool) that is finite: what a JSON scale, weight or bound may be."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 

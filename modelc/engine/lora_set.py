@@ -85,8 +85,4 @@ class LoraSet:
         self._set_global()
 
     def _set_global(self) -> None:
-        self._global = tuple(
-            ad if ad.alpha == s else rescaled(ad, s)
-            for name, s in self.global_scales.items()
-            if (ad := self.adapters.get(name)) is not None
-        )
+        self._global = tuple(self._at(name, s) for name, s in self.global_scales.items() if name in self.adapters)

@@ -11,12 +11,11 @@ SamplingParams.lora, by name, to the engine, where sequences with different mixe
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Any
 
 from modelc.errors import InvalidRequestError
-from modelc.request import SamplingParams
+from modelc.request import SamplingParams, finite_number
 from modelc.server.served import ServedModel
 
 
@@ -38,7 +37,7 @@ def parse_scales(body: Any, ids: dict[int, str], field: str | None = None) -> di
             raise InvalidRequestError(
                 f"invalid adapter id {i!r}{where}: the loaded ids are {live}", param=field or "id"
             )
-        if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
+        if not finite_number(scale):
             raise InvalidRequestError(f"'scale' of adapter {i}{where} must be a finite number", param=field or "scale")
         scales[ids[i]] = float(scale)
     return scales

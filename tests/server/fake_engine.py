@@ -18,6 +18,7 @@ import anyio
 import numpy as np
 
 from modelc.config import EngineConfig
+from modelc.engine.adapter_table import AdapterTable
 from modelc.errors import OverloadedError
 from modelc.request import Finished, GenerateEvent, SamplingParams, TokenEvent
 
@@ -90,10 +91,7 @@ class FakeEngine:
     calls: list[tuple[list[int], Any]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
-    loaded_adapters: dict[str, tuple[str, float]] = field(default_factory=dict)
-    global_scales: dict[str, float] = field(default_factory=dict)
-    adapter_ids: dict[str, int] = field(default_factory=dict)  # stable ids, as engine/adapter_table.py gives them
-    next_adapter_id: int = 0
+    adapter_rows: AdapterTable = field(default_factory=AdapterTable)  # the engines' own bookkeeping (stable ids)
     num_active: int = 0
     num_slots: int = 4  # slots() reports this many (as an engine's max_num_seqs)
     active: dict[int, list] = field(default_factory=dict)  # generate() in flight: task -> [prompt len, params, decoded]
@@ -105,7 +103,16 @@ class FakeEngine:
 
     @property
     def adapters(self) -> list[str]:
-        return list(self.loaded_adapters)
+        return self.adapter_rows.names
+
+    @property
+    def loaded_adapters(self) -> dict[str, tuple[str, float]]:
+        """name -> (path, alpha) of each loaded adapter."""
+        return {r.name: (r.path, r.alpha) for r in self.adapter_rows.rows()}
+
+    @property
+    def global_scales(self) -> dict[str, float]:
+        return self.adapter_rows.global_scales
 
     def output_text(self, prompt: list[int], params: SamplingParams) -> str:
         if params.constraint is not None and params.constraint.kind in self.constraint_replies:
@@ -168,11 +175,7 @@ class FakeEngine:
         return out
 
     async def load_adapter(self, name: str, path: str, alpha: float = 1.0, global_: bool = False) -> dict:
-        self.loaded_adapters[name] = (path, alpha)
-        if name not in self.adapter_ids:
-            self.adapter_ids[name], self.next_adapter_id = self.next_adapter_id, self.next_adapter_id + 1
-        if global_:
-            self.global_scales = {name: alpha}
+        self.adapter_rows.loaded(name, path, alpha, global_)
         return {"applied": 4, "skipped": 0}
 
     async def unload_adapter(self, name: str) -> None:
@@ -180,9 +183,7 @@ class FakeEngine:
 
         if name not in self.loaded_adapters:
             raise NotFoundError(f"no LoRA adapter named {name!r} is loaded")
-        del self.loaded_adapters[name]
-        del self.adapter_ids[name]
-        self.global_scales.pop(name, None)
+        self.adapter_rows.unloaded(name)
 
     async def scale_adapters(self, scales: dict[str, float]) -> None:
         from modelc.errors import NotFoundError
@@ -190,13 +191,10 @@ class FakeEngine:
         for name in scales:
             if name not in self.loaded_adapters:
                 raise NotFoundError(f"LoRA adapter {name!r} is not loaded")
-        self.global_scales = {n: s for n, s in scales.items() if s != 0}
+        self.adapter_rows.scaled(scales)
 
     def adapter_table(self) -> list[tuple[int, str, str, float]]:
-        return [
-            (self.adapter_ids[n], n, path, self.global_scales.get(n, 0.0))
-            for n, (path, _) in self.loaded_adapters.items()
-        ]
+        return self.adapter_rows.describe()
 
     async def slots(self) -> list[Any] | None:
         from modelc.scheduler.slots import SlotState

@@ -217,12 +217,9 @@ def add_stop_tokens(model: Model, stops: list[str]) -> list[str]:
         return []
     if not model.tokenizer_json:
         return stops
-    from modelc.tokenizer.build import build
+    from modelc.tokenizer.build import model_tokenizer
 
-    try:
-        tok = build(model.tokenizer_json)  # remembered: pack's structure check does not build it again
-    except Exception as e:  # tokenizers raises plain Exception subclasses; structure.check_tokenizer's words
-        raise FormatError(f"the model's tokenizer cannot be built: {str(e).splitlines()[0]}") from None
+    tok = model_tokenizer(model.tokenizer_json)  # remembered: pack's structure check does not build it again
     st = model.special_tokens
     eos = list(st.get("eos_token_ids") or ([st["eos_token_id"]] if isinstance(st.get("eos_token_id"), int) else []))
     unused = []

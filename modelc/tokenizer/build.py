@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from modelc.errors import FormatError
+
 MAX_REMEMBERED = 16
 _built: dict[bytes, None] = {}  # BLAKE2b digests of texts that built, oldest first
 
@@ -25,10 +27,19 @@ def build(text: str) -> Any:
     return tok
 
 
+def model_tokenizer(text: str) -> Any:
+    """build(text) for a model's stored tokenizer: a FormatError naming the cause where it does not build (pack
+    refuses such a model: every load would fail)."""
+    try:
+        return build(text)
+    except Exception as e:  # tokenizers raises plain Exception subclasses
+        raise FormatError(f"the model's tokenizer cannot be built: {str(e).splitlines()[0]}") from None
+
+
 def check_builds(text: str) -> None:
-    """Raise what building `text` raises; a text that built before in this process is not built again."""
+    """model_tokenizer's check of `text`; a text that built before in this process is not built again."""
     if _digest(text) not in _built:
-        build(text)
+        model_tokenizer(text)
 
 
 def _digest(text: str) -> bytes:
